@@ -1,0 +1,40 @@
+# Two commands for a newcomer: `make demo` (the kit's main job, run locally) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STACK ?= dev
+
+.PHONY: demo test lint typecheck unit plan policy-check bench clean
+
+# The virtual environment is built from pinned requirements on first use.
+$(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.txt policies/requirements.txt constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-dev.txt -c constraints.txt
+	touch $@
+
+demo: $(VENV)/stamp
+	$(BIN)/python -m demo
+
+test: lint typecheck policy-check unit
+
+lint: $(VENV)/stamp
+	$(BIN)/ruff check .
+
+typecheck: $(VENV)/stamp
+	$(BIN)/mypy
+
+unit: $(VENV)/stamp
+	$(BIN)/pytest
+
+plan: $(VENV)/stamp
+	$(BIN)/python -m infra.plan $(STACK)
+
+policy-check: $(VENV)/stamp
+	$(BIN)/python -m policies.offline_check
+
+bench: $(VENV)/stamp
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
