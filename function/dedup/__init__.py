@@ -1,0 +1,13 @@
+"""Effectively-exactly-once execution of Cloud Scheduler runs (SPEC section 2).
+
+keys.py      headers -> RunKey (the run_id), or a 400 reason
+protocol.py  claim / complete / release / renew, the lease heartbeat, RunContext
+store.py     the storage seam (RunStore); firestore_store.py implements it
+cache.py     per-instance memory of completed runs
+http.py      one delivery -> reply + one JSON log line
+app.py       wiring from DEDUP_* settings (settings.py); jobs.py loads job logic
+"""
+
+from dedup.protocol import RunContext
+
+__all__ = ["RunContext"]

@@ -1,0 +1,163 @@
+"""One delivery in, one reply and one structured log line out. No web framework here:
+main.py adapts functions-framework's request to `DedupHandler.handle`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from dedup.jobs import JobRegistry
+from dedup.keys import BadDelivery, RunKey, format_instant, lower_keys, parse_delivery
+from dedup.protocol import Deduplicator, Delivery, Outcome, RunContext, encode_result
+from dedup.settings import MissingScheduleTime, Settings
+
+log = logging.getLogger(__name__)
+
+# 409 (not 503) while another attempt runs: App Engine targets retry a 503 without
+# counting it, and Scheduler treats any non-2xx as a failed attempt to retry.
+STATUS = {
+    Outcome.COMPLETED: 200,
+    Outcome.DUPLICATE: 200,
+    Outcome.COMPLETED_UNRECORDED: 200,
+    Outcome.CLAIM_LOST: 200,
+    Outcome.UNKEYED: 200,
+    Outcome.IN_PROGRESS: 409,
+    Outcome.FAILED: 500,
+    Outcome.STORE_UNAVAILABLE: 500,
+}
+SEVERITY = {
+    Outcome.COMPLETED: "INFO",
+    Outcome.DUPLICATE: "INFO",
+    Outcome.IN_PROGRESS: "INFO",
+    Outcome.UNKEYED: "WARNING",
+    Outcome.CLAIM_LOST: "WARNING",
+    Outcome.FAILED: "ERROR",
+    Outcome.STORE_UNAVAILABLE: "ERROR",
+    Outcome.COMPLETED_UNRECORDED: "ERROR",
+}
+
+_stdout_lock = threading.Lock()
+
+
+def emit_log_line(entry: Mapping[str, Any]) -> None:
+    """Cloud Logging parses one JSON object per stdout line (`severity`, `message`, ...)."""
+    line = json.dumps(entry, default=str, separators=(",", ":"))
+    with _stdout_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+@dataclass(frozen=True)
+class HttpReply:
+    status: int
+    body: Mapping[str, Any]
+
+    @property
+    def json_text(self) -> str:
+        return json.dumps(self.body, separators=(",", ":"))
+
+
+class DedupHandler:
+    def __init__(
+        self,
+        settings: Settings,
+        deduplicator: Deduplicator,
+        jobs: JobRegistry,
+        emit: Callable[[Mapping[str, Any]], None] = emit_log_line,
+    ) -> None:
+        self._settings = settings
+        self._dedup = deduplicator
+        self._jobs = jobs
+        self._emit = emit
+
+    def handle(self, headers: Mapping[str, str], body: bytes) -> HttpReply:
+        started = time.perf_counter()
+        lowered = lower_keys(headers)
+        try:
+            parsed = parse_delivery(lowered, self._settings.project, self._settings.location)
+            if parsed.schedule_time is None and (
+                self._settings.missing_schedule_time is MissingScheduleTime.REJECT
+            ):
+                raise BadDelivery(
+                    "missing X-CloudScheduler-ScheduleTime header (use a unix-cron schedule; "
+                    "set DEDUP_MISSING_SCHEDULE_TIME=run to run such deliveries without dedup)"
+                )
+        except BadDelivery as exc:
+            reason = str(exc)
+            self._emit({
+                "severity": "WARNING",
+                "message": f"rejected delivery: {reason}",
+                "outcome": "rejected",
+                "status": 400,
+                "job": lowered.get("x-cloudscheduler-jobname"),
+                "latency_ms": _ms_since(started),
+            })
+            return HttpReply(400, {"error": reason})
+
+        job = self._jobs.for_job(parsed.job_id)
+        if parsed.schedule_time is None:
+            key = RunKey(parsed.project, parsed.location, parsed.job_id, datetime.now(UTC))
+            delivery = _run_without_dedup(key, job, body, lowered)
+        else:
+            key = RunKey(parsed.project, parsed.location, parsed.job_id, parsed.schedule_time)
+            try:
+                delivery = self._dedup.run(key, job, body, lowered)
+            except Exception as exc:  # a bug or an unexpected store error: retryable
+                log.exception("unexpected error for run %s", key.run_id)
+                delivery = Delivery(Outcome.STORE_UNAVAILABLE, key.run_id, detail=repr(exc))
+
+        status = STATUS[delivery.outcome]
+        self._emit({
+            "severity": SEVERITY[delivery.outcome],
+            "message": f"{key.job_id} @ {format_instant(key.schedule_time)}: "
+            f"{delivery.outcome.value}",
+            "run_id": delivery.run_id,
+            "job": key.job_id,
+            "schedule_time": format_instant(key.schedule_time),
+            "project": key.project,
+            "location": key.location,
+            "attempt_id": delivery.attempt_id,
+            "attempt": delivery.attempt,
+            "outcome": delivery.outcome.value,
+            "status": status,
+            "from_cache": delivery.from_cache,
+            "detail": delivery.detail,
+            "latency_ms": _ms_since(started),
+        })
+        reply: dict[str, Any] = {"outcome": delivery.outcome.value, "run_id": delivery.run_id}
+        if delivery.result_json is not None:
+            reply["result"] = json.loads(delivery.result_json)
+        return HttpReply(status, reply)
+
+
+def _run_without_dedup(
+    key: RunKey, job: Callable[[RunContext], Any], body: bytes, headers: Mapping[str, str]
+) -> Delivery:
+    """DEDUP_MISSING_SCHEDULE_TIME=run: no key to dedup on, so every delivery runs."""
+    attempt_id = uuid.uuid4().hex
+    run_id = hashlib.sha256(f"unkeyed:{attempt_id}".encode()).hexdigest()
+    context = RunContext(
+        run_id=run_id, job_name=key.job_id, schedule_time=key.schedule_time,
+        attempt_id=attempt_id, attempt=1, project=key.project, location=key.location,
+        body=body, headers=headers, deduplicated=False,
+    )
+    try:
+        result = job(context)
+    except Exception as exc:
+        log.exception("job %s failed (unkeyed delivery)", key.job_id)
+        return Delivery(Outcome.FAILED, run_id, attempt_id, 1, detail=repr(exc))
+    result_json, note = encode_result(result)
+    return Delivery(Outcome.UNKEYED, run_id, attempt_id, 1, result_json, note)
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)

@@ -1,0 +1,38 @@
+"""Job logic is pluggable: `module:function` names a callable, imported once at start-up."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+
+from dedup.protocol import Job
+from dedup.settings import SettingsError
+
+
+def load_job(spec: str, setting: str) -> Job:
+    """Import `module:function`; a bad spec fails start-up naming the setting."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise SettingsError(f"{setting}={spec!r} must look like 'module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SettingsError(f"{setting}={spec!r}: cannot import {module_name!r}: {exc}") from exc
+    job = getattr(module, attribute, None)
+    if not callable(job):
+        raise SettingsError(f"{setting}={spec!r}: {module_name} has no callable {attribute!r}")
+    return job  # type: ignore[no-any-return]
+
+
+class JobRegistry:
+    """The job logic for each job ID: a per-job route, else the default."""
+
+    def __init__(self, default: str, routes: Mapping[str, str]) -> None:
+        self._default = load_job(default, "DEDUP_JOB")
+        self._routes = {
+            job_id: load_job(spec, f"DEDUP_JOB_ROUTES[{job_id!r}]")
+            for job_id, spec in routes.items()
+        }
+
+    def for_job(self, job_id: str) -> Job:
+        return self._routes.get(job_id, self._default)

@@ -1,0 +1,142 @@
+"""Turn a delivery's headers into the key of one scheduled run, or a one-line reason why not."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+JOB_NAME_HEADER = "x-cloudscheduler-jobname"
+SCHEDULE_TIME_HEADER = "x-cloudscheduler-scheduletime"
+PROJECT_HEADER = "x-dedup-project"
+LOCATION_HEADER = "x-dedup-location"
+
+# Scheduler job IDs: letters, digits, hyphens, underscores, at most 500 characters.
+_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
+# Project IDs (optionally domain-scoped, "example.com:my-project") and region names.
+_PROJECT_ID = re.compile(r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
+_LOCATION_ID = re.compile(r"[a-z][a-z0-9-]{1,62}")
+_FULL_JOB_NAME = re.compile(r"projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)")
+# RFC 3339 date-time: the offset is mandatory, fractional seconds optional.
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+class BadDelivery(ValueError):
+    """The delivery cannot identify a scheduled run; the message is the 400's reason."""
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """One scheduled run: the tuple the dedup key is made of."""
+
+    project: str
+    location: str
+    job_id: str
+    schedule_time: datetime  # aware, UTC
+
+    @property
+    def run_id(self) -> str:
+        """SHA-256 hex of the canonical tuple: fixed length, evenly spread document IDs."""
+        canonical = json.dumps(
+            [self.project, self.location, self.job_id, format_instant(self.schedule_time)],
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def format_instant(instant: datetime) -> str:
+    """Canonical UTC spelling of an instant, microsecond precision."""
+    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def lower_keys(headers: Mapping[str, str]) -> dict[str, str]:
+    """Header names vary in case across HTTP versions: look them up lower-cased."""
+    return {name.lower(): value for name, value in headers.items()}
+
+
+def parse_schedule_time(value: str) -> datetime:
+    """Parse an RFC 3339 timestamp into an aware UTC datetime, or raise BadDelivery."""
+    text = value.strip()
+    match = _RFC3339.fullmatch(text)
+    if not match:
+        raise BadDelivery(
+            f"X-CloudScheduler-ScheduleTime {value!r} is not an RFC 3339 timestamp "
+            "such as 2026-10-16T12:00:00Z"
+        )
+    fraction = match.group(7) or ""
+    # datetime takes at most microseconds; nanosecond digits beyond that are dropped.
+    iso = text[: match.start(7)] if fraction else text[: match.start(8)]
+    iso += fraction[:7]
+    offset = match.group(8)
+    iso += "+00:00" if offset in ("Z", "z") else offset
+    try:
+        parsed = datetime.fromisoformat(iso.replace("t", "T"))
+    except ValueError as exc:
+        raise BadDelivery(
+            f"X-CloudScheduler-ScheduleTime {value!r} is not a real instant: {exc}"
+        ) from None
+    return parsed.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class DeliveryHeaders:
+    """What the headers say, before the schedule-time policy is applied."""
+
+    project: str
+    location: str
+    job_id: str
+    schedule_time: datetime | None
+
+
+def parse_delivery(
+    headers: Mapping[str, str], default_project: str, default_location: str
+) -> DeliveryHeaders:
+    """Validate the Scheduler and dedup headers (case-insensitive) of one delivery."""
+    lowered = lower_keys(headers)
+    raw_job = lowered.get(JOB_NAME_HEADER, "").strip()
+    if not raw_job:
+        raise BadDelivery("missing X-CloudScheduler-JobName header")
+    header_project = lowered.get(PROJECT_HEADER, "").strip() or None
+    header_location = lowered.get(LOCATION_HEADER, "").strip() or None
+
+    full = _FULL_JOB_NAME.fullmatch(raw_job)
+    if full:
+        name_project, name_location, job_id = full.groups()
+        for label, from_name, from_header in (
+            ("X-Dedup-Project", name_project, header_project),
+            ("X-Dedup-Location", name_location, header_location),
+        ):
+            if from_header is not None and from_header != from_name:
+                raise BadDelivery(
+                    f"{label} {from_header!r} contradicts the job name {raw_job!r}"
+                )
+        project, location = name_project, name_location
+    elif "/" in raw_job:
+        raise BadDelivery(
+            f"X-CloudScheduler-JobName {raw_job!r} is neither a job ID nor "
+            "projects/PROJECT/locations/LOCATION/jobs/JOB"
+        )
+    else:
+        job_id = raw_job
+        project = header_project or default_project
+        location = header_location or default_location
+
+    if not _JOB_ID.fullmatch(job_id):
+        raise BadDelivery(
+            f"job ID {job_id[:80]!r} is not a Cloud Scheduler job ID "
+            "(1-500 letters, digits, hyphens or underscores)"
+        )
+    if not _PROJECT_ID.fullmatch(project):
+        raise BadDelivery(f"project {project[:80]!r} is not a Google Cloud project ID")
+    if not _LOCATION_ID.fullmatch(location):
+        raise BadDelivery(f"location {location[:80]!r} is not a Google Cloud location ID")
+
+    raw_time = lowered.get(SCHEDULE_TIME_HEADER)
+    # Absent is a policy question (manual runs); present but malformed is always a 400.
+    schedule_time = None if raw_time is None else parse_schedule_time(raw_time)
+    return DeliveryHeaders(project, location, job_id, schedule_time)

@@ -1,0 +1,108 @@
+"""The function's settings, read once from the environment at start-up.
+
+A bad value fails the start-up with a message naming the variable and the fix, rather
+than failing requests one by one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class SettingsError(ValueError):
+    """A DEDUP_* environment variable is missing or malformed."""
+
+
+class MissingScheduleTime(StrEnum):
+    """What to do with a delivery that has no X-CloudScheduler-ScheduleTime header."""
+
+    REJECT = "reject"  # 400: nothing runs (the default)
+    RUN = "run"  # run the job without dedup: every such delivery executes
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: str
+    location: str
+    database: str = "(default)"
+    collection: str = "scheduler_runs"
+    lease_seconds: float = 600.0
+    retention_seconds: float = 7 * 24 * 3600.0
+    missing_schedule_time: MissingScheduleTime = MissingScheduleTime.REJECT
+    default_job: str = "jobs.example:run"
+    job_routes: Mapping[str, str] = field(default_factory=dict)
+    store_timeout_seconds: float = 10.0
+    cache_size: int = 10_000
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+
+        def number(name: str, default: float, minimum: float) -> float:
+            raw = env.get(name)
+            if raw is None or raw == "":
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                raise SettingsError(f"{name}={raw!r} is not a number of seconds") from None
+            if value < minimum:
+                raise SettingsError(f"{name}={raw!r} must be at least {minimum:g}")
+            return value
+
+        project = env.get("DEDUP_PROJECT") or env.get("GOOGLE_CLOUD_PROJECT") or ""
+        if not project:
+            raise SettingsError(
+                "DEDUP_PROJECT is not set (nor GOOGLE_CLOUD_PROJECT): set it to the "
+                "function's own project ID"
+            )
+        location = env.get("DEDUP_LOCATION", "")
+        if not location:
+            raise SettingsError("DEDUP_LOCATION is not set: set it to the function's region")
+
+        lease = number("DEDUP_LEASE_SECONDS", cls.lease_seconds, 1)
+        retention = number("DEDUP_RETENTION_SECONDS", cls.retention_seconds, 60)
+        if retention < lease:
+            raise SettingsError(
+                f"DEDUP_RETENTION_SECONDS={retention:g} is shorter than "
+                f"DEDUP_LEASE_SECONDS={lease:g}: records must outlive the lease"
+            )
+        raw_mode = env.get("DEDUP_MISSING_SCHEDULE_TIME", MissingScheduleTime.REJECT.value)
+        try:
+            mode = MissingScheduleTime(raw_mode)
+        except ValueError:
+            choices = ", ".join(m.value for m in MissingScheduleTime)
+            raise SettingsError(
+                f"DEDUP_MISSING_SCHEDULE_TIME={raw_mode!r} must be one of: {choices}"
+            ) from None
+        raw_routes = env.get("DEDUP_JOB_ROUTES", "") or "{}"
+        try:
+            routes = json.loads(raw_routes)
+        except json.JSONDecodeError as exc:
+            raise SettingsError(f"DEDUP_JOB_ROUTES is not valid JSON: {exc}") from None
+        if not isinstance(routes, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in routes.items()
+        ):
+            raise SettingsError(
+                'DEDUP_JOB_ROUTES must be a JSON object {"job-id": "module:function"}'
+            )
+        cache_size = int(number("DEDUP_CACHE_SIZE", cls.cache_size, 0))
+        return cls(
+            project=project,
+            location=location,
+            database=env.get("DEDUP_DATABASE") or cls.database,
+            collection=env.get("DEDUP_COLLECTION") or cls.collection,
+            lease_seconds=lease,
+            retention_seconds=retention,
+            missing_schedule_time=mode,
+            default_job=env.get("DEDUP_JOB") or cls.default_job,
+            job_routes=routes,
+            store_timeout_seconds=number(
+                "DEDUP_STORE_TIMEOUT_SECONDS", cls.store_timeout_seconds, 0.1
+            ),
+            cache_size=cache_size,
+        )

@@ -1,0 +1,95 @@
+"""The storage seam: what the dedup protocol needs from a store, and nothing more.
+
+The protocol (protocol.py) speaks only to `RunStore`; firestore_store.py is the one
+implementation. Every write is conditional, so the store's own clock and versions decide
+who holds a claim: `version` is the server time of a record's last write, `read_time`
+the server time of a read, and both come from the store, never from this instance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+
+class RunStatus(StrEnum):
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One scheduled run's dedup record, as the protocol writes it."""
+
+    status: RunStatus
+    attempt_id: str
+    attempts: int
+    lease_seconds: float
+    expire_at: datetime  # the TTL policy deletes the record after this instant
+    job: str
+    schedule_time: datetime
+    project: str
+    location: str
+    result_json: str | None = None  # the job's result, replayed to duplicates
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A record as read, with the store's own clock readings."""
+
+    record: RunRecord
+    version: datetime  # server time of the last write (claim, renewal or finish)
+    read_time: datetime  # server time of this read
+
+    @property
+    def lease_expired(self) -> bool:
+        """Judged by the store's clock only: last write plus the lease, against the read."""
+        elapsed = (self.read_time - self.version).total_seconds()
+        return elapsed >= self.record.lease_seconds
+
+    @property
+    def past_expiry(self) -> bool:
+        """TTL deletion lags by up to a day or more: an expired record counts as absent."""
+        return self.read_time >= self.record.expire_at
+
+
+class StoreError(Exception):
+    """Base of the store's outcomes that are not a plain success."""
+
+
+class RecordExists(StoreError):
+    """create(): a record with this run ID is already there."""
+
+
+class RecordChanged(StoreError):
+    """A conditional write found a newer version (or no record): the claim moved on."""
+
+
+class StoreUnavailable(StoreError):
+    """The store did not answer in time or failed: retryable, never a success."""
+
+
+class RunStore(Protocol):
+    """Conditional single-document operations; each is one round trip to the store."""
+
+    def create(self, run_id: str, record: RunRecord) -> datetime:
+        """Write the record if none exists; return its version. Raises RecordExists."""
+        ...
+
+    def get(self, run_id: str) -> StoredRun | None:
+        """Read the record, or None if there is none."""
+        ...
+
+    def replace(self, run_id: str, record: RunRecord, if_version: datetime) -> datetime:
+        """Overwrite if still at `if_version`; return the new version. Raises RecordChanged."""
+        ...
+
+    def renew(self, run_id: str, if_version: datetime) -> datetime:
+        """Extend the lease (a new version) if still at `if_version`. Raises RecordChanged."""
+        ...
+
+    def delete(self, run_id: str, if_version: datetime) -> None:
+        """Delete if still at `if_version`. Raises RecordChanged."""
+        ...
