@@ -1,0 +1,296 @@
+"""The dedup protocol in-process against the real Firestore emulator: RPC counts, leases,
+fencing, takeover, release, result replay."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.cloud import firestore
+
+from dedup.cache import CompletedRunCache
+from dedup.firestore_store import FirestoreRunStore
+from dedup.keys import RunKey
+from dedup.protocol import Claim, Deduplicator, Delivery, Outcome, RunContext
+from dedup.store import RecordChanged
+from local_stack import FirestoreEmulator
+from tests.support.deliveries import (
+    LOCATION,
+    PROJECT,
+    in_process_function,
+    scheduler_headers,
+)
+from tests.support.jobs import read_ledger
+from tests.support.rpc_counter import RpcCounter
+
+pytestmark = pytest.mark.usefixtures("firestore_emulator")
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("TEST_LEDGER", str(path))
+    return path
+
+
+def make_dedup(
+    collection: str, lease: float = 60, heartbeat: float | None = None,
+    wall_clock_skew: timedelta = timedelta(0),
+) -> tuple[Deduplicator, FirestoreRunStore]:
+    client = firestore.Client(project=PROJECT)
+    store = FirestoreRunStore(client, collection, timeout_seconds=5)
+    dedup = Deduplicator(
+        store, lease_seconds=lease, retention_seconds=3600,
+        cache=CompletedRunCache(0, 3600), heartbeat_seconds=heartbeat,
+        wall_clock=lambda: datetime.now(UTC) + wall_clock_skew,
+    )
+    return dedup, store
+
+
+def key(job: str = "nightly-export", minute: int = 0) -> RunKey:
+    return RunKey(PROJECT, LOCATION, job, datetime(2026, 10, 16, 12, minute, tzinfo=UTC))
+
+
+# -- RPC counts (the cost floor) ----------------------------------------------------------
+
+def test_fresh_run_costs_two_rpcs(collection_name: str, ledger: Path) -> None:
+    function = in_process_function(collection_name)
+    status, body = function.deliver(scheduler_headers(), b'{"result": 7}')
+    assert (status, body["outcome"], body["result"]["echo"]) == (200, "completed", 7)
+    assert function.rpcs.counts == {"commit": 2}
+
+
+def test_duplicate_on_the_completing_instance_costs_no_rpc(
+    collection_name: str, ledger: Path
+) -> None:
+    function = in_process_function(collection_name)
+    function.deliver(scheduler_headers(), b'{"result": "first"}')
+    function.rpcs.reset()
+    status, body = function.deliver(scheduler_headers(), b'{"result": "second"}')
+    assert (status, body["outcome"], body["result"]["echo"]) == (200, "duplicate", "first")
+    assert function.rpcs.total == 0
+    assert len(read_ledger(str(ledger))) == 1
+
+
+def test_duplicate_on_another_instance_costs_two_rpcs_then_none(
+    collection_name: str, ledger: Path
+) -> None:
+    first = in_process_function(collection_name)
+    other = in_process_function(collection_name)
+    first.deliver(scheduler_headers(), b'{"result": "done"}')
+    status, body = other.deliver(scheduler_headers())
+    assert (status, body["outcome"], body["result"]["echo"]) == (200, "duplicate", "done")
+    assert other.rpcs.counts == {"commit": 1, "batch_get_documents": 1}
+    other.rpcs.reset()
+    assert other.deliver(scheduler_headers())[0] == 200
+    assert other.rpcs.total == 0  # the read taught this instance the run is complete
+    assert len(read_ledger(str(ledger))) == 1
+
+
+def test_duplicate_while_running_gets_409_for_two_rpcs(collection_name: str) -> None:
+    dedup, store = make_dedup(collection_name)
+    claim = dedup.claim(key())
+    assert isinstance(claim, Claim)
+    rpcs = RpcCounter(store.client)
+    decision = dedup.claim(key())
+    assert isinstance(decision, Delivery) and decision.outcome is Outcome.IN_PROGRESS
+    assert rpcs.counts == {"commit": 1, "batch_get_documents": 1}
+
+
+# -- leases, takeover and fencing ---------------------------------------------------------
+
+def test_expired_lease_is_taken_over_and_the_old_attempt_is_fenced_off(
+    collection_name: str,
+) -> None:
+    dedup, store = make_dedup(collection_name, lease=1.0)
+    old = dedup.claim(key())
+    assert isinstance(old, Claim)
+    live = dedup.claim(key())
+    assert isinstance(live, Delivery) and live.outcome is Outcome.IN_PROGRESS
+    time.sleep(1.2)
+    new = dedup.claim(key())
+    assert isinstance(new, Claim) and new.attempt == 2 and new.attempt_id != old.attempt_id
+
+    # The old attempt wakes up: it may neither complete nor delete the new claim.
+    assert dedup.complete(old, json.dumps("stale")) is False
+    assert dedup.release(old) is False
+    assert dedup.renew(old) is False
+    stored = store.get(new.run_id)
+    assert stored is not None
+    assert stored.record.attempt_id == new.attempt_id
+    assert stored.record.status.value == "in_progress"
+
+    assert dedup.complete(new, json.dumps("fresh")) is True
+    stored = store.get(new.run_id)
+    assert stored is not None and stored.record.result_json == '"fresh"'
+
+
+def test_leases_are_judged_by_the_store_clock_not_the_instance_clock(
+    collection_name: str,
+) -> None:
+    """An instance whose clock runs an hour fast still sees another's 60 s lease as live."""
+    holder, _ = make_dedup(collection_name, lease=60)
+    skewed, _ = make_dedup(collection_name, lease=60, wall_clock_skew=timedelta(hours=1))
+    assert isinstance(holder.claim(key()), Claim)
+    decision = skewed.claim(key())
+    assert isinstance(decision, Delivery) and decision.outcome is Outcome.IN_PROGRESS
+
+
+def test_heartbeat_keeps_a_long_job_s_lease_alive(collection_name: str) -> None:
+    """A job that runs 3x its lease is not taken over while its heartbeat renews."""
+    dedup, _ = make_dedup(collection_name, lease=1.0, heartbeat=0.3)
+    rival, _ = make_dedup(collection_name, lease=1.0)
+    rival_answers: list[Outcome] = []
+
+    def job(context: RunContext) -> str:
+        for _ in range(6):
+            time.sleep(0.5)
+            decision = rival.claim(key())
+            assert isinstance(decision, Delivery)
+            rival_answers.append(decision.outcome)
+        return "done" if not context.claim_lost.is_set() else "lost"
+
+    delivery = dedup.run(key(), job, b"", {})
+    assert delivery.outcome is Outcome.COMPLETED and delivery.result_json == '"done"'
+    assert rival_answers == [Outcome.IN_PROGRESS] * 6
+
+
+def test_job_is_told_when_its_claim_was_lost(collection_name: str) -> None:
+    """A takeover (as after an instance froze past its lease) sets claim_lost for the job."""
+    dedup, _ = make_dedup(collection_name, lease=1.0, heartbeat=0.3)
+    _, rival_store = make_dedup(collection_name, lease=1.0)
+    seen = threading.Event()
+
+    def job(context: RunContext) -> None:
+        # Overwrite the claim the way a takeover does; retry if a renewal slipped in.
+        for _ in range(10):
+            stored = rival_store.get(context.run_id)
+            assert stored is not None
+            stolen = dataclasses.replace(stored.record, attempt_id="rival", attempts=2)
+            try:
+                rival_store.replace(context.run_id, stolen, stored.version)
+                break
+            except RecordChanged:
+                continue
+        if context.claim_lost.wait(2.0):
+            seen.set()
+
+    delivery = dedup.run(key(), job, b"", {})
+    assert seen.is_set()
+    assert delivery.outcome is Outcome.CLAIM_LOST
+    stored = rival_store.get(key().run_id)
+    assert stored is not None and stored.record.attempt_id == "rival"
+
+
+def test_failed_job_releases_its_claim_and_the_retry_runs(
+    collection_name: str, ledger: Path
+) -> None:
+    function = in_process_function(collection_name)
+    status, body = function.deliver(scheduler_headers(), b'{"fail": true}')
+    assert (status, body["outcome"]) == (500, "failed")
+    assert list(function.client.collection(collection_name).stream()) == []
+    status, body = function.deliver(scheduler_headers(), b'{"result": "second try"}')
+    assert (status, body["outcome"], body["result"]["echo"]) == (200, "completed", "second try")
+    assert [e["attempt"] for e in read_ledger(str(ledger))] == [1, 1]
+
+
+def test_record_has_the_fields_the_ttl_policy_and_people_need(
+    collection_name: str, ledger: Path
+) -> None:
+    function = in_process_function(collection_name, retention_seconds=86400.0)
+    _, body = function.deliver(scheduler_headers(schedule_time="2026-10-16T05:00:00-07:00"))
+    snapshot: Any = function.client.collection(collection_name).document(body["run_id"]).get()
+    data = snapshot.to_dict()
+    assert data is not None
+    assert data["status"] == "completed"
+    assert data["job"] == "nightly-export"
+    assert data["project"] == PROJECT and data["location"] == LOCATION
+    assert data["schedule_time"] == datetime(2026, 10, 16, 12, tzinfo=UTC)
+    assert data["attempts"] == 1 and len(data["attempt_id"]) == 32
+    expire_in = data["expire_at"] - datetime.now(UTC)
+    assert timedelta(hours=23) < expire_in <= timedelta(hours=24)
+    assert len(body["run_id"]) == 64
+
+
+def test_record_past_expire_at_counts_as_absent(collection_name: str) -> None:
+    """TTL deletion lags: a completed record past expire_at no longer blocks the run."""
+    dedup, _ = make_dedup(collection_name)
+    past, _ = make_dedup(collection_name, wall_clock_skew=timedelta(hours=-2))
+    claim = past.claim(key())  # its expire_at = now - 2 h + 1 h retention: already past
+    assert isinstance(claim, Claim)
+    assert past.complete(claim, None)
+    again = dedup.claim(key())
+    assert isinstance(again, Claim) and again.attempt == 1
+
+
+# -- keys ------------------------------------------------------------------------------
+
+def test_two_spellings_and_two_casings_are_one_run(collection_name: str, ledger: Path) -> None:
+    function = in_process_function(collection_name)
+    utc = scheduler_headers(schedule_time="2026-10-16T12:00:00Z")
+    pacific = {k.lower(): v for k, v in scheduler_headers(
+        schedule_time="2026-10-16T05:00:00-07:00").items()}
+    http11 = {"X-Cloudscheduler-Jobname": "nightly-export",
+              "X-Cloudscheduler-Scheduletime": "2026-10-16T12:00:00.000Z",
+              "X-Dedup-Project": PROJECT, "X-Dedup-Location": LOCATION}
+    full_name = scheduler_headers(
+        job=f"projects/{PROJECT}/locations/{LOCATION}/jobs/nightly-export",
+        project=None, location=None)
+    outcomes = [function.deliver(h)[1]["outcome"] for h in (utc, pacific, http11, full_name)]
+    assert outcomes == ["completed", "duplicate", "duplicate", "duplicate"]
+    assert len(read_ledger(str(ledger))) == 1
+
+
+def test_same_job_and_time_in_two_projects_or_locations_are_separate_runs(
+    collection_name: str, ledger: Path
+) -> None:
+    function = in_process_function(collection_name)
+    replies = [
+        function.deliver(scheduler_headers(project="billing-prod-1")),
+        function.deliver(scheduler_headers(project="billing-prod-2")),
+        function.deliver(scheduler_headers(project="billing-prod-1", location="us-central1")),
+        function.deliver(scheduler_headers(project=None, location=None)),  # own defaults
+    ]
+    assert [r[1]["outcome"] for r in replies] == ["completed"] * 4
+    assert len({r[1]["run_id"] for r in replies}) == 4
+    assert {e["project"] for e in read_ledger(str(ledger))} == {
+        "billing-prod-1", "billing-prod-2", PROJECT}
+
+
+def test_one_log_line_per_delivery(collection_name: str, ledger: Path) -> None:
+    function = in_process_function(collection_name)
+    function.deliver(scheduler_headers())
+    function.deliver(scheduler_headers())
+    function.deliver({"X-CloudScheduler-JobName": "x"})
+    assert [line["outcome"] for line in function.logs] == ["completed", "duplicate", "rejected"]
+    first = function.logs[0]
+    for field_name in ("severity", "run_id", "job", "schedule_time", "attempt_id", "attempt",
+                       "outcome", "latency_ms", "project", "location"):
+        assert first[field_name] is not None, field_name
+    assert first["schedule_time"] == "2026-10-16T12:00:00.000000Z"
+    assert function.logs[2]["severity"] == "WARNING" and function.logs[2]["status"] == 400
+
+
+def test_store_outage_is_a_bounded_retryable_500(ledger: Path, collection_name: str) -> None:
+    """Nothing listens on the store's port: a 500 within the store timeout, job not run."""
+    dead = FirestoreEmulator()  # a free port with nothing behind it
+    saved = os.environ["FIRESTORE_EMULATOR_HOST"]
+    os.environ["FIRESTORE_EMULATOR_HOST"] = dead.host
+    try:
+        function = in_process_function(collection_name, store_timeout_seconds=1.5)
+        started = time.monotonic()
+        status, body = function.deliver(scheduler_headers())
+        elapsed = time.monotonic() - started
+    finally:
+        os.environ["FIRESTORE_EMULATOR_HOST"] = saved
+    assert (status, body["outcome"]) == (500, "store_unavailable")
+    assert elapsed < 5
+    assert read_ledger(str(ledger)) == []
+    assert function.logs[0]["severity"] == "ERROR"

@@ -1,0 +1,91 @@
+"""Build deliveries as Cloud Scheduler sends them, and in-process handlers to receive them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from google.cloud import firestore
+
+from dedup.app import build_handler
+from dedup.http import DedupHandler
+from dedup.settings import Settings
+from tests.support.rpc_counter import RpcCounter
+
+PROJECT = "dedup-kit-test"
+LOCATION = "europe-west1"
+TEST_JOB = "tests.support.jobs:run"
+
+
+def scheduler_headers(
+    job: str = "nightly-export",
+    schedule_time: str | None = "2026-10-16T12:00:00Z",
+    *,
+    project: str | None = PROJECT,
+    location: str | None = LOCATION,
+) -> dict[str, str]:
+    headers = {
+        "X-CloudScheduler": "true",
+        "User-Agent": "Google-Cloud-Scheduler",
+        "X-CloudScheduler-JobName": job,
+        "Authorization": "Bearer test-token",
+        "Content-Type": "application/json",
+    }
+    if schedule_time is not None:
+        headers["X-CloudScheduler-ScheduleTime"] = schedule_time
+    if project is not None:
+        headers["X-Dedup-Project"] = project
+    if location is not None:
+        headers["X-Dedup-Location"] = location
+    return headers
+
+
+@dataclass
+class InProcessFunction:
+    """One 'instance' of the function in this process, with its RPCs counted."""
+
+    handler: DedupHandler
+    client: firestore.Client
+    rpcs: RpcCounter
+    logs: list[Mapping[str, Any]] = field(default_factory=list)
+
+    def deliver(self, headers: Mapping[str, str], body: bytes = b"") -> tuple[int, Any]:
+        reply = self.handler.handle(headers, body)
+        return reply.status, reply.body
+
+
+def settings_for(collection: str, **overrides: Any) -> Settings:
+    base = Settings(
+        project=PROJECT,
+        location=LOCATION,
+        collection=collection,
+        default_job=TEST_JOB,
+        store_timeout_seconds=5,
+    )
+    return replace(base, **overrides)
+
+
+def in_process_function(collection: str, **overrides: Any) -> InProcessFunction:
+    settings = settings_for(collection, **overrides)
+    client = firestore.Client(project=PROJECT)
+    counter = RpcCounter(client)
+    logs: list[Mapping[str, Any]] = []
+    return InProcessFunction(build_handler(settings, client, logs.append), client, counter, logs)
+
+
+def function_env(collection: str, ledger: Path, **extra: str) -> dict[str, str]:
+    """Environment for a served function (FunctionServer) using the test job."""
+    return {
+        "DEDUP_PROJECT": PROJECT,
+        "DEDUP_LOCATION": LOCATION,
+        "DEDUP_COLLECTION": collection,
+        "DEDUP_JOB": TEST_JOB,
+        "DEDUP_STORE_TIMEOUT_SECONDS": "5",
+        "TEST_LEDGER": str(ledger),
+        "FIRESTORE_EMULATOR_HOST": os.environ["FIRESTORE_EMULATOR_HOST"],
+        "GOOGLE_CLOUD_PROJECT": PROJECT,
+        **extra,
+    }
