@@ -1,0 +1,112 @@
+"""Google Cloud facts the policies share: resource type tokens, default accounts, durations."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+SCHEDULER_JOB: Final = "gcp:cloudscheduler/job:Job"
+FUNCTION_V2: Final = "gcp:cloudfunctionsv2/function:Function"
+CLOUD_RUN_V2_SERVICE: Final = "gcp:cloudrunv2/service:Service"
+CLOUD_RUN_V1_SERVICE: Final = "gcp:cloudrun/service:Service"
+FIRESTORE_FIELD: Final = "gcp:firestore/field:Field"
+STORAGE_BUCKET: Final = "gcp:storage/bucket:Bucket"
+
+# Modules whose IAM resources grant on a whole project, folder or organization.
+HIERARCHY_IAM_MODULES: Final = frozenset({"projects", "folder", "organizations"})
+
+# The entry point of the kit's dedup function (function/main.py).
+DEDUP_ENTRY_POINT: Final = "handle_scheduled_job"
+
+# Defaults of the function's environment (SPEC "The function").
+DEDUP_DEFAULTS: Final = {
+    "DEDUP_LEASE_SECONDS": "600",
+    "DEDUP_RETENTION_SECONDS": "604800",
+    "DEDUP_COLLECTION": "scheduler_runs",
+    "DEDUP_DATABASE": "(default)",
+}
+DEDUP_TTL_FIELD: Final = "expire_at"
+# Cloud Run functions (2nd gen) request timeout when serviceConfig.timeoutSeconds is unset.
+FUNCTION_TIMEOUT_DEFAULT_SECONDS: Final = 60
+
+_DEFAULT_RUNTIME_ACCOUNTS: Final = (
+    re.compile(r"^\d+-compute@developer\.gserviceaccount\.com$"),
+    re.compile(r"^[^@]+@appspot\.gserviceaccount\.com$"),
+)
+_DEFAULT_BUILD_ACCOUNTS: Final = (
+    *_DEFAULT_RUNTIME_ACCOUNTS,
+    re.compile(r"^\d+@cloudbuild\.gserviceaccount\.com$"),
+)
+_DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
+
+
+def service_account_email(value: str) -> str:
+    """The e-mail in `serviceAccount:E`, `projects/P/serviceAccounts/E` or plain `E`."""
+    email = value.strip()
+    if email.startswith("serviceAccount:"):
+        email = email.removeprefix("serviceAccount:")
+    if "/serviceAccounts/" in email:
+        email = email.rsplit("/serviceAccounts/", 1)[1]
+    return email.lower()
+
+
+def _matches_any(email: str, patterns: tuple[re.Pattern[str], ...]) -> bool:
+    """Also catches the `-compute@` form with a project ID instead of a number."""
+    address = service_account_email(email)
+    if address.endswith("-compute@developer.gserviceaccount.com"):
+        return True
+    return any(p.match(address) for p in patterns)
+
+
+def is_default_runtime_account(email: str) -> bool:
+    """The Compute Engine or App Engine default service account."""
+    return _matches_any(email, _DEFAULT_RUNTIME_ACCOUNTS)
+
+
+def is_default_build_account(email: str) -> bool:
+    """A default account Cloud Build would otherwise use (compute, App Engine, legacy)."""
+    return _matches_any(email, _DEFAULT_BUILD_ACCOUNTS)
+
+
+def parse_duration_seconds(value: object) -> float:
+    """A google.protobuf.Duration as Pulumi passes it ("300s", "3.5s") or a number."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            return float(match.group(1))
+    raise ValueError(f"{value!r} is not a duration like '300s'")
+
+
+def parse_int(value: object) -> int:
+    """An integer given as a number or as a decimal string (environment variables)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    raise ValueError(f"{value!r} is not an integer")
+
+
+def type_module(resource_type: str) -> str:
+    """`gcp:projects/iAMMember:IAMMember` -> `projects`."""
+    parts = resource_type.split(":")
+    return parts[1].split("/")[0] if len(parts) == 3 else ""
+
+
+def iam_kind(resource_type: str) -> str | None:
+    """'member', 'binding' or 'policy' for a gcp IAM resource type, else None."""
+    parts = resource_type.split(":")
+    if len(parts) != 3 or parts[0] != "gcp":
+        return None
+    name = parts[2].lower()
+    for kind in ("member", "binding", "policy"):
+        if name.endswith("iam" + kind):
+            return kind
+    return None

@@ -1,0 +1,96 @@
+"""The registry's policies as pulumi_policy objects (building them starts no server).
+
+Both wrappers hand the pure policy functions plain dicts and lists, with preview's unknown
+sentinels left in place: pulumi_policy's proxy would raise on the first unknown value read
+and skip the whole policy for that resource with an advisory note, hiding real violations
+in the values that are known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from pulumi_policy import (
+    EnforcementLevel,
+    Policy,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+from pulumi_policy.proxy import _DictProxy, _ListProxy
+
+from policies.model import Enforcement, Resource, ResourcePolicy, StackPolicy
+from policies.registry import ALL_POLICIES
+
+PACK_NAME: Final = "scheduler-dedup"
+
+_LEVELS: Final = {
+    Enforcement.MANDATORY: EnforcementLevel.MANDATORY,
+    Enforcement.ADVISORY: EnforcementLevel.ADVISORY,
+    Enforcement.DISABLED: EnforcementLevel.DISABLED,
+}
+
+
+def plain(value: Any) -> Any:
+    """Unwrap pulumi_policy's unknown-checking proxies into dicts/lists, keeping sentinels."""
+    if isinstance(value, _DictProxy | _ListProxy):
+        value = value["__target"]
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [plain(v) for v in value]
+    return value
+
+
+def _resource_validator(policy: ResourcePolicy) -> Any:
+    def validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+        for message in policy.check(args.resource_type, plain(args.props)):
+            report_violation(message, args.urn)
+
+    return validate
+
+
+def _stack_validator(policy: StackPolicy) -> Any:
+    def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+        resources = [
+            Resource(
+                type=r.resource_type,
+                name=r.name,
+                urn=r.urn,
+                props=plain(r.props),
+                parent=r.parent.urn if r.parent is not None else None,
+            )
+            for r in args.resources
+        ]
+        for finding in policy.check(resources):
+            report_violation(finding.message, finding.urn)
+
+    return validate
+
+
+def build_policies() -> list[Policy]:
+    built: list[Policy] = []
+    for policy in ALL_POLICIES:
+        level = _LEVELS[policy.enforcement]
+        if isinstance(policy, ResourcePolicy):
+            built.append(
+                ResourceValidationPolicy(
+                    name=policy.name,
+                    description=policy.description,
+                    validate=_resource_validator(policy),
+                    enforcement_level=level,
+                )
+            )
+        else:
+            built.append(
+                StackValidationPolicy(
+                    name=policy.name,
+                    description=policy.description,
+                    validate=_stack_validator(policy),
+                    enforcement_level=level,
+                )
+            )
+    return built

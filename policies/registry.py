@@ -1,0 +1,161 @@
+"""Every policy of the pack: stable name, what to change, enforcement level, function.
+
+Names are stable: teams reference them in --policy-pack-config files. Descriptions say what
+to change. Everything is mandatory except what can only be judged in context.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from policies import function, iam, scheduler, stack, storage
+from policies.model import Enforcement, Policy, ResourcePolicy, StackPolicy
+
+MANDATORY = Enforcement.MANDATORY
+ADVISORY = Enforcement.ADVISORY
+
+RESOURCE_POLICIES: Final[tuple[ResourcePolicy, ...]] = (
+    ResourcePolicy(
+        "scheduler-job-unix-cron-schedule",
+        "Cloud Scheduler jobs need a 5-field unix-cron schedule (e.g. '0 3 * * *'), not the "
+        "legacy 'every 5 minutes' form: only then is X-CloudScheduler-ScheduleTime reliable.",
+        MANDATORY,
+        scheduler.unix_cron_schedule,
+    ),
+    ResourcePolicy(
+        "scheduler-job-time-zone",
+        "Cloud Scheduler jobs' timeZone must be an IANA name such as 'Etc/UTC' or 'Europe/Berlin'.",
+        MANDATORY,
+        scheduler.time_zone,
+    ),
+    ResourcePolicy(
+        "scheduler-job-oidc-auth",
+        "Cloud Scheduler HTTP jobs must authenticate with httpTarget.oidcToken (not oauthToken, "
+        "not none) of a dedicated service account, not the Compute or App Engine default one.",
+        MANDATORY,
+        scheduler.oidc_authentication,
+    ),
+    ResourcePolicy(
+        "scheduler-job-oidc-audience",
+        "Cloud Scheduler HTTP jobs must set httpTarget.oidcToken.audience to the function's "
+        "run.app URL.",
+        MANDATORY,
+        scheduler.oidc_audience,
+    ),
+    ResourcePolicy(
+        "scheduler-job-attempt-deadline",
+        "Cloud Scheduler HTTP jobs' attemptDeadline must be within 15s..1800s.",
+        MANDATORY,
+        scheduler.attempt_deadline,
+    ),
+    ResourcePolicy(
+        "function-dedicated-runtime-service-account",
+        "Cloud Run functions and services must run as a dedicated service account "
+        "(serviceConfig.serviceAccountEmail / template.serviceAccount), not the Compute or "
+        "App Engine default account.",
+        MANDATORY,
+        function.dedicated_runtime_account,
+    ),
+    ResourcePolicy(
+        "function-dedicated-build-service-account",
+        "Cloud Run functions must build with a dedicated service account "
+        "(buildConfig.serviceAccount), not a default Compute, App Engine or Cloud Build account.",
+        MANDATORY,
+        function.dedicated_build_account,
+    ),
+    ResourcePolicy(
+        "function-ingress-not-public",
+        "Cloud Run functions and services must not accept traffic from the internet: set "
+        "ingressSettings ALLOW_INTERNAL_ONLY (functions) or ingress "
+        "INGRESS_TRAFFIC_INTERNAL_ONLY (Cloud Run), not ALLOW_ALL / INGRESS_TRAFFIC_ALL.",
+        MANDATORY,
+        function.ingress_not_public,
+    ),
+    ResourcePolicy(
+        "iam-no-public-members",
+        "No IAM member, binding or policy may grant a role to allUsers or "
+        "allAuthenticatedUsers (functions, Cloud Run services, buckets, the project, anything).",
+        MANDATORY,
+        iam.no_public_members,
+    ),
+    ResourcePolicy(
+        "iam-no-primitive-roles",
+        "No IAM grant may use a primitive role (roles/owner, roles/editor, roles/viewer): "
+        "grant the predefined roles the principal needs.",
+        MANDATORY,
+        iam.no_primitive_roles,
+    ),
+    ResourcePolicy(
+        "iam-no-project-level-invoker",
+        "roles/run.invoker (and roles/cloudfunctions.invoker) must be granted on the one "
+        "Cloud Run service, never on the project, folder or organization.",
+        MANDATORY,
+        iam.no_hierarchy_invoker,
+    ),
+    ResourcePolicy(
+        "iam-no-project-level-service-account-impersonation",
+        "roles/iam.serviceAccountUser and roles/iam.serviceAccountTokenCreator must be granted "
+        "on one service account, never on the project, folder or organization.",
+        MANDATORY,
+        iam.no_hierarchy_impersonation,
+    ),
+    ResourcePolicy(
+        "iam-datastore-user-single-database",
+        "roles/datastore.user should carry a condition resource.name == "
+        '"projects/P/databases/D" naming the one dedup database.',
+        ADVISORY,
+        iam.datastore_user_single_database,
+    ),
+    ResourcePolicy(
+        "storage-bucket-uniform-access",
+        "Cloud Storage buckets must set uniformBucketLevelAccess: true.",
+        MANDATORY,
+        storage.uniform_bucket_level_access,
+    ),
+    ResourcePolicy(
+        "storage-bucket-public-access-prevention",
+        'Cloud Storage buckets must set publicAccessPrevention: "enforced".',
+        MANDATORY,
+        storage.public_access_prevention,
+    ),
+)
+
+STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
+    StackPolicy(
+        "dedup-lease-covers-deadline",
+        "The dedup function's lease (DEDUP_LEASE_SECONDS, config leaseSeconds) must be at least "
+        "every targeting job's attemptDeadline and the function's timeoutSeconds.",
+        MANDATORY,
+        stack.lease_covers_deadline_and_timeout,
+    ),
+    StackPolicy(
+        "dedup-retention-exceeds-retry-window",
+        "Dedup records (DEDUP_RETENTION_SECONDS, config retentionSeconds) must outlive every "
+        "targeting job's retry window (retryCount, backoff and maxRetryDuration).",
+        MANDATORY,
+        stack.retention_exceeds_retry_window,
+    ),
+    StackPolicy(
+        "dedup-ttl-policy",
+        "A gcp:firestore/field:Field must set a TTL policy (ttlConfig) on expire_at of the dedup "
+        "collection (DEDUP_COLLECTION in DEDUP_DATABASE) with an empty indexConfig exemption.",
+        MANDATORY,
+        stack.ttl_policy_on_expire_at,
+    ),
+    StackPolicy(
+        "dedup-job-headers",
+        "Every Scheduler job that targets the dedup function must send the X-Dedup-Project and "
+        "X-Dedup-Location headers with its own project and location.",
+        MANDATORY,
+        stack.dedup_headers,
+    ),
+)
+
+ALL_POLICIES: Final[tuple[Policy, ...]] = (*RESOURCE_POLICIES, *STACK_POLICIES)
+
+
+def by_name(name: str) -> Policy:
+    for policy in ALL_POLICIES:
+        if policy.name == name:
+            return policy
+    raise KeyError(name)

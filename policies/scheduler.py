@@ -1,0 +1,126 @@
+"""Resource policies for Cloud Scheduler jobs (gcp:cloudscheduler/job:Job)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from infra.scheduler_rules import (
+    ATTEMPT_DEADLINE_MAX_SECONDS,
+    ATTEMPT_DEADLINE_MIN_SECONDS,
+    ScheduleError,
+    validate_cron,
+    validate_time_zone,
+)
+from policies.gcp import SCHEDULER_JOB, is_default_runtime_account, parse_duration_seconds
+from policies.values import MISSING, get, is_unknown, known_str
+
+
+def _http_target(resource_type: str, props: Mapping[str, Any]) -> Any:
+    """The job's httpTarget (possibly UNKNOWN), or MISSING for other types and targets."""
+    if resource_type != SCHEDULER_JOB:
+        return MISSING
+    return get(props, "httpTarget")
+
+
+def unix_cron_schedule(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    if resource_type != SCHEDULER_JOB:
+        return []
+    schedule = get(props, "schedule")
+    if is_unknown(schedule):
+        return []
+    if schedule is MISSING or not isinstance(schedule, str) or not schedule.strip():
+        return ["the job has no schedule: set a 5-field unix-cron schedule, e.g. '0 3 * * *'"]
+    try:
+        validate_cron(schedule)
+    except ScheduleError as exc:
+        return [str(exc)]
+    return []
+
+
+def time_zone(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    if resource_type != SCHEDULER_JOB:
+        return []
+    zone = get(props, "timeZone")
+    if is_unknown(zone) or zone is MISSING:
+        return []  # Scheduler's default, Etc/UTC
+    if not isinstance(zone, str):
+        return [f"timeZone {zone!r} is not an IANA time zone name"]
+    try:
+        validate_time_zone(zone)
+    except ScheduleError as exc:
+        return [str(exc)]
+    return []
+
+
+def oidc_authentication(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    target = _http_target(resource_type, props)
+    if target is MISSING or is_unknown(target):
+        return []
+    problems: list[str] = []
+    if get(target, "oauthToken") is not MISSING:
+        problems.append(
+            "httpTarget uses an oauthToken (meant for *.googleapis.com targets): remove it and "
+            "authenticate with httpTarget.oidcToken of a dedicated service account"
+        )
+    oidc = get(target, "oidcToken")
+    if oidc is MISSING:
+        problems.append(
+            "httpTarget sends no OIDC token, so the function's IAM check rejects it (or the "
+            "endpoint is public): set httpTarget.oidcToken.serviceAccountEmail to a dedicated "
+            "invoker service account"
+        )
+        return problems
+    if is_unknown(oidc):
+        return problems
+    email = get(oidc, "serviceAccountEmail")
+    if email is MISSING or (isinstance(email, str) and not email.strip()):
+        problems.append(
+            "httpTarget.oidcToken has no serviceAccountEmail: set it to a dedicated invoker "
+            "service account"
+        )
+    elif known_str(email) and is_default_runtime_account(email):
+        problems.append(
+            f"httpTarget.oidcToken.serviceAccountEmail {email!r} is a default service account "
+            "(broad project roles): use a dedicated invoker account holding only "
+            "roles/run.invoker on the function"
+        )
+    return problems
+
+
+def oidc_audience(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    target = _http_target(resource_type, props)
+    if target is MISSING or is_unknown(target):
+        return []
+    oidc = get(target, "oidcToken")
+    if oidc is MISSING or is_unknown(oidc):
+        return []  # no token at all is scheduler-job-oidc-auth's violation
+    audience = get(oidc, "audience")
+    if is_unknown(audience):
+        return []
+    if audience is MISSING or not isinstance(audience, str) or not audience.strip():
+        return [
+            "httpTarget.oidcToken.audience is not set: set it to the function's run.app URL "
+            "(the audience Cloud Run checks)"
+        ]
+    return []
+
+
+def attempt_deadline(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    target = _http_target(resource_type, props)
+    if target is MISSING:
+        return []  # App Engine / Pub/Sub targets have other bounds
+    deadline = get(props, "attemptDeadline")
+    if deadline is MISSING or is_unknown(deadline):
+        return []  # Scheduler's default, 180s
+    try:
+        seconds = parse_duration_seconds(deadline)
+    except ValueError as exc:
+        return [f"attemptDeadline: {exc}"]
+    if not ATTEMPT_DEADLINE_MIN_SECONDS <= seconds <= ATTEMPT_DEADLINE_MAX_SECONDS:
+        return [
+            f"attemptDeadline {deadline!r} is outside {ATTEMPT_DEADLINE_MIN_SECONDS}s.."
+            f"{ATTEMPT_DEADLINE_MAX_SECONDS}s, the range Cloud Scheduler accepts for HTTP "
+            "targets: set attemptDeadlineSeconds within it"
+        ]
+    return []

@@ -1,0 +1,337 @@
+"""Stack policies: rules that hold between the dedup function, its jobs and Firestore.
+
+The dedup function is the `gcp:cloudfunctionsv2/function:Function` that runs the kit's
+entry point or reads DEDUP_* settings; a job targets it when its httpTarget.uri is the
+function's URL, a Cloud Run / Cloud Functions URL while the function's URL is not known,
+or not known itself (at preview the job's URI is the function's not-yet-known URL).
+Values the function does not set take the function's own defaults (SPEC "The function").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from infra.scheduler_rules import (
+    ATTEMPT_DEADLINE_DEFAULT_SECONDS,
+    RetrySettings,
+    retry_window_seconds,
+)
+from policies.gcp import (
+    DEDUP_DEFAULTS,
+    DEDUP_ENTRY_POINT,
+    DEDUP_TTL_FIELD,
+    FIRESTORE_FIELD,
+    FUNCTION_TIMEOUT_DEFAULT_SECONDS,
+    FUNCTION_V2,
+    SCHEDULER_JOB,
+    parse_duration_seconds,
+    parse_int,
+)
+from policies.model import Finding, Resource
+from policies.values import MISSING, UNKNOWN, as_list, as_mapping, get, is_unknown, known_str
+
+_RUN_HOSTS = (".run.app", ".cloudfunctions.net")
+
+
+# --- who is who -------------------------------------------------------------------------
+
+
+def _env(function: Resource) -> Any:
+    return get(function.props, "serviceConfig", "environmentVariables")
+
+
+def is_dedup_function(resource: Resource) -> bool:
+    if resource.type != FUNCTION_V2:
+        return False
+    if get(resource.props, "buildConfig", "entryPoint") == DEDUP_ENTRY_POINT:
+        return True
+    env = as_mapping(_env(resource))
+    return env is not None and any(str(k).startswith("DEDUP_") for k in env)
+
+
+def dedup_functions(resources: Sequence[Resource]) -> list[Resource]:
+    return [r for r in resources if is_dedup_function(r)]
+
+
+def setting(function: Resource, key: str) -> Any:
+    """The function's DEDUP_* value (a string), its default, or UNKNOWN."""
+    env = _env(function)
+    if is_unknown(env):
+        return UNKNOWN
+    value = get(env, key)
+    if value is MISSING:
+        return DEDUP_DEFAULTS[key]
+    return value
+
+
+def job_targets(job: Resource, function: Resource) -> bool:
+    if job.type != SCHEDULER_JOB:
+        return False
+    target = get(job.props, "httpTarget")
+    if target is MISSING:
+        return False
+    uri = get(target, "uri")
+    if is_unknown(uri):
+        return True
+    text = known_str(uri)
+    if text is None:
+        return False
+    urls = [
+        u.rstrip("/")
+        for u in (
+            known_str(get(function.props, "url")),
+            known_str(get(function.props, "serviceConfig", "uri")),
+        )
+        if u
+    ]
+    if urls:
+        return any(text.rstrip("/").startswith(u) for u in urls)
+    host = urlsplit(text).hostname or ""
+    return host.endswith(_RUN_HOSTS)
+
+
+def jobs_targeting(function: Resource, resources: Sequence[Resource]) -> list[Resource]:
+    return [r for r in resources if job_targets(r, function)]
+
+
+def _deadline_seconds(job: Resource) -> float | None:
+    """The job's attemptDeadline in seconds (default 180), None if unknown or malformed."""
+    value = get(job.props, "attemptDeadline")
+    if value is MISSING:
+        return float(ATTEMPT_DEADLINE_DEFAULT_SECONDS)
+    if is_unknown(value):
+        return None
+    try:
+        return parse_duration_seconds(value)
+    except ValueError:
+        return None  # scheduler-job-attempt-deadline reports it
+
+
+def _int_setting(function: Resource, key: str) -> int | str | None:
+    """An integer DEDUP_* setting; None if unknown; an error message if malformed."""
+    value = setting(function, key)
+    if is_unknown(value):
+        return None
+    try:
+        return parse_int(value)
+    except ValueError:
+        return f"{key}={value!r} is not a whole number of seconds: set an integer"
+
+
+# --- policies ---------------------------------------------------------------------------
+
+
+def lease_covers_deadline_and_timeout(resources: Sequence[Resource]) -> list[Finding]:
+    findings: list[Finding] = []
+    for function in dedup_functions(resources):
+        lease = _int_setting(function, "DEDUP_LEASE_SECONDS")
+        if isinstance(lease, str):
+            findings.append(Finding(lease, function.urn))
+            continue
+        if lease is None:
+            continue
+        timeout_value = get(function.props, "serviceConfig", "timeoutSeconds")
+        if not is_unknown(timeout_value):
+            try:
+                timeout = (
+                    FUNCTION_TIMEOUT_DEFAULT_SECONDS
+                    if timeout_value is MISSING
+                    else parse_int(timeout_value)
+                )
+            except ValueError:
+                timeout = None
+            if timeout is not None and lease < timeout:
+                findings.append(
+                    Finding(
+                        f"the lease DEDUP_LEASE_SECONDS={lease} is shorter than the function's "
+                        f"request timeout ({timeout}s): a retry could take over a run that is "
+                        f"still executing; set leaseSeconds >= {timeout}",
+                        function.urn,
+                    )
+                )
+        for job in jobs_targeting(function, resources):
+            deadline = _deadline_seconds(job)
+            if deadline is not None and lease < deadline:
+                findings.append(
+                    Finding(
+                        f"the lease DEDUP_LEASE_SECONDS={lease} is shorter than job "
+                        f"{job.name!r}'s attemptDeadline ({deadline:g}s): Scheduler retries "
+                        "after the deadline and the retry would find the lease expired and run "
+                        f"the job twice; set leaseSeconds >= {deadline:g}",
+                        function.urn,
+                    )
+                )
+    return findings
+
+
+def _retry_settings(job: Resource) -> RetrySettings | None:
+    config = get(job.props, "retryConfig")
+    if is_unknown(config):
+        return None
+    defaults = RetrySettings()
+    if config is MISSING:
+        return defaults
+    values: dict[str, Any] = {}
+    fields = {
+        "retryCount": ("retry_count", parse_int),
+        "maxRetryDuration": ("max_retry_duration_seconds", parse_duration_seconds),
+        "minBackoffDuration": ("min_backoff_seconds", parse_duration_seconds),
+        "maxBackoffDuration": ("max_backoff_seconds", parse_duration_seconds),
+        "maxDoublings": ("max_doublings", parse_int),
+    }
+    for prop, (attribute, parse) in fields.items():
+        raw = get(config, prop)
+        if is_unknown(raw):
+            return None
+        if raw is MISSING:
+            continue
+        try:
+            values[attribute] = parse(raw)
+        except ValueError:
+            return None
+    return RetrySettings(**values)
+
+
+def retention_exceeds_retry_window(resources: Sequence[Resource]) -> list[Finding]:
+    findings: list[Finding] = []
+    for function in dedup_functions(resources):
+        retention = _int_setting(function, "DEDUP_RETENTION_SECONDS")
+        if isinstance(retention, str):
+            findings.append(Finding(retention, function.urn))
+            continue
+        if retention is None:
+            continue
+        for job in jobs_targeting(function, resources):
+            deadline = _deadline_seconds(job)
+            retry = _retry_settings(job)
+            if deadline is None or retry is None:
+                continue
+            window = retry_window_seconds(deadline, retry)
+            if retention <= window:
+                findings.append(
+                    Finding(
+                        f"records are kept DEDUP_RETENTION_SECONDS={retention}s, not longer "
+                        f"than job {job.name!r}'s retry window ({window:g}s): a late retry "
+                        "would find no record and run the job again; set retentionSeconds > "
+                        f"{window:g}",
+                        function.urn,
+                    )
+                )
+    return findings
+
+
+def _same(actual: Any, expected: Any) -> bool:
+    """Equal, or not judgeable because either side is not known yet."""
+    if is_unknown(actual) or is_unknown(expected):
+        return True
+    return bool(actual == expected)
+
+
+def _database_id(value: Any) -> Any:
+    if value is MISSING:
+        return "(default)"
+    if isinstance(value, str) and "/databases/" in value:
+        return value.rsplit("/databases/", 1)[1]
+    return value
+
+
+def _field_defects(field: Resource) -> list[str]:
+    defects: list[str] = []
+    if get(field.props, "ttlConfig") is MISSING:
+        defects.append("ttlConfig is not set (no TTL policy): set ttl_config={}")
+    index = get(field.props, "indexConfig")
+    if index is MISSING:
+        defects.append(
+            "indexConfig is not set, so expire_at keeps its automatic indexes (a TTL field "
+            "written with ever-growing timestamps hot-spots): set index_config={} to exempt it"
+        )
+    elif not is_unknown(index):
+        indexes = as_list(get(index, "indexes"))
+        if indexes:
+            defects.append(
+                f"indexConfig keeps {len(indexes)} index(es) on expire_at: use an empty "
+                "index_config={} to exempt the TTL field from indexing"
+            )
+    return defects
+
+
+def ttl_policy_on_expire_at(resources: Sequence[Resource]) -> list[Finding]:
+    findings: list[Finding] = []
+    fields = [r for r in resources if r.type == FIRESTORE_FIELD]
+    for function in dedup_functions(resources):
+        collection = setting(function, "DEDUP_COLLECTION")
+        database = _database_id(setting(function, "DEDUP_DATABASE"))
+        candidates = [
+            f
+            for f in fields
+            if _same(get(f.props, "collection"), collection)
+            and _same(get(f.props, "field"), DEDUP_TTL_FIELD)
+            and _same(_database_id(get(f.props, "database")), database)
+        ]
+        if not candidates:
+            findings.append(
+                Finding(
+                    f"no {FIRESTORE_FIELD} sets a TTL policy on {DEDUP_TTL_FIELD!r} of collection "
+                    f"{collection!r} in database {database!r}, so dedup records are never "
+                    "deleted: declare gcp.firestore.Field(database=..., collection=..., "
+                    "field='expire_at', ttl_config={}, index_config={})",
+                    function.urn,
+                )
+            )
+            continue
+        defects = {f.urn: _field_defects(f) for f in candidates}
+        if any(not d for d in defects.values()):
+            continue
+        for urn, problems in defects.items():
+            findings.extend(Finding(p, urn) for p in problems)
+    return findings
+
+
+def _header(headers: Mapping[str, Any], name: str) -> Any:
+    for key, value in headers.items():
+        if str(key).lower() == name.lower():
+            return MISSING if value is None else value
+    return MISSING
+
+
+def dedup_headers(resources: Sequence[Resource]) -> list[Finding]:
+    findings: list[Finding] = []
+    seen: set[str] = set()
+    for function in dedup_functions(resources):
+        for job in jobs_targeting(function, resources):
+            if job.urn in seen:
+                continue
+            seen.add(job.urn)
+            raw = get(job.props, "httpTarget", "headers")
+            if is_unknown(raw):
+                continue
+            headers = as_mapping(raw) or {}
+            expected = {
+                "X-Dedup-Project": get(job.props, "project"),
+                "X-Dedup-Location": get(job.props, "region"),
+            }
+            for name, own in expected.items():
+                value = _header(headers, name)
+                if is_unknown(value):
+                    continue
+                if value is MISSING or not str(value).strip():
+                    findings.append(
+                        Finding(
+                            f"job {job.name!r} does not send the {name} header, so its runs "
+                            "are keyed with the function's own project/location and can "
+                            "collide with a same-named job elsewhere: add "
+                            f"httpTarget.headers[{name!r}]",
+                            job.urn,
+                        )
+                    )
+                elif known_str(own) and value != own:
+                    findings.append(
+                        Finding(
+                            f"job {job.name!r} sends {name}: {value!r} but runs in {own!r}: "
+                            "send the job's own project and location",
+                            job.urn,
+                        )
+                    )
+    return findings
