@@ -1,0 +1,111 @@
+"""The function as Cloud Run serves it: functions-framework (gunicorn) processes, real
+concurrent HTTP requests, the real Firestore emulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from local_stack import FunctionServer
+from local_stack.processes import REPO_ROOT
+from tests.support.deliveries import function_env, scheduler_headers
+from tests.support.jobs import read_ledger
+
+pytestmark = pytest.mark.usefixtures("firestore_emulator")
+
+# The served function imports the test job (tests.support.jobs) from the repository root.
+TESTS_IMPORTABLE = [REPO_ROOT]
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.jsonl"
+
+
+@pytest.fixture
+def server(collection_name: str, ledger: Path) -> Iterator[FunctionServer]:
+    with FunctionServer(
+        function_env(collection_name, ledger), workers=4, threads=16, extra_pythonpath=TESTS_IMPORTABLE
+    ) as served:
+        yield served
+
+
+def post(url: str, headers: dict[str, str], body: dict[str, object]) -> requests.Response:
+    return requests.post(url, headers=headers, data=json.dumps(body), timeout=30)
+
+
+def test_fifty_concurrent_deliveries_run_the_job_exactly_once(
+    server: FunctionServer, ledger: Path
+) -> None:
+    headers = scheduler_headers()
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        replies = list(pool.map(
+            lambda _: post(server.url, headers, {"sleep": 0.5, "result": "once"}), range(50)))
+    statuses = Counter(r.status_code for r in replies)
+    assert set(statuses) <= {200, 409}, statuses
+    assert statuses[200] >= 1
+    executions = read_ledger(str(ledger))
+    assert len(executions) == 1
+    # Every 200 reports the one result; a retry after the burst is a duplicate.
+    assert {r.json()["result"]["echo"] for r in replies if r.status_code == 200} == {"once"}
+    after = post(server.url, headers, {})
+    assert (after.status_code, after.json()["outcome"]) == (200, "duplicate")
+    assert len(read_ledger(str(ledger))) == 1
+
+
+def test_malformed_delivery_over_http_is_a_400(server: FunctionServer) -> None:
+    reply = requests.get(server.url, timeout=10)
+    assert reply.status_code == 400
+    assert reply.json() == {"error": "missing X-CloudScheduler-JobName header"}
+
+
+def wait_for(predicate: object, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(predicate) and predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def test_crashed_attempt_is_taken_over_only_after_its_lease_expires(
+    collection_name: str, ledger: Path
+) -> None:
+    lease = 4.0
+    env = function_env(collection_name, ledger, DEDUP_LEASE_SECONDS=str(lease))
+    headers = scheduler_headers()
+    first = FunctionServer(env, workers=1, extra_pythonpath=TESTS_IMPORTABLE).start()
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(post, first.url, headers, {"sleep": 60})
+            wait_for(lambda: len(read_ledger(str(ledger))) == 1, timeout=10)
+            claimed_at = time.monotonic()
+            os.killpg(first.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+            with pytest.raises(requests.ConnectionError):
+                pending.result()
+    finally:
+        first.stop()
+
+    with FunctionServer(env, workers=1, extra_pythonpath=TESTS_IMPORTABLE) as second:
+        answers: list[tuple[float, int]] = []
+        while True:
+            reply = post(second.url, headers, {"result": "taken over"})
+            answers.append((time.monotonic() - claimed_at, reply.status_code))
+            if reply.status_code != 409:
+                break
+            assert answers[-1][0] < lease + 5, "never taken over"
+            time.sleep(0.25)
+    took_over_after, status = answers[-1]
+    assert status == 200 and reply.json()["result"]["echo"] == "taken over"
+    assert took_over_after >= lease - 0.5  # store clock vs ours: allow for RPC latency
+    assert len(answers) > 1 and all(s == 409 for _, s in answers[:-1])
+    assert [e["attempt"] for e in read_ledger(str(ledger))] == [1, 2]
