@@ -34,7 +34,10 @@ def ledger(tmp_path: Path) -> Path:
 @pytest.fixture
 def server(collection_name: str, ledger: Path) -> Iterator[FunctionServer]:
     with FunctionServer(
-        function_env(collection_name, ledger), workers=4, threads=16, extra_pythonpath=TESTS_IMPORTABLE
+        function_env(collection_name, ledger),
+        workers=4,
+        threads=16,
+        extra_pythonpath=TESTS_IMPORTABLE,
     ) as served:
         yield served
 
