@@ -1,0 +1,41 @@
+"""A local Cloud Scheduler emulator with fault injection.
+
+Reads a stack file's jobs, computes their scheduled times from the unix-cron schedule and
+time zone, and delivers each run over HTTP with Scheduler's headers, attempt deadline and
+retry rules, optionally injecting the faults that make Scheduler deliver a run twice.
+`python -m scheduler_emulator --help` for the command line.
+"""
+
+from scheduler_emulator.clock import Clock, ManualClock, RealClock, ScaledClock
+from scheduler_emulator.emulator import (
+    Delivery,
+    EmulatorResult,
+    Progress,
+    RunResult,
+    SchedulerEmulator,
+    format_schedule_time,
+    retry_refusal,
+)
+from scheduler_emulator.faults import DEFAULT_MIX, FAULT_NAMES, FaultPlan
+from scheduler_emulator.stack import Job, Stack, StackError, load_stack
+
+__all__ = [
+    "DEFAULT_MIX",
+    "FAULT_NAMES",
+    "Clock",
+    "Delivery",
+    "EmulatorResult",
+    "FaultPlan",
+    "Job",
+    "ManualClock",
+    "Progress",
+    "RealClock",
+    "RunResult",
+    "ScaledClock",
+    "SchedulerEmulator",
+    "Stack",
+    "StackError",
+    "format_schedule_time",
+    "load_stack",
+    "retry_refusal",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from scheduler_emulator.cli import main
+
+sys.exit(main())

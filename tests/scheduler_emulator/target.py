@@ -1,0 +1,91 @@
+"""A small local HTTP target that records what a Scheduler emulator sends it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: list[tuple[str, str]]  # as sent, names in their original case
+    body: bytes
+    at: datetime | None  # the emulator clock's time on arrival, if a clock was given
+
+    def header(self, name: str) -> str | None:
+        for key, value in self.headers:
+            if key.lower() == name.lower():
+                return value
+        return None
+
+
+# (status, real seconds to wait before answering)
+Responder = Callable[[Received], tuple[int, float]]
+
+
+class RecordingTarget:
+    def __init__(
+        self, responder: Responder | None = None, now: Callable[[], datetime] | None = None
+    ):
+        self.responder: Responder = responder or (lambda r: (200, 0.0))
+        self.now = now
+        self.received: list[Received] = []
+        self.completed: list[Received] = []
+        self._lock = threading.Lock()
+        target = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                rec = Received(
+                    self.command,
+                    self.path,
+                    list(self.headers.items()),
+                    body,
+                    target.now() if target.now else None,
+                )
+                with target._lock:
+                    target.received.append(rec)
+                status, delay = target.responder(rec)
+                if delay:
+                    time.sleep(delay)
+                with target._lock:
+                    target.completed.append(rec)
+                payload = b'{"outcome": "test"}'
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass
+
+            do_GET = do_POST
+            do_PUT = do_POST
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    @contextmanager
+    def serving(self) -> Iterator[RecordingTarget]:
+        thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self.server.shutdown()
+            self.server.server_close()
+            thread.join(5)
