@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from infra.scheduler_rules import (
@@ -34,7 +35,7 @@ def unix_cron_schedule(resource_type: str, props: Mapping[str, Any]) -> list[str
     try:
         validate_cron(schedule)
     except ScheduleError as exc:
-        return [str(exc)]
+        return [f"{exc}; set schedule to a 5-field unix-cron expression"]
     return []
 
 
@@ -45,12 +46,19 @@ def time_zone(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     if is_unknown(zone) or zone is MISSING:
         return []  # Scheduler's default, Etc/UTC
     if not isinstance(zone, str):
-        return [f"timeZone {zone!r} is not an IANA time zone name"]
+        return [f"timeZone {zone!r} is not an IANA time zone name: set e.g. 'Etc/UTC'"]
+    problem = _time_zone_problem(zone)
+    return [problem] if problem else []
+
+
+@lru_cache(maxsize=256)
+def _time_zone_problem(zone: str) -> str | None:
+    """validate_time_zone lists the zone database on every call: remember verdicts."""
     try:
         validate_time_zone(zone)
     except ScheduleError as exc:
-        return [str(exc)]
-    return []
+        return str(exc)
+    return None
 
 
 def oidc_authentication(resource_type: str, props: Mapping[str, Any]) -> list[str]:
@@ -116,7 +124,7 @@ def attempt_deadline(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     try:
         seconds = parse_duration_seconds(deadline)
     except ValueError as exc:
-        return [f"attemptDeadline: {exc}"]
+        return [f"attemptDeadline {exc}: set attemptDeadlineSeconds (15..1800)"]
     if not ATTEMPT_DEADLINE_MIN_SECONDS <= seconds <= ATTEMPT_DEADLINE_MAX_SECONDS:
         return [
             f"attemptDeadline {deadline!r} is outside {ATTEMPT_DEADLINE_MIN_SECONDS}s.."

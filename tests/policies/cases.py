@@ -1,0 +1,760 @@
+"""Pass/fail fixtures per policy, in the style of checkov's: each case is a small set of
+resources and a verdict. tests/policies/test_policy_cases.py asserts that exactly the
+failing cases violate each policy, and that every policy has both kinds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from policies import gcp
+from policies.model import Resource
+from tests.policies.fixtures import (
+    APPSPOT_SA,
+    BUCKET_IAM_BINDING,
+    BUCKET_IAM_MEMBER,
+    BUILD_SA,
+    CLOUDBUILD_SA,
+    CLOUDRUN_V1_IAM_MEMBER,
+    COMPUTE_SA,
+    DATABASE,
+    DATASTORE_CONDITION,
+    DELETE,
+    FOLDER_IAM_MEMBER,
+    FUNCTION_IAM_MEMBER,
+    INVOKER_SA,
+    ORG_IAM_BINDING,
+    PROJECT,
+    PROJECT_IAM_BINDING,
+    PROJECT_IAM_MEMBER,
+    PROJECT_IAM_POLICY,
+    RUN_SERVICE_IAM_BINDING,
+    RUN_SERVICE_IAM_MEMBER,
+    RUNTIME_SA,
+    SA_IAM_MEMBER,
+    U,
+    bucket_props,
+    function_props,
+    job_props,
+    kit_stack,
+    patch,
+    preview_stack,
+    replace,
+    res,
+    without_type,
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    resources: list[Resource]
+    fails: bool
+
+
+def one(name: str, resource_type: str, props: dict[str, object], fails: bool) -> Case:
+    return Case(name, [res(resource_type, name, props)], fails)
+
+
+JOB = gcp.SCHEDULER_JOB
+FN = gcp.FUNCTION_V2
+RUN2 = gcp.CLOUD_RUN_V2_SERVICE
+RUN1 = gcp.CLOUD_RUN_V1_SERVICE
+BUCKET = gcp.STORAGE_BUCKET
+SA = f"serviceAccount:{RUNTIME_SA}"
+
+
+def member(role: str, who: str = SA, **extra: object) -> dict[str, object]:
+    return {"project": PROJECT, "role": role, "member": who, **extra}
+
+
+def policy_data(*bindings: dict[str, object]) -> str:
+    return json.dumps({"bindings": list(bindings)})
+
+
+RESOURCE_CASES: dict[str, list[Case]] = {
+    "scheduler-job-unix-cron-schedule": [
+        one("cron-daily", JOB, job_props(), False),
+        one("cron-every-5-min", JOB, patch(job_props(), "schedule", "*/5 * * * *"), False),
+        one("cron-unknown", JOB, patch(job_props(), "schedule", U), False),
+        one("not-a-job", BUCKET, {"schedule": "every 5 minutes"}, False),
+        one("groc-every-5-minutes", JOB, patch(job_props(), "schedule", "every 5 minutes"), True),
+        one("six-fields", JOB, patch(job_props(), "schedule", "0 0 3 * * *"), True),
+        one("bad-minute", JOB, patch(job_props(), "schedule", "61 3 * * *"), True),
+        one("no-schedule", JOB, patch(job_props(), "schedule", DELETE), True),
+        one("empty-schedule", JOB, patch(job_props(), "schedule", " "), True),
+    ],
+    "scheduler-job-time-zone": [
+        one("tz-berlin", JOB, job_props(), False),
+        one("tz-default", JOB, patch(job_props(), "timeZone", DELETE), False),
+        one("tz-unknown", JOB, patch(job_props(), "timeZone", U), False),
+        one("tz-abbreviation", JOB, patch(job_props(), "timeZone", "CEST"), True),
+        one("tz-typo", JOB, patch(job_props(), "timeZone", "Europe/Berln"), True),
+    ],
+    "scheduler-job-oidc-auth": [
+        one("oidc-dedicated", JOB, job_props(), False),
+        one(
+            "oidc-email-unknown",
+            JOB,
+            patch(job_props(), "httpTarget.oidcToken.serviceAccountEmail", U),
+            False,
+        ),
+        one("oidc-token-unknown", JOB, patch(job_props(), "httpTarget.oidcToken", U), False),
+        one("http-target-unknown", JOB, patch(job_props(), "httpTarget", U), False),
+        one("pubsub-job", JOB, patch(job_props(), "httpTarget", DELETE), False),
+        one("no-token", JOB, patch(job_props(), "httpTarget.oidcToken", DELETE), True),
+        one(
+            "oauth-token",
+            JOB,
+            patch(
+                patch(job_props(), "httpTarget.oidcToken", DELETE),
+                "httpTarget.oauthToken",
+                {"serviceAccountEmail": INVOKER_SA},
+            ),
+            True,
+        ),
+        one(
+            "oauth-and-oidc",
+            JOB,
+            patch(job_props(), "httpTarget.oauthToken", {"serviceAccountEmail": INVOKER_SA}),
+            True,
+        ),
+        one(
+            "oidc-no-email",
+            JOB,
+            patch(job_props(), "httpTarget.oidcToken.serviceAccountEmail", DELETE),
+            True,
+        ),
+        one(
+            "oidc-compute-sa",
+            JOB,
+            patch(job_props(), "httpTarget.oidcToken.serviceAccountEmail", COMPUTE_SA),
+            True,
+        ),
+        one(
+            "oidc-appspot-sa",
+            JOB,
+            patch(job_props(), "httpTarget.oidcToken.serviceAccountEmail", APPSPOT_SA),
+            True,
+        ),
+    ],
+    "scheduler-job-oidc-audience": [
+        one("audience-url", JOB, job_props(), False),
+        one("audience-unknown", JOB, patch(job_props(), "httpTarget.oidcToken.audience", U), False),
+        one("audience-no-token", JOB, patch(job_props(), "httpTarget.oidcToken", DELETE), False),
+        one(
+            "audience-missing",
+            JOB,
+            patch(job_props(), "httpTarget.oidcToken.audience", DELETE),
+            True,
+        ),
+        one("audience-empty", JOB, patch(job_props(), "httpTarget.oidcToken.audience", ""), True),
+        one(
+            "audience-missing-email-unknown",
+            JOB,
+            patch(
+                patch(job_props(), "httpTarget.oidcToken.audience", DELETE),
+                "httpTarget.oidcToken.serviceAccountEmail",
+                U,
+            ),
+            True,
+        ),
+    ],
+    "scheduler-job-attempt-deadline": [
+        one("deadline-300s", JOB, job_props(), False),
+        one("deadline-15s", JOB, patch(job_props(), "attemptDeadline", "15s"), False),
+        one("deadline-1800s", JOB, patch(job_props(), "attemptDeadline", "1800s"), False),
+        one("deadline-default", JOB, patch(job_props(), "attemptDeadline", DELETE), False),
+        one("deadline-unknown", JOB, patch(job_props(), "attemptDeadline", U), False),
+        one(
+            "deadline-pubsub-job",
+            JOB,
+            patch(patch(job_props(), "httpTarget", DELETE), "attemptDeadline", "3600s"),
+            False,
+        ),
+        one("deadline-14s", JOB, patch(job_props(), "attemptDeadline", "14s"), True),
+        one("deadline-1801s", JOB, patch(job_props(), "attemptDeadline", "1801s"), True),
+        one("deadline-minutes", JOB, patch(job_props(), "attemptDeadline", "5m"), True),
+    ],
+    "function-dedicated-runtime-service-account": [
+        one("fn-dedicated", FN, function_props(), False),
+        one(
+            "fn-sa-unknown",
+            FN,
+            patch(function_props(), "serviceConfig.serviceAccountEmail", U),
+            False,
+        ),
+        one("fn-service-config-unknown", FN, patch(function_props(), "serviceConfig", U), False),
+        one(
+            "run2-dedicated",
+            RUN2,
+            {
+                "ingress": "INGRESS_TRAFFIC_INTERNAL_ONLY",
+                "template": {"serviceAccount": RUNTIME_SA},
+            },
+            False,
+        ),
+        one(
+            "run1-dedicated",
+            RUN1,
+            {"template": {"spec": {"serviceAccountName": RUNTIME_SA}}},
+            False,
+        ),
+        one(
+            "fn-no-sa",
+            FN,
+            patch(function_props(), "serviceConfig.serviceAccountEmail", DELETE),
+            True,
+        ),
+        one("fn-no-service-config", FN, patch(function_props(), "serviceConfig", DELETE), True),
+        one(
+            "fn-compute-sa",
+            FN,
+            patch(function_props(), "serviceConfig.serviceAccountEmail", COMPUTE_SA),
+            True,
+        ),
+        one(
+            "fn-appspot-sa",
+            FN,
+            patch(function_props(), "serviceConfig.serviceAccountEmail", APPSPOT_SA),
+            True,
+        ),
+        one("run2-no-sa", RUN2, {"template": {"containers": [{"image": "x"}]}}, True),
+        one("run2-compute-sa", RUN2, {"template": {"serviceAccount": COMPUTE_SA}}, True),
+        one(
+            "run1-compute-sa",
+            RUN1,
+            {"template": {"spec": {"serviceAccountName": COMPUTE_SA}}},
+            True,
+        ),
+    ],
+    "function-dedicated-build-service-account": [
+        one("build-dedicated", FN, function_props(), False),
+        one(
+            "build-sa-email-form",
+            FN,
+            patch(function_props(), "buildConfig.serviceAccount", BUILD_SA),
+            False,
+        ),
+        one("build-unknown", FN, patch(function_props(), "buildConfig.serviceAccount", U), False),
+        one("build-not-a-function", RUN2, {"template": {}}, False),
+        one("build-no-sa", FN, patch(function_props(), "buildConfig.serviceAccount", DELETE), True),
+        one(
+            "build-compute-sa",
+            FN,
+            patch(
+                function_props(),
+                "buildConfig.serviceAccount",
+                f"projects/{PROJECT}/serviceAccounts/{COMPUTE_SA}",
+            ),
+            True,
+        ),
+        one(
+            "build-legacy-cloudbuild-sa",
+            FN,
+            patch(
+                function_props(),
+                "buildConfig.serviceAccount",
+                f"projects/{PROJECT}/serviceAccounts/{CLOUDBUILD_SA}",
+            ),
+            True,
+        ),
+    ],
+    "function-ingress-not-public": [
+        one("fn-internal-only", FN, function_props(), False),
+        one(
+            "fn-internal-gclb",
+            FN,
+            patch(function_props(), "serviceConfig.ingressSettings", "ALLOW_INTERNAL_AND_GCLB"),
+            False,
+        ),
+        one(
+            "fn-ingress-unknown",
+            FN,
+            patch(function_props(), "serviceConfig.ingressSettings", U),
+            False,
+        ),
+        one("run2-internal", RUN2, {"ingress": "INGRESS_TRAFFIC_INTERNAL_ONLY"}, False),
+        one(
+            "run1-internal",
+            RUN1,
+            {"metadata": {"annotations": {"run.googleapis.com/ingress": "internal"}}},
+            False,
+        ),
+        one(
+            "fn-allow-all",
+            FN,
+            patch(function_props(), "serviceConfig.ingressSettings", "ALLOW_ALL"),
+            True,
+        ),
+        one(
+            "fn-ingress-default",
+            FN,
+            patch(function_props(), "serviceConfig.ingressSettings", DELETE),
+            True,
+        ),
+        one("run2-all", RUN2, {"ingress": "INGRESS_TRAFFIC_ALL"}, True),
+        one("run2-default", RUN2, {"template": {}}, True),
+        one(
+            "run1-all",
+            RUN1,
+            {"metadata": {"annotations": {"run.googleapis.com/ingress": "all"}}},
+            True,
+        ),
+    ],
+    "iam-no-public-members": [
+        one(
+            "invoker-sa",
+            RUN_SERVICE_IAM_MEMBER,
+            member("roles/run.invoker", f"serviceAccount:{INVOKER_SA}"),
+            False,
+        ),
+        one("member-unknown", RUN_SERVICE_IAM_MEMBER, member("roles/run.invoker", U), False),
+        one(
+            "members-unknown",
+            RUN_SERVICE_IAM_BINDING,
+            {"role": "roles/run.invoker", "members": U},
+            False,
+        ),
+        one("policy-unknown", PROJECT_IAM_POLICY, {"project": PROJECT, "policyData": U}, False),
+        one(
+            "public-run-invoker",
+            RUN_SERVICE_IAM_MEMBER,
+            member("roles/run.invoker", "allUsers"),
+            True,
+        ),
+        one(
+            "public-function-invoker",
+            FUNCTION_IAM_MEMBER,
+            member("roles/cloudfunctions.invoker", "allAuthenticatedUsers"),
+            True,
+        ),
+        one("public-run-v1", CLOUDRUN_V1_IAM_MEMBER, member("roles/run.invoker", "allUsers"), True),
+        one(
+            "public-bucket-reader",
+            BUCKET_IAM_MEMBER,
+            {"bucket": "b", "role": "roles/storage.objectViewer", "member": "allUsers"},
+            True,
+        ),
+        one(
+            "public-in-binding-with-unknown",
+            BUCKET_IAM_BINDING,
+            {"bucket": "b", "role": "roles/storage.objectViewer", "members": [U, "allUsers"]},
+            True,
+        ),
+        one(
+            "public-project-policy",
+            PROJECT_IAM_POLICY,
+            {
+                "project": PROJECT,
+                "policyData": policy_data(
+                    {"role": "roles/run.invoker", "members": ["allAuthenticatedUsers"]}
+                ),
+            },
+            True,
+        ),
+        one(
+            "policy-not-json",
+            PROJECT_IAM_POLICY,
+            {"project": PROJECT, "policyData": "{bindings"},
+            True,
+        ),
+    ],
+    "iam-no-primitive-roles": [
+        one(
+            "predefined-role",
+            PROJECT_IAM_MEMBER,
+            member("roles/datastore.user", condition=DATASTORE_CONDITION),
+            False,
+        ),
+        one("role-unknown", PROJECT_IAM_MEMBER, member(U), False),
+        one("owner", PROJECT_IAM_MEMBER, member("roles/owner"), True),
+        one(
+            "editor-binding",
+            PROJECT_IAM_BINDING,
+            {"project": PROJECT, "role": "roles/editor", "members": [SA]},
+            True,
+        ),
+        one(
+            "viewer-on-bucket",
+            BUCKET_IAM_MEMBER,
+            {"bucket": "b", "role": "roles/viewer", "member": SA},
+            True,
+        ),
+        one(
+            "editor-in-policy",
+            PROJECT_IAM_POLICY,
+            {
+                "project": PROJECT,
+                "policyData": policy_data({"role": "roles/editor", "members": [SA]}),
+            },
+            True,
+        ),
+    ],
+    "iam-no-project-level-invoker": [
+        one(
+            "invoker-on-service",
+            RUN_SERVICE_IAM_MEMBER,
+            member("roles/run.invoker", f"serviceAccount:{INVOKER_SA}"),
+            False,
+        ),
+        one(
+            "invoker-on-function",
+            FUNCTION_IAM_MEMBER,
+            member("roles/cloudfunctions.invoker"),
+            False,
+        ),
+        one("project-other-role", PROJECT_IAM_MEMBER, member("roles/logging.logWriter"), False),
+        one("project-role-unknown", PROJECT_IAM_MEMBER, member(U), False),
+        one("project-invoker", PROJECT_IAM_MEMBER, member("roles/run.invoker"), True),
+        one(
+            "project-invoker-binding",
+            PROJECT_IAM_BINDING,
+            {"project": PROJECT, "role": "roles/run.invoker", "members": [SA]},
+            True,
+        ),
+        one(
+            "project-invoker-policy",
+            PROJECT_IAM_POLICY,
+            {
+                "project": PROJECT,
+                "policyData": policy_data({"role": "roles/run.invoker", "members": [SA]}),
+            },
+            True,
+        ),
+        one(
+            "folder-functions-invoker",
+            FOLDER_IAM_MEMBER,
+            {"folder": "folders/1", "role": "roles/cloudfunctions.invoker", "member": SA},
+            True,
+        ),
+    ],
+    "iam-no-project-level-service-account-impersonation": [
+        one(
+            "actas-on-account",
+            SA_IAM_MEMBER,
+            {"serviceAccountId": "x", "role": "roles/iam.serviceAccountUser", "member": SA},
+            False,
+        ),
+        one(
+            "token-creator-on-account",
+            SA_IAM_MEMBER,
+            {"serviceAccountId": "x", "role": "roles/iam.serviceAccountTokenCreator", "member": SA},
+            False,
+        ),
+        one("project-log-writer", PROJECT_IAM_MEMBER, member("roles/logging.logWriter"), False),
+        one("project-sa-user", PROJECT_IAM_MEMBER, member("roles/iam.serviceAccountUser"), True),
+        one(
+            "project-token-creator",
+            PROJECT_IAM_MEMBER,
+            member("roles/iam.serviceAccountTokenCreator"),
+            True,
+        ),
+        one(
+            "org-sa-user-binding",
+            ORG_IAM_BINDING,
+            {"orgId": "1", "role": "roles/iam.serviceAccountUser", "members": [SA]},
+            True,
+        ),
+    ],
+    "iam-datastore-user-single-database": [
+        one(
+            "datastore-conditioned",
+            PROJECT_IAM_MEMBER,
+            member("roles/datastore.user", condition=DATASTORE_CONDITION),
+            False,
+        ),
+        one(
+            "datastore-condition-unknown",
+            PROJECT_IAM_MEMBER,
+            member("roles/datastore.user", condition=U),
+            False,
+        ),
+        one(
+            "datastore-expression-unknown",
+            PROJECT_IAM_MEMBER,
+            member("roles/datastore.user", condition={"title": "t", "expression": U}),
+            False,
+        ),
+        one(
+            "other-role-unconditioned", PROJECT_IAM_MEMBER, member("roles/logging.logWriter"), False
+        ),
+        one("datastore-unconditioned", PROJECT_IAM_MEMBER, member("roles/datastore.user"), True),
+        one(
+            "datastore-two-databases",
+            PROJECT_IAM_MEMBER,
+            member(
+                "roles/datastore.user",
+                condition={
+                    "title": "t",
+                    "expression": f'resource.name == "projects/{PROJECT}/databases/{DATABASE}" || '
+                    f'resource.name == "projects/{PROJECT}/databases/(default)"',
+                },
+            ),
+            True,
+        ),
+        one(
+            "datastore-prefix-only",
+            PROJECT_IAM_MEMBER,
+            member(
+                "roles/datastore.user",
+                condition={
+                    "title": "t",
+                    "expression": f'resource.name.startsWith("projects/{PROJECT}/")',
+                },
+            ),
+            True,
+        ),
+        one(
+            "datastore-in-policy-unconditioned",
+            PROJECT_IAM_POLICY,
+            {
+                "project": PROJECT,
+                "policyData": policy_data({"role": "roles/datastore.user", "members": [SA]}),
+            },
+            True,
+        ),
+    ],
+    "storage-bucket-uniform-access": [
+        one("bucket-private", BUCKET, bucket_props(), False),
+        one(
+            "bucket-ubla-unknown",
+            BUCKET,
+            patch(bucket_props(), "uniformBucketLevelAccess", U),
+            False,
+        ),
+        one("bucket-acls", BUCKET, patch(bucket_props(), "uniformBucketLevelAccess", False), True),
+        one(
+            "bucket-ubla-default",
+            BUCKET,
+            patch(bucket_props(), "uniformBucketLevelAccess", DELETE),
+            True,
+        ),
+    ],
+    "storage-bucket-public-access-prevention": [
+        one("bucket-enforced", BUCKET, bucket_props(), False),
+        one(
+            "bucket-pap-unknown", BUCKET, patch(bucket_props(), "publicAccessPrevention", U), False
+        ),
+        one(
+            "bucket-inherited",
+            BUCKET,
+            patch(bucket_props(), "publicAccessPrevention", "inherited"),
+            True,
+        ),
+        one(
+            "bucket-pap-default",
+            BUCKET,
+            patch(bucket_props(), "publicAccessPrevention", DELETE),
+            True,
+        ),
+    ],
+}
+
+
+def stack_case(name: str, resources: list[Resource], fails: bool) -> Case:
+    return Case(name, resources, fails)
+
+
+def _job(props: dict[str, object], name: str = "job-2") -> Resource:
+    return res(JOB, name, props)
+
+
+STACK_CASES: dict[str, list[Case]] = {
+    "dedup-lease-covers-deadline": [
+        stack_case("kit", kit_stack(), False),
+        stack_case("preview", preview_stack(), False),
+        stack_case(
+            "lease-equals-deadline", replace(kit_stack(), JOB, "attemptDeadline", "540s"), False
+        ),
+        stack_case(
+            "lease-unknown",
+            replace(kit_stack(), FN, "serviceConfig.environmentVariables.DEDUP_LEASE_SECONDS", U),
+            False,
+        ),
+        stack_case(
+            "job-elsewhere",
+            [
+                *kit_stack(),
+                _job(
+                    patch(
+                        patch(job_props(), "httpTarget.uri", "https://example.com/hook"),
+                        "attemptDeadline",
+                        "1800s",
+                    )
+                ),
+            ],
+            False,
+        ),
+        stack_case("no-function", without_type(kit_stack(), FN), False),
+        stack_case(
+            "lease-below-deadline", replace(kit_stack(), JOB, "attemptDeadline", "900s"), True
+        ),
+        stack_case(
+            "lease-below-deadline-preview",
+            replace(preview_stack(), JOB, "attemptDeadline", "900s"),
+            True,
+        ),
+        stack_case(
+            "lease-below-timeout",
+            replace(kit_stack(), FN, "serviceConfig.timeoutSeconds", 900),
+            True,
+        ),
+        stack_case(
+            "lease-default-below-timeout",
+            replace(
+                replace(
+                    kit_stack(),
+                    FN,
+                    "serviceConfig.environmentVariables.DEDUP_LEASE_SECONDS",
+                    DELETE,
+                ),
+                FN,
+                "serviceConfig.timeoutSeconds",
+                3600,
+            ),
+            True,
+        ),
+        stack_case(
+            "lease-not-a-number",
+            replace(
+                kit_stack(), FN, "serviceConfig.environmentVariables.DEDUP_LEASE_SECONDS", "10m"
+            ),
+            True,
+        ),
+    ],
+    "dedup-retention-exceeds-retry-window": [
+        stack_case("kit", kit_stack(), False),
+        stack_case("preview", preview_stack(), False),
+        stack_case(
+            "retention-unknown",
+            replace(
+                kit_stack(), FN, "serviceConfig.environmentVariables.DEDUP_RETENTION_SECONDS", U
+            ),
+            False,
+        ),
+        stack_case("retry-unknown", replace(kit_stack(), JOB, "retryConfig", U), False),
+        stack_case(
+            "retention-short",
+            replace(
+                kit_stack(), FN, "serviceConfig.environmentVariables.DEDUP_RETENTION_SECONDS", "600"
+            ),
+            True,
+        ),
+        stack_case(
+            "long-max-retry-duration",
+            replace(kit_stack(), JOB, "retryConfig.maxRetryDuration", "864000s"),
+            True,
+        ),
+        stack_case(
+            "retention-equals-window",
+            # 4 attempts x 300s + backoff 10+20+40 = 1270s
+            replace(
+                kit_stack(),
+                FN,
+                "serviceConfig.environmentVariables.DEDUP_RETENTION_SECONDS",
+                "1270",
+            ),
+            True,
+        ),
+    ],
+    "dedup-ttl-policy": [
+        stack_case("kit", kit_stack(), False),
+        stack_case("preview", preview_stack(), False),
+        stack_case("ttl-unknown", replace(kit_stack(), gcp.FIRESTORE_FIELD, "ttlConfig", U), False),
+        stack_case(
+            "index-unknown", replace(kit_stack(), gcp.FIRESTORE_FIELD, "indexConfig", U), False
+        ),
+        stack_case(
+            "index-explicitly-empty",
+            replace(kit_stack(), gcp.FIRESTORE_FIELD, "indexConfig", {"indexes": []}),
+            False,
+        ),
+        stack_case("no-field", without_type(kit_stack(), gcp.FIRESTORE_FIELD), True),
+        stack_case(
+            "no-ttl-config", replace(kit_stack(), gcp.FIRESTORE_FIELD, "ttlConfig", DELETE), True
+        ),
+        stack_case(
+            "indexed", replace(kit_stack(), gcp.FIRESTORE_FIELD, "indexConfig", DELETE), True
+        ),
+        stack_case(
+            "index-kept",
+            replace(
+                kit_stack(),
+                gcp.FIRESTORE_FIELD,
+                "indexConfig",
+                {"indexes": [{"order": "ASCENDING", "queryScope": "COLLECTION"}]},
+            ),
+            True,
+        ),
+        stack_case(
+            "wrong-collection",
+            replace(kit_stack(), gcp.FIRESTORE_FIELD, "collection", "runs"),
+            True,
+        ),
+        stack_case(
+            "wrong-field", replace(kit_stack(), gcp.FIRESTORE_FIELD, "field", "expireAt"), True
+        ),
+        stack_case(
+            "wrong-database",
+            replace(kit_stack(), gcp.FIRESTORE_FIELD, "database", "(default)"),
+            True,
+        ),
+    ],
+    "dedup-job-headers": [
+        stack_case("kit", kit_stack(), False),
+        stack_case("preview", preview_stack(), False),
+        stack_case("headers-unknown", replace(kit_stack(), JOB, "httpTarget.headers", U), False),
+        stack_case(
+            "header-value-unknown",
+            replace(kit_stack(), JOB, "httpTarget.headers.X-Dedup-Project", U),
+            False,
+        ),
+        stack_case(
+            "lowercase-header-names",
+            replace(
+                kit_stack(),
+                JOB,
+                "httpTarget.headers",
+                {"x-dedup-project": PROJECT, "x-dedup-location": "europe-west1"},
+            ),
+            False,
+        ),
+        stack_case(
+            "job-elsewhere-without-headers",
+            [
+                *kit_stack(),
+                _job(
+                    patch(
+                        patch(job_props(), "httpTarget.uri", "https://example.com/x"),
+                        "httpTarget.headers",
+                        DELETE,
+                    )
+                ),
+            ],
+            False,
+        ),
+        stack_case("no-headers", replace(kit_stack(), JOB, "httpTarget.headers", DELETE), True),
+        stack_case(
+            "no-location",
+            replace(kit_stack(), JOB, "httpTarget.headers.X-Dedup-Location", DELETE),
+            True,
+        ),
+        stack_case(
+            "no-project-preview",
+            replace(preview_stack(), JOB, "httpTarget.headers.X-Dedup-Project", DELETE),
+            True,
+        ),
+        stack_case(
+            "empty-project",
+            replace(kit_stack(), JOB, "httpTarget.headers.X-Dedup-Project", ""),
+            True,
+        ),
+        stack_case(
+            "wrong-location",
+            replace(kit_stack(), JOB, "httpTarget.headers.X-Dedup-Location", "us-central1"),
+            True,
+        ),
+    ],
+}

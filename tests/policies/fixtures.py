@@ -1,0 +1,235 @@
+"""Resources as the Pulumi engine hands them to policies: type token + camelCase props.
+
+`kit_stack()` is a compliant stack shaped like the kit's program; `preview_stack()` is the
+same stack during a first `pulumi preview`, where outputs of resources not created yet
+(URLs, service account e-mails, database names) are unknown sentinels.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from policies import gcp
+from policies.model import Resource
+from policies.values import UNKNOWN_STRING
+
+U = UNKNOWN_STRING  # "not known until the update runs"
+STACK = "dev"
+PROJECT = "acme-billing-dev"
+REGION = "europe-west1"
+DATABASE = "scheduler-dedup"
+COLLECTION = "scheduler_runs"
+FUNCTION_URL = "https://scheduler-dedup-abc123-ew.a.run.app"
+INVOKER_SA = f"dedup-invoker@{PROJECT}.iam.gserviceaccount.com"
+RUNTIME_SA = f"dedup-runtime@{PROJECT}.iam.gserviceaccount.com"
+BUILD_SA = f"dedup-build@{PROJECT}.iam.gserviceaccount.com"
+COMPUTE_SA = "123456789012-compute@developer.gserviceaccount.com"
+APPSPOT_SA = f"{PROJECT}@appspot.gserviceaccount.com"
+CLOUDBUILD_SA = "123456789012@cloudbuild.gserviceaccount.com"
+
+PROJECT_IAM_MEMBER = "gcp:projects/iAMMember:IAMMember"
+PROJECT_IAM_BINDING = "gcp:projects/iAMBinding:IAMBinding"
+PROJECT_IAM_POLICY = "gcp:projects/iAMPolicy:IAMPolicy"
+RUN_SERVICE_IAM_MEMBER = "gcp:cloudrunv2/serviceIamMember:ServiceIamMember"
+RUN_SERVICE_IAM_BINDING = "gcp:cloudrunv2/serviceIamBinding:ServiceIamBinding"
+FUNCTION_IAM_MEMBER = "gcp:cloudfunctionsv2/functionIamMember:FunctionIamMember"
+CLOUDRUN_V1_IAM_MEMBER = "gcp:cloudrun/iamMember:IamMember"
+BUCKET_IAM_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
+BUCKET_IAM_BINDING = "gcp:storage/bucketIAMBinding:BucketIAMBinding"
+SA_IAM_MEMBER = "gcp:serviceaccount/iAMMember:IAMMember"
+FOLDER_IAM_MEMBER = "gcp:folder/iAMMember:IAMMember"
+ORG_IAM_BINDING = "gcp:organizations/iAMBinding:IAMBinding"
+SERVICE_ACCOUNT = "gcp:serviceaccount/account:Account"
+DATASTORE_CONDITION = {
+    "title": "dedup-database-only",
+    "expression": f'resource.name == "projects/{PROJECT}/databases/{DATABASE}"',
+}
+
+
+DELETE = object()
+"""Pass as `value` to `patch` to remove the property."""
+
+
+def urn(resource_type: str, name: str) -> str:
+    return f"urn:pulumi:{STACK}::scheduler-dedup::{resource_type}::{name}"
+
+
+def res(resource_type: str, name: str, props: Mapping[str, Any]) -> Resource:
+    return Resource(resource_type, name, urn(resource_type, name), copy.deepcopy(dict(props)))
+
+
+def patch(props: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A deep copy of `props` with the dotted `path` set to `value` (DELETE removes it)."""
+    result = copy.deepcopy(dict(props))
+    node: Any = result
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is DELETE:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return result
+
+
+def job_props(name: str = "nightly-export") -> dict[str, Any]:
+    return {
+        "name": name,
+        "project": PROJECT,
+        "region": REGION,
+        "schedule": "0 3 * * *",
+        "timeZone": "Europe/Berlin",
+        "attemptDeadline": "300s",
+        "retryConfig": {
+            "retryCount": 3,
+            "maxRetryDuration": "0s",
+            "minBackoffDuration": "10s",
+            "maxBackoffDuration": "300s",
+            "maxDoublings": 3,
+        },
+        "httpTarget": {
+            "uri": FUNCTION_URL,
+            "httpMethod": "POST",
+            "body": "eyJyZXBvcnQiOiAiZGFpbHkifQ==",
+            "headers": {
+                "Content-Type": "application/json",
+                "X-Dedup-Project": PROJECT,
+                "X-Dedup-Location": REGION,
+            },
+            "oidcToken": {"serviceAccountEmail": INVOKER_SA, "audience": FUNCTION_URL},
+        },
+    }
+
+
+def function_props() -> dict[str, Any]:
+    return {
+        "name": "scheduler-dedup",
+        "project": PROJECT,
+        "location": REGION,
+        "buildConfig": {
+            "runtime": "python311",
+            "entryPoint": "handle_scheduled_job",
+            "serviceAccount": f"projects/{PROJECT}/serviceAccounts/{BUILD_SA}",
+            "source": {"storageSource": {"bucket": "src-bucket", "object": "function-1a2b.zip"}},
+        },
+        "serviceConfig": {
+            "serviceAccountEmail": RUNTIME_SA,
+            "ingressSettings": "ALLOW_INTERNAL_ONLY",
+            "timeoutSeconds": 540,
+            "availableMemory": "512Mi",
+            "minInstanceCount": 0,
+            "maxInstanceCount": 10,
+            "environmentVariables": {
+                "DEDUP_PROJECT": PROJECT,
+                "DEDUP_LOCATION": REGION,
+                "DEDUP_DATABASE": DATABASE,
+                "DEDUP_COLLECTION": COLLECTION,
+                "DEDUP_LEASE_SECONDS": "600",
+                "DEDUP_RETENTION_SECONDS": "604800",
+                "DEDUP_MISSING_SCHEDULE_TIME": "reject",
+                "DEDUP_JOB": "jobs.example:run",
+            },
+        },
+    }
+
+
+def field_props() -> dict[str, Any]:
+    return {
+        "project": PROJECT,
+        "database": DATABASE,
+        "collection": COLLECTION,
+        "field": "expire_at",
+        "ttlConfig": {},
+        "indexConfig": {},
+    }
+
+
+def bucket_props() -> dict[str, Any]:
+    return {
+        "name": f"{PROJECT}-dedup-src",
+        "location": "EUROPE-WEST1",
+        "uniformBucketLevelAccess": True,
+        "publicAccessPrevention": "enforced",
+    }
+
+
+def kit_stack() -> list[Resource]:
+    return [
+        res(SERVICE_ACCOUNT, "invoker-sa", {"accountId": "dedup-invoker", "project": PROJECT}),
+        res(SERVICE_ACCOUNT, "runtime-sa", {"accountId": "dedup-runtime", "project": PROJECT}),
+        res(SERVICE_ACCOUNT, "build-sa", {"accountId": "dedup-build", "project": PROJECT}),
+        res(gcp.STORAGE_BUCKET, "source-bucket", bucket_props()),
+        res(gcp.FIRESTORE_FIELD, "runs-expire-at", field_props()),
+        res(gcp.FUNCTION_V2, "dedup-function", function_props()),
+        res(
+            RUN_SERVICE_IAM_MEMBER,
+            "invoker-binding",
+            {
+                "project": PROJECT,
+                "location": REGION,
+                "name": "scheduler-dedup",
+                "role": "roles/run.invoker",
+                "member": f"serviceAccount:{INVOKER_SA}",
+            },
+        ),
+        res(
+            PROJECT_IAM_MEMBER,
+            "runtime-datastore-user",
+            {
+                "project": PROJECT,
+                "role": "roles/datastore.user",
+                "member": f"serviceAccount:{RUNTIME_SA}",
+                "condition": dict(DATASTORE_CONDITION),
+            },
+        ),
+        res(
+            PROJECT_IAM_MEMBER,
+            "build-log-writer",
+            {
+                "project": PROJECT,
+                "role": "roles/logging.logWriter",
+                "member": f"serviceAccount:{BUILD_SA}",
+            },
+        ),
+        res(gcp.SCHEDULER_JOB, "job-nightly-export", job_props()),
+    ]
+
+
+def preview_stack() -> list[Resource]:
+    """kit_stack as a first preview sees it: outputs of new resources are unknown."""
+    resources = []
+    for r in kit_stack():
+        props = r.props
+        if r.type == gcp.SCHEDULER_JOB:
+            props = patch(props, "httpTarget.uri", U)
+            props = patch(props, "httpTarget.oidcToken.audience", U)
+            props = patch(props, "httpTarget.oidcToken.serviceAccountEmail", U)
+        elif r.type == gcp.FUNCTION_V2:
+            props = patch(props, "serviceConfig.serviceAccountEmail", U)
+            props = patch(props, "buildConfig.serviceAccount", U)
+            props = patch(props, "buildConfig.source.storageSource.bucket", U)
+            props = patch(props, "url", U)
+        elif r.type == gcp.FIRESTORE_FIELD:
+            props = patch(props, "database", U)
+        elif r.type in (RUN_SERVICE_IAM_MEMBER, PROJECT_IAM_MEMBER):
+            props = patch(props, "member", U)
+        resources.append(Resource(r.type, r.name, r.urn, props))
+    return resources
+
+
+def replace(
+    resources: Iterable[Resource], resource_type: str, path: str, value: Any
+) -> list[Resource]:
+    """The stack with `path` set to `value` on every resource of `resource_type`."""
+    return [
+        Resource(r.type, r.name, r.urn, patch(r.props, path, value))
+        if r.type == resource_type
+        else r
+        for r in resources
+    ]
+
+
+def without_type(resources: Iterable[Resource], resource_type: str) -> list[Resource]:
+    return [r for r in resources if r.type != resource_type]

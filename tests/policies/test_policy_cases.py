@@ -1,0 +1,51 @@
+"""Each policy against its pass/fail fixtures: exactly the failing fixtures violate it."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.model import ResourcePolicy, StackPolicy
+from policies.registry import ALL_POLICIES, by_name
+from tests.policies.cases import RESOURCE_CASES, STACK_CASES, Case
+
+ALL_CASES: dict[str, list[Case]] = {**RESOURCE_CASES, **STACK_CASES}
+
+
+def violations(policy_name: str, case: Case) -> list[str]:
+    policy = by_name(policy_name)
+    if isinstance(policy, ResourcePolicy):
+        return [m for r in case.resources for m in policy.check(r.type, r.props)]
+    assert isinstance(policy, StackPolicy)
+    return [f.message for f in policy.check(case.resources)]
+
+
+def test_every_policy_has_passing_and_failing_fixtures() -> None:
+    assert set(ALL_CASES) == {p.name for p in ALL_POLICIES}
+    for name, cases in ALL_CASES.items():
+        assert any(c.fails for c in cases), f"{name} has no failing fixture"
+        assert any(not c.fails for c in cases), f"{name} has no passing fixture"
+        assert len({c.name for c in cases}) == len(cases), f"{name} repeats a fixture name"
+
+
+@pytest.mark.parametrize("policy_name", sorted(ALL_CASES))
+def test_exactly_the_failing_fixtures_violate(policy_name: str) -> None:
+    cases = ALL_CASES[policy_name]
+    failing = {c.name for c in cases if violations(policy_name, c)}
+    assert failing == {c.name for c in cases if c.fails}
+
+
+@pytest.mark.parametrize(
+    ("policy_name", "case"),
+    [(name, case) for name, cases in ALL_CASES.items() for case in cases if case.fails],
+    ids=lambda v: v if isinstance(v, str) else v.name,
+)
+def test_messages_say_what_to_change(policy_name: str, case: Case) -> None:
+    hints = ("set ", "use ", "add ", "remove ", "grant ", "declare ", "send ", "replace ", "fix ")
+    for message in violations(policy_name, case):
+        assert any(h in message for h in hints) or "e.g." in message, message
+
+
+def test_names_are_unique_and_stable() -> None:
+    names = [p.name for p in ALL_POLICIES]
+    assert len(names) == len(set(names))
+    assert all(n == n.lower() and " " not in n and n != "all" for n in names)

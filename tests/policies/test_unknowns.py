@@ -1,0 +1,129 @@
+"""Values unknown at preview: no policy crashes, none invents or hides a violation.
+
+Pulumi hands a policy an output of a resource not created yet as a sentinel string (see
+policies/values.py). These tests replace every property of the compliant kit stack and of
+every fixture, one at a time, with each sentinel kind, and run every policy.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pulumi_policy import proxy
+
+from policies.evaluate import evaluate, mandatory
+from policies.model import Resource
+from policies.registry import ALL_POLICIES
+from policies.values import UNKNOWN_SENTINELS, UNKNOWN_STRING
+from tests.policies.cases import RESOURCE_CASES, STACK_CASES
+from tests.policies.fixtures import U as U_
+from tests.policies.fixtures import kit_stack, preview_stack, replace
+
+Path = tuple[str | int, ...]
+
+
+def test_sentinels_are_pulumi_policys() -> None:
+    expected = {
+        proxy.UNKNOWN_BOOLEAN_VALUE,
+        proxy.UNKNOWN_NUMBER_VALUE,
+        proxy.UNKNOWN_STRING_VALUE,
+        proxy.UNKNOWN_ARRAY_VALUE,
+        proxy.UNKNOWN_ASSET_VALUE,
+        proxy.UNKNOWN_ARCHIVE_VALUE,
+        proxy.UNKNOWN_OBJECT_VALUE,
+    }
+    assert expected == UNKNOWN_SENTINELS
+    assert proxy.UNKNOWN_STRING_VALUE == UNKNOWN_STRING == U_
+
+
+def paths(value: Any, prefix: Path = ()) -> Iterator[Path]:
+    """Every path to a value inside props (containers and leaves)."""
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield (*prefix, key)
+            yield from paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield (*prefix, index)
+            yield from paths(child, (*prefix, index))
+
+
+def with_unknown(props: dict[str, Any], path: Path, sentinel: str) -> dict[str, Any]:
+    result = copy.deepcopy(props)
+    node: Any = result
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = sentinel
+    return result
+
+
+def _at(props: Any, path: Path) -> Any:
+    for key in path:
+        props = props[key]
+    return props
+
+
+def sentinels_for(value: Any) -> list[str]:
+    """The string sentinel (what the engine almost always sends) and the typed one."""
+    typed = {
+        dict: proxy.UNKNOWN_OBJECT_VALUE,
+        list: proxy.UNKNOWN_ARRAY_VALUE,
+        bool: proxy.UNKNOWN_BOOLEAN_VALUE,
+        int: proxy.UNKNOWN_NUMBER_VALUE,
+        float: proxy.UNKNOWN_NUMBER_VALUE,
+    }.get(type(value))
+    return [UNKNOWN_STRING] if typed is None else [UNKNOWN_STRING, typed]
+
+
+def variants(resources: list[Resource]) -> Iterator[tuple[str, list[Resource]]]:
+    for index, resource in enumerate(resources):
+        for path in paths(dict(resource.props)):
+            for sentinel in sentinels_for(_at(resource.props, path)):
+                props = with_unknown(dict(resource.props), path, sentinel)
+                changed = Resource(resource.type, resource.name, resource.urn, props)
+                label = f"{resource.name}.{'.'.join(map(str, path))}={sentinel[:4]}"
+                yield label, [*resources[:index], changed, *resources[index + 1 :]]
+
+
+def test_kit_stack_has_no_violation() -> None:
+    assert evaluate(kit_stack()) == []
+
+
+def test_preview_of_kit_stack_has_no_violation() -> None:
+    assert evaluate(preview_stack()) == []
+
+
+def test_any_single_unknown_in_the_kit_stack_is_not_a_violation() -> None:
+    checked = 0
+    for label, resources in variants(kit_stack()):
+        found = evaluate(resources)
+        assert found == [], (label, found)
+        checked += 1
+    assert checked > 90
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for cases in (*RESOURCE_CASES.values(), *STACK_CASES.values()) for c in cases],
+    ids=lambda c: c.name,
+)
+def test_no_policy_crashes_on_any_unknown(case: Any) -> None:
+    for _label, resources in variants(
+        case.resources[-1:] if len(case.resources) > 1 else case.resources
+    ):
+        evaluate(resources, policies=ALL_POLICIES)
+
+
+def test_a_real_violation_survives_unknowns_elsewhere() -> None:
+    # First preview: every output unknown, and the function's ingress left at its default.
+    resources = replace(
+        preview_stack(),
+        "gcp:cloudfunctionsv2/function:Function",
+        "serviceConfig.ingressSettings",
+        "ALLOW_ALL",
+    )
+    found = mandatory(evaluate(resources))
+    assert [v.policy for v in found] == ["function-ingress-not-public"]
