@@ -1,0 +1,803 @@
+"""The stack configuration: read, typed and validated in one place, before any resource.
+
+`load_config(values)` is a pure function over a plain mapping of full config keys
+(`"gcp:project"`, `"scheduler-dedup:jobs"`, ...) to values. The values may be native YAML
+values (the `config:` section of a `Pulumi.<stack>.yaml` file, as the offline plan and the
+tests feed them) or the strings the Pulumi engine hands a program (`"600"`, `"true"`, JSON
+for objects and lists). `config_from_pulumi()` is the thin adapter from `pulumi.Config`.
+
+Every problem is collected and reported in one `ConfigError`, each naming the key
+(`scheduler-dedup:jobs[1].schedule`) and the fix. Cross-field rules (lease, retention,
+timeout) run only once every field on its own is valid, so one typo never cascades into
+a list of follow-on complaints. Cloud Scheduler's own rules (cron, time zone, deadline,
+backoff, retry window) come from `infra.scheduler_rules`, shared with the policy pack.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from infra.scheduler_rules import (
+    ATTEMPT_DEADLINE_DEFAULT_SECONDS,
+    ATTEMPT_DEADLINE_MAX_SECONDS,
+    ATTEMPT_DEADLINE_MIN_SECONDS,
+    MAX_BACKOFF_DEFAULT_SECONDS,
+    MAX_DOUBLINGS_DEFAULT,
+    MIN_BACKOFF_DEFAULT_SECONDS,
+    RETRY_COUNT_MAX,
+    RetrySettings,
+    ScheduleError,
+    retry_window_seconds,
+    validate_cron,
+    validate_time_zone,
+)
+
+PROJECT_NAME: Final = "scheduler-dedup"
+"""The Pulumi project name, and so the namespace of the kit's own config keys."""
+
+GCP_PROJECT_KEY: Final = "gcp:project"
+GCP_REGION_KEY: Final = "gcp:region"
+
+# Defaults of the kit's keys (Pulumi.yaml declares the same; a test keeps them equal).
+DEFAULTS: Final[Mapping[str, Any]] = {
+    "namePrefix": "scheduler-dedup",
+    "databaseName": "scheduler-dedup",
+    "collection": "scheduler_runs",
+    "deleteProtection": True,
+    "pointInTimeRecovery": False,
+    "leaseSeconds": 600,
+    "retentionSeconds": 604800,
+    "functionTimeoutSeconds": 540,
+    "functionMemory": "512Mi",
+    "minInstances": 0,
+    "maxInstances": 10,
+    "maxRequestConcurrency": 1,
+    "missingScheduleTime": "reject",
+    "defaultJobLogic": "jobs.example:run",
+    "storeTimeoutSeconds": 10,
+    "cacheSize": 10000,
+}
+# Keys without a default: firestoreLocation (defaults to gcp:region), jobs (required).
+KIT_KEYS: Final = frozenset({*DEFAULTS, "firestoreLocation", "jobs"})
+
+JOB_KEYS: Final = frozenset(
+    {
+        "name",
+        "schedule",
+        "timeZone",
+        "attemptDeadlineSeconds",
+        "retry",
+        "body",
+        "jobLogic",
+        "paused",
+        "description",
+    }
+)
+RETRY_KEYS: Final = frozenset(
+    {
+        "retryCount",
+        "maxRetryDurationSeconds",
+        "minBackoffSeconds",
+        "maxBackoffSeconds",
+        "maxDoublings",
+    }
+)
+DEFAULT_TIME_ZONE: Final = "Etc/UTC"
+MISSING_SCHEDULE_TIME_MODES: Final = ("reject", "run")
+
+FUNCTION_TIMEOUT_MAX_SECONDS: Final = 3600  # 2nd gen HTTP functions
+FUNCTION_MEMORY_MIN_MIB: Final = 128
+FUNCTION_MEMORY_MAX_MIB: Final = 32768
+MAX_INSTANCES_LIMIT: Final = 1000
+MAX_REQUEST_CONCURRENCY_LIMIT: Final = 1000
+STORE_TIMEOUT_MAX_SECONDS: Final = 60
+
+_PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+_FIRESTORE_LOCATION = re.compile(r"^[a-z][a-z0-9-]*[a-z0-9]$")
+_NAME_PREFIX = re.compile(r"^[a-z][a-z0-9-]{2,20}[a-z0-9]$")
+_DATABASE_ID = re.compile(r"^[a-z][a-z0-9-]{2,61}[a-z0-9]$")
+_UUID_LIKE = re.compile(r"^[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$")
+_COLLECTION_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,99}$")
+_JOB_NAME = re.compile(r"^[A-Za-z0-9_-]{1,500}$")
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+_JOB_LOGIC = re.compile(rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}$")
+_MEMORY = re.compile(r"^([1-9][0-9]*)(Mi|Gi|M|G)$")
+_INT_STRING = re.compile(r"^\s*-?[0-9]+\s*$")
+
+
+def kit_key(name: str) -> str:
+    """`leaseSeconds` -> `scheduler-dedup:leaseSeconds`."""
+    return f"{PROJECT_NAME}:{name}"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One invalid setting: the full config key, what is wrong, and how to fix it."""
+
+    key: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}. Fix: {self.fix}"
+
+
+class ConfigError(ValueError):
+    """The stack config cannot be deployed. Raised before any resource is declared."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        if not problems:
+            raise ValueError("ConfigError needs at least one problem")
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        if len(self.problems) == 1:
+            text = f"invalid stack config: {self.problems[0]}"
+        else:
+            lines = "\n".join(f"  - {p}" for p in self.problems)
+            text = f"invalid stack config ({len(self.problems)} problems):\n{lines}"
+        super().__init__(text)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(p.key for p in self.problems)
+
+
+# --------------------------------------------------------------------------- typed config
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """One Cloud Scheduler job, served by the stack's dedup function."""
+
+    name: str
+    schedule: str
+    time_zone: str
+    attempt_deadline_seconds: int
+    retry: RetrySettings
+    job_logic: str
+    """The effective `module:function` (the job's own, or the stack's defaultJobLogic)."""
+    body_json: str | None = None
+    """Canonical JSON of the body (sorted keys, compact), or None for no body."""
+    paused: bool = False
+    description: str | None = None
+
+    @property
+    def retry_window_seconds(self) -> float:
+        return retry_window_seconds(self.attempt_deadline_seconds, self.retry)
+
+
+@dataclass(frozen=True)
+class FunctionSettings:
+    """The Cloud Run function (2nd gen) that serves every job."""
+
+    timeout_seconds: int
+    memory: str
+    min_instances: int
+    max_instances: int
+    max_request_concurrency: int
+
+    @property
+    def memory_mib(self) -> int:
+        return memory_mib(self.memory)
+
+    @property
+    def available_cpu(self) -> str | None:
+        """CPU to request, or None to let Cloud Run derive it from the memory.
+
+        More than one concurrent request per instance needs at least one whole CPU; up to
+        4 GiB a single CPU is allowed, above that Cloud Run derives two or more.
+        """
+        if self.max_request_concurrency > 1 and self.memory_mib <= 4096:
+            return "1"
+        return None
+
+
+@dataclass(frozen=True)
+class DedupSettings:
+    """The dedup records: where they live and how long leases and records last."""
+
+    database_name: str
+    collection: str
+    firestore_location: str
+    delete_protection: bool
+    point_in_time_recovery: bool
+    lease_seconds: int
+    retention_seconds: int
+    missing_schedule_time: str
+    default_job_logic: str
+    store_timeout_seconds: int
+    cache_size: int
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Everything the program needs, validated."""
+
+    project: str
+    region: str
+    name_prefix: str
+    dedup: DedupSettings
+    function: FunctionSettings
+    jobs: tuple[JobSettings, ...]
+
+    def job_routes(self) -> dict[str, str]:
+        """DEDUP_JOB_ROUTES: every job's ID -> its effective `module:function`."""
+        return {job.name: job.job_logic for job in sorted(self.jobs, key=lambda j: j.name)}
+
+
+def memory_mib(memory: str) -> int:
+    match = _MEMORY.match(memory)
+    if match is None:
+        raise ValueError(f"{memory!r} is not a memory size like '512Mi' or '1Gi'")
+    amount, unit = int(match.group(1)), match.group(2)
+    if unit == "Gi":
+        return amount * 1024
+    if unit == "G":
+        return amount * 1000 * 1000 * 1000 // (1024 * 1024)
+    if unit == "M":
+        return amount * 1000 * 1000 // (1024 * 1024)
+    return amount
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _Reader:
+    """Collects problems while coercing raw values; `None` marks an invalid field."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def fail(self, key: str, message: str, fix: str) -> None:
+        self.problems.append(Problem(key, message, fix))
+
+    def integer(
+        self, key: str, raw: Any, *, minimum: int | None = None, maximum: int | None = None
+    ) -> int | None:
+        value: int | None = None
+        if isinstance(raw, bool):
+            value = None
+        elif isinstance(raw, int):
+            value = raw
+        elif (isinstance(raw, float) and raw.is_integer()) or (
+            isinstance(raw, str) and _INT_STRING.match(raw)
+        ):
+            value = int(raw)
+        if value is None:
+            self.fail(key, f"{raw!r} is not a whole number", "give an integer, e.g. 600")
+            return None
+        bounds = _bounds_text(minimum, maximum)
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            self.fail(key, f"{value} is out of range", f"use a value {bounds}")
+            return None
+        return value
+
+    def boolean(self, key: str, raw: Any) -> bool | None:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+            return raw.strip().lower() == "true"
+        self.fail(key, f"{raw!r} is not a boolean", "use true or false")
+        return None
+
+    def string(
+        self, key: str, raw: Any, *, pattern: re.Pattern[str] | None = None, fix: str = ""
+    ) -> str | None:
+        if not isinstance(raw, str) or not raw.strip():
+            self.fail(key, f"{raw!r} is not a non-empty string", fix or "give a string value")
+            return None
+        if pattern is not None and not pattern.match(raw):
+            self.fail(key, f"{raw!r} is not valid", fix)
+            return None
+        return raw
+
+
+def _bounds_text(minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f"from {minimum} to {maximum}"
+    if minimum is not None:
+        return f">= {minimum}"
+    return f"<= {maximum}"
+
+
+def _parse_structure(raw: Any) -> Any:
+    """Objects and lists arrive from the Pulumi engine as JSON strings."""
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return raw
+    return raw
+
+
+def _unknown_key_fix(key: str, known: frozenset[str]) -> str:
+    close = difflib.get_close_matches(key, sorted(known), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{hint}known keys: {', '.join(sorted(known))}"
+
+
+def load_config(values: Mapping[str, Any]) -> StackConfig:
+    """Validate a stack's config mapping and return the typed config.
+
+    `values` maps full keys (`"gcp:project"`, `"scheduler-dedup:leaseSeconds"`) to native
+    or string values. Keys of other namespaces (e.g. `gcp:zone`) are ignored. Raises
+    `ConfigError` listing every problem.
+    """
+    r = _Reader()
+    kit: dict[str, Any] = {}
+    for full_key, value in values.items():
+        namespace, _, name = full_key.partition(":")
+        if namespace != PROJECT_NAME:
+            continue
+        if name not in KIT_KEYS:
+            r.fail(full_key, "is not a setting of the kit", _unknown_key_fix(name, KIT_KEYS))
+            continue
+        kit[name] = value
+
+    def setting(name: str) -> Any:
+        return kit.get(name, DEFAULTS.get(name))
+
+    # Google Cloud project and region (the gcp provider's own keys).
+    project = _required(r, values, GCP_PROJECT_KEY, "pulumi config set gcp:project <project-id>")
+    if project is not None and not _PROJECT_ID.match(project):
+        r.fail(
+            GCP_PROJECT_KEY,
+            f"{project!r} is not a Google Cloud project ID",
+            "use the project ID (6-30 lowercase letters, digits, hyphens), not its name or number",
+        )
+        project = None
+    region = _required(r, values, GCP_REGION_KEY, "pulumi config set gcp:region europe-west1")
+    if region is not None and not _REGION.match(region):
+        r.fail(
+            GCP_REGION_KEY,
+            f"{region!r} is not a Google Cloud region",
+            "use a region such as europe-west1 or us-central1 (not a zone)",
+        )
+        region = None
+
+    name_prefix = r.string(
+        kit_key("namePrefix"),
+        setting("namePrefix"),
+        pattern=_NAME_PREFIX,
+        fix="use 4-22 lowercase letters, digits or hyphens, starting with a letter "
+        "(it prefixes the function, service account and bucket names)",
+    )
+    dedup = _read_dedup(r, setting, region)
+    function = _read_function(r, setting)
+    default_logic = dedup.default_job_logic if dedup is not None else None
+    jobs = _read_jobs(r, setting("jobs"), default_logic)
+
+    if r.problems:
+        raise ConfigError(r.problems)
+    assert project is not None and region is not None and name_prefix is not None
+    assert dedup is not None and function is not None and jobs is not None
+    _check_cross_field(r, dedup, function, jobs)
+    if r.problems:
+        raise ConfigError(r.problems)
+    return StackConfig(
+        project=project,
+        region=region,
+        name_prefix=name_prefix,
+        dedup=dedup,
+        function=function,
+        jobs=jobs,
+    )
+
+
+def _required(r: _Reader, values: Mapping[str, Any], key: str, fix: str) -> str | None:
+    raw = values.get(key)
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        r.fail(key, "is not set", fix)
+        return None
+    return r.string(key, raw, fix=fix)
+
+
+def _read_dedup(r: _Reader, setting: Any, region: str | None) -> DedupSettings | None:
+    start = len(r.problems)
+    database = r.string(
+        kit_key("databaseName"),
+        setting("databaseName"),
+        fix="use a Firestore database ID: 4-63 lowercase letters, digits or hyphens, "
+        "starting with a letter (or '(default)')",
+    )
+    if (
+        database is not None
+        and database != "(default)"
+        and (not _DATABASE_ID.match(database) or _UUID_LIKE.match(database))
+    ):
+        r.fail(
+            kit_key("databaseName"),
+            f"{database!r} is not a valid Firestore database ID",
+            "use 4-63 lowercase letters, digits or hyphens, starting with a letter and not "
+            "UUID-like, e.g. scheduler-dedup",
+        )
+    collection = r.string(
+        kit_key("collection"),
+        setting("collection"),
+        pattern=_COLLECTION_ID,
+        fix="use a collection ID of letters, digits, '_' or '-' (at most 100), e.g. scheduler_runs",
+    )
+    if collection is not None and collection.startswith("__") and collection.endswith("__"):
+        r.fail(
+            kit_key("collection"),
+            f"{collection!r} is reserved by Firestore",
+            "choose an ID that does not start and end with '__'",
+        )
+    raw_location = setting("firestoreLocation")
+    location: str | None = region
+    if raw_location is not None:
+        location = r.string(
+            kit_key("firestoreLocation"),
+            raw_location,
+            pattern=_FIRESTORE_LOCATION,
+            fix="use a Firestore location such as europe-west1, eur3 or nam5 "
+            "(or leave it unset to use gcp:region)",
+        )
+    delete_protection = r.boolean(kit_key("deleteProtection"), setting("deleteProtection"))
+    pitr = r.boolean(kit_key("pointInTimeRecovery"), setting("pointInTimeRecovery"))
+    lease = r.integer(kit_key("leaseSeconds"), setting("leaseSeconds"), minimum=1)
+    retention = r.integer(kit_key("retentionSeconds"), setting("retentionSeconds"), minimum=1)
+    missing = setting("missingScheduleTime")
+    if missing not in MISSING_SCHEDULE_TIME_MODES:
+        r.fail(
+            kit_key("missingScheduleTime"),
+            f"{missing!r} is not a mode",
+            "use 'reject' (answer 400 to a delivery without X-CloudScheduler-ScheduleTime) "
+            "or 'run' (run it without dedup)",
+        )
+    default_logic = r.string(
+        kit_key("defaultJobLogic"),
+        setting("defaultJobLogic"),
+        pattern=_JOB_LOGIC,
+        fix="use 'module:function' of a module inside function/, e.g. jobs.example:run",
+    )
+    store_timeout = r.integer(
+        kit_key("storeTimeoutSeconds"),
+        setting("storeTimeoutSeconds"),
+        minimum=1,
+        maximum=STORE_TIMEOUT_MAX_SECONDS,
+    )
+    cache_size = r.integer(kit_key("cacheSize"), setting("cacheSize"), minimum=0)
+    if len(r.problems) > start:
+        return None
+    assert database is not None and collection is not None and location is not None
+    assert delete_protection is not None and pitr is not None
+    assert lease is not None and retention is not None and default_logic is not None
+    assert store_timeout is not None and cache_size is not None
+    return DedupSettings(
+        database_name=database,
+        collection=collection,
+        firestore_location=location,
+        delete_protection=delete_protection,
+        point_in_time_recovery=pitr,
+        lease_seconds=lease,
+        retention_seconds=retention,
+        missing_schedule_time=str(missing),
+        default_job_logic=default_logic,
+        store_timeout_seconds=store_timeout,
+        cache_size=cache_size,
+    )
+
+
+def _read_function(r: _Reader, setting: Any) -> FunctionSettings | None:
+    start = len(r.problems)
+    timeout = r.integer(
+        kit_key("functionTimeoutSeconds"),
+        setting("functionTimeoutSeconds"),
+        minimum=1,
+        maximum=FUNCTION_TIMEOUT_MAX_SECONDS,
+    )
+    memory = r.string(
+        kit_key("functionMemory"),
+        setting("functionMemory"),
+        pattern=_MEMORY,
+        fix="use a size with a unit Mi or Gi, e.g. 256Mi, 512Mi or 1Gi",
+    )
+    if memory is not None:
+        mib = memory_mib(memory)
+        if not FUNCTION_MEMORY_MIN_MIB <= mib <= FUNCTION_MEMORY_MAX_MIB:
+            r.fail(
+                kit_key("functionMemory"),
+                f"{memory!r} is outside what Cloud Run functions allow",
+                "use 128Mi up to 32Gi",
+            )
+    min_instances = r.integer(
+        kit_key("minInstances"), setting("minInstances"), minimum=0, maximum=MAX_INSTANCES_LIMIT
+    )
+    max_instances = r.integer(
+        kit_key("maxInstances"), setting("maxInstances"), minimum=1, maximum=MAX_INSTANCES_LIMIT
+    )
+    concurrency = r.integer(
+        kit_key("maxRequestConcurrency"),
+        setting("maxRequestConcurrency"),
+        minimum=1,
+        maximum=MAX_REQUEST_CONCURRENCY_LIMIT,
+    )
+    if min_instances is not None and max_instances is not None and min_instances > max_instances:
+        r.fail(
+            kit_key("minInstances"),
+            f"{min_instances} is more than maxInstances ({max_instances})",
+            "lower minInstances or raise maxInstances",
+        )
+    if len(r.problems) > start:
+        return None
+    assert timeout is not None and memory is not None and concurrency is not None
+    assert min_instances is not None and max_instances is not None
+    return FunctionSettings(
+        timeout_seconds=timeout,
+        memory=memory,
+        min_instances=min_instances,
+        max_instances=max_instances,
+        max_request_concurrency=concurrency,
+    )
+
+
+def _read_jobs(r: _Reader, raw: Any, default_logic: str | None) -> tuple[JobSettings, ...] | None:
+    key = kit_key("jobs")
+    raw = _parse_structure(raw)
+    if raw is None:
+        r.fail(key, "is not set", "add a list of jobs, each with at least a name and a schedule")
+        return None
+    if not isinstance(raw, list) or not raw:
+        r.fail(key, "is not a non-empty list", "give a list of jobs (mappings with name, schedule)")
+        return None
+    start = len(r.problems)
+    jobs: list[JobSettings] = []
+    first_index: dict[str, int] = {}
+    for index, entry in enumerate(raw):
+        job = _read_job(r, f"{key}[{index}]", entry, default_logic)
+        if job is None:
+            continue
+        if job.name in first_index:
+            r.fail(
+                f"{key}[{index}].name",
+                f"{job.name!r} is already the name of jobs[{first_index[job.name]}]",
+                "give every job a unique name (the Scheduler job ID, part of the dedup key)",
+            )
+            continue
+        first_index[job.name] = index
+        jobs.append(job)
+    if len(r.problems) > start:
+        return None
+    return tuple(jobs)
+
+
+def _read_job(r: _Reader, key: str, entry: Any, default_logic: str | None) -> JobSettings | None:
+    if not isinstance(entry, Mapping):
+        r.fail(key, f"{entry!r} is not a mapping", "give name, schedule and optional settings")
+        return None
+    start = len(r.problems)
+    for name in entry:
+        if name not in JOB_KEYS:
+            r.fail(f"{key}.{name}", "is not a job setting", _unknown_key_fix(str(name), JOB_KEYS))
+
+    name = r.string(
+        f"{key}.name",
+        entry.get("name"),
+        pattern=_JOB_NAME,
+        fix="use 1-500 letters, digits, '-' or '_' (the Cloud Scheduler job ID)",
+    )
+    schedule = r.string(
+        f"{key}.schedule",
+        entry.get("schedule"),
+        fix="use a 5-field unix-cron expression, e.g. '*/5 * * * *'",
+    )
+    if schedule is not None:
+        try:
+            validate_cron(schedule)
+        except ScheduleError as exc:
+            r.fail(
+                f"{key}.schedule",
+                str(exc),
+                "use 5 fields 'minute hour day-of-month month day-of-week' such as "
+                "'0 3 * * *'; the legacy 'every 5 minutes' form gives no reliable schedule time",
+            )
+    time_zone = r.string(
+        f"{key}.timeZone",
+        entry.get("timeZone", DEFAULT_TIME_ZONE),
+        fix="use an IANA time zone such as Etc/UTC or Europe/Berlin",
+    )
+    if time_zone is not None:
+        try:
+            validate_time_zone(time_zone)
+        except ScheduleError as exc:
+            r.fail(f"{key}.timeZone", str(exc), "use an IANA name such as Etc/UTC or Europe/Berlin")
+    deadline = r.integer(
+        f"{key}.attemptDeadlineSeconds",
+        entry.get("attemptDeadlineSeconds", ATTEMPT_DEADLINE_DEFAULT_SECONDS),
+        minimum=ATTEMPT_DEADLINE_MIN_SECONDS,
+        maximum=ATTEMPT_DEADLINE_MAX_SECONDS,
+    )
+    retry = _read_retry(r, f"{key}.retry", entry.get("retry"))
+
+    body_json: str | None = None
+    if entry.get("body") is not None:
+        try:
+            body_json = json.dumps(
+                entry["body"], sort_keys=True, separators=(",", ":"), allow_nan=False
+            )
+        except (TypeError, ValueError) as exc:
+            r.fail(f"{key}.body", f"cannot be sent as JSON ({exc})", "give a JSON value")
+
+    job_logic: str | None = default_logic
+    if entry.get("jobLogic") is not None:
+        job_logic = r.string(
+            f"{key}.jobLogic",
+            entry.get("jobLogic"),
+            pattern=_JOB_LOGIC,
+            fix="use 'module:function' of a module inside function/, e.g. jobs.example:run",
+        )
+    paused = r.boolean(f"{key}.paused", entry.get("paused", False))
+    description = entry.get("description")
+    if description is not None and not isinstance(description, str):
+        r.fail(f"{key}.description", f"{description!r} is not a string", "give a short text")
+
+    if len(r.problems) > start or job_logic is None:
+        return None
+    assert name is not None and schedule is not None and time_zone is not None
+    assert deadline is not None and retry is not None and paused is not None
+    return JobSettings(
+        name=name,
+        schedule=schedule,
+        time_zone=time_zone,
+        attempt_deadline_seconds=deadline,
+        retry=retry,
+        job_logic=job_logic,
+        body_json=body_json,
+        paused=paused,
+        description=description,
+    )
+
+
+def _read_retry(r: _Reader, key: str, raw: Any) -> RetrySettings | None:
+    if raw is None:
+        return RetrySettings()
+    if not isinstance(raw, Mapping):
+        r.fail(key, f"{raw!r} is not a mapping", "give retryCount, minBackoffSeconds, ...")
+        return None
+    start = len(r.problems)
+    for name in raw:
+        if name not in RETRY_KEYS:
+            r.fail(
+                f"{key}.{name}", "is not a retry setting", _unknown_key_fix(str(name), RETRY_KEYS)
+            )
+    count = r.integer(
+        f"{key}.retryCount", raw.get("retryCount", 0), minimum=0, maximum=RETRY_COUNT_MAX
+    )
+    duration = r.integer(
+        f"{key}.maxRetryDurationSeconds", raw.get("maxRetryDurationSeconds", 0), minimum=0
+    )
+    min_backoff = r.integer(
+        f"{key}.minBackoffSeconds",
+        raw.get("minBackoffSeconds", MIN_BACKOFF_DEFAULT_SECONDS),
+        minimum=0,
+    )
+    max_backoff = r.integer(
+        f"{key}.maxBackoffSeconds",
+        raw.get("maxBackoffSeconds", MAX_BACKOFF_DEFAULT_SECONDS),
+        minimum=0,
+    )
+    doublings = r.integer(
+        f"{key}.maxDoublings", raw.get("maxDoublings", MAX_DOUBLINGS_DEFAULT), minimum=0
+    )
+    if min_backoff is not None and max_backoff is not None and min_backoff > max_backoff:
+        r.fail(
+            f"{key}.minBackoffSeconds",
+            f"{min_backoff} is more than maxBackoffSeconds ({max_backoff})",
+            "make minBackoffSeconds <= maxBackoffSeconds",
+        )
+    if len(r.problems) > start:
+        return None
+    assert count is not None and duration is not None and doublings is not None
+    assert min_backoff is not None and max_backoff is not None
+    return RetrySettings(
+        retry_count=count,
+        max_retry_duration_seconds=duration,
+        min_backoff_seconds=min_backoff,
+        max_backoff_seconds=max_backoff,
+        max_doublings=doublings,
+    )
+
+
+def _check_cross_field(
+    r: _Reader, dedup: DedupSettings, function: FunctionSettings, jobs: Sequence[JobSettings]
+) -> None:
+    """Rules that tie settings together; the dedup guarantee depends on each of them."""
+    lease, retention = dedup.lease_seconds, dedup.retention_seconds
+    if lease < function.timeout_seconds:
+        r.fail(
+            kit_key("leaseSeconds"),
+            f"{lease} s is shorter than functionTimeoutSeconds ({function.timeout_seconds} s), so "
+            "a retry could take over a run that is still executing",
+            f"set leaseSeconds >= {function.timeout_seconds} or lower functionTimeoutSeconds",
+        )
+    if function.timeout_seconds <= dedup.store_timeout_seconds:
+        r.fail(
+            kit_key("storeTimeoutSeconds"),
+            f"{dedup.store_timeout_seconds} s leaves no time for the job within "
+            f"functionTimeoutSeconds ({function.timeout_seconds} s)",
+            "make storeTimeoutSeconds smaller than functionTimeoutSeconds",
+        )
+    if retention <= lease:
+        r.fail(
+            kit_key("retentionSeconds"),
+            f"{retention} s is not longer than leaseSeconds ({lease} s): a record would expire "
+            "while its run still holds the lease",
+            f"set retentionSeconds > {lease}",
+        )
+    for index, job in enumerate(jobs):
+        key = f"{kit_key('jobs')}[{index}]"
+        deadline = job.attempt_deadline_seconds
+        if lease < deadline:
+            r.fail(
+                kit_key("leaseSeconds"),
+                f"{lease} s is shorter than jobs[{index}] ({job.name}) attemptDeadlineSeconds "
+                f"({deadline} s), so a retry could take over an attempt that is still running",
+                f"set leaseSeconds >= {deadline} or lower that job's attemptDeadlineSeconds",
+            )
+        if function.timeout_seconds < deadline:
+            r.fail(
+                f"{key}.attemptDeadlineSeconds",
+                f"{deadline} s is longer than functionTimeoutSeconds ({function.timeout_seconds}"
+                " s): the function would be cut off before Scheduler's deadline",
+                f"lower attemptDeadlineSeconds to <= {function.timeout_seconds} or raise "
+                "functionTimeoutSeconds",
+            )
+        window = job.retry_window_seconds
+        if retention <= window:
+            r.fail(
+                kit_key("retentionSeconds"),
+                f"{retention} s is not longer than jobs[{index}] ({job.name}) retry window "
+                f"({window:g} s): a late retry would find no record and run the job again",
+                f"set retentionSeconds > {window:g} or shorten that job's retries",
+            )
+
+
+# --------------------------------------------------------------------------- Pulumi adapter
+
+
+def config_from_pulumi() -> StackConfig:
+    """Read the running stack's config through `pulumi.Config` and validate it."""
+    return load_config(pulumi_config_values())
+
+
+def pulumi_config_values() -> dict[str, Any]:
+    """The kit's keys plus gcp:project/gcp:region, as the Pulumi engine gives them."""
+    import pulumi
+
+    values: dict[str, Any] = {}
+    kit = pulumi.Config(PROJECT_NAME)
+    for name in sorted(KIT_KEYS):
+        raw = kit.get(name)
+        if raw is not None:
+            values[kit_key(name)] = raw
+    gcp = pulumi.Config("gcp")
+    for full_key in (GCP_PROJECT_KEY, GCP_REGION_KEY):
+        raw = gcp.get(full_key.split(":", 1)[1])
+        if raw is not None:
+            values[full_key] = raw
+    # Unknown keys of the kit's namespace (typos) are only visible in the raw config map.
+    for full_key, raw in _raw_config_map().items():
+        if full_key.startswith(f"{PROJECT_NAME}:") and full_key not in values:
+            values[full_key] = raw
+    return values
+
+
+def _raw_config_map() -> dict[str, Any]:
+    """All config the engine passed, best effort (used only to report unknown keys)."""
+    try:
+        from pulumi.runtime import config as runtime_config
+
+        merged: dict[str, Any] = dict(runtime_config.get_config_env())
+        merged.update(runtime_config.CONFIG.get())
+        return merged
+    except (ImportError, AttributeError, ValueError):  # pragma: no cover - SDK internals moved
+        return {}

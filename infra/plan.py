@@ -1,0 +1,173 @@
+"""Offline plan: what `pulumi up` would create for a stack, without Pulumi CLI or cloud.
+
+    python -m infra.plan dev            # Pulumi.dev.yaml (make plan STACK=dev)
+    python -m infra.plan path/to/Pulumi.test.yaml
+
+Runs the program under Pulumi's mocks with the stack file's config and prints one row per
+resource: type, name and its key settings, then the stack outputs. A config error is
+printed as one message (exit status 2), exactly as `pulumi up` would report it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from infra.config import ConfigError
+from infra.offline import DeclaredResource, OfflineRun, load_stack_config, run_offline, stack_names
+
+
+def _get(props: Mapping[str, Any], *path: str) -> Any:
+    current: Any = props
+    for key in path:
+        if not isinstance(current, Mapping) or key not in current:
+            return None
+        current = current[key]
+    return current
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _function(p: Mapping[str, Any]) -> str:
+    sc = _get(p, "serviceConfig") or {}
+    bc = _get(p, "buildConfig") or {}
+    cpu = f" cpu={sc['availableCpu']}" if sc.get("availableCpu") else ""
+    return (
+        f"{bc.get('runtime')} entry={bc.get('entryPoint')} ingress={sc.get('ingressSettings')} "
+        f"timeout={_num(sc.get('timeoutSeconds'))}s memory={sc.get('availableMemory')}{cpu} "
+        f"instances={_num(sc.get('minInstanceCount'))}..{_num(sc.get('maxInstanceCount'))} "
+        f"concurrency={_num(sc.get('maxInstanceRequestConcurrency'))} "
+        f"runtimeSA={sc.get('serviceAccountEmail')} "
+        f"buildSA={str(bc.get('serviceAccount', '')).rsplit('/', 1)[-1]}"
+    )
+
+
+def _job(p: Mapping[str, Any]) -> str:
+    retry = _get(p, "retryConfig") or {}
+    target = _get(p, "httpTarget") or {}
+    oidc = target.get("oidcToken") or {}
+    paused = " PAUSED" if p.get("paused") else ""
+    return (
+        f"'{p.get('schedule')}' {p.get('timeZone')} deadline={p.get('attemptDeadline')} "
+        f"retries={_num(retry.get('retryCount'))} "
+        f"backoff={retry.get('minBackoffDuration')}..{retry.get('maxBackoffDuration')} "
+        f"doublings={_num(retry.get('maxDoublings'))} maxRetry={retry.get('maxRetryDuration')} "
+        f"{target.get('httpMethod')} {target.get('uri')} oidc={oidc.get('serviceAccountEmail')}"
+        f"{paused}"
+    )
+
+
+def _iam(p: Mapping[str, Any]) -> str:
+    on = p.get("name") or p.get("repository") or p.get("bucket") or p.get("project")
+    condition = _get(p, "condition", "expression")
+    when = f" if {condition}" if condition else ""
+    return f"{p.get('role')} -> {p.get('member')} on {on}{when}"
+
+
+def _database(p: Mapping[str, Any]) -> str:
+    return (
+        f"{p.get('name')} {p.get('type')} in {p.get('locationId')} "
+        f"{p.get('deleteProtectionState')} {p.get('pointInTimeRecoveryEnablement')}"
+    )
+
+
+def _field(p: Mapping[str, Any]) -> str:
+    ttl = "ttl" if p.get("ttlConfig") is not None else "no-ttl"
+    index = "indexes disabled" if p.get("indexConfig") == {} else f"index={p.get('indexConfig')}"
+    return f"{p.get('collection')}.{p.get('field')} {ttl}, {index} (db {p.get('database')})"
+
+
+def _bucket(p: Mapping[str, Any]) -> str:
+    return (
+        f"{p.get('name')} {p.get('location')} uniformAccess={p.get('uniformBucketLevelAccess')} "
+        f"publicAccessPrevention={p.get('publicAccessPrevention')}"
+    )
+
+
+_SUMMARIES: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "gcp:cloudfunctionsv2/function:Function": _function,
+    "gcp:cloudscheduler/job:Job": _job,
+    "gcp:firestore/database:Database": _database,
+    "gcp:firestore/field:Field": _field,
+    "gcp:storage/bucket:Bucket": _bucket,
+    "gcp:storage/bucketObject:BucketObject": lambda p: f"gs://{p.get('bucket')}/{p.get('name')}",
+    "gcp:projects/service:Service": lambda p: str(p.get("service")),
+    "gcp:serviceaccount/account:Account": lambda p: (
+        f"{p.get('accountId')} ({p.get('displayName')})"
+    ),
+    "gcp:artifactregistry/repository:Repository": lambda p: (
+        f"{p.get('repositoryId')} {p.get('format')} in {p.get('location')}"
+    ),
+}
+
+
+def summarize(resource: DeclaredResource) -> str:
+    """The key settings of one resource, on one line."""
+    if not resource.custom:
+        return "(component)"
+    if resource.type.endswith(("IamMember", "IAMMember")):
+        return _iam(resource.props)
+    summary = _SUMMARIES.get(resource.type)
+    if summary is not None:
+        return summary(resource.props)
+    return json.dumps(resource.props, sort_keys=True, default=str)[:160]
+
+
+def render(run: OfflineRun) -> str:
+    """The plan as text: a header, one row per resource, then the outputs."""
+    rows = [
+        (r.type, r.name + (" [protected]" if r.protect else ""), summarize(r))
+        for r in run.resources
+    ]
+    type_width = max(len(r[0]) for r in rows)
+    name_width = max(len(r[1]) for r in rows)
+    lines = [
+        f"Offline plan for stack {run.stack!r}: {len(rows)} resources "
+        f"({sum(1 for r in run.resources if r.custom)} cloud resources, "
+        f"{sum(1 for r in run.resources if not r.custom)} components)",
+        "",
+        f"{'TYPE':<{type_width}}  {'NAME':<{name_width}}  KEY SETTINGS",
+    ]
+    lines += [f"{t:<{type_width}}  {n:<{name_width}}  {s}" for t, n, s in rows]
+    lines += ["", "Outputs:"]
+    lines += [f"  {key}: {json.dumps(value)}" for key, value in sorted(run.outputs.items())]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.plan",
+        description="Print what the kit's Pulumi program declares for a stack (offline).",
+    )
+    parser.add_argument("stack", help=f"stack name ({', '.join(stack_names())}) or stack file path")
+    args = parser.parse_args(argv)
+    stack = str(args.stack)
+    try:
+        config = load_stack_config(stack)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    name = (
+        Path(stack).name.removeprefix("Pulumi.").removesuffix(".yaml")
+        if stack.endswith(".yaml")
+        else stack
+    )
+    try:
+        run = run_offline(config, stack=name)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(render(run))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
