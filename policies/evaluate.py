@@ -88,8 +88,16 @@ def evaluate(
     resources: Sequence[Resource],
     levels: Mapping[str, Enforcement] | None = None,
     policies: Sequence[Policy] = ALL_POLICIES,
+    stack_resources: Sequence[Resource] | None = None,
 ) -> list[Violation]:
+    """Every violation, resource policies first, in registry order.
+
+    Like the CLI, resource policies see each resource's inputs (`resources`) and stack
+    policies the resources' final state (`stack_resources`: inputs plus computed outputs;
+    defaults to `resources`).
+    """
     levels = levels or {}
+    stack_view = resources if stack_resources is None else stack_resources
     violations: list[Violation] = []
     for policy in policies:
         enforcement = levels.get(policy.name, policy.enforcement)
@@ -100,7 +108,7 @@ def evaluate(
                 for message in policy.check(resource.type, resource.props):
                     violations.append(Violation(policy.name, enforcement, resource.urn, message))
         else:
-            for finding in policy.check(resources):
+            for finding in policy.check(stack_view):
                 violations.append(Violation(policy.name, enforcement, finding.urn, finding.message))
     return violations
 

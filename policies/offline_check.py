@@ -1,0 +1,195 @@
+"""The policy pack without Pulumi's CLI or a cloud account: `python -m policies.offline_check`.
+
+For every `Pulumi.<stack>.yaml` in the repository root (or each `--stack-file`), run the
+kit's Pulumi program under mocks (infra/offline.py), hand each declared resource's
+camelCase inputs to the resource policies and the declared state of the whole stack to
+the stack policies (as `pulumi preview --policy-pack policies` does), print each
+violation with its policy, enforcement, resource and message, and exit non-zero if any
+mandatory violation was found or a stack could not be declared at all.
+
+Exit status: 0 clean (advisory violations allowed), 1 mandatory violations, 2 a stack
+that cannot be checked (invalid config, program error, no stack file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+from policies.evaluate import (
+    PolicyConfigError,
+    Violation,
+    evaluate,
+    load_policy_config,
+    mandatory,
+)
+from policies.model import Enforcement, Resource
+from policies.registry import ALL_POLICIES
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+EXIT_OK = 0
+EXIT_VIOLATIONS = 1
+EXIT_ERROR = 2
+
+
+class Declared(Protocol):
+    """What infra.offline.DeclaredResource provides (inputs and the mocked state)."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def urn(self) -> str: ...
+    @property
+    def props(self) -> Mapping[str, Any]: ...
+    @property
+    def parent(self) -> str | None: ...
+    @property
+    def outputs(self) -> Mapping[str, Any]: ...
+
+
+@dataclass
+class StackReport:
+    stack: str
+    path: Path
+    resources: int = 0
+    violations: list[Violation] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None or bool(mandatory(self.violations))
+
+
+def stack_name(path: Path) -> str:
+    name = path.name
+    if name.startswith("Pulumi.") and name.endswith((".yaml", ".yml")):
+        return name[len("Pulumi.") :].rsplit(".", 1)[0]
+    return path.stem
+
+
+def stack_files(directory: Path = REPO_ROOT) -> list[Path]:
+    """`Pulumi.<stack>.yaml` files (not the project file `Pulumi.yaml`), by name."""
+    return sorted(p for p in directory.glob("Pulumi.*.y*ml") if p.suffix in (".yaml", ".yml"))
+
+
+def check_declared(
+    declared: Iterable[Declared], levels: Mapping[str, Enforcement] | None = None
+) -> list[Violation]:
+    """The offline check's core: the pack's policies over resources declared under mocks.
+
+    Resource policies get each resource's inputs, stack policies each resource's state
+    (inputs plus the outputs the mocks computed), as the CLI's Analyze and AnalyzeStack.
+    """
+    items = list(declared)
+    inputs = [Resource(d.type, d.name, d.urn, d.props, d.parent) for d in items]
+    state = [Resource(d.type, d.name, d.urn, d.outputs or d.props, d.parent) for d in items]
+    return evaluate(inputs, levels, stack_resources=state)
+
+
+def declare(path: Path) -> list[Declared]:
+    """Run the Pulumi program under mocks with the stack file's config."""
+    from infra.offline import load_stack_config, run_offline  # the program needs pulumi_gcp
+
+    run = run_offline(load_stack_config(path), stack=stack_name(path))
+    return list(run.resources)
+
+
+def check_stack_file(path: Path, levels: Mapping[str, Enforcement] | None = None) -> StackReport:
+    report = StackReport(stack_name(path), path)
+    try:
+        declared = declare(path)
+    except Exception as exc:  # a config error, or the program failing: report, don't crash
+        report.error = _describe(exc)
+        return report
+    report.resources = len(declared)
+    report.violations = check_declared(declared, levels)
+    return report
+
+
+def _describe(exc: BaseException) -> str:
+    from infra.config import ConfigError
+
+    if isinstance(exc, ConfigError):
+        return f"invalid stack config, nothing declared:\n{exc}"
+    if isinstance(exc, FileNotFoundError | ValueError):
+        return str(exc)
+    return "the program failed under mocks:\n" + "".join(traceback.format_exception(exc)).rstrip()
+
+
+def print_report(report: StackReport, out: TextIO) -> None:
+    try:
+        shown = report.path.resolve().relative_to(REPO_ROOT)
+    except ValueError:
+        shown = report.path
+    if report.error is not None:
+        print(f"stack {report.stack} ({shown}): ERROR {report.error}", file=out)
+        return
+    must = mandatory(report.violations)
+    print(
+        f"stack {report.stack} ({shown}): {report.resources} resources, "
+        f"{len(must)} mandatory and {len(report.violations) - len(must)} advisory violation(s)",
+        file=out,
+    )
+    for v in report.violations:
+        print(f"  [{v.enforcement.value}] {v.policy}: {v.resource}", file=out)
+        print(f"      {v.message}", file=out)
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    parser = argparse.ArgumentParser(
+        prog="python -m policies.offline_check",
+        description="Run the CrossGuard policies against every stack under Pulumi's mocks.",
+    )
+    parser.add_argument(
+        "--stack-file",
+        action="append",
+        type=Path,
+        default=[],
+        help="check this stack file instead of every Pulumi.<stack>.yaml (repeatable)",
+    )
+    parser.add_argument(
+        "--policy-config",
+        type=Path,
+        help="a --policy-pack-config JSON file (enforcement levels per policy, or 'all')",
+    )
+    args = parser.parse_args(argv)
+
+    levels: dict[str, Enforcement] = {}
+    if args.policy_config is not None:
+        try:
+            levels = load_policy_config(args.policy_config)
+        except (OSError, PolicyConfigError) as exc:
+            print(f"policy config: {exc}", file=out)
+            return EXIT_ERROR
+
+    paths = list(args.stack_file) or stack_files()
+    if not paths:
+        print(f"no Pulumi.<stack>.yaml in {REPO_ROOT}: nothing to check", file=out)
+        return EXIT_ERROR
+
+    reports = [check_stack_file(p, levels) for p in paths]
+    for report in reports:
+        print_report(report, out)
+    errors = sum(r.error is not None for r in reports)
+    must = sum(len(mandatory(r.violations)) for r in reports)
+    print(
+        f"policy check: {len(reports)} stack(s), {len(ALL_POLICIES)} policies, "
+        f"{must} mandatory violation(s), {errors} stack(s) not checkable",
+        file=out,
+    )
+    if errors:
+        return EXIT_ERROR
+    return EXIT_VIOLATIONS if must else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
