@@ -26,11 +26,14 @@ class Violation:
 
     @property
     def resource(self) -> str:
-        """`type::name` of the URN, or "(stack)" if the violation names no resource."""
+        """`name (type)` from the URN, or "(stack)" if the violation names no resource."""
         if not self.urn:
             return "(stack)"
         parts = self.urn.split("::")
-        return "::".join(parts[-2:]) if len(parts) >= 2 else self.urn
+        if len(parts) < 4:
+            return self.urn
+        qualified_type, name = parts[2], "::".join(parts[3:])
+        return f"{name} ({qualified_type.rsplit('$', 1)[-1]})"
 
 
 class PolicyConfigError(ValueError):

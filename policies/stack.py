@@ -92,6 +92,11 @@ def job_targets(job: Resource, function: Resource) -> bool:
     return host.endswith(_RUN_HOSTS)
 
 
+def job_label(job: Resource) -> str:
+    """The Scheduler job ID if known, else the Pulumi name."""
+    return repr(known_str(get(job.props, "name")) or job.name)
+
+
 def jobs_targeting(function: Resource, resources: Sequence[Resource]) -> list[Resource]:
     return [r for r in resources if job_targets(r, function)]
 
@@ -156,10 +161,10 @@ def lease_covers_deadline_and_timeout(resources: Sequence[Resource]) -> list[Fin
             if deadline is not None and lease < deadline:
                 findings.append(
                     Finding(
-                        f"the lease DEDUP_LEASE_SECONDS={lease} is shorter than job "
-                        f"{job.name!r}'s attemptDeadline ({deadline:g}s): Scheduler retries "
-                        "after the deadline and the retry would find the lease expired and run "
-                        f"the job twice; set leaseSeconds >= {deadline:g}",
+                        f"the lease DEDUP_LEASE_SECONDS={lease} is shorter than the "
+                        f"attemptDeadline of job {job_label(job)} ({deadline:g}s): Scheduler "
+                        "retries after the deadline and the retry would find the lease expired "
+                        f"and run the job twice; set leaseSeconds >= {deadline:g}",
                         function.urn,
                     )
                 )
@@ -213,9 +218,9 @@ def retention_exceeds_retry_window(resources: Sequence[Resource]) -> list[Findin
                 findings.append(
                     Finding(
                         f"records are kept DEDUP_RETENTION_SECONDS={retention}s, not longer "
-                        f"than job {job.name!r}'s retry window ({window:g}s): a late retry "
-                        "would find no record and run the job again; set retentionSeconds > "
-                        f"{window:g}",
+                        f"than the retry window of job {job_label(job)} ({window:g}s): a late "
+                        "retry would find no record and run the job again; set "
+                        f"retentionSeconds > {window:g}",
                         function.urn,
                     )
                 )
@@ -319,7 +324,7 @@ def dedup_headers(resources: Sequence[Resource]) -> list[Finding]:
                 if value is MISSING or not str(value).strip():
                     findings.append(
                         Finding(
-                            f"job {job.name!r} does not send the {name} header, so its runs "
+                            f"job {job_label(job)} does not send the {name} header, so its runs "
                             "are keyed with the function's own project/location and can "
                             "collide with a same-named job elsewhere: add "
                             f"httpTarget.headers[{name!r}]",
@@ -329,7 +334,7 @@ def dedup_headers(resources: Sequence[Resource]) -> list[Finding]:
                 elif known_str(own) and value != own:
                     findings.append(
                         Finding(
-                            f"job {job.name!r} sends {name}: {value!r} but runs in {own!r}: "
+                            f"job {job_label(job)} sends {name}: {value!r} but runs in {own!r}: "
                             "send the job's own project and location",
                             job.urn,
                         )

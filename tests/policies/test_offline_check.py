@@ -1,0 +1,447 @@
+"""The offline check end to end: the kit's stacks pass, broken stacks and programs fail.
+
+Config validation (infra/config.py) rejects some mistakes before any resource exists;
+the offline check reports those as "not checkable" (exit 2). Mistakes config cannot see
+are made in the program: either the dev stack's declared resources with one property
+changed (as if the program had been edited), or an alternative program run under the
+same mocks that declares one extra bad resource.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_gcp as gcp
+import pytest
+import yaml
+
+from infra.config import load_config
+from infra.offline import DeclaredResource, load_stack_config, run_offline
+from infra.program import build
+from policies import offline_check
+from policies.evaluate import mandatory
+from policies.model import Enforcement
+from tests.policies.fixtures import APPSPOT_SA, COMPUTE_SA, DELETE, U, patch
+
+ROOT = Path(__file__).resolve().parents[2]
+DEV = ROOT / "Pulumi.dev.yaml"
+PROD = ROOT / "Pulumi.prod.yaml"
+
+JOB = "gcp:cloudscheduler/job:Job"
+FUNCTION = "gcp:cloudfunctionsv2/function:Function"
+FIELD = "gcp:firestore/field:Field"
+BUCKET = "gcp:storage/bucket:Bucket"
+INVOKER = "gcp:cloudrunv2/serviceIamMember:ServiceIamMember"
+ENV = "serviceConfig.environmentVariables"
+
+
+@pytest.fixture(scope="module")
+def dev_declared() -> list[DeclaredResource]:
+    return list(run_offline(load_stack_config(DEV), stack="dev").resources)
+
+
+def run_main(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = offline_check.main(list(args), out=out)
+    return code, out.getvalue()
+
+
+# --- the kit's own stacks ----------------------------------------------------------------
+
+
+def test_stack_files_are_found() -> None:
+    assert [p.name for p in offline_check.stack_files()] == ["Pulumi.dev.yaml", "Pulumi.prod.yaml"]
+
+
+def test_kit_stacks_pass_with_no_mandatory_violation() -> None:
+    code, output = run_main()
+    assert code == 0, output
+    assert "stack dev (Pulumi.dev.yaml): " in output
+    assert "stack prod (Pulumi.prod.yaml): " in output
+    assert "0 mandatory violation(s), 0 stack(s) not checkable" in output
+
+
+@pytest.mark.parametrize("path", [DEV, PROD], ids=["dev", "prod"])
+def test_each_stack_has_no_violation_at_all(path: Path) -> None:
+    report = offline_check.check_stack_file(path)
+    assert report.error is None
+    assert report.resources > 20
+    assert report.violations == []
+
+
+def test_stack_policies_see_every_job_of_the_stack(dev_declared: list[DeclaredResource]) -> None:
+    """Not vacuous: a lease of 10 s is flagged once per job and once for the timeout."""
+    broken = mutate(dev_declared, FUNCTION, f"{ENV}.DEDUP_LEASE_SECONDS", "10")
+    found = [
+        v for v in offline_check.check_declared(broken) if v.policy == "dedup-lease-covers-deadline"
+    ]
+    jobs = [d for d in dev_declared if d.type == JOB]
+    assert len(jobs) == 3
+    assert len(found) == len(jobs) + 1
+
+
+def test_resource_policies_get_inputs_and_stack_policies_get_state(
+    dev_declared: list[DeclaredResource],
+) -> None:
+    """The function's URL exists only in the mocked state, as in AnalyzeStack."""
+    function = next(d for d in dev_declared if d.type == FUNCTION)
+    assert "url" not in function.props
+    assert str(function.outputs["serviceConfig"]["uri"]).endswith(".run.app")
+
+
+# --- broken stacks: table-driven ---------------------------------------------------------
+
+
+def mutate(
+    declared: list[DeclaredResource], resource_type: str, path: str, value: Any
+) -> list[DeclaredResource]:
+    """The declared resources with `path` changed on every resource of `resource_type`
+    (inputs and state alike, as if the program had declared it so)."""
+    changed = []
+    for d in declared:
+        if d.type == resource_type:
+            d = dataclasses.replace(
+                d, props=patch(d.props, path, value), outputs=patch(d.outputs, path, value)
+            )
+        changed.append(d)
+    return changed
+
+
+def drop(declared: list[DeclaredResource], resource_type: str) -> list[DeclaredResource]:
+    return [d for d in declared if d.type != resource_type]
+
+
+Mutation = Callable[[list[DeclaredResource]], list[DeclaredResource]]
+
+
+def extra_resource_program(declare_extra: Callable[[str], None]) -> Callable[[Path], list[Any]]:
+    """An alternative Pulumi program: the kit's, plus one more resource, under mocks."""
+
+    def declare(path: Path) -> list[Any]:
+        config = load_stack_config(path)
+
+        def program() -> Mapping[str, Any]:
+            outputs = build(load_config(config))
+            declare_extra(str(config["gcp:project"]))
+            return outputs
+
+        return list(run_offline(config, stack="dev", program=program).resources)
+
+    return declare
+
+
+def _project_member(role: str) -> Callable[[str], None]:
+    def declare_extra(project: str) -> None:
+        account = gcp.serviceaccount.Account("extra-sa", project=project, account_id="extra-sa")
+        gcp.projects.IAMMember("extra-grant", project=project, role=role, member=account.member)
+
+    return declare_extra
+
+
+def _public_function_invoker(project: str) -> None:
+    gcp.cloudfunctionsv2.FunctionIamMember(
+        "public-invoker",
+        project=project,
+        location="europe-west1",
+        cloud_function="sched-dedup-dev",
+        role="roles/cloudfunctions.invoker",
+        member="allUsers",
+    )
+
+
+def _public_service_binding(project: str) -> None:
+    gcp.cloudrunv2.ServiceIamBinding(
+        "public-binding",
+        project=project,
+        location="europe-west1",
+        name="sched-dedup-dev",
+        role="roles/run.invoker",
+        members=pulumi.Output.from_input(["allAuthenticatedUsers"]),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Broken:
+    name: str
+    policy: str | None  # the mandatory policy expected to fire; None: config rejects it
+    mutation: Mutation | None = None
+    program: Callable[[str], None] | None = None
+    config: Callable[[dict[str, Any]], None] | None = None
+    also: frozenset[str] = frozenset()  # further policies the same mistake breaks
+
+
+def _job0(config: dict[str, Any]) -> dict[str, Any]:
+    job: dict[str, Any] = config["config"]["scheduler-dedup:jobs"][0]
+    return job
+
+
+def _set(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(config: dict[str, Any]) -> None:
+        config["config"][key] = value
+
+    return change
+
+
+def _groc_config(config: dict[str, Any]) -> None:
+    _job0(config)["schedule"] = "every 5 minutes"
+
+
+BROKEN: list[Broken] = [
+    # Programs (resources declared differently from the kit's program).
+    Broken(
+        "job without OIDC",
+        "scheduler-job-oidc-auth",
+        lambda d: mutate(d, JOB, "httpTarget.oidcToken", DELETE),
+    ),
+    Broken(
+        "job with an OAuth token",
+        "scheduler-job-oidc-auth",
+        lambda d: mutate(
+            mutate(d, JOB, "httpTarget.oidcToken", DELETE),
+            JOB,
+            "httpTarget.oauthToken",
+            {"serviceAccountEmail": "x@y.iam.gserviceaccount.com"},
+        ),
+    ),
+    Broken(
+        "job OIDC as the compute default account",
+        "scheduler-job-oidc-auth",
+        lambda d: mutate(d, JOB, "httpTarget.oidcToken.serviceAccountEmail", COMPUTE_SA),
+    ),
+    Broken(
+        "job without audience",
+        "scheduler-job-oidc-audience",
+        lambda d: mutate(d, JOB, "httpTarget.oidcToken.audience", DELETE),
+    ),
+    Broken(
+        "groc schedule in the program",
+        "scheduler-job-unix-cron-schedule",
+        lambda d: mutate(d, JOB, "schedule", "every 5 minutes"),
+    ),
+    Broken(
+        "attempt deadline of an hour",
+        "scheduler-job-attempt-deadline",
+        lambda d: mutate(d, JOB, "attemptDeadline", "3600s"),
+        also=frozenset({"dedup-lease-covers-deadline"}),
+    ),
+    Broken(
+        "public invoker on the service",
+        "iam-no-public-members",
+        lambda d: mutate(d, INVOKER, "member", "allUsers"),
+    ),
+    Broken(
+        "public function invoker (program)",
+        "iam-no-public-members",
+        program=_public_function_invoker,
+    ),
+    Broken(
+        "public binding with a not-yet-known list",
+        "iam-no-public-members",
+        program=_public_service_binding,
+    ),
+    Broken(
+        "project-level invoker role (program)",
+        "iam-no-project-level-invoker",
+        program=_project_member("roles/run.invoker"),
+    ),
+    Broken(
+        "primitive role (program)",
+        "iam-no-primitive-roles",
+        program=_project_member("roles/editor"),
+    ),
+    Broken(
+        "project-level serviceAccountUser (program)",
+        "iam-no-project-level-service-account-impersonation",
+        program=_project_member("roles/iam.serviceAccountUser"),
+    ),
+    Broken("no TTL field", "dedup-ttl-policy", lambda d: drop(d, FIELD)),
+    Broken(
+        "TTL field without index exemption",
+        "dedup-ttl-policy",
+        lambda d: mutate(d, FIELD, "indexConfig", DELETE),
+    ),
+    Broken(
+        "TTL on another collection",
+        "dedup-ttl-policy",
+        lambda d: mutate(d, FIELD, "collection", "runs"),
+    ),
+    Broken(
+        "lease shorter than the deadline (program)",
+        "dedup-lease-covers-deadline",
+        lambda d: mutate(d, FUNCTION, f"{ENV}.DEDUP_LEASE_SECONDS", "60"),
+    ),
+    Broken(
+        "retention shorter than the retry window (program)",
+        "dedup-retention-exceeds-retry-window",
+        lambda d: mutate(d, FUNCTION, f"{ENV}.DEDUP_RETENTION_SECONDS", "3600"),
+    ),
+    Broken(
+        "default runtime service account",
+        "function-dedicated-runtime-service-account",
+        lambda d: mutate(d, FUNCTION, "serviceConfig.serviceAccountEmail", COMPUTE_SA),
+    ),
+    Broken(
+        "no runtime service account",
+        "function-dedicated-runtime-service-account",
+        lambda d: mutate(d, FUNCTION, "serviceConfig.serviceAccountEmail", DELETE),
+    ),
+    Broken(
+        "App Engine default build account",
+        "function-dedicated-build-service-account",
+        lambda d: mutate(
+            d, FUNCTION, "buildConfig.serviceAccount", f"projects/p/serviceAccounts/{APPSPOT_SA}"
+        ),
+    ),
+    Broken(
+        "ALLOW_ALL ingress",
+        "function-ingress-not-public",
+        lambda d: mutate(d, FUNCTION, "serviceConfig.ingressSettings", "ALLOW_ALL"),
+    ),
+    Broken(
+        "bucket without public access prevention",
+        "storage-bucket-public-access-prevention",
+        lambda d: mutate(d, BUCKET, "publicAccessPrevention", "inherited"),
+    ),
+    Broken(
+        "bucket with object ACLs",
+        "storage-bucket-uniform-access",
+        lambda d: mutate(d, BUCKET, "uniformBucketLevelAccess", False),
+    ),
+    Broken(
+        "job without dedup headers",
+        "dedup-job-headers",
+        lambda d: mutate(d, JOB, "httpTarget.headers", {"Content-Type": "application/json"}),
+    ),
+    Broken(
+        "job sends another location",
+        "dedup-job-headers",
+        lambda d: mutate(d, JOB, "httpTarget.headers.X-Dedup-Location", "us-central1"),
+    ),
+    # Stack configurations that config validation rejects before declaring anything.
+    Broken("groc schedule in the stack config", None, config=_groc_config),
+    Broken(
+        "lease shorter than the deadline (config)",
+        None,
+        config=_set("scheduler-dedup:leaseSeconds", 60),
+    ),
+    Broken(
+        "retention shorter than the retry window (config)",
+        None,
+        config=_set("scheduler-dedup:retentionSeconds", 400),
+    ),
+]
+
+
+def test_the_table_is_large_enough() -> None:
+    assert len(BROKEN) >= 10
+    assert len({b.name for b in BROKEN}) == len(BROKEN)
+
+
+@pytest.mark.parametrize("broken", BROKEN, ids=lambda b: b.name)
+def test_broken_stack_is_caught(
+    broken: Broken,
+    dev_declared: list[DeclaredResource],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stack_file = tmp_path / "Pulumi.broken.yaml"
+    document = yaml.safe_load(DEV.read_text(encoding="utf-8"))
+    if broken.config is not None:
+        broken.config(document)
+    stack_file.write_text(yaml.safe_dump(document), encoding="utf-8")
+    if broken.mutation is not None:
+        mutation = broken.mutation
+        monkeypatch.setattr(offline_check, "declare", lambda _path: mutation(list(dev_declared)))
+    elif broken.program is not None:
+        monkeypatch.setattr(offline_check, "declare", extra_resource_program(broken.program))
+
+    code, output = run_main("--stack-file", str(stack_file))
+
+    assert code != 0, output
+    if broken.policy is None:
+        assert code == offline_check.EXIT_ERROR
+        assert "invalid stack config" in output
+        return
+    assert code == offline_check.EXIT_VIOLATIONS
+    report = offline_check.check_stack_file(stack_file)
+    fired = {v.policy for v in mandatory(report.violations)}
+    assert fired == {broken.policy, *broken.also}, output
+    assert f"[mandatory] {broken.policy}: " in output
+
+
+# --- enforcement levels and errors --------------------------------------------------------
+
+
+def test_advisory_violation_is_printed_but_does_not_fail(
+    dev_declared: list[DeclaredResource], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unconditioned = [
+        dataclasses.replace(
+            d,
+            props=patch(d.props, "condition", DELETE),
+            outputs=patch(d.outputs, "condition", DELETE),
+        )
+        if d.name.endswith("runtime-datastore-user")
+        else d
+        for d in dev_declared
+    ]
+    monkeypatch.setattr(offline_check, "declare", lambda _path: unconditioned)
+    code, output = run_main("--stack-file", str(DEV))
+    assert code == 0, output
+    assert "[advisory] iam-datastore-user-single-database: " in output
+
+
+def test_example_policy_config_downgrades_and_disables(
+    dev_declared: list[DeclaredResource], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bucket that only inherits public access prevention, and an unconditioned grant.
+    broken = mutate(dev_declared, BUCKET, "publicAccessPrevention", "inherited")
+    broken = [
+        dataclasses.replace(d, props=patch(d.props, "condition", DELETE))
+        if d.name.endswith("runtime-datastore-user")
+        else d
+        for d in broken
+    ]
+    monkeypatch.setattr(offline_check, "declare", lambda _path: broken)
+    code, output = run_main("--stack-file", str(DEV))
+    assert code == 1
+    config = ROOT / "policies" / "policy-config.example.json"
+    code, output = run_main("--stack-file", str(DEV), "--policy-config", str(config))
+    assert code == 0, output
+    assert "[advisory] storage-bucket-public-access-prevention: " in output
+    assert "iam-datastore-user-single-database" not in output
+
+
+def test_unknowns_from_a_preview_do_not_fail_the_check(
+    dev_declared: list[DeclaredResource],
+) -> None:
+    preview = mutate(dev_declared, JOB, "httpTarget.uri", U)
+    preview = mutate(
+        preview, JOB, "httpTarget.oidcToken", {"serviceAccountEmail": U, "audience": U}
+    )
+    preview = mutate(preview, FUNCTION, "serviceConfig.serviceAccountEmail", U)
+    preview = mutate(preview, FIELD, "database", U)
+    assert offline_check.check_declared(preview) == []
+
+
+def test_missing_stack_file_is_an_error(tmp_path: Path) -> None:
+    code, output = run_main("--stack-file", str(tmp_path / "Pulumi.nope.yaml"))
+    assert code == offline_check.EXIT_ERROR
+    assert "ERROR" in output
+
+
+def test_bad_policy_config_is_an_error(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text('{"no-such-policy": "advisory"}', encoding="utf-8")
+    code, output = run_main("--stack-file", str(DEV), "--policy-config", str(config))
+    assert code == offline_check.EXIT_ERROR
+    assert "unknown policy 'no-such-policy'" in output
+
+
+def test_levels_are_only_the_known_ones() -> None:
+    assert {e.value for e in Enforcement} == {"mandatory", "advisory", "disabled"}
