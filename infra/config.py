@@ -466,9 +466,9 @@ def _read_dedup(r: _Reader, setting: Any, region: str | None) -> DedupSettings |
         maximum=STORE_TIMEOUT_MAX_SECONDS,
     )
     cache_size = r.integer(kit_key("cacheSize"), setting("cacheSize"), minimum=0)
-    if len(r.problems) > start:
+    if len(r.problems) > start or location is None:  # no location: gcp:region is reported
         return None
-    assert database is not None and collection is not None and location is not None
+    assert database is not None and collection is not None
     assert delete_protection is not None and pitr is not None
     assert lease is not None and retention is not None and default_logic is not None
     assert store_timeout is not None and cache_size is not None

@@ -32,6 +32,7 @@ import contextvars
 import hashlib
 import json
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,7 @@ from infra.program import DEFAULT_BUILD_DIR, DEFAULT_SOURCE_DIR, REPO_ROOT, main
 STACK_TYPE: Final = "pulumi:pulumi:Stack"
 STACK_FILE_DIR: Final = REPO_ROOT
 MOCK_PROJECT_NUMBER: Final = "123456789012"
+_GCP_ALIAS_WARNING: Final = r"gcp\.storage\.getTransferProjectServieAccount"
 
 
 @dataclass(frozen=True)
@@ -362,7 +364,10 @@ def run_offline(
 
     # A fresh context: set_mocks, the root stack and the config stay inside it.
     context = contextvars.copy_context()
-    outputs = context.run(body)
+    with warnings.catch_warnings():
+        # pulumi_gcp warns about its own misspelt alias module when the SDK loads it.
+        warnings.filterwarnings("ignore", message=_GCP_ALIAS_WARNING, category=DeprecationWarning)
+        outputs = context.run(body)
     return OfflineRun(stack=stack, resources=tree_order(records), outputs=outputs)
 
 

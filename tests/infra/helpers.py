@@ -1,0 +1,76 @@
+"""Shared helpers for the infra tests: one offline run per stack file, and lookups."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from infra.config import StackConfig
+from infra.offline import DeclaredResource, OfflineRun
+
+FUNCTION = "gcp:cloudfunctionsv2/function:Function"
+JOB = "gcp:cloudscheduler/job:Job"
+DATABASE = "gcp:firestore/database:Database"
+FIELD = "gcp:firestore/field:Field"
+BUCKET = "gcp:storage/bucket:Bucket"
+OBJECT = "gcp:storage/bucketObject:BucketObject"
+ACCOUNT = "gcp:serviceaccount/account:Account"
+SERVICE = "gcp:projects/service:Service"
+PROJECT_IAM = "gcp:projects/iAMMember:IAMMember"
+RUN_IAM = "gcp:cloudrunv2/serviceIamMember:ServiceIamMember"
+REPOSITORY = "gcp:artifactregistry/repository:Repository"
+REPOSITORY_IAM = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
+DEDUP_COMPONENT = "scheduler-dedup:index:DedupService"
+JOB_COMPONENT = "scheduler-dedup:index:ScheduledJob"
+
+
+@dataclass(frozen=True)
+class StackUnderTest:
+    """A stack file, its validated config and what the program declared for it."""
+
+    name: str
+    raw: Mapping[str, Any]
+    config: StackConfig
+    run: OfflineRun
+
+    def one(self, type_token: str) -> DeclaredResource:
+        return self.run.one(type_token)
+
+    def all(self, type_token: str) -> list[DeclaredResource]:
+        return self.run.of_type(type_token)
+
+    @property
+    def function(self) -> DeclaredResource:
+        return self.one(FUNCTION)
+
+    @property
+    def service_uri(self) -> str:
+        return str(self.function.outputs["serviceConfig"]["uri"])
+
+    @property
+    def service_name(self) -> str:
+        return str(self.function.outputs["serviceConfig"]["service"])
+
+    def account_email(self, role: str) -> str:
+        wanted = f"{self.config.name_prefix}-{role}"
+        for account in self.all(ACCOUNT):
+            if account.props["accountId"] == wanted:
+                return str(account.outputs["email"])
+        raise LookupError(f"no {role} service account")
+
+    def iam_grants(self) -> list[DeclaredResource]:
+        return [r for r in self.run.resources if r.custom and "role" in r.props]
+
+
+def walk_strings(value: Any) -> Iterator[str]:
+    """Every string anywhere in a nested props structure (keys and values)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield str(key)
+            yield from walk_strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from walk_strings(item)

@@ -1,0 +1,361 @@
+"""Stack config validation: one clear error naming the key and the fix, before any
+resource is declared."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.config import (
+    DEFAULTS,
+    KIT_KEYS,
+    ConfigError,
+    load_config,
+)
+from infra.offline import DeclaredResource, engine_config, run_offline
+from infra.program import REPO_ROOT
+
+Config = dict[str, Any]
+
+
+def base_config() -> Config:
+    """A small valid stack: the defaults plus project, region and one job."""
+    return {
+        "gcp:project": "acme-scheduler-test",
+        "gcp:region": "europe-west1",
+        "scheduler-dedup:jobs": [
+            {
+                "name": "nightly",
+                "schedule": "0 3 * * *",
+                "timeZone": "Europe/Berlin",
+                "attemptDeadlineSeconds": 300,
+                "retry": {"retryCount": 2, "minBackoffSeconds": 10, "maxBackoffSeconds": 60},
+            }
+        ],
+    }
+
+
+def set_job(field: str, value: Any, index: int = 0) -> Callable[[Config], None]:
+    def change(cfg: Config) -> None:
+        cfg["scheduler-dedup:jobs"][index][field] = value
+
+    return change
+
+
+def set_retry(field: str, value: Any) -> Callable[[Config], None]:
+    def change(cfg: Config) -> None:
+        cfg["scheduler-dedup:jobs"][0]["retry"][field] = value
+
+    return change
+
+
+def set_key(key: str, value: Any) -> Callable[[Config], None]:
+    def change(cfg: Config) -> None:
+        cfg[key] = value
+
+    return change
+
+
+def drop_key(key: str) -> Callable[[Config], None]:
+    def change(cfg: Config) -> None:
+        del cfg[key]
+
+    return change
+
+
+def duplicate_job(cfg: Config) -> None:
+    jobs = cfg["scheduler-dedup:jobs"]
+    jobs.append({**copy.deepcopy(jobs[0]), "schedule": "0 4 * * *"})
+
+
+def several(*changes: Callable[[Config], None]) -> Callable[[Config], None]:
+    def change(cfg: Config) -> None:
+        for c in changes:
+            c(cfg)
+
+    return change
+
+
+JOB0 = "scheduler-dedup:jobs[0]"
+# (id, change to the valid base config, key the error must name)
+INVALID: list[tuple[str, Callable[[Config], None], str]] = [
+    ("six-field-cron", set_job("schedule", "0 0 3 * * *"), f"{JOB0}.schedule"),
+    ("groc-schedule", set_job("schedule", "every 5 minutes"), f"{JOB0}.schedule"),
+    ("cron-field-out-of-range", set_job("schedule", "61 * * * *"), f"{JOB0}.schedule"),
+    ("bad-time-zone", set_job("timeZone", "Mars/Olympus_Mons"), f"{JOB0}.timeZone"),
+    ("deadline-too-short", set_job("attemptDeadlineSeconds", 14), f"{JOB0}.attemptDeadlineSeconds"),
+    (
+        "deadline-too-long",
+        set_job("attemptDeadlineSeconds", 1801),
+        f"{JOB0}.attemptDeadlineSeconds",
+    ),
+    (
+        "deadline-beyond-function-timeout",
+        several(
+            set_key("scheduler-dedup:functionTimeoutSeconds", 120),
+            set_job("attemptDeadlineSeconds", 300),
+        ),
+        f"{JOB0}.attemptDeadlineSeconds",
+    ),
+    ("retry-count-six", set_retry("retryCount", 6), f"{JOB0}.retry.retryCount"),
+    ("retry-count-negative", set_retry("retryCount", -1), f"{JOB0}.retry.retryCount"),
+    (
+        "min-backoff-above-max",
+        set_retry("minBackoffSeconds", 120),
+        f"{JOB0}.retry.minBackoffSeconds",
+    ),
+    ("negative-doublings", set_retry("maxDoublings", -2), f"{JOB0}.retry.maxDoublings"),
+    ("unknown-retry-key", set_retry("retries", 3), f"{JOB0}.retry.retries"),
+    (
+        "lease-shorter-than-function-timeout",
+        set_key("scheduler-dedup:leaseSeconds", 500),
+        "scheduler-dedup:leaseSeconds",
+    ),
+    (
+        "lease-shorter-than-deadline",
+        several(
+            set_key("scheduler-dedup:leaseSeconds", 600),
+            set_key("scheduler-dedup:functionTimeoutSeconds", 600),
+            set_key("scheduler-dedup:retentionSeconds", 86400),
+            set_job("attemptDeadlineSeconds", 600),
+            set_key("scheduler-dedup:leaseSeconds", 590),
+        ),
+        "scheduler-dedup:leaseSeconds",
+    ),
+    (
+        "retention-inside-retry-window",
+        set_key("scheduler-dedup:retentionSeconds", 900),
+        "scheduler-dedup:retentionSeconds",
+    ),
+    (
+        "retention-not-longer-than-lease",
+        several(
+            set_key("scheduler-dedup:retentionSeconds", 600),
+            set_job("retry", {"retryCount": 0}),
+            set_job("attemptDeadlineSeconds", 60),
+        ),
+        "scheduler-dedup:retentionSeconds",
+    ),
+    ("duplicate-job-names", duplicate_job, "scheduler-dedup:jobs[1].name"),
+    ("bad-job-name", set_job("name", "nightly export!"), f"{JOB0}.name"),
+    ("missing-job-name", set_job("name", None), f"{JOB0}.name"),
+    ("unknown-job-key", set_job("attemptDeadline", 300), f"{JOB0}.attemptDeadline"),
+    ("bad-job-logic", set_job("jobLogic", "jobs.example"), f"{JOB0}.jobLogic"),
+    (
+        "bad-default-job-logic",
+        set_key("scheduler-dedup:defaultJobLogic", "jobs/example.py:run"),
+        "scheduler-dedup:defaultJobLogic",
+    ),
+    ("no-jobs", set_key("scheduler-dedup:jobs", []), "scheduler-dedup:jobs"),
+    ("jobs-missing", drop_key("scheduler-dedup:jobs"), "scheduler-dedup:jobs"),
+    ("missing-project", drop_key("gcp:project"), "gcp:project"),
+    ("missing-region", drop_key("gcp:region"), "gcp:region"),
+    ("project-name-not-id", set_key("gcp:project", "Acme Scheduler"), "gcp:project"),
+    ("zone-not-region", set_key("gcp:region", "europe-west1-b"), "gcp:region"),
+    (
+        "bad-missing-schedule-time",
+        set_key("scheduler-dedup:missingScheduleTime", "skip"),
+        "scheduler-dedup:missingScheduleTime",
+    ),
+    (
+        "memory-without-unit",
+        set_key("scheduler-dedup:functionMemory", "512MB"),
+        "scheduler-dedup:functionMemory",
+    ),
+    (
+        "memory-too-large",
+        set_key("scheduler-dedup:functionMemory", "64Gi"),
+        "scheduler-dedup:functionMemory",
+    ),
+    (
+        "negative-min-instances",
+        set_key("scheduler-dedup:minInstances", -1),
+        "scheduler-dedup:minInstances",
+    ),
+    (
+        "min-above-max-instances",
+        several(
+            set_key("scheduler-dedup:minInstances", 5), set_key("scheduler-dedup:maxInstances", 2)
+        ),
+        "scheduler-dedup:minInstances",
+    ),
+    (
+        "zero-max-instances",
+        set_key("scheduler-dedup:maxInstances", 0),
+        "scheduler-dedup:maxInstances",
+    ),
+    (
+        "timeout-beyond-limit",
+        set_key("scheduler-dedup:functionTimeoutSeconds", 7200),
+        "scheduler-dedup:functionTimeoutSeconds",
+    ),
+    (
+        "lease-not-a-number",
+        set_key("scheduler-dedup:leaseSeconds", "ten minutes"),
+        "scheduler-dedup:leaseSeconds",
+    ),
+    (
+        "delete-protection-not-boolean",
+        set_key("scheduler-dedup:deleteProtection", "yes"),
+        "scheduler-dedup:deleteProtection",
+    ),
+    (
+        "bad-database-name",
+        set_key("scheduler-dedup:databaseName", "Dedup_DB"),
+        "scheduler-dedup:databaseName",
+    ),
+    (
+        "reserved-collection",
+        set_key("scheduler-dedup:collection", "__runs__"),
+        "scheduler-dedup:collection",
+    ),
+    (
+        "unknown-kit-key",
+        set_key("scheduler-dedup:leaseSecond", 600),
+        "scheduler-dedup:leaseSecond",
+    ),
+    (
+        "bad-name-prefix",
+        set_key("scheduler-dedup:namePrefix", "Scheduler_Dedup"),
+        "scheduler-dedup:namePrefix",
+    ),
+]
+
+
+def invalid_config(change: Callable[[Config], None]) -> Config:
+    cfg = base_config()
+    change(cfg)
+    return cfg
+
+
+def test_base_config_is_valid() -> None:
+    cfg = load_config(base_config())
+    assert cfg.project == "acme-scheduler-test"
+    assert len(cfg.jobs) == 1
+
+
+def test_table_has_at_least_twelve_cases() -> None:
+    assert len(INVALID) >= 12
+    assert len({case[0] for case in INVALID}) == len(INVALID)
+
+
+@pytest.mark.parametrize(("change", "key"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_config_is_rejected_with_the_key(
+    change: Callable[[Config], None], key: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(invalid_config(change))
+    error = caught.value
+    assert key in error.keys
+    assert key in str(error)
+    assert "Fix:" in str(error)
+
+
+@pytest.mark.parametrize(("change", "key"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_config_declares_no_resource(
+    change: Callable[[Config], None], key: str, tmp_path: Path
+) -> None:
+    """The whole program under mocks, as `pulumi up` runs it: it stops before any resource."""
+    declared: list[DeclaredResource] = []
+    with pytest.raises(ConfigError) as caught:
+        run_offline(invalid_config(change), stack="test", build_dir=tmp_path, sink=declared)
+    assert key in str(caught.value)
+    assert declared == []
+    assert not list(tmp_path.iterdir()), "not even the source zip is written"
+
+
+def test_all_problems_are_reported_at_once() -> None:
+    cfg = base_config()
+    del cfg["gcp:region"]
+    cfg["scheduler-dedup:jobs"][0]["schedule"] = "every day 03:00"
+    cfg["scheduler-dedup:jobs"][0]["retry"]["retryCount"] = 9
+    with pytest.raises(ConfigError) as caught:
+        load_config(cfg)
+    assert set(caught.value.keys) == {
+        "gcp:region",
+        f"{JOB0}.schedule",
+        f"{JOB0}.retry.retryCount",
+    }
+    assert "3 problems" in str(caught.value)
+
+
+def test_unknown_key_suggests_the_right_one() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'leaseSeconds'"):
+        load_config({**base_config(), "scheduler-dedup:leaseSecond": 600})
+
+
+def test_defaults_apply() -> None:
+    cfg = load_config(base_config())
+    assert cfg.name_prefix == DEFAULTS["namePrefix"]
+    assert cfg.dedup.database_name == "scheduler-dedup"
+    assert cfg.dedup.collection == "scheduler_runs"
+    assert cfg.dedup.firestore_location == "europe-west1"
+    assert cfg.dedup.delete_protection is True
+    assert cfg.dedup.point_in_time_recovery is False
+    assert cfg.dedup.lease_seconds == 600
+    assert cfg.dedup.retention_seconds == 604800
+    assert cfg.dedup.missing_schedule_time == "reject"
+    assert cfg.function.timeout_seconds == 540
+    assert cfg.function.memory == "512Mi"
+    assert (cfg.function.min_instances, cfg.function.max_instances) == (0, 10)
+    job = load_config(
+        {**base_config(), "scheduler-dedup:jobs": [{"name": "j", "schedule": "*/5 * * * *"}]}
+    ).jobs[0]
+    assert job.time_zone == "Etc/UTC"
+    assert job.attempt_deadline_seconds == 180
+    assert job.retry.retry_count == 0
+    assert (job.retry.min_backoff_seconds, job.retry.max_backoff_seconds) == (5, 3600)
+    assert job.retry.max_doublings == 5
+    assert job.job_logic == "jobs.example:run"
+    assert job.body_json is None
+
+
+def test_engine_strings_read_like_native_values() -> None:
+    """The Pulumi engine hands a program strings ("600", "true", JSON): same result."""
+    raw = {
+        **base_config(),
+        "scheduler-dedup:leaseSeconds": 900,
+        "scheduler-dedup:deleteProtection": False,
+        "scheduler-dedup:functionMemory": "1Gi",
+    }
+    raw["scheduler-dedup:jobs"][0]["body"] = {"b": [1, 2], "a": "x"}
+    strings = engine_config(raw)
+    assert strings["scheduler-dedup:leaseSeconds"] == "900"
+    assert strings["scheduler-dedup:deleteProtection"] == "false"
+    assert isinstance(strings["scheduler-dedup:jobs"], str)
+    assert load_config(strings) == load_config(raw)
+    assert load_config(raw).jobs[0].body_json == '{"a":"x","b":[1,2]}'
+
+
+def test_pulumi_yaml_declares_the_same_defaults() -> None:
+    project = yaml.safe_load((REPO_ROOT / "Pulumi.yaml").read_text())
+    assert project["name"] == "scheduler-dedup"
+    assert project["main"] == "infra/"
+    assert project["runtime"] == {
+        "name": "python",
+        "options": {"toolchain": "pip", "virtualenv": ".venv"},
+    }
+    schema = project["config"]
+    assert set(schema) == set(DEFAULTS)
+    assert set(schema) <= KIT_KEYS
+    types = {bool: "boolean", int: "integer", str: "string"}
+    for key, default in DEFAULTS.items():
+        assert schema[key]["default"] == default, key
+        assert schema[key]["type"] == types[type(default)], key
+        assert schema[key]["description"], key
+
+
+def test_job_logic_routes_and_prod_like_settings() -> None:
+    raw = base_config()
+    raw["scheduler-dedup:jobs"].append(
+        {"name": "hourly", "schedule": "0 * * * *", "jobLogic": "jobs.other:main"}
+    )
+    raw["scheduler-dedup:maxRequestConcurrency"] = 4
+    cfg = load_config(raw)
+    assert cfg.job_routes() == {"hourly": "jobs.other:main", "nightly": "jobs.example:run"}
+    assert cfg.function.available_cpu == "1"

@@ -1,0 +1,114 @@
+"""The offline runner: repeated runs in one process stay isolated, and the records are
+what a policy pack sees (camelCase inputs, URNs, parents)."""
+
+from __future__ import annotations
+
+import contextvars
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+
+from infra.offline import (
+    DeclaredResource,
+    declare_stack,
+    engine_config,
+    load_stack_config,
+    region_code,
+    run_offline,
+    stack_names,
+)
+from tests.infra.helpers import FUNCTION, JOB, StackUnderTest
+
+
+def test_stack_files_are_found() -> None:
+    assert {"dev", "prod"} <= set(stack_names())
+
+
+def test_records_carry_urn_parent_and_camel_case_props(stack: StackUnderTest) -> None:
+    fn = stack.one(FUNCTION)
+    assert fn.urn.startswith(f"urn:pulumi:{stack.name}::scheduler-dedup::")
+    assert fn.urn.endswith("::dedup-function")
+    assert fn.parent is not None and fn.parent.endswith("::dedup")
+    assert "serviceConfig" in fn.props and "service_config" not in fn.props
+    assert "ingressSettings" in fn.props["serviceConfig"]
+    assert all(r.urn.startswith(f"urn:pulumi:{stack.name}::") for r in stack.run.resources)
+
+
+def test_runs_do_not_leak_into_each_other(tmp_path: Path) -> None:
+    dev = declare_stack(load_stack_config("dev"), stack="dev", build_dir=tmp_path)
+    prod = declare_stack(load_stack_config("prod"), stack="prod", build_dir=tmp_path)
+    dev_again = declare_stack(load_stack_config("dev"), stack="dev", build_dir=tmp_path)
+    assert dev == dev_again
+    assert {r.urn for r in dev}.isdisjoint({r.urn for r in prod})
+    assert [r.props["name"] for r in dev if r.type == JOB] == [
+        "heartbeat",
+        "hourly-sync",
+        "nightly-report",
+    ]
+
+
+def test_callers_pulumi_settings_are_left_alone(tmp_path: Path) -> None:
+    """Code that set its own mocks (e.g. a @pulumi.runtime.test) keeps them."""
+
+    class CallerMocks(pulumi.runtime.Mocks):
+        def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+            return f"{args.name}-id", dict(args.inputs)
+
+        def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
+            return {}, []
+
+    def check() -> None:
+        pulumi.runtime.set_mocks(CallerMocks(), project="caller", stack="callerstack")
+        pulumi.runtime.set_all_config({"caller:key": "value"})
+        monitor = pulumi.runtime.settings.SETTINGS.monitor
+        run_offline(load_stack_config("dev"), stack="dev", build_dir=tmp_path)
+        assert (pulumi.get_project(), pulumi.get_stack()) == ("caller", "callerstack")
+        assert pulumi.runtime.settings.SETTINGS.monitor is monitor
+        assert pulumi.Config("caller").get("key") == "value"
+        assert pulumi.Config("scheduler-dedup").get("leaseSeconds") is None
+
+    contextvars.copy_context().run(check)
+
+
+def test_program_errors_propagate(tmp_path: Path) -> None:
+    def broken() -> dict[str, Any]:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run_offline(load_stack_config("dev"), build_dir=tmp_path, program=broken)
+    # ...and the next run is unaffected.
+    assert declare_stack(load_stack_config("dev"), build_dir=tmp_path)
+
+
+def test_sink_sees_resources_as_they_register(tmp_path: Path) -> None:
+    sink: list[DeclaredResource] = []
+    run = run_offline(load_stack_config("dev"), build_dir=tmp_path, sink=sink)
+    assert sorted(r.urn for r in sink) == sorted(r.urn for r in run.resources)
+
+
+def test_stack_file_values(tmp_path: Path) -> None:
+    path = tmp_path / "Pulumi.wrapped.yaml"
+    path.write_text("config:\n  gcp:project:\n    value: acme-x\n  gcp:region: us-east1\n")
+    assert load_stack_config(path) == {"gcp:project": "acme-x", "gcp:region": "us-east1"}
+    secret = tmp_path / "Pulumi.secret.yaml"
+    secret.write_text("config:\n  gcp:project:\n    secure: AAABAC==\n")
+    with pytest.raises(ValueError, match="secret"):
+        load_stack_config(secret)
+    with pytest.raises(FileNotFoundError, match="stacks: "):
+        load_stack_config("no-such-stack")
+
+
+def test_engine_config_strings() -> None:
+    assert engine_config({"a:b": True, "a:c": 3, "a:d": "x", "a:e": [{"k": 1}]}) == {
+        "a:b": "true",
+        "a:c": "3",
+        "a:d": "x",
+        "a:e": '[{"k": 1}]',
+    }
+
+
+def test_region_codes() -> None:
+    assert region_code("europe-west1") == "ew"
+    assert region_code("us-central1") == "uc"

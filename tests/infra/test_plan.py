@@ -1,0 +1,50 @@
+"""`python -m infra.plan <stack>`: one row per resource, and clear config errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infra.plan import main, render
+from tests.infra.helpers import StackUnderTest
+
+
+def test_plan_prints_a_row_per_resource(stack: StackUnderTest) -> None:
+    text = render(stack.run)
+    lines = text.splitlines()
+    for resource in stack.run.resources:
+        assert any(resource.type in line and resource.name in line for line in lines)
+    assert "ALLOW_INTERNAL_ONLY" in text
+    assert "roles/run.invoker" in text
+    assert "functionUrl" in text
+    for job in stack.config.jobs:
+        assert f"'{job.schedule}'" in text
+
+
+def test_plan_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dev"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Offline plan for stack 'dev'")
+    assert "gcp:cloudscheduler/job:Job" in out
+
+
+def test_plan_reports_config_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text(
+        "config:\n"
+        "  gcp:project: acme-bad\n"
+        "  gcp:region: europe-west1\n"
+        "  scheduler-dedup:jobs:\n"
+        "    - name: broken\n"
+        "      schedule: every 5 minutes\n"
+    )
+    assert main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "scheduler-dedup:jobs[0].schedule" in err
+    assert "Traceback" not in err
+
+
+def test_plan_unknown_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["nope"]) == 2
+    assert "no stack file" in capsys.readouterr().err

@@ -1,0 +1,138 @@
+"""The function's source zip: deterministic, content-hashed, and a code change (only a
+code change) renames the object, which redeploys the function."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from infra.offline import load_stack_config, run_offline
+from infra.program import DEFAULT_SOURCE_DIR
+from infra.source import ZIP_EPOCH, build_source_archive, source_files, write_source_archive
+from tests.infra.helpers import FUNCTION, OBJECT
+
+
+@pytest.fixture
+def source_copy(tmp_path: Path) -> Path:
+    """A private copy of function/ (the real one may change while tests run)."""
+    copy = tmp_path / "function"
+    shutil.copytree(DEFAULT_SOURCE_DIR, copy)
+    return copy
+
+
+def make_tree(root: Path) -> Path:
+    (root / "pkg").mkdir(parents=True)
+    (root / "main.py").write_text("def handle_scheduled_job(request):\n    return 'ok'\n")
+    (root / "requirements.txt").write_text("functions-framework==3.10.2\n")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "mod.py").write_text("X = 1\n")
+    return root
+
+
+def test_archive_is_deterministic_and_sorted(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "src")
+    first = build_source_archive(root)
+    second = build_source_archive(root)
+    assert first == second
+    with zipfile.ZipFile(io.BytesIO(first.data)) as zf:
+        names = zf.namelist()
+        assert (
+            names
+            == sorted(names)
+            == ["main.py", "pkg/__init__.py", "pkg/mod.py", "requirements.txt"]
+        )
+        for info in zf.infolist():
+            assert info.date_time == ZIP_EPOCH
+            assert (info.external_attr >> 16) & 0o777 == 0o644
+        assert zf.read("pkg/mod.py") == b"X = 1\n"
+
+
+def test_caches_and_hidden_files_are_skipped(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "src")
+    before = build_source_archive(root)
+    (root / "pkg" / "__pycache__").mkdir()
+    (root / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"\x00compiled")
+    (root / "stray.pyc").write_bytes(b"\x00")
+    (root / ".pytest_cache").mkdir()
+    (root / ".pytest_cache" / "README.md").write_text("cache")
+    (root / ".env").write_text("SECRET=1")
+    after = build_source_archive(root)
+    assert after.sha256 == before.sha256
+    assert [name for name, _ in source_files(root)] == [
+        "main.py",
+        "pkg/__init__.py",
+        "pkg/mod.py",
+        "requirements.txt",
+    ]
+
+
+def test_timestamps_do_not_change_the_hash(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "src")
+    before = build_source_archive(root).sha256
+    os.utime(root / "main.py", (1_000_000_000, 1_000_000_000))
+    assert build_source_archive(root).sha256 == before
+
+
+@pytest.mark.parametrize("edit", ["change", "add", "remove", "rename"])
+def test_any_code_change_changes_the_hash(tmp_path: Path, edit: str) -> None:
+    root = make_tree(tmp_path / "src")
+    before = build_source_archive(root)
+    if edit == "change":
+        (root / "pkg" / "mod.py").write_text("X = 2\n")
+    elif edit == "add":
+        (root / "pkg" / "new.py").write_text("")
+    elif edit == "remove":
+        (root / "pkg" / "mod.py").unlink()
+    else:
+        (root / "pkg" / "mod.py").rename(root / "pkg" / "mod2.py")
+    after = build_source_archive(root)
+    assert after.sha256 != before.sha256
+    assert after.object_name != before.object_name
+
+
+def test_written_archive_is_content_addressed(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "src")
+    archive, path = write_source_archive(root, tmp_path / "build")
+    assert path.name == f"{archive.sha256}.zip"
+    assert path.read_bytes() == archive.data
+    again, same_path = write_source_archive(root, tmp_path / "build")
+    assert (again, same_path) == (archive, path)
+    assert archive.object_name == f"function-source/{archive.sha256}.zip"
+
+
+def test_missing_source_dir_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        build_source_archive(tmp_path / "nope")
+
+
+def _object_name(source_dir: Path, build_dir: Path) -> tuple[str, str]:
+    run = run_offline(
+        load_stack_config("dev"), stack="dev", source_dir=source_dir, build_dir=build_dir
+    )
+    obj = run.one(OBJECT).props["name"]
+    deployed = run.one(FUNCTION).props["buildConfig"]["source"]["storageSource"]["object"]
+    return obj, deployed
+
+
+def test_code_change_renames_the_source_object(source_copy: Path, tmp_path: Path) -> None:
+    build_dir = tmp_path / "build"
+    name, deployed = _object_name(source_copy, build_dir)
+    assert deployed == name
+
+    # Unchanged tree: same object name, so `pulumi up` leaves the function alone.
+    assert _object_name(source_copy, build_dir) == (name, deployed)
+    twin = tmp_path / "twin"
+    shutil.copytree(source_copy, twin)
+    assert _object_name(twin, build_dir)[0] == name
+
+    # A change under function/ renames the object, which the function deploys from.
+    target = source_copy / "main.py"
+    target.write_text(target.read_text() + "\n# changed\n")
+    changed, changed_deployed = _object_name(source_copy, build_dir)
+    assert changed != name
+    assert changed_deployed == changed

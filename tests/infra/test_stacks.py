@@ -1,0 +1,361 @@
+"""The dev and prod stack files, run under Pulumi's mocks: every resource the spec
+(section 3) requires exists with the property values it requires."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections import Counter
+
+from infra.dedup_service import REQUIRED_APIS
+from infra.program import DEFAULT_SOURCE_DIR
+from infra.source import build_source_archive
+from tests.infra.helpers import (
+    ACCOUNT,
+    BUCKET,
+    DATABASE,
+    DEDUP_COMPONENT,
+    FIELD,
+    FUNCTION,
+    JOB,
+    JOB_COMPONENT,
+    OBJECT,
+    PROJECT_IAM,
+    REPOSITORY,
+    REPOSITORY_IAM,
+    RUN_IAM,
+    SERVICE,
+    StackUnderTest,
+    walk_strings,
+)
+
+DEFAULT_ACCOUNTS = re.compile(
+    r"(-compute@developer\.gserviceaccount\.com|@appspot\.gserviceaccount\.com|"
+    r"@cloudbuild\.gserviceaccount\.com)$"
+)
+
+
+def test_every_resource_is_declared(stack: StackUnderTest) -> None:
+    counts = Counter(r.type for r in stack.run.resources)
+    assert counts == {
+        DEDUP_COMPONENT: 1,
+        SERVICE: len(REQUIRED_APIS),
+        ACCOUNT: 3,
+        DATABASE: 1,
+        FIELD: 1,
+        BUCKET: 1,
+        OBJECT: 1,
+        REPOSITORY: 1,
+        REPOSITORY_IAM: 1,
+        PROJECT_IAM: 3,
+        FUNCTION: 1,
+        RUN_IAM: 1,
+        JOB_COMPONENT: len(stack.config.jobs),
+        JOB: len(stack.config.jobs),
+    }
+
+
+def test_children_are_parented_to_their_component(stack: StackUnderTest) -> None:
+    components = {r.urn: r.type for r in stack.run.resources if not r.custom}
+    for resource in stack.run.resources:
+        if not resource.custom:
+            assert resource.parent is not None and resource.parent.endswith(
+                f"::scheduler-dedup-{stack.name}"
+            ), "components hang off the stack"
+            continue
+        assert resource.parent in components, f"{resource.name} has no component parent"
+        expected = JOB_COMPONENT if resource.type == JOB else DEDUP_COMPONENT
+        assert components[resource.parent] == expected
+
+
+def test_apis_enabled_and_kept_on_destroy(stack: StackUnderTest) -> None:
+    services = stack.all(SERVICE)
+    assert {s.props["service"] for s in services} == set(REQUIRED_APIS)
+    for needed in (
+        "cloudfunctions.googleapis.com",
+        "run.googleapis.com",
+        "cloudbuild.googleapis.com",
+        "artifactregistry.googleapis.com",
+        "cloudscheduler.googleapis.com",
+        "firestore.googleapis.com",
+        "storage.googleapis.com",
+        "iam.googleapis.com",
+    ):
+        assert needed in REQUIRED_APIS
+    for service in services:
+        assert service.props["disableOnDestroy"] is False
+        assert service.props["project"] == stack.config.project
+
+
+def test_resources_wait_for_their_apis(stack: StackUnderTest) -> None:
+    api_urns = {s.props["service"]: s.urn for s in stack.all(SERVICE)}
+    needs = {
+        FUNCTION: (
+            "cloudfunctions.googleapis.com",
+            "run.googleapis.com",
+            "cloudbuild.googleapis.com",
+        ),
+        DATABASE: ("firestore.googleapis.com",),
+        BUCKET: ("storage.googleapis.com",),
+        REPOSITORY: ("artifactregistry.googleapis.com",),
+        ACCOUNT: ("iam.googleapis.com",),
+        JOB: ("cloudscheduler.googleapis.com",),
+    }
+    for type_token, apis in needs.items():
+        for resource in stack.all(type_token):
+            for api in apis:
+                assert api_urns[api] in resource.dependencies, f"{resource.name} -> {api}"
+
+
+def test_named_firestore_database(stack: StackUnderTest) -> None:
+    d = stack.config.dedup
+    db = stack.one(DATABASE)
+    assert db.props["name"] == d.database_name != "(default)"
+    assert db.props["type"] == "FIRESTORE_NATIVE"
+    assert db.props["locationId"] == d.firestore_location
+    assert db.props["deleteProtectionState"] == (
+        "DELETE_PROTECTION_ENABLED" if d.delete_protection else "DELETE_PROTECTION_DISABLED"
+    )
+    assert db.props["pointInTimeRecoveryEnablement"] == (
+        "POINT_IN_TIME_RECOVERY_ENABLED"
+        if d.point_in_time_recovery
+        else "POINT_IN_TIME_RECOVERY_DISABLED"
+    )
+    assert db.protect is d.delete_protection
+
+
+def test_stack_files_differ_where_it_matters(stack_runs: dict[str, StackUnderTest]) -> None:
+    dev, prod = stack_runs["dev"].config, stack_runs["prod"].config
+    assert not dev.dedup.delete_protection and prod.dedup.delete_protection
+    assert prod.dedup.point_in_time_recovery
+    assert dev.function.max_instances < prod.function.max_instances
+    assert prod.function.min_instances >= 1
+    assert {j.schedule for j in dev.jobs}.isdisjoint({j.schedule for j in prod.jobs})
+    assert len({j.retry for j in dev.jobs}) == len(dev.jobs) == 3  # each its own retry config
+    assert dev.project != prod.project
+
+
+def test_ttl_field_with_index_exemption(stack: StackUnderTest) -> None:
+    field = stack.one(FIELD)
+    assert field.props["field"] == "expire_at"
+    assert field.props["collection"] == stack.config.dedup.collection
+    assert field.props["database"] == stack.config.dedup.database_name
+    assert field.props["ttlConfig"] == {}
+    assert field.props["indexConfig"] == {}
+
+
+def test_private_source_bucket_and_content_hashed_object(stack: StackUnderTest) -> None:
+    bucket = stack.one(BUCKET)
+    assert bucket.props["uniformBucketLevelAccess"] is True
+    assert bucket.props["publicAccessPrevention"] == "enforced"
+    assert bucket.props["location"] == stack.config.region
+    obj = stack.one(OBJECT)
+    expected = build_source_archive(DEFAULT_SOURCE_DIR).object_name
+    assert obj.props["name"] == expected
+    assert re.fullmatch(r"function-source/[0-9a-f]{64}\.zip", obj.props["name"])
+    assert obj.props["bucket"] == bucket.props["name"]
+    assert obj.props["source"]["__asset"] == "file"
+    storage = stack.function.props["buildConfig"]["source"]["storageSource"]
+    assert storage == {"bucket": bucket.props["name"], "object": obj.props["name"]}
+
+
+def test_function_settings(stack: StackUnderTest) -> None:
+    cfg = stack.config
+    props = stack.function.props
+    assert props["name"] == cfg.name_prefix
+    assert props["location"] == cfg.region
+    build = props["buildConfig"]
+    assert build["runtime"] == "python312"
+    assert build["entryPoint"] == "handle_scheduled_job"
+    service = props["serviceConfig"]
+    assert service["ingressSettings"] == "ALLOW_INTERNAL_ONLY"
+    assert service["timeoutSeconds"] == cfg.function.timeout_seconds
+    assert service["availableMemory"] == cfg.function.memory
+    assert service["minInstanceCount"] == cfg.function.min_instances
+    assert service["maxInstanceCount"] == cfg.function.max_instances
+    assert service["maxInstanceRequestConcurrency"] == cfg.function.max_request_concurrency
+    if cfg.function.max_request_concurrency > 1:
+        assert service["availableCpu"] == "1"
+
+
+def test_dedicated_runtime_and_build_accounts(stack: StackUnderTest) -> None:
+    props = stack.function.props
+    runtime = stack.account_email("runtime")
+    build = stack.account_email("build")
+    assert props["serviceConfig"]["serviceAccountEmail"] == runtime
+    assert props["buildConfig"]["serviceAccount"] == (
+        f"projects/{stack.config.project}/serviceAccounts/{build}"
+    )
+    assert runtime != build
+    for email in (runtime, build, stack.account_email("invoker")):
+        assert not DEFAULT_ACCOUNTS.search(email), f"{email} is a default account"
+        assert email.endswith(f"@{stack.config.project}.iam.gserviceaccount.com")
+
+
+def test_function_environment(stack: StackUnderTest) -> None:
+    cfg = stack.config
+    env = stack.function.props["serviceConfig"]["environmentVariables"]
+    assert env == {
+        "DEDUP_PROJECT": cfg.project,
+        "DEDUP_LOCATION": cfg.region,
+        "DEDUP_DATABASE": cfg.dedup.database_name,
+        "DEDUP_COLLECTION": cfg.dedup.collection,
+        "DEDUP_LEASE_SECONDS": str(cfg.dedup.lease_seconds),
+        "DEDUP_RETENTION_SECONDS": str(cfg.dedup.retention_seconds),
+        "DEDUP_MISSING_SCHEDULE_TIME": cfg.dedup.missing_schedule_time,
+        "DEDUP_JOB": cfg.dedup.default_job_logic,
+        "DEDUP_JOB_ROUTES": env["DEDUP_JOB_ROUTES"],
+        "DEDUP_STORE_TIMEOUT_SECONDS": str(cfg.dedup.store_timeout_seconds),
+        "DEDUP_CACHE_SIZE": str(cfg.dedup.cache_size),
+    }
+    routes = json.loads(env["DEDUP_JOB_ROUTES"])
+    raw_jobs = stack.raw["scheduler-dedup:jobs"]
+    assert routes == {
+        job["name"]: job.get("jobLogic", cfg.dedup.default_job_logic) for job in raw_jobs
+    }
+
+
+def test_invoker_on_the_service_not_the_project(stack: StackUnderTest) -> None:
+    invoker = f"serviceAccount:{stack.account_email('invoker')}"
+    binding = stack.one(RUN_IAM)
+    assert binding.props["role"] == "roles/run.invoker"
+    assert binding.props["member"] == invoker
+    assert binding.props["name"] == stack.service_name
+    assert binding.props["name"].endswith(f"/services/{stack.config.name_prefix}")
+    assert binding.props["location"] == stack.config.region
+    invoker_grants = [g for g in stack.iam_grants() if g.props["role"] == "roles/run.invoker"]
+    assert invoker_grants == [binding]
+    assert all(g.props["member"] != invoker for g in stack.iam_grants() if g is not binding)
+
+
+def test_datastore_role_is_conditioned_to_the_database(stack: StackUnderTest) -> None:
+    grants = [g for g in stack.all(PROJECT_IAM) if g.props["role"] == "roles/datastore.user"]
+    assert len(grants) == 1
+    grant = grants[0]
+    assert grant.props["member"] == f"serviceAccount:{stack.account_email('runtime')}"
+    assert grant.props["condition"]["expression"] == (
+        f'resource.name == "projects/{stack.config.project}/databases/'
+        f'{stack.config.dedup.database_name}"'
+    )
+    assert grant.props["condition"]["title"]
+
+
+def test_build_account_has_only_the_minimal_build_roles(stack: StackUnderTest) -> None:
+    member = f"serviceAccount:{stack.account_email('build')}"
+    grants = {g.props["role"]: g for g in stack.iam_grants() if g.props["member"] == member}
+    assert set(grants) == {
+        "roles/logging.logWriter",
+        "roles/artifactregistry.writer",
+        "roles/storage.objectViewer",
+    }
+    registry = grants["roles/artifactregistry.writer"]
+    assert registry.type == REPOSITORY_IAM, "image push is granted on the repository only"
+    assert registry.props["repository"] == stack.one(REPOSITORY).props["repositoryId"]
+    reader = grants["roles/storage.objectViewer"]
+    expression = reader.props["condition"]["expression"]
+    assert f"gcf-v2-sources-123456789012-{stack.config.region}" in expression
+    assert expression.count("resource.name") == 2
+    # The function builds into the repository the build account may write to.
+    repo_id = f"projects/{stack.config.project}/locations/{stack.config.region}/repositories/"
+    assert stack.function.props["buildConfig"]["dockerRepository"] == (
+        repo_id + stack.one(REPOSITORY).props["repositoryId"]
+    )
+
+
+def test_runtime_account_only_has_the_database_grant(stack: StackUnderTest) -> None:
+    member = f"serviceAccount:{stack.account_email('runtime')}"
+    roles = [g.props["role"] for g in stack.iam_grants() if g.props["member"] == member]
+    assert roles == ["roles/datastore.user"]
+
+
+def test_nothing_is_public_or_primitive(stack: StackUnderTest) -> None:
+    for resource in stack.run.resources:
+        for text in walk_strings(resource.props):
+            assert "allUsers" not in text, resource.name
+            assert "allAuthenticatedUsers" not in text, resource.name
+    for grant in stack.iam_grants():
+        assert grant.props["role"] not in ("roles/owner", "roles/editor", "roles/viewer")
+        assert grant.props["member"].startswith("serviceAccount:")
+
+
+def test_scheduler_jobs(stack: StackUnderTest) -> None:
+    cfg = stack.config
+    jobs = {j.props["name"]: j for j in stack.all(JOB)}
+    assert list(jobs) == sorted(j.name for j in cfg.jobs)
+    invoker = stack.account_email("invoker")
+    raw_jobs = {j["name"]: j for j in stack.raw["scheduler-dedup:jobs"]}
+    for job in cfg.jobs:
+        props = jobs[job.name].props
+        raw = raw_jobs[job.name]
+        assert props["schedule"] == raw["schedule"]
+        assert props["timeZone"] == raw.get("timeZone", "Etc/UTC")
+        assert props["region"] == cfg.region
+        assert props["project"] == cfg.project
+        assert props["attemptDeadline"] == f"{raw['attemptDeadlineSeconds']}s"
+        retry = props["retryConfig"]
+        assert retry["retryCount"] == job.retry.retry_count == raw["retry"].get("retryCount", 0)
+        assert retry["minBackoffDuration"] == f"{job.retry.min_backoff_seconds:g}s"
+        assert retry["maxBackoffDuration"] == f"{job.retry.max_backoff_seconds:g}s"
+        assert retry["maxRetryDuration"] == f"{job.retry.max_retry_duration_seconds:g}s"
+        assert retry["maxDoublings"] == job.retry.max_doublings
+        target = props["httpTarget"]
+        assert target["httpMethod"] == "POST"
+        assert target["uri"] == stack.service_uri
+        assert target["oidcToken"] == {
+            "serviceAccountEmail": invoker,
+            "audience": stack.service_uri,
+        }
+        assert target["headers"] == {
+            "X-Dedup-Project": cfg.project,
+            "X-Dedup-Location": cfg.region,
+            "Content-Type": "application/json",
+        }
+        assert json.loads(base64.b64decode(target["body"])) == raw["body"]
+
+
+def test_audience_is_the_run_app_service_uri(stack: StackUnderTest) -> None:
+    assert re.fullmatch(
+        rf"https://{stack.config.name_prefix}-[a-z0-9]+-[a-z]+\.a\.run\.app", stack.service_uri
+    )
+    for job in stack.all(JOB):
+        assert job.props["httpTarget"]["oidcToken"]["audience"] == stack.service_uri
+
+
+def test_jobs_wait_for_the_invoker_binding(stack: StackUnderTest) -> None:
+    binding = stack.one(RUN_IAM)
+    for job in stack.all(JOB):
+        assert binding.urn in job.dependencies
+
+
+def test_function_waits_for_its_grants(stack: StackUnderTest) -> None:
+    deps = set(stack.function.dependencies)
+    for grant in stack.iam_grants():
+        if grant.type != RUN_IAM:
+            assert grant.urn in deps, grant.name
+
+
+def test_stack_outputs(stack: StackUnderTest) -> None:
+    cfg = stack.config
+    assert stack.run.outputs == {
+        "functionUrl": stack.service_uri,
+        "functionName": cfg.name_prefix,
+        "runtimeServiceAccount": stack.account_email("runtime"),
+        "buildServiceAccount": stack.account_email("build"),
+        "invokerServiceAccount": stack.account_email("invoker"),
+        "databaseName": cfg.dedup.database_name,
+        "collection": cfg.dedup.collection,
+        "sourceObject": stack.one(OBJECT).props["name"],
+        "jobNames": [j.name for j in cfg.jobs],
+    }
+
+
+def test_dedup_invariants_hold_in_the_stack_files(stack: StackUnderTest) -> None:
+    env = stack.function.props["serviceConfig"]["environmentVariables"]
+    lease = int(env["DEDUP_LEASE_SECONDS"])
+    retention = int(env["DEDUP_RETENTION_SECONDS"])
+    timeout = stack.function.props["serviceConfig"]["timeoutSeconds"]
+    assert lease >= timeout
+    for job in stack.config.jobs:
+        assert lease >= job.attempt_deadline_seconds <= timeout
+        assert retention > job.retry_window_seconds
