@@ -66,7 +66,8 @@ def oidc_authentication(resource_type: str, props: Mapping[str, Any]) -> list[st
     if target is MISSING or is_unknown(target):
         return []
     problems: list[str] = []
-    if get(target, "oauthToken") is not MISSING:
+    oauth = get(target, "oauthToken")
+    if oauth is not MISSING and not is_unknown(oauth):  # an unknown block may resolve to null
         problems.append(
             "httpTarget uses an oauthToken (meant for *.googleapis.com targets): remove it and "
             "authenticate with httpTarget.oidcToken of a dedicated service account"

@@ -103,6 +103,13 @@ RESOURCE_CASES: dict[str, list[Case]] = {
         one("oidc-token-unknown", JOB, patch(job_props(), "httpTarget.oidcToken", U), False),
         one("http-target-unknown", JOB, patch(job_props(), "httpTarget", U), False),
         one("pubsub-job", JOB, patch(job_props(), "httpTarget", DELETE), False),
+        one("oauth-block-unknown", JOB, patch(job_props(), "httpTarget.oauthToken", U), False),
+        one(
+            "oauth-email-unknown",
+            JOB,
+            patch(job_props(), "httpTarget.oauthToken", {"serviceAccountEmail": U}),
+            True,
+        ),
         one("no-token", JOB, patch(job_props(), "httpTarget.oidcToken", DELETE), True),
         one(
             "oauth-token",
