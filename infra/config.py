@@ -637,8 +637,12 @@ def _read_job(r: _Reader, key: str, entry: Any, default_logic: str | None) -> Jo
         )
     paused = r.boolean(f"{key}.paused", entry.get("paused", False))
     description = entry.get("description")
-    if description is not None and not isinstance(description, str):
-        r.fail(f"{key}.description", f"{description!r} is not a string", "give a short text")
+    if description is not None and (not isinstance(description, str) or len(description) > 500):
+        r.fail(
+            f"{key}.description",
+            "is not a text of at most 500 characters",
+            "give a short text (Cloud Scheduler allows 500 characters)",
+        )
 
     if len(r.problems) > start or job_logic is None:
         return None

@@ -78,7 +78,9 @@ class ScheduledJob(pulumi.ComponentResource):
             project=args.project,
             region=args.region,
             name=job.name,
-            description=job.description or f"{job.name}: runs {job.job_logic} once per schedule",
+            description=(job.description or f"{job.name}: runs {job.job_logic} once per schedule")[
+                :500
+            ],
             schedule=job.schedule,
             time_zone=job.time_zone,
             paused=job.paused,

@@ -146,6 +146,9 @@ INVALID: list[tuple[str, Callable[[Config], None], str]] = [
     ("missing-job-name", set_job("name", None), f"{JOB0}.name"),
     ("unknown-job-key", set_job("attemptDeadline", 300), f"{JOB0}.attemptDeadline"),
     ("bad-job-logic", set_job("jobLogic", "jobs.example"), f"{JOB0}.jobLogic"),
+    ("description-too-long", set_job("description", "x" * 501), f"{JOB0}.description"),
+    ("body-not-json", set_job("body", {"at": float("nan")}), f"{JOB0}.body"),
+    ("paused-not-boolean", set_job("paused", "sometimes"), f"{JOB0}.paused"),
     (
         "bad-default-job-logic",
         set_key("scheduler-dedup:defaultJobLogic", "jobs/example.py:run"),
