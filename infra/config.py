@@ -444,7 +444,7 @@ def _read_dedup(r: _Reader, setting: Any, region: str | None) -> DedupSettings |
     delete_protection = r.boolean(kit_key("deleteProtection"), setting("deleteProtection"))
     pitr = r.boolean(kit_key("pointInTimeRecovery"), setting("pointInTimeRecovery"))
     lease = r.integer(kit_key("leaseSeconds"), setting("leaseSeconds"), minimum=1)
-    retention = r.integer(kit_key("retentionSeconds"), setting("retentionSeconds"), minimum=1)
+    retention = r.integer(kit_key("retentionSeconds"), setting("retentionSeconds"), minimum=60)
     missing = setting("missingScheduleTime")
     if missing not in MISSING_SCHEDULE_TIME_MODES:
         r.fail(
