@@ -1,4 +1,8 @@
-"""Wiring: settings -> Firestore client -> store -> protocol -> HTTP handler."""
+"""Wiring: settings -> Firestore client -> store -> protocol -> HTTP handler.
+
+Two handlers share it: the scheduled-job function (job logic from DEDUP_JOB) and the
+idempotent proxy (job logic = start a downstream execution, from DEDUP_PROXY_*).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,22 @@ from dedup.firestore_store import FirestoreRunStore
 from dedup.http import DedupHandler, emit_log_line
 from dedup.jobs import JobRegistry
 from dedup.protocol import Deduplicator
+from dedup.proxy import ProxySettings, authorized_sessions, proxy_jobs
 from dedup.settings import Settings
+from dedup.targets import DownstreamClient, SessionFactory
+
+
+def build_deduplicator(settings: Settings, client: firestore.Client | None = None) -> Deduplicator:
+    """The protocol over the configured Firestore collection, with this instance's cache."""
+    client = client or firestore.Client(project=settings.project, database=settings.database)
+    store = FirestoreRunStore(client, settings.collection, settings.store_timeout_seconds)
+    cache = CompletedRunCache(settings.cache_size, ttl_seconds=settings.retention_seconds)
+    return Deduplicator(
+        store,
+        lease_seconds=settings.lease_seconds,
+        retention_seconds=settings.retention_seconds,
+        cache=cache,
+    )
 
 
 def build_handler(
@@ -21,18 +40,30 @@ def build_handler(
     emit: Callable[[Mapping[str, Any]], None] = emit_log_line,
 ) -> DedupHandler:
     """Everything one instance needs; client and log sink may be injected (tests)."""
-    client = client or firestore.Client(project=settings.project, database=settings.database)
-    store = FirestoreRunStore(client, settings.collection, settings.store_timeout_seconds)
-    cache = CompletedRunCache(settings.cache_size, ttl_seconds=settings.retention_seconds)
-    deduplicator = Deduplicator(
-        store,
-        lease_seconds=settings.lease_seconds,
-        retention_seconds=settings.retention_seconds,
-        cache=cache,
-    )
     jobs = JobRegistry(settings.default_job, settings.job_routes)
-    return DedupHandler(settings, deduplicator, jobs, emit)
+    return DedupHandler(settings, build_deduplicator(settings, client), jobs, emit)
 
 
 def build_handler_from_env(environ: Mapping[str, str] | None = None) -> DedupHandler:
     return build_handler(Settings.from_env(environ))
+
+
+def build_proxy_handler(
+    settings: Settings,
+    proxy: ProxySettings,
+    client: firestore.Client | None = None,
+    emit: Callable[[Mapping[str, Any]], None] = emit_log_line,
+    sessions: SessionFactory | None = None,
+) -> DedupHandler:
+    """The proxy: same protocol and handler; sessions (authorized HTTP) may be injected."""
+    downstream = DownstreamClient(
+        sessions or authorized_sessions(),
+        timeout_seconds=proxy.timeout_seconds,
+        api_base=proxy.api_base,
+    )
+    jobs = proxy_jobs(proxy, downstream, emit)
+    return DedupHandler(settings, build_deduplicator(settings, client), jobs, emit)
+
+
+def build_proxy_handler_from_env(environ: Mapping[str, str] | None = None) -> DedupHandler:
+    return build_proxy_handler(Settings.from_env(environ), ProxySettings.from_env(environ))

@@ -24,13 +24,18 @@ def load_job(spec: str, setting: str) -> Job:
     return job  # type: ignore[no-any-return]
 
 
-class JobRegistry:
-    """The job logic for each job ID: a per-job route, else the default."""
+def _resolve(spec: str | Job, setting: str) -> Job:
+    return load_job(spec, setting) if isinstance(spec, str) else spec
 
-    def __init__(self, default: str, routes: Mapping[str, str]) -> None:
-        self._default = load_job(default, "DEDUP_JOB")
+
+class JobRegistry:
+    """The job logic for each job ID: a per-job route, else the default. Each is a
+    `module:function` spec, imported here, or a callable (the proxy builds its own)."""
+
+    def __init__(self, default: str | Job, routes: Mapping[str, str | Job]) -> None:
+        self._default = _resolve(default, "DEDUP_JOB")
         self._routes = {
-            job_id: load_job(spec, f"DEDUP_JOB_ROUTES[{job_id!r}]")
+            job_id: _resolve(spec, f"DEDUP_JOB_ROUTES[{job_id!r}]")
             for job_id, spec in routes.items()
         }
 

@@ -1,0 +1,275 @@
+"""Idempotent proxy for Google Cloud API targets (SPEC section 4).
+
+A Scheduler job calls the proxy instead of `*.googleapis.com`. The proxy applies the same
+claim protocol as any job (protocol.py); its job logic starts one downstream execution
+with the run's dedup key (`run_id`) as the idempotency token and returns the execution's
+name, which the record keeps and replays to duplicates. A retryable downstream failure
+raises (claim released, 500, Scheduler retries); any other failure is returned as the
+run's result (record kept as completed, 200, Scheduler stops) and logged as an ERROR.
+
+Settings (read once at start-up):
+- DEDUP_PROXY_TARGET: workflow | run_job | build_trigger, with DEDUP_PROXY_RESOURCE:
+  projects/P/locations/L/{workflows/W | jobs/J | triggers/T}: the default target.
+- DEDUP_PROXY_TOKEN_NAME: optional; where the token goes (argument key / env var /
+  substitution); defaults dedup_token / DEDUP_TOKEN / _DEDUP_TOKEN.
+- DEDUP_PROXY_ROUTES: optional JSON {"job-id": {"target": ..., "resource": ...,
+  "tokenName": ..., "container": ...}}: per-job targets.
+- DEDUP_PROXY_TIMEOUT_SECONDS (default 30): bound on one start request.
+- DEDUP_PROXY_API_BASE: optional base URL replacing every googleapis.com host (tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+from google.auth import exceptions as auth_exceptions
+
+from dedup.jobs import JobRegistry
+from dedup.keys import format_instant
+from dedup.protocol import Job, RunContext
+from dedup.settings import SettingsError
+from dedup.targets import (
+    DownstreamClient,
+    DownstreamError,
+    SessionFactory,
+    StartInfo,
+    Target,
+    api_base_setting,
+    parse_target,
+)
+
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
+_ROUTE_KEYS = {"target", "resource", "tokenName", "container"}
+
+Emit = Callable[[Mapping[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    default: Target | None
+    routes: Mapping[str, Target] = field(default_factory=dict)
+    timeout_seconds: float = 30.0
+    api_base: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ProxySettings:
+        env = os.environ if environ is None else environ
+        kind = env.get("DEDUP_PROXY_TARGET", "")
+        resource = env.get("DEDUP_PROXY_RESOURCE", "")
+        token_name = env.get("DEDUP_PROXY_TOKEN_NAME") or None
+        default: Target | None = None
+        if kind or resource:
+            if not (kind and resource):
+                missing = "DEDUP_PROXY_RESOURCE" if kind else "DEDUP_PROXY_TARGET"
+                raise SettingsError(
+                    f"{missing} is not set: DEDUP_PROXY_TARGET and DEDUP_PROXY_RESOURCE go "
+                    "together (e.g. workflow + projects/P/locations/L/workflows/W)"
+                )
+            default = parse_target(kind, resource, token_name, None, "DEDUP_PROXY_TARGET")
+        elif token_name:
+            raise SettingsError("DEDUP_PROXY_TOKEN_NAME is set but DEDUP_PROXY_TARGET is not")
+        routes = _parse_routes(env.get("DEDUP_PROXY_ROUTES", "") or "{}")
+        if default is None and not routes:
+            raise SettingsError(
+                "the proxy has no target: set DEDUP_PROXY_TARGET (workflow | run_job | "
+                "build_trigger) and DEDUP_PROXY_RESOURCE, or DEDUP_PROXY_ROUTES"
+            )
+        raw_timeout = env.get("DEDUP_PROXY_TIMEOUT_SECONDS", "")
+        timeout = cls.timeout_seconds
+        if raw_timeout:
+            try:
+                timeout = float(raw_timeout)
+            except ValueError:
+                raise SettingsError(
+                    f"DEDUP_PROXY_TIMEOUT_SECONDS={raw_timeout!r} is not a number of seconds"
+                ) from None
+            if not 0.1 <= timeout <= 600:
+                raise SettingsError(
+                    f"DEDUP_PROXY_TIMEOUT_SECONDS={raw_timeout!r} must be between 0.1 and 600"
+                )
+        return cls(
+            default=default,
+            routes=routes,
+            timeout_seconds=timeout,
+            api_base=api_base_setting(env.get("DEDUP_PROXY_API_BASE"), "DEDUP_PROXY_API_BASE"),
+        )
+
+
+def _parse_routes(raw: str) -> dict[str, Target]:
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"DEDUP_PROXY_ROUTES is not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise SettingsError(
+            'DEDUP_PROXY_ROUTES must be a JSON object {"job-id": {"target": "workflow", '
+            '"resource": "projects/P/locations/L/workflows/W"}}'
+        )
+    routes: dict[str, Target] = {}
+    for job_id, spec in parsed.items():
+        setting = f"DEDUP_PROXY_ROUTES[{job_id!r}]"
+        if not _JOB_ID.fullmatch(job_id):
+            raise SettingsError(f"{setting}: {job_id!r} is not a Cloud Scheduler job ID")
+        if not isinstance(spec, dict):
+            raise SettingsError(f'{setting} must be an object {{"target": ..., "resource": ...}}')
+        unknown = sorted(set(spec) - _ROUTE_KEYS)
+        if unknown:
+            raise SettingsError(
+                f"{setting}: unknown key(s) {', '.join(unknown)}; allowed: "
+                f"{', '.join(sorted(_ROUTE_KEYS))}"
+            )
+        values = {key: spec.get(key) for key in _ROUTE_KEYS}
+        for key, value in values.items():
+            if value is not None and not isinstance(value, str):
+                raise SettingsError(f"{setting}: {key!r} must be a string")
+        if not values["target"] or not values["resource"]:
+            raise SettingsError(f"{setting} needs both 'target' and 'resource'")
+        routes[job_id] = parse_target(
+            str(values["target"]), str(values["resource"]),
+            values["tokenName"], values["container"], setting,
+        )
+    return routes
+
+
+def authorized_sessions() -> SessionFactory:
+    """Application Default Credentials (the function's own service account on Cloud Run),
+    one AuthorizedSession per thread sharing those credentials."""
+    from google.auth import default
+    from google.auth.transport.requests import AuthorizedSession
+
+    try:
+        credentials, _ = default(scopes=[CLOUD_PLATFORM_SCOPE])
+    except auth_exceptions.DefaultCredentialsError as exc:
+        raise SettingsError(
+            f"the proxy found no Application Default Credentials: {exc} (on Cloud Run the "
+            "runtime service account provides them; locally run `gcloud auth "
+            "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS)"
+        ) from exc
+    local = threading.local()
+
+    def session() -> requests.Session:
+        current = getattr(local, "session", None)
+        if current is None:
+            current = AuthorizedSession(credentials)  # type: ignore[no-untyped-call]
+            local.session = current
+        return current
+
+    return session
+
+
+class ProxyJob:
+    """Job logic: start the target's execution with the run's token; return its name."""
+
+    def __init__(self, target: Target, client: DownstreamClient, emit: Emit) -> None:
+        self.target = target
+        self._client = client
+        self._emit = emit
+
+    def __call__(self, context: RunContext) -> dict[str, Any]:
+        base: dict[str, Any] = {
+            "target": self.target.kind.value,
+            "resource": self.target.resource,
+            "token": context.run_id,
+        }
+        if context.claim_lost.is_set():
+            raise RuntimeError("claim lost before the start request: not starting anything")
+        info = StartInfo(
+            token=context.run_id,
+            job=context.job_name,
+            schedule_time=format_instant(context.schedule_time),
+            payload=context.body,
+        )
+        try:
+            started = self._client.start(self.target, info)
+        except DownstreamError as exc:
+            self._log(context, exc)
+            if exc.retryable:
+                raise
+            return {
+                **base,
+                "execution": None,
+                "error": {"status": exc.status, "reason": exc.reason, "retryable": False},
+            }
+        self._emit({
+            "severity": "INFO" if started.note is None else "WARNING",
+            "message": f"{context.job_name}: started {self.target.kind.value} execution "
+            f"{started.execution or '(name unknown)'}",
+            "component": "proxy",
+            "run_id": context.run_id,
+            "job": context.job_name,
+            "target": self.target.kind.value,
+            "resource": self.target.resource,
+            "execution": started.execution,
+            "operation": started.operation,
+            "detail": started.note,
+        })
+        result = {**base, "execution": started.execution}
+        if started.operation:
+            result["operation"] = started.operation
+        return result
+
+    def _log(self, context: RunContext, exc: DownstreamError) -> None:
+        if exc.retryable:
+            message = (
+                f"{context.job_name}: {self.target.kind.value} start failed, retryable "
+                f"(claim released, Scheduler retries): {exc.reason}"
+            )
+        else:
+            message = (
+                f"{context.job_name}: {self.target.kind.value} rejected the start request: "
+                f"{exc.reason}; run recorded as done with this error, Scheduler stops"
+            )
+        self._emit({
+            "severity": "WARNING" if exc.retryable else "ERROR",
+            "message": message,
+            "component": "proxy",
+            "run_id": context.run_id,
+            "job": context.job_name,
+            "target": self.target.kind.value,
+            "resource": self.target.resource,
+            "downstream_status": exc.status,
+            "retryable": exc.retryable,
+            "reason": exc.reason,
+        })
+
+
+class UnroutedJob:
+    """A job ID with no route and no default target: recorded as an error, not retried."""
+
+    def __init__(self, emit: Emit) -> None:
+        self._emit = emit
+
+    def __call__(self, context: RunContext) -> dict[str, Any]:
+        reason = (
+            f"no downstream target for job {context.job_name!r}: add it to "
+            "DEDUP_PROXY_ROUTES or set DEDUP_PROXY_TARGET and DEDUP_PROXY_RESOURCE"
+        )
+        self._emit({
+            "severity": "ERROR",
+            "message": f"{context.job_name}: {reason}",
+            "component": "proxy",
+            "run_id": context.run_id,
+            "job": context.job_name,
+            "reason": reason,
+        })
+        return {"token": context.run_id, "execution": None,
+                "error": {"status": None, "reason": reason, "retryable": False}}
+
+
+def proxy_jobs(settings: ProxySettings, client: DownstreamClient, emit: Emit) -> JobRegistry:
+    """The proxy's job logic per job ID, in the registry the HTTP handler already uses."""
+    default: Job = (
+        ProxyJob(settings.default, client, emit) if settings.default else UnroutedJob(emit)
+    )
+    routes: dict[str, Job] = {
+        job_id: ProxyJob(target, client, emit) for job_id, target in settings.routes.items()
+    }
+    return JobRegistry(default, routes)

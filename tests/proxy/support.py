@@ -1,0 +1,131 @@
+"""Helpers for the proxy tests: proxy settings, in-process proxies, ADC for served ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import requests
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from google.auth.credentials import AnonymousCredentials
+from google.auth.transport.requests import AuthorizedSession
+from google.cloud import firestore
+
+from dedup.app import build_proxy_handler
+from dedup.keys import RunKey, parse_schedule_time
+from dedup.proxy import ProxySettings
+from dedup.targets import SessionFactory, Target, TargetKind
+from tests.proxy.fake_apis import BUILD_TRIGGER, RUN_JOB, WORKFLOW
+from tests.support.deliveries import LOCATION, PROJECT, InProcessFunction, settings_for
+from tests.support.rpc_counter import RpcCounter
+
+RESOURCES = {
+    WORKFLOW: f"projects/{PROJECT}/locations/{LOCATION}/workflows/nightly-export",
+    RUN_JOB: f"projects/{PROJECT}/locations/{LOCATION}/jobs/export-job",
+    BUILD_TRIGGER: f"projects/{PROJECT}/locations/{LOCATION}/triggers/release-trigger",
+}
+# One Scheduler job per target kind, routed by DEDUP_PROXY_ROUTES.
+JOBS = {WORKFLOW: "export-workflow", RUN_JOB: "export-run-job", BUILD_TRIGGER: "export-build"}
+KINDS = (WORKFLOW, RUN_JOB, BUILD_TRIGGER)
+SCHEDULE = "2026-10-16T12:00:00Z"
+
+
+def target(kind: str) -> Target:
+    from dedup.targets import DEFAULT_TOKEN_NAME
+
+    target_kind = TargetKind(kind)
+    return Target(target_kind, RESOURCES[kind], DEFAULT_TOKEN_NAME[target_kind])
+
+
+def routes_json() -> str:
+    return json.dumps(
+        {JOBS[kind]: {"target": kind, "resource": RESOURCES[kind]} for kind in KINDS}
+    )
+
+
+def run_id(job: str, schedule_time: str = SCHEDULE) -> str:
+    return RunKey(PROJECT, LOCATION, job, parse_schedule_time(schedule_time)).run_id
+
+
+def anonymous_sessions() -> SessionFactory:
+    """Authorized sessions without credentials (no token fetch, no network)."""
+    local = threading.local()
+
+    def session() -> requests.Session:
+        current = getattr(local, "session", None)
+        if current is None:
+            current = AuthorizedSession(AnonymousCredentials())  # type: ignore[no-untyped-call]
+            local.session = current
+        return current
+
+    return session
+
+
+def in_process_proxy(
+    collection: str,
+    api_base: str,
+    *,
+    timeout_seconds: float = 5.0,
+    default: Target | None = None,
+    routes: Mapping[str, Target] | None = None,
+    **overrides: Any,
+) -> InProcessFunction:
+    settings = settings_for(collection, **overrides)
+    if routes is None and default is None:
+        routes = {JOBS[kind]: target(kind) for kind in KINDS}
+    proxy = ProxySettings(
+        default=default, routes=dict(routes or {}), timeout_seconds=timeout_seconds,
+        api_base=api_base,
+    )
+    client = firestore.Client(project=PROJECT)
+    counter = RpcCounter(client)
+    logs: list[Mapping[str, Any]] = []
+    handler = build_proxy_handler(
+        settings, proxy, client, logs.append, sessions=anonymous_sessions()
+    )
+    return InProcessFunction(handler, client, counter, logs)
+
+
+def service_account_file(directory: Path, token_uri: str) -> Path:
+    """A service-account key whose token endpoint is the fake: ADC works offline."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    path = directory / "proxy-sa.json"
+    path.write_text(json.dumps({
+        "type": "service_account",
+        "project_id": PROJECT,
+        "private_key_id": "fake-key-id",
+        "private_key": pem,
+        "client_email": f"scheduler-proxy@{PROJECT}.iam.gserviceaccount.com",
+        "client_id": "100000000000000000001",
+        "token_uri": token_uri,
+    }))
+    return path
+
+
+def proxy_env(
+    collection: str, api_base: str, credentials: Path, **extra: str
+) -> dict[str, str]:
+    """Environment of a served proxy (FunctionServer target proxy_scheduled_job)."""
+    return {
+        "DEDUP_PROJECT": PROJECT,
+        "DEDUP_LOCATION": LOCATION,
+        "DEDUP_COLLECTION": collection,
+        "DEDUP_STORE_TIMEOUT_SECONDS": "5",
+        "DEDUP_PROXY_ROUTES": routes_json(),
+        "DEDUP_PROXY_API_BASE": api_base,
+        "DEDUP_PROXY_TIMEOUT_SECONDS": "5",
+        "GOOGLE_APPLICATION_CREDENTIALS": str(credentials),
+        "FIRESTORE_EMULATOR_HOST": os.environ["FIRESTORE_EMULATOR_HOST"],
+        "GOOGLE_CLOUD_PROJECT": PROJECT,
+        **extra,
+    }

@@ -1,0 +1,175 @@
+"""The proxy in this process against the Firestore emulator and the fake Google APIs:
+exact requests, Firestore RPC counts, failure handling, concurrent instances."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from local_stack import free_port
+from tests.proxy.fake_apis import BUILD_TRIGGER, RUN_JOB, WORKFLOW, Behaviour, FakeGoogleApis
+from tests.proxy.support import JOBS, KINDS, RESOURCES, SCHEDULE, in_process_proxy, run_id
+from tests.support.deliveries import InProcessFunction, scheduler_headers
+
+pytestmark = pytest.mark.usefixtures("warm_emulator")
+
+
+@pytest.fixture
+def proxy(warm_emulator: object, collection_name: str, fake: FakeGoogleApis) -> InProcessFunction:
+    return in_process_proxy(collection_name, fake.url, timeout_seconds=1.0)
+
+
+def record(proxy: InProcessFunction, collection: str, job: str) -> dict[str, Any] | None:
+    snapshot: Any = proxy.client.collection(collection).document(run_id(job)).get()
+    return snapshot.to_dict() if snapshot.exists else None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_run_starts_one_execution_with_the_token_in_two_rpcs_and_replays_its_name(
+    kind: str, proxy: InProcessFunction, fake: FakeGoogleApis, collection_name: str
+) -> None:
+    job = JOBS[kind]
+    headers = scheduler_headers(job, SCHEDULE)
+    status, body = proxy.deliver(headers, b'{"report": "daily"}')
+    assert (status, body["outcome"]) == (200, "completed")
+    [start] = fake.received()
+    assert (start.kind, start.resource, start.token) == (kind, RESOURCES[kind], run_id(job))
+    assert body["result"]["execution"] == start.execution
+    assert body["result"]["token"] == run_id(job)
+    assert proxy.rpcs.counts == Counter({"commit": 2})  # create, then complete
+    stored = record(proxy, collection_name, job)
+    assert stored is not None and stored["status"] == "completed"
+    assert json.loads(stored["result_json"])["execution"] == start.execution
+
+    proxy.rpcs.reset()
+    status, again = proxy.deliver(headers)  # this instance remembers: no RPC
+    assert (status, again["outcome"], again["result"]) == (200, "duplicate", body["result"])
+    assert proxy.rpcs.total == 0
+    other = in_process_proxy(collection_name, fake.url)  # another instance: reads the record
+    status, replay = other.deliver(headers)
+    assert (status, replay["outcome"], replay["result"]) == (200, "duplicate", body["result"])
+    assert other.rpcs.counts == Counter({"commit": 1, "batch_get_documents": 1})
+    assert len(fake.received()) == 1
+
+
+def test_start_request_bodies_on_the_wire(proxy: InProcessFunction, fake: FakeGoogleApis) -> None:
+    for kind in KINDS:
+        proxy.deliver(scheduler_headers(JOBS[kind], SCHEDULE), b'{"report": "daily"}')
+    by_kind = {r.kind: r for r in fake.received()}
+    argument = json.loads(by_kind[WORKFLOW].body["argument"])
+    assert argument == {"dedup_token": run_id(JOBS[WORKFLOW]), "job": JOBS[WORKFLOW],
+                        "schedule_time": "2026-10-16T12:00:00.000000Z",
+                        "payload": {"report": "daily"}}
+    assert by_kind[RUN_JOB].body == {"overrides": {"containerOverrides": [{"env": [
+        {"name": "DEDUP_TOKEN", "value": run_id(JOBS[RUN_JOB])},
+        {"name": "DEDUP_SCHEDULE_TIME", "value": "2026-10-16T12:00:00.000000Z"}]}]}}
+    assert by_kind[BUILD_TRIGGER].body == {
+        "projectId": "dedup-kit-test", "triggerId": "release-trigger",
+        "source": {"substitutions": {"_DEDUP_TOKEN": run_id(JOBS[BUILD_TRIGGER])}}}
+    assert all(r.headers["content-type"] == "application/json" for r in fake.received())
+
+
+def test_concurrent_deliveries_to_several_instances_start_one_execution_per_api(
+    collection_name: str, fake: FakeGoogleApis
+) -> None:
+    instances = [in_process_proxy(collection_name, fake.url) for _ in range(4)]
+    fake.script(*[Behaviour(delay=0.3)] * 3)  # slow starts: duplicates arrive meanwhile
+    deliveries = [(instances[i % 4], JOBS[KINDS[i % 3]]) for i in range(48)]
+    with ThreadPoolExecutor(max_workers=24) as pool:
+        replies = list(pool.map(
+            lambda d: (d[1], *d[0].deliver(scheduler_headers(d[1], SCHEDULE))), deliveries))
+    assert {status for _, status, _ in replies} <= {200, 409}
+    for kind in KINDS:
+        [start] = fake.received(kind)
+        assert start.token == run_id(JOBS[kind])
+        names = {
+            b["result"]["execution"] for job, s, b in replies if job == JOBS[kind] and s == 200
+        }
+        assert names == {start.execution}
+
+
+RETRYABLE = [
+    pytest.param(Behaviour(status=503), 1, id="503"),
+    pytest.param(Behaviour(status=500), 1, id="500"),
+    pytest.param(Behaviour(status=429), 1, id="429"),
+    pytest.param(Behaviour(status=408), 1, id="408"),
+    pytest.param(Behaviour(status=409), 1, id="409-aborted"),
+    # The API started the execution but its answer never came back within the timeout.
+    pytest.param(Behaviour(delay=2.0), 2, id="timeout-after-start"),
+    pytest.param(Behaviour(drop=True, starts=True), 2, id="dropped-after-start"),
+    pytest.param(Behaviour(drop=True, starts=False), 1, id="dropped-before-start"),
+]
+
+
+@pytest.mark.parametrize(("failure", "executions"), RETRYABLE)
+def test_retryable_failure_releases_the_claim_and_the_retry_starts_once(
+    failure: Behaviour, executions: int,
+    proxy: InProcessFunction, fake: FakeGoogleApis, collection_name: str,
+) -> None:
+    job = JOBS[WORKFLOW]
+    headers = scheduler_headers(job, SCHEDULE)
+    fake.script(failure)
+    status, body = proxy.deliver(headers)
+    assert (status, body["outcome"]) == (500, "failed")
+    assert record(proxy, collection_name, job) is None  # released: the retry runs at once
+    [warning] = [e for e in proxy.logs if e.get("component") == "proxy"]
+    assert warning["severity"] == "WARNING" and warning["retryable"] is True
+    assert "Scheduler retries" in warning["message"]
+
+    status, body = proxy.deliver(headers)
+    assert (status, body["outcome"]) == (200, "completed")
+    requests_seen = fake.received()
+    assert len(requests_seen) == 2
+    assert {r.token for r in requests_seen} == {run_id(job)}  # the retry carries the token
+    successful = [r for r in requests_seen if r.answered and 200 <= r.answered < 300]
+    assert [r.execution for r in successful] == [body["result"]["execution"]]
+    # An execution whose answer was lost also started: same token, so the downstream
+    # helper (tests/proxy/test_idempotency.py, test_example.py) makes it a no-op.
+    assert len(fake.started()) == executions
+
+
+@pytest.mark.parametrize("status", [400, 403, 404, 409])
+def test_non_retryable_failure_keeps_the_record_so_scheduler_stops(
+    status: int, proxy: InProcessFunction, fake: FakeGoogleApis, collection_name: str
+) -> None:
+    job = JOBS[RUN_JOB]
+    headers = scheduler_headers(job, SCHEDULE)
+    # A 409 ALREADY_EXISTS is final, unlike 409 ABORTED (a concurrency conflict).
+    fake.script(Behaviour(status=status, google_status="ALREADY_EXISTS" if status == 409 else None))
+    reply_status, body = proxy.deliver(headers)
+    assert (reply_status, body["outcome"]) == (200, "completed")
+    error = body["result"]["error"]
+    assert error["status"] == status and error["retryable"] is False
+    assert error["reason"].startswith(f"HTTP {status}")
+    stored = record(proxy, collection_name, job)
+    assert stored is not None and stored["status"] == "completed"
+    assert json.loads(stored["result_json"])["error"] == error
+    [line] = [e for e in proxy.logs if e.get("component") == "proxy"]
+    assert line["severity"] == "ERROR" and line["downstream_status"] == status
+    assert "rejected the start request" in line["message"]
+
+    again = in_process_proxy(collection_name, fake.url).deliver(headers)
+    assert again == (200, {"outcome": "duplicate", "run_id": run_id(job), "result": body["result"]})
+    assert len(fake.received()) == 1
+
+
+def test_unreachable_api_is_retryable(collection_name: str) -> None:
+    proxy = in_process_proxy(collection_name, f"http://127.0.0.1:{free_port()}")
+    status, body = proxy.deliver(scheduler_headers(JOBS[BUILD_TRIGGER], SCHEDULE))
+    assert (status, body["outcome"]) == (500, "failed")
+    [line] = [e for e in proxy.logs if e.get("component") == "proxy"]
+    assert "cannot reach build_trigger API" in line["reason"]
+    assert record(proxy, collection_name, JOBS[BUILD_TRIGGER]) is None
+
+
+def test_a_job_without_a_route_is_recorded_as_an_error_and_nothing_starts(
+    proxy: InProcessFunction, fake: FakeGoogleApis
+) -> None:
+    status, body = proxy.deliver(scheduler_headers("unrouted-job", SCHEDULE))
+    assert (status, body["outcome"]) == (200, "completed")
+    assert "no downstream target for job 'unrouted-job'" in body["result"]["error"]["reason"]
+    assert fake.received() == []
