@@ -8,6 +8,7 @@ policy pack's and the emulator's processes too.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -50,9 +51,14 @@ def validate_cron(schedule: str) -> None:
         )
 
 
+@functools.cache
+def _iana_zones() -> frozenset[str]:
+    return frozenset(available_timezones())  # reads the zone database: do it once
+
+
 def validate_time_zone(time_zone: str) -> ZoneInfo:
     """Return the IANA zone, or raise naming the bad value."""
-    if time_zone not in available_timezones():
+    if time_zone not in _iana_zones():
         raise ScheduleError(
             f"time zone {time_zone!r} is not an IANA time zone name, e.g. 'Etc/UTC' "
             "or 'Europe/Berlin'"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
 from infra.scheduler_rules import (
@@ -47,18 +46,11 @@ def time_zone(resource_type: str, props: Mapping[str, Any]) -> list[str]:
         return []  # Scheduler's default, Etc/UTC
     if not isinstance(zone, str):
         return [f"timeZone {zone!r} is not an IANA time zone name: set e.g. 'Etc/UTC'"]
-    problem = _time_zone_problem(zone)
-    return [problem] if problem else []
-
-
-@lru_cache(maxsize=256)
-def _time_zone_problem(zone: str) -> str | None:
-    """validate_time_zone lists the zone database on every call: remember verdicts."""
     try:
         validate_time_zone(zone)
     except ScheduleError as exc:
-        return str(exc)
-    return None
+        return [str(exc)]
+    return []
 
 
 def oidc_authentication(resource_type: str, props: Mapping[str, Any]) -> list[str]:
