@@ -1,0 +1,12 @@
+"""The kit's Pulumi program (Pulumi.yaml: `main: infra/`).
+
+Importable pieces (this package imports nothing itself, so `infra.scheduler_rules` stays
+light for the policy pack and the Scheduler emulator):
+
+- `infra.config`: `load_config(mapping)` / `config_from_pulumi()` -> validated `StackConfig`
+- `infra.dedup_service`: `DedupService` component (function, identities, Firestore, IAM)
+- `infra.scheduled_job`: `ScheduledJob` component (one Cloud Scheduler job with OIDC)
+- `infra.program`: `build(cfg)` declares the whole stack; `main()` is what `pulumi up` runs
+- `infra.offline`: run the program under Pulumi's mocks (`run_offline`, `declare_stack`)
+- `infra.plan`: `python -m infra.plan <stack>`, the offline plan
+"""
