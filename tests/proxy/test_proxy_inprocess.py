@@ -125,8 +125,7 @@ def test_retryable_failure_releases_the_claim_and_the_retry_starts_once(
     requests_seen = fake.received()
     assert len(requests_seen) == 2
     assert {r.token for r in requests_seen} == {run_id(job)}  # the retry carries the token
-    successful = [r for r in requests_seen if r.answered and 200 <= r.answered < 300]
-    assert [r.execution for r in successful] == [body["result"]["execution"]]
+    assert body["result"]["execution"] == requests_seen[1].execution is not None
     # An execution whose answer was lost also started: same token, so the downstream
     # helper (tests/proxy/test_idempotency.py, test_example.py) makes it a no-op.
     assert len(fake.started()) == executions
