@@ -42,15 +42,16 @@ FAULT_NAMES = (LOST_ACK, SLOW, DUPLICATE, KILL, MANUAL, MANUAL_BARE, CONCURRENT)
 # Faults that only take effect if the target honours X-Emulator-Fault.
 TARGET_FAULTS = (SLOW, KILL)
 
-# The demo's default mix: every kind of duplicate-causing fault, often enough that a
-# short replay shows each of them a few times.
+# The demo's default mix: every kind of fault that can make a run execute twice, often
+# enough that a short replay shows each of them. (manual-bare is left out: without a
+# schedule time there is nothing to dedup on; the function rejects it with 400 by default,
+# and Scheduler then retries those 400s for the job's whole retry window.)
 DEFAULT_MIX: Mapping[str, float] = {
     LOST_ACK: 0.10,
     SLOW: 0.06,
     DUPLICATE: 0.10,
     KILL: 0.04,
     MANUAL: 0.06,
-    MANUAL_BARE: 0.03,
     CONCURRENT: 0.10,
 }
 
@@ -149,19 +150,3 @@ def fault_header(slow_seconds: float | None = None, kill: bool = False) -> str |
     if slow_seconds is not None:
         parts.append(f"{SLOW}={slow_seconds:.3f}")
     return ",".join(parts) or None
-
-
-def parse_fault_header(value: str | None) -> tuple[float | None, bool]:
-    """(slow seconds or None, kill?) from an X-Emulator-Fault value; lenient."""
-    slow: float | None = None
-    kill = False
-    for part in (value or "").split(","):
-        name, _, arg = part.strip().partition("=")
-        if name == KILL:
-            kill = True
-        elif name == SLOW:
-            try:
-                slow = max(float(arg), 0.0)
-            except ValueError:
-                slow = None
-    return slow, kill

@@ -173,6 +173,7 @@ def summary_json(s: RunSummary) -> dict[str, Any]:
                 "status": d.status,
                 "late_status": d.late_status,
                 "error": d.error,
+                "real_ms": round(d.real_seconds * 1000, 1),
                 "faults": list(d.faults),
             }
             for d in s.deliveries

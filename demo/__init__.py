@@ -1,0 +1,11 @@
+"""`make demo`: the kit's main job, run locally.
+
+Starts the real Firestore emulator, serves the kit's real function with
+functions-framework (several worker processes, like several Cloud Run instances), drives
+it with the local Cloud Scheduler emulator while injecting the faults that make Scheduler
+deliver a run twice, and reports, per scheduled run, the deliveries, the replies and how
+many times the job logic really executed (counted in a ledger file, independently of the
+dedup store). `python -m demo --help`.
+
+Kept import-light: the served function imports `demo.ledger_job` from this package.
+"""

@@ -1,0 +1,238 @@
+"""`python -m demo` (what `make demo` runs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from demo.run import DEFAULT_TICKS, DEFAULT_TIME_SCALE, DemoOptions, DemoOutcome, run_demo
+from infra.scheduler_rules import backoff_seconds
+from local_stack import LocalStackError
+from scheduler_emulator.cli import add_replay_arguments, fault_plan, progress_printer
+from scheduler_emulator.emulator import format_schedule_time
+from scheduler_emulator.faults import KILL, FaultSpecError
+from scheduler_emulator.report import (
+    DUPLICATED,
+    EXHAUSTED,
+    MISSING,
+    format_table,
+    summary_json,
+)
+from scheduler_emulator.stack import StackError
+
+
+def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
+    """The human report: setup, one line per run, totals, and the verdict line."""
+    o = outcome.options
+    t = outcome.totals
+    lines = [
+        f"stack {outcome.stack.source}: project {outcome.stack.project}, "
+        f"region {outcome.stack.region}, {len(outcome.stack.active_jobs)} "
+        f"jobs x {outcome.result.ticks} scheduled runs",
+        f"function {outcome.function_url} ({o.workers} worker processes), Firestore emulator "
+        f"{outcome.firestore_host}",
+        "time: "
+        + (
+            "real time"
+            if o.real_time
+            else f"simulated, 1 s of schedule time = {outcome.scale * 1000:g} ms "
+            "(deadlines, backoff and leases scaled alike)"
+        ),
+        f"faults: {o.faults.describe()} (seed "
+        + ", ".join(sorted({str(f.seed) for f in o.faults.faults}) or ["-"])
+        + ")",
+    ]
+    for job in outcome.stack.active_jobs:
+        r = job.retry
+        retry = f"retryCount {r.retry_count}"
+        if r.max_retry_duration_seconds:
+            retry += f", maxRetryDuration {r.max_retry_duration_seconds:g}s"
+        retry += (
+            f", backoff {r.min_backoff_seconds:g}-{r.max_backoff_seconds:g}s "
+            f"x{r.max_doublings} doublings"
+        )
+        lines.append(
+            f"  {job.name}: '{job.schedule}' {job.time_zone}, "
+            f"deadline {job.attempt_deadline_seconds:g}s, {retry}"
+        )
+    lines += format_table(outcome.summaries, show_all=show_all)
+    explained = notes(outcome)
+    if explained:
+        lines += ["", "notes:"] + [f"  - {note}" for note in explained]
+    replies = ", ".join(f"{k} x{v}" for k, v in t["replies"].items())
+    lines += [
+        "",
+        f"{t['scheduled_runs']} scheduled runs, {t['deliveries']} deliveries ({replies}), "
+        f"{t['executions']} job executions; {outcome.workers_replaced} killed worker "
+        f"process(es) replaced by gunicorn; {outcome.real_seconds:.1f} s",
+        verdict_line(outcome),
+    ]
+    return lines
+
+
+def notes(outcome: DemoOutcome) -> list[str]:
+    """Why each run that ran out of retries did, in the stack's own terms."""
+    out: list[str] = []
+    lease = outcome.stack.lease_seconds
+    for s in outcome.summaries:
+        if s.verdict != EXHAUSTED or s.schedule_time is None:
+            continue
+        job = outcome.stack.job(s.job)
+        when = format_schedule_time(s.schedule_time)
+        last = s.deliveries[-1].reply if s.deliveries else "nothing"
+        if s.executions:
+            out.append(
+                f"{s.job} {when}: executed once, but Scheduler never saw a 2xx "
+                f"(last reply: {last}; {s.stop_reason}). No duplicate: a later delivery "
+                "of this run would get 200 'duplicate'."
+            )
+        elif KILL in s.faults:
+            r = job.retry
+            window = max(
+                sum(backoff_seconds(r, i) for i in range(r.retry_count)),
+                r.max_retry_duration_seconds,
+            )
+            out.append(
+                f"{s.job} {when}: the instance was killed mid-job; its claim holds the run "
+                f"until the lease expires ({lease:g} s), but the job's retries, answered "
+                f"409 at once, end after ~{window:g} s. Not executed. To recover from a "
+                f"crashed instance, retry for longer than the lease "
+                f"(maxRetryDurationSeconds >= leaseSeconds)."
+            )
+        else:
+            out.append(
+                f"{s.job} {when}: every delivery failed ({s.reply_text()}; {s.stop_reason}); "
+                "not executed."
+            )
+    return out
+
+
+def verdict_line(outcome: DemoOutcome) -> str:
+    t = outcome.totals
+    scheduled = [s for s in outcome.summaries if s.scheduled]
+    acked = [s for s in scheduled if s.acknowledged]
+    exhausted = [s for s in scheduled if s.verdict == EXHAUSTED]
+    twice = [s for s in outcome.summaries if s.verdict == DUPLICATED]
+    never = [s for s in scheduled if s.verdict == MISSING]
+    if outcome.result.stopped_early:
+        return "RESULT: interrupted before every run was delivered"
+    if t["all_ok"]:
+        line = (
+            f"RESULT: PASS: every run whose retries were not exhausted executed exactly "
+            f"once ({len(acked)}/{len(acked)})"
+        )
+        if exhausted:
+            ran = sum(1 for s in exhausted if s.executions)
+            line += (
+                f"; {len(exhausted)} run(s) exhausted their retries (executed once: {ran}, "
+                f"never: {len(exhausted) - ran}; listed above as 'retries exhausted')"
+            )
+        return line
+    problems = []
+    if twice:
+        problems.append(f"{len(twice)} run(s) executed more than once")
+    if never:
+        problems.append(f"{len(never)} acknowledged run(s) never executed")
+    return "RESULT: FAIL: " + "; ".join(problems) + " (see above)"
+
+
+def outcome_json(outcome: DemoOutcome) -> dict[str, Any]:
+    o = outcome.options
+    return {
+        "ok": outcome.ok,
+        "stack": outcome.stack.source,
+        "project": outcome.stack.project,
+        "ticks": outcome.result.ticks,
+        "time_scale": None if o.real_time else o.time_scale,
+        "faults": {f.name: {"rate": f.rate, "seed": f.seed} for f in o.faults.faults},
+        "workers": o.workers,
+        "workers_replaced": outcome.workers_replaced,
+        "real_seconds": round(outcome.real_seconds, 2),
+        "totals": outcome.totals,
+        "runs": [summary_json(s) for s in outcome.summaries],
+    }
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m demo",
+        description="Run the kit's main job locally: the Firestore emulator, the kit's "
+        "function served by functions-framework, and the local Cloud Scheduler emulator "
+        "replaying the stack's jobs with injected faults. Reports per scheduled run the "
+        "deliveries, the replies and how often the job really executed. Exit status 0 "
+        "when every run whose retries were not exhausted executed exactly once (and none "
+        "twice), 1 otherwise, 2 on a setup or usage error, 130 if interrupted.",
+    )
+    add_replay_arguments(parser, default_ticks=DEFAULT_TICKS)
+    parser.set_defaults(time_scale=DEFAULT_TIME_SCALE)
+    parser.add_argument("--workers", type=int, default=4, help="function worker processes")
+    parser.add_argument("--threads", type=int, default=8, help="threads per worker process")
+    parser.add_argument("--firestore-port", type=int, default=None, help="default: a free port")
+    parser.add_argument("--function-port", type=int, default=None, help="default: a free port")
+    parser.add_argument(
+        "--firestore-host",
+        default=None,
+        metavar="HOST:PORT",
+        help="use this running Firestore emulator instead of starting one",
+    )
+    parser.add_argument(
+        "--only-notable",
+        action="store_true",
+        help="list only runs with a fault or an unusual outcome",
+    )
+    parser.add_argument(
+        "--logs", type=Path, default=None, metavar="DIR", help="keep the ledger and logs in DIR"
+    )
+    args = parser.parse_args(argv)
+    try:
+        options = DemoOptions(
+            stack_path=Path(args.stack),
+            jobs=tuple(args.job),
+            ticks=args.ticks,
+            start=args.start,
+            time_scale=args.time_scale,
+            real_time=args.real_time,
+            faults=fault_plan(args, default_mix=True),
+            workers=args.workers,
+            threads=args.threads,
+            firestore_host=args.firestore_host,
+            firestore_port=args.firestore_port,
+            function_port=args.function_port,
+            header_case=args.header_case,
+            full_job_name=args.full_job_name,
+            logs_dir=args.logs,
+        )
+    except FaultSpecError as exc:
+        parser.error(str(exc))
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+    try:
+        outcome = run_demo(options, status=log, progress=progress_printer(sys.stderr))
+    except (StackError, LocalStackError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            "\ninterrupted: stopped the function server and the Firestore emulator", file=sys.stderr
+        )
+        return 130
+    if args.json:
+        json.dump(outcome_json(outcome), sys.stdout, indent=2)
+        print()
+    else:
+        print("\n".join(render(outcome, show_all=not args.only_notable)))
+    return 0 if outcome.ok else 1

@@ -1,0 +1,384 @@
+"""The local stack, end to end: Firestore emulator + served function + Scheduler emulator.
+
+`run_demo(options)` is what `python -m demo` runs and what the end-to-end tests call: it
+starts (or reuses) the Firestore emulator, serves the kit's function with
+functions-framework, replays the stack's jobs through the Scheduler emulator with the
+chosen faults, and counts, from the demo job's ledger, how often each run's job logic
+really executed. Process management is `local_stack` (shared with the tests and the
+benchmark): every child runs in its own process group and is stopped with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from demo.ledger import LedgerCounts, count
+from local_stack import FirestoreEmulator, FunctionServer
+from local_stack.processes import REPO_ROOT
+from scheduler_emulator.clock import RealClock
+from scheduler_emulator.emulator import (
+    EmulatorResult,
+    HeaderCase,
+    Progress,
+    SchedulerEmulator,
+    format_schedule_time,
+)
+from scheduler_emulator.faults import DEFAULT_MIX, FaultPlan
+from scheduler_emulator.report import RunSummary, summarise, totals
+from scheduler_emulator.stack import Stack, load_stack
+
+DEFAULT_TICKS = 20
+DEFAULT_TIME_SCALE = 0.01
+DEMO_JOB = "demo.ledger_job:run"
+
+
+@dataclass
+class DemoOptions:
+    stack_path: Path = Path("Pulumi.dev.yaml")
+    jobs: tuple[str, ...] = ()
+    ticks: int = DEFAULT_TICKS
+    start: datetime | None = None
+    time_scale: float = DEFAULT_TIME_SCALE
+    real_time: bool = False
+    faults: FaultPlan = field(default_factory=lambda: FaultPlan.from_rates(DEFAULT_MIX, seed=1))
+    workers: int = 4
+    threads: int = 8
+    firestore_host: str | None = None  # reuse a running emulator instead of starting one
+    firestore_port: int | None = None
+    function_port: int | None = None
+    header_case: HeaderCase = "canonical"
+    full_job_name: bool = False
+    work_seconds: float = 0.005  # how long the demo job's own work takes (real seconds)
+    collection: str | None = None  # default: the stack's collection
+    missing_schedule_time: str | None = None  # default: the stack's setting
+    logs_dir: Path | None = None  # keep the ledger and both processes' logs here
+    stack: Stack | None = None  # use this instead of reading stack_path
+
+
+@dataclass
+class DemoOutcome:
+    stack: Stack
+    options: DemoOptions
+    result: EmulatorResult
+    summaries: list[RunSummary]
+    totals: dict[str, Any]
+    ledger: LedgerCounts
+    function_url: str
+    firestore_host: str
+    workers_replaced: int
+    real_seconds: float
+
+    @property
+    def ok(self) -> bool:
+        """Every acknowledged run executed exactly once; no run executed twice."""
+        return bool(self.totals["all_ok"]) and not self.result.stopped_early
+
+    @property
+    def scale(self) -> float:
+        return 1.0 if self.options.real_time else self.options.time_scale
+
+
+def function_env(
+    stack: Stack,
+    *,
+    firestore_host: str,
+    ledger: Path,
+    scale: float,
+    collection: str | None = None,
+    missing_schedule_time: str | None = None,
+    work_seconds: float = 0.005,
+) -> dict[str, str]:
+    """The function's DEDUP_* environment for `stack`, as the Pulumi program sets it,
+    with the lease and retention scaled like every other duration of the replay."""
+    lease = max(stack.lease_seconds * scale, 1.0)
+    retention = max(stack.retention_seconds * scale, 60.0, lease)
+    return {
+        "DEDUP_PROJECT": stack.project,
+        "DEDUP_LOCATION": stack.region,
+        "DEDUP_DATABASE": stack.database_name,
+        "DEDUP_COLLECTION": collection or stack.collection,
+        "DEDUP_LEASE_SECONDS": f"{lease:g}",
+        "DEDUP_RETENTION_SECONDS": f"{retention:g}",
+        "DEDUP_MISSING_SCHEDULE_TIME": missing_schedule_time or stack.missing_schedule_time,
+        "DEDUP_STORE_TIMEOUT_SECONDS": f"{stack.store_timeout_seconds:g}",
+        "DEDUP_CACHE_SIZE": str(stack.cache_size),
+        # Every job runs through the ledger wrapper, which calls the job's own logic.
+        "DEDUP_JOB": DEMO_JOB,
+        "DEDUP_JOB_ROUTES": "{}",
+        "DEMO_JOB_LOGIC": json.dumps({job.name: job.job_logic for job in stack.jobs}),
+        "DEMO_LEDGER": str(ledger),
+        "DEMO_WORK_SECONDS": f"{work_seconds:g}",
+        "FIRESTORE_EMULATOR_HOST": firestore_host,
+        "GOOGLE_CLOUD_PROJECT": stack.project,
+    }
+
+
+def warm_up(url: str, stack: Stack, requests: int = 8, rounds: int = 4) -> None:
+    """Warm every worker's Firestore channel before anything is timed: rounds of
+    concurrent deliveries of a throw-away project (never counted), until one is quick."""
+    project = f"warmup-{uuid.uuid4().hex[:8]}"
+    base = datetime(2000, 1, 1, tzinfo=UTC)
+    for round_no in range(rounds):
+
+        def one(i: int, round_no: int = round_no) -> float:
+            when = base + timedelta(minutes=round_no * 1000 + i)
+            headers = {
+                "X-CloudScheduler": "true",
+                "X-CloudScheduler-JobName": "warmup",
+                "X-CloudScheduler-ScheduleTime": format_schedule_time(when),
+                "X-Dedup-Project": project,
+                "X-Dedup-Location": stack.region,
+                "User-Agent": "Google-Cloud-Scheduler",
+            }
+            started = time.monotonic()
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                _post(url, headers, timeout=30)
+            return time.monotonic() - started
+
+        with ThreadPoolExecutor(max_workers=requests) as pool:
+            slowest = max(pool.map(one, range(requests)))
+        if slowest < 0.3:
+            return
+
+
+def warm_emulator(host: str, project: str, database: str, writes: int = 40) -> None:
+    """JIT-warm the Firestore emulator's JVM with REST writes (its first RPCs take seconds),
+    while the function server starts. A throw-away collection; errors are ignored."""
+    base = f"http://{host}/v1/projects/{project}/databases/{database}/documents/warmup"
+    body = json.dumps({"fields": {"n": {"integerValue": "1"}}}).encode()
+
+    def one(i: int) -> None:
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            conn = http.client.HTTPConnection(host, timeout=30)
+            try:
+                conn.request(
+                    "POST",
+                    f"{base}?documentId=w{uuid.uuid4().hex[:8]}{i}",
+                    body=body,
+                    headers={"Content-Type": "application/json"},
+                )
+                conn.getresponse().read()
+            finally:
+                conn.close()
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(one, range(writes)))
+
+
+def _post(url: str, headers: dict[str, str], timeout: float) -> int:
+    host = url.split("//", 1)[1].split("/", 1)[0]
+    conn = http.client.HTTPConnection(host, timeout=timeout)
+    try:
+        conn.request("POST", "/", body=b"", headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def _firestore(options: DemoOptions, log: Callable[[str], None]) -> Iterator[str]:
+    if options.firestore_host:
+        yield options.firestore_host
+        return
+    log("starting the Firestore emulator (gcloud emulators firestore start) ...")
+    emulator = FirestoreEmulator(port=options.firestore_port)
+    try:
+        emulator.start()
+        yield emulator.host
+    finally:
+        if options.logs_dir is not None:
+            _save(options.logs_dir / "firestore-emulator.log", emulator.log_text)
+        emulator.stop()
+
+
+def _save(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+class LocalFunction:
+    """The kit's function served locally for `stack`, with the demo's ledger job.
+
+    A context manager: starts functions-framework (WORKERS processes, each its own
+    process group member), warms it up, and stops the whole process group on exit. Several
+    replays may share one: each counts only the ledger lines of its own stack's project.
+    """
+
+    def __init__(
+        self,
+        stack: Stack,
+        firestore_host: str,
+        *,
+        scale: float,
+        ledger: Path,
+        workers: int = 4,
+        threads: int = 8,
+        port: int | None = None,
+        collection: str | None = None,
+        missing_schedule_time: str | None = None,
+        work_seconds: float = 0.005,
+    ) -> None:
+        self.stack = stack
+        self.firestore_host = firestore_host
+        self.scale = scale
+        self.ledger = ledger
+        self.workers = workers
+        self.threads = threads
+        env = function_env(
+            stack,
+            firestore_host=firestore_host,
+            ledger=ledger,
+            scale=scale,
+            collection=collection,
+            missing_schedule_time=missing_schedule_time,
+            work_seconds=work_seconds,
+        )
+        self.server = FunctionServer(
+            env, port=port, workers=workers, threads=threads, extra_pythonpath=[REPO_ROOT]
+        )
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def worker_pids(self) -> set[int]:
+        return set(self.server.worker_pids())
+
+    def start(self) -> LocalFunction:
+        warmer = threading.Thread(
+            target=warm_emulator,
+            args=(self.firestore_host, self.stack.project, self.stack.database_name),
+            daemon=True,
+        )
+        warmer.start()
+        try:
+            self.server.start(timeout_seconds=60)
+            warmer.join(30)
+            warm_up(self.server.url, self.stack)
+        except BaseException:
+            self.server.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def __enter__(self) -> LocalFunction:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def replay(
+    function: LocalFunction,
+    stack: Stack,
+    options: DemoOptions,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+) -> DemoOutcome:
+    """Replay `stack`'s jobs against a running function; count executions in its ledger."""
+    started = time.monotonic()
+    workers_before = function.worker_pids()
+    emulator = SchedulerEmulator(
+        function.url,
+        stack,
+        ticks=options.ticks,
+        start=options.start,
+        time_scale=function.scale,
+        clock_factory=RealClock if options.real_time else None,
+        faults=options.faults,
+        header_case=options.header_case,
+        full_job_name=options.full_job_name,
+        trace_deliveries=True,
+        progress=progress,
+    )
+    try:
+        result = emulator.run()
+    except BaseException:
+        emulator.stop()
+        raise
+    workers_after = function.worker_pids()
+    counts = count(function.ledger, project=stack.project)
+    summaries = summarise(result, counts.executions, counts.starts, counts.unscheduled)
+    return DemoOutcome(
+        stack=stack,
+        options=replace(options, stack=None),
+        result=result,
+        summaries=summaries,
+        totals=totals(summaries),
+        ledger=counts,
+        function_url=function.url,
+        firestore_host=function.firestore_host,
+        workers_replaced=len(workers_after - workers_before),
+        real_seconds=time.monotonic() - started,
+    )
+
+
+def run_demo(
+    options: DemoOptions,
+    *,
+    status: Callable[[str], None] = lambda line: None,
+    progress: Callable[[Progress], None] | None = None,
+) -> DemoOutcome:
+    """Run the whole local stack once; raises local_stack.LocalStackError on setup."""
+    started = time.monotonic()
+
+    def log(line: str) -> None:
+        status(f"[{time.monotonic() - started:5.1f}s] {line}")
+
+    stack = (options.stack or load_stack(options.stack_path)).only(list(options.jobs))
+    scale = 1.0 if options.real_time else options.time_scale
+    workdir = Path(tempfile.mkdtemp(prefix="scheduler-demo-"))
+    ledger = (options.logs_dir or workdir) / "ledger.jsonl"
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    ledger.unlink(missing_ok=True)
+    try:
+        with _firestore(options, log) as firestore_host:
+            log(
+                f"serving the function: functions-framework, {options.workers} worker "
+                f"processes x {options.threads} threads, and warming it up ..."
+            )
+            function = LocalFunction(
+                stack,
+                firestore_host,
+                scale=scale,
+                ledger=ledger,
+                workers=options.workers,
+                threads=options.threads,
+                port=options.function_port,
+                collection=options.collection,
+                missing_schedule_time=options.missing_schedule_time,
+                work_seconds=options.work_seconds,
+            )
+            try:
+                function.start()
+                log(
+                    f"replaying {options.ticks} scheduled runs of {len(stack.active_jobs)} "
+                    f"jobs ({options.faults.describe()}) ..."
+                )
+                outcome = replay(function, stack, options, progress=progress)
+                log("replay finished; stopping everything ...")
+            finally:
+                if options.logs_dir is not None:
+                    _save(options.logs_dir / "function.log", function.server.log_text)
+                function.stop()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    outcome.real_seconds = time.monotonic() - started
+    return outcome

@@ -1,0 +1,284 @@
+"""The whole local stack: the Scheduler emulator driving the kit's real function (served by
+functions-framework, 4 worker processes) on the real Firestore emulator, with each fault
+alone and all of them together. Job executions are counted in the demo job's ledger,
+independently of the dedup store."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from demo.cli import render
+from demo.run import DemoOptions, DemoOutcome, LocalFunction
+from demo.run import replay as run_replay
+from local_stack import FirestoreEmulator
+from scheduler_emulator.faults import FaultPlan
+from scheduler_emulator.report import EXACTLY_ONCE, EXHAUSTED, UNSCHEDULED
+from scheduler_emulator.stack import Stack, parse_stack_config
+
+pytestmark = pytest.mark.timeout(240)
+
+START = datetime(2026, 10, 16, 0, 0, tzinfo=UTC)
+# Simulated time: 1 s of schedule time = 20 ms, so the 15 s deadline lasts 0.3 s and the
+# 60 s lease 1.2 s. Each job retries for longer than the lease, so a killed instance's
+# run is taken over by a retry once the lease expires.
+SCALE = 0.02
+
+
+def e2e_stack(**overrides: Any) -> Stack:
+    """The test stack; each call gets its own project, so replays sharing one function
+    (and one ledger) never share a run key or a ledger line."""
+    config: dict[str, Any] = {
+        "gcp:project": f"acme-e2e-{uuid.uuid4().hex[:8]}",
+        "gcp:region": "europe-west1",
+        "scheduler-dedup:databaseName": "scheduler-dedup-e2e",
+        "scheduler-dedup:leaseSeconds": 60,
+        "scheduler-dedup:functionTimeoutSeconds": 60,
+        "scheduler-dedup:retentionSeconds": 86400,
+        "scheduler-dedup:jobs": [
+            {
+                "name": "five-minutely",
+                "schedule": "*/5 * * * *",
+                "attemptDeadlineSeconds": 15,
+                "retry": {
+                    "retryCount": 5,
+                    "maxRetryDurationSeconds": 240,
+                    "minBackoffSeconds": 5,
+                    "maxBackoffSeconds": 30,
+                    "maxDoublings": 3,
+                },
+                "body": {"kind": "tick"},
+            },
+            {
+                "name": "quarter-hourly",
+                "schedule": "*/15 * * * *",
+                "timeZone": "America/New_York",
+                "attemptDeadlineSeconds": 30,
+                "retry": {
+                    "retryCount": 4,
+                    "maxRetryDurationSeconds": 300,
+                    "minBackoffSeconds": 10,
+                    "maxBackoffSeconds": 60,
+                    "maxDoublings": 2,
+                },
+            },
+            {
+                "name": "hourly",
+                "schedule": "5 * * * *",
+                "timeZone": "Europe/Berlin",
+                "attemptDeadlineSeconds": 60,
+                "retry": {
+                    "retryCount": 5,
+                    "maxRetryDurationSeconds": 600,
+                    "minBackoffSeconds": 10,
+                    "maxBackoffSeconds": 120,
+                    "maxDoublings": 3,
+                },
+                "body": {"report": "hourly"},
+            },
+        ],
+    }
+    config.update(overrides)
+    return parse_stack_config(config, source="e2e stack")
+
+
+def serve(emulator: FirestoreEmulator, ledger: Path, **options: Any) -> LocalFunction:
+    return LocalFunction(
+        e2e_stack(),
+        emulator.host,
+        scale=SCALE,
+        ledger=ledger,
+        collection=f"runs_{uuid.uuid4().hex[:10]}",
+        **options,
+    )
+
+
+@pytest.fixture(scope="module")
+def function(
+    firestore_emulator: FirestoreEmulator, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalFunction]:
+    """One served function (4 worker processes) for the module's replays."""
+    with serve(firestore_emulator, tmp_path_factory.mktemp("e2e") / "ledger.jsonl") as served:
+        yield served
+
+
+def replay(
+    function: LocalFunction,
+    faults: list[str],
+    *,
+    ticks: int = 8,
+    stack: Stack | None = None,
+) -> DemoOutcome:
+    options = DemoOptions(ticks=ticks, start=START, faults=FaultPlan.parse(faults, seed=3))
+    outcome = run_replay(function, stack or e2e_stack(), options)
+    report = "\n".join(render(outcome))
+    print(report)  # shown by pytest when a test fails
+    return outcome
+
+
+def assert_exactly_once(outcome: DemoOutcome) -> None:
+    """Every acknowledged run executed exactly once; no run executed more than once."""
+    for s in outcome.summaries:
+        assert s.ok, f"{s.job} {s.schedule_time}: {s.verdict} ({s.reply_text()})"
+        if s.scheduled and s.acknowledged:
+            assert s.executions == 1
+        if s.scheduled:
+            assert s.executions is not None and s.executions <= 1
+    assert outcome.ok
+
+
+def replies(outcome: DemoOutcome) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for s in outcome.summaries:
+        total.update(s.replies())
+    return total
+
+
+def test_no_faults_every_run_once_with_one_delivery(function: LocalFunction) -> None:
+    outcome = replay(function, [], ticks=5)
+    assert_exactly_once(outcome)
+    assert outcome.totals["scheduled_runs"] == 15
+    assert outcome.totals["exhausted_runs"] == 0
+    assert replies(outcome) == Counter({"200": 15})
+
+
+def test_lost_acknowledgements(function: LocalFunction) -> None:
+    outcome = replay(function, ["lost-ack=0.4"])
+    assert_exactly_once(outcome)
+    lost = [s for s in outcome.summaries if "lost-ack" in s.faults]
+    assert len(lost) >= 5
+    # The retry after a lost 200 finds the run completed: 200 again, job not run again.
+    retried = [s for s in lost if s.acknowledged]
+    assert retried and all(s.executions == 1 for s in retried)
+    assert all(len(s.deliveries) >= 2 for s in retried)
+
+
+def test_slow_attempts_outlive_the_deadline(function: LocalFunction) -> None:
+    outcome = replay(function, ["slow=0.3"])
+    assert_exactly_once(outcome)
+    slow = [s for s in outcome.summaries if "slow" in s.faults]
+    assert len(slow) >= 4
+    for s in slow:
+        first = s.deliveries[0]
+        assert first.reply == "timeout"
+        # The slow attempt kept running and finished after Scheduler gave up on it.
+        assert first.late_status == 200
+    # While it ran, retries were told 409 (in progress), or 200 once it had completed.
+    assert any("409" in s.replies() for s in slow)
+    assert all(set(s.replies()) <= {"timeout", "409", "200"} for s in slow)
+
+
+def test_duplicate_deliveries(function: LocalFunction) -> None:
+    outcome = replay(function, ["duplicate=0.5"])
+    assert_exactly_once(outcome)
+    duplicated = [s for s in outcome.summaries if "duplicate" in s.faults]
+    assert len(duplicated) >= 5
+    assert all(len(s.deliveries) >= 2 for s in duplicated)
+
+
+def test_instance_killed_mid_job(function: LocalFunction) -> None:
+    outcome = replay(function, ["kill=0.3"], ticks=6)
+    assert_exactly_once(outcome)
+    killed = [s for s in outcome.summaries if "kill" in s.faults]
+    assert len(killed) >= 3
+    assert outcome.workers_replaced >= 1  # gunicorn replaced the killed worker processes
+    for s in killed:
+        assert s.deliveries[0].reply in ("dropped", "timeout")
+        # The killed attempt started the job but never committed it.
+        assert s.starts is not None and s.starts >= 1
+    # Once the killed attempt's lease expired, a retry took the run over and ran it.
+    recovered = [s for s in killed if s.acknowledged]
+    assert recovered, "no killed run was taken over after its lease expired"
+    assert all(s.executions == 1 and "409" in s.replies() for s in recovered)
+
+
+def test_forced_manual_runs_carry_the_next_schedule_time(function: LocalFunction) -> None:
+    outcome = replay(function, ["manual=0.5"])
+    assert_exactly_once(outcome)
+    forced = [s for s in outcome.summaries if "manual" in s.faults]
+    assert len(forced) >= 5
+    for s in forced:
+        kinds = [d.kind for d in s.deliveries]
+        # The forced run executed the upcoming run early; the scheduled delivery of that
+        # run later got 200 without executing it again.
+        assert kinds[0] == "manual" and "scheduled" in kinds
+        assert s.executions == 1
+
+
+def test_bare_manual_runs_are_rejected_by_default(function: LocalFunction) -> None:
+    # Scheduler retries each 400 for the job's whole retry window: one job keeps it short.
+    stack = e2e_stack().only(["five-minutely"])
+    outcome = replay(function, ["manual-bare=0.5"], ticks=6, stack=stack)
+    assert_exactly_once(outcome)
+    bare = [s for s in outcome.summaries if not s.scheduled]
+    assert bare and all(s.verdict == UNSCHEDULED for s in bare)
+    assert all(set(s.replies()) == {"400"} and s.executions == 0 for s in bare)
+
+
+def test_bare_manual_runs_without_dedup_when_configured(
+    firestore_emulator: FirestoreEmulator, tmp_path: Path
+) -> None:
+    stack = e2e_stack().only(["five-minutely"])
+    with serve(firestore_emulator, tmp_path / "ledger.jsonl", missing_schedule_time="run") as run:
+        outcome = replay(run, ["manual-bare=0.5"], ticks=6, stack=stack)
+    assert_exactly_once(outcome)
+    bare = [s for s in outcome.summaries if not s.scheduled]
+    # missingScheduleTime=run: each such delivery runs the job (no key to dedup on).
+    assert bare and all(s.executions == 1 and s.acknowledged for s in bare)
+
+
+def test_concurrent_emulator_workers(function: LocalFunction) -> None:
+    outcome = replay(function, ["concurrent=0.5"])
+    assert_exactly_once(outcome)
+    doubled = [s for s in outcome.summaries if "concurrent" in s.faults]
+    assert len(doubled) >= 5
+    assert all({d.worker for d in s.deliveries} == {0, 1} for s in doubled)
+
+
+def test_a_run_whose_deliveries_all_failed_is_reported(function: LocalFunction) -> None:
+    # Every 2xx is lost on the way back: Scheduler retries until it gives up. The job
+    # still ran once (the retries got 200 'duplicate'), and the report says so.
+    job = {
+        "name": "three-tries",
+        "schedule": "*/5 * * * *",
+        "attemptDeadlineSeconds": 15,
+        "retry": {"retryCount": 2, "minBackoffSeconds": 5},
+    }
+    stack = e2e_stack(**{"scheduler-dedup:jobs": [job]})
+    outcome = replay(function, ["lost-ack=1"], ticks=3, stack=stack)
+    assert_exactly_once(outcome)
+    assert outcome.totals["exhausted_runs"] == 3
+    for s in outcome.summaries:
+        assert s.verdict == EXHAUSTED and not s.acknowledged and s.executions == 1
+        assert [d.reply for d in s.deliveries] == ["200 lost"] * 3
+    text = "\n".join(render(outcome))
+    assert text.count("retries exhausted") >= 3
+    assert "3 run(s) exhausted their retries" in text
+
+
+def test_all_faults_together_over_200_runs(function: LocalFunction) -> None:
+    outcome = replay(
+        function,
+        [
+            "lost-ack=0.1",
+            "slow=0.06",
+            "duplicate=0.1",
+            "kill=0.03",
+            "manual=0.06",
+            "manual-bare=0.02",
+            "concurrent=0.1",
+        ],
+        ticks=70,
+    )
+    assert_exactly_once(outcome)
+    assert outcome.totals["scheduled_runs"] == 210
+    seen = {f for s in outcome.summaries for f in s.faults}
+    assert seen >= {"lost-ack", "slow", "duplicate", "kill", "manual", "concurrent"}
+    verdicts = Counter(s.verdict for s in outcome.summaries if s.scheduled)
+    assert verdicts[EXACTLY_ONCE] >= 200
