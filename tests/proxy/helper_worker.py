@@ -1,0 +1,53 @@
+"""A downstream process using the idempotency helper (run by multiprocessing, spawn)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from typing import Any
+
+from dedup.idempotency import IdempotencyGuard
+from dedup.protocol import RunContext
+from tests.support.deliveries import LOCATION, PROJECT
+
+
+def append_line(ledger: str, entry: dict[str, Any]) -> None:
+    """One short O_APPEND write: atomic across processes."""
+    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(entry) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def charge(collection: str, token: str, ledger: str, barrier: Barrier, out: Queue[Any]) -> None:
+    guard = IdempotencyGuard.from_env(step="charge", environ={
+        "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION, "DEDUP_COLLECTION": collection,
+        "DEDUP_STORE_TIMEOUT_SECONDS": "20",
+    })
+
+    def step(context: RunContext) -> dict[str, Any]:
+        append_line(ledger, {"pid": os.getpid(), "token": token})
+        time.sleep(0.3)  # the state-changing step takes a while: the others overlap it
+        return {"charged_by": os.getpid()}
+
+    barrier.wait()
+    outcome = guard.run_once(token, step, wait_seconds=60)
+    out.put({"pid": os.getpid(), "ran": outcome.ran, "result": outcome.result})
+
+
+def hold(collection: str, token: str, ledger: str) -> None:
+    """Claims the token, performs half the step, then hangs until killed (a crash)."""
+    guard = IdempotencyGuard.from_env(step="charge", environ={
+        "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION, "DEDUP_COLLECTION": collection,
+        "DEDUP_LEASE_SECONDS": "2", "DEDUP_RETENTION_SECONDS": "60",
+    })
+
+    def step(context: RunContext) -> None:
+        append_line(ledger, {"pid": os.getpid(), "attempt": context.attempt})
+        time.sleep(3600)
+
+    guard.run_once(token, step)
