@@ -1,0 +1,57 @@
+"""Both handlers served the same way: functions-framework (gunicorn) via local_stack.
+
+The only difference between a kit server and a textbook server is the `--source` file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from local_stack import FunctionServer
+from local_stack.processes import FUNCTION_DIR, REPO_ROOT
+
+
+@dataclass(frozen=True)
+class Handler:
+    name: str  # "kit" | "textbook"
+    source: Path  # the functions-framework source file
+
+
+KIT = Handler("kit", FUNCTION_DIR / "main.py")
+TEXTBOOK = Handler("textbook", Path(__file__).resolve().with_name("textbook_main.py"))
+HANDLERS = (KIT, TEXTBOOK)
+
+
+class SourceFunctionServer(FunctionServer):
+    """FunctionServer serving another source file than function/main.py.
+
+    Stop-gap until FunctionServer takes a `source` parameter: it swaps the `--source`
+    argument FunctionServer passes, and changes nothing else.
+    """
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *,
+        source: Path,
+        workers: int = 1,
+        threads: int = 8,
+    ) -> None:
+        # REPO_ROOT on the path: the comparator (bench.textbook) and the job that records
+        # executions (tests.support.jobs) import from the repository root.
+        super().__init__(env, workers=workers, threads=threads, extra_pythonpath=[REPO_ROOT])
+        self._source = source
+
+    def _spawn(self, argv: list[str], env: Mapping[str, str], cwd: Path) -> None:
+        argv = list(argv)
+        argv[argv.index("--source") + 1] = str(self._source)
+        super()._spawn(argv, env, cwd)
+
+
+def serve(
+    handler: Handler, env: Mapping[str, str], *, workers: int = 1, threads: int = 8
+) -> SourceFunctionServer:
+    """A server for `handler` (not started: use it as a context manager or .start())."""
+    return SourceFunctionServer(env, source=handler.source, workers=workers, threads=threads)
