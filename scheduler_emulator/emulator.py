@@ -372,11 +372,12 @@ class SchedulerEmulator:
 
     def _run_job(self, job: Job) -> None:
         clock = self.clock_factory()
-        times = self.schedule(job)
+        times = schedule_times(job.schedule, job.time_zone, self.start)
+        following = next(times)
         for tick in range(self.ticks):
             if self.stop_event.is_set():
                 return
-            scheduled, following = times[tick], times[tick + 1]
+            scheduled, following = following, next(times)
             clock.advance_to(scheduled)
             workers = 2 if self.faults.hits(CONCURRENT, job.name, tick) else 1
             self._record(self.deliver_run(job, tick, scheduled, following, clock, workers))

@@ -54,7 +54,9 @@ class RunSummary:
 
     @property
     def faults(self) -> tuple[str, ...]:
-        return tuple(sorted({f for run in self.runs for f in run.faults}))
+        faults = {f for run in self.runs for f in run.faults}
+        faults.update(run.kind for run in self.runs if run.kind != "scheduled")
+        return tuple(sorted(faults))
 
     @property
     def stop_reason(self) -> str:

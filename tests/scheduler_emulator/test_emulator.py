@@ -390,3 +390,27 @@ def test_next_tick_of_the_schedule_is_independent_of_run_duration() -> None:
         if r.header("X-CloudScheduler-ScheduleTime") == "2026-10-16T00:10:00Z"
     ]
     assert second[0].at == START + timedelta(minutes=10)
+
+
+# -- the clocks ----------------------------------------------------------------------
+
+
+def test_scaled_clock_jumps_to_scheduled_times_and_scales_durations() -> None:
+    import threading
+    import time
+
+    from scheduler_emulator import RealClock, ScaledClock
+
+    clock = ScaledClock(START, scale=0.001)
+    clock.advance_to(START + timedelta(days=3))  # no waiting: a jump
+    assert clock.now() - (START + timedelta(days=3)) < timedelta(seconds=5)
+    before = time.monotonic()
+    clock.sleep(100)  # 100 simulated seconds = 0.1 s
+    waited = time.monotonic() - before
+    assert 0.09 <= waited < 1.0
+    assert clock.now() - (START + timedelta(days=3)) >= timedelta(seconds=90)
+    assert clock.wait(threading.Event(), 50) is False  # 0.05 s real
+    assert clock.real_seconds(180) == pytest.approx(0.18)
+    real = RealClock()
+    assert abs((real.now() - datetime.now(UTC)).total_seconds()) < 1
+    assert real.real_seconds(3) == 3

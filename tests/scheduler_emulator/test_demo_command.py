@@ -1,0 +1,112 @@
+"""`python -m demo` as a user runs it: clear errors, and nothing left behind on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def demo(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "demo", *args],
+        cwd=REPO,
+        env=env or dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture
+def listening_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+def test_missing_stack_file_is_a_clear_error() -> None:
+    proc = demo("--stack", "Pulumi.nope.yaml")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "stack file Pulumi.nope.yaml not found" in err
+
+
+def test_missing_gcloud_names_how_to_install_it(tmp_path: Path) -> None:
+    # A PATH with python but without gcloud.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    env = {**os.environ, "PATH": str(bin_dir)}
+    proc = demo(env=env)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    assert "`gcloud` is not on PATH" in err
+    assert "cloud-firestore-emulator" in err
+
+
+def test_taken_firestore_port_is_a_clear_error(listening_port: int) -> None:
+    proc = demo("--firestore-port", str(listening_port))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert f"port {listening_port} on 127.0.0.1 is already in use" in err
+
+
+@pytest.mark.skipif(shutil.which("gcloud") is None, reason="needs the Firestore emulator")
+def test_ctrl_c_stops_everything_and_leaves_no_process(listening_port: int) -> None:
+    proc = demo("--ticks", "100000")
+    assert proc.stderr is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if "replaying" in line:
+            break
+    text = "".join(lines)
+    assert "replaying" in text, text
+    firestore_port = int(re.search(r"Firestore emulator on 127\.0\.0\.1:(\d+)", text)[1])  # type: ignore[index]
+    function_port = int(re.search(r"function serving on http://127\.0\.0\.1:(\d+)/", text)[1])  # type: ignore[index]
+    assert port_open(firestore_port) and port_open(function_port)
+    time.sleep(1.0)  # mid-replay
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert not port_open(firestore_port) and not port_open(function_port)
+    assert processes_mentioning(f"127.0.0.1:{firestore_port}") == []
+    assert processes_mentioning(f"--port={firestore_port}") == []
+    assert processes_mentioning(f"--port {function_port}") == []
