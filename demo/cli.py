@@ -209,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             firestore_port=args.firestore_port,
             function_port=args.function_port,
             header_case=args.header_case,
+            time_style=args.schedule_time_style,
             full_job_name=args.full_job_name,
             logs_dir=args.logs,
         )

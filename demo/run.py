@@ -36,6 +36,7 @@ from scheduler_emulator.emulator import (
     HeaderCase,
     Progress,
     SchedulerEmulator,
+    TimeStyle,
     format_schedule_time,
 )
 from scheduler_emulator.faults import DEFAULT_MIX, FaultPlan
@@ -62,6 +63,7 @@ class DemoOptions:
     firestore_port: int | None = None
     function_port: int | None = None
     header_case: HeaderCase = "canonical"
+    time_style: TimeStyle = "utc"
     full_job_name: bool = False
     work_seconds: float = 0.005  # how long the demo job's own work takes (real seconds)
     collection: str | None = None  # default: the stack's collection
@@ -329,6 +331,7 @@ def replay(
         clock_factory=RealClock if options.real_time else None,
         faults=options.faults,
         header_case=options.header_case,
+        time_style=options.time_style,
         full_job_name=options.full_job_name,
         trace_deliveries=True,
         progress=progress,

@@ -74,6 +74,13 @@ def add_replay_arguments(parser: argparse.ArgumentParser, default_ticks: int) ->
         help="header name case: canonical (HTTP/1.1 style) or lower (HTTP/2 style)",
     )
     parser.add_argument(
+        "--schedule-time-style",
+        choices=("utc", "offset", "mixed"),
+        default="utc",
+        help="spell X-CloudScheduler-ScheduleTime in UTC with Z (default), with the job's "
+        "UTC offset, or alternately per attempt (one instant, two spellings)",
+    )
+    parser.add_argument(
         "--full-job-name",
         action="store_true",
         help="send projects/P/locations/L/jobs/J instead of the short job ID",
@@ -156,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             faults=faults,
             token=args.token,
             header_case=args.header_case,
+            time_style=args.schedule_time_style,
             full_job_name=args.full_job_name,
             progress=None if args.json else progress_printer(),
         )

@@ -45,10 +45,16 @@ USER_AGENT = "Google-Cloud-Scheduler"
 DELIVERY_HEADER = "X-Emulator-Delivery"
 RunKind = Literal["scheduled", "manual", "manual-bare"]
 HeaderCase = Literal["canonical", "lower"]
+# How the schedule time is spelled: UTC with Z (what Scheduler sends), with the job's own
+# UTC offset (the same instant, as some deliveries show it), or alternating per attempt.
+TimeStyle = Literal["utc", "offset", "mixed"]
 
 
-def format_schedule_time(when: datetime) -> str:
-    """RFC 3339 in UTC with a Z, to the second, as Scheduler sends it."""
+def format_schedule_time(when: datetime, style: str = "utc") -> str:
+    """RFC 3339 to the second: in UTC with a Z, as Scheduler sends it, or (style "offset")
+    in the instant's own zone with its UTC offset, e.g. 2026-10-16T03:00:00+02:00."""
+    if style == "offset":
+        return when.replace(microsecond=0).isoformat()
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -261,6 +267,7 @@ class SchedulerEmulator:
         faults: FaultPlan | None = None,
         token: str | None = None,
         header_case: HeaderCase = "canonical",
+        time_style: TimeStyle = "utc",
         full_job_name: bool = False,
         trace_deliveries: bool = False,
         progress: Callable[[Progress], None] | None = None,
@@ -278,6 +285,7 @@ class SchedulerEmulator:
             target_url, f"scheduler-invoker@{stack.project}.iam.gserviceaccount.com"
         )
         self.header_case = header_case
+        self.time_style = time_style
         self.full_job_name = full_job_name
         self.trace_deliveries = trace_deliveries
         self.progress = progress
@@ -301,6 +309,7 @@ class SchedulerEmulator:
         schedule_time: datetime | None,
         fault: str | None = None,
         delivery: str | None = None,
+        attempt: int = 1,
     ) -> dict[str, str]:
         """The request headers Scheduler sends for `job` (plus a fault request, if any)."""
         name = job.name
@@ -316,7 +325,10 @@ class SchedulerEmulator:
             "Authorization": f"Bearer {self.token}",
         }
         if schedule_time is not None:
-            headers["X-CloudScheduler-ScheduleTime"] = format_schedule_time(schedule_time)
+            style = self.time_style
+            if style == "mixed":
+                style = "utc" if attempt % 2 else "offset"
+            headers["X-CloudScheduler-ScheduleTime"] = format_schedule_time(schedule_time, style)
         if fault:
             headers[FAULT_HEADER] = fault
         if delivery and self.trace_deliveries:
@@ -521,7 +533,7 @@ class SchedulerEmulator:
             self._calls.extend(calls)
             self._max_wait_real = max(self._max_wait_real, deadline_real + (slow_real or 0.0))
         for call in calls:
-            headers = self.headers(job, schedule_time, fault, call.delivery.id)
+            headers = self.headers(job, schedule_time, fault, call.delivery.id, attempt)
             call.start(self.target_url, job.http_method, headers, job.body, socket_timeout)
         primary = calls[0]
         if not clock.wait(primary.done, deadline):

@@ -195,7 +195,7 @@ def format_table(summaries: list[RunSummary], show_all: bool = True) -> list[str
             lines.append(f"job {s.job}")
             head = f"  {'schedule time (UTC)':<22}{'deliv':>6}  {'replies':<26}"
             if with_exec:
-                head += f"{'ran':>4}  "
+                head += f"{'exec':>4}  "
             head += f"{'faults':<28}result"
             lines.append(head)
         if not show_all and not s.faults and s.ok and s.verdict != EXHAUSTED:

@@ -107,6 +107,22 @@ def test_schedule_times_follow_the_cron_in_its_time_zone_across_dst() -> None:
     assert len(set(times)) == 12
 
 
+def test_schedule_time_spellings_name_one_instant() -> None:
+    job = Job(
+        "j", "0 3 * * *", "Europe/Berlin", retry=RetrySettings(retry_count=2, min_backoff_seconds=1)
+    )
+    _, target, _ = replay(job, lambda r: (500, 0.0), time_style="mixed")
+    assert [r.header("X-CloudScheduler-ScheduleTime") for r in target.received] == [
+        "2026-10-16T01:00:00Z",
+        "2026-10-16T03:00:00+02:00",
+        "2026-10-16T01:00:00Z",
+    ]
+    _, target, _ = replay(job, time_style="offset")
+    assert target.received[0].header("X-CloudScheduler-ScheduleTime") == (
+        "2026-10-16T03:00:00+02:00"
+    )
+
+
 def test_without_body_nothing_is_sent_and_content_type_is_octet_stream() -> None:
     _, target, _ = replay(Job("j", "*/5 * * * *"))
     [request] = target.received

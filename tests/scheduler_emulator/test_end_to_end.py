@@ -114,8 +114,11 @@ def replay(
     *,
     ticks: int = 8,
     stack: Stack | None = None,
+    **settings: Any,
 ) -> DemoOutcome:
-    options = DemoOptions(ticks=ticks, start=START, faults=FaultPlan.parse(faults, seed=3))
+    options = DemoOptions(
+        ticks=ticks, start=START, faults=FaultPlan.parse(faults, seed=3), **settings
+    )
     outcome = run_replay(function, stack or e2e_stack(), options)
     report = "\n".join(render(outcome))
     print(report)  # shown by pytest when a test fails
@@ -239,6 +242,21 @@ def test_concurrent_emulator_workers(function: LocalFunction) -> None:
     doubled = [s for s in outcome.summaries if "concurrent" in s.faults]
     assert len(doubled) >= 5
     assert all({d.worker for d in s.deliveries} == {0, 1} for s in doubled)
+
+
+def test_header_spellings_do_not_split_a_run(function: LocalFunction) -> None:
+    # HTTP/2-style lower-case names, the full job name, and the schedule time spelled in
+    # UTC and with the job's offset on alternate attempts: still one run per instant.
+    outcome = replay(
+        function,
+        ["lost-ack=0.5", "duplicate=0.3"],
+        ticks=6,
+        header_case="lower",
+        full_job_name=True,
+        time_style="mixed",
+    )
+    assert_exactly_once(outcome)
+    assert sum(1 for s in outcome.summaries if len(s.deliveries) >= 2) >= 5
 
 
 def test_a_run_whose_deliveries_all_failed_is_reported(function: LocalFunction) -> None:
