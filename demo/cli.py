@@ -16,7 +16,7 @@ from infra.scheduler_rules import backoff_seconds
 from local_stack import LocalStackError
 from scheduler_emulator.cli import add_replay_arguments, fault_plan, progress_printer
 from scheduler_emulator.emulator import format_schedule_time
-from scheduler_emulator.faults import KILL, FaultSpecError
+from scheduler_emulator.faults import KILL, SLOW, FaultSpecError
 from scheduler_emulator.report import (
     DUPLICATED,
     EXHAUSTED,
@@ -85,12 +85,20 @@ def notes(outcome: DemoOutcome) -> list[str]:
             continue
         job = outcome.stack.job(s.job)
         when = format_schedule_time(s.schedule_time)
-        last = s.deliveries[-1].reply if s.deliveries else "nothing"
+        attempts = [d for d in s.deliveries if d.copy == 0]
+        last = attempts[-1].reply if attempts else "nothing"
+        if "timeout" in s.replies() and SLOW not in s.faults:
+            deadline_ms = job.attempt_deadline_seconds * outcome.scale * 1000
+            out.append(
+                f"{s.job} {when}: an attempt got no answer within the deadline, scaled to "
+                f"{deadline_ms:g} ms, though no slow fault was injected: this machine is "
+                "busy; a larger --time-scale gives the function more real time."
+            )
         if s.executions:
             out.append(
                 f"{s.job} {when}: executed once, but Scheduler never saw a 2xx "
-                f"(last reply: {last}; {s.stop_reason}). No duplicate: a later delivery "
-                "of this run would get 200 'duplicate'."
+                f"(last attempt's reply: {last}; {s.stop_reason}). No duplicate: a later "
+                "delivery of this run would get 200 'duplicate'."
             )
         elif KILL in s.faults:
             r = job.retry

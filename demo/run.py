@@ -44,7 +44,9 @@ from scheduler_emulator.report import RunSummary, summarise, totals
 from scheduler_emulator.stack import Stack, load_stack
 
 DEFAULT_TICKS = 20
-DEFAULT_TIME_SCALE = 0.01
+# 1 s of schedule time = 20 ms: the dev stack's shortest deadline (30 s) lasts 0.6 s,
+# well above the function's latency even on a busy 2-core machine.
+DEFAULT_TIME_SCALE = 0.02
 DEMO_JOB = "demo.ledger_job:run"
 
 
@@ -370,7 +372,10 @@ def run_demo(
     def log(line: str) -> None:
         status(f"[{time.monotonic() - started:5.1f}s] {line}")
 
-    stack = (options.stack or load_stack(options.stack_path)).only(list(options.jobs))
+    stack_path = options.stack_path
+    if not stack_path.exists() and (REPO_ROOT / stack_path).exists():
+        stack_path = REPO_ROOT / stack_path  # `python -m demo` from outside the repository
+    stack = (options.stack or load_stack(stack_path)).only(list(options.jobs))
     scale = 1.0 if options.real_time else options.time_scale
     workdir = Path(tempfile.mkdtemp(prefix="scheduler-demo-"))
     ledger = (options.logs_dir or workdir) / "ledger.jsonl"

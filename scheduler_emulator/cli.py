@@ -16,7 +16,7 @@ from scheduler_emulator.report import format_table, summarise, summary_json, tot
 from scheduler_emulator.stack import StackError, load_stack
 
 DEFAULT_STACK = "Pulumi.dev.yaml"
-DEFAULT_TIME_SCALE = 0.005
+DEFAULT_TIME_SCALE = 0.02
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser, default_ticks: int) -> None:

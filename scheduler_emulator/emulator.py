@@ -262,7 +262,7 @@ class SchedulerEmulator:
         jobs: Sequence[Job] | None = None,
         ticks: int = 10,
         start: datetime | None = None,
-        time_scale: float = 0.01,
+        time_scale: float = 0.02,
         clock_factory: Callable[[], Clock] | None = None,
         faults: FaultPlan | None = None,
         token: str | None = None,
