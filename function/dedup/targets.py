@@ -304,6 +304,10 @@ class DownstreamClient:
             raise DownstreamError(
                 f"cannot reach {target.kind.value} API: {_first_line(exc)}", retryable=True
             ) from None
+        except requests.RequestException as exc:  # e.g. a broken answer: may have started
+            raise DownstreamError(
+                f"{target.kind.value} API call failed: {_first_line(exc)}", retryable=True
+            ) from None
         except auth_exceptions.GoogleAuthError as exc:
             raise DownstreamError(
                 f"cannot get an access token: {_first_line(exc)}", retryable=True
