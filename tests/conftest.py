@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from google.cloud import firestore
 
 from local_stack import FirestoreEmulator, LocalStackError
 
@@ -27,6 +28,10 @@ def firestore_emulator() -> Iterator[FirestoreEmulator]:
     previous = {k: os.environ.get(k) for k in ("FIRESTORE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")}
     os.environ["FIRESTORE_EMULATOR_HOST"] = emulator.host
     os.environ["GOOGLE_CLOUD_PROJECT"] = EMULATOR_PROJECT
+    # The emulator's first RPC after start-up can take longer than the tests' short store
+    # timeouts (JVM warm-up on a small host): one generous write first.
+    client = firestore.Client(project=EMULATOR_PROJECT)
+    client.collection("warm_up").document("w").set({"ok": True}, timeout=60)
     yield emulator
     emulator.stop()
     for key, value in previous.items():

@@ -23,7 +23,7 @@ from tests.proxy.support import JOBS, proxy_env, run_id, service_account_file
 from tests.support.deliveries import LOCATION, PROJECT, scheduler_headers
 from tests.support.jobs import read_ledger
 
-pytestmark = pytest.mark.usefixtures("warm_emulator")
+pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
 EXAMPLES = REPO_ROOT / "examples"
 WORKFLOW_YAML = yaml.safe_load((EXAMPLES / "workflow.yaml").read_text())

@@ -22,7 +22,7 @@ from tests.support.deliveries import PROJECT, settings_for
 from tests.support.jobs import read_ledger
 from tests.support.rpc_counter import RpcCounter
 
-pytestmark = pytest.mark.usefixtures("warm_emulator")
+pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
 TOKEN = run_id("export-workflow")  # what the proxy sends: the run's dedup key
 

@@ -15,11 +15,13 @@ from tests.proxy.fake_apis import BUILD_TRIGGER, RUN_JOB, WORKFLOW, Behaviour, F
 from tests.proxy.support import JOBS, KINDS, RESOURCES, SCHEDULE, in_process_proxy, run_id
 from tests.support.deliveries import InProcessFunction, scheduler_headers
 
-pytestmark = pytest.mark.usefixtures("warm_emulator")
+pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
 
 @pytest.fixture
-def proxy(warm_emulator: object, collection_name: str, fake: FakeGoogleApis) -> InProcessFunction:
+def proxy(
+    firestore_emulator: object, collection_name: str, fake: FakeGoogleApis
+) -> InProcessFunction:
     return in_process_proxy(collection_name, fake.url, timeout_seconds=1.0)
 
 

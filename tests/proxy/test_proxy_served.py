@@ -37,7 +37,7 @@ def collection() -> str:
 
 @pytest.fixture(scope="module")
 def server(
-    warm_emulator: object,
+    firestore_emulator: object,
     apis: FakeGoogleApis,
     collection: str,
     tmp_path_factory: pytest.TempPathFactory,
@@ -163,7 +163,7 @@ def test_a_non_retryable_downstream_failure_keeps_the_record_and_scheduler_stops
 
 
 def test_served_proxy_refuses_to_start_without_a_target(
-    warm_emulator: object, tmp_path: Path, apis: FakeGoogleApis
+    firestore_emulator: object, tmp_path: Path, apis: FakeGoogleApis
 ) -> None:
     env = proxy_env("unused", apis.url, service_account_file(tmp_path, apis.token_uri))
     env["DEDUP_PROXY_ROUTES"] = ""
