@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import shutil
-import signal
 import tempfile
 import threading
 import time
@@ -210,28 +208,6 @@ def _firestore(options: DemoOptions, log: Callable[[str], None]) -> Iterator[str
         if options.logs_dir is not None:
             _save(options.logs_dir / "firestore-emulator.log", emulator.log_text)
         emulator.stop()
-        wait_group_gone(emulator.process.pid if emulator.process else None)
-
-
-def wait_group_gone(pgid: int | None, grace_seconds: float = 10.0) -> None:
-    """Wait until every process of group `pgid` has exited; SIGKILL what remains.
-
-    local_stack stops a child by signalling its whole group but waits only for the
-    group leader: the emulator's JVM (a grandchild) can outlive it by a second or more.
-    """
-    if pgid is None:
-        return
-    deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            return
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 def _save(path: Path, text: str) -> None:
@@ -305,7 +281,6 @@ class LocalFunction:
 
     def stop(self) -> None:
         self.server.stop()
-        wait_group_gone(self.server.process.pid if self.server.process else None)
 
     def __enter__(self) -> LocalFunction:
         return self.start()

@@ -56,17 +56,34 @@ def _port_taken(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _stop_group(process: subprocess.Popen[bytes], grace_seconds: float = 5.0) -> None:
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
+def _group_alive(pgid: int) -> bool:
     try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _stop_group(process: subprocess.Popen[bytes], grace_seconds: float = 5.0) -> None:
+    """SIGTERM the child's whole process group, wait for every member, SIGKILL stragglers.
+
+    Waiting for the leader alone is not enough: the emulator's JVM is a grandchild and
+    can outlive `gcloud` by a second or more.
+    """
+    pgid = process.pid
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(grace_seconds)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _group_alive(pgid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        process.wait()  # reap the leader, or the group never looks empty
+        while _group_alive(pgid) and time.monotonic() < deadline + grace_seconds:
+            time.sleep(0.05)
 
 
 class _ManagedProcess:
