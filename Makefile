@@ -14,7 +14,7 @@ $(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.txt p
 	touch $@
 
 demo: $(VENV)/stamp
-	$(BIN)/python -m demo
+	$(BIN)/python -m demo $(DEMO_ARGS)
 
 test: lint typecheck policy-check unit
 
