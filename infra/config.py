@@ -61,6 +61,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "defaultJobLogic": "jobs.example:run",
     "storeTimeoutSeconds": 10,
     "cacheSize": 10000,
+    "proxyTimeoutSeconds": 30,
 }
 # Keys without a default: firestoreLocation (defaults to gcp:region), jobs (required).
 KIT_KEYS: Final = frozenset({*DEFAULTS, "firestoreLocation", "jobs"})
@@ -76,6 +77,7 @@ JOB_KEYS: Final = frozenset(
         "jobLogic",
         "paused",
         "description",
+        "proxy",
     }
 )
 RETRY_KEYS: Final = frozenset(
@@ -87,6 +89,7 @@ RETRY_KEYS: Final = frozenset(
         "maxDoublings",
     }
 )
+PROXY_KEYS: Final = frozenset({"target", "resource", "tokenName", "container"})
 DEFAULT_TIME_ZONE: Final = "Etc/UTC"
 MISSING_SCHEDULE_TIME_MODES: Final = ("reject", "run")
 
@@ -96,6 +99,52 @@ FUNCTION_MEMORY_MAX_MIB: Final = 32768
 MAX_INSTANCES_LIMIT: Final = 1000
 MAX_REQUEST_CONCURRENCY_LIMIT: Final = 1000
 STORE_TIMEOUT_MAX_SECONDS: Final = 60
+PROXY_TIMEOUT_MAX_SECONDS: Final = 600  # the proxy's own bound (DEDUP_PROXY_TIMEOUT_SECONDS)
+
+# The proxy's downstream targets (function/dedup/targets.py accepts the same names and
+# resource shapes; tests/infra/test_proxy_config.py checks both agree).
+PROXY_TARGET_WORKFLOW: Final = "workflow"
+PROXY_TARGET_RUN_JOB: Final = "run_job"
+PROXY_TARGET_BUILD_TRIGGER: Final = "build_trigger"
+PROXY_TARGETS: Final = (PROXY_TARGET_WORKFLOW, PROXY_TARGET_RUN_JOB, PROXY_TARGET_BUILD_TRIGGER)
+_PROXY_PROJECT = r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20}"
+_PROXY_LOCATION = r"[a-z][a-z0-9-]{1,62}"
+_PROXY_RESOURCE: Final[Mapping[str, re.Pattern[str]]] = {
+    PROXY_TARGET_WORKFLOW: re.compile(
+        rf"projects/({_PROXY_PROJECT})/locations/({_PROXY_LOCATION})"
+        r"/workflows/([A-Za-z][A-Za-z0-9_-]{0,127})"
+    ),
+    PROXY_TARGET_RUN_JOB: re.compile(
+        rf"projects/({_PROXY_PROJECT})/locations/({_PROXY_LOCATION})"
+        r"/jobs/([a-z](?:[a-z0-9-]{0,61}[a-z0-9])?)"
+    ),
+    PROXY_TARGET_BUILD_TRIGGER: re.compile(
+        rf"projects/({_PROXY_PROJECT})/locations/({_PROXY_LOCATION})"
+        r"/triggers/([A-Za-z0-9][A-Za-z0-9_.-]{0,127})"
+    ),
+}
+_PROXY_SHAPE: Final[Mapping[str, str]] = {
+    PROXY_TARGET_WORKFLOW: "projects/PROJECT/locations/LOCATION/workflows/WORKFLOW",
+    PROXY_TARGET_RUN_JOB: "projects/PROJECT/locations/LOCATION/jobs/JOB",
+    PROXY_TARGET_BUILD_TRIGGER: "projects/PROJECT/locations/LOCATION/triggers/TRIGGER_ID",
+}
+# Where the token goes: a workflow argument key, a container env var, a user substitution.
+_PROXY_TOKEN_NAME: Final[Mapping[str, tuple[re.Pattern[str], str]]] = {
+    PROXY_TARGET_WORKFLOW: (
+        re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}"),
+        "an argument key of letters, digits and underscores, e.g. dedup_token",
+    ),
+    PROXY_TARGET_RUN_JOB: (
+        re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}"),
+        "an environment variable name, e.g. DEDUP_TOKEN",
+    ),
+    PROXY_TARGET_BUILD_TRIGGER: (
+        re.compile(r"_[A-Z0-9_]{1,99}"),
+        "a user substitution: '_' then upper-case letters, digits or underscores, "
+        "e.g. _DEDUP_TOKEN",
+    ),
+}
+_CONTAINER_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 _PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
@@ -154,8 +203,43 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class ProxyTarget:
+    """The downstream execution a proxied job starts (`jobs[].proxy`)."""
+
+    target: str
+    """workflow | run_job | build_trigger"""
+    resource: str
+    """projects/P/locations/L/{workflows/W | jobs/J | triggers/T}"""
+    token_name: str | None = None
+    """Where the token goes; None: the proxy's default for the target."""
+    container: str | None = None
+    """run_job only: the container that gets the token (default: the first)."""
+
+    @property
+    def project(self) -> str:
+        return self.resource.split("/")[1]
+
+    @property
+    def location(self) -> str:
+        return self.resource.split("/")[3]
+
+    @property
+    def resource_id(self) -> str:
+        return self.resource.rsplit("/", 1)[1]
+
+    def route(self) -> dict[str, str]:
+        """The job's entry of DEDUP_PROXY_ROUTES (the keys the proxy reads)."""
+        route = {"target": self.target, "resource": self.resource}
+        if self.token_name is not None:
+            route["tokenName"] = self.token_name
+        if self.container is not None:
+            route["container"] = self.container
+        return route
+
+
+@dataclass(frozen=True)
 class JobSettings:
-    """One Cloud Scheduler job, served by the stack's dedup function."""
+    """One Cloud Scheduler job, served by the stack's dedup function (or its proxy)."""
 
     name: str
     schedule: str
@@ -163,11 +247,14 @@ class JobSettings:
     attempt_deadline_seconds: int
     retry: RetrySettings
     job_logic: str
-    """The effective `module:function` (the job's own, or the stack's defaultJobLogic)."""
+    """The effective `module:function` (the job's own, or the stack's defaultJobLogic).
+    Unused for a proxied job, which runs no job logic of its own."""
     body_json: str | None = None
     """Canonical JSON of the body (sorted keys, compact), or None for no body."""
     paused: bool = False
     description: str | None = None
+    proxy: ProxyTarget | None = None
+    """Set: the job calls the idempotent proxy, which starts this target once per run."""
 
     @property
     def retry_window_seconds(self) -> float:
@@ -227,10 +314,28 @@ class StackConfig:
     dedup: DedupSettings
     function: FunctionSettings
     jobs: tuple[JobSettings, ...]
+    proxy_timeout_seconds: int = 30
+    """DEDUP_PROXY_TIMEOUT_SECONDS: bound on one downstream start request."""
 
     def job_routes(self) -> dict[str, str]:
-        """DEDUP_JOB_ROUTES: every job's ID -> its effective `module:function`."""
-        return {job.name: job.job_logic for job in sorted(self.jobs, key=lambda j: j.name)}
+        """DEDUP_JOB_ROUTES: every (not proxied) job's ID -> its effective `module:function`."""
+        return {
+            job.name: job.job_logic
+            for job in sorted(self.jobs, key=lambda j: j.name)
+            if job.proxy is None
+        }
+
+    @property
+    def proxied_jobs(self) -> tuple[JobSettings, ...]:
+        return tuple(job for job in self.jobs if job.proxy is not None)
+
+    def proxy_routes(self) -> dict[str, ProxyTarget]:
+        """Every proxied job's ID -> its target (DEDUP_PROXY_ROUTES); empty: no proxy."""
+        return {
+            job.name: job.proxy
+            for job in sorted(self.jobs, key=lambda j: j.name)
+            if job.proxy is not None
+        }
 
 
 def memory_mib(memory: str) -> int:
@@ -373,13 +478,21 @@ def load_config(values: Mapping[str, Any]) -> StackConfig:
     dedup = _read_dedup(r, setting, region)
     function = _read_function(r, setting)
     default_logic = dedup.default_job_logic if dedup is not None else None
-    jobs = _read_jobs(r, setting("jobs"), default_logic)
+    jobs = _read_jobs(r, setting("jobs"), default_logic, project)
+    proxy_timeout = r.integer(
+        kit_key("proxyTimeoutSeconds"),
+        setting("proxyTimeoutSeconds"),
+        minimum=1,
+        maximum=PROXY_TIMEOUT_MAX_SECONDS,
+    )
 
     if r.problems:
         raise ConfigError(r.problems)
     assert project is not None and region is not None and name_prefix is not None
     assert dedup is not None and function is not None and jobs is not None
+    assert proxy_timeout is not None
     _check_cross_field(r, dedup, function, jobs)
+    _check_proxy_timeout(r, proxy_timeout, dedup, jobs)
     if r.problems:
         raise ConfigError(r.problems)
     return StackConfig(
@@ -389,6 +502,7 @@ def load_config(values: Mapping[str, Any]) -> StackConfig:
         dedup=dedup,
         function=function,
         jobs=jobs,
+        proxy_timeout_seconds=proxy_timeout,
     )
 
 
@@ -540,7 +654,9 @@ def _read_function(r: _Reader, setting: Any) -> FunctionSettings | None:
     )
 
 
-def _read_jobs(r: _Reader, raw: Any, default_logic: str | None) -> tuple[JobSettings, ...] | None:
+def _read_jobs(
+    r: _Reader, raw: Any, default_logic: str | None, project: str | None
+) -> tuple[JobSettings, ...] | None:
     key = kit_key("jobs")
     raw = _parse_structure(raw)
     if raw is None:
@@ -553,7 +669,7 @@ def _read_jobs(r: _Reader, raw: Any, default_logic: str | None) -> tuple[JobSett
     jobs: list[JobSettings] = []
     first_index: dict[str, int] = {}
     for index, entry in enumerate(raw):
-        job = _read_job(r, f"{key}[{index}]", entry, default_logic)
+        job = _read_job(r, f"{key}[{index}]", entry, default_logic, project)
         if job is None:
             continue
         if job.name in first_index:
@@ -570,7 +686,9 @@ def _read_jobs(r: _Reader, raw: Any, default_logic: str | None) -> tuple[JobSett
     return tuple(jobs)
 
 
-def _read_job(r: _Reader, key: str, entry: Any, default_logic: str | None) -> JobSettings | None:
+def _read_job(
+    r: _Reader, key: str, entry: Any, default_logic: str | None, project: str | None
+) -> JobSettings | None:
     if not isinstance(entry, Mapping):
         r.fail(key, f"{entry!r} is not a mapping", "give name, schedule and optional settings")
         return None
@@ -635,6 +753,16 @@ def _read_job(r: _Reader, key: str, entry: Any, default_logic: str | None) -> Jo
             pattern=_JOB_LOGIC,
             fix="use 'module:function' of a module inside function/, e.g. jobs.example:run",
         )
+    proxy: ProxyTarget | None = None
+    if entry.get("proxy") is not None:
+        proxy = _read_proxy(r, f"{key}.proxy", entry["proxy"], project)
+        if entry.get("jobLogic") is not None:
+            r.fail(
+                f"{key}.jobLogic",
+                "is set on a job that calls the proxy (proxy: ...), which runs no job logic",
+                "remove jobLogic (the proxy starts the downstream target) or remove proxy "
+                "(the dedup function runs jobLogic)",
+            )
     paused = r.boolean(f"{key}.paused", entry.get("paused", False))
     description = entry.get("description")
     if description is not None and (not isinstance(description, str) or len(description) > 500):
@@ -658,7 +786,80 @@ def _read_job(r: _Reader, key: str, entry: Any, default_logic: str | None) -> Jo
         body_json=body_json,
         paused=paused,
         description=description,
+        proxy=proxy,
     )
+
+
+def _read_proxy(r: _Reader, key: str, raw: Any, project: str | None) -> ProxyTarget | None:
+    """`jobs[i].proxy`: the downstream target, validated like the proxy validates it."""
+    example = (
+        "give target (workflow | run_job | build_trigger) and resource, e.g. "
+        "{target: workflow, resource: projects/P/locations/L/workflows/W}"
+    )
+    if not isinstance(raw, Mapping):
+        r.fail(key, f"{raw!r} is not a mapping", example)
+        return None
+    start = len(r.problems)
+    for name in raw:
+        if name not in PROXY_KEYS:
+            r.fail(
+                f"{key}.{name}", "is not a proxy setting", _unknown_key_fix(str(name), PROXY_KEYS)
+            )
+    target = raw.get("target")
+    if target not in PROXY_TARGETS:
+        r.fail(
+            f"{key}.target",
+            f"{target!r} is not a proxy target",
+            f"use one of: {', '.join(PROXY_TARGETS)}",
+        )
+        target = None
+    resource = r.string(f"{key}.resource", raw.get("resource"), fix=example)
+    if target is not None and resource is not None:
+        match = _PROXY_RESOURCE[target].fullmatch(resource)
+        if match is None:
+            r.fail(
+                f"{key}.resource",
+                f"{resource!r} is not a {target} resource name",
+                f"use the full name {_PROXY_SHAPE[target]}",
+            )
+        elif project is not None and match.group(1) != project:
+            r.fail(
+                f"{key}.resource",
+                f"{resource!r} is in project {match.group(1)!r}, not in this stack's project "
+                f"{project!r}",
+                "target a resource of gcp:project by its project ID (the proxy's roles on the "
+                "target are granted in the stack's project)",
+            )
+    token_name: str | None = None
+    if raw.get("tokenName") is not None:
+        token_name = r.string(f"{key}.tokenName", raw.get("tokenName"))
+        if token_name is not None and target is not None:
+            pattern, what = _PROXY_TOKEN_NAME[target]
+            if not pattern.fullmatch(token_name):
+                r.fail(
+                    f"{key}.tokenName",
+                    f"{token_name!r} cannot carry the token of a {target} target",
+                    f"use {what}",
+                )
+    container: str | None = None
+    if raw.get("container") is not None:
+        container = r.string(f"{key}.container", raw.get("container"))
+        if container is not None and target is not None and target != PROXY_TARGET_RUN_JOB:
+            r.fail(
+                f"{key}.container",
+                f"applies only to target run_job, not {target}",
+                "remove container",
+            )
+        elif container is not None and not _CONTAINER_NAME.fullmatch(container):
+            r.fail(
+                f"{key}.container",
+                f"{container!r} is not a Cloud Run container name",
+                "use the container's name in the job (lowercase letters, digits, '-'), or "
+                "leave it unset for the job's first container",
+            )
+    if len(r.problems) > start or target is None or resource is None:
+        return None
+    return ProxyTarget(target=target, resource=resource, token_name=token_name, container=container)
 
 
 def _read_retry(r: _Reader, key: str, raw: Any) -> RetrySettings | None:
@@ -762,6 +963,32 @@ def _check_cross_field(
                 f"{retention} s is not longer than jobs[{index}] ({job.name}) retry window "
                 f"({window:g} s): a late retry would find no record and run the job again",
                 f"set retentionSeconds > {window:g} or shorten that job's retries",
+            )
+
+
+def _check_proxy_timeout(
+    r: _Reader, proxy_timeout: int, dedup: DedupSettings, jobs: Sequence[JobSettings]
+) -> None:
+    """One proxied attempt: claim, the start request, record the result, all within the
+    attempt deadline, so Scheduler does not give up on an attempt that is still starting."""
+    budget = proxy_timeout + 2 * dedup.store_timeout_seconds
+    for index, job in enumerate(jobs):
+        if job.proxy is None:
+            continue
+        deadline = job.attempt_deadline_seconds
+        if budget >= deadline:
+            r.fail(
+                kit_key("proxyTimeoutSeconds"),
+                f"{proxy_timeout} s plus two Firestore calls (2 x storeTimeoutSeconds = "
+                f"{2 * dedup.store_timeout_seconds} s) does not fit in jobs[{index}] "
+                f"({job.name}) attemptDeadlineSeconds ({deadline} s): Scheduler would abandon "
+                "attempts that are still starting the target",
+                (
+                    f"set proxyTimeoutSeconds < {room} (or lower storeTimeoutSeconds), or raise "
+                    if (room := deadline - 2 * dedup.store_timeout_seconds) > 1
+                    else "lower storeTimeoutSeconds, or raise "
+                )
+                + f"jobs[{index}].attemptDeadlineSeconds above {budget}",
             )
 
 

@@ -104,20 +104,27 @@ class DedupServiceArgs:
 
     def environment(self) -> dict[str, str]:
         """The DEDUP_* environment of the function (see the function's settings)."""
-        d = self.dedup
         return {
-            "DEDUP_PROJECT": self.project,
-            "DEDUP_LOCATION": self.region,
-            "DEDUP_DATABASE": d.database_name,
-            "DEDUP_COLLECTION": d.collection,
-            "DEDUP_LEASE_SECONDS": str(d.lease_seconds),
-            "DEDUP_RETENTION_SECONDS": str(d.retention_seconds),
-            "DEDUP_MISSING_SCHEDULE_TIME": d.missing_schedule_time,
-            "DEDUP_JOB": d.default_job_logic,
+            **dedup_environment(self.project, self.region, self.dedup),
+            "DEDUP_JOB": self.dedup.default_job_logic,
             "DEDUP_JOB_ROUTES": json.dumps(dict(self.job_routes), sort_keys=True),
-            "DEDUP_STORE_TIMEOUT_SECONDS": str(d.store_timeout_seconds),
-            "DEDUP_CACHE_SIZE": str(d.cache_size),
         }
+
+
+def dedup_environment(project: str, region: str, dedup: DedupSettings) -> dict[str, str]:
+    """The claim protocol's DEDUP_* settings, shared by the dedup function and the proxy:
+    same database and collection (so the one TTL policy covers both), lease, retention."""
+    return {
+        "DEDUP_PROJECT": project,
+        "DEDUP_LOCATION": region,
+        "DEDUP_DATABASE": dedup.database_name,
+        "DEDUP_COLLECTION": dedup.collection,
+        "DEDUP_LEASE_SECONDS": str(dedup.lease_seconds),
+        "DEDUP_RETENTION_SECONDS": str(dedup.retention_seconds),
+        "DEDUP_MISSING_SCHEDULE_TIME": dedup.missing_schedule_time,
+        "DEDUP_STORE_TIMEOUT_SECONDS": str(dedup.store_timeout_seconds),
+        "DEDUP_CACHE_SIZE": str(dedup.cache_size),
+    }
 
 
 def database_condition_expression(project: str, database: str) -> str:
@@ -441,6 +448,11 @@ class DedupService(pulumi.ComponentResource):
                 "sourceObject": self.source_object.name,
             }
         )
+
+    @property
+    def build_grants(self) -> Sequence[pulumi.Resource]:
+        """The build account's roles: a function built from the kit's source waits for them."""
+        return [self.build_log_writer, self.build_registry_writer, self.build_source_reader]
 
     @property
     def ready(self) -> Sequence[pulumi.Resource]:

@@ -68,7 +68,7 @@ class DeclaredResource:
     parent: str | None = None
     """URN of the parent (the stack, or a component)."""
     custom: bool = True
-    """False for component resources (DedupService, ScheduledJob)."""
+    """False for component resources (DedupService, DedupProxy, ScheduledJob)."""
     dependencies: tuple[str, ...] = ()
     """URNs this resource depends on (explicit depends_on and inputs)."""
     protect: bool = False
@@ -262,6 +262,9 @@ class KitMocks(pulumi_mocks.Mocks):
             return job_id, {**inputs, "state": "ENABLED"}
         if kind == "gcp:projects/service:Service":
             return f"{project}/{inputs['service']}", inputs
+        if kind == "gcp:projects/iAMCustomRole:IAMCustomRole":
+            name = f"projects/{project}/roles/{inputs['roleId']}"
+            return name, {**inputs, "name": name, "deleted": False}
         if not args.custom:
             return "", inputs  # component resources
         return f"{args.name}-id", {**inputs, "etag": "BwXmock"}

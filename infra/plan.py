@@ -47,7 +47,28 @@ def _function(p: Mapping[str, Any]) -> str:
         f"concurrency={_num(sc.get('maxInstanceRequestConcurrency'))} "
         f"runtimeSA={sc.get('serviceAccountEmail')} "
         f"buildSA={str(bc.get('serviceAccount', '')).rsplit('/', 1)[-1]}"
+        f"{_proxy_routes(sc.get('environmentVariables') or {})}"
     )
+
+
+def _proxy_routes(env: Mapping[str, Any]) -> str:
+    """` routes=job->target:resource,...` for the proxy, else ""."""
+    raw = env.get("DEDUP_PROXY_ROUTES")
+    if not isinstance(raw, str):
+        return ""
+    try:
+        routes = json.loads(raw)
+    except ValueError:
+        return f" routes={raw}"
+    if not isinstance(routes, Mapping):
+        return f" routes={raw}"
+    shown = [
+        f"{job}->{spec.get('target')}:{spec.get('resource')}"
+        if isinstance(spec, Mapping)
+        else f"{job}->{spec}"
+        for job, spec in sorted(routes.items())
+    ]
+    return f" routes={','.join(shown)} proxyTimeout={env.get('DEDUP_PROXY_TIMEOUT_SECONDS')}s"
 
 
 def _job(p: Mapping[str, Any]) -> str:
@@ -105,6 +126,10 @@ _SUMMARIES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     ),
     "gcp:artifactregistry/repository:Repository": lambda p: (
         f"{p.get('repositoryId')} {p.get('format')} in {p.get('location')}"
+    ),
+    "gcp:projects/iAMCustomRole:IAMCustomRole": lambda p: (
+        f"projects/{p.get('project')}/roles/{p.get('roleId')} "
+        f"permissions={','.join(p.get('permissions') or [])}"
     ),
 }
 

@@ -2,8 +2,8 @@
 
 `main()` is what `infra/__main__.py` runs under `pulumi up` and what `infra.offline`
 runs under Pulumi's mocks: it reads and validates the whole stack config first (a
-`ConfigError` stops it before any resource is declared), then declares one DedupService
-and one ScheduledJob per configured job.
+`ConfigError` stops it before any resource is declared), then declares one DedupService,
+one DedupProxy when some job has `proxy:`, and one ScheduledJob per configured job.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any, Final
 import pulumi
 
 from infra.config import StackConfig, config_from_pulumi
+from infra.dedup_proxy import DedupProxy, DedupProxyArgs
 from infra.dedup_service import DedupService, DedupServiceArgs
 from infra.scheduled_job import ScheduledJob, ScheduledJobArgs
 
@@ -21,6 +22,7 @@ REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE_DIR: Final = REPO_ROOT / "function"
 DEFAULT_BUILD_DIR: Final = REPO_ROOT / "build" / "function-source"
 SERVICE_NAME: Final = "dedup"
+PROXY_NAME: Final = "proxy"
 
 
 def build(
@@ -34,21 +36,33 @@ def build(
         SERVICE_NAME,
         DedupServiceArgs.from_config(cfg, source_dir=source_dir, build_dir=build_dir),
     )
-    jobs = [
-        ScheduledJob(
-            f"job-{job.name}",
-            ScheduledJobArgs(
-                job=job,
-                project=cfg.project,
-                region=cfg.region,
-                target_uri=service.function_uri,
-                invoker_email=service.invoker_account.email,
-                audience=service.function_uri,
-                depends_on=service.ready,
-            ),
+    proxy = (
+        DedupProxy(PROXY_NAME, DedupProxyArgs.from_service(cfg, service))
+        if cfg.proxied_jobs
+        else None
+    )
+    jobs: list[ScheduledJob] = []
+    for job in cfg.jobs:
+        # A proxied job calls the proxy, every other job the dedup function.
+        uri = service.function_uri
+        ready = service.ready
+        if job.proxy is not None:
+            assert proxy is not None
+            uri, ready = proxy.function_uri, [*service.apis, *proxy.ready]
+        jobs.append(
+            ScheduledJob(
+                f"job-{job.name}",
+                ScheduledJobArgs(
+                    job=job,
+                    project=cfg.project,
+                    region=cfg.region,
+                    target_uri=uri,
+                    invoker_email=service.invoker_account.email,
+                    audience=uri,
+                    depends_on=ready,
+                ),
+            )
         )
-        for job in cfg.jobs
-    ]
     outputs: dict[str, pulumi.Output[Any]] = {
         "functionUrl": service.function_uri,
         "functionName": service.function.name,
@@ -60,6 +74,10 @@ def build(
         "sourceObject": service.source_object.name,
         "jobNames": pulumi.Output.all(*[j.job_name for j in jobs]),
     }
+    if proxy is not None:
+        outputs["proxyUrl"] = proxy.function_uri
+        outputs["proxyFunctionName"] = proxy.function.name
+        outputs["proxyServiceAccount"] = proxy.account.email
     for key, value in outputs.items():
         pulumi.export(key, value)
     return outputs

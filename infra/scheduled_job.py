@@ -1,4 +1,5 @@
-"""ScheduledJob: one Cloud Scheduler job that calls the dedup function with an OIDC token.
+"""ScheduledJob: one Cloud Scheduler job that calls the dedup function (or, for a job with
+`proxy:`, the idempotent proxy) with an OIDC token.
 
 The job sends `X-Dedup-Project` and `X-Dedup-Location` (its own project and region), so
 one function can serve jobs of several projects or regions that share a job ID, and
@@ -28,6 +29,15 @@ def duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
+def default_description(job: JobSettings) -> str:
+    if job.proxy is not None:
+        return (
+            f"{job.name}: starts {job.proxy.target} {job.proxy.resource} once per schedule "
+            "(idempotent proxy)"
+        )
+    return f"{job.name}: runs {job.job_logic} once per schedule"
+
+
 @dataclass(frozen=True)
 class ScheduledJobArgs:
     """One job's settings and the function it targets."""
@@ -37,7 +47,7 @@ class ScheduledJobArgs:
     region: str
     """The job's Scheduler location; also sent as X-Dedup-Location."""
     target_uri: pulumi.Input[str]
-    """The function's run.app URL."""
+    """The run.app URL of the dedup function, or of the proxy for a proxied job."""
     invoker_email: pulumi.Input[str]
     """The service account whose OIDC token the job sends."""
     audience: pulumi.Input[str] | None = None
@@ -78,9 +88,7 @@ class ScheduledJob(pulumi.ComponentResource):
             project=args.project,
             region=args.region,
             name=job.name,
-            description=(job.description or f"{job.name}: runs {job.job_logic} once per schedule")[
-                :500
-            ],
+            description=(job.description or default_description(job))[:500],
             schedule=job.schedule,
             time_zone=job.time_zone,
             paused=job.paused,

@@ -21,7 +21,10 @@ PROJECT_IAM = "gcp:projects/iAMMember:IAMMember"
 RUN_IAM = "gcp:cloudrunv2/serviceIamMember:ServiceIamMember"
 REPOSITORY = "gcp:artifactregistry/repository:Repository"
 REPOSITORY_IAM = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
+JOB_IAM = "gcp:cloudrunv2/jobIamMember:JobIamMember"
+CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"
 DEDUP_COMPONENT = "scheduler-dedup:index:DedupService"
+PROXY_COMPONENT = "scheduler-dedup:index:DedupProxy"
 JOB_COMPONENT = "scheduler-dedup:index:ScheduledJob"
 
 
@@ -42,7 +45,14 @@ class StackUnderTest:
 
     @property
     def function(self) -> DeclaredResource:
-        return self.one(FUNCTION)
+        """The dedup function (the proxy, if any, is `proxy`)."""
+        return self.run.by_name("dedup-function")
+
+    @property
+    def proxy(self) -> DeclaredResource | None:
+        """The idempotent proxy's function, declared only when some job has `proxy:`."""
+        found = [r for r in self.all(FUNCTION) if r.name == "proxy-function"]
+        return found[0] if found else None
 
     @property
     def service_uri(self) -> str:
@@ -51,6 +61,21 @@ class StackUnderTest:
     @property
     def service_name(self) -> str:
         return str(self.function.outputs["serviceConfig"]["service"])
+
+    @property
+    def proxy_uri(self) -> str:
+        assert self.proxy is not None
+        return str(self.proxy.outputs["serviceConfig"]["uri"])
+
+    @property
+    def proxy_service_name(self) -> str:
+        assert self.proxy is not None
+        return str(self.proxy.outputs["serviceConfig"]["service"])
+
+    def job_uri(self, job_name: str) -> str:
+        """The URL a job must call: the proxy's for a proxied job, else the function's."""
+        job = next(j for j in self.config.jobs if j.name == job_name)
+        return self.proxy_uri if job.proxy is not None else self.service_uri
 
     def account_email(self, role: str) -> str:
         wanted = f"{self.config.name_prefix}-{role}"
@@ -61,6 +86,15 @@ class StackUnderTest:
 
     def iam_grants(self) -> list[DeclaredResource]:
         return [r for r in self.run.resources if r.custom and "role" in r.props]
+
+    def grants_to(self, email: str) -> list[DeclaredResource]:
+        member = f"serviceAccount:{email}"
+        return [g for g in self.iam_grants() if g.props["member"] == member]
+
+    def children_of(self, component: str) -> list[DeclaredResource]:
+        """The custom resources of the component with that Pulumi name."""
+        parent = self.run.by_name(component).urn
+        return [r for r in self.run.resources if r.custom and r.parent == parent]
 
 
 def walk_strings(value: Any) -> Iterator[str]:

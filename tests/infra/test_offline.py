@@ -27,7 +27,8 @@ def test_stack_files_are_found() -> None:
 
 
 def test_records_carry_urn_parent_and_camel_case_props(stack: StackUnderTest) -> None:
-    fn = stack.one(FUNCTION)
+    fn = stack.function
+    assert fn.type == FUNCTION
     assert fn.urn.startswith(f"urn:pulumi:{stack.name}::scheduler-dedup::")
     assert fn.urn.endswith("::dedup-function")
     assert fn.parent is not None and fn.parent.endswith("::dedup")

@@ -8,20 +8,25 @@ import json
 import re
 from collections import Counter
 
+from infra.config import StackConfig
+from infra.dedup_proxy import TARGET_APIS
 from infra.dedup_service import REQUIRED_APIS
 from infra.program import DEFAULT_SOURCE_DIR
 from infra.source import build_source_archive
 from tests.infra.helpers import (
     ACCOUNT,
     BUCKET,
+    CUSTOM_ROLE,
     DATABASE,
     DEDUP_COMPONENT,
     FIELD,
     FUNCTION,
     JOB,
     JOB_COMPONENT,
+    JOB_IAM,
     OBJECT,
     PROJECT_IAM,
+    PROXY_COMPONENT,
     REPOSITORY,
     REPOSITORY_IAM,
     RUN_IAM,
@@ -36,24 +41,57 @@ DEFAULT_ACCOUNTS = re.compile(
 )
 
 
+def expected_counts(cfg: StackConfig) -> Counter[str]:
+    """What the program declares for a config: the dedup service, the jobs, and the proxy
+    with one grant per kind of target when some job has `proxy:`."""
+    counts: Counter[str] = Counter(
+        {
+            DEDUP_COMPONENT: 1,
+            SERVICE: len(REQUIRED_APIS),
+            ACCOUNT: 3,
+            DATABASE: 1,
+            FIELD: 1,
+            BUCKET: 1,
+            OBJECT: 1,
+            REPOSITORY: 1,
+            REPOSITORY_IAM: 1,
+            PROJECT_IAM: 3,
+            FUNCTION: 1,
+            RUN_IAM: 1,
+            JOB_COMPONENT: len(cfg.jobs),
+            JOB: len(cfg.jobs),
+        }
+    )
+    targets = list(cfg.proxy_routes().values())
+    if targets:
+        kinds = {t.target for t in targets}
+        extra_apis = {api for k in kinds for api in TARGET_APIS[k]} - set(REQUIRED_APIS)
+        counts.update(
+            {
+                PROXY_COMPONENT: 1,
+                FUNCTION: 1,
+                ACCOUNT: 1,
+                RUN_IAM: 1,
+                SERVICE: len(extra_apis),
+                # datastore.user, plus workflows.invoker and the trigger-runner role
+                PROJECT_IAM: 1 + ("workflow" in kinds) + ("build_trigger" in kinds),
+                JOB_IAM: len({t.resource for t in targets if t.target == "run_job"}),
+                CUSTOM_ROLE: int("build_trigger" in kinds),
+            }
+        )
+    return +counts
+
+
 def test_every_resource_is_declared(stack: StackUnderTest) -> None:
-    counts = Counter(r.type for r in stack.run.resources)
-    assert counts == {
-        DEDUP_COMPONENT: 1,
-        SERVICE: len(REQUIRED_APIS),
-        ACCOUNT: 3,
-        DATABASE: 1,
-        FIELD: 1,
-        BUCKET: 1,
-        OBJECT: 1,
-        REPOSITORY: 1,
-        REPOSITORY_IAM: 1,
-        PROJECT_IAM: 3,
-        FUNCTION: 1,
-        RUN_IAM: 1,
-        JOB_COMPONENT: len(stack.config.jobs),
-        JOB: len(stack.config.jobs),
-    }
+    assert Counter(r.type for r in stack.run.resources) == expected_counts(stack.config)
+
+
+def test_prod_has_a_proxied_job_and_dev_has_none(stack_runs: dict[str, StackUnderTest]) -> None:
+    assert stack_runs["dev"].proxy is None
+    assert not stack_runs["dev"].config.proxied_jobs
+    prod = stack_runs["prod"]
+    assert prod.proxy is not None
+    assert [j.name for j in prod.config.proxied_jobs] == ["daily-report"]
 
 
 def test_children_are_parented_to_their_component(stack: StackUnderTest) -> None:
@@ -65,13 +103,21 @@ def test_children_are_parented_to_their_component(stack: StackUnderTest) -> None
             ), "components hang off the stack"
             continue
         assert resource.parent in components, f"{resource.name} has no component parent"
-        expected = JOB_COMPONENT if resource.type == JOB else DEDUP_COMPONENT
+        if resource.type == JOB:
+            expected = JOB_COMPONENT
+        elif resource.name.startswith("proxy-"):
+            expected = PROXY_COMPONENT
+        else:
+            expected = DEDUP_COMPONENT
         assert components[resource.parent] == expected
 
 
 def test_apis_enabled_and_kept_on_destroy(stack: StackUnderTest) -> None:
     services = stack.all(SERVICE)
-    assert {s.props["service"] for s in services} == set(REQUIRED_APIS)
+    proxy_apis = {
+        api for t in stack.config.proxy_routes().values() for api in TARGET_APIS[t.target]
+    }
+    assert {s.props["service"] for s in services} == set(REQUIRED_APIS) | proxy_apis
     for needed in (
         "cloudfunctions.googleapis.com",
         "run.googleapis.com",
@@ -188,12 +234,22 @@ def test_dedicated_runtime_and_build_accounts(stack: StackUnderTest) -> None:
         f"projects/{stack.config.project}/serviceAccounts/{build}"
     )
     assert runtime != build
-    for email in (runtime, build, stack.account_email("invoker")):
+    accounts = [runtime, build, stack.account_email("invoker")]
+    if stack.proxy is not None:
+        proxy = stack.account_email("proxy")
+        assert stack.proxy.props["serviceConfig"]["serviceAccountEmail"] == proxy
+        assert stack.proxy.props["buildConfig"]["serviceAccount"] == (
+            props["buildConfig"]["serviceAccount"]
+        ), "the proxy is built by the same dedicated build account"
+        accounts.append(proxy)
+    assert len(set(accounts)) == len(accounts), "one account per role"
+    for email in accounts:
         assert not DEFAULT_ACCOUNTS.search(email), f"{email} is a default account"
         assert email.endswith(f"@{stack.config.project}.iam.gserviceaccount.com")
 
 
 def test_function_environment(stack: StackUnderTest) -> None:
+    """Proxied jobs are not the dedup function's: its routes hold only the other jobs."""
     cfg = stack.config
     env = stack.function.props["serviceConfig"]["environmentVariables"]
     assert env == {
@@ -212,33 +268,49 @@ def test_function_environment(stack: StackUnderTest) -> None:
     routes = json.loads(env["DEDUP_JOB_ROUTES"])
     raw_jobs = stack.raw["scheduler-dedup:jobs"]
     assert routes == {
-        job["name"]: job.get("jobLogic", cfg.dedup.default_job_logic) for job in raw_jobs
+        job["name"]: job.get("jobLogic", cfg.dedup.default_job_logic)
+        for job in raw_jobs
+        if "proxy" not in job
     }
 
 
 def test_invoker_on_the_service_not_the_project(stack: StackUnderTest) -> None:
     invoker = f"serviceAccount:{stack.account_email('invoker')}"
-    binding = stack.one(RUN_IAM)
+    binding = stack.run.by_name("dedup-invoker")
+    assert binding.type == RUN_IAM
     assert binding.props["role"] == "roles/run.invoker"
     assert binding.props["member"] == invoker
     assert binding.props["name"] == stack.service_name
     assert binding.props["name"].endswith(f"/services/{stack.config.name_prefix}")
     assert binding.props["location"] == stack.config.region
+    bindings = [binding]
+    if stack.proxy is not None:
+        proxy_binding = stack.run.by_name("proxy-invoker")
+        assert proxy_binding.type == RUN_IAM
+        assert proxy_binding.props["role"] == "roles/run.invoker"
+        assert proxy_binding.props["member"] == invoker
+        assert proxy_binding.props["name"] == stack.proxy_service_name
+        assert proxy_binding.props["name"].endswith(f"/services/{stack.config.name_prefix}-proxy")
+        bindings.append(proxy_binding)
     invoker_grants = [g for g in stack.iam_grants() if g.props["role"] == "roles/run.invoker"]
-    assert invoker_grants == [binding]
-    assert all(g.props["member"] != invoker for g in stack.iam_grants() if g is not binding)
+    assert invoker_grants == bindings or sorted(g.name for g in invoker_grants) == sorted(
+        g.name for g in bindings
+    )
+    assert all(g.props["member"] != invoker for g in stack.iam_grants() if g not in bindings)
 
 
 def test_datastore_role_is_conditioned_to_the_database(stack: StackUnderTest) -> None:
     grants = [g for g in stack.all(PROJECT_IAM) if g.props["role"] == "roles/datastore.user"]
-    assert len(grants) == 1
-    grant = grants[0]
-    assert grant.props["member"] == f"serviceAccount:{stack.account_email('runtime')}"
-    assert grant.props["condition"]["expression"] == (
-        f'resource.name == "projects/{stack.config.project}/databases/'
-        f'{stack.config.dedup.database_name}"'
+    accounts = ["runtime"] + (["proxy"] if stack.proxy is not None else [])
+    assert sorted(g.props["member"] for g in grants) == sorted(
+        f"serviceAccount:{stack.account_email(a)}" for a in accounts
     )
-    assert grant.props["condition"]["title"]
+    for grant in grants:
+        assert grant.props["condition"]["expression"] == (
+            f'resource.name == "projects/{stack.config.project}/databases/'
+            f'{stack.config.dedup.database_name}"'
+        )
+        assert grant.props["condition"]["title"]
 
 
 def test_build_account_has_only_the_minimal_build_roles(stack: StackUnderTest) -> None:
@@ -301,10 +373,10 @@ def test_scheduler_jobs(stack: StackUnderTest) -> None:
         assert retry["maxDoublings"] == job.retry.max_doublings
         target = props["httpTarget"]
         assert target["httpMethod"] == "POST"
-        assert target["uri"] == stack.service_uri
+        assert target["uri"] == stack.job_uri(job.name)
         assert target["oidcToken"] == {
             "serviceAccountEmail": invoker,
-            "audience": stack.service_uri,
+            "audience": stack.job_uri(job.name),
         }
         assert target["headers"] == {
             "X-Dedup-Project": cfg.project,
@@ -319,20 +391,30 @@ def test_audience_is_the_run_app_service_uri(stack: StackUnderTest) -> None:
         rf"https://{stack.config.name_prefix}-[a-z0-9]+-[a-z]+\.a\.run\.app", stack.service_uri
     )
     for job in stack.all(JOB):
-        assert job.props["httpTarget"]["oidcToken"]["audience"] == stack.service_uri
+        assert job.props["httpTarget"]["oidcToken"]["audience"] == stack.job_uri(
+            job.props["name"]
+        )
 
 
 def test_jobs_wait_for_the_invoker_binding(stack: StackUnderTest) -> None:
-    binding = stack.one(RUN_IAM)
     for job in stack.all(JOB):
+        proxied = stack.job_uri(job.props["name"]) != stack.service_uri
+        binding = stack.run.by_name("proxy-invoker" if proxied else "dedup-invoker")
         assert binding.urn in job.dependencies
 
 
 def test_function_waits_for_its_grants(stack: StackUnderTest) -> None:
     deps = set(stack.function.dependencies)
-    for grant in stack.iam_grants():
+    dedup_grants = [g for g in stack.children_of("dedup") if "role" in g.props]
+    for grant in dedup_grants:
         if grant.type != RUN_IAM:
             assert grant.urn in deps, grant.name
+    if stack.proxy is not None:
+        proxy_deps = set(stack.proxy.dependencies)
+        build = f"serviceAccount:{stack.account_email('build')}"
+        for grant in stack.iam_grants():
+            if grant.props["member"] == build or grant.name == "proxy-datastore-user":
+                assert grant.urn in proxy_deps, grant.name
 
 
 def test_stack_outputs(stack: StackUnderTest) -> None:
@@ -347,15 +429,27 @@ def test_stack_outputs(stack: StackUnderTest) -> None:
         "collection": cfg.dedup.collection,
         "sourceObject": stack.one(OBJECT).props["name"],
         "jobNames": [j.name for j in cfg.jobs],
+        **(
+            {
+                "proxyUrl": stack.proxy_uri,
+                "proxyFunctionName": f"{cfg.name_prefix}-proxy",
+                "proxyServiceAccount": stack.account_email("proxy"),
+            }
+            if stack.proxy is not None
+            else {}
+        ),
     }
 
 
 def test_dedup_invariants_hold_in_the_stack_files(stack: StackUnderTest) -> None:
-    env = stack.function.props["serviceConfig"]["environmentVariables"]
-    lease = int(env["DEDUP_LEASE_SECONDS"])
-    retention = int(env["DEDUP_RETENTION_SECONDS"])
-    timeout = stack.function.props["serviceConfig"]["timeoutSeconds"]
-    assert lease >= timeout
-    for job in stack.config.jobs:
-        assert lease >= job.attempt_deadline_seconds <= timeout
-        assert retention > job.retry_window_seconds
+    for function in (stack.function, stack.proxy):
+        if function is None:
+            continue
+        env = function.props["serviceConfig"]["environmentVariables"]
+        lease = int(env["DEDUP_LEASE_SECONDS"])
+        retention = int(env["DEDUP_RETENTION_SECONDS"])
+        timeout = function.props["serviceConfig"]["timeoutSeconds"]
+        assert lease >= timeout
+        for job in stack.config.jobs:
+            assert lease >= job.attempt_deadline_seconds <= timeout
+            assert retention > job.retry_window_seconds

@@ -1,0 +1,331 @@
+"""DedupProxy: the idempotent proxy for Google Cloud API targets (SPEC section 4).
+
+A Scheduler job with `proxy:` in the stack config calls this function instead of the
+dedup function. It runs the same claim protocol over the same Firestore database and
+collection, then starts the job's downstream execution once (a Workflows execution, a
+Cloud Run job execution or a Cloud Build trigger run) with the run's dedup key as
+idempotency token. It is the same source as the dedup function with the entry point
+`proxy_scheduled_job`, built by the same build account into the same repository.
+
+The proxy runs as its own service account, which holds only what its targets need:
+
+- always `roles/datastore.user`, conditioned to the one dedup database;
+- a workflow: `roles/workflows.invoker` on the project. Workflows has no per-workflow IAM
+  (its roles are granted on projects only, and IAM Conditions' resource attributes do
+  not cover workflows), so the project is the narrowest grant there is;
+- a Cloud Run job: `roles/run.jobsExecutorWithOverrides` on that job only: the narrowest
+  role that may pass an environment override (the token);
+- a build trigger: a custom project role holding only `cloudbuild.builds.create`, the one
+  permission `triggers.run` checks (Cloud Build has no per-trigger IAM; the predefined
+  `roles/cloudbuild.builds.editor` would add get, list, update and cancel of every build).
+
+The dedup function's invoker account holds `roles/run.invoker` on the proxy's Cloud Run
+service only; ingress is internal-only; nothing is public.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import pulumi
+import pulumi_gcp as gcp
+
+from infra.config import (
+    PROXY_TARGET_BUILD_TRIGGER,
+    PROXY_TARGET_RUN_JOB,
+    PROXY_TARGET_WORKFLOW,
+    DedupSettings,
+    FunctionSettings,
+    ProxyTarget,
+    StackConfig,
+)
+from infra.dedup_service import (
+    DEFAULT_LABELS,
+    FUNCTION_RUNTIME,
+    REQUIRED_APIS,
+    ROLE_DATASTORE_USER,
+    ROLE_RUN_INVOKER,
+    DedupService,
+    _service_name,
+    _service_uri,
+    database_condition_expression,
+    dedup_environment,
+)
+
+COMPONENT_TYPE: Final = "scheduler-dedup:index:DedupProxy"
+ENTRY_POINT: Final = "proxy_scheduled_job"
+
+ROLE_WORKFLOWS_INVOKER: Final = "roles/workflows.invoker"
+ROLE_RUN_JOBS_EXECUTOR_WITH_OVERRIDES: Final = "roles/run.jobsExecutorWithOverrides"
+BUILD_TRIGGER_PERMISSIONS: Final = ("cloudbuild.builds.create",)
+"""Exactly what `projects.locations.triggers.run` checks on the trigger."""
+
+# APIs the proxy calls per target, beyond the dedup service's own (run and cloudbuild are
+# among those already). The target itself exists already; its execution API may not be on.
+TARGET_APIS: Final[Mapping[str, tuple[str, ...]]] = {
+    PROXY_TARGET_WORKFLOW: ("workflows.googleapis.com", "workflowexecutions.googleapis.com"),
+    PROXY_TARGET_RUN_JOB: ("run.googleapis.com",),
+    PROXY_TARGET_BUILD_TRIGGER: ("cloudbuild.googleapis.com",),
+}
+
+
+@dataclass(frozen=True)
+class DedupProxyArgs:
+    """The proxy's settings, routes, and what it shares with the dedup service."""
+
+    project: str
+    region: str
+    name_prefix: str
+    dedup: DedupSettings
+    function: FunctionSettings
+    routes: Mapping[str, ProxyTarget]
+    """Scheduler job ID -> target, sent as DEDUP_PROXY_ROUTES."""
+    timeout_seconds: int
+    """DEDUP_PROXY_TIMEOUT_SECONDS."""
+    source_bucket: pulumi.Input[str]
+    source_object: pulumi.Input[str]
+    build_service_account: pulumi.Input[str]
+    """`projects/P/serviceAccounts/E` of the (shared) build account."""
+    docker_repository: pulumi.Input[str]
+    invoker_member: pulumi.Input[str]
+    """`serviceAccount:E` of the jobs' OIDC identity."""
+    depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
+    """What the function's deployment waits for (APIs, build grants, TTL field)."""
+    enable_apis: bool = True
+    enabled_apis: frozenset[str] = frozenset(REQUIRED_APIS)
+    """APIs some other resource of the stack enables already."""
+    labels: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_LABELS))
+
+    @classmethod
+    def from_service(cls, cfg: StackConfig, service: DedupService) -> DedupProxyArgs:
+        return cls(
+            project=cfg.project,
+            region=cfg.region,
+            name_prefix=cfg.name_prefix,
+            dedup=cfg.dedup,
+            function=cfg.function,
+            routes=cfg.proxy_routes(),
+            timeout_seconds=cfg.proxy_timeout_seconds,
+            source_bucket=service.bucket.name,
+            source_object=service.source_object.name,
+            build_service_account=service.build_account.name,
+            docker_repository=service.repository.id,
+            invoker_member=service.invoker_account.member,
+            depends_on=[*service.apis, *service.build_grants, service.ttl_field],
+        )
+
+    @property
+    def function_name(self) -> str:
+        return f"{self.name_prefix}-proxy"
+
+    @property
+    def account_id(self) -> str:
+        return f"{self.name_prefix}-proxy"
+
+    @property
+    def build_role_id(self) -> str:
+        """Custom role IDs allow letters, digits, '_' and '.' only."""
+        return f"{self.name_prefix.replace('-', '_')}_proxy_trigger_runner"
+
+    def targets(self, kind: str) -> list[ProxyTarget]:
+        """The distinct targets of one kind, by resource name."""
+        found = {t.resource: t for t in self.routes.values() if t.target == kind}
+        return [found[name] for name in sorted(found)]
+
+    def apis(self) -> list[str]:
+        needed = {api for t in self.routes.values() for api in TARGET_APIS[t.target]}
+        return sorted(needed - self.enabled_apis)
+
+    def environment(self) -> dict[str, str]:
+        routes = {job: self.routes[job].route() for job in sorted(self.routes)}
+        return {
+            **dedup_environment(self.project, self.region, self.dedup),
+            "DEDUP_PROXY_ROUTES": json.dumps(routes, sort_keys=True, separators=(",", ":")),
+            "DEDUP_PROXY_TIMEOUT_SECONDS": str(self.timeout_seconds),
+        }
+
+
+class DedupProxy(pulumi.ComponentResource):
+    """The idempotent proxy function, its own service account and its target roles."""
+
+    function: gcp.cloudfunctionsv2.Function
+    function_uri: pulumi.Output[str]
+    """The proxy's run.app URL: the proxied jobs' target and OIDC audience."""
+    service_name: pulumi.Output[str]
+    account: gcp.serviceaccount.Account
+    datastore_user: gcp.projects.IAMMember
+    invoker_binding: gcp.cloudrunv2.ServiceIamMember
+    target_grants: list[pulumi.CustomResource]
+    build_role: gcp.projects.IAMCustomRole | None
+    apis: list[gcp.projects.Service]
+
+    def __init__(
+        self,
+        name: str,
+        args: DedupProxyArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(COMPONENT_TYPE, name, None, opts)
+        if not args.routes:
+            raise ValueError("DedupProxy needs at least one proxied job (routes is empty)")
+        child = pulumi.ResourceOptions(parent=self)
+        project, region = args.project, args.region
+
+        self.apis = []
+        if args.enable_apis:
+            for api in args.apis():
+                self.apis.append(
+                    gcp.projects.Service(
+                        f"{name}-api-{api.split('.')[0]}",
+                        project=project,
+                        service=api,
+                        disable_on_destroy=False,
+                        disable_dependent_services=False,
+                        opts=child,
+                    )
+                )
+        after_apis = pulumi.ResourceOptions(
+            parent=self, depends_on=[*args.depends_on, *self.apis]
+        )
+
+        # --- its own identity --------------------------------------------------------
+        self.account = gcp.serviceaccount.Account(
+            f"{name}-sa",
+            project=project,
+            account_id=args.account_id,
+            display_name="Scheduler dedup proxy (runtime)",
+            description="Runs the idempotent proxy: the dedup database, and starting only "
+            "its configured workflows, Cloud Run jobs or build triggers.",
+            opts=after_apis,
+        )
+        member = self.account.member
+
+        self.datastore_user = gcp.projects.IAMMember(
+            f"{name}-datastore-user",
+            project=project,
+            role=ROLE_DATASTORE_USER,
+            member=member,
+            condition=gcp.projects.IAMMemberConditionArgs(
+                title="dedup-database-only",
+                description="Only the scheduler dedup database.",
+                expression=database_condition_expression(project, args.dedup.database_name),
+            ),
+            opts=child,
+        )
+
+        # --- the roles its targets need, nothing else ---------------------------------
+        self.target_grants = []
+        self.build_role = None
+        if args.targets(PROXY_TARGET_WORKFLOW):
+            # Project level: Workflows IAM has no narrower resource (see module docstring).
+            self.target_grants.append(
+                gcp.projects.IAMMember(
+                    f"{name}-workflows-invoker",
+                    project=project,
+                    role=ROLE_WORKFLOWS_INVOKER,
+                    member=member,
+                    opts=child,
+                )
+            )
+        for target in args.targets(PROXY_TARGET_RUN_JOB):
+            self.target_grants.append(
+                gcp.cloudrunv2.JobIamMember(
+                    f"{name}-run-job-{target.location}-{target.resource_id}",
+                    project=target.project,
+                    location=target.location,
+                    name=target.resource_id,
+                    role=ROLE_RUN_JOBS_EXECUTOR_WITH_OVERRIDES,
+                    member=member,
+                    opts=child,
+                )
+            )
+        if args.targets(PROXY_TARGET_BUILD_TRIGGER):
+            self.build_role = gcp.projects.IAMCustomRole(
+                f"{name}-trigger-runner-role",
+                project=project,
+                role_id=args.build_role_id,
+                title="Scheduler dedup proxy: run build triggers",
+                description="Only cloudbuild.builds.create, which running a build trigger "
+                "needs (Cloud Build has no per-trigger IAM).",
+                permissions=list(BUILD_TRIGGER_PERMISSIONS),
+                stage="GA",
+                opts=after_apis,
+            )
+            self.target_grants.append(
+                gcp.projects.IAMMember(
+                    f"{name}-trigger-runner",
+                    project=project,
+                    role=self.build_role.name,
+                    member=member,
+                    opts=child,
+                )
+            )
+
+        # --- the function -----------------------------------------------------------
+        f = args.function
+        self.function = gcp.cloudfunctionsv2.Function(
+            f"{name}-function",
+            project=project,
+            location=region,
+            name=args.function_name,
+            description="Starts workflows, Cloud Run jobs or build triggers once per "
+            "scheduled run, with the run's dedup key as idempotency token.",
+            labels=dict(args.labels),
+            build_config=gcp.cloudfunctionsv2.FunctionBuildConfigArgs(
+                runtime=FUNCTION_RUNTIME,
+                entry_point=ENTRY_POINT,
+                service_account=args.build_service_account,
+                docker_repository=args.docker_repository,
+                source=gcp.cloudfunctionsv2.FunctionBuildConfigSourceArgs(
+                    storage_source=gcp.cloudfunctionsv2.FunctionBuildConfigSourceStorageSourceArgs(
+                        bucket=args.source_bucket,
+                        object=args.source_object,
+                    ),
+                ),
+            ),
+            service_config=gcp.cloudfunctionsv2.FunctionServiceConfigArgs(
+                service_account_email=self.account.email,
+                ingress_settings="ALLOW_INTERNAL_ONLY",
+                all_traffic_on_latest_revision=True,
+                timeout_seconds=f.timeout_seconds,
+                available_memory=f.memory,
+                available_cpu=f.available_cpu,
+                min_instance_count=f.min_instances,
+                max_instance_count=f.max_instances,
+                max_instance_request_concurrency=f.max_request_concurrency,
+                environment_variables=args.environment(),
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[*args.depends_on, *self.apis, self.datastore_user],
+            ),
+        )
+        self.function_uri = self.function.service_config.apply(_service_uri)
+        self.service_name = self.function.service_config.apply(_service_name)
+
+        # --- invocation: the jobs' invoker account on this one service --------------
+        self.invoker_binding = gcp.cloudrunv2.ServiceIamMember(
+            f"{name}-invoker",
+            project=project,
+            location=region,
+            name=self.service_name,
+            role=ROLE_RUN_INVOKER,
+            member=args.invoker_member,
+            opts=child,
+        )
+
+        self.register_outputs(
+            {
+                "functionUri": self.function_uri,
+                "serviceName": self.service_name,
+                "serviceAccount": self.account.email,
+            }
+        )
+
+    @property
+    def ready(self) -> Sequence[pulumi.Resource]:
+        """What a proxied job waits for: invocable, and able to start its target."""
+        return [*self.apis, self.invoker_binding, self.datastore_user, *self.target_grants]
