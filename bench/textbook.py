@@ -14,7 +14,9 @@ only in protocol: the same headers and key (dedup.keys), the same record fields
 (dedup.firestore_store's document mapping), the same job registry, the same HTTP layer,
 replies and log line (dedup.http.DedupHandler), the same settings and Firestore client.
 Error outcomes map like the kit's: a failed claim is `store_unavailable` (500), a failed
-finish after the job ran is `completed_unrecorded` (200).
+finish after the job ran is `completed_unrecorded` (200). As in the usual sample, only the
+reads carry DEDUP_STORE_TIMEOUT_SECONDS; BeginTransaction and Commit keep the client
+library's defaults (the Python client takes no timeout for them).
 """
 
 from __future__ import annotations

@@ -1,0 +1,101 @@
+"""`python -m bench`: start one Firestore emulator, run every scenario for both handlers,
+print the table and the targets, write bench/results/latest.json and latency.png."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import report as rep
+from bench.scenarios import Bench, Config, workdir
+from local_stack import FirestoreEmulator, LocalStackError
+from tests.support.deliveries import PROJECT
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+_ENV_KEYS = ("FIRESTORE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "TEST_LEDGER")
+
+
+@contextlib.contextmanager
+def _emulator(host: str | None) -> Iterator[str]:
+    """The given emulator, or one started (and stopped) here."""
+    if host:
+        yield host
+        return
+    with FirestoreEmulator() as emulator:
+        yield emulator.host
+
+
+@contextlib.contextmanager
+def _environment(host: str, project: str) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in _ENV_KEYS}
+    os.environ["FIRESTORE_EMULATOR_HOST"] = host
+    os.environ["GOOGLE_CLOUD_PROJECT"] = project
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_benchmark(
+    *, quick: bool = False, out_dir: Path = RESULTS_DIR, emulator_host: str | None = None
+) -> dict[str, Any]:
+    """Run everything; write latest.json and latency.png into out_dir; return the report."""
+    config = Config.quick() if quick else Config()
+    started = time.perf_counter()
+    with _emulator(emulator_host) as host, _environment(host, PROJECT), workdir() as tmp, \
+            Bench(config, tmp) as bench:
+        results = bench.run_all()
+    report = rep.build_report(results, config, quick)
+    report["timings_s"]["total"] = round(time.perf_counter() - started, 2)
+    rep.write_json(report, out_dir / "latest.json")
+    rep.write_chart(report, out_dir / "latency.png")
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="The kit's dedup protocol against the textbook transactional handler.",
+    )
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: few repetitions, figures not meaningful")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 on a missed timing target too (default: only on a "
+                             "missed exact target or an anomaly)")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR,
+                        help=f"where latest.json and latency.png go (default {RESULTS_DIR})")
+    parser.add_argument("--emulator-host", default=None,
+                        help="use this running Firestore emulator (HOST:PORT) instead of "
+                             "starting one")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
+
+    try:
+        report = run_benchmark(quick=args.quick, out_dir=args.out,
+                               emulator_host=args.emulator_host)
+    except LocalStackError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    print()
+    print(rep.table(report))
+    print()
+    print("targets:" + (" (quick run: too few repetitions to mean much)" if args.quick else ""))
+    print(rep.verdict_lines(report))
+    print()
+    print(f"wrote {args.out / 'latest.json'} and {args.out / 'latency.png'} "
+          f"in {report['timings_s']['total']:.0f} s")
+    code = rep.exit_code(report, args.strict)
+    if code:
+        print("bench: FAILED (a missed exact target or an anomaly; with --strict, any miss)")
+    return code

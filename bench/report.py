@@ -1,0 +1,268 @@
+"""Figures, targets, the printed table, latest.json and latency.png."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.scenarios import Config, Results
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    scenario: str
+    label: str
+    unit: str
+
+
+_BURST = "3 burst of {burst_size}"  # scenario names are formatted with the Config
+FIGURES: dict[str, FigureSpec] = {
+    "fresh.rpcs": FigureSpec("1 fresh run", "Firestore RPCs per run", "RPCs"),
+    "fresh.latency_median_ms": FigureSpec("1 fresh run", "latency, median", "ms"),
+    "fresh.latency_p99_ms": FigureSpec("1 fresh run", "latency, p99", "ms"),
+    "duplicate_same.rpcs": FigureSpec(
+        "2 duplicate, completing instance", "Firestore RPCs", "RPCs"),
+    "duplicate_same.latency_median_ms": FigureSpec(
+        "2 duplicate, completing instance", "latency, median", "ms"),
+    "duplicate_other.rpcs": FigureSpec("2 duplicate, other instance", "Firestore RPCs", "RPCs"),
+    "duplicate_other.latency_median_ms": FigureSpec(
+        "2 duplicate, other instance", "latency, median", "ms"),
+    "burst.executions_min": FigureSpec(_BURST, "executions per burst, min", "runs"),
+    "burst.executions_max": FigureSpec(_BURST, "executions per burst, max", "runs"),
+    "burst.replies_2xx": FigureSpec(_BURST, "replies 2xx, all bursts", "replies"),
+    "burst.replies_409": FigureSpec(_BURST, "replies 409, all bursts", "replies"),
+    "burst.replies_5xx": FigureSpec(_BURST, "replies 5xx, all bursts", "replies"),
+    "burst.latency_median_ms": FigureSpec(_BURST, "latency, median", "ms"),
+    "burst.latency_max_ms": FigureSpec(_BURST, "latency, max", "ms"),
+    "burst.rpcs": FigureSpec(_BURST, "Firestore RPCs per burst", "RPCs"),
+    "throughput.runs_per_s": FigureSpec(
+        "4 throughput, {throughput_clients} clients", "distinct runs", "runs/s"),
+    "takeover.rpcs": FigureSpec("5 takeover, lease expired", "Firestore RPCs", "RPCs"),
+    "takeover.latency_median_ms": FigureSpec(
+        "5 takeover, lease expired", "latency, median", "ms"),
+    "cold_start.first_reply_ms": FigureSpec(
+        "6 cold start", "spawn to first reply, median", "ms"),
+    "cold_start.first_reply_min_ms": FigureSpec(
+        "6 cold start", "spawn to first reply, min", "ms"),
+}
+
+# A cold start is a ~2 s process start whose time varies by tens of percent from one start
+# to the next on a busy machine; "no slower" allows this margin on the median.
+COLD_START_NOISE = 0.10
+
+Figures = Mapping[str, Mapping[str, float]]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    # "exact": deterministic (RPC counts, executions, 5xx): a miss is a defect.
+    # "timing": depends on the machine: a miss is reported, and fails only with --strict.
+    kind: str
+    check: Callable[[Figures], tuple[bool, str]]
+
+
+def ratio(figures: Figures, key: str) -> float | None:
+    kit, textbook = figures[key]["kit"], figures[key]["textbook"]
+    return kit / textbook if textbook else None
+
+
+def _ratio_at_most(key: str, limit: float) -> Callable[[Figures], tuple[bool, str]]:
+    def check(figures: Figures) -> tuple[bool, str]:
+        value = ratio(figures, key)
+        return value is not None and value <= limit, f"kit/comparator = {_num(value)}"
+    return check
+
+
+def _ratio_at_least(key: str, limit: float) -> Callable[[Figures], tuple[bool, str]]:
+    def check(figures: Figures) -> tuple[bool, str]:
+        value = ratio(figures, key)
+        return value is not None and value >= limit, f"kit/comparator = {_num(value)}"
+    return check
+
+
+def _kit(key: str, test: Callable[[float], bool]) -> Callable[[Figures], tuple[bool, str]]:
+    def check(figures: Figures) -> tuple[bool, str]:
+        value = figures[key]["kit"]
+        return test(value), f"kit {_num(value)}"
+    return check
+
+
+def _fresh_rpcs(figures: Figures) -> tuple[bool, str]:
+    kit, textbook = figures["fresh.rpcs"]["kit"], figures["fresh.rpcs"]["textbook"]
+    return kit == 2 and textbook == 6, f"kit {_num(kit)}, comparator {_num(textbook)}"
+
+
+def _one_execution(figures: Figures) -> tuple[bool, str]:
+    low, high = figures["burst.executions_min"]["kit"], figures["burst.executions_max"]["kit"]
+    return low == high == 1, f"kit {_num(low)}..{_num(high)} per burst"
+
+
+TARGETS = (
+    Target("RPCs per fresh run: 2 (comparator 6)", "exact", _fresh_rpcs),
+    Target("RPCs for a duplicate on the instance that completed it: 0", "exact",
+           _kit("duplicate_same.rpcs", lambda v: v == 0)),
+    Target("RPCs for a duplicate on another instance: at most 2", "exact",
+           _kit("duplicate_other.rpcs", lambda v: v <= 2)),
+    Target("burst: exactly one execution every time", "exact", _one_execution),
+    Target("burst: no 5xx", "exact", _kit("burst.replies_5xx", lambda v: v == 0)),
+    Target("burst: max latency at most 1/10 of the comparator's", "timing",
+           _ratio_at_most("burst.latency_max_ms", 0.1)),
+    Target("fresh run: median latency at most 0.6 of the comparator's", "timing",
+           _ratio_at_most("fresh.latency_median_ms", 0.6)),
+    Target("throughput: at least 1.5 times the comparator's", "timing",
+           _ratio_at_least("throughput.runs_per_s", 1.5)),
+    Target(f"cold start: no slower than the comparator (+{COLD_START_NOISE:.0%} noise)",
+           "timing", _ratio_at_most("cold_start.first_reply_ms", 1 + COLD_START_NOISE)),
+)
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value == int(value) and abs(value) < 1e6:
+        return str(int(value))
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def evaluate(figures: Figures) -> list[dict[str, Any]]:
+    verdicts = []
+    for target in TARGETS:
+        passed, observed = target.check(figures)
+        verdicts.append(
+            {"name": target.name, "kind": target.kind, "passed": passed, "observed": observed}
+        )
+    return verdicts
+
+
+def build_report(results: Results, config: Config, quick: bool) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    for key, spec in FIGURES.items():
+        values = results.figures[key]
+        figures[key] = {
+            "scenario": spec.scenario.format(**asdict(config)),
+            "label": spec.label,
+            "unit": spec.unit,
+            "kit": values["kit"],
+            "textbook": values["textbook"],
+            "ratio": ratio(results.figures, key),
+        }
+    return {
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": quick,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "config": asdict(config),
+        "figures": figures,
+        "targets": evaluate(results.figures),
+        "anomalies": results.anomalies,
+        "details": results.details,
+        "timings_s": results.timings,
+        "samples_ms": results.samples,
+    }
+
+
+def table(report: Mapping[str, Any]) -> str:
+    rows = [("scenario", "figure", "unit", "kit", "textbook", "kit/textbook")]
+    for figure in report["figures"].values():
+        rows.append((
+            figure["scenario"], figure["label"], figure["unit"], _num(figure["kit"]),
+            _num(figure["textbook"]), _num(figure["ratio"]),
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in
+                 enumerate(zip(row, widths, strict=True))]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def verdict_lines(report: Mapping[str, Any]) -> str:
+    lines = []
+    for target in report["targets"]:
+        mark = "pass" if target["passed"] else "MISS"
+        lines.append(f"  [{mark}] {target['name']}: {target['observed']} ({target['kind']})")
+    for anomaly in report["anomalies"]:
+        lines.append(f"  [ANOMALY] {anomaly}")
+    return "\n".join(lines)
+
+
+def exit_code(report: Mapping[str, Any], strict: bool) -> int:
+    """1 on an anomaly or a missed exact target (a defect); timing misses only if strict."""
+    if report["anomalies"]:
+        return 1
+    for target in report["targets"]:
+        if not target["passed"] and (strict or target["kind"] == "exact"):
+            return 1
+    return 0
+
+
+def write_json(report: Mapping[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+
+
+def write_chart(report: Mapping[str, Any], path: Path) -> None:
+    """ECDFs of the whole-request latency, scenarios 1 and 3, both handlers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
+
+    panels = (
+        ("fresh", "1  fresh runs, one at a time"),
+        ("burst", f"3  bursts of {report['config']['burst_size']} concurrent deliveries "
+                  "of one run"),
+    )
+    colours = {"kit": "#1b7837", "textbook": "#b2182b"}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for axis, (scenario, title) in zip(axes, panels, strict=True):
+        for name, samples in report["samples_ms"][scenario].items():
+            ordered = sorted(samples)
+            n = len(ordered)
+            axis.step(ordered, [(i + 1) / n for i in range(n)], where="post",
+                      color=colours.get(name), label=f"{name} (n={n})")
+            mid = ordered[n // 2]
+            axis.axvline(mid, color=colours.get(name), linestyle=":", linewidth=1)
+            axis.annotate(f"median {mid:.0f} ms", (mid, 0.5), rotation=90, fontsize=8,
+                          color=colours.get(name), xytext=(3, 0), textcoords="offset points")
+        axis.set_xscale("log")
+        axis.xaxis.set_major_formatter(ScalarFormatter())
+        axis.set_xlabel("whole HTTP request latency, ms (log scale)")
+        axis.set_ylabel("fraction of requests at or below")
+        axis.set_title(title)
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(loc="lower right")
+    fig.suptitle("scheduler-dedup kit vs textbook transactional handler "
+                 f"(Firestore emulator, {report['machine']['cpus']} CPUs)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def all_figures_present(report: Mapping[str, Any]) -> bool:
+    return all(
+        key in report["figures"]
+        and all(isinstance(report["figures"][key][h], int | float)
+                and math.isfinite(report["figures"][key][h]) for h in ("kit", "textbook"))
+        for key in FIGURES
+    )
