@@ -986,7 +986,7 @@ def _check_proxy_timeout(
                 (
                     f"set proxyTimeoutSeconds < {room} (or lower storeTimeoutSeconds), or raise "
                     if (room := deadline - 2 * dedup.store_timeout_seconds) > 1
-                    else "lower storeTimeoutSeconds, or raise "
+                    else "lower proxyTimeoutSeconds and storeTimeoutSeconds, or raise "
                 )
                 + f"jobs[{index}].attemptDeadlineSeconds above {budget}",
             )

@@ -82,6 +82,9 @@ def several(*changes: Callable[[Config], None]) -> Callable[[Config], None]:
 
 
 JOB0 = "scheduler-dedup:jobs[0]"
+WORKFLOW = "projects/acme-scheduler-test/locations/europe-west1/workflows/daily-report"
+RUN_JOB = "projects/acme-scheduler-test/locations/europe-west1/jobs/reindex"
+TRIGGER = "projects/acme-scheduler-test/locations/global/triggers/release"
 # (id, change to the valid base config, key the error must name)
 INVALID: list[tuple[str, Callable[[Config], None], str]] = [
     ("six-field-cron", set_job("schedule", "0 0 3 * * *"), f"{JOB0}.schedule"),
@@ -227,6 +230,90 @@ INVALID: list[tuple[str, Callable[[Config], None], str]] = [
         set_key("scheduler-dedup:namePrefix", "Scheduler_Dedup"),
         "scheduler-dedup:namePrefix",
     ),
+    # Jobs that call the idempotent proxy (jobs[].proxy).
+    (
+        "proxy-unknown-target",
+        set_job("proxy", {"target": "cloud_function", "resource": WORKFLOW}),
+        f"{JOB0}.proxy.target",
+    ),
+    (
+        "proxy-target-missing",
+        set_job("proxy", {"resource": WORKFLOW}),
+        f"{JOB0}.proxy.target",
+    ),
+    (
+        "proxy-resource-missing",
+        set_job("proxy", {"target": "workflow"}),
+        f"{JOB0}.proxy.resource",
+    ),
+    (
+        "proxy-resource-of-another-kind",
+        set_job("proxy", {"target": "workflow", "resource": RUN_JOB}),
+        f"{JOB0}.proxy.resource",
+    ),
+    (
+        "proxy-short-resource-name",
+        set_job("proxy", {"target": "run_job", "resource": "reindex"}),
+        f"{JOB0}.proxy.resource",
+    ),
+    (
+        "proxy-resource-in-another-project",
+        set_job(
+            "proxy",
+            {
+                "target": "workflow",
+                "resource": "projects/other-project/locations/europe-west1/workflows/w",
+            },
+        ),
+        f"{JOB0}.proxy.resource",
+    ),
+    (
+        "proxy-resource-by-project-number",
+        set_job(
+            "proxy",
+            {"target": "workflow", "resource": "projects/123456789012/locations/x1/workflows/w"},
+        ),
+        f"{JOB0}.proxy.resource",
+    ),
+    (
+        "proxy-and-job-logic",
+        several(
+            set_job("proxy", {"target": "workflow", "resource": WORKFLOW}),
+            set_job("jobLogic", "jobs.example:run"),
+        ),
+        f"{JOB0}.jobLogic",
+    ),
+    (
+        "proxy-unknown-key",
+        set_job("proxy", {"target": "workflow", "resource": WORKFLOW, "token": "t"}),
+        f"{JOB0}.proxy.token",
+    ),
+    ("proxy-not-a-mapping", set_job("proxy", WORKFLOW), f"{JOB0}.proxy"),
+    (
+        "proxy-substitution-without-underscore",
+        set_job(
+            "proxy", {"target": "build_trigger", "resource": TRIGGER, "tokenName": "DEDUP_TOKEN"}
+        ),
+        f"{JOB0}.proxy.tokenName",
+    ),
+    (
+        "proxy-container-on-a-workflow",
+        set_job("proxy", {"target": "workflow", "resource": WORKFLOW, "container": "main"}),
+        f"{JOB0}.proxy.container",
+    ),
+    (
+        "proxy-timeout-beyond-limit",
+        set_key("scheduler-dedup:proxyTimeoutSeconds", 601),
+        "scheduler-dedup:proxyTimeoutSeconds",
+    ),
+    (
+        "proxy-timeout-not-under-deadline",
+        several(
+            set_job("proxy", {"target": "workflow", "resource": WORKFLOW}),
+            set_key("scheduler-dedup:proxyTimeoutSeconds", 290),
+        ),
+        "scheduler-dedup:proxyTimeoutSeconds",
+    ),
 ]
 
 
@@ -362,3 +449,31 @@ def test_job_logic_routes_and_prod_like_settings() -> None:
     cfg = load_config(raw)
     assert cfg.job_routes() == {"hourly": "jobs.other:main", "nightly": "jobs.example:run"}
     assert cfg.function.available_cpu == "1"
+
+
+def test_proxied_jobs_and_their_routes() -> None:
+    raw = base_config()
+    raw["scheduler-dedup:jobs"].append(
+        {
+            "name": "report",
+            "schedule": "0 5 * * *",
+            "proxy": {"target": "run_job", "resource": RUN_JOB, "container": "worker"},
+        }
+    )
+    cfg = load_config(raw)
+    assert cfg.proxy_timeout_seconds == 30
+    assert [j.name for j in cfg.proxied_jobs] == ["report"]
+    assert cfg.job_routes() == {"nightly": "jobs.example:run"}
+    target = cfg.proxy_routes()["report"]
+    assert (target.project, target.location, target.resource_id) == (
+        "acme-scheduler-test",
+        "europe-west1",
+        "reindex",
+    )
+    assert target.route() == {"target": "run_job", "resource": RUN_JOB, "container": "worker"}
+    # Judged against proxied jobs only: proxy timeout + 2 x storeTimeout (10) < 180 (default).
+    raw["scheduler-dedup:proxyTimeoutSeconds"] = 159
+    assert load_config(raw).proxy_timeout_seconds == 159
+    raw["scheduler-dedup:proxyTimeoutSeconds"] = 160
+    with pytest.raises(ConfigError, match=r"jobs\[1\] \(report\)"):
+        load_config(raw)

@@ -1,0 +1,349 @@
+"""The idempotent proxy in the Pulumi program, under Pulumi's mocks: per target type
+(workflow, Cloud Run job, build trigger) the proxy's function, its own account, exactly
+the roles its targets need, its invoker binding and the jobs that call it; and the
+config the program sends is the config the proxy's code accepts."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dedup.proxy import ProxySettings
+from dedup.settings import Settings, SettingsError
+from dedup.targets import parse_target
+from infra.config import ConfigError, load_config
+from infra.dedup_proxy import BUILD_TRIGGER_PERMISSIONS, ENTRY_POINT
+from infra.offline import run_offline
+from policies import offline_check
+from tests.infra.helpers import (
+    CUSTOM_ROLE,
+    FUNCTION,
+    JOB,
+    JOB_IAM,
+    PROJECT_IAM,
+    PROXY_COMPONENT,
+    RUN_IAM,
+    SERVICE,
+    StackUnderTest,
+)
+from tests.infra.test_stacks import expected_counts
+
+PROJECT = "acme-scheduler-test"
+REGION = "europe-west1"
+WORKFLOW = f"projects/{PROJECT}/locations/{REGION}/workflows/daily-report"
+RUN_JOB = f"projects/{PROJECT}/locations/europe-west4/jobs/reindex"
+RUN_JOB_2 = f"projects/{PROJECT}/locations/{REGION}/jobs/compact"
+TRIGGER = f"projects/{PROJECT}/locations/global/triggers/nightly-release"
+DATABASE_CONDITION = f'resource.name == "projects/{PROJECT}/databases/scheduler-dedup"'
+
+
+def job(name: str, proxy: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": name,
+        "schedule": "0 3 * * *",
+        "attemptDeadlineSeconds": 300,
+        "retry": {"retryCount": 2, "minBackoffSeconds": 10, "maxBackoffSeconds": 60},
+        **extra,
+    }
+    if proxy is not None:
+        entry["proxy"] = dict(proxy)
+    return entry
+
+
+def stack_config(*jobs: dict[str, Any], **kit: Any) -> dict[str, Any]:
+    return {
+        "gcp:project": PROJECT,
+        "gcp:region": REGION,
+        "scheduler-dedup:jobs": [job("plain"), *copy.deepcopy(list(jobs))],
+        **{f"scheduler-dedup:{k}": v for k, v in kit.items()},
+    }
+
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "workflow": stack_config(
+        job("report", {"target": "workflow", "resource": WORKFLOW}, body={"report": "daily"})
+    ),
+    "run_job": stack_config(
+        job("reindex", {"target": "run_job", "resource": RUN_JOB, "container": "worker"})
+    ),
+    "build_trigger": stack_config(
+        job("release", {"target": "build_trigger", "resource": TRIGGER, "tokenName": "_RUN_KEY"})
+    ),
+    "all-three": stack_config(
+        job("report", {"target": "workflow", "resource": WORKFLOW}),
+        job("report-again", {"target": "workflow", "resource": WORKFLOW}),
+        job("reindex", {"target": "run_job", "resource": RUN_JOB, "tokenName": "RUN_KEY"}),
+        job("compact", {"target": "run_job", "resource": RUN_JOB_2}),
+        job("release", {"target": "build_trigger", "resource": TRIGGER}),
+        proxyTimeoutSeconds=60,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, StackUnderTest]:
+    build_dir = tmp_path_factory.mktemp("proxy-source")
+    return {
+        name: StackUnderTest(
+            name="test",
+            raw=raw,
+            config=load_config(raw),
+            run=run_offline(raw, stack="test", build_dir=build_dir),
+        )
+        for name, raw in CONFIGS.items()
+    }
+
+
+@pytest.fixture(params=sorted(CONFIGS))
+def proxied(request: pytest.FixtureRequest, runs: dict[str, StackUnderTest]) -> StackUnderTest:
+    return runs[str(request.param)]
+
+
+def proxy_roles(stack: StackUnderTest) -> dict[str, list[Any]]:
+    """role -> the grant resources that give it to the proxy's account."""
+    roles: dict[str, list[Any]] = {}
+    for grant in stack.grants_to(stack.account_email("proxy")):
+        roles.setdefault(grant.props["role"], []).append(grant)
+    return roles
+
+
+def test_every_resource_is_declared(proxied: StackUnderTest) -> None:
+    assert Counter(r.type for r in proxied.run.resources) == expected_counts(proxied.config)
+    assert len(proxied.all(PROXY_COMPONENT)) == 1
+
+
+def test_proxy_function(proxied: StackUnderTest) -> None:
+    proxy = proxied.proxy
+    assert proxy is not None
+    props = proxy.props
+    cfg = proxied.config
+    assert props["name"] == f"{cfg.name_prefix}-proxy"
+    assert props["location"] == cfg.region
+    assert props["buildConfig"]["entryPoint"] == ENTRY_POINT == "proxy_scheduled_job"
+    assert props["buildConfig"]["runtime"] == proxied.function.props["buildConfig"]["runtime"]
+    # Same source object, same build account and repository as the dedup function.
+    for key in ("source", "serviceAccount", "dockerRepository"):
+        assert props["buildConfig"][key] == proxied.function.props["buildConfig"][key], key
+    service = props["serviceConfig"]
+    assert service["ingressSettings"] == "ALLOW_INTERNAL_ONLY"
+    assert service["serviceAccountEmail"] == proxied.account_email("proxy")
+    assert service["serviceAccountEmail"] != proxied.account_email("runtime")
+    assert service["timeoutSeconds"] == cfg.function.timeout_seconds
+
+
+def test_proxy_environment_is_what_the_proxy_accepts(proxied: StackUnderTest) -> None:
+    assert proxied.proxy is not None
+    env = proxied.proxy.props["serviceConfig"]["environmentVariables"]
+    dedup_env = proxied.function.props["serviceConfig"]["environmentVariables"]
+    # The claim protocol's settings are the dedup function's: same database, collection
+    # (one TTL policy covers both), lease and retention.
+    shared = {k: v for k, v in dedup_env.items() if k not in ("DEDUP_JOB", "DEDUP_JOB_ROUTES")}
+    assert {k: v for k, v in env.items() if not k.startswith("DEDUP_PROXY_")} == shared
+    assert set(env) - set(shared) == {"DEDUP_PROXY_ROUTES", "DEDUP_PROXY_TIMEOUT_SECONDS"}
+    assert "DEDUP_PROXY_API_BASE" not in env, "never in a deployed stack"
+    assert env["DEDUP_PROXY_TIMEOUT_SECONDS"] == str(proxied.config.proxy_timeout_seconds)
+
+    # The function's own parsers accept it and see every proxied job's target.
+    Settings.from_env(env)
+    settings = ProxySettings.from_env(env)
+    assert settings.default is None
+    assert settings.api_base is None
+    assert settings.timeout_seconds == proxied.config.proxy_timeout_seconds
+    expected = proxied.config.proxy_routes()
+    assert set(settings.routes) == set(expected)
+    for job_id, target in expected.items():
+        parsed = settings.routes[job_id]
+        assert parsed.kind.value == target.target
+        assert parsed.resource == target.resource
+        assert parsed.container == target.container
+        if target.token_name is not None:
+            assert parsed.token_name == target.token_name
+    # The dedup function no longer routes the proxied jobs.
+    assert set(json.loads(dedup_env["DEDUP_JOB_ROUTES"])) == {"plain"}
+
+
+def test_proxied_jobs_call_the_proxy_with_oidc(proxied: StackUnderTest) -> None:
+    invoker = proxied.account_email("invoker")
+    proxied_names = {j.name for j in proxied.config.proxied_jobs}
+    for resource in proxied.all(JOB):
+        target = resource.props["httpTarget"]
+        name = resource.props["name"]
+        uri = proxied.proxy_uri if name in proxied_names else proxied.service_uri
+        assert target["uri"] == uri
+        assert target["oidcToken"] == {"serviceAccountEmail": invoker, "audience": uri}
+        assert target["headers"]["X-Dedup-Project"] == PROJECT
+        assert target["headers"]["X-Dedup-Location"] == REGION
+        assert "oauthToken" not in target
+        if name in proxied_names:
+            assert "idempotent proxy" in resource.props["description"]
+            ready = ("proxy-invoker", "proxy-datastore-user", "dedup-api-cloudscheduler")
+            assert {proxied.run.by_name(n).urn for n in ready} <= set(resource.dependencies)
+
+
+def test_invoker_holds_run_invoker_on_the_proxy_service_only(proxied: StackUnderTest) -> None:
+    binding = proxied.run.by_name("proxy-invoker")
+    assert binding.type == RUN_IAM
+    assert binding.props == {
+        "project": PROJECT,
+        "location": REGION,
+        "name": proxied.proxy_service_name,
+        "role": "roles/run.invoker",
+        "member": f"serviceAccount:{proxied.account_email('invoker')}",
+    }
+    invoker_grants = [g for g in proxied.iam_grants() if g.props["role"] == "roles/run.invoker"]
+    assert {g.name for g in invoker_grants} == {"dedup-invoker", "proxy-invoker"}
+    assert all(g.type == RUN_IAM for g in invoker_grants)
+
+
+def test_workflow_target_roles(runs: dict[str, StackUnderTest]) -> None:
+    stack = runs["workflow"]
+    roles = proxy_roles(stack)
+    assert set(roles) == {"roles/datastore.user", "roles/workflows.invoker"}
+    (invoker,) = roles["roles/workflows.invoker"]
+    # Project level: Workflows roles cannot be granted on one workflow.
+    assert invoker.type == PROJECT_IAM
+    assert invoker.props["project"] == PROJECT
+    assert "condition" not in invoker.props
+    apis = {s.props["service"] for s in stack.all(SERVICE)}
+    assert {"workflows.googleapis.com", "workflowexecutions.googleapis.com"} <= apis
+
+
+def test_run_job_target_roles(runs: dict[str, StackUnderTest]) -> None:
+    stack = runs["run_job"]
+    roles = proxy_roles(stack)
+    assert set(roles) == {"roles/datastore.user", "roles/run.jobsExecutorWithOverrides"}
+    (grant,) = roles["roles/run.jobsExecutorWithOverrides"]
+    assert grant.type == JOB_IAM, "granted on the job, not the project"
+    assert grant.props["project"] == PROJECT
+    assert grant.props["location"] == "europe-west4"
+    assert grant.props["name"] == "reindex"
+    assert not [s for s in stack.all(SERVICE) if "workflow" in s.props["service"]]
+
+
+def test_build_trigger_target_roles(runs: dict[str, StackUnderTest]) -> None:
+    stack = runs["build_trigger"]
+    roles = proxy_roles(stack)
+    role = stack.one(CUSTOM_ROLE)
+    assert role.props["permissions"] == list(BUILD_TRIGGER_PERMISSIONS) == [
+        "cloudbuild.builds.create"
+    ]
+    assert role.props["project"] == PROJECT
+    assert role.props["roleId"] == "scheduler_dedup_proxy_trigger_runner"
+    custom_name = f"projects/{PROJECT}/roles/{role.props['roleId']}"
+    assert set(roles) == {"roles/datastore.user", custom_name}
+    (grant,) = roles[custom_name]
+    assert grant.type == PROJECT_IAM
+    assert role.urn in grant.dependencies
+
+
+def test_every_target_once_and_nothing_more(runs: dict[str, StackUnderTest]) -> None:
+    stack = runs["all-three"]
+    roles = proxy_roles(stack)
+    custom_name = f"projects/{PROJECT}/roles/scheduler_dedup_proxy_trigger_runner"
+    assert {role: len(grants) for role, grants in roles.items()} == {
+        "roles/datastore.user": 1,
+        "roles/workflows.invoker": 1,  # two jobs, one workflow, one project grant
+        "roles/run.jobsExecutorWithOverrides": 2,  # one per job
+        custom_name: 1,
+    }
+    jobs = {
+        (g.props["location"], g.props["name"])
+        for g in roles["roles/run.jobsExecutorWithOverrides"]
+    }
+    assert jobs == {("europe-west4", "reindex"), (REGION, "compact")}
+
+
+def test_proxy_account_reads_only_the_dedup_database(proxied: StackUnderTest) -> None:
+    (grant,) = proxy_roles(proxied)["roles/datastore.user"]
+    assert grant.type == PROJECT_IAM
+    assert grant.props["condition"]["expression"] == DATABASE_CONDITION
+    for role, grants in proxy_roles(proxied).items():
+        assert role not in ("roles/owner", "roles/editor", "roles/viewer", "roles/run.invoker")
+        for g in grants:
+            assert "allUsers" not in json.dumps(g.props)
+
+
+def test_dedup_accounts_get_no_target_roles(proxied: StackUnderTest) -> None:
+    for account in ("runtime", "invoker"):
+        roles = {g.props["role"] for g in proxied.grants_to(proxied.account_email(account))}
+        assert roles <= {"roles/datastore.user", "roles/run.invoker"}, account
+
+
+def test_proxy_function_waits_for_its_database_role(proxied: StackUnderTest) -> None:
+    assert proxied.proxy is not None
+    deps = set(proxied.proxy.dependencies)
+    assert proxied.run.by_name("proxy-datastore-user").urn in deps
+    assert proxied.run.by_name("dedup-ttl-field").urn in deps
+
+
+def test_outputs_name_the_proxy(proxied: StackUnderTest) -> None:
+    outputs = proxied.run.outputs
+    assert outputs["proxyUrl"] == proxied.proxy_uri
+    assert outputs["proxyFunctionName"] == "scheduler-dedup-proxy"
+    assert outputs["proxyServiceAccount"] == proxied.account_email("proxy")
+
+
+def test_no_proxy_without_proxied_jobs(tmp_path: Path) -> None:
+    run = run_offline(stack_config(), stack="test", build_dir=tmp_path)
+    assert [r for r in run.resources if r.name.startswith("proxy")] == []
+    assert len(run.of_type(FUNCTION)) == 1
+    assert not {"proxyUrl", "proxyServiceAccount"} & set(run.outputs)
+
+
+def test_policy_pack_passes_every_proxy_stack(proxied: StackUnderTest) -> None:
+    assert offline_check.check_declared(proxied.run.resources) == []
+
+
+# --- the config is what the proxy accepts ----------------------------------------------
+
+AGREEMENT = [
+    ("workflow", WORKFLOW, None, None, True),
+    ("workflow", WORKFLOW, "dedup_token", None, True),
+    ("workflow", WORKFLOW, "dedup-token", None, False),
+    ("workflow", f"projects/{PROJECT}/locations/{REGION}/workflows/9lives", None, None, False),
+    ("workflow", RUN_JOB, None, None, False),
+    ("workflow", WORKFLOW, None, "worker", False),
+    ("run_job", RUN_JOB, "DEDUP_TOKEN", "worker", True),
+    ("run_job", f"projects/{PROJECT}/locations/{REGION}/jobs/Reindex", None, None, False),
+    ("run_job", f"projects/{PROJECT}/locations/{REGION}/jobs/reindex-", None, None, False),
+    ("run_job", RUN_JOB, "1TOKEN", None, False),
+    ("build_trigger", TRIGGER, None, None, True),
+    ("build_trigger", TRIGGER, "_RUN_KEY", None, True),
+    ("build_trigger", TRIGGER, "RUN_KEY", None, False),
+    ("build_trigger", TRIGGER, "_run_key", None, False),
+    ("build_trigger", f"projects/{PROJECT}/triggers/x", None, None, False),
+    ("cloud_function", WORKFLOW, None, None, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("target", "resource", "token", "container", "valid"),
+    AGREEMENT,
+    ids=[f"{a[0]}-{i}" for i, a in enumerate(AGREEMENT)],
+)
+def test_config_and_proxy_agree(
+    target: str, resource: str, token: str | None, container: str | None, valid: bool
+) -> None:
+    proxy: dict[str, Any] = {"target": target, "resource": resource}
+    if token is not None:
+        proxy["tokenName"] = token
+    if container is not None:
+        proxy["container"] = container
+    try:
+        parse_target(target, resource, token, container, "test")
+        proxy_accepts = True
+    except SettingsError:
+        proxy_accepts = False
+    try:
+        load_config(stack_config(job("j", proxy)))
+        config_accepts = True
+    except ConfigError as exc:
+        assert all(k.startswith("scheduler-dedup:jobs[1].proxy") for k in exc.keys), exc
+        config_accepts = False
+    assert proxy_accepts is config_accepts is valid
