@@ -90,6 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(rep.table(report))
     print()
+    print("Latencies are measured against the Firestore emulator on this machine: they rank "
+          "the two protocols;\nproduction Firestore latencies differ. RPC counts are exact.")
+    for name, causes in report["details"]["burst.failure_details"].items():
+        for cause, count in causes.items():
+            print(f"{name} burst 5xx x{count}: {cause}")
+    print()
     print("targets:" + (" (quick run: too few repetitions to mean much)" if args.quick else ""))
     print(rep.verdict_lines(report))
     print()

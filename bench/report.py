@@ -225,7 +225,7 @@ def write_chart(report: Mapping[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     panels = (
         ("fresh", "1  fresh runs, one at a time"),
@@ -245,12 +245,14 @@ def write_chart(report: Mapping[str, Any], path: Path) -> None:
             axis.annotate(f"median {mid:.0f} ms", (mid, 0.5), rotation=90, fontsize=8,
                           color=colours.get(name), xytext=(3, 0), textcoords="offset points")
         axis.set_xscale("log")
+        axis.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         axis.xaxis.set_major_formatter(ScalarFormatter())
+        axis.xaxis.set_minor_formatter(NullFormatter())
         axis.set_xlabel("whole HTTP request latency, ms (log scale)")
         axis.set_ylabel("fraction of requests at or below")
         axis.set_title(title)
         axis.grid(True, which="both", alpha=0.3)
-        axis.legend(loc="lower right")
+        axis.legend(loc="upper left")
     fig.suptitle("scheduler-dedup kit vs textbook transactional handler "
                  f"(Firestore emulator, {report['machine']['cpus']} CPUs)")
     fig.tight_layout()
