@@ -9,14 +9,24 @@ SCHEDULER_JOB: Final = "gcp:cloudscheduler/job:Job"
 FUNCTION_V2: Final = "gcp:cloudfunctionsv2/function:Function"
 CLOUD_RUN_V2_SERVICE: Final = "gcp:cloudrunv2/service:Service"
 CLOUD_RUN_V1_SERVICE: Final = "gcp:cloudrun/service:Service"
+CLOUD_RUN_V2_JOB: Final = "gcp:cloudrunv2/job:Job"
+PROJECT_CUSTOM_ROLE: Final = "gcp:projects/iAMCustomRole:IAMCustomRole"
+ORGANIZATION_CUSTOM_ROLE: Final = "gcp:organizations/iAMCustomRole:IAMCustomRole"
+# IAM resources of one Cloud Run (v2) job: JobIamMember / JobIamBinding / JobIamPolicy.
+CLOUD_RUN_V2_JOB_IAM_PREFIX: Final = "gcp:cloudrunv2/jobIam"
 FIRESTORE_FIELD: Final = "gcp:firestore/field:Field"
 STORAGE_BUCKET: Final = "gcp:storage/bucket:Bucket"
 
 # Modules whose IAM resources grant on a whole project, folder or organization.
 HIERARCHY_IAM_MODULES: Final = frozenset({"projects", "folder", "organizations"})
 
-# The entry point of the kit's dedup function (function/main.py).
+# The entry points of the kit's dedup function and its idempotent proxy (function/main.py).
 DEDUP_ENTRY_POINT: Final = "handle_scheduled_job"
+PROXY_ENTRY_POINT: Final = "proxy_scheduled_job"
+# The proxy's settings that name its downstream targets (function/dedup/proxy.py).
+PROXY_ROUTES_ENV: Final = "DEDUP_PROXY_ROUTES"
+PROXY_TARGET_ENV: Final = "DEDUP_PROXY_TARGET"
+PROXY_RESOURCE_ENV: Final = "DEDUP_PROXY_RESOURCE"
 
 # Defaults of the function's environment (SPEC "The function").
 DEDUP_DEFAULTS: Final = {

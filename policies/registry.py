@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from policies import function, iam, scheduler, stack, storage
+from policies import function, iam, proxy, scheduler, stack, storage
 from policies.model import Enforcement, Policy, ResourcePolicy, StackPolicy
 
 MANDATORY = Enforcement.MANDATORY
@@ -144,10 +144,26 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     ),
     StackPolicy(
         "dedup-job-headers",
-        "Every Scheduler job that targets the dedup function must send the X-Dedup-Project and "
-        "X-Dedup-Location headers with its own project and location.",
+        "Every Scheduler job that targets the dedup function (or its proxy) must send the "
+        "X-Dedup-Project and X-Dedup-Location headers with its own project and location.",
         MANDATORY,
         stack.dedup_headers,
+    ),
+    StackPolicy(
+        "dedup-proxy-own-service-account",
+        "The idempotent proxy (entry point proxy_scheduled_job) must run as its own service "
+        "account: no other function, service, job or Scheduler OIDC token may use it.",
+        MANDATORY,
+        proxy.own_service_account,
+    ),
+    StackPolicy(
+        "dedup-proxy-least-privilege",
+        "The proxy's service account may hold only roles/datastore.user and what its targets "
+        "need: roles/workflows.invoker (workflow), roles/run.jobsExecutorWithOverrides on "
+        "the job (run_job), a custom role with only cloudbuild.builds.create or "
+        "roles/cloudbuild.builds.editor (build_trigger).",
+        MANDATORY,
+        proxy.least_privilege,
     ),
 )
 

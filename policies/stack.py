@@ -1,9 +1,10 @@
 """Stack policies: rules that hold between the dedup function, its jobs and Firestore.
 
-The dedup function is the `gcp:cloudfunctionsv2/function:Function` that runs the kit's
-entry point or reads DEDUP_* settings; a job targets it when its httpTarget.uri is the
-function's URL, a Cloud Run / Cloud Functions URL while the function's URL is not known,
-or not known itself (at preview the job's URI is the function's not-yet-known URL).
+The dedup function is the `gcp:cloudfunctionsv2/function:Function` that runs one of the
+kit's entry points (the idempotent proxy is one as well) or reads DEDUP_* settings; a job
+targets it when its httpTarget.uri is the function's URL, a Cloud Run / Cloud Functions
+URL while the function's URL is not known, or not known itself (at preview the job's URI
+is the function's not-yet-known URL).
 Values the function does not set take the function's own defaults (SPEC "The function").
 """
 
@@ -25,6 +26,7 @@ from policies.gcp import (
     FIRESTORE_FIELD,
     FUNCTION_TIMEOUT_DEFAULT_SECONDS,
     FUNCTION_V2,
+    PROXY_ENTRY_POINT,
     SCHEDULER_JOB,
     parse_duration_seconds,
     parse_int,
@@ -43,9 +45,10 @@ def _env(function: Resource) -> Any:
 
 
 def is_dedup_function(resource: Resource) -> bool:
+    """The dedup function, or the idempotent proxy (same protocol, same DEDUP_* settings)."""
     if resource.type != FUNCTION_V2:
         return False
-    if get(resource.props, "buildConfig", "entryPoint") == DEDUP_ENTRY_POINT:
+    if get(resource.props, "buildConfig", "entryPoint") in (DEDUP_ENTRY_POINT, PROXY_ENTRY_POINT):
         return True
     env = as_mapping(_env(resource))
     return env is not None and any(str(k).startswith("DEDUP_") for k in env)
@@ -87,7 +90,10 @@ def job_targets(job: Resource, function: Resource) -> bool:
         if u
     ]
     if urls:
-        return any(text.rstrip("/").startswith(u) for u in urls)
+        # The URL itself or a path below it (the proxy's ".../<name>-proxy" URL does not
+        # target the function ".../<name>").
+        target = text.rstrip("/")
+        return any(target == u or target.startswith((f"{u}/", f"{u}?")) for u in urls)
     host = urlsplit(text).hostname or ""
     return host.endswith(_RUN_HOSTS)
 

@@ -29,19 +29,28 @@ from tests.policies.fixtures import (
     PROJECT_IAM_BINDING,
     PROJECT_IAM_MEMBER,
     PROJECT_IAM_POLICY,
+    PROXY_ROUTES,
+    PROXY_SA,
+    RUN_JOB,
+    RUN_JOB_IAM_BINDING,
     RUN_SERVICE_IAM_BINDING,
     RUN_SERVICE_IAM_MEMBER,
     RUNTIME_SA,
     SA_IAM_MEMBER,
+    WORKFLOW,
     U,
     bucket_props,
     function_props,
     job_props,
     kit_stack,
     patch,
+    preview_proxy_stack,
     preview_stack,
+    proxy_stack,
     replace,
+    replace_named,
     res,
+    without_named,
     without_type,
 )
 
@@ -63,6 +72,9 @@ RUN2 = gcp.CLOUD_RUN_V2_SERVICE
 RUN1 = gcp.CLOUD_RUN_V1_SERVICE
 BUCKET = gcp.STORAGE_BUCKET
 SA = f"serviceAccount:{RUNTIME_SA}"
+PROXY = f"serviceAccount:{PROXY_SA}"
+PROXY_FN = "proxy-function"
+PROXY_ENV = "serviceConfig.environmentVariables"
 
 
 def member(role: str, who: str = SA, **extra: object) -> dict[str, object]:
@@ -414,6 +426,14 @@ RESOURCE_CASES: dict[str, list[Case]] = {
         ),
         one("project-other-role", PROJECT_IAM_MEMBER, member("roles/logging.logWriter"), False),
         one("project-role-unknown", PROJECT_IAM_MEMBER, member(U), False),
+        # The proxy's workflows.invoker can only be granted on the project: not an invoker
+        # of Cloud Run services, so this policy leaves it to dedup-proxy-least-privilege.
+        one(
+            "project-workflows-invoker",
+            PROJECT_IAM_MEMBER,
+            member("roles/workflows.invoker", PROXY),
+            False,
+        ),
         one("project-invoker", PROJECT_IAM_MEMBER, member("roles/run.invoker"), True),
         one(
             "project-invoker-binding",
@@ -623,6 +643,21 @@ STACK_CASES: dict[str, list[Case]] = {
             ),
             True,
         ),
+        stack_case("proxy-kit", proxy_stack(), False),
+        stack_case("proxy-preview", preview_proxy_stack(), False),
+        stack_case(
+            # Only the proxy serves this job: its lease is judged, not the function's.
+            "proxied-deadline-above-proxy-lease",
+            replace_named(proxy_stack(), "job-daily-report", "attemptDeadline", "900s"),
+            True,
+        ),
+        stack_case(
+            "proxy-lease-below-its-timeout",
+            replace_named(
+                proxy_stack(), PROXY_FN, f"{PROXY_ENV}.DEDUP_LEASE_SECONDS", "300"
+            ),
+            True,
+        ),
         stack_case(
             "lease-not-a-number",
             replace(
@@ -654,6 +689,14 @@ STACK_CASES: dict[str, list[Case]] = {
             replace(kit_stack(), JOB, "retryConfig.maxRetryDuration", "864000s"),
             True,
         ),
+        stack_case("proxy-kit", proxy_stack(), False),
+        stack_case(
+            "proxy-retention-short",
+            replace_named(
+                proxy_stack(), PROXY_FN, f"{PROXY_ENV}.DEDUP_RETENTION_SECONDS", "1200"
+            ),
+            True,
+        ),
         stack_case(
             "retention-equals-window",
             # 4 attempts x 300s + backoff 10+20+40 = 1270s
@@ -678,7 +721,15 @@ STACK_CASES: dict[str, list[Case]] = {
             replace(kit_stack(), gcp.FIRESTORE_FIELD, "indexConfig", {"indexes": []}),
             False,
         ),
+        stack_case("proxy-kit", proxy_stack(), False),
+        stack_case("proxy-preview", preview_proxy_stack(), False),
         stack_case("no-field", without_type(kit_stack(), gcp.FIRESTORE_FIELD), True),
+        stack_case(
+            # The proxy's records in a collection without a TTL policy: never deleted.
+            "proxy-other-collection",
+            replace_named(proxy_stack(), PROXY_FN, f"{PROXY_ENV}.DEDUP_COLLECTION", "proxy_runs"),
+            True,
+        ),
         stack_case(
             "no-ttl-config", replace(kit_stack(), gcp.FIRESTORE_FIELD, "ttlConfig", DELETE), True
         ),
@@ -742,7 +793,14 @@ STACK_CASES: dict[str, list[Case]] = {
             ],
             False,
         ),
+        stack_case("proxy-kit", proxy_stack(), False),
+        stack_case("proxy-preview", preview_proxy_stack(), False),
         stack_case("no-headers", replace(kit_stack(), JOB, "httpTarget.headers", DELETE), True),
+        stack_case(
+            "proxied-job-without-headers",
+            replace_named(proxy_stack(), "job-daily-report", "httpTarget.headers", DELETE),
+            True,
+        ),
         stack_case(
             "no-location",
             replace(kit_stack(), JOB, "httpTarget.headers.X-Dedup-Location", DELETE),
@@ -765,3 +823,258 @@ STACK_CASES: dict[str, list[Case]] = {
         ),
     ],
 }
+
+
+def _proxy_routes(**routes: dict[str, str]) -> str:
+    return json.dumps(routes)
+
+
+def _proxy_grant(
+    name: str, role: str, resource_type: str = PROJECT_IAM_MEMBER, **props: object
+) -> Resource:
+    return res(resource_type, name, {"project": PROJECT, "role": role, "member": PROXY, **props})
+
+
+STACK_CASES["dedup-proxy-own-service-account"] = [
+    stack_case("proxy-kit", proxy_stack(), False),
+    stack_case("proxy-preview", preview_proxy_stack(), False),
+    stack_case("no-proxy", kit_stack(), False),
+    stack_case(
+        "proxy-account-unknown",
+        replace_named(proxy_stack(), PROXY_FN, "serviceConfig.serviceAccountEmail", U),
+        False,
+    ),
+    stack_case(
+        "proxy-as-runtime-account",
+        replace_named(proxy_stack(), PROXY_FN, "serviceConfig.serviceAccountEmail", RUNTIME_SA),
+        True,
+    ),
+    stack_case(
+        "function-as-proxy-account",
+        replace_named(
+            proxy_stack(), "dedup-function", "serviceConfig.serviceAccountEmail", PROXY_SA
+        ),
+        True,
+    ),
+    stack_case(
+        "proxy-account-in-upper-case",
+        replace_named(
+            proxy_stack(), "dedup-function", "serviceConfig.serviceAccountEmail", PROXY_SA.upper()
+        ),
+        True,
+    ),
+    stack_case(
+        "cloud-run-service-as-proxy-account",
+        [*proxy_stack(), res(RUN2, "other-service", {"template": {"serviceAccount": PROXY_SA}})],
+        True,
+    ),
+    stack_case(
+        "job-oidc-as-proxy-account",
+        replace_named(
+            proxy_stack(), "job-daily-report", "httpTarget.oidcToken.serviceAccountEmail", PROXY_SA
+        ),
+        True,
+    ),
+    stack_case(
+        # A proxy recognised by its settings alone (no entry point given).
+        "proxy-by-settings-as-runtime-account",
+        replace_named(
+            replace_named(proxy_stack(), PROXY_FN, "buildConfig.entryPoint", DELETE),
+            PROXY_FN,
+            "serviceConfig.serviceAccountEmail",
+            RUNTIME_SA,
+        ),
+        True,
+    ),
+]
+
+STACK_CASES["dedup-proxy-least-privilege"] = [
+    stack_case("proxy-kit", proxy_stack(), False),
+    stack_case("proxy-preview", preview_proxy_stack(), False),
+    stack_case("no-proxy", kit_stack(), False),
+    stack_case(
+        "builds-editor-for-the-trigger",
+        replace_named(
+            proxy_stack(), "proxy-trigger-runner", "role", "roles/cloudbuild.builds.editor"
+        ),
+        False,
+    ),
+    stack_case(
+        "routes-unknown",
+        replace_named(proxy_stack(), PROXY_FN, f"{PROXY_ENV}.DEDUP_PROXY_ROUTES", U),
+        False,
+    ),
+    stack_case(
+        "custom-role-permissions-unknown",
+        replace_named(proxy_stack(), "proxy-trigger-runner-role", "permissions", U),
+        False,
+    ),
+    stack_case(
+        "editor-to-someone-else",
+        [*proxy_stack(), res(PROJECT_IAM_MEMBER, "x", member("roles/storage.admin"))],
+        False,
+    ),
+    stack_case(
+        "editor-to-an-unknown-member",
+        [*proxy_stack(), res(PROJECT_IAM_MEMBER, "x", member("roles/editor", U))],
+        False,
+    ),
+    stack_case(
+        "default-target-setting",
+        replace_named(
+            replace_named(
+                without_named(
+                    without_named(
+                        without_named(
+                            without_named(proxy_stack(), "proxy-run-job"), "proxy-trigger-runner"
+                        ),
+                        "proxy-trigger-runner-role",
+                    ),
+                    "job-daily-report",
+                ),
+                PROXY_FN,
+                f"{PROXY_ENV}.DEDUP_PROXY_ROUTES",
+                DELETE,
+            ),
+            PROXY_FN,
+            PROXY_ENV,
+            {
+                **function_props()["serviceConfig"]["environmentVariables"],
+                "DEDUP_PROXY_TARGET": "workflow",
+                "DEDUP_PROXY_RESOURCE": WORKFLOW,
+            },
+        ),
+        False,
+    ),
+    stack_case(
+        "proxy-editor",
+        [*proxy_stack(), _proxy_grant("proxy-editor", "roles/editor")],
+        True,
+    ),
+    stack_case(
+        "proxy-run-invoker-on-the-project",
+        [*proxy_stack(), _proxy_grant("proxy-run-invoker", "roles/run.invoker")],
+        True,
+    ),
+    stack_case(
+        "proxy-executor-on-the-project",
+        [*proxy_stack(), _proxy_grant("proxy-executor", "roles/run.jobsExecutorWithOverrides")],
+        True,
+    ),
+    stack_case(
+        "proxy-executor-on-another-job",
+        replace_named(proxy_stack(), "proxy-run-job", "name", "drop-tables"),
+        True,
+    ),
+    stack_case(
+        "proxy-executor-on-another-job-by-full-name",
+        replace_named(
+            proxy_stack(),
+            "proxy-run-job",
+            "name",
+            f"projects/{PROJECT}/locations/us-central1/jobs/reindex",
+        ),
+        True,
+    ),
+    stack_case(
+        "proxy-executor-binding-on-another-job",
+        [
+            *proxy_stack(),
+            res(
+                RUN_JOB_IAM_BINDING,
+                "proxy-other-job",
+                {
+                    "project": PROJECT,
+                    "location": "europe-west1",
+                    "name": "other",
+                    "role": "roles/run.jobsExecutorWithOverrides",
+                    "members": [PROXY],
+                },
+            ),
+        ],
+        True,
+    ),
+    stack_case(
+        "workflows-invoker-without-a-workflow",
+        replace_named(
+            proxy_stack(),
+            PROXY_FN,
+            f"{PROXY_ENV}.DEDUP_PROXY_ROUTES",
+            _proxy_routes(reindex={"target": "run_job", "resource": RUN_JOB}),
+        ),
+        True,
+    ),
+    stack_case(
+        "workflows-invoker-in-another-project",
+        replace_named(proxy_stack(), "proxy-workflows-invoker", "project", "acme-other"),
+        True,
+    ),
+    stack_case(
+        "trigger-role-with-more-permissions",
+        replace_named(
+            proxy_stack(),
+            "proxy-trigger-runner-role",
+            "permissions",
+            ["cloudbuild.builds.create", "cloudbuild.builds.update"],
+        ),
+        True,
+    ),
+    stack_case(
+        "trigger-role-not-declared",
+        without_named(proxy_stack(), "proxy-trigger-runner-role"),
+        True,
+    ),
+    stack_case(
+        "builds-editor-without-a-trigger",
+        replace_named(
+            replace_named(
+                proxy_stack(), "proxy-trigger-runner", "role", "roles/cloudbuild.builds.editor"
+            ),
+            PROXY_FN,
+            f"{PROXY_ENV}.DEDUP_PROXY_ROUTES",
+            _proxy_routes(**{k: v for k, v in PROXY_ROUTES.items() if k != "release"}),
+        ),
+        True,
+    ),
+    stack_case(
+        "proxy-datastore-user-on-a-folder",
+        [
+            *proxy_stack(),
+            res(
+                FOLDER_IAM_MEMBER,
+                "proxy-folder",
+                {"folder": "folders/1", "role": "roles/datastore.user", "member": PROXY},
+            ),
+        ],
+        True,
+    ),
+    stack_case(
+        "proxy-in-a-binding",
+        [
+            *proxy_stack(),
+            res(
+                PROJECT_IAM_BINDING,
+                "storage-admins",
+                {"project": PROJECT, "role": "roles/storage.admin", "members": [SA, PROXY]},
+            ),
+        ],
+        True,
+    ),
+    stack_case(
+        "proxy-in-a-project-policy",
+        [
+            *proxy_stack(),
+            res(
+                PROJECT_IAM_POLICY,
+                "project-policy",
+                {
+                    "project": PROJECT,
+                    "policyData": policy_data(
+                        {"role": "roles/secretmanager.secretAccessor", "members": [PROXY]}
+                    ),
+                },
+            ),
+        ],
+        True,
+    ),
+]

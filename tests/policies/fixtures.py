@@ -2,12 +2,14 @@
 
 `kit_stack()` is a compliant stack shaped like the kit's program; `preview_stack()` is the
 same stack during a first `pulumi preview`, where outputs of resources not created yet
-(URLs, service account e-mails, database names) are unknown sentinels.
+(URLs, service account e-mails, database names) are unknown sentinels. `proxy_stack()` and
+`preview_proxy_stack()` add the idempotent proxy with one target of each kind.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,9 +24,15 @@ REGION = "europe-west1"
 DATABASE = "scheduler-dedup"
 COLLECTION = "scheduler_runs"
 FUNCTION_URL = "https://scheduler-dedup-abc123-ew.a.run.app"
+PROXY_URL = "https://scheduler-dedup-proxy-def456-ew.a.run.app"
 INVOKER_SA = f"dedup-invoker@{PROJECT}.iam.gserviceaccount.com"
 RUNTIME_SA = f"dedup-runtime@{PROJECT}.iam.gserviceaccount.com"
 BUILD_SA = f"dedup-build@{PROJECT}.iam.gserviceaccount.com"
+PROXY_SA = f"dedup-proxy@{PROJECT}.iam.gserviceaccount.com"
+WORKFLOW = f"projects/{PROJECT}/locations/{REGION}/workflows/daily-report"
+RUN_JOB = f"projects/{PROJECT}/locations/{REGION}/jobs/reindex"
+TRIGGER = f"projects/{PROJECT}/locations/global/triggers/release"
+TRIGGER_ROLE = f"projects/{PROJECT}/roles/dedup_proxy_trigger_runner"
 COMPUTE_SA = "123456789012-compute@developer.gserviceaccount.com"
 APPSPOT_SA = f"{PROJECT}@appspot.gserviceaccount.com"
 CLOUDBUILD_SA = "123456789012@cloudbuild.gserviceaccount.com"
@@ -42,6 +50,8 @@ SA_IAM_MEMBER = "gcp:serviceaccount/iAMMember:IAMMember"
 FOLDER_IAM_MEMBER = "gcp:folder/iAMMember:IAMMember"
 ORG_IAM_BINDING = "gcp:organizations/iAMBinding:IAMBinding"
 SERVICE_ACCOUNT = "gcp:serviceaccount/account:Account"
+RUN_JOB_IAM_MEMBER = "gcp:cloudrunv2/jobIamMember:JobIamMember"
+RUN_JOB_IAM_BINDING = "gcp:cloudrunv2/jobIamBinding:JobIamBinding"
 DATASTORE_CONDITION = {
     "title": "dedup-database-only",
     "expression": f'resource.name == "projects/{PROJECT}/databases/{DATABASE}"',
@@ -131,8 +141,38 @@ def function_props() -> dict[str, Any]:
                 "DEDUP_MISSING_SCHEDULE_TIME": "reject",
                 "DEDUP_JOB": "jobs.example:run",
             },
+            "uri": FUNCTION_URL,
         },
     }
+
+
+PROXY_ROUTES = {
+    "daily-report": {"target": "workflow", "resource": WORKFLOW},
+    "reindex": {"target": "run_job", "resource": RUN_JOB, "container": "worker"},
+    "release": {"target": "build_trigger", "resource": TRIGGER},
+}
+
+
+def proxy_function_props() -> dict[str, Any]:
+    """The idempotent proxy: same source and protocol settings, own account, routes."""
+    props = function_props()
+    props["name"] = "scheduler-dedup-proxy"
+    props["buildConfig"]["entryPoint"] = "proxy_scheduled_job"
+    service = props["serviceConfig"]
+    service["serviceAccountEmail"] = PROXY_SA
+    service["uri"] = PROXY_URL
+    env = service["environmentVariables"]
+    del env["DEDUP_JOB"]
+    env["DEDUP_PROXY_ROUTES"] = json.dumps(PROXY_ROUTES)
+    env["DEDUP_PROXY_TIMEOUT_SECONDS"] = "30"
+    return props
+
+
+def proxied_job_props() -> dict[str, Any]:
+    props = job_props("daily-report")
+    props["httpTarget"]["uri"] = PROXY_URL
+    props["httpTarget"]["oidcToken"]["audience"] = PROXY_URL
+    return props
 
 
 def field_props() -> dict[str, Any]:
@@ -197,10 +237,75 @@ def kit_stack() -> list[Resource]:
     ]
 
 
-def preview_stack() -> list[Resource]:
-    """kit_stack as a first preview sees it: outputs of new resources are unknown."""
-    resources = []
-    for r in kit_stack():
+def proxy_stack() -> list[Resource]:
+    """kit_stack plus the proxy: its account, function, invoker binding, database role,
+    one role per kind of target, and a job that calls it."""
+    proxy_member = f"serviceAccount:{PROXY_SA}"
+    return [
+        *kit_stack(),
+        res(SERVICE_ACCOUNT, "proxy-sa", {"accountId": "dedup-proxy", "project": PROJECT}),
+        res(gcp.FUNCTION_V2, "proxy-function", proxy_function_props()),
+        res(
+            RUN_SERVICE_IAM_MEMBER,
+            "proxy-invoker",
+            {
+                "project": PROJECT,
+                "location": REGION,
+                "name": "scheduler-dedup-proxy",
+                "role": "roles/run.invoker",
+                "member": f"serviceAccount:{INVOKER_SA}",
+            },
+        ),
+        res(
+            PROJECT_IAM_MEMBER,
+            "proxy-datastore-user",
+            {
+                "project": PROJECT,
+                "role": "roles/datastore.user",
+                "member": proxy_member,
+                "condition": dict(DATASTORE_CONDITION),
+            },
+        ),
+        res(
+            PROJECT_IAM_MEMBER,
+            "proxy-workflows-invoker",
+            {"project": PROJECT, "role": "roles/workflows.invoker", "member": proxy_member},
+        ),
+        res(
+            RUN_JOB_IAM_MEMBER,
+            "proxy-run-job",
+            {
+                "project": PROJECT,
+                "location": REGION,
+                "name": "reindex",
+                "role": "roles/run.jobsExecutorWithOverrides",
+                "member": proxy_member,
+            },
+        ),
+        res(
+            gcp.PROJECT_CUSTOM_ROLE,
+            "proxy-trigger-runner-role",
+            {
+                "project": PROJECT,
+                "roleId": "dedup_proxy_trigger_runner",
+                "title": "run build triggers",
+                "permissions": ["cloudbuild.builds.create"],
+                "stage": "GA",
+            },
+        ),
+        res(
+            PROJECT_IAM_MEMBER,
+            "proxy-trigger-runner",
+            {"project": PROJECT, "role": TRIGGER_ROLE, "member": proxy_member},
+        ),
+        res(gcp.SCHEDULER_JOB, "job-daily-report", proxied_job_props()),
+    ]
+
+
+def _as_preview(resources: Iterable[Resource]) -> list[Resource]:
+    """Outputs of resources created in the same update are unknown at a first preview."""
+    previewed = []
+    for r in resources:
         props = r.props
         if r.type == gcp.SCHEDULER_JOB:
             props = patch(props, "httpTarget.uri", U)
@@ -208,15 +313,27 @@ def preview_stack() -> list[Resource]:
             props = patch(props, "httpTarget.oidcToken.serviceAccountEmail", U)
         elif r.type == gcp.FUNCTION_V2:
             props = patch(props, "serviceConfig.serviceAccountEmail", U)
+            props = patch(props, "serviceConfig.uri", U)
             props = patch(props, "buildConfig.serviceAccount", U)
             props = patch(props, "buildConfig.source.storageSource.bucket", U)
             props = patch(props, "url", U)
         elif r.type == gcp.FIRESTORE_FIELD:
             props = patch(props, "database", U)
-        elif r.type in (RUN_SERVICE_IAM_MEMBER, PROJECT_IAM_MEMBER):
+        elif r.type in (RUN_SERVICE_IAM_MEMBER, PROJECT_IAM_MEMBER, RUN_JOB_IAM_MEMBER):
             props = patch(props, "member", U)
-        resources.append(Resource(r.type, r.name, r.urn, props))
-    return resources
+            if str(props.get("role", "")).startswith("projects/"):
+                props = patch(props, "role", U)  # the custom role's name
+        previewed.append(Resource(r.type, r.name, r.urn, props))
+    return previewed
+
+
+def preview_stack() -> list[Resource]:
+    """kit_stack as a first preview sees it: outputs of new resources are unknown."""
+    return _as_preview(kit_stack())
+
+
+def preview_proxy_stack() -> list[Resource]:
+    return _as_preview(proxy_stack())
 
 
 def replace(
@@ -231,5 +348,21 @@ def replace(
     ]
 
 
+def replace_named(
+    resources: Iterable[Resource], name: str, path: str, value: Any
+) -> list[Resource]:
+    """The stack with `path` set to `value` on the resource with that Pulumi name."""
+    found = list(resources)
+    assert any(r.name == name for r in found), name
+    return [
+        Resource(r.type, r.name, r.urn, patch(r.props, path, value)) if r.name == name else r
+        for r in found
+    ]
+
+
 def without_type(resources: Iterable[Resource], resource_type: str) -> list[Resource]:
     return [r for r in resources if r.type != resource_type]
+
+
+def without_named(resources: Iterable[Resource], name: str) -> list[Resource]:
+    return [r for r in resources if r.name != name]

@@ -1,8 +1,9 @@
 """Values unknown at preview: no policy crashes, none invents or hides a violation.
 
 Pulumi hands a policy an output of a resource not created yet as a sentinel string (see
-policies/values.py). These tests replace every property of the compliant kit stack and of
-every fixture, one at a time, with each sentinel kind, and run every policy.
+policies/values.py). These tests replace every property of the compliant kit stack (with
+and without the proxy) and of every fixture, one at a time, with each sentinel kind, and
+run every policy.
 """
 
 from __future__ import annotations
@@ -19,8 +20,16 @@ from policies.model import Resource
 from policies.registry import ALL_POLICIES
 from policies.values import UNKNOWN_SENTINELS, UNKNOWN_STRING
 from tests.policies.cases import RESOURCE_CASES, STACK_CASES
+from tests.policies.fixtures import (
+    PROXY_SA,
+    kit_stack,
+    preview_proxy_stack,
+    preview_stack,
+    proxy_stack,
+    replace,
+    res,
+)
 from tests.policies.fixtures import U as U_
-from tests.policies.fixtures import kit_stack, preview_stack, replace
 
 Path = tuple[str | int, ...]
 
@@ -127,3 +136,35 @@ def test_a_real_violation_survives_unknowns_elsewhere() -> None:
     )
     found = mandatory(evaluate(resources))
     assert [v.policy for v in found] == ["function-ingress-not-public"]
+
+
+def test_proxy_stack_has_no_violation() -> None:
+    assert evaluate(proxy_stack()) == []
+    assert evaluate(preview_proxy_stack()) == []
+
+
+def test_any_single_unknown_in_the_proxy_stack_is_not_a_violation() -> None:
+    checked = 0
+    for label, resources in variants(proxy_stack()):
+        found = evaluate(resources)
+        assert found == [], (label, found)
+        checked += 1
+    assert checked > 190
+
+
+def test_a_proxy_violation_survives_unknowns_elsewhere() -> None:
+    # A later preview: the proxy's account exists (its e-mail is known), the jobs' and
+    # functions' URLs are not, and someone grants it a primitive role.
+    resources = replace(proxy_stack(), "gcp:cloudscheduler/job:Job", "httpTarget.uri", U_)
+    resources = replace(
+        resources, "gcp:cloudfunctionsv2/function:Function", "serviceConfig.uri", U_
+    )
+    resources.append(
+        res(
+            "gcp:projects/iAMMember:IAMMember",
+            "proxy-owner",
+            {"project": "p", "role": "roles/owner", "member": f"serviceAccount:{PROXY_SA}"},
+        )
+    )
+    found = sorted(v.policy for v in mandatory(evaluate(resources)))
+    assert found == ["dedup-proxy-least-privilege", "iam-no-primitive-roles"]
