@@ -45,6 +45,12 @@ def dev_declared() -> list[DeclaredResource]:
     return list(run_offline(load_stack_config(DEV), stack="dev").resources)
 
 
+@pytest.fixture(scope="module")
+def prod_declared() -> list[DeclaredResource]:
+    """prod has a job that starts a workflow through the idempotent proxy."""
+    return list(run_offline(load_stack_config(PROD), stack="prod").resources)
+
+
 def run_main(*args: str) -> tuple[int, str]:
     out = io.StringIO()
     code = offline_check.main(list(args), out=out)
@@ -112,6 +118,21 @@ def mutate(
     return changed
 
 
+def mutate_named(
+    declared: list[DeclaredResource], name: str, path: str, value: Any
+) -> list[DeclaredResource]:
+    """`mutate`, on the one resource with that Pulumi name."""
+    assert any(d.name == name for d in declared), name
+    return [
+        dataclasses.replace(
+            d, props=patch(d.props, path, value), outputs=patch(d.outputs, path, value)
+        )
+        if d.name == name
+        else d
+        for d in declared
+    ]
+
+
 def drop(declared: list[DeclaredResource], resource_type: str) -> list[DeclaredResource]:
     return [d for d in declared if d.type != resource_type]
 
@@ -130,9 +151,38 @@ def extra_resource_program(declare_extra: Callable[[str], None]) -> Callable[[Pa
             declare_extra(str(config["gcp:project"]))
             return outputs
 
-        return list(run_offline(config, stack="dev", program=program).resources)
+        return list(run_offline(config, stack="broken", program=program).resources)
 
     return declare
+
+
+PROD_PROXY_SA = "scheduler-dedup-proxy@acme-scheduler-prod.iam.gserviceaccount.com"
+PROD_RUNTIME_SA = "scheduler-dedup-runtime@acme-scheduler-prod.iam.gserviceaccount.com"
+
+
+def _proxy_member(role: str) -> Callable[[str], None]:
+    """A project-level grant of `role` to the prod proxy's own account."""
+
+    def declare_extra(project: str) -> None:
+        gcp.projects.IAMMember(
+            "extra-proxy-grant",
+            project=project,
+            role=role,
+            member=f"serviceAccount:{PROD_PROXY_SA}",
+        )
+
+    return declare_extra
+
+
+def _proxy_executor_on_other_job(project: str) -> None:
+    gcp.cloudrunv2.JobIamMember(
+        "extra-proxy-job-grant",
+        project=project,
+        location="europe-west1",
+        name="drop-all-tables",
+        role="roles/run.jobsExecutorWithOverrides",
+        member=f"serviceAccount:{PROD_PROXY_SA}",
+    )
 
 
 def _project_member(role: str) -> Callable[[str], None]:
@@ -173,6 +223,7 @@ class Broken:
     program: Callable[[str], None] | None = None
     config: Callable[[dict[str, Any]], None] | None = None
     also: frozenset[str] = frozenset()  # further policies the same mistake breaks
+    stack: Path = DEV  # prod has the proxy
 
 
 def _job0(config: dict[str, Any]) -> dict[str, Any]:
@@ -189,6 +240,22 @@ def _set(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 def _groc_config(config: dict[str, Any]) -> None:
     _job0(config)["schedule"] = "every 5 minutes"
+
+
+def _proxied_job(config: dict[str, Any]) -> dict[str, Any]:
+    jobs = config["config"]["scheduler-dedup:jobs"]
+    job: dict[str, Any] = next(j for j in jobs if "proxy" in j)
+    return job
+
+
+def _proxy_with_job_logic(config: dict[str, Any]) -> None:
+    _proxied_job(config)["jobLogic"] = "jobs.example:run"
+
+
+def _proxy_target_elsewhere(config: dict[str, Any]) -> None:
+    _proxied_job(config)["proxy"]["resource"] = (
+        "projects/acme-other/locations/europe-west1/workflows/daily-report"
+    )
 
 
 BROKEN: list[Broken] = [
@@ -322,6 +389,100 @@ BROKEN: list[Broken] = [
         "dedup-job-headers",
         lambda d: mutate(d, JOB, "httpTarget.headers.X-Dedup-Location", "us-central1"),
     ),
+    # The idempotent proxy (prod): its account, ingress, IAM and the jobs that call it.
+    Broken(
+        "proxy account with roles/editor (program)",
+        "iam-no-primitive-roles",
+        program=_proxy_member("roles/editor"),
+        also=frozenset({"dedup-proxy-least-privilege"}),
+        stack=PROD,
+    ),
+    Broken(
+        "proxy account with run.invoker on the project (program)",
+        "iam-no-project-level-invoker",
+        program=_proxy_member("roles/run.invoker"),
+        also=frozenset({"dedup-proxy-least-privilege"}),
+        stack=PROD,
+    ),
+    Broken(
+        "proxy account may run every Cloud Run job (program)",
+        "dedup-proxy-least-privilege",
+        program=_proxy_member("roles/run.jobsExecutorWithOverrides"),
+        stack=PROD,
+    ),
+    Broken(
+        "proxy account may run a job it does not start (program)",
+        "dedup-proxy-least-privilege",
+        program=_proxy_executor_on_other_job,
+        stack=PROD,
+    ),
+    Broken(
+        "proxy account with a role no target needs (program)",
+        "dedup-proxy-least-privilege",
+        program=_proxy_member("roles/secretmanager.secretAccessor"),
+        stack=PROD,
+    ),
+    Broken(
+        "proxy function with ALLOW_ALL ingress",
+        "function-ingress-not-public",
+        lambda d: mutate_named(d, "proxy-function", "serviceConfig.ingressSettings", "ALLOW_ALL"),
+        stack=PROD,
+    ),
+    Broken(
+        "proxy runs as the dedup function's runtime account",
+        "dedup-proxy-own-service-account",
+        lambda d: mutate_named(
+            d, "proxy-function", "serviceConfig.serviceAccountEmail", PROD_RUNTIME_SA
+        ),
+        stack=PROD,
+    ),
+    Broken(
+        "proxy on the default compute account",
+        "function-dedicated-runtime-service-account",
+        lambda d: mutate_named(
+            d, "proxy-function", "serviceConfig.serviceAccountEmail", COMPUTE_SA
+        ),
+        stack=PROD,
+    ),
+    Broken(
+        "public invoker on the proxy's service",
+        "iam-no-public-members",
+        lambda d: mutate_named(d, "proxy-invoker", "member", "allUsers"),
+        stack=PROD,
+    ),
+    Broken(
+        "proxy lease shorter than the proxied job's deadline",
+        "dedup-lease-covers-deadline",
+        lambda d: mutate_named(d, "proxy-function", f"{ENV}.DEDUP_LEASE_SECONDS", "60"),
+        stack=PROD,
+    ),
+    Broken(
+        "proxy records in a collection without TTL",
+        "dedup-ttl-policy",
+        lambda d: mutate_named(d, "proxy-function", f"{ENV}.DEDUP_COLLECTION", "proxy_runs"),
+        stack=PROD,
+    ),
+    Broken(
+        "proxied job without dedup headers",
+        "dedup-job-headers",
+        lambda d: mutate_named(
+            d, "job-daily-report-job", "httpTarget.headers", {"Content-Type": "application/json"}
+        ),
+        stack=PROD,
+    ),
+    Broken(
+        "proxied job without OIDC",
+        "scheduler-job-oidc-auth",
+        lambda d: mutate_named(d, "job-daily-report-job", "httpTarget.oidcToken", DELETE),
+        stack=PROD,
+    ),
+    Broken("proxied job with jobLogic (config)", None, config=_proxy_with_job_logic, stack=PROD),
+    Broken(
+        "proxy target in another project (config)",
+        None,
+        config=_proxy_target_elsewhere,
+        stack=PROD,
+    ),
     # Stack configurations that config validation rejects before declaring anything.
     Broken("groc schedule in the stack config", None, config=_groc_config),
     Broken(
@@ -340,23 +501,26 @@ BROKEN: list[Broken] = [
 def test_the_table_is_large_enough() -> None:
     assert len(BROKEN) >= 10
     assert len({b.name for b in BROKEN}) == len(BROKEN)
+    assert len([b for b in BROKEN if b.stack == PROD]) >= 2, "broken proxy stacks"
 
 
 @pytest.mark.parametrize("broken", BROKEN, ids=lambda b: b.name)
 def test_broken_stack_is_caught(
     broken: Broken,
     dev_declared: list[DeclaredResource],
+    prod_declared: list[DeclaredResource],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stack_file = tmp_path / "Pulumi.broken.yaml"
-    document = yaml.safe_load(DEV.read_text(encoding="utf-8"))
+    document = yaml.safe_load(broken.stack.read_text(encoding="utf-8"))
     if broken.config is not None:
         broken.config(document)
     stack_file.write_text(yaml.safe_dump(document), encoding="utf-8")
+    declared = prod_declared if broken.stack == PROD else dev_declared
     if broken.mutation is not None:
         mutation = broken.mutation
-        monkeypatch.setattr(offline_check, "declare", lambda _path: mutation(list(dev_declared)))
+        monkeypatch.setattr(offline_check, "declare", lambda _path: mutation(list(declared)))
     elif broken.program is not None:
         monkeypatch.setattr(offline_check, "declare", extra_resource_program(broken.program))
 
@@ -394,6 +558,16 @@ def test_advisory_violation_is_printed_but_does_not_fail(
     code, output = run_main("--stack-file", str(DEV))
     assert code == 0, output
     assert "[advisory] iam-datastore-user-single-database: " in output
+
+
+def test_proxy_database_role_without_condition_is_advisory(
+    prod_declared: list[DeclaredResource], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = mutate_named(prod_declared, "proxy-datastore-user", "condition", DELETE)
+    monkeypatch.setattr(offline_check, "declare", lambda _path: broken)
+    code, output = run_main("--stack-file", str(PROD))
+    assert code == 0, output
+    assert "[advisory] iam-datastore-user-single-database: proxy-datastore-user " in output
 
 
 def test_example_policy_config_downgrades_and_disables(
