@@ -22,6 +22,16 @@ def test_plan_prints_a_row_per_resource(stack: StackUnderTest) -> None:
         assert f"'{job.schedule}'" in text
 
 
+def test_plan_shows_the_proxy(stack_runs: dict[str, StackUnderTest]) -> None:
+    text = render(stack_runs["prod"].run)
+    assert "entry=proxy_scheduled_job" in text
+    assert "routes=daily-report->workflow:projects/acme-scheduler-prod/locations/" in text
+    assert "roles/workflows.invoker -> serviceAccount:scheduler-dedup-proxy@" in text
+    for output in ("proxyUrl", "proxyFunctionName", "proxyServiceAccount"):
+        assert f"  {output}: " in text
+    assert "proxy" not in render(stack_runs["dev"].run)
+
+
 def test_plan_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dev"]) == 0
     out = capsys.readouterr().out
