@@ -10,9 +10,12 @@ idempotency token. It is the same source as the dedup function with the entry po
 The proxy runs as its own service account, which holds only what its targets need:
 
 - always `roles/datastore.user`, conditioned to the one dedup database;
-- a workflow: `roles/workflows.invoker` on the project. Workflows has no per-workflow IAM
-  (its roles are granted on projects only, and IAM Conditions' resource attributes do
-  not cover workflows), so the project is the narrowest grant there is;
+- a workflow: `roles/workflows.invoker` on the project. Google lists the project as the
+  lowest level Workflows roles can be granted on, and pulumi-gcp has no per-workflow IAM
+  resource. It is left unconditioned: IAM Conditions' resource attributes are honoured
+  only by the services Google lists, Workflows could not be confirmed among them, and a
+  `resource.name` condition a service does not fill never matches, which would make
+  every start fail with 403 (recorded as a non-retryable error, so the run is lost);
 - a Cloud Run job: `roles/run.jobsExecutorWithOverrides` on that job only: the narrowest
   role that may pass an environment override (the token);
 - a build trigger: a custom project role holding only `cloudbuild.builds.create`, the one
