@@ -35,7 +35,7 @@ from google.cloud import firestore
 from bench.servers import HANDLERS, KIT, Handler, SourceFunctionServer, serve
 from bench.textbook import build_textbook_handler
 from dedup.app import build_handler
-from dedup.firestore_store import FirestoreRunStore
+from dedup.firestore_store import record_to_document
 from dedup.http import DedupHandler
 from dedup.keys import RunKey, format_instant
 from dedup.store import RunRecord, RunStatus
@@ -490,15 +490,20 @@ class Bench:
 
     def seed_crashed(self, collection: str) -> tuple[dict[str, str], RunKey]:
         """The record a crashed instance leaves: in progress, short lease, never finished.
-        Written in the one record format both handlers share."""
+        Written in the one record format both handlers share, plus the textbook's
+        local-clock lease end (which the kit ignores: it judges by update_time)."""
         headers, key = self.new_run("bench-takeover")
-        store = FirestoreRunStore(self._client, collection, timeout_seconds=10)
-        store.create(key.run_id, RunRecord(
+        now = datetime.now(UTC)
+        record = RunRecord(
             status=RunStatus.IN_PROGRESS, attempt_id=f"crashed-{uuid.uuid4().hex}",
             attempts=1, lease_seconds=self.config.seeded_lease_seconds,
-            expire_at=datetime.now(UTC) + timedelta(hours=1), job=key.job_id,
+            expire_at=now + timedelta(hours=1), job=key.job_id,
             schedule_time=key.schedule_time, project=key.project, location=key.location,
-        ))
+        )
+        lease_end = now + timedelta(seconds=self.config.seeded_lease_seconds)
+        self._client.collection(collection).document(key.run_id).create(
+            {**record_to_document(record), "lease_expires_at": lease_end}, timeout=10
+        )
         return headers, key
 
     def cold_starts(self) -> None:

@@ -106,14 +106,15 @@ class TextbookDeduplicator:
                             Outcome.DUPLICATE, run_id, stored.attempt_id, stored.attempts,
                             stored.result_json,
                         )
-                    lease_end = data["written_at"] + timedelta(seconds=stored.lease_seconds)
-                    if now < lease_end:
+                    if now < data["lease_expires_at"]:
                         return Delivery(
                             Outcome.IN_PROGRESS, run_id, stored.attempt_id, stored.attempts
                         )
                     attempts = stored.attempts + 1  # the holder's lease ran out: take over
             record = self._record(key, attempt_id, attempts)
-            transaction.set(ref, record_to_document(record))
+            # The usual sample: the lease's end by this instance's clock, in the record.
+            lease_end = self._clock() + timedelta(seconds=record.lease_seconds)
+            transaction.set(ref, {**record_to_document(record), "lease_expires_at": lease_end})
             return TextbookClaim(key, attempt_id, attempts, record)
 
         return cast(TextbookClaim | Delivery, self._transaction(claim_in))

@@ -11,7 +11,7 @@ lock under a burst of duplicates.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
@@ -51,8 +51,6 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
         "project": record.project,
         "location": record.location,
         "result_json": record.result_json,
-        # For people reading the console; the lease is judged by the document's update_time.
-        "written_at": firestore.SERVER_TIMESTAMP,
     }
 
 
@@ -151,8 +149,10 @@ class FirestoreRunStore:
         return self._conditional_update(run_id, record_to_document(record), if_version)
 
     def renew(self, run_id: str, if_version: datetime) -> datetime:
+        # Any change gives the document a new update_time, which is what extends the lease;
+        # the value is only for people reading the record (no server-side transform needed).
         return self._conditional_update(
-            run_id, {"written_at": firestore.SERVER_TIMESTAMP}, if_version
+            run_id, {"renewed_at": datetime.now(UTC)}, if_version
         )
 
     def delete(self, run_id: str, if_version: datetime) -> None:
