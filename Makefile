@@ -34,7 +34,7 @@ policy-check: $(VENV)/stamp
 	$(BIN)/python -m policies.offline_check
 
 bench: $(VENV)/stamp
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

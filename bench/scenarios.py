@@ -32,7 +32,7 @@ from typing import Any
 
 from google.cloud import firestore
 
-from bench.servers import HANDLERS, KIT, Handler, SourceFunctionServer, serve
+from bench.servers import HANDLERS, KIT, Handler, serve
 from bench.textbook import build_textbook_handler
 from dedup.app import build_handler
 from dedup.firestore_store import record_to_document
@@ -169,7 +169,7 @@ class Bench:
     def server_env(self, handler: Handler) -> dict[str, str]:
         return function_env(self.served_collection(handler), self.ledger(handler))
 
-    def new_server(self, handler: Handler) -> SourceFunctionServer:
+    def new_server(self, handler: Handler) -> FunctionServer:
         return serve(handler, self.server_env(handler), threads=self.config.threads)
 
     def instance(self, handler: Handler) -> Instance:

@@ -24,34 +24,13 @@ TEXTBOOK = Handler("textbook", Path(__file__).resolve().with_name("textbook_main
 HANDLERS = (KIT, TEXTBOOK)
 
 
-class SourceFunctionServer(FunctionServer):
-    """FunctionServer serving another source file than function/main.py.
-
-    Stop-gap until FunctionServer takes a `source` parameter: it swaps the `--source`
-    argument FunctionServer passes, and changes nothing else.
-    """
-
-    def __init__(
-        self,
-        env: Mapping[str, str],
-        *,
-        source: Path,
-        workers: int = 1,
-        threads: int = 8,
-    ) -> None:
-        # REPO_ROOT on the path: the comparator (bench.textbook) and the job that records
-        # executions (tests.support.jobs) import from the repository root.
-        super().__init__(env, workers=workers, threads=threads, extra_pythonpath=[REPO_ROOT])
-        self._source = source
-
-    def _spawn(self, argv: list[str], env: Mapping[str, str], cwd: Path) -> None:
-        argv = list(argv)
-        argv[argv.index("--source") + 1] = str(self._source)
-        super()._spawn(argv, env, cwd)
-
-
 def serve(
     handler: Handler, env: Mapping[str, str], *, workers: int = 1, threads: int = 8
-) -> SourceFunctionServer:
+) -> FunctionServer:
     """A server for `handler` (not started: use it as a context manager or .start())."""
-    return SourceFunctionServer(env, source=handler.source, workers=workers, threads=threads)
+    # REPO_ROOT on the path: the comparator (bench.textbook) and the job that records
+    # executions (tests.support.jobs) import from the repository root.
+    return FunctionServer(
+        env, source=handler.source, workers=workers, threads=threads,
+        extra_pythonpath=[REPO_ROOT],
+    )

@@ -205,9 +205,11 @@ class FunctionServer(_ManagedProcess):
         workers: int = 1,
         threads: int = 8,
         target: str = "handle_scheduled_job",
+        source: Path = FUNCTION_DIR / "main.py",
         extra_pythonpath: list[Path] | None = None,
     ) -> None:
         super().__init__(port)
+        self._source = source
         self._env = env
         self._workers = workers
         self._threads = threads
@@ -230,7 +232,7 @@ class FunctionServer(_ManagedProcess):
         }
         self._spawn(
             [str(executable), "--target", self._target, "--source",
-             str(FUNCTION_DIR / "main.py"), "--host", "127.0.0.1", "--port", str(self.port)],
+             str(self._source), "--host", "127.0.0.1", "--port", str(self.port)],
             env=env,
             cwd=FUNCTION_DIR,
         )
