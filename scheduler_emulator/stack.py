@@ -105,6 +105,8 @@ def parse_stack_config(config: Mapping[str, Any], source: str = "stack") -> Stac
 
 
 def from_stack_config(config: StackConfig, source: str = "stack") -> Stack:
+    # Jobs with `proxy:` call the idempotent proxy, which starts Google Cloud executions:
+    # nothing local can serve them, so the emulator replays the dedup function's jobs only.
     jobs = tuple(
         Job(
             name=job.name,
@@ -118,6 +120,7 @@ def from_stack_config(config: StackConfig, source: str = "stack") -> Stack:
             paused=job.paused,
         )
         for job in config.jobs
+        if job.proxy is None
     )
     dedup = config.dedup
     return Stack(

@@ -128,6 +128,13 @@ def test_dev_stack_file_loads_through_the_kits_validator() -> None:
             json.loads(job.body)
 
 
+def test_proxied_jobs_are_not_replayed_locally() -> None:
+    """prod's daily-report job calls the idempotent proxy (a Google Cloud API target)."""
+    names = {job.name for job in load_stack(REPO / "Pulumi.prod.yaml").jobs}
+    assert "daily-report" not in names
+    assert names  # the dedup function's own jobs still are
+
+
 def test_stack_errors_name_the_file_and_key(tmp_path: Path) -> None:
     with pytest.raises(StackError, match="not found"):
         load_stack(tmp_path / "Pulumi.nope.yaml")
