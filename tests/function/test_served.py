@@ -105,7 +105,7 @@ def test_crashed_attempt_is_taken_over_only_after_its_lease_expires(
             answers.append((time.monotonic() - claimed_at, reply.status_code))
             if reply.status_code != 409:
                 break
-            assert answers[-1][0] < lease + 5, "never taken over"
+            assert answers[-1][0] < lease + 60, "never taken over"  # a guard, not a timing claim
             time.sleep(0.25)
     took_over_after, status = answers[-1]
     assert status == 200 and reply.json()["result"]["echo"] == "taken over"
