@@ -38,7 +38,7 @@ from dedup.app import build_handler
 from dedup.firestore_store import record_to_document
 from dedup.http import DedupHandler
 from dedup.keys import RunKey, format_instant
-from dedup.store import RunRecord, RunStatus
+from dedup.store import RunRecord
 from local_stack import FunctionServer
 from tests.support.deliveries import (
     LOCATION,
@@ -494,11 +494,9 @@ class Bench:
         local-clock lease end (which the kit ignores: it judges by update_time)."""
         headers, key = self.new_run("bench-takeover")
         now = datetime.now(UTC)
-        record = RunRecord(
-            status=RunStatus.IN_PROGRESS, attempt_id=f"crashed-{uuid.uuid4().hex}",
-            attempts=1, lease_seconds=self.config.seeded_lease_seconds,
-            expire_at=now + timedelta(hours=1), job=key.job_id,
-            schedule_time=key.schedule_time, project=key.project, location=key.location,
+        record = RunRecord.claim(
+            key, f"crashed-{uuid.uuid4().hex}", 1, self.config.seeded_lease_seconds,
+            expire_at=now + timedelta(hours=1),
         )
         lease_end = now + timedelta(seconds=self.config.seeded_lease_seconds)
         self._client.collection(collection).document(key.run_id).create(

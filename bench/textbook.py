@@ -140,17 +140,8 @@ class TextbookDeduplicator:
         return bool(self._transaction(finish_in))
 
     def _record(self, key: RunKey, attempt_id: str, attempts: int) -> RunRecord:
-        return RunRecord(
-            status=RunStatus.IN_PROGRESS,
-            attempt_id=attempt_id,
-            attempts=attempts,
-            lease_seconds=self._lease,
-            expire_at=self._clock() + timedelta(seconds=self._retention),
-            job=key.job_id,
-            schedule_time=key.schedule_time,
-            project=key.project,
-            location=key.location,
-        )
+        expire_at = self._clock() + timedelta(seconds=self._retention)
+        return RunRecord.claim(key, attempt_id, attempts, self._lease, expire_at)
 
     def run(self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str]) -> Delivery:
         """One delivery end to end; the same signature and outcomes as Deduplicator.run."""

@@ -221,17 +221,8 @@ class Deduplicator:
         return False
 
     def _record(self, key: RunKey, attempt_id: str, attempts: int) -> RunRecord:
-        return RunRecord(
-            status=RunStatus.IN_PROGRESS,
-            attempt_id=attempt_id,
-            attempts=attempts,
-            lease_seconds=self._lease,
-            expire_at=self._wall_clock() + timedelta(seconds=self._retention),
-            job=key.job_id,
-            schedule_time=key.schedule_time,
-            project=key.project,
-            location=key.location,
-        )
+        expire_at = self._wall_clock() + timedelta(seconds=self._retention)
+        return RunRecord.claim(key, attempt_id, attempts, self._lease, expire_at)
 
     # -- one delivery, end to end ------------------------------------------------------
 

@@ -13,6 +13,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
+from dedup.keys import RunKey
+
 
 class RunStatus(StrEnum):
     IN_PROGRESS = "in_progress"
@@ -33,6 +35,24 @@ class RunRecord:
     project: str
     location: str
     result_json: str | None = None  # the job's result, replayed to duplicates
+
+    @classmethod
+    def claim(
+        cls, key: RunKey, attempt_id: str, attempts: int, lease_seconds: float,
+        expire_at: datetime,
+    ) -> RunRecord:
+        """The record of an attempt that has just claimed `key`'s run."""
+        return cls(
+            status=RunStatus.IN_PROGRESS,
+            attempt_id=attempt_id,
+            attempts=attempts,
+            lease_seconds=lease_seconds,
+            expire_at=expire_at,
+            job=key.job_id,
+            schedule_time=key.schedule_time,
+            project=key.project,
+            location=key.location,
+        )
 
 
 @dataclass(frozen=True)
