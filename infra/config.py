@@ -159,6 +159,22 @@ _JOB_LOGIC = re.compile(rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}$")
 _MEMORY = re.compile(r"^([1-9][0-9]*)(Mi|Gi|M|G)$")
 _INT_STRING = re.compile(r"^\s*-?[0-9]+\s*$")
 
+# The gcp provider's keys the kit needs: valid form, what it is, how to set it, the fix.
+_PROVIDER_KEYS: Final[Mapping[str, tuple[re.Pattern[str], str, str, str]]] = {
+    GCP_PROJECT_KEY: (
+        _PROJECT_ID,
+        "a Google Cloud project ID",
+        "pulumi config set gcp:project <project-id>",
+        "use the project ID (6-30 lowercase letters, digits, hyphens), not its name or number",
+    ),
+    GCP_REGION_KEY: (
+        _REGION,
+        "a Google Cloud region",
+        "pulumi config set gcp:region europe-west1",
+        "use a region such as europe-west1 or us-central1 (not a zone)",
+    ),
+}
+
 
 def kit_key(name: str) -> str:
     """`leaseSeconds` -> `scheduler-dedup:leaseSeconds`."""
@@ -404,6 +420,47 @@ class _Reader:
             return None
         return raw
 
+    def mapping(
+        self, key: str, raw: Any, known: frozenset[str], what: str, fix: str
+    ) -> Mapping[str, Any] | None:
+        """`raw` if it is a mapping (each key not in `known` is reported as not `what`)."""
+        if not isinstance(raw, Mapping):
+            self.fail(key, f"{raw!r} is not a mapping", fix)
+            return None
+        for name in raw:
+            if name not in known:
+                self.fail(f"{key}.{name}", f"is not {what}", _unknown_key_fix(str(name), known))
+        return raw
+
+    def not_more_than(
+        self, key: str, value: int | None, limit: int | None, limit_key: str, fix: str
+    ) -> None:
+        """`value` (at `key`) <= `limit` (the setting `limit_key`), once both are valid."""
+        if value is not None and limit is not None and value > limit:
+            self.fail(key, f"{value} is more than {limit_key} ({limit})", fix)
+
+
+@dataclass(frozen=True)
+class _KitSettings:
+    """The kit's own keys of one stack (short names, with DEFAULTS), read through `r`."""
+
+    r: _Reader
+    values: Mapping[str, Any]
+
+    def raw(self, name: str) -> Any:
+        return self.values.get(name, DEFAULTS.get(name))
+
+    def integer(
+        self, name: str, *, minimum: int | None = None, maximum: int | None = None
+    ) -> int | None:
+        return self.r.integer(kit_key(name), self.raw(name), minimum=minimum, maximum=maximum)
+
+    def boolean(self, name: str) -> bool | None:
+        return self.r.boolean(kit_key(name), self.raw(name))
+
+    def string(self, name: str, *, pattern: re.Pattern[str] | None = None, fix: str) -> str | None:
+        return self.r.string(kit_key(name), self.raw(name), pattern=pattern, fix=fix)
+
 
 def _bounds_text(minimum: int | None, maximum: int | None) -> str:
     if minimum is not None and maximum is not None:
@@ -437,7 +494,7 @@ def load_config(values: Mapping[str, Any]) -> StackConfig:
     `ConfigError` listing every problem.
     """
     r = _Reader()
-    kit: dict[str, Any] = {}
+    given: dict[str, Any] = {}
     for full_key, value in values.items():
         namespace, _, name = full_key.partition(":")
         if namespace != PROJECT_NAME:
@@ -445,46 +502,24 @@ def load_config(values: Mapping[str, Any]) -> StackConfig:
         if name not in KIT_KEYS:
             r.fail(full_key, "is not a setting of the kit", _unknown_key_fix(name, KIT_KEYS))
             continue
-        kit[name] = value
-
-    def setting(name: str) -> Any:
-        return kit.get(name, DEFAULTS.get(name))
+        given[name] = value
+    kit = _KitSettings(r, given)
 
     # Google Cloud project and region (the gcp provider's own keys).
-    project = _required(r, values, GCP_PROJECT_KEY, "pulumi config set gcp:project <project-id>")
-    if project is not None and not _PROJECT_ID.match(project):
-        r.fail(
-            GCP_PROJECT_KEY,
-            f"{project!r} is not a Google Cloud project ID",
-            "use the project ID (6-30 lowercase letters, digits, hyphens), not its name or number",
-        )
-        project = None
-    region = _required(r, values, GCP_REGION_KEY, "pulumi config set gcp:region europe-west1")
-    if region is not None and not _REGION.match(region):
-        r.fail(
-            GCP_REGION_KEY,
-            f"{region!r} is not a Google Cloud region",
-            "use a region such as europe-west1 or us-central1 (not a zone)",
-        )
-        region = None
+    project = _provider_setting(r, values, GCP_PROJECT_KEY)
+    region = _provider_setting(r, values, GCP_REGION_KEY)
 
-    name_prefix = r.string(
-        kit_key("namePrefix"),
-        setting("namePrefix"),
+    name_prefix = kit.string(
+        "namePrefix",
         pattern=_NAME_PREFIX,
         fix="use 4-22 lowercase letters, digits or hyphens, starting with a letter "
         "(it prefixes the function, service account and bucket names)",
     )
-    dedup = _read_dedup(r, setting, region)
-    function = _read_function(r, setting)
+    dedup = _read_dedup(kit, region)
+    function = _read_function(kit)
     default_logic = dedup.default_job_logic if dedup is not None else None
-    jobs = _read_jobs(r, setting("jobs"), default_logic, project)
-    proxy_timeout = r.integer(
-        kit_key("proxyTimeoutSeconds"),
-        setting("proxyTimeoutSeconds"),
-        minimum=1,
-        maximum=PROXY_TIMEOUT_MAX_SECONDS,
-    )
+    jobs = _read_jobs(r, kit.raw("jobs"), default_logic, project)
+    proxy_timeout = kit.integer("proxyTimeoutSeconds", minimum=1, maximum=PROXY_TIMEOUT_MAX_SECONDS)
 
     if r.problems:
         raise ConfigError(r.problems)
@@ -506,19 +541,25 @@ def load_config(values: Mapping[str, Any]) -> StackConfig:
     )
 
 
-def _required(r: _Reader, values: Mapping[str, Any], key: str, fix: str) -> str | None:
+def _provider_setting(r: _Reader, values: Mapping[str, Any], key: str) -> str | None:
+    """A required key of the gcp provider (see _PROVIDER_KEYS)."""
+    pattern, what, set_with, fix = _PROVIDER_KEYS[key]
     raw = values.get(key)
     if raw is None or (isinstance(raw, str) and not raw.strip()):
-        r.fail(key, "is not set", fix)
+        r.fail(key, "is not set", set_with)
         return None
-    return r.string(key, raw, fix=fix)
+    value = r.string(key, raw, fix=set_with)
+    if value is not None and not pattern.match(value):
+        r.fail(key, f"{value!r} is not {what}", fix)
+        return None
+    return value
 
 
-def _read_dedup(r: _Reader, setting: Any, region: str | None) -> DedupSettings | None:
+def _read_dedup(kit: _KitSettings, region: str | None) -> DedupSettings | None:
+    r = kit.r
     start = len(r.problems)
-    database = r.string(
-        kit_key("databaseName"),
-        setting("databaseName"),
+    database = kit.string(
+        "databaseName",
         fix="use a Firestore database ID: 4-63 lowercase letters, digits or hyphens, "
         "starting with a letter (or '(default)')",
     )
@@ -533,9 +574,8 @@ def _read_dedup(r: _Reader, setting: Any, region: str | None) -> DedupSettings |
             "use 4-63 lowercase letters, digits or hyphens, starting with a letter and not "
             "UUID-like, e.g. scheduler-dedup",
         )
-    collection = r.string(
-        kit_key("collection"),
-        setting("collection"),
+    collection = kit.string(
+        "collection",
         pattern=_COLLECTION_ID,
         fix="use a collection ID of letters, digits, '_' or '-' (at most 100), e.g. scheduler_runs",
     )
@@ -545,21 +585,19 @@ def _read_dedup(r: _Reader, setting: Any, region: str | None) -> DedupSettings |
             f"{collection!r} is reserved by Firestore",
             "choose an ID that does not start and end with '__'",
         )
-    raw_location = setting("firestoreLocation")
     location: str | None = region
-    if raw_location is not None:
-        location = r.string(
-            kit_key("firestoreLocation"),
-            raw_location,
+    if kit.raw("firestoreLocation") is not None:
+        location = kit.string(
+            "firestoreLocation",
             pattern=_FIRESTORE_LOCATION,
             fix="use a Firestore location such as europe-west1, eur3 or nam5 "
             "(or leave it unset to use gcp:region)",
         )
-    delete_protection = r.boolean(kit_key("deleteProtection"), setting("deleteProtection"))
-    pitr = r.boolean(kit_key("pointInTimeRecovery"), setting("pointInTimeRecovery"))
-    lease = r.integer(kit_key("leaseSeconds"), setting("leaseSeconds"), minimum=1)
-    retention = r.integer(kit_key("retentionSeconds"), setting("retentionSeconds"), minimum=60)
-    missing = setting("missingScheduleTime")
+    delete_protection = kit.boolean("deleteProtection")
+    pitr = kit.boolean("pointInTimeRecovery")
+    lease = kit.integer("leaseSeconds", minimum=1)
+    retention = kit.integer("retentionSeconds", minimum=60)
+    missing = kit.raw("missingScheduleTime")
     if missing not in MISSING_SCHEDULE_TIME_MODES:
         r.fail(
             kit_key("missingScheduleTime"),
@@ -567,19 +605,13 @@ def _read_dedup(r: _Reader, setting: Any, region: str | None) -> DedupSettings |
             "use 'reject' (answer 400 to a delivery without X-CloudScheduler-ScheduleTime) "
             "or 'run' (run it without dedup)",
         )
-    default_logic = r.string(
-        kit_key("defaultJobLogic"),
-        setting("defaultJobLogic"),
+    default_logic = kit.string(
+        "defaultJobLogic",
         pattern=_JOB_LOGIC,
         fix="use 'module:function' of a module inside function/, e.g. jobs.example:run",
     )
-    store_timeout = r.integer(
-        kit_key("storeTimeoutSeconds"),
-        setting("storeTimeoutSeconds"),
-        minimum=1,
-        maximum=STORE_TIMEOUT_MAX_SECONDS,
-    )
-    cache_size = r.integer(kit_key("cacheSize"), setting("cacheSize"), minimum=0)
+    store_timeout = kit.integer("storeTimeoutSeconds", minimum=1, maximum=STORE_TIMEOUT_MAX_SECONDS)
+    cache_size = kit.integer("cacheSize", minimum=0)
     if len(r.problems) > start or location is None:  # no location: gcp:region is reported
         return None
     assert database is not None and collection is not None
@@ -601,17 +633,12 @@ def _read_dedup(r: _Reader, setting: Any, region: str | None) -> DedupSettings |
     )
 
 
-def _read_function(r: _Reader, setting: Any) -> FunctionSettings | None:
+def _read_function(kit: _KitSettings) -> FunctionSettings | None:
+    r = kit.r
     start = len(r.problems)
-    timeout = r.integer(
-        kit_key("functionTimeoutSeconds"),
-        setting("functionTimeoutSeconds"),
-        minimum=1,
-        maximum=FUNCTION_TIMEOUT_MAX_SECONDS,
-    )
-    memory = r.string(
-        kit_key("functionMemory"),
-        setting("functionMemory"),
+    timeout = kit.integer("functionTimeoutSeconds", minimum=1, maximum=FUNCTION_TIMEOUT_MAX_SECONDS)
+    memory = kit.string(
+        "functionMemory",
         pattern=_MEMORY,
         fix="use a size with a unit Mi or Gi, e.g. 256Mi, 512Mi or 1Gi",
     )
@@ -623,24 +650,18 @@ def _read_function(r: _Reader, setting: Any) -> FunctionSettings | None:
                 f"{memory!r} is outside what Cloud Run functions allow",
                 "use 128Mi up to 32Gi",
             )
-    min_instances = r.integer(
-        kit_key("minInstances"), setting("minInstances"), minimum=0, maximum=MAX_INSTANCES_LIMIT
+    min_instances = kit.integer("minInstances", minimum=0, maximum=MAX_INSTANCES_LIMIT)
+    max_instances = kit.integer("maxInstances", minimum=1, maximum=MAX_INSTANCES_LIMIT)
+    concurrency = kit.integer(
+        "maxRequestConcurrency", minimum=1, maximum=MAX_REQUEST_CONCURRENCY_LIMIT
     )
-    max_instances = r.integer(
-        kit_key("maxInstances"), setting("maxInstances"), minimum=1, maximum=MAX_INSTANCES_LIMIT
+    r.not_more_than(
+        kit_key("minInstances"),
+        min_instances,
+        max_instances,
+        "maxInstances",
+        "lower minInstances or raise maxInstances",
     )
-    concurrency = r.integer(
-        kit_key("maxRequestConcurrency"),
-        setting("maxRequestConcurrency"),
-        minimum=1,
-        maximum=MAX_REQUEST_CONCURRENCY_LIMIT,
-    )
-    if min_instances is not None and max_instances is not None and min_instances > max_instances:
-        r.fail(
-            kit_key("minInstances"),
-            f"{min_instances} is more than maxInstances ({max_instances})",
-            "lower minInstances or raise maxInstances",
-        )
     if len(r.problems) > start:
         return None
     assert timeout is not None and memory is not None and concurrency is not None
@@ -689,13 +710,12 @@ def _read_jobs(
 def _read_job(
     r: _Reader, key: str, entry: Any, default_logic: str | None, project: str | None
 ) -> JobSettings | None:
-    if not isinstance(entry, Mapping):
-        r.fail(key, f"{entry!r} is not a mapping", "give name, schedule and optional settings")
-        return None
     start = len(r.problems)
-    for name in entry:
-        if name not in JOB_KEYS:
-            r.fail(f"{key}.{name}", "is not a job setting", _unknown_key_fix(str(name), JOB_KEYS))
+    entry = r.mapping(
+        key, entry, JOB_KEYS, "a job setting", "give name, schedule and optional settings"
+    )
+    if entry is None:
+        return None
 
     name = r.string(
         f"{key}.name",
@@ -796,15 +816,10 @@ def _read_proxy(r: _Reader, key: str, raw: Any, project: str | None) -> ProxyTar
         "give target (workflow | run_job | build_trigger) and resource, e.g. "
         "{target: workflow, resource: projects/P/locations/L/workflows/W}"
     )
-    if not isinstance(raw, Mapping):
-        r.fail(key, f"{raw!r} is not a mapping", example)
-        return None
     start = len(r.problems)
-    for name in raw:
-        if name not in PROXY_KEYS:
-            r.fail(
-                f"{key}.{name}", "is not a proxy setting", _unknown_key_fix(str(name), PROXY_KEYS)
-            )
+    raw = r.mapping(key, raw, PROXY_KEYS, "a proxy setting", example)
+    if raw is None:
+        return None
     target = raw.get("target")
     if target not in PROXY_TARGETS:
         r.fail(
@@ -865,15 +880,12 @@ def _read_proxy(r: _Reader, key: str, raw: Any, project: str | None) -> ProxyTar
 def _read_retry(r: _Reader, key: str, raw: Any) -> RetrySettings | None:
     if raw is None:
         return RetrySettings()
-    if not isinstance(raw, Mapping):
-        r.fail(key, f"{raw!r} is not a mapping", "give retryCount, minBackoffSeconds, ...")
-        return None
     start = len(r.problems)
-    for name in raw:
-        if name not in RETRY_KEYS:
-            r.fail(
-                f"{key}.{name}", "is not a retry setting", _unknown_key_fix(str(name), RETRY_KEYS)
-            )
+    raw = r.mapping(
+        key, raw, RETRY_KEYS, "a retry setting", "give retryCount, minBackoffSeconds, ..."
+    )
+    if raw is None:
+        return None
     count = r.integer(
         f"{key}.retryCount", raw.get("retryCount", 0), minimum=0, maximum=RETRY_COUNT_MAX
     )
@@ -893,12 +905,13 @@ def _read_retry(r: _Reader, key: str, raw: Any) -> RetrySettings | None:
     doublings = r.integer(
         f"{key}.maxDoublings", raw.get("maxDoublings", MAX_DOUBLINGS_DEFAULT), minimum=0
     )
-    if min_backoff is not None and max_backoff is not None and min_backoff > max_backoff:
-        r.fail(
-            f"{key}.minBackoffSeconds",
-            f"{min_backoff} is more than maxBackoffSeconds ({max_backoff})",
-            "make minBackoffSeconds <= maxBackoffSeconds",
-        )
+    r.not_more_than(
+        f"{key}.minBackoffSeconds",
+        min_backoff,
+        max_backoff,
+        "maxBackoffSeconds",
+        "make minBackoffSeconds <= maxBackoffSeconds",
+    )
     if len(r.problems) > start:
         return None
     assert count is not None and duration is not None and doublings is not None

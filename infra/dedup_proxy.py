@@ -36,25 +36,23 @@ from typing import Final
 import pulumi
 import pulumi_gcp as gcp
 
+from infra.cloud_function import (
+    FunctionBase,
+    declare_function,
+    enable_apis,
+    grant_database_user,
+)
 from infra.config import (
     PROXY_TARGET_BUILD_TRIGGER,
     PROXY_TARGET_RUN_JOB,
     PROXY_TARGET_WORKFLOW,
     DedupSettings,
-    FunctionSettings,
     ProxyTarget,
     StackConfig,
 )
 from infra.dedup_service import (
-    DEFAULT_LABELS,
-    FUNCTION_RUNTIME,
     REQUIRED_APIS,
-    ROLE_DATASTORE_USER,
-    ROLE_RUN_INVOKER,
     DedupService,
-    _service_name,
-    _service_uri,
-    database_condition_expression,
     dedup_environment,
 )
 
@@ -83,24 +81,17 @@ class DedupProxyArgs:
     region: str
     name_prefix: str
     dedup: DedupSettings
-    function: FunctionSettings
     routes: Mapping[str, ProxyTarget]
     """Scheduler job ID -> target, sent as DEDUP_PROXY_ROUTES."""
     timeout_seconds: int
     """DEDUP_PROXY_TIMEOUT_SECONDS."""
-    source_bucket: pulumi.Input[str]
-    source_object: pulumi.Input[str]
-    build_service_account: pulumi.Input[str]
-    """`projects/P/serviceAccounts/E` of the (shared) build account."""
-    docker_repository: pulumi.Input[str]
-    invoker_member: pulumi.Input[str]
-    """`serviceAccount:E` of the jobs' OIDC identity."""
+    function_base: FunctionBase
+    """The dedup service's: same source, build account, repository, settings, invoker."""
     depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
     """What the function's deployment waits for (APIs, build grants, TTL field)."""
     enable_apis: bool = True
     enabled_apis: frozenset[str] = frozenset(REQUIRED_APIS)
     """APIs some other resource of the stack enables already."""
-    labels: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_LABELS))
 
     @classmethod
     def from_service(cls, cfg: StackConfig, service: DedupService) -> DedupProxyArgs:
@@ -109,14 +100,9 @@ class DedupProxyArgs:
             region=cfg.region,
             name_prefix=cfg.name_prefix,
             dedup=cfg.dedup,
-            function=cfg.function,
             routes=cfg.proxy_routes(),
             timeout_seconds=cfg.proxy_timeout_seconds,
-            source_bucket=service.bucket.name,
-            source_object=service.source_object.name,
-            build_service_account=service.build_account.name,
-            docker_repository=service.repository.id,
-            invoker_member=service.invoker_account.member,
+            function_base=service.function_base,
             depends_on=[*service.apis, *service.build_grants, service.ttl_field],
         )
 
@@ -175,21 +161,11 @@ class DedupProxy(pulumi.ComponentResource):
         if not args.routes:
             raise ValueError("DedupProxy needs at least one proxied job (routes is empty)")
         child = pulumi.ResourceOptions(parent=self)
-        project, region = args.project, args.region
+        project = args.project
 
-        self.apis = []
-        if args.enable_apis:
-            for api in args.apis():
-                self.apis.append(
-                    gcp.projects.Service(
-                        f"{name}-api-{api.split('.')[0]}",
-                        project=project,
-                        service=api,
-                        disable_on_destroy=False,
-                        disable_dependent_services=False,
-                        opts=child,
-                    )
-                )
+        self.apis = enable_apis(
+            name, parent=self, project=project, apis=args.apis() if args.enable_apis else ()
+        )
         after_apis = pulumi.ResourceOptions(
             parent=self, depends_on=[*args.depends_on, *self.apis]
         )
@@ -206,17 +182,12 @@ class DedupProxy(pulumi.ComponentResource):
         )
         member = self.account.member
 
-        self.datastore_user = gcp.projects.IAMMember(
+        self.datastore_user = grant_database_user(
             f"{name}-datastore-user",
+            parent=self,
             project=project,
-            role=ROLE_DATASTORE_USER,
             member=member,
-            condition=gcp.projects.IAMMemberConditionArgs(
-                title="dedup-database-only",
-                description="Only the scheduler dedup database.",
-                expression=database_condition_expression(project, args.dedup.database_name),
-            ),
-            opts=child,
+            database=args.dedup.database_name,
         )
 
         # --- the roles its targets need, nothing else ---------------------------------
@@ -267,58 +238,20 @@ class DedupProxy(pulumi.ComponentResource):
                 )
             )
 
-        # --- the function -----------------------------------------------------------
-        f = args.function
-        self.function = gcp.cloudfunctionsv2.Function(
-            f"{name}-function",
-            project=project,
-            location=region,
-            name=args.function_name,
+        # --- the function, and the jobs' invoker account on its one service ---------
+        declared = declare_function(
+            name,
+            parent=self,
+            base=args.function_base,
+            function_name=args.function_name,
             description="Starts workflows, Cloud Run jobs or build triggers once per "
             "scheduled run, with the run's dedup key as idempotency token.",
-            labels=dict(args.labels),
-            build_config=gcp.cloudfunctionsv2.FunctionBuildConfigArgs(
-                runtime=FUNCTION_RUNTIME,
-                entry_point=ENTRY_POINT,
-                service_account=args.build_service_account,
-                docker_repository=args.docker_repository,
-                source=gcp.cloudfunctionsv2.FunctionBuildConfigSourceArgs(
-                    storage_source=gcp.cloudfunctionsv2.FunctionBuildConfigSourceStorageSourceArgs(
-                        bucket=args.source_bucket,
-                        object=args.source_object,
-                    ),
-                ),
-            ),
-            service_config=gcp.cloudfunctionsv2.FunctionServiceConfigArgs(
-                service_account_email=self.account.email,
-                ingress_settings="ALLOW_INTERNAL_ONLY",
-                all_traffic_on_latest_revision=True,
-                timeout_seconds=f.timeout_seconds,
-                available_memory=f.memory,
-                available_cpu=f.available_cpu,
-                min_instance_count=f.min_instances,
-                max_instance_count=f.max_instances,
-                max_instance_request_concurrency=f.max_request_concurrency,
-                environment_variables=args.environment(),
-            ),
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=[*args.depends_on, *self.apis, self.datastore_user],
-            ),
+            entry_point=ENTRY_POINT,
+            runtime_account_email=self.account.email,
+            environment=args.environment(),
+            depends_on=[*args.depends_on, *self.apis, self.datastore_user],
         )
-        self.function_uri = self.function.service_config.apply(_service_uri)
-        self.service_name = self.function.service_config.apply(_service_name)
-
-        # --- invocation: the jobs' invoker account on this one service --------------
-        self.invoker_binding = gcp.cloudrunv2.ServiceIamMember(
-            f"{name}-invoker",
-            project=project,
-            location=region,
-            name=self.service_name,
-            role=ROLE_RUN_INVOKER,
-            member=args.invoker_member,
-            opts=child,
-        )
+        self.function, self.function_uri, self.service_name, self.invoker_binding = declared
 
         self.register_outputs(
             {

@@ -14,21 +14,25 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pulumi
 import pulumi_gcp as gcp
 
+from infra.cloud_function import (
+    FunctionBase,
+    declare_function,
+    enable_apis,
+    grant_database_user,
+)
 from infra.config import DedupSettings, FunctionSettings, StackConfig
 from infra.source import write_source_archive
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:DedupService"
-FUNCTION_RUNTIME: Final = "python312"
 ENTRY_POINT: Final = "handle_scheduled_job"
 TTL_FIELD: Final = "expire_at"
 
-# Every API the stack uses. disable_on_destroy=False: tearing the stack down must never
-# switch an API off under other workloads of the same project.
+# Every API the stack uses (enabled with disable_on_destroy=False, see enable_apis).
 REQUIRED_APIS: Final = (
     "cloudresourcemanager.googleapis.com",  # project IAM bindings and the project lookup
     "iam.googleapis.com",  # service accounts
@@ -43,8 +47,6 @@ REQUIRED_APIS: Final = (
     "cloudscheduler.googleapis.com",  # the jobs
 )
 
-ROLE_RUN_INVOKER: Final = "roles/run.invoker"
-ROLE_DATASTORE_USER: Final = "roles/datastore.user"
 ROLE_LOG_WRITER: Final = "roles/logging.logWriter"
 ROLE_AR_WRITER: Final = "roles/artifactregistry.writer"
 ROLE_OBJECT_VIEWER: Final = "roles/storage.objectViewer"
@@ -127,11 +129,6 @@ def dedup_environment(project: str, region: str, dedup: DedupSettings) -> dict[s
     }
 
 
-def database_condition_expression(project: str, database: str) -> str:
-    """The IAM condition that limits a Datastore/Firestore role to one database."""
-    return f'resource.name == "projects/{project}/databases/{database}"'
-
-
 def gcf_sources_condition_expression(project_number: str, region: str) -> str:
     """The IAM condition for Cloud Functions' own source staging bucket of one region.
 
@@ -144,20 +141,6 @@ def gcf_sources_condition_expression(project_number: str, region: str) -> str:
         f'resource.name == "projects/_/buckets/{bucket}" || '
         f'resource.name.startsWith("projects/_/buckets/{bucket}/")'
     )
-
-
-def _service_name(config: Any) -> str:
-    service = getattr(config, "service", None) if config is not None else None
-    if not service:
-        raise ValueError("the function's serviceConfig.service is not set")
-    return str(service)
-
-
-def _service_uri(config: Any) -> str:
-    uri = getattr(config, "uri", None) if config is not None else None
-    if not uri:
-        raise ValueError("the function's serviceConfig.uri is not set")
-    return str(uri)
 
 
 class DedupService(pulumi.ComponentResource):
@@ -174,6 +157,8 @@ class DedupService(pulumi.ComponentResource):
     invoker_binding: gcp.cloudrunv2.ServiceIamMember
     apis: list[gcp.projects.Service]
     source_object: gcp.storage.BucketObject
+    function_base: FunctionBase
+    """What the function shares with the proxy (source, build, settings, invoker)."""
 
     def __init__(
         self,
@@ -186,45 +171,30 @@ class DedupService(pulumi.ComponentResource):
         project, region = args.project, args.region
 
         # --- APIs --------------------------------------------------------------------
-        self.apis = []
-        if args.enable_apis:
-            for api in REQUIRED_APIS:
-                self.apis.append(
-                    gcp.projects.Service(
-                        f"{name}-api-{api.split('.')[0]}",
-                        project=project,
-                        service=api,
-                        disable_on_destroy=False,
-                        disable_dependent_services=False,
-                        opts=child,
-                    )
-                )
+        self.apis = enable_apis(
+            name, parent=self, project=project, apis=REQUIRED_APIS if args.enable_apis else ()
+        )
         after_apis = pulumi.ResourceOptions(parent=self, depends_on=list(self.apis))
 
-        # --- identities ----------------------------------------------------------------
-        self.runtime_account = gcp.serviceaccount.Account(
-            f"{name}-runtime-sa",
-            project=project,
-            account_id=args.account_id("runtime"),
-            display_name="Scheduler dedup function (runtime)",
-            description="Runs the dedup function; reads and writes the dedup database only.",
-            opts=after_apis,
+        # --- identities: one account per role ----------------------------------------
+        def account(role: str, description: str) -> gcp.serviceaccount.Account:
+            return gcp.serviceaccount.Account(
+                f"{name}-{role}-sa",
+                project=project,
+                account_id=args.account_id(role),
+                display_name=f"Scheduler dedup function ({role})",
+                description=description,
+                opts=after_apis,
+            )
+
+        self.runtime_account = account(
+            "runtime", "Runs the dedup function; reads and writes the dedup database only."
         )
-        self.build_account = gcp.serviceaccount.Account(
-            f"{name}-build-sa",
-            project=project,
-            account_id=args.account_id("build"),
-            display_name="Scheduler dedup function (build)",
-            description="Cloud Build identity that builds the dedup function's image.",
-            opts=after_apis,
+        self.build_account = account(
+            "build", "Cloud Build identity that builds the dedup function's image."
         )
-        self.invoker_account = gcp.serviceaccount.Account(
-            f"{name}-invoker-sa",
-            project=project,
-            account_id=args.account_id("invoker"),
-            display_name="Scheduler dedup function (invoker)",
-            description="OIDC identity of the Scheduler jobs; may only invoke the function.",
-            opts=after_apis,
+        self.invoker_account = account(
+            "invoker", "OIDC identity of the Scheduler jobs; may only invoke the function."
         )
 
         # --- Firestore: the dedup records -------------------------------------------
@@ -363,79 +333,43 @@ class DedupService(pulumi.ComponentResource):
         )
 
         # --- runtime account: read/write the one dedup database ----------------------
-        self.runtime_datastore_user = gcp.projects.IAMMember(
+        self.runtime_datastore_user = grant_database_user(
             f"{name}-runtime-datastore-user",
+            parent=self,
             project=project,
-            role=ROLE_DATASTORE_USER,
             member=self.runtime_account.member,
-            condition=gcp.projects.IAMMemberConditionArgs(
-                title="dedup-database-only",
-                description="Only the scheduler dedup database.",
-                expression=self.database.name.apply(
-                    lambda db: database_condition_expression(project, db)
-                ),
-            ),
-            opts=child,
+            database=self.database.name,
         )
 
-        # --- the function ---------------------------------------------------------------
-        f = args.function
-        self.function = gcp.cloudfunctionsv2.Function(
-            f"{name}-function",
+        # --- the function, and the invoker account on its one Cloud Run service ---------
+        self.function_base = FunctionBase(
             project=project,
-            location=region,
-            name=args.function_name,
+            region=region,
+            source_bucket=self.bucket.name,
+            source_object=self.source_object.name,
+            build_service_account=self.build_account.name,
+            docker_repository=self.repository.id,
+            settings=args.function,
+            labels=args.labels,
+            invoker_member=self.invoker_account.member,
+        )
+        declared = declare_function(
+            name,
+            parent=self,
+            base=self.function_base,
+            function_name=args.function_name,
             description="Runs Cloud Scheduler jobs effectively exactly once (dedup by run key).",
-            labels=dict(args.labels),
-            build_config=gcp.cloudfunctionsv2.FunctionBuildConfigArgs(
-                runtime=FUNCTION_RUNTIME,
-                entry_point=ENTRY_POINT,
-                service_account=self.build_account.name,
-                docker_repository=self.repository.id,
-                source=gcp.cloudfunctionsv2.FunctionBuildConfigSourceArgs(
-                    storage_source=gcp.cloudfunctionsv2.FunctionBuildConfigSourceStorageSourceArgs(
-                        bucket=self.bucket.name,
-                        object=self.source_object.name,
-                    ),
-                ),
-            ),
-            service_config=gcp.cloudfunctionsv2.FunctionServiceConfigArgs(
-                service_account_email=self.runtime_account.email,
-                ingress_settings="ALLOW_INTERNAL_ONLY",
-                all_traffic_on_latest_revision=True,
-                timeout_seconds=f.timeout_seconds,
-                available_memory=f.memory,
-                available_cpu=f.available_cpu,
-                min_instance_count=f.min_instances,
-                max_instance_count=f.max_instances,
-                max_instance_request_concurrency=f.max_request_concurrency,
-                environment_variables=args.environment(),
-            ),
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=[
-                    *self.apis,
-                    self.build_log_writer,
-                    self.build_registry_writer,
-                    self.build_source_reader,
-                    self.runtime_datastore_user,
-                    self.ttl_field,
-                ],
-            ),
+            entry_point=ENTRY_POINT,
+            runtime_account_email=self.runtime_account.email,
+            environment=args.environment(),
+            depends_on=[
+                *self.apis,
+                *self.build_grants,
+                self.runtime_datastore_user,
+                self.ttl_field,
+            ],
         )
-        self.function_uri = self.function.service_config.apply(_service_uri)
-        self.service_name = self.function.service_config.apply(_service_name)
-
-        # --- invocation: the invoker account on this one Cloud Run service -----------
-        self.invoker_binding = gcp.cloudrunv2.ServiceIamMember(
-            f"{name}-invoker",
-            project=project,
-            location=region,
-            name=self.service_name,
-            role=ROLE_RUN_INVOKER,
-            member=self.invoker_account.member,
-            opts=child,
-        )
+        self.function, self.function_uri, self.service_name, self.invoker_binding = declared
 
         self.register_outputs(
             {

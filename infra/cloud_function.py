@@ -1,0 +1,208 @@
+"""Declaration helpers shared by the dedup function and the idempotent proxy.
+
+Both are Cloud Run functions (2nd gen) built from the same source object by the same
+dedicated build account into the same Artifact Registry repository, run as a runtime
+account of their own with internal-only ingress, may be invoked only by the jobs' invoker
+account (`roles/run.invoker` on the function's one Cloud Run service), and read and write
+only the dedup database (`roles/datastore.user` conditioned to it). These helpers declare
+exactly that. They are plain functions, not components: each resource takes the Pulumi
+name and the parent (`parent=self` of the calling component) it is given, so names and
+URNs stay those of the component that declares them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
+
+import pulumi
+import pulumi_gcp as gcp
+
+from infra.config import FunctionSettings
+
+FUNCTION_RUNTIME: Final = "python312"
+INGRESS: Final = "ALLOW_INTERNAL_ONLY"
+ROLE_RUN_INVOKER: Final = "roles/run.invoker"
+ROLE_DATASTORE_USER: Final = "roles/datastore.user"
+
+
+def database_condition_expression(project: str, database: str) -> str:
+    """The IAM condition that limits a Datastore/Firestore role to one database."""
+    return f'resource.name == "projects/{project}/databases/{database}"'
+
+
+def _service_name(config: Any) -> str:
+    service = getattr(config, "service", None) if config is not None else None
+    if not service:
+        raise ValueError("the function's serviceConfig.service is not set")
+    return str(service)
+
+
+def _service_uri(config: Any) -> str:
+    uri = getattr(config, "uri", None) if config is not None else None
+    if not uri:
+        raise ValueError("the function's serviceConfig.uri is not set")
+    return str(uri)
+
+
+@dataclass(frozen=True)
+class FunctionBase:
+    """What every function of the kit shares: where it runs, the source object it is built
+    from and who builds it where, the stack's function settings and labels, and who may
+    invoke it. The dedup service makes one; the proxy uses the service's."""
+
+    project: str
+    region: str
+    source_bucket: pulumi.Input[str]
+    source_object: pulumi.Input[str]
+    build_service_account: pulumi.Input[str]
+    """`projects/P/serviceAccounts/E` of the dedicated build account."""
+    docker_repository: pulumi.Input[str]
+    """The repository the build account may push to (its ID, `projects/P/locations/L/...`)."""
+    settings: FunctionSettings
+    labels: Mapping[str, str]
+    invoker_member: pulumi.Input[str]
+    """`serviceAccount:E` of the jobs' OIDC identity."""
+
+
+class DeclaredFunction(NamedTuple):
+    """A declared function, what its jobs need of it, and their grant to invoke it."""
+
+    function: gcp.cloudfunctionsv2.Function
+    uri: pulumi.Output[str]
+    """The run.app URL: the jobs' target and OIDC audience."""
+    service_name: pulumi.Output[str]
+    """The function's Cloud Run service (`projects/P/locations/L/services/S`)."""
+    invoker_binding: gcp.cloudrunv2.ServiceIamMember
+    """roles/run.invoker for the jobs' invoker account on that one service."""
+
+
+def enable_apis(
+    name: str, *, parent: pulumi.Resource, project: str, apis: Iterable[str]
+) -> list[gcp.projects.Service]:
+    """One `{name}-api-<service>` per API. disable_on_destroy=False: tearing the stack
+    down must never switch an API off under other workloads of the same project."""
+    return [
+        gcp.projects.Service(
+            f"{name}-api-{api.split('.')[0]}",
+            project=project,
+            service=api,
+            disable_on_destroy=False,
+            disable_dependent_services=False,
+            opts=pulumi.ResourceOptions(parent=parent),
+        )
+        for api in apis
+    ]
+
+
+def declare_function(
+    name: str,
+    *,
+    parent: pulumi.Resource,
+    base: FunctionBase,
+    function_name: str,
+    description: str,
+    entry_point: str,
+    runtime_account_email: pulumi.Input[str],
+    environment: Mapping[str, str],
+    depends_on: Sequence[pulumi.Resource],
+) -> DeclaredFunction:
+    """The function `{name}-function`, built as `base` says, with internal-only ingress,
+    run as `runtime_account_email` with `environment`; and `{name}-invoker`, which lets
+    the jobs' invoker account invoke it."""
+    project, region, settings = base.project, base.region, base.settings
+    function = gcp.cloudfunctionsv2.Function(
+        f"{name}-function",
+        project=project,
+        location=region,
+        name=function_name,
+        description=description,
+        labels=dict(base.labels),
+        build_config=gcp.cloudfunctionsv2.FunctionBuildConfigArgs(
+            runtime=FUNCTION_RUNTIME,
+            entry_point=entry_point,
+            service_account=base.build_service_account,
+            docker_repository=base.docker_repository,
+            source=gcp.cloudfunctionsv2.FunctionBuildConfigSourceArgs(
+                storage_source=gcp.cloudfunctionsv2.FunctionBuildConfigSourceStorageSourceArgs(
+                    bucket=base.source_bucket,
+                    object=base.source_object,
+                ),
+            ),
+        ),
+        service_config=gcp.cloudfunctionsv2.FunctionServiceConfigArgs(
+            service_account_email=runtime_account_email,
+            ingress_settings=INGRESS,
+            all_traffic_on_latest_revision=True,
+            timeout_seconds=settings.timeout_seconds,
+            available_memory=settings.memory,
+            available_cpu=settings.available_cpu,
+            min_instance_count=settings.min_instances,
+            max_instance_count=settings.max_instances,
+            max_instance_request_concurrency=settings.max_request_concurrency,
+            environment_variables=dict(environment),
+        ),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
+    )
+    service_name = function.service_config.apply(_service_name)
+    invoker_binding = grant_invoker(
+        f"{name}-invoker",
+        parent=parent,
+        project=project,
+        region=region,
+        service_name=service_name,
+        member=base.invoker_member,
+    )
+    return DeclaredFunction(
+        function, function.service_config.apply(_service_uri), service_name, invoker_binding
+    )
+
+
+def grant_invoker(
+    resource_name: str,
+    *,
+    parent: pulumi.Resource,
+    project: str,
+    region: str,
+    service_name: pulumi.Input[str],
+    member: pulumi.Input[str],
+) -> gcp.cloudrunv2.ServiceIamMember:
+    """roles/run.invoker for `member` on the one Cloud Run service, not on the project."""
+    return gcp.cloudrunv2.ServiceIamMember(
+        resource_name,
+        project=project,
+        location=region,
+        name=service_name,
+        role=ROLE_RUN_INVOKER,
+        member=member,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
+def grant_database_user(
+    resource_name: str,
+    *,
+    parent: pulumi.Resource,
+    project: str,
+    member: pulumi.Input[str],
+    database: pulumi.Input[str],
+) -> gcp.projects.IAMMember:
+    """roles/datastore.user for `member`, conditioned to the one dedup `database`.
+
+    The role can only be granted on the project; the condition narrows it to the database.
+    """
+    return gcp.projects.IAMMember(
+        resource_name,
+        project=project,
+        role=ROLE_DATASTORE_USER,
+        member=member,
+        condition=gcp.projects.IAMMemberConditionArgs(
+            title="dedup-database-only",
+            description="Only the scheduler dedup database.",
+            expression=pulumi.Output.from_input(database).apply(
+                lambda db: database_condition_expression(project, db)
+            ),
+        ),
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
