@@ -123,3 +123,37 @@ def retry_window_seconds(attempt_deadline_seconds: float, retry: RetrySettings) 
         else 0.0
     )
     return max(count_bound, duration_bound)
+
+
+def fast_failure_retry_span_seconds(retry: RetrySettings) -> float:
+    """How long Scheduler keeps retrying a run when every attempt fails at once.
+
+    Measured from the first attempt: the sum of the backoffs of `retryCount` retries, or
+    `maxRetryDuration` if that is longer (Scheduler retries until both limits are reached);
+    0 when the job has no retries. A dedup claim whose instance crashed mid-job answers 409
+    at once until its lease lapses, so a retry can take such a run over only if this span
+    is at least the lease; a shorter span skips the crashed run.
+    """
+    backoffs = sum(backoff_seconds(retry, i) for i in range(retry.retry_count))
+    return float(max(backoffs, retry.max_retry_duration_seconds))
+
+
+def retry_duration_to_recover_seconds(
+    attempt_deadline_seconds: float, lease_seconds: float, retry: RetrySettings
+) -> float:
+    """The maxRetryDuration that makes sure a retry comes once a crashed attempt's lease has
+    lapsed, so the run is taken over rather than skipped; 0 if retryCount alone does.
+
+    The first attempt's instance may crash as late as its deadline; its claim answers 409
+    until `lease_seconds` later, and the retries after it, answered at once, come at the
+    job's backoffs. The duration (measured from the first attempt) must reach the first
+    of those retries that falls at or after the lease, unless it is within retryCount.
+    """
+    if retry.min_backoff_seconds <= 0 or retry.max_backoff_seconds <= 0:
+        # No backoff: the counted retries all come at once, only the duration reaches on.
+        return float(attempt_deadline_seconds + lease_seconds)
+    waited, retries = 0.0, 0
+    while waited < lease_seconds:
+        waited += backoff_seconds(retry, retries)
+        retries += 1
+    return 0.0 if retries <= retry.retry_count else float(attempt_deadline_seconds + waited)

@@ -136,6 +136,17 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         stack.retention_exceeds_retry_window,
     ),
     StackPolicy(
+        "dedup-retries-outlast-lease",
+        "A Scheduler job that targets the dedup function (or its proxy) should keep retrying, "
+        "when every attempt fails at once, for at least the lease (DEDUP_LEASE_SECONDS, config "
+        "leaseSeconds): max(sum of its retries' backoffs, maxRetryDuration) >= lease. Else a "
+        "run whose instance crashed mid-job is skipped (its claim answers 409 until the lease "
+        "lapses): raise maxRetryDuration to at least the lease, or accept skipped crashed runs "
+        "(retryCount 0 skips them by design).",
+        ADVISORY,
+        stack.retries_outlast_lease,
+    ),
+    StackPolicy(
         "dedup-ttl-policy",
         "A gcp:firestore/field:Field must set a TTL policy (ttlConfig) on expire_at of the dedup "
         "collection (DEDUP_COLLECTION in DEDUP_DATABASE) with an empty indexConfig exemption.",

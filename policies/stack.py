@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
     RetrySettings,
+    fast_failure_retry_span_seconds,
+    retry_duration_to_recover_seconds,
     retry_window_seconds,
 )
 from policies.gcp import (
@@ -230,6 +232,53 @@ def retention_exceeds_retry_window(resources: Sequence[Resource]) -> list[Findin
                         function.urn,
                     )
                 )
+    return findings
+
+
+def retries_outlast_lease(resources: Sequence[Resource]) -> list[Finding]:
+    """Jobs whose retries, all answered at once, end before a crashed claim's lease lapses.
+
+    Judged per job, against the shortest lease of the dedup functions it may target (while
+    its URL is unknown, that may be the function and the proxy). Not judged while a lease
+    or the retry config is unknown; a malformed lease is dedup-lease-covers-deadline's.
+    """
+    findings: list[Finding] = []
+    functions = dedup_functions(resources)
+    for job in resources:
+        targeted = [f for f in functions if job_targets(job, f)]
+        leases = [_int_setting(f, "DEDUP_LEASE_SECONDS") for f in targeted]
+        retry = _retry_settings(job)
+        if not leases or retry is None or not all(isinstance(v, int) for v in leases):
+            continue
+        lease = min(v for v in leases if isinstance(v, int))
+        span = fast_failure_retry_span_seconds(retry)
+        if span >= lease:
+            continue
+        fix = (
+            f"set retryConfig.maxRetryDuration >= {lease}s (retry.maxRetryDurationSeconds >= "
+            "leaseSeconds)"
+        )
+        deadline = _deadline_seconds(job)
+        if deadline is not None:
+            sure = retry_duration_to_recover_seconds(deadline, lease, retry)
+            fix += f"; with its deadline and backoffs, {sure:g}s makes sure a retry comes after it"
+        if span <= 0:
+            message = (
+                f"job {job_label(job)} is not retried (retryCount 0, no maxRetryDuration), so "
+                "a run whose instance crashed mid-job is skipped, not recovered: at-most-once "
+                "by design. If such runs must be recovered, a retry has to come after the "
+                f"crashed attempt's lease (DEDUP_LEASE_SECONDS={lease}s) lapses: {fix}"
+            )
+        else:
+            message = (
+                f"job {job_label(job)} stops retrying {span:g}s after its first attempt when "
+                "every attempt is answered at once, but a claim whose instance crashed mid-job "
+                f"answers 409 until its lease (DEDUP_LEASE_SECONDS={lease}s) lapses: the "
+                f"retries run out first and the run is skipped, never recovered. To recover it, "
+                f"{fix}; or "
+                "accept that a crashed run is skipped (as retryCount 0 does by design)"
+            )
+        findings.append(Finding(message, job.urn))
     return findings
 
 

@@ -48,7 +48,13 @@ def job(name: str, proxy: Mapping[str, Any] | None = None, **extra: Any) -> dict
         "name": name,
         "schedule": "0 3 * * *",
         "attemptDeadlineSeconds": 300,
-        "retry": {"retryCount": 2, "minBackoffSeconds": 10, "maxBackoffSeconds": 60},
+        # Retried for longer than the lease (600 s): crashed runs are recovered.
+        "retry": {
+            "retryCount": 2,
+            "maxRetryDurationSeconds": 600,
+            "minBackoffSeconds": 10,
+            "maxBackoffSeconds": 60,
+        },
         **extra,
     }
     if proxy is not None:

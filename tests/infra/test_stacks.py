@@ -12,6 +12,10 @@ from infra.config import StackConfig
 from infra.dedup_proxy import TARGET_APIS
 from infra.dedup_service import REQUIRED_APIS
 from infra.program import DEFAULT_SOURCE_DIR
+from infra.scheduler_rules import (
+    fast_failure_retry_span_seconds,
+    retry_duration_to_recover_seconds,
+)
 from infra.source import build_source_archive
 from tests.infra.helpers import (
     ACCOUNT,
@@ -453,3 +457,22 @@ def test_dedup_invariants_hold_in_the_stack_files(stack: StackUnderTest) -> None
         for job in stack.config.jobs:
             assert lease >= job.attempt_deadline_seconds <= timeout
             assert retention > job.retry_window_seconds
+
+
+# Jobs that are deliberately at-most-once: not retried, so a crashed run is skipped.
+AT_MOST_ONCE = {"dev": {"heartbeat"}, "prod": set()}
+
+
+def test_retried_jobs_recover_crashed_runs(stack: StackUnderTest) -> None:
+    """A crashed attempt's claim answers 409 until its lease lapses: every retried job keeps
+    retrying until a retry surely comes after that (dedup-retries-outlast-lease)."""
+    lease = stack.config.dedup.lease_seconds
+    unretried = set()
+    for job in stack.config.jobs:
+        if fast_failure_retry_span_seconds(job.retry) == 0:
+            unretried.add(job.name)
+            continue
+        needed = retry_duration_to_recover_seconds(job.attempt_deadline_seconds, lease, job.retry)
+        assert job.retry.max_retry_duration_seconds >= needed, job.name
+        assert fast_failure_retry_span_seconds(job.retry) >= lease, job.name
+    assert unretried == AT_MOST_ONCE[stack.name]

@@ -588,6 +588,16 @@ def _job(props: dict[str, object], name: str = "job-2") -> Resource:
     return res(JOB, name, props)
 
 
+def _retries(
+    name: str, fails: bool, resources: list[Resource] | None = None, **config: object
+) -> Case:
+    """The kit stack (or `resources`) with these retryConfig fields of its jobs set."""
+    stack = kit_stack() if resources is None else resources
+    for key, value in config.items():
+        stack = replace(stack, JOB, f"retryConfig.{key}", value)
+    return Case(name, stack, fails)
+
+
 STACK_CASES: dict[str, list[Case]] = {
     "dedup-lease-covers-deadline": [
         stack_case("kit", kit_stack(), False),
@@ -706,6 +716,75 @@ STACK_CASES: dict[str, list[Case]] = {
                 "serviceConfig.environmentVariables.DEDUP_RETENTION_SECONDS",
                 "1270",
             ),
+            True,
+        ),
+    ],
+    "dedup-retries-outlast-lease": [
+        stack_case("kit", kit_stack(), False),
+        stack_case("preview", preview_stack(), False),
+        stack_case("proxy-kit", proxy_stack(), False),
+        stack_case("proxy-preview", preview_proxy_stack(), False),
+        # 60+120+240+300+300 = 1020s of backoff alone outlast the 600s lease.
+        _retries(
+            "backoffs-outlast-lease",
+            False,
+            retryCount=5,
+            maxRetryDuration="0s",
+            minBackoffDuration="60s",
+            maxDoublings=3,
+        ),
+        # retryCount 0 with a maxRetryDuration: Scheduler retries for that duration.
+        _retries("duration-without-retry-count", False, retryCount=0),
+        _retries("retry-count-unknown", False, maxRetryDuration="0s", retryCount=U),
+        stack_case("retry-unknown", replace(kit_stack(), JOB, "retryConfig", U), False),
+        stack_case(
+            "lease-unknown", replace(kit_stack(), FN, f"{PROXY_ENV}.DEDUP_LEASE_SECONDS", U), False
+        ),
+        stack_case(
+            # Malformed: dedup-lease-covers-deadline reports it.
+            "lease-not-a-number",
+            replace(kit_stack(), FN, f"{PROXY_ENV}.DEDUP_LEASE_SECONDS", "10m"),
+            False,
+        ),
+        stack_case(
+            "job-elsewhere-without-retries",
+            [
+                *kit_stack(),
+                _job(
+                    patch(
+                        patch(job_props(), "httpTarget.uri", "https://example.com/hook"),
+                        "retryConfig",
+                        DELETE,
+                    )
+                ),
+            ],
+            False,
+        ),
+        stack_case(
+            "no-function", without_type(replace(kit_stack(), JOB, "retryConfig", DELETE), FN), False
+        ),
+        # 10+20+40 = 70s of retries against a 600s lease.
+        _retries("retries-end-before-lease", True, maxRetryDuration="0s"),
+        _retries("max-retry-duration-below-lease", True, maxRetryDuration="599s"),
+        # At-most-once: reported (advisory) so that it is a choice, not an accident.
+        _retries("no-retries", True, retryCount=0, maxRetryDuration="0s"),
+        stack_case("no-retry-config", replace(kit_stack(), JOB, "retryConfig", DELETE), True),
+        _retries(
+            "lease-default-outlasts-retries",
+            True,
+            replace(kit_stack(), FN, f"{PROXY_ENV}.DEDUP_LEASE_SECONDS", DELETE),
+            maxRetryDuration="300s",
+        ),
+        _retries("preview-retries-end-before-lease", True, preview_stack(), maxRetryDuration="0s"),
+        stack_case(
+            "proxied-job-retries-end-before-lease",
+            replace_named(proxy_stack(), "job-daily-report", "retryConfig.maxRetryDuration", "0s"),
+            True,
+        ),
+        stack_case(
+            # Only the proxy serves this job: its lease is judged, not the function's.
+            "proxy-lease-outlasts-proxied-retries",
+            replace_named(proxy_stack(), PROXY_FN, f"{PROXY_ENV}.DEDUP_LEASE_SECONDS", "1200"),
             True,
         ),
     ],

@@ -94,7 +94,8 @@ def job_props(name: str = "nightly-export") -> dict[str, Any]:
         "attemptDeadline": "300s",
         "retryConfig": {
             "retryCount": 3,
-            "maxRetryDuration": "0s",
+            # At least the lease (600 s): a run whose instance crashed is taken over.
+            "maxRetryDuration": "600s",
             "minBackoffDuration": "10s",
             "maxBackoffDuration": "300s",
             "maxDoublings": 3,

@@ -24,7 +24,7 @@ from infra.config import load_config
 from infra.offline import DeclaredResource, load_stack_config, run_offline
 from infra.program import build
 from policies import offline_check
-from policies.evaluate import mandatory
+from policies.evaluate import Violation, mandatory
 from policies.model import Enforcement
 from tests.policies.fixtures import APPSPOT_SA, COMPUTE_SA, DELETE, U, patch
 
@@ -72,12 +72,33 @@ def test_kit_stacks_pass_with_no_mandatory_violation() -> None:
     assert "0 mandatory violation(s), 0 stack(s) not checkable" in output
 
 
-@pytest.mark.parametrize("path", [DEV, PROD], ids=["dev", "prod"])
-def test_each_stack_has_no_violation_at_all(path: Path) -> None:
+# The one violation the kit's stacks carry: dev's heartbeat is at-most-once by design (no
+# retries), so a run whose instance crashed is skipped; the advisory policy says so.
+HEARTBEAT_ADVISORY = ("dedup-retries-outlast-lease", Enforcement.ADVISORY, "job-heartbeat-job")
+
+
+def findings(violations: list[Violation]) -> list[tuple[str, Enforcement, str]]:
+    return [(v.policy, v.enforcement, v.resource.split(" ")[0]) for v in violations]
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"), [(DEV, [HEARTBEAT_ADVISORY]), (PROD, [])], ids=["dev", "prod"]
+)
+def test_each_stack_has_no_violation_at_all(
+    path: Path, expected: list[tuple[str, Enforcement, str]]
+) -> None:
+    """None but the advisory on dev's deliberately unretried heartbeat."""
     report = offline_check.check_stack_file(path)
     assert report.error is None
     assert report.resources > 20
-    assert report.violations == []
+    assert findings(report.violations) == expected
+
+
+def test_dev_heartbeat_advisory_is_printed_and_the_check_passes() -> None:
+    code, output = run_main("--stack-file", str(DEV))
+    assert code == 0, output
+    assert "[advisory] dedup-retries-outlast-lease: job-heartbeat-job " in output
+    assert "job 'heartbeat' is not retried" in output
 
 
 def test_stack_policies_see_every_job_of_the_stack(dev_declared: list[DeclaredResource]) -> None:
@@ -570,6 +591,21 @@ def test_proxy_database_role_without_condition_is_advisory(
     assert "[advisory] iam-datastore-user-single-database: proxy-datastore-user " in output
 
 
+def test_retries_shorter_than_the_lease_are_advisory(
+    prod_declared: list[DeclaredResource], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # invoice-sync with the retries it had (30 minutes) against prod's 1860 s lease.
+    broken = mutate_named(
+        prod_declared, "job-invoice-sync-job", "retryConfig.maxRetryDuration", "1800s"
+    )
+    monkeypatch.setattr(offline_check, "declare", lambda _path: broken)
+    code, output = run_main("--stack-file", str(PROD))
+    assert code == 0, output
+    assert "[advisory] dedup-retries-outlast-lease: job-invoice-sync-job " in output
+    assert "job 'invoice-sync' stops retrying 1800s after its first attempt" in output
+    assert "set retryConfig.maxRetryDuration >= 1860s" in output
+
+
 def test_example_policy_config_downgrades_and_disables(
     dev_declared: list[DeclaredResource], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -600,7 +636,9 @@ def test_unknowns_from_a_preview_do_not_fail_the_check(
     )
     preview = mutate(preview, FUNCTION, "serviceConfig.serviceAccountEmail", U)
     preview = mutate(preview, FIELD, "database", U)
-    assert offline_check.check_declared(preview) == []
+    found = offline_check.check_declared(preview)
+    assert found == offline_check.check_declared(dev_declared)
+    assert findings(found) == [HEARTBEAT_ADVISORY]
 
 
 def test_missing_stack_file_is_an_error(tmp_path: Path) -> None:
