@@ -1,10 +1,11 @@
 """DedupService: the deduplicating Cloud Run function and everything it needs.
 
 One component, importable into any Pulumi program: the APIs, the Firestore database with
-the TTL policy on `expire_at`, the private source bucket and content-hashed source object,
-an Artifact Registry repository for the build, three dedicated service accounts (runtime,
-build, invoker) with the narrowest grants the resources allow, the 2nd gen function with
-internal-only ingress, and `roles/run.invoker` for the invoker account on that one service.
+the TTL policy on `expire_at` (it and `schedule_time` exempt from indexing), the private
+source bucket and content-hashed source object, an Artifact Registry repository for the
+build, three dedicated service accounts (runtime, build, invoker) with the narrowest grants
+the resources allow, the 2nd gen function with internal-only ingress, and
+`roles/run.invoker` for the invoker account on that one service.
 Nothing is granted to `allUsers` or `allAuthenticatedUsers`.
 """
 
@@ -31,6 +32,7 @@ from infra.source import write_source_archive
 COMPONENT_TYPE: Final = "scheduler-dedup:index:DedupService"
 ENTRY_POINT: Final = "handle_scheduled_job"
 TTL_FIELD: Final = "expire_at"
+SCHEDULE_TIME_FIELD: Final = "schedule_time"
 
 # Every API the stack uses (enabled with disable_on_destroy=False, see enable_apis).
 REQUIRED_APIS: Final = (
@@ -154,6 +156,10 @@ class DedupService(pulumi.ComponentResource):
     build_account: gcp.serviceaccount.Account
     invoker_account: gcp.serviceaccount.Account
     database: gcp.firestore.Database
+    ttl_field: gcp.firestore.Field
+    """TTL policy on expire_at, which is exempt from indexing."""
+    schedule_time_field: gcp.firestore.Field
+    """schedule_time exempt from indexing (no TTL)."""
     invoker_binding: gcp.cloudrunv2.ServiceIamMember
     apis: list[gcp.projects.Service]
     source_object: gcp.storage.BucketObject
@@ -233,6 +239,22 @@ class DedupService(pulumi.ComponentResource):
             ttl_config=gcp.firestore.FieldTtlConfigArgs(),
             index_config=gcp.firestore.FieldIndexConfigArgs(),
             opts=child,
+        )
+        # schedule_time is exempt from indexing too (no TTL): records are only ever read by
+        # document ID, and Firestore indexes every field by default. A field whose values
+        # keep increasing across documents, as schedule times do, writes each new index
+        # entry next to the previous one: such a sequentially indexed field caps the
+        # collection at about 500 writes per second and costs an index write per record.
+        # After the TTL field, not beside it: Firestore has answered field operations run
+        # side by side on a new database with 409 ("underlying data changed").
+        self.schedule_time_field = gcp.firestore.Field(
+            f"{name}-schedule-time-field",
+            project=project,
+            database=self.database.name,
+            collection=d.collection,
+            field=SCHEDULE_TIME_FIELD,
+            index_config=gcp.firestore.FieldIndexConfigArgs(),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.ttl_field]),
         )
 
         # --- source: private bucket, content-hashed object ----------------------------

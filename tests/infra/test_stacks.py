@@ -54,7 +54,7 @@ def expected_counts(cfg: StackConfig) -> Counter[str]:
             SERVICE: len(REQUIRED_APIS),
             ACCOUNT: 3,
             DATABASE: 1,
-            FIELD: 1,
+            FIELD: 2,  # expire_at (TTL) and schedule_time, both exempt from indexing
             BUCKET: 1,
             OBJECT: 1,
             REPOSITORY: 1,
@@ -187,12 +187,27 @@ def test_stack_files_differ_where_it_matters(stack_runs: dict[str, StackUnderTes
 
 
 def test_ttl_field_with_index_exemption(stack: StackUnderTest) -> None:
-    field = stack.one(FIELD)
+    field = stack.run.by_name("dedup-ttl-field")
+    assert field.type == FIELD
     assert field.props["field"] == "expire_at"
     assert field.props["collection"] == stack.config.dedup.collection
     assert field.props["database"] == stack.config.dedup.database_name
     assert field.props["ttlConfig"] == {}
     assert field.props["indexConfig"] == {}
+
+
+def test_schedule_time_exempt_from_indexing_without_ttl(stack: StackUnderTest) -> None:
+    """Ever-increasing and never queried: a single-field index would only cap write rates."""
+    field = stack.run.by_name("dedup-schedule-time-field")
+    assert field.type == FIELD
+    assert field.props["field"] == "schedule_time"
+    assert field.props["collection"] == stack.config.dedup.collection
+    assert field.props["database"] == stack.config.dedup.database_name
+    assert field.props["indexConfig"] == {}
+    assert "ttlConfig" not in field.props
+    # One field operation at a time on the database.
+    assert stack.run.by_name("dedup-ttl-field").urn in field.dependencies
+    assert {f.props["field"] for f in stack.all(FIELD)} == {"expire_at", "schedule_time"}
 
 
 def test_private_source_bucket_and_content_hashed_object(stack: StackUnderTest) -> None:

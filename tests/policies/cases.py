@@ -802,7 +802,40 @@ STACK_CASES: dict[str, list[Case]] = {
         ),
         stack_case("proxy-kit", proxy_stack(), False),
         stack_case("proxy-preview", preview_proxy_stack(), False),
+        stack_case(
+            # The schedule_time exemption is not the TTL policy's business.
+            "schedule-time-indexed",
+            replace_named(kit_stack(), "runs-schedule-time", "indexConfig", DELETE),
+            False,
+        ),
+        stack_case(
+            # Its field name is not known yet: it may be expire_at, but the TTL field is.
+            "schedule-time-field-name-unknown",
+            replace_named(kit_stack(), "runs-schedule-time", "field", U),
+            False,
+        ),
         stack_case("no-field", without_type(kit_stack(), gcp.FIRESTORE_FIELD), True),
+        stack_case(
+            # Another Field of the collection, without TTL, does not stand in for it.
+            "only-the-schedule-time-field",
+            without_named(kit_stack(), "runs-expire-at"),
+            True,
+        ),
+        stack_case(
+            "only-the-schedule-time-field-preview",
+            without_named(preview_stack(), "runs-expire-at"),
+            True,
+        ),
+        stack_case(
+            "ttl-on-schedule-time-instead",
+            replace_named(
+                without_named(kit_stack(), "runs-expire-at"),
+                "runs-schedule-time",
+                "ttlConfig",
+                {},
+            ),
+            True,
+        ),
         stack_case(
             # The proxy's records in a collection without a TTL policy: never deleted.
             "proxy-other-collection",

@@ -187,6 +187,14 @@ def field_props() -> dict[str, Any]:
     }
 
 
+def schedule_time_field_props() -> dict[str, Any]:
+    """The records' schedule_time, exempt from indexing like expire_at, with no TTL."""
+    props = field_props()
+    props["field"] = "schedule_time"
+    del props["ttlConfig"]
+    return props
+
+
 def bucket_props() -> dict[str, Any]:
     return {
         "name": f"{PROJECT}-dedup-src",
@@ -203,6 +211,7 @@ def kit_stack() -> list[Resource]:
         res(SERVICE_ACCOUNT, "build-sa", {"accountId": "dedup-build", "project": PROJECT}),
         res(gcp.STORAGE_BUCKET, "source-bucket", bucket_props()),
         res(gcp.FIRESTORE_FIELD, "runs-expire-at", field_props()),
+        res(gcp.FIRESTORE_FIELD, "runs-schedule-time", schedule_time_field_props()),
         res(gcp.FUNCTION_V2, "dedup-function", function_props()),
         res(
             RUN_SERVICE_IAM_MEMBER,

@@ -349,6 +349,11 @@ BROKEN: list[Broken] = [
     ),
     Broken("no TTL field", "dedup-ttl-policy", lambda d: drop(d, FIELD)),
     Broken(
+        "schedule_time exemption kept, TTL field dropped",
+        "dedup-ttl-policy",
+        lambda d: [x for x in d if x.name != "dedup-ttl-field"],
+    ),
+    Broken(
         "TTL field without index exemption",
         "dedup-ttl-policy",
         lambda d: mutate(d, FIELD, "indexConfig", DELETE),

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from policies.gcp import FIRESTORE_FIELD
 from policies.model import ResourcePolicy, StackPolicy
 from policies.registry import ALL_POLICIES, by_name
+from policies.stack import ttl_policy_on_expire_at
 from tests.policies.cases import RESOURCE_CASES, STACK_CASES, Case
+from tests.policies.fixtures import kit_stack, without_named
 
 ALL_CASES: dict[str, list[Case]] = {**RESOURCE_CASES, **STACK_CASES}
 
@@ -43,6 +46,17 @@ def test_messages_say_what_to_change(policy_name: str, case: Case) -> None:
     hints = ("set ", "use ", "add ", "remove ", "grant ", "declare ", "send ", "replace ", "fix ")
     for message in violations(policy_name, case):
         assert any(h in message for h in hints) or "e.g." in message, message
+
+
+def test_ttl_policy_names_the_missing_ttl_field_not_another_field() -> None:
+    """The schedule_time exemption (a Field of the same collection, no TTL) neither stands
+    in for the TTL field nor draws the TTL field's complaints."""
+    fields = [r for r in kit_stack() if r.type == FIRESTORE_FIELD]
+    assert sorted(f.props["field"] for f in fields) == ["expire_at", "schedule_time"]
+    assert ttl_policy_on_expire_at(kit_stack()) == []
+    (finding,) = ttl_policy_on_expire_at(without_named(kit_stack(), "runs-expire-at"))
+    assert finding.message.startswith(f"no {FIRESTORE_FIELD} sets a TTL policy on 'expire_at'")
+    assert finding.urn is not None and finding.urn.endswith("::dedup-function")
 
 
 def test_names_are_unique_and_stable() -> None:
