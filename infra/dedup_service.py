@@ -227,34 +227,31 @@ class DedupService(pulumi.ComponentResource):
                 parent=self, depends_on=list(self.apis), protect=d.delete_protection
             ),
         )
-        # TTL policy on expire_at (Firestore deletes expired records, typically within a
-        # day), and an empty index config: the timestamp is never queried, and a single
-        # field index on a monotonically increasing value would only cost writes.
-        self.ttl_field = gcp.firestore.Field(
-            f"{name}-ttl-field",
-            project=project,
-            database=self.database.name,
-            collection=d.collection,
-            field=TTL_FIELD,
-            ttl_config=gcp.firestore.FieldTtlConfigArgs(),
-            index_config=gcp.firestore.FieldIndexConfigArgs(),
-            opts=child,
-        )
-        # schedule_time is exempt from indexing too (no TTL): records are only ever read by
-        # document ID, and Firestore indexes every field by default. A field whose values
-        # keep increasing across documents, as schedule times do, writes each new index
-        # entry next to the previous one: such a sequentially indexed field caps the
-        # collection at about 500 writes per second and costs an index write per record.
+        # Firestore indexes every field by default; the records are only ever read by
+        # document ID. expire_at carries the TTL policy (Firestore deletes expired records,
+        # typically within a day) and, like schedule_time, is exempt from indexing: both
+        # keep increasing across documents, and a field indexed in sequence writes each new
+        # entry next to the previous one, which caps the collection at about 500 writes per
+        # second and costs an index write per record.
+        def unindexed_field(
+            suffix: str, field_name: str, *, ttl: bool, after: Sequence[pulumi.Resource] = ()
+        ) -> gcp.firestore.Field:
+            return gcp.firestore.Field(
+                f"{name}-{suffix}",
+                project=project,
+                database=self.database.name,
+                collection=d.collection,
+                field=field_name,
+                ttl_config=gcp.firestore.FieldTtlConfigArgs() if ttl else None,
+                index_config=gcp.firestore.FieldIndexConfigArgs(),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)),
+            )
+
+        self.ttl_field = unindexed_field("ttl-field", TTL_FIELD, ttl=True)
         # After the TTL field, not beside it: Firestore has answered field operations run
         # side by side on a new database with 409 ("underlying data changed").
-        self.schedule_time_field = gcp.firestore.Field(
-            f"{name}-schedule-time-field",
-            project=project,
-            database=self.database.name,
-            collection=d.collection,
-            field=SCHEDULE_TIME_FIELD,
-            index_config=gcp.firestore.FieldIndexConfigArgs(),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.ttl_field]),
+        self.schedule_time_field = unindexed_field(
+            "schedule-time-field", SCHEDULE_TIME_FIELD, ttl=False, after=[self.ttl_field]
         )
 
         # --- source: private bucket, content-hashed object ----------------------------

@@ -8,6 +8,8 @@ import json
 import re
 from collections import Counter
 
+import pytest
+
 from infra.config import StackConfig
 from infra.dedup_proxy import TARGET_APIS
 from infra.dedup_service import REQUIRED_APIS
@@ -186,28 +188,32 @@ def test_stack_files_differ_where_it_matters(stack_runs: dict[str, StackUnderTes
     assert dev.project != prod.project
 
 
-def test_ttl_field_with_index_exemption(stack: StackUnderTest) -> None:
-    field = stack.run.by_name("dedup-ttl-field")
+# The record fields with their own config: Pulumi name, field, TTL policy. Both keep
+# increasing across documents and are never queried: exempt from indexing.
+RECORD_FIELDS: list[tuple[str, str, dict[str, object] | None]] = [
+    ("dedup-ttl-field", "expire_at", {}),
+    ("dedup-schedule-time-field", "schedule_time", None),
+]
+
+
+@pytest.mark.parametrize(("name", "field_name", "ttl"), RECORD_FIELDS, ids=["ttl", "schedule"])
+def test_record_fields_exempt_from_indexing(
+    stack: StackUnderTest, name: str, field_name: str, ttl: dict[str, object] | None
+) -> None:
+    field = stack.run.by_name(name)
     assert field.type == FIELD
-    assert field.props["field"] == "expire_at"
+    assert field.props["field"] == field_name
     assert field.props["collection"] == stack.config.dedup.collection
     assert field.props["database"] == stack.config.dedup.database_name
-    assert field.props["ttlConfig"] == {}
+    assert field.props.get("ttlConfig") == ttl  # {}: the TTL policy; None: no TTL
     assert field.props["indexConfig"] == {}
 
 
-def test_schedule_time_exempt_from_indexing_without_ttl(stack: StackUnderTest) -> None:
-    """Ever-increasing and never queried: a single-field index would only cap write rates."""
-    field = stack.run.by_name("dedup-schedule-time-field")
-    assert field.type == FIELD
-    assert field.props["field"] == "schedule_time"
-    assert field.props["collection"] == stack.config.dedup.collection
-    assert field.props["database"] == stack.config.dedup.database_name
-    assert field.props["indexConfig"] == {}
-    assert "ttlConfig" not in field.props
+def test_only_the_ttl_field_has_a_ttl_and_goes_first(stack: StackUnderTest) -> None:
+    assert sorted(f.props["field"] for f in stack.all(FIELD)) == ["expire_at", "schedule_time"]
     # One field operation at a time on the database.
-    assert stack.run.by_name("dedup-ttl-field").urn in field.dependencies
-    assert {f.props["field"] for f in stack.all(FIELD)} == {"expire_at", "schedule_time"}
+    schedule_time = stack.run.by_name("dedup-schedule-time-field")
+    assert stack.run.by_name("dedup-ttl-field").urn in schedule_time.dependencies
 
 
 def test_private_source_bucket_and_content_hashed_object(stack: StackUnderTest) -> None:
