@@ -115,34 +115,34 @@ def no_primitive_roles(resource_type: str, props: Mapping[str, Any]) -> list[str
     return problems
 
 
-def no_hierarchy_invoker(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+def _hierarchy_grants(
+    resource_type: str, props: Mapping[str, Any], roles: frozenset[str], fix: str
+) -> list[str]:
+    """Problems for each of `roles` granted on a project, folder or organization."""
     if not _is_hierarchy_level(resource_type):
         return []
     found, problems = _grants_or_problem(resource_type, props)
     for grant in found:
         role = known_str(grant.role)
-        if role in INVOKER_ROLES:
-            problems.append(
-                f"{role} granted at {_level(resource_type)} level lets the principal invoke "
-                "every service: grant it on the one Cloud Run service instead "
-                "(gcp.cloudrunv2.ServiceIamMember)"
-            )
+        if role in roles:
+            problems.append(f"{role} granted at {_level(resource_type)} level {fix}")
     return problems
+
+
+def no_hierarchy_invoker(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    return _hierarchy_grants(
+        resource_type, props, INVOKER_ROLES,
+        "lets the principal invoke every service: grant it on the one Cloud Run service "
+        "instead (gcp.cloudrunv2.ServiceIamMember)",
+    )
 
 
 def no_hierarchy_impersonation(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    if not _is_hierarchy_level(resource_type):
-        return []
-    found, problems = _grants_or_problem(resource_type, props)
-    for grant in found:
-        role = known_str(grant.role)
-        if role in IMPERSONATION_ROLES:
-            problems.append(
-                f"{role} granted at {_level(resource_type)} level lets the principal act as "
-                "every service account: grant it on the one service account instead "
-                "(gcp.serviceaccount.IAMMember)"
-            )
-    return problems
+    return _hierarchy_grants(
+        resource_type, props, IMPERSONATION_ROLES,
+        "lets the principal act as every service account: grant it on the one service "
+        "account instead (gcp.serviceaccount.IAMMember)",
+    )
 
 
 def datastore_user_single_database(resource_type: str, props: Mapping[str, Any]) -> list[str]:
