@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -83,7 +82,8 @@ def test_taken_firestore_port_is_a_clear_error(listening_port: int) -> None:
     assert f"port {listening_port} on 127.0.0.1 is already in use" in err
 
 
-@pytest.mark.skipif(shutil.which("gcloud") is None, reason="needs the Firestore emulator")
+# Needs the Firestore emulator: the fixture fails the test (never skips) if it is missing.
+@pytest.mark.usefixtures("firestore_emulator")
 def test_ctrl_c_stops_everything_and_leaves_no_process(listening_port: int) -> None:
     proc = demo("--ticks", "100000")
     assert proc.stderr is not None
