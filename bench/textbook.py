@@ -36,7 +36,7 @@ from dedup.firestore_store import document_to_record, record_to_document
 from dedup.http import DedupHandler, emit_log_line
 from dedup.jobs import JobRegistry
 from dedup.keys import RunKey
-from dedup.protocol import Deduplicator, Delivery, Job, Outcome, RunContext, encode_result
+from dedup.protocol import Delivery, Job, Outcome, RunContext, encode_result
 from dedup.settings import Settings
 from dedup.store import RunRecord, RunStatus
 
@@ -203,9 +203,8 @@ def build_textbook_handler(
         local_clock=local_clock,
     )
     jobs = JobRegistry(settings.default_job, settings.job_routes)
-    # DedupHandler only calls `.run(key, job, body, headers) -> Delivery`, which the
-    # textbook implements with the same signature (the cast stands in for a Protocol).
-    return DedupHandler(settings, cast(Deduplicator, textbook), jobs, emit)
+    # DedupHandler only needs `.run(key, job, body, headers) -> Delivery` (RunsDeliveries).
+    return DedupHandler(settings, textbook, jobs, emit)
 
 
 def build_textbook_handler_from_env(environ: Mapping[str, str] | None = None) -> DedupHandler:

@@ -13,11 +13,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from dedup.jobs import JobRegistry
 from dedup.keys import BadDelivery, RunKey, format_instant, lower_keys, parse_delivery
-from dedup.protocol import Deduplicator, Delivery, Outcome, RunContext, encode_result
+from dedup.protocol import Delivery, Job, Outcome, RunContext, encode_result
 from dedup.settings import MissingScheduleTime, Settings
 
 log = logging.getLogger(__name__)
@@ -66,11 +66,18 @@ class HttpReply:
         return json.dumps(self.body, separators=(",", ":"))
 
 
+class RunsDeliveries(Protocol):
+    """What the handler needs of a protocol: Deduplicator (or the benchmark's comparator)."""
+
+    def run(self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str]) -> Delivery:
+        ...
+
+
 class DedupHandler:
     def __init__(
         self,
         settings: Settings,
-        deduplicator: Deduplicator,
+        deduplicator: RunsDeliveries,
         jobs: JobRegistry,
         emit: Callable[[Mapping[str, Any]], None] = emit_log_line,
     ) -> None:
