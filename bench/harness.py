@@ -16,7 +16,7 @@ from typing import Any
 from bench import report as rep
 from bench.scenarios import Bench, Config, workdir
 from local_stack import FirestoreEmulator, LocalStackError
-from tests.support.deliveries import PROJECT
+from local_stack.deliveries import PROJECT
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 _ENV_KEYS = ("FIRESTORE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "TEST_LEDGER")

@@ -40,15 +40,15 @@ from dedup.http import DedupHandler
 from dedup.keys import RunKey, format_instant
 from dedup.store import RunRecord
 from local_stack import FunctionServer
-from tests.support.deliveries import (
+from local_stack.deliveries import (
     LOCATION,
     PROJECT,
     function_env,
     scheduler_headers,
     settings_for,
 )
-from tests.support.jobs import read_ledger
-from tests.support.rpc_counter import RpcCounter
+from local_stack.ledger_job import read_ledger
+from local_stack.rpc_counter import RpcCounter
 
 # Every run of the whole benchmark gets its own schedule time: run IDs never collide.
 _EPOCH = datetime(2030, 1, 1, tzinfo=UTC)
@@ -152,7 +152,7 @@ class Bench:
         self.local: dict[str, tuple[Instance, Instance]] = {}
         self._stack = contextlib.ExitStack()
         self._client = firestore.Client(project=PROJECT)
-        # In-process deliveries record their executions here (tests.support.jobs).
+        # In-process deliveries record their executions here (local_stack.ledger_job).
         os.environ["TEST_LEDGER"] = str(workdir / "in-process.jsonl")
 
     # -- set-up ----------------------------------------------------------------------

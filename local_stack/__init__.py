@@ -1,7 +1,9 @@
 """Run the kit locally: the real Firestore emulator and the real function, as processes.
 
 Shared by the test fixtures, `make demo` and `make bench`, so all three start and stop
-things the same way.
+things the same way. Also here, for the tests and the benchmark alike: deliveries.py
+(Scheduler-style headers, in-process function instances), ledger_job.py (a job that logs
+each execution to a file) and rpc_counter.py (counts a Firestore client's RPCs).
 """
 
 from local_stack.processes import (

@@ -19,15 +19,15 @@ from bench.textbook import TextbookClaim, TextbookDeduplicator, build_textbook_h
 from dedup.http import DedupHandler
 from dedup.keys import RunKey
 from dedup.protocol import Delivery
-from tests.support.deliveries import (
+from local_stack.deliveries import (
     LOCATION,
     PROJECT,
     in_process_function,
     scheduler_headers,
     settings_for,
 )
-from tests.support.jobs import read_ledger
-from tests.support.rpc_counter import RpcCounter
+from local_stack.ledger_job import read_ledger
+from local_stack.rpc_counter import RpcCounter
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 

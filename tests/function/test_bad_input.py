@@ -8,8 +8,8 @@ import pytest
 
 from dedup.jobs import JobRegistry
 from dedup.settings import MissingScheduleTime, Settings, SettingsError
-from tests.support.deliveries import PROJECT, in_process_function, scheduler_headers
-from tests.support.jobs import read_ledger
+from local_stack.deliveries import PROJECT, in_process_function, scheduler_headers
+from local_stack.ledger_job import read_ledger
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 

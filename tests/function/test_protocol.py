@@ -21,14 +21,14 @@ from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator, Delivery, Outcome, RunContext
 from dedup.store import RecordChanged
 from local_stack import FirestoreEmulator
-from tests.support.deliveries import (
+from local_stack.deliveries import (
     LOCATION,
     PROJECT,
     in_process_function,
     scheduler_headers,
 )
-from tests.support.jobs import read_ledger
-from tests.support.rpc_counter import RpcCounter
+from local_stack.ledger_job import read_ledger
+from local_stack.rpc_counter import RpcCounter
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 

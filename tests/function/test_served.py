@@ -16,13 +16,13 @@ import pytest
 import requests
 
 from local_stack import FunctionServer
+from local_stack.deliveries import function_env, scheduler_headers
+from local_stack.ledger_job import read_ledger
 from local_stack.processes import REPO_ROOT
-from tests.support.deliveries import function_env, scheduler_headers
-from tests.support.jobs import read_ledger
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
-# The served function imports the test job (tests.support.jobs) from the repository root.
+# The served function imports the test job (local_stack.ledger_job) from the repository root.
 TESTS_IMPORTABLE = [REPO_ROOT]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from dedup.idempotency import IdempotencyGuard
 from dedup.protocol import RunContext
-from tests.support.deliveries import LOCATION, PROJECT
+from local_stack.deliveries import LOCATION, PROJECT
 
 
 def append_line(ledger: str, entry: dict[str, Any]) -> None:

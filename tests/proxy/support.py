@@ -20,9 +20,9 @@ from dedup.app import build_proxy_handler
 from dedup.keys import RunKey, parse_schedule_time
 from dedup.proxy import ProxySettings
 from dedup.targets import SessionFactory, Target, TargetKind
+from local_stack.deliveries import LOCATION, PROJECT, InProcessFunction, settings_for
+from local_stack.rpc_counter import RpcCounter
 from tests.proxy.fake_apis import BUILD_TRIGGER, RUN_JOB, WORKFLOW
-from tests.support.deliveries import LOCATION, PROJECT, InProcessFunction, settings_for
-from tests.support.rpc_counter import RpcCounter
 
 RESOURCES = {
     WORKFLOW: f"projects/{PROJECT}/locations/{LOCATION}/workflows/nightly-export",

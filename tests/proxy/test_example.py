@@ -17,11 +17,11 @@ import requests
 import yaml
 
 from local_stack import FunctionServer
+from local_stack.deliveries import LOCATION, PROJECT, scheduler_headers
+from local_stack.ledger_job import read_ledger
 from local_stack.processes import REPO_ROOT
 from tests.proxy.fake_apis import WORKFLOW, Behaviour, FakeGoogleApis, StartRequest
 from tests.proxy.support import JOBS, proxy_env, run_id, service_account_file
-from tests.support.deliveries import LOCATION, PROJECT, scheduler_headers
-from tests.support.jobs import read_ledger
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 

@@ -16,11 +16,11 @@ from google.cloud import firestore
 
 from dedup.idempotency import IdempotencyGuard, StepInProgress, StepOutcome
 from dedup.protocol import Outcome, RunContext
+from local_stack.deliveries import PROJECT, settings_for
+from local_stack.ledger_job import read_ledger
+from local_stack.rpc_counter import RpcCounter
 from tests.proxy import helper_worker
 from tests.proxy.support import run_id
-from tests.support.deliveries import PROJECT, settings_for
-from tests.support.jobs import read_ledger
-from tests.support.rpc_counter import RpcCounter
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from local_stack import free_port
+from local_stack.deliveries import InProcessFunction, scheduler_headers
 from tests.proxy.fake_apis import BUILD_TRIGGER, RUN_JOB, WORKFLOW, Behaviour, FakeGoogleApis
 from tests.proxy.support import JOBS, KINDS, RESOURCES, SCHEDULE, in_process_proxy, run_id
-from tests.support.deliveries import InProcessFunction, scheduler_headers
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 

@@ -17,9 +17,9 @@ import requests
 from google.cloud import firestore
 
 from local_stack import FunctionServer, LocalStackError
+from local_stack.deliveries import PROJECT, scheduler_headers
 from tests.proxy.fake_apis import RUN_JOB, WORKFLOW, Behaviour, FakeGoogleApis, StartRequest
 from tests.proxy.support import JOBS, KINDS, proxy_env, run_id, service_account_file
-from tests.support.deliveries import PROJECT, scheduler_headers
 
 PROXY_TIMEOUT = 2.0
 

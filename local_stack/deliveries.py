@@ -13,11 +13,11 @@ from google.cloud import firestore
 from dedup.app import build_handler
 from dedup.http import DedupHandler
 from dedup.settings import Settings
-from tests.support.rpc_counter import RpcCounter
+from local_stack.rpc_counter import RpcCounter
 
 PROJECT = "dedup-kit-test"
 LOCATION = "europe-west1"
-TEST_JOB = "tests.support.jobs:run"
+TEST_JOB = "local_stack.ledger_job:run"
 
 
 def scheduler_headers(

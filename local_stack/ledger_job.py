@@ -1,4 +1,4 @@
-"""Job logic for the function tests, steered by the request body (JSON):
+"""Job logic for the tests and the benchmark, steered by the request body (JSON):
 
 {"sleep": seconds, "fail": true, "result": any}. Every execution appends one line to the
 ledger file named by TEST_LEDGER, so executions are counted outside the dedup store.
