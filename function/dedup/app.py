@@ -25,12 +25,13 @@ def build_deduplicator(settings: Settings, client: firestore.Client | None = Non
     """The protocol over the configured Firestore collection, with this instance's cache."""
     client = client or firestore.Client(project=settings.project, database=settings.database)
     store = FirestoreRunStore(client, settings.collection, settings.store_timeout_seconds)
-    cache = CompletedRunCache(settings.cache_size, ttl_seconds=settings.retention_seconds)
     return Deduplicator(
         store,
         lease_seconds=settings.lease_seconds,
         retention_seconds=settings.retention_seconds,
-        cache=cache,
+        cache=CompletedRunCache(settings.cache_size),
+        # A claim whose reply was lost is looked up for one more store budget before a 5xx.
+        settle_seconds=settings.store_timeout_seconds,
     )
 
 

@@ -148,11 +148,12 @@ class FirestoreRunStore:
     def replace(self, run_id: str, record: RunRecord, if_version: datetime) -> datetime:
         return self._conditional_update(run_id, record_to_document(record), if_version)
 
-    def renew(self, run_id: str, if_version: datetime) -> datetime:
+    def renew(self, run_id: str, expire_at: datetime, if_version: datetime) -> datetime:
         # Any change gives the document a new update_time, which is what extends the lease;
-        # the value is only for people reading the record (no server-side transform needed).
+        # `renewed_at` is only for people reading the record (no server-side transform).
+        # `expire_at` moves too, so the TTL policy never deletes a record still being renewed.
         return self._conditional_update(
-            run_id, {"renewed_at": datetime.now(UTC)}, if_version
+            run_id, {"renewed_at": datetime.now(UTC), "expire_at": expire_at}, if_version
         )
 
     def delete(self, run_id: str, if_version: datetime) -> None:

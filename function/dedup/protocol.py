@@ -1,7 +1,17 @@
 """The dedup protocol (SPEC section 2), independent of HTTP and of Firestore.
 
-claim -> run the job -> complete (success) or release (failure). Every step is one
-conditional write or read against a RunStore; leases are judged by the store's clock.
+claim -> run the job while a lease keeper renews the claim -> complete (success) or
+release (failure). Every step is one conditional write or read against a RunStore; leases
+are judged by the store's clock, and the holder fences itself by its own monotonic clock
+before the store would let a rival in.
+
+Any write can land while its reply is lost or late, so no step trusts a failure report:
+- a claim whose outcome is unknown is looked up by its `attempt_id` before a 5xx is sent,
+  so a 5xx means nothing ran and nothing blocks the retry;
+- a guarded write that finds the record changed reads it: still this attempt's record at
+  another version means one of its own writes landed unseen, so it adopts that version;
+- once the job has run, recording the outcome is retried while the claim is still held;
+  nothing after the job returned becomes a 5xx.
 """
 
 from __future__ import annotations
@@ -9,12 +19,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from dedup.cache import CompletedRunCache
 from dedup.keys import RunKey
@@ -29,12 +40,18 @@ from dedup.store import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Results are replayed to duplicates from the record; keep them well under Firestore's
 # 1 MiB document limit. A larger result is dropped (the run still counts as completed).
 MAX_RESULT_BYTES = 16 * 1024
 # How often a claim/read race is retried before answering 409 (which Scheduler retries).
 _CLAIM_ROUNDS = 3
+# A guarded write adopts its own unseen writes at most this often: only this attempt
+# writes records with its attempt_id, so one adoption is the norm.
+_ADOPT_ROUNDS = 3
+# Backoff between tries of a step whose outcome must be known (seconds).
+_FIRST_PAUSE, _MAX_PAUSE = 0.1, 2.0
 
 
 @dataclass(frozen=True)
@@ -50,8 +67,9 @@ class RunContext:
     location: str
     body: bytes
     headers: Mapping[str, str]  # lower-cased names
-    # Set when this attempt lost its claim (its lease expired and another attempt took
-    # over): a long job should check it before each state-changing step.
+    # Set when this attempt may no longer hold its claim (no renewal landed for most of a
+    # lease, or another attempt took over): a long job checks it before each
+    # state-changing step and stops (raises) once it is set.
     claim_lost: threading.Event = field(default_factory=threading.Event)
     deduplicated: bool = True
 
@@ -65,8 +83,8 @@ class Outcome(StrEnum):
     IN_PROGRESS = "in_progress"  # another attempt holds a live lease
     FAILED = "failed"  # the job raised; the claim was released for a retry
     STORE_UNAVAILABLE = "store_unavailable"  # could not claim: nothing ran
-    # The job ran, but recording it failed (store outage) or another attempt had taken
-    # the claim over: answered as done so that Scheduler does not run it again.
+    # The job ran, but recording it failed for longer than the lease (store outage) or
+    # failed otherwise: answered as done so that Scheduler does not run it again.
     COMPLETED_UNRECORDED = "completed_unrecorded"
     CLAIM_LOST = "claim_lost"
     UNKEYED = "unkeyed"  # no schedule time and the setting says run without dedup
@@ -94,6 +112,9 @@ class Claim:
     attempt_id: str
     attempt: int
     version: datetime
+    # Monotonic time at which this attempt's last write known to have landed was sent:
+    # the store's lease runs from a later instant, so a fence judged from here is early.
+    held_since: float
     lost: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -109,36 +130,55 @@ class Deduplicator:
         retention_seconds: float,
         cache: CompletedRunCache,
         heartbeat_seconds: float | None = None,
+        fence_margin_seconds: float | None = None,
+        settle_seconds: float = 10.0,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._lease = lease_seconds
         self._retention = retention_seconds
         self._cache = cache
-        # Renew three times per lease, so two renewals may fail before the lease lapses.
+        # Renew three times per lease, so two renewals may fail before the claim is fenced.
         self._heartbeat = heartbeat_seconds if heartbeat_seconds is not None else lease_seconds / 3
+        # The holder tells its job to stop this long before a rival could take over.
+        margin = fence_margin_seconds if fence_margin_seconds is not None else lease_seconds / 6
+        self._fence_after = lease_seconds - margin
+        # How long to keep asking the store what became of a write whose outcome is unknown.
+        self._settle = settle_seconds
         # Only for `expire_at` (the TTL deadline, days away): leases never use it.
         self._wall_clock = wall_clock
+        self._monotonic = monotonic
 
-    # -- the three protocol steps ------------------------------------------------------
+    # -- the protocol steps ------------------------------------------------------------
 
     def claim(self, key: RunKey) -> Claim | Delivery:
-        """Claim the run for a new attempt, or say why not (a Delivery to answer with)."""
+        """Claim the run for a new attempt, or say why not (a Delivery to answer with).
+
+        Raises StoreUnavailable only when nothing of this attempt's is left in the store
+        (or the store stayed unreachable for the settle time: then a claim may remain,
+        bounded by the lease).
+        """
         run_id = key.run_id
         attempt_id = uuid.uuid4().hex
         for _ in range(_CLAIM_ROUNDS):
-            fresh = self._record(key, attempt_id, attempts=1)
+            sent = self._monotonic()
             try:
-                version = self._store.create(run_id, fresh)
-                return Claim(key, run_id, attempt_id, 1, version)
+                version = self._store.create(run_id, self._record(key, attempt_id, 1))
+                return Claim(key, run_id, attempt_id, 1, version, sent)
             except RecordExists:
-                pass
-            stored = self._store.get(run_id)
+                stored = self._store.get(run_id)
+            except StoreUnavailable:
+                # The create may have landed with its reply lost: left alone, that phantom
+                # claim would answer 409 to every retry for a whole lease. Find out first.
+                stored = self._settle_read(run_id)
+                if stored is None:
+                    raise  # nothing landed: the 5xx leaves nothing behind
             if stored is None:
                 continue  # released or deleted between our create and read: try again
             if stored.record.attempt_id == attempt_id:
-                # Our create landed but its reply was lost and the client retried it.
-                return Claim(key, run_id, attempt_id, stored.record.attempts, stored.version)
+                # Our create landed though its reply was lost: this attempt holds the run.
+                return Claim(key, run_id, attempt_id, stored.record.attempts, stored.version, sent)
             decided = self._judge(key, attempt_id, stored)
             if decided is not None:
                 return decided
@@ -150,7 +190,8 @@ class Deduplicator:
         if stored.past_expiry:
             attempts = 1  # a leftover the TTL has not deleted yet: a new life
         elif record.status is RunStatus.COMPLETED:
-            self._cache.put(run_id, record.result_json)
+            lives = (record.expire_at - stored.read_time).total_seconds()
+            self._cache.put(run_id, record.result_json, lives)
             return Delivery(
                 Outcome.DUPLICATE, run_id, record.attempt_id, record.attempts, record.result_json
             )
@@ -158,13 +199,21 @@ class Deduplicator:
             return Delivery(Outcome.IN_PROGRESS, run_id, record.attempt_id, record.attempts)
         else:
             attempts = record.attempts + 1  # the holder crashed: take over
+        sent = self._monotonic()
         try:
             version = self._store.replace(
                 run_id, self._record(key, attempt_id, attempts), stored.version
             )
         except RecordChanged:
             return None  # someone else moved first: look again
-        return Claim(key, run_id, attempt_id, attempts, version)
+        except StoreUnavailable:
+            now = self._settle_read(run_id)
+            if now is not None and now.record.attempt_id == attempt_id:
+                return Claim(key, run_id, attempt_id, attempts, now.version, sent)
+            if now is not None and now.version == stored.version:
+                raise  # our takeover did not land: the record is as the crash left it
+            return None  # it moved (or went): look again
+        return Claim(key, run_id, attempt_id, attempts, version, sent)
 
     def complete(self, claim: Claim, result_json: str | None) -> bool:
         """Mark the run completed if this attempt still holds it. False: claim lost."""
@@ -173,61 +222,98 @@ class Deduplicator:
             status=RunStatus.COMPLETED,
             result_json=result_json,
         )
-        with claim.lock:
-            try:
-                claim.version = self._store.replace(claim.run_id, done, claim.version)
-            except RecordChanged:
-                if not self._landed(claim, RunStatus.COMPLETED):
-                    claim.lost.set()
-                    return False
-        self._cache.put(claim.run_id, result_json)
-        return True
+        held = self._guarded_write(
+            claim,
+            lambda version: self._store.replace(claim.run_id, done, version),
+            already_done=lambda stored: self._is_ours(claim, stored, RunStatus.COMPLETED),
+        )
+        if held:
+            self._cache.put(claim.run_id, result_json, self._retention)
+        return held
 
     def release(self, claim: Claim) -> bool:
         """Delete the claim so a retry runs at once. False: another attempt holds it now."""
-        with claim.lock:
-            try:
-                self._store.delete(claim.run_id, claim.version)
-            except RecordChanged:
-                stored = self._store.get(claim.run_id)
-                if stored is not None and stored.record.attempt_id != claim.attempt_id:
-                    claim.lost.set()
-                    return False
-        return True
+
+        def delete(version: datetime) -> None:
+            self._store.delete(claim.run_id, version)
+
+        return self._guarded_write(claim, delete, already_done=lambda stored: stored is None)
 
     def renew(self, claim: Claim) -> bool:
-        """Extend the lease; False once the claim is lost."""
-        with claim.lock:
-            if claim.lost.is_set():
-                return False
-            try:
-                claim.version = self._store.renew(claim.run_id, claim.version)
-            except RecordChanged:
-                if not self._landed(claim, RunStatus.IN_PROGRESS):
-                    claim.lost.set()
-                    return False
-        return True
+        """Extend the lease and the record's expiry; False once the claim is lost."""
+        if claim.lost.is_set():
+            return False
+        expire_at = self._expire_at()
+        return self._guarded_write(
+            claim,
+            lambda version: self._store.renew(claim.run_id, expire_at, version),
+            already_done=lambda stored: False,  # a renewal is only known by landing anew
+        )
 
-    def _landed(self, claim: Claim, status: RunStatus) -> bool:
-        """After a precondition failure: did our own write land (a retried RPC)?"""
-        stored = self._store.get(claim.run_id)
-        if (
+    def _guarded_write(
+        self,
+        claim: Claim,
+        write: Callable[[datetime], datetime | None],
+        already_done: Callable[[StoredRun | None], bool],
+    ) -> bool:
+        """One write guarded by the claim's version, with its own unseen writes accounted
+        for. `write(version)` returns the new version (None for a delete). False: another
+        attempt holds the run (the claim is marked lost). StoreUnavailable: unknown."""
+        with claim.lock:
+            for _ in range(_ADOPT_ROUNDS):
+                sent = self._monotonic()
+                try:
+                    version = write(claim.version)
+                except RecordChanged:
+                    stored = self._store.get(claim.run_id)
+                    if already_done(stored):
+                        # This very write landed and the client's retry of it conflicted.
+                        if stored is not None:
+                            claim.version = stored.version
+                        return True
+                    if stored is None or stored.record.attempt_id != claim.attempt_id:
+                        claim.lost.set()
+                        return False
+                    # Still ours, at a version we never saw: an earlier write of ours (a
+                    # renewal reported as failed) landed. Adopt it and write again.
+                    claim.version = stored.version
+                    continue
+                if version is not None:
+                    claim.version = version
+                claim.held_since = sent
+                return True
+        raise StoreUnavailable(f"run {claim.run_id}: the record kept moving under this attempt")
+
+    def _is_ours(self, claim: Claim, stored: StoredRun | None, status: RunStatus) -> bool:
+        return (
             stored is not None
             and stored.record.attempt_id == claim.attempt_id
             and stored.record.status is status
-        ):
-            claim.version = stored.version
-            return True
-        return False
+        )
+
+    def _settle_read(self, run_id: str) -> StoredRun | None:
+        """Read the record after a write whose outcome is unknown, retrying for up to the
+        settle time; StoreUnavailable if the store never answered."""
+        return _retry_unavailable(
+            lambda: self._store.get(run_id), self._monotonic() + self._settle, self._monotonic
+        )
+
+    def _finish(self, claim: Claim, step: Callable[[], bool]) -> bool:
+        """Retry a finishing write (complete or release) while this attempt still holds its
+        lease by its own clock: a stall a little longer than one store timeout must not
+        leave a job that ran unrecorded, nor a failed run blocked for a lease."""
+        return _retry_unavailable(step, claim.held_since + self._fence_after, self._monotonic)
+
+    def _expire_at(self) -> datetime:
+        return self._wall_clock() + timedelta(seconds=self._retention)
 
     def _record(self, key: RunKey, attempt_id: str, attempts: int) -> RunRecord:
-        expire_at = self._wall_clock() + timedelta(seconds=self._retention)
-        return RunRecord.claim(key, attempt_id, attempts, self._lease, expire_at)
+        return RunRecord.claim(key, attempt_id, attempts, self._lease, self._expire_at())
 
     # -- one delivery, end to end ------------------------------------------------------
 
     def run(self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str]) -> Delivery:
-        """Claim, run the job with a lease heartbeat, then complete or release."""
+        """Claim, run the job while the lease keeper renews, then complete or release."""
         run_id = key.run_id
         hit, cached = self._cache.get(run_id)
         if hit:
@@ -253,25 +339,29 @@ class Deduplicator:
         )
         base = Delivery(Outcome.COMPLETED, run_id, claim.attempt_id, claim.attempt)
         try:
-            with _Heartbeat(self, claim, self._heartbeat):
+            with _LeaseKeeper(self, claim, self._heartbeat, self._fence_after, self._monotonic):
                 result = job(context)
         except Exception as exc:
             log.exception("job %s failed for run %s", key.job_id, run_id)
             try:
-                self.release(claim)
-            except StoreUnavailable as store_exc:
+                self._finish(claim, lambda: self.release(claim))
+            except Exception as store_exc:
                 # The claim stays until its lease lapses; then a retry takes it over.
                 return replace(base, outcome=Outcome.FAILED, detail=f"{exc!r}; {store_exc}")
             return replace(base, outcome=Outcome.FAILED, detail=repr(exc))
+        return self._record_completion(claim, base, result)
+
+    def _record_completion(self, claim: Claim, base: Delivery, result: Any) -> Delivery:
+        """The job ran: whatever happens now, the answer is a 2xx (a 5xx would make
+        Scheduler retry and, once the lease lapsed, run the job a second time)."""
         result_json, note = encode_result(result)
         try:
-            held = self.complete(claim, result_json)
-        except StoreUnavailable as exc:
-            # The job ran: a 5xx would make Scheduler retry and, once the lease lapses,
-            # run it a second time. Answer as done and log the failure loudly instead.
+            held = self._finish(claim, lambda: self.complete(claim, result_json))
+        except Exception as exc:
+            log.exception("run %s: the job ran but recording it failed", claim.run_id)
             return replace(
                 base, outcome=Outcome.COMPLETED_UNRECORDED, result_json=result_json,
-                detail=str(exc),
+                detail=str(exc) or repr(exc),
             )
         if not held:
             return replace(
@@ -281,43 +371,92 @@ class Deduplicator:
         return replace(base, result_json=result_json, detail=note)
 
 
+def _retry_unavailable(
+    step: Callable[[], T], give_up_at: float, monotonic: Callable[[], float]
+) -> T:
+    """Run `step`, retrying StoreUnavailable with backoff until `give_up_at` (monotonic);
+    always tried at least once."""
+    pause = _FIRST_PAUSE
+    while True:
+        try:
+            return step()
+        except StoreUnavailable:
+            if monotonic() + pause >= give_up_at:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, _MAX_PAUSE)
+
+
 def encode_result(result: Any) -> tuple[str | None, str | None]:
-    """The job's result as JSON for the record, or (None, why it was dropped)."""
+    """The job's result as JSON for the record, or (None, why it was dropped). Never
+    raises: it runs after the job, when an exception would turn into a second run."""
     if result is None:
         return None, None
     try:
         text = json.dumps(result, separators=(",", ":"), sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        return None, f"result dropped: not JSON-serialisable ({exc})"
+        json.loads(text)  # replayed to duplicates by parsing it: it must parse back
+    except Exception as exc:  # TypeError, ValueError, RecursionError (deep nesting), ...
+        return None, f"result dropped: not JSON-serialisable ({type(exc).__name__}: {exc})"
     if len(text.encode()) > MAX_RESULT_BYTES:
         return None, f"result dropped: larger than {MAX_RESULT_BYTES} bytes"
     return text, None
 
 
-class _Heartbeat:
-    """Renews the lease in the background while the job runs."""
+class _LeaseKeeper:
+    """While the job runs: renews the claim `interval` after the last renewal that landed
+    (not after the end of a failed one, so one slow renewal cannot use up the lease), and
+    fences it once `fence_after` has passed since then by this instance's monotonic
+    clock: the job is told (claim_lost) before the store would let a rival in."""
 
-    def __init__(self, dedup: Deduplicator, claim: Claim, interval: float) -> None:
+    def __init__(
+        self, dedup: Deduplicator, claim: Claim, interval: float, fence_after: float,
+        monotonic: Callable[[], float],
+    ) -> None:
         self._dedup = dedup
         self._claim = claim
         self._interval = interval
+        self._fence_after = fence_after
+        self._now = monotonic
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="lease-heartbeat", daemon=True)
+        self._threads = [
+            threading.Thread(target=self._renew, name="lease-renewal", daemon=True),
+            threading.Thread(target=self._fence, name="lease-fence", daemon=True),
+        ]
 
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
+    def __enter__(self) -> _LeaseKeeper:
+        for thread in self._threads:
+            thread.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
-        self._thread.join()
+        for thread in self._threads:
+            thread.join()
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
+    def _renew(self) -> None:
+        claim = self._claim
+        due = claim.held_since + self._interval
+        while not self._stop.wait(max(0.0, due - self._now())):
             try:
-                if not self._dedup.renew(self._claim):
-                    log.warning("run %s: claim lost while the job ran", self._claim.run_id)
+                if not self._dedup.renew(claim):
+                    log.warning("run %s: claim lost while the job ran", claim.run_id)
                     return
-            except StoreUnavailable as exc:
-                # Keep trying: the lease still has two intervals left.
-                log.warning("run %s: lease renewal failed: %s", self._claim.run_id, exc)
+                due = claim.held_since + self._interval
+            except Exception as exc:  # StoreUnavailable or anything else: keep trying
+                log.warning("run %s: lease renewal failed: %s", claim.run_id, exc)
+                due = max(self._now(), due + self._interval / 2)
+
+    def _fence(self) -> None:
+        claim = self._claim
+        while True:
+            left = claim.held_since + self._fence_after - self._now()
+            if left <= 0:
+                if not claim.lost.is_set():
+                    log.warning(
+                        "run %s: no lease renewal landed for %.1fs: claim fenced, job told",
+                        claim.run_id, self._fence_after,
+                    )
+                claim.lost.set()
+                return
+            if self._stop.wait(left):
+                return

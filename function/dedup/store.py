@@ -71,7 +71,13 @@ class StoredRun:
 
     @property
     def past_expiry(self) -> bool:
-        """TTL deletion lags by up to a day or more: an expired record counts as absent."""
+        """TTL deletion lags by up to a day or more: an expired record counts as absent.
+
+        Only once nobody holds it: a live claim's renewals keep moving `expire_at`, and a
+        record whose holder is still renewing is never a leftover, whatever its date says.
+        """
+        if self.record.status is RunStatus.IN_PROGRESS and not self.lease_expired:
+            return False
         return self.read_time >= self.record.expire_at
 
 
@@ -106,8 +112,9 @@ class RunStore(Protocol):
         """Overwrite if still at `if_version`; return the new version. Raises RecordChanged."""
         ...
 
-    def renew(self, run_id: str, if_version: datetime) -> datetime:
-        """Extend the lease (a new version) if still at `if_version`. Raises RecordChanged."""
+    def renew(self, run_id: str, expire_at: datetime, if_version: datetime) -> datetime:
+        """Extend the lease (a new version) and move `expire_at`, if still at `if_version`.
+        Raises RecordChanged."""
         ...
 
     def delete(self, run_id: str, if_version: datetime) -> None:

@@ -1,0 +1,84 @@
+"""The real Firestore store with scripted faults at the storage seam, for deterministic
+regression tests of "what if it landed and I was told it failed?".
+
+Each fault applies to one call of one operation, in order:
+- LOST_REPLY: the call runs against the emulator (a write lands), then reports
+  StoreUnavailable, as when the reply is lost or arrives after the deadline;
+- UNREACHABLE: the call reports StoreUnavailable without reaching the store;
+- BUG: an unexpected exception (RuntimeError) without reaching the store.
+`break_` makes every call of an operation fail until `heal`. (The network-level injector,
+local_stack.store_faults, drives the end-to-end tests and the demo.)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict, deque
+from collections.abc import Callable
+from datetime import datetime
+from enum import Enum
+from typing import TypeVar
+
+from dedup.firestore_store import FirestoreRunStore
+from dedup.store import RunRecord, StoredRun, StoreUnavailable
+
+T = TypeVar("T")
+
+
+class Fault(Enum):
+    LOST_REPLY = "lost_reply"
+    UNREACHABLE = "unreachable"
+    BUG = "bug"
+
+
+class FaultyStore:
+    def __init__(self, inner: FirestoreRunStore) -> None:
+        self.inner = inner
+        self._script: dict[str, deque[Fault]] = defaultdict(deque)
+        self._broken: dict[str, Fault] = {}
+        self._lock = threading.Lock()
+        self.calls: list[tuple[str, Fault | None]] = []
+
+    def script(self, operation: str, *faults: Fault) -> None:
+        with self._lock:
+            self._script[operation].extend(faults)
+
+    def break_(self, operation: str, fault: Fault = Fault.UNREACHABLE) -> None:
+        with self._lock:
+            self._broken[operation] = fault
+
+    def heal(self, operation: str) -> None:
+        with self._lock:
+            self._broken.pop(operation, None)
+
+    def count(self, operation: str) -> int:
+        return sum(1 for name, _ in self.calls if name == operation)
+
+    def _call(self, operation: str, call: Callable[[], T]) -> T:
+        with self._lock:
+            queue = self._script[operation]
+            fault = queue.popleft() if queue else self._broken.get(operation)
+            self.calls.append((operation, fault))
+        if fault is Fault.UNREACHABLE:
+            raise StoreUnavailable(f"injected: {operation} did not reach the store")
+        if fault is Fault.BUG:
+            raise RuntimeError(f"injected: {operation} hit an unexpected error")
+        result = call()
+        if fault is Fault.LOST_REPLY:
+            raise StoreUnavailable(f"injected: {operation} landed but its reply was lost")
+        return result
+
+    def create(self, run_id: str, record: RunRecord) -> datetime:
+        return self._call("create", lambda: self.inner.create(run_id, record))
+
+    def get(self, run_id: str) -> StoredRun | None:
+        return self._call("get", lambda: self.inner.get(run_id))
+
+    def replace(self, run_id: str, record: RunRecord, if_version: datetime) -> datetime:
+        return self._call("replace", lambda: self.inner.replace(run_id, record, if_version))
+
+    def renew(self, run_id: str, expire_at: datetime, if_version: datetime) -> datetime:
+        return self._call("renew", lambda: self.inner.renew(run_id, expire_at, if_version))
+
+    def delete(self, run_id: str, if_version: datetime) -> None:
+        self._call("delete", lambda: self.inner.delete(run_id, if_version))

@@ -1,0 +1,335 @@
+"""Exactly once under store faults: a write that lands while its reply is lost, a store
+that stays away for a while, an unexpected error. Each test scripts the fault at the
+storage seam (tests/function/faulty_store.py) over the real Firestore emulator, so the
+outcome is deterministic; tests/function/test_store_faults_served.py injects the same kinds
+of fault in the network, at random, end to end."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from google.cloud import firestore
+
+from dedup.cache import CompletedRunCache
+from dedup.firestore_store import FirestoreRunStore
+from dedup.http import STATUS
+from dedup.keys import RunKey
+from dedup.protocol import Claim, Deduplicator, Delivery, Outcome, RunContext
+from dedup.store import StoreUnavailable
+from local_stack.deliveries import LOCATION, PROJECT
+from tests.function.faulty_store import Fault, FaultyStore
+
+pytestmark = pytest.mark.usefixtures("firestore_emulator")
+
+KEY = RunKey(PROJECT, LOCATION, "nightly-export", datetime(2026, 10, 16, 12, 0, tzinfo=UTC))
+
+
+def faulty_dedup(
+    collection: str, *, lease: float = 60.0, heartbeat: float | None = None,
+    retention: float = 3600.0, cache_size: int = 0,
+) -> tuple[Deduplicator, FaultyStore]:
+    client = firestore.Client(project=PROJECT)
+    store = FaultyStore(FirestoreRunStore(client, collection, timeout_seconds=5))
+    dedup = Deduplicator(
+        store, lease_seconds=lease, retention_seconds=retention,
+        cache=CompletedRunCache(cache_size), heartbeat_seconds=heartbeat, settle_seconds=1.0,
+    )
+    return dedup, store
+
+
+class CountingJob:
+    """Job logic that records each execution, optionally sleeping or failing."""
+
+    def __init__(self, seconds: float = 0.0, result: Any = "done") -> None:
+        self.seconds = seconds
+        self.result = result
+        self.executions: list[str] = []
+
+    def __call__(self, context: RunContext) -> Any:
+        self.executions.append(context.attempt_id)
+        time.sleep(self.seconds)
+        return self.result
+
+
+def failing_job(context: RunContext) -> None:
+    raise RuntimeError("downstream said no")
+
+
+def status_of(store: FaultyStore) -> str | None:
+    stored = store.inner.get(KEY.run_id)
+    return None if stored is None else stored.record.status.value
+
+
+# -- a write that landed, reported as failed ----------------------------------------------
+
+def test_a_renewal_that_landed_unseen_does_not_make_completion_look_lost(
+    collection_name: str,
+) -> None:
+    dedup, store = faulty_dedup(collection_name)
+    claim = dedup.claim(KEY)
+    assert isinstance(claim, Claim)
+    store.script("renew", Fault.LOST_REPLY)
+    with pytest.raises(StoreUnavailable):
+        dedup.renew(claim)
+    assert dedup.complete(claim, '"ok"') is True  # adopts its own renewal, then completes
+    assert status_of(store) == "completed"
+    assert not claim.lost.is_set()
+
+
+def test_a_renewal_lost_during_the_job_still_ends_completed_and_never_runs_twice(
+    collection_name: str,
+) -> None:
+    dedup, store = faulty_dedup(collection_name, lease=3.0, heartbeat=0.2)
+    store.script("renew", Fault.LOST_REPLY)
+    job = CountingJob(seconds=0.7)
+    delivery = dedup.run(KEY, job, b"", {})
+    assert delivery.outcome is Outcome.COMPLETED
+    assert status_of(store) == "completed"
+    late, _ = faulty_dedup(collection_name, lease=3.0)
+    assert late.run(KEY, job, b"", {}).outcome is Outcome.DUPLICATE
+    assert len(job.executions) == 1
+
+
+def test_a_release_after_an_unseen_renewal_frees_the_run_at_once(collection_name: str) -> None:
+    dedup, store = faulty_dedup(collection_name)
+    claim = dedup.claim(KEY)
+    assert isinstance(claim, Claim)
+    store.script("renew", Fault.LOST_REPLY)
+    with pytest.raises(StoreUnavailable):
+        dedup.renew(claim)
+    assert dedup.release(claim) is True
+    assert status_of(store) is None
+    assert isinstance(dedup.claim(KEY), Claim)  # the retry after the 500 runs, no 409
+
+
+def test_a_claim_whose_reply_was_lost_is_adopted_not_left_as_a_phantom(
+    collection_name: str,
+) -> None:
+    dedup, store = faulty_dedup(collection_name)
+    store.script("create", Fault.LOST_REPLY)
+    job = CountingJob()
+    delivery = dedup.run(KEY, job, b"", {})
+    assert delivery.outcome is Outcome.COMPLETED
+    assert len(job.executions) == 1 and status_of(store) == "completed"
+
+
+def test_a_takeover_whose_reply_was_lost_is_adopted(collection_name: str) -> None:
+    dedup, store = faulty_dedup(collection_name, lease=1.0)
+    crashed = dedup.claim(KEY)
+    assert isinstance(crashed, Claim)
+    time.sleep(1.1)
+    store.script("replace", Fault.LOST_REPLY)
+    job = CountingJob()
+    delivery = dedup.run(KEY, job, b"", {})
+    assert (delivery.outcome, delivery.attempt) == (Outcome.COMPLETED, 2)
+    assert job.executions == [delivery.attempt_id]
+
+
+def test_a_claim_that_did_not_land_is_a_5xx_that_blocks_nothing(collection_name: str) -> None:
+    dedup, store = faulty_dedup(collection_name)
+    store.script("create", Fault.UNREACHABLE)
+    job = CountingJob()
+    delivery = dedup.run(KEY, job, b"", {})
+    assert delivery.outcome is Outcome.STORE_UNAVAILABLE and STATUS[delivery.outcome] == 500
+    assert job.executions == [] and status_of(store) is None
+    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED  # no 409 after the 5xx
+
+
+def test_a_claim_left_unknown_while_the_store_stays_away_blocks_for_one_lease_at_most(
+    collection_name: str,
+) -> None:
+    """The window no protocol closes: the create landed, then no read gets through within
+    the settle time. The 5xx is honest (nothing ran); the phantom lives one short lease."""
+    dedup, store = faulty_dedup(collection_name, lease=1.5)
+    store.script("create", Fault.LOST_REPLY)
+    store.break_("get")
+    job = CountingJob()
+    started = time.monotonic()
+    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.STORE_UNAVAILABLE
+    assert time.monotonic() - started < 1.0 + 5  # the settle time, not a lease or more
+    store.heal("get")
+    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.IN_PROGRESS
+    time.sleep(1.6)
+    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED
+    assert len(job.executions) == 1
+
+
+# -- renewals: expiry, fencing, resilience -------------------------------------------------
+
+def test_renewals_move_expire_at_so_a_live_claim_is_never_past_expiry(
+    collection_name: str,
+) -> None:
+    """Retention shorter than the job: the heartbeat must keep the record alive, or a rival
+    would take it over as a leftover and run the job a second time."""
+    dedup, store = faulty_dedup(collection_name, lease=1.0, heartbeat=0.2, retention=1.5)
+    rival, _ = faulty_dedup(collection_name, lease=1.0, retention=1.5)
+    rival_answers: list[Outcome] = []
+    expiries: list[datetime] = []
+
+    def job(context: RunContext) -> str:
+        for _ in range(6):
+            time.sleep(0.5)
+            stored = store.inner.get(KEY.run_id)
+            assert stored is not None
+            expiries.append(stored.record.expire_at)
+            decision = rival.claim(KEY)
+            assert isinstance(decision, Delivery), "a rival took over a live claim"
+            rival_answers.append(decision.outcome)
+        return "done"
+
+    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED
+    assert rival_answers == [Outcome.IN_PROGRESS] * 6
+    assert expiries == sorted(expiries) and expiries[-1] > expiries[0]
+
+
+def test_the_holder_fences_itself_before_a_rival_can_take_over(collection_name: str) -> None:
+    lease = 2.0
+    dedup, store = faulty_dedup(collection_name, lease=lease, heartbeat=0.5)
+    rival, _ = faulty_dedup(collection_name, lease=lease)
+    store.break_("renew")
+    seen: dict[str, Any] = {}
+
+    def job(context: RunContext) -> None:
+        started = time.monotonic()
+        seen["told"] = context.claim_lost.wait(3 * lease)
+        seen["after"] = time.monotonic() - started
+        decision = rival.claim(KEY)  # at the moment the job is told, no rival is in yet
+        seen["rival"] = decision.outcome if isinstance(decision, Delivery) else "took over"
+        raise RuntimeError("claim lost: stopping before the next state-changing step")
+
+    delivery = dedup.run(KEY, job, b"", {})
+    assert seen["told"] is True
+    assert lease * 0.5 < seen["after"] < lease  # by its own clock, with a margin to spare
+    assert seen["rival"] is Outcome.IN_PROGRESS
+    assert delivery.outcome is Outcome.FAILED and status_of(store) is None
+    assert store.count("renew") >= 2  # renewals kept being tried until the fence
+
+
+def test_an_unexpected_renewal_error_does_not_end_the_heartbeat(collection_name: str) -> None:
+    dedup, store = faulty_dedup(collection_name, lease=1.0, heartbeat=0.2)
+    rival, _ = faulty_dedup(collection_name, lease=1.0)
+    store.script("renew", Fault.BUG)
+    answers: list[Any] = []
+
+    def job(context: RunContext) -> None:
+        time.sleep(1.6)  # well past one lease: only later renewals keep the claim
+        decision = rival.claim(KEY)
+        answers.append(decision.outcome if isinstance(decision, Delivery) else "took over")
+        answers.append(context.claim_lost.is_set())
+
+    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED
+    assert answers == [Outcome.IN_PROGRESS, False]
+
+
+# -- once the job has run ------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "faults",
+    [(Fault.UNREACHABLE,) * 3, (Fault.LOST_REPLY,), (Fault.UNREACHABLE, Fault.LOST_REPLY)],
+    ids=["unreachable-3x", "lost-reply", "unreachable-then-lost-reply"],
+)
+def test_completion_is_retried_until_it_lands(
+    collection_name: str, faults: tuple[Fault, ...]
+) -> None:
+    dedup, store = faulty_dedup(collection_name, lease=5.0)
+    store.script("replace", *faults)
+    job = CountingJob()
+    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED
+    assert status_of(store) == "completed"
+    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.DUPLICATE
+    assert len(job.executions) == 1
+
+
+def test_a_store_away_for_longer_than_the_lease_after_the_job_is_completed_unrecorded(
+    collection_name: str,
+) -> None:
+    dedup, store = faulty_dedup(collection_name, lease=1.0)
+    store.break_("replace")
+    job = CountingJob()
+    started = time.monotonic()
+    delivery = dedup.run(KEY, job, b"", {})
+    assert delivery.outcome is Outcome.COMPLETED_UNRECORDED and STATUS[delivery.outcome] == 200
+    assert 0.5 < time.monotonic() - started < 3  # retried until the fence, not beyond
+    assert store.count("replace") >= 3
+
+
+def deeply_nested(depth: int = 100_000) -> list[Any]:
+    nested: list[Any] = []
+    for _ in range(depth):
+        nested = [nested]
+    return nested
+
+
+@pytest.mark.parametrize(
+    ("result", "fault", "outcome"),
+    [
+        ("done", Fault.BUG, Outcome.COMPLETED_UNRECORDED),
+        (deeply_nested(), None, Outcome.COMPLETED),  # json.dumps raises RecursionError
+    ],
+    ids=["unexpected-store-error", "result-too-deep-for-json"],
+)
+def test_nothing_after_the_job_returned_becomes_a_5xx(
+    collection_name: str, result: Any, fault: Fault | None, outcome: Outcome
+) -> None:
+    dedup, store = faulty_dedup(collection_name)
+    if fault is not None:
+        store.break_("replace", fault)
+    job = CountingJob(result=result)
+    delivery = dedup.run(KEY, job, b"", {})
+    assert delivery.outcome is outcome and STATUS[delivery.outcome] == 200
+    assert len(job.executions) == 1
+
+
+def test_a_release_is_retried_so_the_retry_runs_at_once(collection_name: str) -> None:
+    dedup, store = faulty_dedup(collection_name, lease=5.0)
+    store.script("delete", Fault.UNREACHABLE, Fault.LOST_REPLY)
+    assert dedup.run(KEY, failing_job, b"", {}).outcome is Outcome.FAILED
+    assert status_of(store) is None
+    job = CountingJob()
+    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED
+
+
+# -- the per-instance cache -----------------------------------------------------------------
+
+def test_a_cached_completion_lives_no_longer_than_its_record(collection_name: str) -> None:
+    completer, _ = faulty_dedup(collection_name, retention=2.5, cache_size=10)
+    reader, _ = faulty_dedup(collection_name, retention=2.5, cache_size=10)
+    job = CountingJob()
+    assert completer.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED
+    time.sleep(1.0)
+    first = reader.run(KEY, job, b"", {})
+    assert (first.outcome, first.from_cache) == (Outcome.DUPLICATE, False)
+    assert reader.run(KEY, job, b"", {}).from_cache is True
+    time.sleep(1.8)  # the record is now past expire_at: every instance treats it as absent
+    later = reader.run(KEY, job, b"", {})
+    assert later.from_cache is False
+
+
+def test_cache_entries_end_at_the_record_expiry_or_the_max_age() -> None:
+    now = [0.0]
+    cache = CompletedRunCache(10, max_age_seconds=100, monotonic=lambda: now[0])
+    cache.put("short", '"a"', record_lives_seconds=5)
+    cache.put("long", '"b"', record_lives_seconds=10_000)
+    cache.put("expired", '"c"', record_lives_seconds=-1)
+    now[0] = 4.9
+    assert cache.get("short") == (True, '"a"')
+    assert cache.get("expired") == (False, None)
+    now[0] = 5.0
+    assert cache.get("short") == (False, None)
+    now[0] = 99.9
+    assert cache.get("long") == (True, '"b"')
+    now[0] = 100.0
+    assert cache.get("long") == (False, None)
+
+
+def test_threads_of_the_lease_keeper_end_with_the_delivery(collection_name: str) -> None:
+    dedup, _ = faulty_dedup(collection_name, lease=1.0, heartbeat=0.1)
+    before = {t.name for t in threading.enumerate()}
+    assert dedup.run(KEY, CountingJob(seconds=0.3), b"", {}).outcome is Outcome.COMPLETED
+    lingering = {t.name for t in threading.enumerate()} - before
+    assert not lingering & {"lease-renewal", "lease-fence"}
+
