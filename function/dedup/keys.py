@@ -62,10 +62,11 @@ def lower_keys(headers: Mapping[str, str]) -> dict[str, str]:
 def parse_schedule_time(value: str) -> datetime:
     """Parse an RFC 3339 timestamp into an aware UTC datetime, or raise BadDelivery."""
     text = value.strip()
+    shown = _shown(value)
     match = _RFC3339.fullmatch(text)
     if not match:
         raise BadDelivery(
-            f"X-CloudScheduler-ScheduleTime {value!r} is not an RFC 3339 timestamp "
+            f"X-CloudScheduler-ScheduleTime {shown} is not an RFC 3339 timestamp "
             "such as 2026-10-16T12:00:00Z"
         )
     fraction = match.group(7) or ""
@@ -75,12 +76,21 @@ def parse_schedule_time(value: str) -> datetime:
     offset = match.group(8)
     iso += "+00:00" if offset in ("Z", "z") else offset
     try:
-        parsed = datetime.fromisoformat(iso.replace("t", "T"))
+        return datetime.fromisoformat(iso.replace("t", "T")).astimezone(UTC)
     except ValueError as exc:
         raise BadDelivery(
-            f"X-CloudScheduler-ScheduleTime {value!r} is not a real instant: {exc}"
+            f"X-CloudScheduler-ScheduleTime {shown} is not a real instant: {exc}"
         ) from None
-    return parsed.astimezone(UTC)
+    except OverflowError:
+        # 0001-01-01T00:30:00+01:00 or 9999-12-31T23:59:59-01:00: no UTC instant exists.
+        raise BadDelivery(
+            f"X-CloudScheduler-ScheduleTime {shown} is outside years 1-9999 in UTC"
+        ) from None
+
+
+def _shown(value: str, limit: int = 80) -> str:
+    """A header value quoted for a one-line reason, cut to a readable length."""
+    return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
 @dataclass(frozen=True)

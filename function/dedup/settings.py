@@ -7,6 +7,7 @@ than failing requests one by one.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ class Settings:
     location: str
     database: str = "(default)"
     collection: str = "scheduler_runs"
-    lease_seconds: float = 600.0
+    lease_seconds: float = 60.0
     retention_seconds: float = 7 * 24 * 3600.0
     missing_schedule_time: MissingScheduleTime = MissingScheduleTime.REJECT
     default_job: str = "jobs.example:run"
@@ -50,6 +51,9 @@ class Settings:
                 value = float(raw)
             except ValueError:
                 raise SettingsError(f"{name}={raw!r} is not a number of seconds") from None
+            if not math.isfinite(value):
+                # A NaN lease would never expire: every comparison with it is false.
+                raise SettingsError(f"{name}={raw!r} must be a finite number")
             if value < minimum:
                 raise SettingsError(f"{name}={raw!r} must be at least {minimum:g}")
             return value
@@ -66,10 +70,11 @@ class Settings:
 
         lease = number("DEDUP_LEASE_SECONDS", cls.lease_seconds, 1)
         retention = number("DEDUP_RETENTION_SECONDS", cls.retention_seconds, 60)
-        if retention < lease:
+        if retention <= lease:
             raise SettingsError(
-                f"DEDUP_RETENTION_SECONDS={retention:g} is shorter than "
-                f"DEDUP_LEASE_SECONDS={lease:g}: records must outlive the lease"
+                f"DEDUP_RETENTION_SECONDS={retention:g} is not longer than "
+                f"DEDUP_LEASE_SECONDS={lease:g}: records must outlive the lease; set "
+                f"DEDUP_RETENTION_SECONDS > {lease:g}"
             )
         raw_mode = env.get("DEDUP_MISSING_SCHEDULE_TIME", MissingScheduleTime.REJECT.value)
         try:

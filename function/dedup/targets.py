@@ -160,6 +160,18 @@ class DownstreamError(Exception):
 
 def start_request(target: Target, info: StartInfo) -> tuple[str, dict[str, Any]]:
     """(path, JSON body) of the start request for one target."""
+    try:
+        return _start_request(target, info)
+    except RecursionError:
+        # A body nested deeper than Python's JSON codec allows can never be sent: record
+        # it as a non-retryable error rather than release it to be retried forever.
+        raise DownstreamError(
+            "the Scheduler job's body nests too deeply to pass on as JSON: flatten it",
+            retryable=False,
+        ) from None
+
+
+def _start_request(target: Target, info: StartInfo) -> tuple[str, dict[str, Any]]:
     if target.kind is TargetKind.WORKFLOW:
         argument = json.dumps(
             {

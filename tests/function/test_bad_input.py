@@ -51,6 +51,9 @@ MALFORMED: dict[str, tuple[dict[str, str], str]] = {
     "bad project header": (with_(project="Bad_Project!"), "not a Google Cloud project ID"),
     "too short project": (with_(project="abc"), "not a Google Cloud project ID"),
     "bad location header": (with_(location="EU WEST"), "not a Google Cloud location ID"),
+    # Valid RFC 3339, but no UTC instant exists (datetime overflows): a 400, not a 500.
+    "before year 1 in UTC": (with_(time="0001-01-01T00:30:00+01:00"), "outside years 1-9999"),
+    "after year 9999 in UTC": (with_(time="9999-12-31T23:59:59-01:00"), "outside years 1-9999"),
 }
 
 
@@ -74,6 +77,14 @@ def test_the_table_covers_at_least_fifteen_cases() -> None:
     assert len(MALFORMED) >= 15
 
 
+def test_the_reason_quotes_a_huge_header_only_in_part(collection_name: str) -> None:
+    function = in_process_function(collection_name)
+    status, body = function.deliver(with_(time="x" * 100_000))
+    assert status == 400
+    assert "not an RFC 3339 timestamp" in body["error"]
+    assert len(body["error"]) < 300
+
+
 def test_missing_schedule_time_can_be_set_to_run_without_dedup(
     collection_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -93,6 +104,14 @@ BAD_SETTINGS: list[tuple[dict[str, str], str]] = [
     ({"DEDUP_LEASE_SECONDS": "ten"}, "DEDUP_LEASE_SECONDS"),
     ({"DEDUP_LEASE_SECONDS": "0"}, "DEDUP_LEASE_SECONDS"),
     ({"DEDUP_LEASE_SECONDS": "900", "DEDUP_RETENTION_SECONDS": "600"}, "DEDUP_RETENTION_SECONDS"),
+    # Equal is not enough: a record must outlive the lease of the claim it holds.
+    ({"DEDUP_LEASE_SECONDS": "600", "DEDUP_RETENTION_SECONDS": "600"}, "DEDUP_RETENTION_SECONDS"),
+    # A NaN lease never expires (every comparison with NaN is false); inf likewise.
+    ({"DEDUP_LEASE_SECONDS": "nan"}, "DEDUP_LEASE_SECONDS"),
+    ({"DEDUP_LEASE_SECONDS": "inf"}, "DEDUP_LEASE_SECONDS"),
+    ({"DEDUP_RETENTION_SECONDS": "NaN"}, "DEDUP_RETENTION_SECONDS"),
+    ({"DEDUP_STORE_TIMEOUT_SECONDS": "infinity"}, "DEDUP_STORE_TIMEOUT_SECONDS"),
+    ({"DEDUP_CACHE_SIZE": "nan"}, "DEDUP_CACHE_SIZE"),
     ({"DEDUP_MISSING_SCHEDULE_TIME": "ignore"}, "DEDUP_MISSING_SCHEDULE_TIME"),
     ({"DEDUP_JOB_ROUTES": "{not json"}, "DEDUP_JOB_ROUTES"),
     ({"DEDUP_JOB_ROUTES": '["a"]'}, "DEDUP_JOB_ROUTES"),

@@ -174,3 +174,19 @@ def test_a_job_without_a_route_is_recorded_as_an_error_and_nothing_starts(
     assert (status, body["outcome"]) == (200, "completed")
     assert "no downstream target for job 'unrouted-job'" in body["result"]["error"]["reason"]
     assert fake.received() == []
+
+
+def test_a_body_nested_too_deep_for_json_is_recorded_as_an_error_not_retried(
+    proxy: InProcessFunction, fake: FakeGoogleApis, collection_name: str
+) -> None:
+    """json.loads raises RecursionError (not ValueError) on deep nesting: the start request
+    can never be built, so retrying it forever would be wrong."""
+    job = JOBS[WORKFLOW]
+    deep = b"[" * 100_000 + b"]" * 100_000
+    status, body = proxy.deliver(scheduler_headers(job, SCHEDULE), deep)
+    assert (status, body["outcome"]) == (200, "completed")
+    assert body["result"]["error"]["retryable"] is False
+    assert "nests too deeply" in body["result"]["error"]["reason"]
+    assert fake.received() == []
+    stored = record(proxy, collection_name, job)
+    assert stored is not None and stored["status"] == "completed"
