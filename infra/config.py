@@ -26,12 +26,14 @@ from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
     ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_MIN_SECONDS,
+    LEASE_STORE_TIMEOUTS,
     MAX_BACKOFF_DEFAULT_SECONDS,
     MAX_DOUBLINGS_DEFAULT,
     MIN_BACKOFF_DEFAULT_SECONDS,
     RETRY_COUNT_MAX,
     RetrySettings,
     ScheduleError,
+    min_lease_seconds,
     retry_window_seconds,
     validate_cron,
     validate_time_zone,
@@ -50,7 +52,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "collection": "scheduler_runs",
     "deleteProtection": True,
     "pointInTimeRecovery": False,
-    "leaseSeconds": 600,
+    "leaseSeconds": 60,
     "retentionSeconds": 604800,
     "functionTimeoutSeconds": 540,
     "functionMemory": "512Mi",
@@ -930,12 +932,18 @@ def _check_cross_field(
 ) -> None:
     """Rules that tie settings together; the dedup guarantee depends on each of them."""
     lease, retention = dedup.lease_seconds, dedup.retention_seconds
-    if lease < function.timeout_seconds:
+    # The lease is a liveness window, renewed by a heartbeat while the job runs, not a
+    # bound on the job: it need not cover the function timeout or any attempt deadline.
+    min_lease = round(min_lease_seconds(dedup.store_timeout_seconds))
+    if lease < min_lease:
         r.fail(
             kit_key("leaseSeconds"),
-            f"{lease} s is shorter than functionTimeoutSeconds ({function.timeout_seconds} s), so "
-            "a retry could take over a run that is still executing",
-            f"set leaseSeconds >= {function.timeout_seconds} or lower functionTimeoutSeconds",
+            f"{lease} s is shorter than {LEASE_STORE_TIMEOUTS} x storeTimeoutSeconds "
+            f"({min_lease} s): the heartbeat renews the lease every leaseSeconds/3 and a renewal "
+            "may take up to storeTimeoutSeconds, so one stalled renewal would still be running "
+            "when the next is due, and a running job's claim would not survive two failed "
+            "renewals",
+            f"set leaseSeconds >= {min_lease} or lower storeTimeoutSeconds",
         )
     if function.timeout_seconds <= dedup.store_timeout_seconds:
         r.fail(
@@ -954,13 +962,6 @@ def _check_cross_field(
     for index, job in enumerate(jobs):
         key = f"{kit_key('jobs')}[{index}]"
         deadline = job.attempt_deadline_seconds
-        if lease < deadline:
-            r.fail(
-                kit_key("leaseSeconds"),
-                f"{lease} s is shorter than jobs[{index}] ({job.name}) attemptDeadlineSeconds "
-                f"({deadline} s), so a retry could take over an attempt that is still running",
-                f"set leaseSeconds >= {deadline} or lower that job's attemptDeadlineSeconds",
-            )
         if function.timeout_seconds < deadline:
             r.fail(
                 f"{key}.attemptDeadlineSeconds",

@@ -157,3 +157,18 @@ def retry_duration_to_recover_seconds(
         waited += backoff_seconds(retry, retries)
         retries += 1
     return 0.0 if retries <= retry.retry_count else float(attempt_deadline_seconds + waited)
+
+
+# A claim's lease is a liveness window: the heartbeat renews it every lease/3 while the job
+# runs (from the last renewal that landed), and the holder fences itself once the lease,
+# less a margin, has passed since then. One renewal may take a whole store timeout (the
+# bound on a Firestore call), so the lease must be at least this many store timeouts: one
+# stalled renewal then ends before the next is due, and two renewals may fail before the
+# holder gives up its claim.
+LEASE_STORE_TIMEOUTS = 3
+
+
+def min_lease_seconds(store_timeout_seconds: float) -> float:
+    """The shortest lease that survives missed renewals (config leaseSeconds, the policy
+    dedup-lease-survives-missed-renewals): LEASE_STORE_TIMEOUTS x the store timeout."""
+    return float(LEASE_STORE_TIMEOUTS * store_timeout_seconds)

@@ -30,14 +30,13 @@ PROXY_RESOURCE_ENV: Final = "DEDUP_PROXY_RESOURCE"
 
 # Defaults of the function's environment (SPEC "The function").
 DEDUP_DEFAULTS: Final = {
-    "DEDUP_LEASE_SECONDS": "600",
+    "DEDUP_LEASE_SECONDS": "60",
     "DEDUP_RETENTION_SECONDS": "604800",
+    "DEDUP_STORE_TIMEOUT_SECONDS": "10",
     "DEDUP_COLLECTION": "scheduler_runs",
     "DEDUP_DATABASE": "(default)",
 }
 DEDUP_TTL_FIELD: Final = "expire_at"
-# Cloud Run functions (2nd gen) request timeout when serviceConfig.timeoutSeconds is unset.
-FUNCTION_TIMEOUT_DEFAULT_SECONDS: Final = 60
 
 _DEFAULT_RUNTIME_ACCOUNTS: Final = (
     re.compile(r"^\d+-compute@developer\.gserviceaccount\.com$"),
@@ -48,6 +47,7 @@ _DEFAULT_BUILD_ACCOUNTS: Final = (
     re.compile(r"^\d+@cloudbuild\.gserviceaccount\.com$"),
 )
 _DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
+_DECIMAL: Final = re.compile(r"\s*\d+(?:\.\d+)?\s*")
 
 
 def service_account_email(value: str) -> str:
@@ -102,6 +102,23 @@ def parse_int(value: object) -> int:
     if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
         return int(value)
     raise ValueError(f"{value!r} is not an integer")
+
+
+def parse_seconds(value: object) -> float:
+    """A positive number of seconds given as a number or a decimal string ("10", "2.5")."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number of seconds")
+    if isinstance(value, str):
+        if not _DECIMAL.fullmatch(value):
+            raise ValueError(f"{value!r} is not a number of seconds")
+        number = float(value)
+    elif isinstance(value, int | float):
+        number = float(value)
+    else:
+        raise ValueError(f"{value!r} is not a number of seconds")
+    if not 0 < number < float("inf"):
+        raise ValueError(f"{value!r} is not a positive number of seconds")
+    return number
 
 
 def type_module(resource_type: str) -> str:

@@ -122,11 +122,15 @@ RESOURCE_POLICIES: Final[tuple[ResourcePolicy, ...]] = (
 
 STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     StackPolicy(
-        "dedup-lease-covers-deadline",
+        "dedup-lease-survives-missed-renewals",
         "The dedup function's lease (DEDUP_LEASE_SECONDS, config leaseSeconds) must be at least "
-        "every targeting job's attemptDeadline and the function's timeoutSeconds.",
+        "3 x its store timeout (DEDUP_STORE_TIMEOUT_SECONDS, default 10; config "
+        "storeTimeoutSeconds): the heartbeat renews the lease every lease/3 and a renewal may "
+        "take up to the store timeout, so one stalled renewal ends before the next is due and "
+        "a claim survives two failed renewals. The lease is a liveness window, not a bound on "
+        "the job: it need not cover attemptDeadline or the function's timeout.",
         MANDATORY,
-        stack.lease_covers_deadline_and_timeout,
+        stack.lease_survives_missed_renewals,
     ),
     StackPolicy(
         "dedup-retention-exceeds-retry-window",

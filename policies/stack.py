@@ -16,8 +16,10 @@ from urllib.parse import urlsplit
 
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
+    LEASE_STORE_TIMEOUTS,
     RetrySettings,
     fast_failure_retry_span_seconds,
+    min_lease_seconds,
     retry_duration_to_recover_seconds,
     retry_window_seconds,
 )
@@ -26,12 +28,12 @@ from policies.gcp import (
     DEDUP_ENTRY_POINT,
     DEDUP_TTL_FIELD,
     FIRESTORE_FIELD,
-    FUNCTION_TIMEOUT_DEFAULT_SECONDS,
     FUNCTION_V2,
     PROXY_ENTRY_POINT,
     SCHEDULER_JOB,
     parse_duration_seconds,
     parse_int,
+    parse_seconds,
 )
 from policies.model import Finding, Resource
 from policies.values import MISSING, UNKNOWN, as_list, as_mapping, get, is_unknown, known_str
@@ -133,49 +135,50 @@ def _int_setting(function: Resource, key: str) -> int | str | None:
         return f"{key}={value!r} is not a whole number of seconds: set an integer"
 
 
+def _seconds_setting(function: Resource, key: str) -> float | str | None:
+    """A DEDUP_* duration the function reads as a number ("10", "2.5"); None if unknown; an
+    error message if malformed."""
+    value = setting(function, key)
+    if is_unknown(value):
+        return None
+    try:
+        return parse_seconds(value)
+    except ValueError:
+        return f"{key}={value!r} is not a positive number of seconds: set one such as 10"
+
+
 # --- policies ---------------------------------------------------------------------------
 
 
-def lease_covers_deadline_and_timeout(resources: Sequence[Resource]) -> list[Finding]:
+def lease_survives_missed_renewals(resources: Sequence[Resource]) -> list[Finding]:
+    """The lease is a liveness window the heartbeat renews every lease/3; one renewal may
+    take up to the store timeout. Not judged while the lease or the store timeout is
+    unknown; a malformed lease or store timeout is reported (fail closed)."""
     findings: list[Finding] = []
     for function in dedup_functions(resources):
         lease = _int_setting(function, "DEDUP_LEASE_SECONDS")
         if isinstance(lease, str):
             findings.append(Finding(lease, function.urn))
             continue
-        if lease is None:
+        store_timeout = _seconds_setting(function, "DEDUP_STORE_TIMEOUT_SECONDS")
+        if isinstance(store_timeout, str):
+            findings.append(Finding(store_timeout, function.urn))
             continue
-        timeout_value = get(function.props, "serviceConfig", "timeoutSeconds")
-        if not is_unknown(timeout_value):
-            try:
-                timeout = (
-                    FUNCTION_TIMEOUT_DEFAULT_SECONDS
-                    if timeout_value is MISSING
-                    else parse_int(timeout_value)
+        if lease is None or store_timeout is None:
+            continue
+        minimum = min_lease_seconds(store_timeout)
+        if lease < minimum:
+            findings.append(
+                Finding(
+                    f"the lease DEDUP_LEASE_SECONDS={lease} is shorter than "
+                    f"{LEASE_STORE_TIMEOUTS} x DEDUP_STORE_TIMEOUT_SECONDS ({minimum:g}s): the "
+                    "heartbeat renews the lease every lease/3 and a renewal may take up to the "
+                    "store timeout, so one stalled renewal would still be running when the next "
+                    "is due, and a running job's claim would not survive two failed renewals; "
+                    f"set leaseSeconds >= {minimum:g} (or lower storeTimeoutSeconds)",
+                    function.urn,
                 )
-            except ValueError:
-                timeout = None
-            if timeout is not None and lease < timeout:
-                findings.append(
-                    Finding(
-                        f"the lease DEDUP_LEASE_SECONDS={lease} is shorter than the function's "
-                        f"request timeout ({timeout}s): a retry could take over a run that is "
-                        f"still executing; set leaseSeconds >= {timeout}",
-                        function.urn,
-                    )
-                )
-        for job in jobs_targeting(function, resources):
-            deadline = _deadline_seconds(job)
-            if deadline is not None and lease < deadline:
-                findings.append(
-                    Finding(
-                        f"the lease DEDUP_LEASE_SECONDS={lease} is shorter than the "
-                        f"attemptDeadline of job {job_label(job)} ({deadline:g}s): Scheduler "
-                        "retries after the deadline and the retry would find the lease expired "
-                        f"and run the job twice; set leaseSeconds >= {deadline:g}",
-                        function.urn,
-                    )
-                )
+            )
     return findings
 
 
@@ -240,7 +243,8 @@ def retries_outlast_lease(resources: Sequence[Resource]) -> list[Finding]:
 
     Judged per job, against the shortest lease of the dedup functions it may target (while
     its URL is unknown, that may be the function and the proxy). Not judged while a lease
-    or the retry config is unknown; a malformed lease is dedup-lease-covers-deadline's.
+    or the retry config is unknown; a malformed lease is
+    dedup-lease-survives-missed-renewals'.
     """
     findings: list[Finding] = []
     functions = dedup_functions(resources)

@@ -115,19 +115,15 @@ INVALID: list[tuple[str, Callable[[Config], None], str]] = [
     ("negative-doublings", set_retry("maxDoublings", -2), f"{JOB0}.retry.maxDoublings"),
     ("unknown-retry-key", set_retry("retries", 3), f"{JOB0}.retry.retries"),
     (
-        "lease-shorter-than-function-timeout",
-        set_key("scheduler-dedup:leaseSeconds", 500),
+        # The default store timeout is 10 s: the lease must be at least 30 s.
+        "lease-shorter-than-three-store-timeouts",
+        set_key("scheduler-dedup:leaseSeconds", 29),
         "scheduler-dedup:leaseSeconds",
     ),
     (
-        "lease-shorter-than-deadline",
-        several(
-            set_key("scheduler-dedup:leaseSeconds", 600),
-            set_key("scheduler-dedup:functionTimeoutSeconds", 600),
-            set_key("scheduler-dedup:retentionSeconds", 86400),
-            set_job("attemptDeadlineSeconds", 600),
-            set_key("scheduler-dedup:leaseSeconds", 590),
-        ),
+        # The default lease (60 s) against a store timeout of 30 s (at least 90 s).
+        "store-timeout-outgrows-default-lease",
+        set_key("scheduler-dedup:storeTimeoutSeconds", 30),
         "scheduler-dedup:leaseSeconds",
     ),
     (
@@ -138,6 +134,7 @@ INVALID: list[tuple[str, Callable[[Config], None], str]] = [
     (
         "retention-not-longer-than-lease",
         several(
+            set_key("scheduler-dedup:leaseSeconds", 600),
             set_key("scheduler-dedup:retentionSeconds", 600),
             set_job("retry", {"retryCount": 0}),
             set_job("attemptDeadlineSeconds", 60),
@@ -359,6 +356,52 @@ def test_invalid_config_declares_no_resource(
     assert not list(tmp_path.iterdir()), "not even the source zip is written"
 
 
+def test_a_short_lease_names_the_bound_and_the_fix() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(
+            {
+                **base_config(),
+                "scheduler-dedup:leaseSeconds": 20,
+                "scheduler-dedup:storeTimeoutSeconds": 8,
+            }
+        )
+    assert caught.value.keys == ("scheduler-dedup:leaseSeconds",)
+    message = str(caught.value)
+    assert "20 s is shorter than 3 x storeTimeoutSeconds (24 s)" in message
+    assert "two failed renewals" in message
+    assert "Fix: set leaseSeconds >= 24 or lower storeTimeoutSeconds" in message
+
+
+@pytest.mark.parametrize(
+    ("lease", "store_timeout"), [(30, 10), (3, 1), (180, 60)], ids=["default", "min", "max"]
+)
+def test_a_lease_of_exactly_three_store_timeouts_is_valid(lease: int, store_timeout: int) -> None:
+    cfg = load_config(
+        {
+            **base_config(),
+            "scheduler-dedup:leaseSeconds": lease,
+            "scheduler-dedup:storeTimeoutSeconds": store_timeout,
+        }
+    )
+    assert cfg.dedup.lease_seconds == lease
+
+
+def test_the_lease_need_not_cover_the_function_timeout_or_any_deadline() -> None:
+    """The lease is a liveness window the heartbeat renews, not a bound on the job: a lease
+    far shorter than the function's timeout and than every job's deadline is valid."""
+    cfg = base_config()
+    cfg["scheduler-dedup:leaseSeconds"] = 30
+    cfg["scheduler-dedup:functionTimeoutSeconds"] = 1800
+    cfg["scheduler-dedup:jobs"][0]["attemptDeadlineSeconds"] = 1800
+    cfg["scheduler-dedup:jobs"].append(
+        {"name": "quick", "schedule": "*/5 * * * *", "attemptDeadlineSeconds": 600}
+    )
+    loaded = load_config(cfg)
+    assert loaded.dedup.lease_seconds == 30
+    assert loaded.dedup.lease_seconds < loaded.function.timeout_seconds
+    assert all(loaded.dedup.lease_seconds < j.attempt_deadline_seconds for j in loaded.jobs)
+
+
 def test_all_problems_are_reported_at_once() -> None:
     cfg = base_config()
     del cfg["gcp:region"]
@@ -387,7 +430,7 @@ def test_defaults_apply() -> None:
     assert cfg.dedup.firestore_location == "europe-west1"
     assert cfg.dedup.delete_protection is True
     assert cfg.dedup.point_in_time_recovery is False
-    assert cfg.dedup.lease_seconds == 600
+    assert cfg.dedup.lease_seconds == 60
     assert cfg.dedup.retention_seconds == 604800
     assert cfg.dedup.missing_schedule_time == "reject"
     assert cfg.function.timeout_seconds == 540

@@ -1,14 +1,17 @@
-"""How long Scheduler keeps retrying a run whose every attempt fails at once, and the
-retry duration after which a crashed attempt's run is surely taken over."""
+"""How long Scheduler keeps retrying a run whose every attempt fails at once, the retry
+duration after which a crashed attempt's run is surely taken over, and the shortest lease
+that survives missed heartbeat renewals."""
 
 from __future__ import annotations
 
 import pytest
 
 from infra.scheduler_rules import (
+    LEASE_STORE_TIMEOUTS,
     RetrySettings,
     backoff_seconds,
     fast_failure_retry_span_seconds,
+    min_lease_seconds,
     retry_duration_to_recover_seconds,
 )
 
@@ -46,10 +49,15 @@ def test_span_is_the_larger_of_both_limits() -> None:
     [
         # Retries after a crash at the deadline: +10, +30, +70, +130, +190, +250, +310 s.
         (120, 300, RetrySettings(3, 600, 10, 60, 2), 120 + 310),
-        # prod's invoice-sync: +30, +90, +210, +450, +930, +1530, +2130 s.
+        # A long lease (1860 s, as leases had to be before the heartbeat made them liveness
+        # windows): +30, +90, +210, +450, +930, +1530, +2130 s.
         (600, 1860, RetrySettings(5, 3000, 30, 600, 4), 600 + 2130),
-        # prod's month-end-close: +120, +360, +840, +1800, +3600 s.
+        # ... +120, +360, +840, +1800, +3600 s.
         (900, 1860, RetrySettings(3, 5400, 120, 1800, 3), 900 + 3600),
+        # prod's invoice-sync: the second retry (+90 s) comes after the 60 s lease.
+        (600, 60, RetrySettings(3, 0, 30, 600, 4), 0),
+        # prod's month-end-close: the first retry (+120 s) already does.
+        (900, 60, RetrySettings(3, 0, 120, 1800, 3), 0),
         # Scheduler's defaults (5 s .. 1 h, 5 doublings): +5, +15, ..., +155, +315 s.
         (30, 300, RetrySettings(), 30 + 315),
         # retryCount alone reaches past the lease (+60 ... +1020 s): no duration needed.
@@ -67,7 +75,7 @@ def test_retry_duration_to_recover(
 def test_a_duration_that_recovers_outlasts_the_lease() -> None:
     """Sufficient implies necessary: what recovers a crashed run passes the span rule."""
     for deadline in (15, 180, 1800):
-        for lease in (deadline, 600, 1860):
+        for lease in (30, 60, deadline, 600, 1860):
             for retry in (DOC_EXAMPLE, RetrySettings(), RetrySettings(2, 0, 1, 4, 1)):
                 needed = retry_duration_to_recover_seconds(deadline, lease, retry)
                 fixed = RetrySettings(
@@ -78,3 +86,14 @@ def test_a_duration_that_recovers_outlasts_the_lease() -> None:
                     retry.max_doublings,
                 )
                 assert fast_failure_retry_span_seconds(fixed) >= lease
+
+
+@pytest.mark.parametrize(
+    ("store_timeout", "lease"), [(10, 30.0), (1, 3.0), (60, 180.0), (2.5, 7.5)]
+)
+def test_min_lease_is_three_store_timeouts(store_timeout: float, lease: float) -> None:
+    """The heartbeat renews every lease/3 and a renewal may take one store timeout: one
+    stalled renewal ends before the next is due (lease/3 >= store timeout)."""
+    assert LEASE_STORE_TIMEOUTS == 3
+    assert min_lease_seconds(store_timeout) == lease
+    assert min_lease_seconds(store_timeout) / 3 >= store_timeout

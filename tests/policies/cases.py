@@ -588,6 +588,16 @@ def _job(props: dict[str, object], name: str = "job-2") -> Resource:
     return res(JOB, name, props)
 
 
+LEASE = "DEDUP_LEASE_SECONDS"
+STORE_TIMEOUT = "DEDUP_STORE_TIMEOUT_SECONDS"
+
+
+def _env(resources: list[Resource], name: str, value: object) -> list[Resource]:
+    """The stack with the dedup function's (not the proxy's) environment variable `name`
+    set to `value` (DELETE removes it: the function's default applies)."""
+    return replace_named(resources, "dedup-function", f"{PROXY_ENV}.{name}", value)
+
+
 def _retries(
     name: str, fails: bool, resources: list[Resource] | None = None, **config: object
 ) -> Case:
@@ -599,82 +609,75 @@ def _retries(
 
 
 STACK_CASES: dict[str, list[Case]] = {
-    "dedup-lease-covers-deadline": [
+    "dedup-lease-survives-missed-renewals": [
+        # The kit's lease: 60 s against a 10 s store timeout (at least 30 s).
         stack_case("kit", kit_stack(), False),
         stack_case("preview", preview_stack(), False),
+        stack_case("proxy-kit", proxy_stack(), False),
+        stack_case("proxy-preview", preview_proxy_stack(), False),
+        stack_case("lease-equals-three-store-timeouts", _env(kit_stack(), LEASE, "30"), False),
         stack_case(
-            "lease-equals-deadline", replace(kit_stack(), JOB, "attemptDeadline", "540s"), False
-        ),
-        stack_case(
-            "lease-unknown",
-            replace(kit_stack(), FN, "serviceConfig.environmentVariables.DEDUP_LEASE_SECONDS", U),
-            False,
-        ),
-        stack_case(
-            "job-elsewhere",
-            [
-                *kit_stack(),
-                _job(
-                    patch(
-                        patch(job_props(), "httpTarget.uri", "https://example.com/hook"),
-                        "attemptDeadline",
-                        "1800s",
-                    )
-                ),
-            ],
-            False,
-        ),
-        stack_case("no-function", without_type(kit_stack(), FN), False),
-        stack_case(
-            "lease-below-deadline", replace(kit_stack(), JOB, "attemptDeadline", "900s"), True
-        ),
-        stack_case(
-            "lease-below-deadline-preview",
-            replace(preview_stack(), JOB, "attemptDeadline", "900s"),
-            True,
-        ),
-        stack_case(
-            "lease-below-timeout",
-            replace(kit_stack(), FN, "serviceConfig.timeoutSeconds", 900),
-            True,
-        ),
-        stack_case(
-            "lease-default-below-timeout",
+            # A liveness window, not a bound on the job: deadlines and the function's
+            # timeout far beyond the lease are fine.
+            "lease-below-deadline-and-timeout",
             replace(
-                replace(
-                    kit_stack(),
-                    FN,
-                    "serviceConfig.environmentVariables.DEDUP_LEASE_SECONDS",
-                    DELETE,
-                ),
+                replace(kit_stack(), JOB, "attemptDeadline", "1800s"),
                 FN,
                 "serviceConfig.timeoutSeconds",
                 3600,
             ),
-            True,
+            False,
         ),
-        stack_case("proxy-kit", proxy_stack(), False),
-        stack_case("proxy-preview", preview_proxy_stack(), False),
+        stack_case("lease-unknown", _env(kit_stack(), LEASE, U), False),
+        stack_case("store-timeout-unknown", _env(kit_stack(), STORE_TIMEOUT, U), False),
+        stack_case("env-unknown", replace(kit_stack(), FN, PROXY_ENV, U), False),
+        # The function's defaults: a 60 s lease, a 10 s store timeout.
+        stack_case("lease-default", _env(kit_stack(), LEASE, DELETE), False),
         stack_case(
-            # Only the proxy serves this job: its lease is judged, not the function's.
-            "proxied-deadline-above-proxy-lease",
-            replace_named(proxy_stack(), "job-daily-report", "attemptDeadline", "900s"),
-            True,
-        ),
-        stack_case(
-            "proxy-lease-below-its-timeout",
-            replace_named(
-                proxy_stack(), PROXY_FN, f"{PROXY_ENV}.DEDUP_LEASE_SECONDS", "300"
-            ),
-            True,
+            "store-timeout-default",
+            _env(_env(kit_stack(), STORE_TIMEOUT, DELETE), LEASE, "30"),
+            False,
         ),
         stack_case(
-            "lease-not-a-number",
-            replace(
-                kit_stack(), FN, "serviceConfig.environmentVariables.DEDUP_LEASE_SECONDS", "10m"
-            ),
+            "fractional-store-timeout",
+            _env(_env(kit_stack(), STORE_TIMEOUT, "2.5"), LEASE, "8"),
+            False,
+        ),
+        stack_case("no-function", without_type(kit_stack(), FN), False),
+        stack_case("lease-below-three-store-timeouts", _env(kit_stack(), LEASE, "29"), True),
+        stack_case("store-timeout-outgrows-lease", _env(kit_stack(), STORE_TIMEOUT, "30"), True),
+        stack_case(
+            "store-timeout-default-above-lease",
+            _env(_env(kit_stack(), STORE_TIMEOUT, DELETE), LEASE, "20"),
             True,
         ),
+        stack_case(
+            "lease-default-below-store-timeouts",
+            _env(_env(kit_stack(), LEASE, DELETE), STORE_TIMEOUT, "25"),
+            True,
+        ),
+        stack_case(
+            "fractional-store-timeout-above-lease",
+            _env(_env(kit_stack(), STORE_TIMEOUT, "2.5"), LEASE, "7"),
+            True,
+        ),
+        stack_case("preview-lease-short", _env(preview_stack(), LEASE, "20"), True),
+        stack_case(
+            # The proxy's own settings are judged, not only the function's.
+            "proxy-lease-short",
+            replace_named(proxy_stack(), PROXY_FN, f"{PROXY_ENV}.{LEASE}", "20"),
+            True,
+        ),
+        stack_case(
+            "proxy-store-timeout-outgrows-lease",
+            replace_named(proxy_stack(), PROXY_FN, f"{PROXY_ENV}.{STORE_TIMEOUT}", "30"),
+            True,
+        ),
+        # Malformed values fail closed.
+        stack_case("lease-not-a-number", _env(kit_stack(), LEASE, "10m"), True),
+        stack_case("store-timeout-not-a-number", _env(kit_stack(), STORE_TIMEOUT, "ten"), True),
+        stack_case("store-timeout-zero", _env(kit_stack(), STORE_TIMEOUT, "0"), True),
+        stack_case("store-timeout-negative", _env(kit_stack(), STORE_TIMEOUT, "-10"), True),
     ],
     "dedup-retention-exceeds-retry-window": [
         stack_case("kit", kit_stack(), False),
@@ -724,13 +727,13 @@ STACK_CASES: dict[str, list[Case]] = {
         stack_case("preview", preview_stack(), False),
         stack_case("proxy-kit", proxy_stack(), False),
         stack_case("proxy-preview", preview_proxy_stack(), False),
-        # 60+120+240+300+300 = 1020s of backoff alone outlast the 600s lease.
+        # 20+40 = 60s of backoff alone reach the 60s lease.
         _retries(
             "backoffs-outlast-lease",
             False,
-            retryCount=5,
+            retryCount=2,
             maxRetryDuration="0s",
-            minBackoffDuration="60s",
+            minBackoffDuration="20s",
             maxDoublings=3,
         ),
         # retryCount 0 with a maxRetryDuration: Scheduler retries for that duration.
@@ -741,7 +744,7 @@ STACK_CASES: dict[str, list[Case]] = {
             "lease-unknown", replace(kit_stack(), FN, f"{PROXY_ENV}.DEDUP_LEASE_SECONDS", U), False
         ),
         stack_case(
-            # Malformed: dedup-lease-covers-deadline reports it.
+            # Malformed: dedup-lease-survives-missed-renewals reports it.
             "lease-not-a-number",
             replace(kit_stack(), FN, f"{PROXY_ENV}.DEDUP_LEASE_SECONDS", "10m"),
             False,
@@ -763,22 +766,46 @@ STACK_CASES: dict[str, list[Case]] = {
         stack_case(
             "no-function", without_type(replace(kit_stack(), JOB, "retryConfig", DELETE), FN), False
         ),
-        # 10+20+40 = 70s of retries against a 600s lease.
-        _retries("retries-end-before-lease", True, maxRetryDuration="0s"),
-        _retries("max-retry-duration-below-lease", True, maxRetryDuration="599s"),
+        # 10+20 = 30s of retries against a 60s lease.
+        _retries("retries-end-before-lease", True, retryCount=2, maxRetryDuration="0s"),
+        _retries(
+            "max-retry-duration-below-lease", True, retryCount=2, maxRetryDuration="59s"
+        ),
         # At-most-once: reported (advisory) so that it is a choice, not an accident.
         _retries("no-retries", True, retryCount=0, maxRetryDuration="0s"),
         stack_case("no-retry-config", replace(kit_stack(), JOB, "retryConfig", DELETE), True),
+        # The function's default lease is 60 s.
+        _retries(
+            "lease-default-covered-by-retries",
+            False,
+            replace(kit_stack(), FN, f"{PROXY_ENV}.DEDUP_LEASE_SECONDS", DELETE),
+            retryCount=2,
+            maxRetryDuration="60s",
+        ),
         _retries(
             "lease-default-outlasts-retries",
             True,
             replace(kit_stack(), FN, f"{PROXY_ENV}.DEDUP_LEASE_SECONDS", DELETE),
-            maxRetryDuration="300s",
+            retryCount=2,
+            maxRetryDuration="59s",
         ),
-        _retries("preview-retries-end-before-lease", True, preview_stack(), maxRetryDuration="0s"),
+        _retries(
+            "preview-retries-end-before-lease",
+            True,
+            preview_stack(),
+            retryCount=2,
+            maxRetryDuration="0s",
+        ),
         stack_case(
             "proxied-job-retries-end-before-lease",
-            replace_named(proxy_stack(), "job-daily-report", "retryConfig.maxRetryDuration", "0s"),
+            replace_named(
+                replace_named(
+                    proxy_stack(), "job-daily-report", "retryConfig.maxRetryDuration", "0s"
+                ),
+                "job-daily-report",
+                "retryConfig.retryCount",
+                2,
+            ),
             True,
         ),
         stack_case(

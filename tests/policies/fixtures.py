@@ -94,7 +94,7 @@ def job_props(name: str = "nightly-export") -> dict[str, Any]:
         "attemptDeadline": "300s",
         "retryConfig": {
             "retryCount": 3,
-            # At least the lease (600 s): a run whose instance crashed is taken over.
+            # Well past the lease (60 s): a run whose instance crashed is taken over.
             "maxRetryDuration": "600s",
             "minBackoffDuration": "10s",
             "maxBackoffDuration": "300s",
@@ -137,8 +137,9 @@ def function_props() -> dict[str, Any]:
                 "DEDUP_LOCATION": REGION,
                 "DEDUP_DATABASE": DATABASE,
                 "DEDUP_COLLECTION": COLLECTION,
-                "DEDUP_LEASE_SECONDS": "600",
+                "DEDUP_LEASE_SECONDS": "60",
                 "DEDUP_RETENTION_SECONDS": "604800",
+                "DEDUP_STORE_TIMEOUT_SECONDS": "10",
                 "DEDUP_MISSING_SCHEDULE_TIME": "reject",
                 "DEDUP_JOB": "jobs.example:run",
             },

@@ -102,14 +102,25 @@ def test_dev_heartbeat_advisory_is_printed_and_the_check_passes() -> None:
 
 
 def test_stack_policies_see_every_job_of_the_stack(dev_declared: list[DeclaredResource]) -> None:
-    """Not vacuous: a lease of 10 s is flagged once per job and once for the timeout."""
-    broken = mutate(dev_declared, FUNCTION, f"{ENV}.DEDUP_LEASE_SECONDS", "10")
+    """Not vacuous: records kept 30 s are flagged once per job (the heartbeat's retry window
+    is its 30 s deadline); a lease of 10 s once, for the function."""
+    broken = mutate(dev_declared, FUNCTION, f"{ENV}.DEDUP_RETENTION_SECONDS", "30")
     found = [
-        v for v in offline_check.check_declared(broken) if v.policy == "dedup-lease-covers-deadline"
+        v
+        for v in offline_check.check_declared(broken)
+        if v.policy == "dedup-retention-exceeds-retry-window"
     ]
     jobs = [d for d in dev_declared if d.type == JOB]
     assert len(jobs) == 3
-    assert len(found) == len(jobs) + 1
+    assert len(found) == len(jobs)
+    broken = mutate(dev_declared, FUNCTION, f"{ENV}.DEDUP_LEASE_SECONDS", "10")
+    found = [
+        v
+        for v in offline_check.check_declared(broken)
+        if v.policy == "dedup-lease-survives-missed-renewals"
+    ]
+    assert len(found) == 1
+    assert "shorter than 3 x DEDUP_STORE_TIMEOUT_SECONDS (30s)" in found[0].message
 
 
 def test_resource_policies_get_inputs_and_stack_policies_get_state(
@@ -315,7 +326,6 @@ BROKEN: list[Broken] = [
         "attempt deadline of an hour",
         "scheduler-job-attempt-deadline",
         lambda d: mutate(d, JOB, "attemptDeadline", "3600s"),
-        also=frozenset({"dedup-lease-covers-deadline"}),
     ),
     Broken(
         "public invoker on the service",
@@ -364,9 +374,14 @@ BROKEN: list[Broken] = [
         lambda d: mutate(d, FIELD, "collection", "runs"),
     ),
     Broken(
-        "lease shorter than the deadline (program)",
-        "dedup-lease-covers-deadline",
-        lambda d: mutate(d, FUNCTION, f"{ENV}.DEDUP_LEASE_SECONDS", "60"),
+        "lease shorter than 3 store timeouts (program)",
+        "dedup-lease-survives-missed-renewals",
+        lambda d: mutate(d, FUNCTION, f"{ENV}.DEDUP_LEASE_SECONDS", "20"),
+    ),
+    Broken(
+        "store timeout outgrows the lease (program)",
+        "dedup-lease-survives-missed-renewals",
+        lambda d: mutate(d, FUNCTION, f"{ENV}.DEDUP_STORE_TIMEOUT_SECONDS", "30"),
     ),
     Broken(
         "retention shorter than the retry window (program)",
@@ -477,9 +492,9 @@ BROKEN: list[Broken] = [
         stack=PROD,
     ),
     Broken(
-        "proxy lease shorter than the proxied job's deadline",
-        "dedup-lease-covers-deadline",
-        lambda d: mutate_named(d, "proxy-function", f"{ENV}.DEDUP_LEASE_SECONDS", "60"),
+        "proxy lease shorter than 3 store timeouts",
+        "dedup-lease-survives-missed-renewals",
+        lambda d: mutate_named(d, "proxy-function", f"{ENV}.DEDUP_LEASE_SECONDS", "20"),
         stack=PROD,
     ),
     Broken(
@@ -512,9 +527,15 @@ BROKEN: list[Broken] = [
     # Stack configurations that config validation rejects before declaring anything.
     Broken("groc schedule in the stack config", None, config=_groc_config),
     Broken(
-        "lease shorter than the deadline (config)",
+        "lease shorter than 3 store timeouts (config)",
         None,
-        config=_set("scheduler-dedup:leaseSeconds", 60),
+        config=_set("scheduler-dedup:leaseSeconds", 20),
+    ),
+    Broken(
+        "store timeout outgrows the lease (config)",
+        None,
+        config=_set("scheduler-dedup:storeTimeoutSeconds", 30),
+        stack=PROD,
     ),
     Broken(
         "retention shorter than the retry window (config)",
@@ -599,16 +620,16 @@ def test_proxy_database_role_without_condition_is_advisory(
 def test_retries_shorter_than_the_lease_are_advisory(
     prod_declared: list[DeclaredResource], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # invoice-sync with the retries it had (30 minutes) against prod's 1860 s lease.
-    broken = mutate_named(
-        prod_declared, "job-invoice-sync-job", "retryConfig.maxRetryDuration", "1800s"
-    )
+    # invoice-sync with one retry (30 s after the failed attempt) against prod's 60 s lease.
+    broken = mutate_named(prod_declared, "job-invoice-sync-job", "retryConfig.retryCount", 1)
     monkeypatch.setattr(offline_check, "declare", lambda _path: broken)
     code, output = run_main("--stack-file", str(PROD))
     assert code == 0, output
     assert "[advisory] dedup-retries-outlast-lease: job-invoice-sync-job " in output
-    assert "job 'invoice-sync' stops retrying 1800s after its first attempt" in output
-    assert "set retryConfig.maxRetryDuration >= 1860s" in output
+    assert "job 'invoice-sync' stops retrying 30s after its first attempt" in output
+    assert "set retryConfig.maxRetryDuration >= 60s" in output
+    # The second retry would come 90 s after a crash at the 600 s deadline.
+    assert "690s makes sure a retry comes after it" in output
 
 
 def test_example_policy_config_downgrades_and_disables(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from infra.config import ConfigError, load_config
 from policies.gcp import FIRESTORE_FIELD
 from policies.model import ResourcePolicy, StackPolicy
 from policies.registry import ALL_POLICIES, by_name
-from policies.stack import ttl_policy_on_expire_at
+from policies.stack import lease_survives_missed_renewals, ttl_policy_on_expire_at
 from tests.policies.cases import RESOURCE_CASES, STACK_CASES, Case
-from tests.policies.fixtures import kit_stack, without_named
+from tests.policies.fixtures import kit_stack, replace_named, without_named
 
 ALL_CASES: dict[str, list[Case]] = {**RESOURCE_CASES, **STACK_CASES}
 
@@ -63,3 +64,33 @@ def test_names_are_unique_and_stable() -> None:
     names = [p.name for p in ALL_POLICIES]
     assert len(names) == len(set(names))
     assert all(n == n.lower() and " " not in n and n != "all" for n in names)
+
+
+@pytest.mark.parametrize(
+    ("lease", "store_timeout"),
+    [(29, 10), (30, 10), (60, 10), (60, 20), (60, 21), (3, 1), (2, 1), (180, 60), (179, 60)],
+)
+def test_config_and_policy_agree_on_the_shortest_lease(lease: int, store_timeout: int) -> None:
+    """leaseSeconds >= 3 x storeTimeoutSeconds in the stack config is the same bound as
+    DEDUP_LEASE_SECONDS >= 3 x DEDUP_STORE_TIMEOUT_SECONDS in the pack."""
+    try:
+        load_config(
+            {
+                "gcp:project": "acme-scheduler-test",
+                "gcp:region": "europe-west1",
+                "scheduler-dedup:leaseSeconds": lease,
+                "scheduler-dedup:storeTimeoutSeconds": store_timeout,
+                "scheduler-dedup:jobs": [{"name": "j", "schedule": "0 3 * * *"}],
+            }
+        )
+        config_accepts = True
+    except ConfigError as error:
+        assert error.keys == ("scheduler-dedup:leaseSeconds",)
+        config_accepts = False
+    env = "serviceConfig.environmentVariables"
+    stack = replace_named(kit_stack(), "dedup-function", f"{env}.DEDUP_LEASE_SECONDS", str(lease))
+    stack = replace_named(
+        stack, "dedup-function", f"{env}.DEDUP_STORE_TIMEOUT_SECONDS", str(store_timeout)
+    )
+    assert config_accepts == (lease >= 3 * store_timeout)
+    assert config_accepts == (lease_survives_missed_renewals(stack) == [])
