@@ -3,7 +3,8 @@
 Shared by the test fixtures, `make demo` and `make bench`, so all three start and stop
 things the same way. Also here, for the tests and the benchmark alike: deliveries.py
 (Scheduler-style headers, in-process function instances), ledger_job.py (a job that logs
-each execution to a file) and rpc_counter.py (counts a Firestore client's RPCs).
+each execution to a file), rpc_counter.py (counts a Firestore client's RPCs) and
+store_faults.py (a TCP proxy in front of the emulator that stalls or cuts the store).
 """
 
 from local_stack.processes import (
@@ -14,12 +15,24 @@ from local_stack.processes import (
     PortInUse,
     free_port,
 )
+from local_stack.store_faults import (
+    FaultKind,
+    FaultSchedule,
+    InjectedFault,
+    PlannedFault,
+    StoreFaultProxy,
+)
 
 __all__ = [
     "EmulatorMissing",
+    "FaultKind",
+    "FaultSchedule",
     "FirestoreEmulator",
     "FunctionServer",
+    "InjectedFault",
     "LocalStackError",
+    "PlannedFault",
     "PortInUse",
+    "StoreFaultProxy",
     "free_port",
 ]

@@ -1,6 +1,6 @@
 """The dedup protocol (SPEC section 2), independent of HTTP and of Firestore.
 
-claim -> run the job while a lease keeper renews the claim -> complete (success) or
+claim -> run the job while a heartbeat renews the claim -> complete (success) or
 release (failure). Every step is one conditional write or read against a RunStore; leases
 are judged by the store's clock, and the holder fences itself by its own monotonic clock
 before the store would let a rival in.
@@ -103,6 +103,31 @@ class Delivery:
     from_cache: bool = False
 
 
+class ClaimLost(threading.Event):
+    """`claim_lost` as the job sees it. Set when another attempt took the run over, and
+    also, with no timer thread, once the claim's fence time (monotonic) has passed: the
+    holder fences itself by its own clock, before the store would let a rival in."""
+
+    def __init__(self, fence_at: Callable[[], float], monotonic: Callable[[], float]) -> None:
+        super().__init__()
+        self._fence_at = fence_at
+        self._now = monotonic
+
+    def is_set(self) -> bool:
+        return super().is_set() or self._now() >= self._fence_at()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        give_up = None if timeout is None else self._now() + timeout
+        while not self.is_set():
+            left = self._fence_at() - self._now()  # the fence may move while we wait
+            if give_up is not None:
+                left = min(left, give_up - self._now())
+            if left <= 0:
+                break
+            super().wait(left)
+        return self.is_set()
+
+
 @dataclass
 class Claim:
     """This attempt's hold on a run: valid while the record is still at `version`."""
@@ -115,8 +140,17 @@ class Claim:
     # Monotonic time at which this attempt's last write known to have landed was sent:
     # the store's lease runs from a later instant, so a fence judged from here is early.
     held_since: float
-    lost: threading.Event = field(default_factory=threading.Event)
+    # The holder fences itself this long after `held_since` (lease minus a margin).
+    fence_after: float
+    monotonic: Callable[[], float] = time.monotonic
     lock: threading.Lock = field(default_factory=threading.Lock)
+    lost: ClaimLost = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lost = ClaimLost(self.fence_at, self.monotonic)
+
+    def fence_at(self) -> float:
+        return self.held_since + self.fence_after
 
 
 class Deduplicator:
@@ -165,7 +199,7 @@ class Deduplicator:
             sent = self._monotonic()
             try:
                 version = self._store.create(run_id, self._record(key, attempt_id, 1))
-                return Claim(key, run_id, attempt_id, 1, version, sent)
+                return self._claim(key, attempt_id, 1, version, sent)
             except RecordExists:
                 stored = self._store.get(run_id)
             except StoreUnavailable:
@@ -178,7 +212,7 @@ class Deduplicator:
                 continue  # released or deleted between our create and read: try again
             if stored.record.attempt_id == attempt_id:
                 # Our create landed though its reply was lost: this attempt holds the run.
-                return Claim(key, run_id, attempt_id, stored.record.attempts, stored.version, sent)
+                return self._claim(key, attempt_id, stored.record.attempts, stored.version, sent)
             decided = self._judge(key, attempt_id, stored)
             if decided is not None:
                 return decided
@@ -209,11 +243,19 @@ class Deduplicator:
         except StoreUnavailable:
             now = self._settle_read(run_id)
             if now is not None and now.record.attempt_id == attempt_id:
-                return Claim(key, run_id, attempt_id, attempts, now.version, sent)
+                return self._claim(key, attempt_id, attempts, now.version, sent)
             if now is not None and now.version == stored.version:
                 raise  # our takeover did not land: the record is as the crash left it
             return None  # it moved (or went): look again
-        return Claim(key, run_id, attempt_id, attempts, version, sent)
+        return self._claim(key, attempt_id, attempts, version, sent)
+
+    def _claim(
+        self, key: RunKey, attempt_id: str, attempts: int, version: datetime, sent: float
+    ) -> Claim:
+        return Claim(
+            key, key.run_id, attempt_id, attempts, version, sent, self._fence_after,
+            self._monotonic,
+        )
 
     def complete(self, claim: Claim, result_json: str | None) -> bool:
         """Mark the run completed if this attempt still holds it. False: claim lost."""
@@ -302,7 +344,7 @@ class Deduplicator:
         """Retry a finishing write (complete or release) while this attempt still holds its
         lease by its own clock: a stall a little longer than one store timeout must not
         leave a job that ran unrecorded, nor a failed run blocked for a lease."""
-        return _retry_unavailable(step, claim.held_since + self._fence_after, self._monotonic)
+        return _retry_unavailable(step, claim.fence_at(), self._monotonic)
 
     def _expire_at(self) -> datetime:
         return self._wall_clock() + timedelta(seconds=self._retention)
@@ -313,7 +355,7 @@ class Deduplicator:
     # -- one delivery, end to end ------------------------------------------------------
 
     def run(self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str]) -> Delivery:
-        """Claim, run the job while the lease keeper renews, then complete or release."""
+        """Claim, run the job while the heartbeat renews, then complete or release."""
         run_id = key.run_id
         hit, cached = self._cache.get(run_id)
         if hit:
@@ -339,7 +381,7 @@ class Deduplicator:
         )
         base = Delivery(Outcome.COMPLETED, run_id, claim.attempt_id, claim.attempt)
         try:
-            with _LeaseKeeper(self, claim, self._heartbeat, self._fence_after, self._monotonic):
+            with _Heartbeat(self, claim, self._heartbeat, self._monotonic):
                 result = job(context)
         except Exception as exc:
             log.exception("job %s failed for run %s", key.job_id, run_id)
@@ -402,61 +444,43 @@ def encode_result(result: Any) -> tuple[str | None, str | None]:
     return text, None
 
 
-class _LeaseKeeper:
+class _Heartbeat:
     """While the job runs: renews the claim `interval` after the last renewal that landed
     (not after the end of a failed one, so one slow renewal cannot use up the lease), and
-    fences it once `fence_after` has passed since then by this instance's monotonic
-    clock: the job is told (claim_lost) before the store would let a rival in."""
+    keeps trying after failures until one lands or the claim is fenced (ClaimLost)."""
 
     def __init__(
-        self, dedup: Deduplicator, claim: Claim, interval: float, fence_after: float,
+        self, dedup: Deduplicator, claim: Claim, interval: float,
         monotonic: Callable[[], float],
     ) -> None:
         self._dedup = dedup
         self._claim = claim
         self._interval = interval
-        self._fence_after = fence_after
         self._now = monotonic
         self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._renew, name="lease-renewal", daemon=True),
-            threading.Thread(target=self._fence, name="lease-fence", daemon=True),
-        ]
+        self._thread = threading.Thread(target=self._loop, name="lease-heartbeat", daemon=True)
 
-    def __enter__(self) -> _LeaseKeeper:
-        for thread in self._threads:
-            thread.start()
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join()
+        self._thread.join()
 
-    def _renew(self) -> None:
+    def _loop(self) -> None:
         claim = self._claim
         due = claim.held_since + self._interval
         while not self._stop.wait(max(0.0, due - self._now())):
             try:
                 if not self._dedup.renew(claim):
-                    log.warning("run %s: claim lost while the job ran", claim.run_id)
+                    log.warning(
+                        "run %s: claim lost while the job ran (taken over, or no renewal "
+                        "landed for %.1fs): the job is told to stop", claim.run_id,
+                        claim.fence_after,
+                    )
                     return
                 due = claim.held_since + self._interval
             except Exception as exc:  # StoreUnavailable or anything else: keep trying
                 log.warning("run %s: lease renewal failed: %s", claim.run_id, exc)
                 due = max(self._now(), due + self._interval / 2)
-
-    def _fence(self) -> None:
-        claim = self._claim
-        while True:
-            left = claim.held_since + self._fence_after - self._now()
-            if left <= 0:
-                if not claim.lost.is_set():
-                    log.warning(
-                        "run %s: no lease renewal landed for %.1fs: claim fenced, job told",
-                        claim.run_id, self._fence_after,
-                    )
-                claim.lost.set()
-                return
-            if self._stop.wait(left):
-                return
