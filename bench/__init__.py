@@ -4,6 +4,7 @@ textbook.py       the comparator (SPEC section 2, "What the kit does better")
 textbook_main.py  its functions-framework entry point, served like function/main.py
 servers.py        both handlers served the same way (local_stack.FunctionServer)
 scenarios.py      the six scenarios, each run for both handlers, interleaved
+paired.py         timing verdicts: the median kit/comparator ratio of paired rounds
 report.py         figures, targets, the table, latest.json and latency.png
 harness.py        the command line: `python -m bench [--quick] [--strict]`
 """

@@ -97,6 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name} burst 5xx x{count}: {cause}")
     print()
     print("targets:" + (" (quick run: too few repetitions to mean much)" if args.quick else ""))
+    print("  (a timing target is judged on the median kit/comparator ratio of rounds run side "
+          "by side, so drift\n  during the run cannot flip it; IQR and range show how widely "
+          "those ratios spread)")
     print(rep.verdict_lines(report))
     print()
     print(f"wrote {args.out / 'latest.json'} and {args.out / 'latency.png'} "

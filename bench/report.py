@@ -10,8 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from bench.paired import Limit, Verdict, decide
 from bench.scenarios import Config, Results
 
 
@@ -61,12 +62,39 @@ Figures = Mapping[str, Mapping[str, float]]
 
 
 @dataclass(frozen=True)
-class Target:
+class ExactTarget:
+    """Deterministic (RPC counts, executions, 5xx): a miss is a defect."""
+
     name: str
-    # "exact": deterministic (RPC counts, executions, 5xx): a miss is a defect.
-    # "timing": depends on the machine: a miss is reported, and fails only with --strict.
-    kind: str
     check: Callable[[Figures], tuple[bool, str]]
+    kind: ClassVar[str] = "exact"
+
+    def evaluate(self, results: Results) -> dict[str, Any]:
+        passed, observed = self.check(results.figures)
+        return {"name": self.name, "kind": self.kind, "passed": passed, "observed": observed}
+
+
+@dataclass(frozen=True)
+class TimingTarget:
+    """Depends on the machine: decided on the median kit/comparator ratio of the rounds in
+    which both ran side by side (bench.paired), so drift during the run cannot flip it. A
+    miss is reported, and fails only with --strict."""
+
+    name: str
+    key: str  # the figure whose paired rounds decide (Results.paired)
+    limit: Limit
+    kind: ClassVar[str] = "timing"
+
+    def evaluate(self, results: Results) -> dict[str, Any]:
+        rounds = results.paired[self.key]
+        verdict = decide(rounds["kit"], rounds["textbook"], self.limit)
+        return {
+            "name": self.name, "kind": self.kind, "passed": verdict.passed,
+            "observed": describe(verdict), "paired": paired_summary(verdict, self.limit),
+        }
+
+
+Target = ExactTarget | TimingTarget
 
 
 def ratio(figures: Figures, key: str) -> float | None:
@@ -74,18 +102,19 @@ def ratio(figures: Figures, key: str) -> float | None:
     return kit / textbook if textbook else None
 
 
-def _ratio_at_most(key: str, limit: float) -> Callable[[Figures], tuple[bool, str]]:
-    def check(figures: Figures) -> tuple[bool, str]:
-        value = ratio(figures, key)
-        return value is not None and value <= limit, f"kit/comparator = {_num(value)}"
-    return check
+def describe(verdict: Verdict) -> str:
+    spread = verdict.spread
+    if spread is None:
+        return "kit/comparator n/a (no pair had a ratio)"
+    return (f"kit/comparator {_ratio(spread.median)} (median of {spread.pairs} "
+            f"pair{'s' if spread.pairs != 1 else ''}; IQR {_ratio(spread.q1)}.."
+            f"{_ratio(spread.q3)}, range {_ratio(spread.low)}..{_ratio(spread.high)})")
 
 
-def _ratio_at_least(key: str, limit: float) -> Callable[[Figures], tuple[bool, str]]:
-    def check(figures: Figures) -> tuple[bool, str]:
-        value = ratio(figures, key)
-        return value is not None and value >= limit, f"kit/comparator = {_num(value)}"
-    return check
+def paired_summary(verdict: Verdict, limit: Limit) -> dict[str, Any]:
+    """A timing target's paired ratios for latest.json."""
+    spread = asdict(verdict.spread) if verdict.spread else {"pairs": 0}
+    return {"limit": str(limit), **spread, "ratios": list(verdict.ratios)}
 
 
 def _kit(key: str, test: Callable[[float], bool]) -> Callable[[Figures], tuple[bool, str]]:
@@ -105,22 +134,22 @@ def _one_execution(figures: Figures) -> tuple[bool, str]:
     return low == high == 1, f"kit {_num(low)}..{_num(high)} per burst"
 
 
-TARGETS = (
-    Target("RPCs per fresh run: 2 (comparator 6)", "exact", _fresh_rpcs),
-    Target("RPCs for a duplicate on the instance that completed it: 0", "exact",
-           _kit("duplicate_same.rpcs", lambda v: v == 0)),
-    Target("RPCs for a duplicate on another instance: at most 2", "exact",
-           _kit("duplicate_other.rpcs", lambda v: v <= 2)),
-    Target("burst: exactly one execution every time", "exact", _one_execution),
-    Target("burst: no 5xx", "exact", _kit("burst.replies_5xx", lambda v: v == 0)),
-    Target("burst: max latency at most 1/10 of the comparator's", "timing",
-           _ratio_at_most("burst.latency_max_ms", 0.1)),
-    Target("fresh run: median latency at most 0.6 of the comparator's", "timing",
-           _ratio_at_most("fresh.latency_median_ms", 0.6)),
-    Target("throughput: at least 1.5 times the comparator's", "timing",
-           _ratio_at_least("throughput.runs_per_s", 1.5)),
-    Target(f"cold start: no slower than the comparator (+{COLD_START_NOISE:.0%} noise)",
-           "timing", _ratio_at_most("cold_start.first_reply_ms", 1 + COLD_START_NOISE)),
+TARGETS: tuple[Target, ...] = (
+    ExactTarget("RPCs per fresh run: 2 (comparator 6)", _fresh_rpcs),
+    ExactTarget("RPCs for a duplicate on the instance that completed it: 0",
+                _kit("duplicate_same.rpcs", lambda v: v == 0)),
+    ExactTarget("RPCs for a duplicate on another instance: at most 2",
+                _kit("duplicate_other.rpcs", lambda v: v <= 2)),
+    ExactTarget("burst: exactly one execution every time", _one_execution),
+    ExactTarget("burst: no 5xx", _kit("burst.replies_5xx", lambda v: v == 0)),
+    TimingTarget("burst: max latency at most 1/10 of the comparator's",
+                 "burst.latency_max_ms", Limit(0.1, at_most=True)),
+    TimingTarget("fresh run: median latency at most 0.6 of the comparator's",
+                 "fresh.latency_median_ms", Limit(0.6, at_most=True)),
+    TimingTarget("throughput: at least 1.5 times the comparator's",
+                 "throughput.runs_per_s", Limit(1.5, at_most=False)),
+    TimingTarget(f"cold start: no slower than the comparator (+{COLD_START_NOISE:.0%} noise)",
+                 "cold_start.first_reply_ms", Limit(1 + COLD_START_NOISE, at_most=True)),
 )
 
 
@@ -136,14 +165,14 @@ def _num(value: float | None) -> str:
     return f"{value:.2f}"
 
 
-def evaluate(figures: Figures) -> list[dict[str, Any]]:
-    verdicts = []
-    for target in TARGETS:
-        passed, observed = target.check(figures)
-        verdicts.append(
-            {"name": target.name, "kind": target.kind, "passed": passed, "observed": observed}
-        )
-    return verdicts
+def _ratio(value: float) -> str:
+    """Three decimals: a median next to its limit (0.604 against 0.6) must not print as
+    the limit itself."""
+    return f"{value:.3f}"
+
+
+def evaluate(results: Results) -> list[dict[str, Any]]:
+    return [target.evaluate(results) for target in TARGETS]
 
 
 def build_report(results: Results, config: Config, quick: bool) -> dict[str, Any]:
@@ -168,8 +197,9 @@ def build_report(results: Results, config: Config, quick: bool) -> dict[str, Any
         },
         "config": asdict(config),
         "figures": figures,
-        "targets": evaluate(results.figures),
+        "targets": evaluate(results),
         "anomalies": results.anomalies,
+        "paired_rounds": results.paired,
         "details": results.details,
         "timings_s": results.timings,
         "samples_ms": results.samples,

@@ -1,5 +1,7 @@
 """The six scenarios, each run for both handlers and interleaved repetition by repetition
 (kit then textbook, then textbook then kit, ...) so that machine noise hits both alike.
+The figures of the timing targets are also kept round by round (Results.paired): those
+targets are decided on paired kit/comparator ratios (bench.paired).
 
 Latency, bursts, throughput and cold starts go over HTTP to served processes (two
 "instances" per handler, A and B: one gunicorn worker each). Firestore RPCs are counted
@@ -32,6 +34,7 @@ from typing import Any
 
 from google.cloud import firestore
 
+from bench.paired import abba, median, round_medians
 from bench.servers import HANDLERS, KIT, Handler, serve
 from bench.textbook import build_textbook_handler
 from dedup.app import build_handler
@@ -57,14 +60,17 @@ _EPOCH = datetime(2030, 1, 1, tzinfo=UTC)
 @dataclass(frozen=True)
 class Config:
     fresh_runs: int = 200  # scenario 1, per handler, over HTTP
+    fresh_runs_per_round: int = 10  # scenario 1's paired rounds: 20 ratios of medians
     rpc_runs: int = 20  # in-process runs per handler for each RPC figure (deterministic)
     duplicate_runs: int = 50  # scenario 2
     bursts: int = 10  # scenario 3
     burst_size: int = 50
     rpc_bursts: int = 2  # scenario 3, in-process (RPCs per burst)
     throughput_clients: int = 8  # scenario 4
-    throughput_seconds: float = 4.0  # per handler per round
-    throughput_rounds: int = 3
+    # Many short rounds rather than a few long ones: more pairs for the median in the same
+    # time (a round of 1.5 s is still hundreds of runs: its start and end are negligible).
+    throughput_seconds: float = 1.5  # per handler per round
+    throughput_rounds: int = 8
     takeovers: int = 30  # scenario 5
     cold_starts: int = 8  # scenario 6
     warmup_runs: int = 40  # per served instance, before any measurement
@@ -74,9 +80,9 @@ class Config:
     @classmethod
     def quick(cls) -> Config:
         return cls(
-            fresh_runs=10, rpc_runs=2, duplicate_runs=3, bursts=1, rpc_bursts=1,
-            throughput_seconds=0.5, throughput_rounds=1, takeovers=2, cold_starts=1,
-            warmup_runs=2, seeded_lease_seconds=0.5,
+            fresh_runs=10, fresh_runs_per_round=5, rpc_runs=2, duplicate_runs=3, bursts=1,
+            rpc_bursts=1, throughput_seconds=0.25, throughput_rounds=2, takeovers=2,
+            cold_starts=1, warmup_runs=2, seeded_lease_seconds=0.5,
         )
 
 
@@ -104,6 +110,9 @@ class Results:
     """Per scenario figure key -> {"kit": value, "textbook": value}, plus raw samples."""
 
     figures: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Figure key -> handler -> that figure per round, in run order: round i of the kit and
+    # of the textbook ran side by side (the pairs that decide the timing targets).
+    paired: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     anomalies: list[str] = field(default_factory=list)
@@ -112,16 +121,11 @@ class Results:
     def put(self, key: str, handler: Handler, value: float) -> None:
         self.figures.setdefault(key, {})[handler.name] = value
 
+    def pair(self, key: str, handler: Handler, per_round: list[float]) -> None:
+        self.paired.setdefault(key, {})[handler.name] = per_round
+
     def detail(self, key: str, handler: Handler, value: Any) -> None:
         self.details.setdefault(key, {})[handler.name] = value
-
-
-def median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -131,9 +135,9 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
-def interleaved(repetition: int) -> tuple[Handler, ...]:
+def interleaved(repetition: int) -> tuple[Handler, Handler]:
     """Kit first on even repetitions, textbook first on odd ones."""
-    return HANDLERS if repetition % 2 == 0 else tuple(reversed(HANDLERS))
+    return abba(repetition, HANDLERS)
 
 
 def progress(message: str) -> None:
@@ -261,6 +265,8 @@ class Bench:
             self.results.detail("fresh.rpc_methods", handler, rpcs[handler.name][1])
             self.results.put("fresh.latency_median_ms", handler, median(ms))
             self.results.put("fresh.latency_p99_ms", handler, percentile(ms, 0.99))
+            self.results.pair("fresh.latency_median_ms", handler,
+                              round_medians(ms, self.config.fresh_runs_per_round))
             self.results.samples.setdefault("fresh", {})[handler.name] = ms
 
     def _fresh_in_process(self, handler: Handler) -> Counter[str]:
@@ -372,7 +378,7 @@ class Bench:
             self.results.detail("burst.replies_by_status", handler,
                                 {str(s): n for s, n in sorted(by_status.items())})
             self.results.detail("burst.replies_by_outcome", handler, dict(outcomes[name]))
-            self.results.detail("burst.max_latency_ms_per_burst", handler, max_per_burst[name])
+            self.results.pair("burst.latency_max_ms", handler, max_per_burst[name])
             self.results.detail("burst.rpc_methods", handler, rpcs[name][1])
             self.results.detail("burst.failure_details", handler, self.failure_details(handler))
             self.results.samples.setdefault("burst", {})[name] = latencies[name]
@@ -425,8 +431,7 @@ class Bench:
         for handler in HANDLERS:
             self.results.put("throughput.runs_per_s", handler,
                              done[handler.name] / elapsed[handler.name])
-            self.results.detail("throughput.runs_per_s_per_round", handler,
-                                per_round[handler.name])
+            self.results.pair("throughput.runs_per_s", handler, per_round[handler.name])
 
     def _throughput_round(
         self, handler: Handler, pool: ThreadPoolExecutor, clients: int
@@ -519,7 +524,7 @@ class Bench:
         for handler in HANDLERS:
             self.results.put("cold_start.first_reply_ms", handler, median(first[handler.name]))
             self.results.put("cold_start.first_reply_min_ms", handler, min(first[handler.name]))
-            self.results.detail("cold_start.samples_ms", handler, first[handler.name])
+            self.results.pair("cold_start.first_reply_ms", handler, first[handler.name])
 
     def run_all(self) -> Results:
         steps: list[tuple[str, Callable[[], None]]] = [

@@ -36,6 +36,29 @@ def test_json_holds_every_figure_for_both_handlers(
     assert len(written["samples_ms"]["fresh"]["kit"]) == written["config"]["fresh_runs"]
 
 
+def test_timing_targets_show_median_spread_and_pairs_of_paired_rounds(
+    quick_run: tuple[dict[str, Any], Path],
+) -> None:
+    written = json.loads((quick_run[1] / "latest.json").read_text())
+    config = written["config"]
+    rounds = {  # figure key -> paired rounds a quick run makes
+        "burst.latency_max_ms": config["bursts"],
+        "fresh.latency_median_ms": -(-config["fresh_runs"] // config["fresh_runs_per_round"]),
+        "throughput.runs_per_s": config["throughput_rounds"],
+        "cold_start.first_reply_ms": config["cold_starts"],
+    }
+    assert {key: len(per_handler["kit"]) for key, per_handler in
+            written["paired_rounds"].items()} == rounds
+    timing = [t for t in written["targets"] if t["kind"] == "timing"]
+    assert len(timing) == len(rounds)
+    for target in timing:
+        paired = target["paired"]
+        assert paired["pairs"] == len(paired["ratios"]) >= 1
+        assert paired["low"] <= paired["q1"] <= paired["median"] <= paired["q3"] \
+            <= paired["high"]
+        assert f"median of {paired['pairs']} pair" in target["observed"]
+
+
 def test_chart_is_a_png(quick_run: tuple[dict[str, Any], Path]) -> None:
     assert (quick_run[1] / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -69,7 +92,8 @@ def test_exit_code_fails_on_exact_misses_and_on_timing_misses_only_when_strict()
 
 
 def test_percentile_is_nearest_rank() -> None:
-    from bench.scenarios import median, percentile
+    from bench.paired import median
+    from bench.scenarios import percentile
 
     samples = [float(n) for n in range(1, 201)]
     assert percentile(samples, 0.99) == 198
