@@ -28,6 +28,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from dedup.cache import CompletedRunCache
+from dedup.heartbeat import HEARTBEATS, Heartbeats
 from dedup.keys import RunKey
 from dedup.store import (
     RecordChanged,
@@ -168,6 +169,7 @@ class Deduplicator:
         settle_seconds: float = 10.0,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
+        heartbeats: Heartbeats = HEARTBEATS,
     ) -> None:
         self._store = store
         self._lease = lease_seconds
@@ -183,6 +185,7 @@ class Deduplicator:
         # Only for `expire_at` (the TTL deadline, days away): leases never use it.
         self._wall_clock = wall_clock
         self._monotonic = monotonic
+        self._heartbeats = heartbeats
 
     # -- the protocol steps ------------------------------------------------------------
 
@@ -381,7 +384,10 @@ class Deduplicator:
         )
         base = Delivery(Outcome.COMPLETED, run_id, claim.attempt_id, claim.attempt)
         try:
-            with _Heartbeat(self, claim, self._heartbeat, self._monotonic):
+            with self._heartbeats.keep(
+                lambda: self.renew(claim), lambda: claim.held_since, self._heartbeat,
+                f"run {run_id}",
+            ):
                 result = job(context)
         except Exception as exc:
             log.exception("job %s failed for run %s", key.job_id, run_id)
@@ -442,45 +448,3 @@ def encode_result(result: Any) -> tuple[str | None, str | None]:
     if len(text.encode()) > MAX_RESULT_BYTES:
         return None, f"result dropped: larger than {MAX_RESULT_BYTES} bytes"
     return text, None
-
-
-class _Heartbeat:
-    """While the job runs: renews the claim `interval` after the last renewal that landed
-    (not after the end of a failed one, so one slow renewal cannot use up the lease), and
-    keeps trying after failures until one lands or the claim is fenced (ClaimLost)."""
-
-    def __init__(
-        self, dedup: Deduplicator, claim: Claim, interval: float,
-        monotonic: Callable[[], float],
-    ) -> None:
-        self._dedup = dedup
-        self._claim = claim
-        self._interval = interval
-        self._now = monotonic
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="lease-heartbeat", daemon=True)
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        claim = self._claim
-        due = claim.held_since + self._interval
-        while not self._stop.wait(max(0.0, due - self._now())):
-            try:
-                if not self._dedup.renew(claim):
-                    log.warning(
-                        "run %s: claim lost while the job ran (taken over, or no renewal "
-                        "landed for %.1fs): the job is told to stop", claim.run_id,
-                        claim.fence_after,
-                    )
-                    return
-                due = claim.held_since + self._interval
-            except Exception as exc:  # StoreUnavailable or anything else: keep trying
-                log.warning("run %s: lease renewal failed: %s", claim.run_id, exc)
-                due = max(self._now(), due + self._interval / 2)

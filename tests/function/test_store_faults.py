@@ -6,7 +6,6 @@ of fault in the network, at random, end to end."""
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -326,10 +325,10 @@ def test_cache_entries_end_at_the_record_expiry_or_the_max_age() -> None:
     assert cache.get("long") == (False, None)
 
 
-def test_the_heartbeat_thread_ends_with_the_delivery(collection_name: str) -> None:
-    dedup, _ = faulty_dedup(collection_name, lease=1.0, heartbeat=0.1)
-    before = {t.name for t in threading.enumerate()}
-    assert dedup.run(KEY, CountingJob(seconds=0.3), b"", {}).outcome is Outcome.COMPLETED
-    lingering = {t.name for t in threading.enumerate()} - before
-    assert "lease-heartbeat" not in lingering
-
+def test_renewals_stop_when_the_job_returns(collection_name: str) -> None:
+    dedup, store = faulty_dedup(collection_name, lease=1.0, heartbeat=0.1)
+    assert dedup.run(KEY, CountingJob(seconds=0.45), b"", {}).outcome is Outcome.COMPLETED
+    renewals = store.count("renew")
+    assert renewals >= 2  # the shared heartbeat renewed while the job ran
+    time.sleep(0.4)
+    assert store.count("renew") == renewals
