@@ -4,6 +4,7 @@ keys.py      headers -> RunKey (the run_id), or a 400 reason
 protocol.py  claim / complete / release / renew, the lease heartbeat, RunContext
 store.py     the storage seam (RunStore); firestore_store.py implements it
 cache.py     per-instance memory of completed runs
+callers.py   who may call (DEDUP_ALLOWED_CALLERS): the Cloud-Run-verified token's email
 http.py      one delivery -> reply + one JSON log line
 app.py       wiring from DEDUP_* settings (settings.py); jobs.py loads job logic
 """

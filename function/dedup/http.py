@@ -1,5 +1,6 @@
 """One delivery in, one reply and one structured log line out. No web framework here:
-main.py adapts functions-framework's request to `DedupHandler.handle`."""
+main.py adapts functions-framework's request to `DedupHandler.handle`, for every entry
+point (handle_scheduled_job, proxy_scheduled_job), so each passes the caller check."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from dedup.callers import check_caller
 from dedup.jobs import JobRegistry
 from dedup.keys import BadDelivery, RunKey, format_instant, lower_keys, parse_delivery
 from dedup.protocol import Delivery, Job, Outcome, RunContext, encode_result
@@ -44,6 +46,15 @@ SEVERITY = {
     Outcome.STORE_UNAVAILABLE: "ERROR",
     Outcome.COMPLETED_UNRECORDED: "ERROR",
 }
+# Two answers come before the protocol, read and write nothing, and are not Outcomes;
+# both are logged WARNING with their own `outcome` label:
+# - 403 "forbidden": DEDUP_ALLOWED_CALLERS is set and the caller's OIDC token is missing,
+#   not a JWT, has no `email` claim or one not in the list (callers.py). Checked first.
+# - 400 "rejected": the Scheduler headers are missing or malformed (keys.py).
+FORBIDDEN_STATUS = 403
+FORBIDDEN_OUTCOME = "forbidden"
+REJECTED_STATUS = 400
+REJECTED_OUTCOME = "rejected"
 
 _stdout_lock = threading.Lock()
 
@@ -89,6 +100,19 @@ class DedupHandler:
     def handle(self, headers: Mapping[str, str], body: bytes) -> HttpReply:
         started = time.perf_counter()
         lowered = lower_keys(headers)
+        if self._settings.allowed_callers:
+            refusal = check_caller(lowered, self._settings.allowed_callers)
+            if refusal is not None:
+                # Who, and why: nothing else of the request (no headers, body or token).
+                self._emit({
+                    "severity": "WARNING",
+                    "message": f"forbidden caller: {refusal.reason}",
+                    "outcome": FORBIDDEN_OUTCOME,
+                    "status": FORBIDDEN_STATUS,
+                    "caller": refusal.caller,
+                    "latency_ms": _ms_since(started),
+                })
+                return HttpReply(FORBIDDEN_STATUS, {"error": refusal.reason})
         try:
             parsed = parse_delivery(lowered, self._settings.project, self._settings.location)
             if parsed.schedule_time is None and (
@@ -103,12 +127,12 @@ class DedupHandler:
             self._emit({
                 "severity": "WARNING",
                 "message": f"rejected delivery: {reason}",
-                "outcome": "rejected",
-                "status": 400,
+                "outcome": REJECTED_OUTCOME,
+                "status": REJECTED_STATUS,
                 "job": lowered.get("x-cloudscheduler-jobname"),
                 "latency_ms": _ms_since(started),
             })
-            return HttpReply(400, {"error": reason})
+            return HttpReply(REJECTED_STATUS, {"error": reason})
 
         job = self._jobs.for_job(parsed.job_id)
         if parsed.schedule_time is None:

@@ -9,9 +9,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+ALLOWED_CALLERS_ENV = "DEDUP_ALLOWED_CALLERS"
+# An e-mail address as Google writes service accounts' (and users'): local@domain.tld, no
+# wildcards or other punctuation a reader could take for a pattern.
+_EMAIL = re.compile(
+    r"[A-Za-z0-9._%+-]+@"
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+"
+)
 
 
 class SettingsError(ValueError):
@@ -38,6 +47,9 @@ class Settings:
     job_routes: Mapping[str, str] = field(default_factory=dict)
     store_timeout_seconds: float = 10.0
     cache_size: int = 10_000
+    allowed_callers: frozenset[str] = frozenset()
+    """DEDUP_ALLOWED_CALLERS, lower-cased: the only callers served (callers.py); empty:
+    every caller Cloud Run lets through."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -110,4 +122,32 @@ class Settings:
                 "DEDUP_STORE_TIMEOUT_SECONDS", cls.store_timeout_seconds, 0.1
             ),
             cache_size=cache_size,
+            allowed_callers=parse_allowed_callers(env.get(ALLOWED_CALLERS_ENV, "")),
         )
+
+
+def parse_allowed_callers(raw: str) -> frozenset[str]:
+    """DEDUP_ALLOWED_CALLERS: comma-separated e-mails (spaces around them ignored), lower-cased.
+
+    Blank means "not set": every caller Cloud Run lets through is served. An empty entry or
+    one that is not an e-mail address stops the start-up: a typo must not quietly lock out
+    the jobs, or (worse) read as "not set".
+    """
+    if not raw.strip():
+        return frozenset()
+    emails: set[str] = set()
+    for position, entry in enumerate((e.strip() for e in raw.split(",")), start=1):
+        if not entry:
+            raise SettingsError(
+                f"{ALLOWED_CALLERS_ENV}={raw!r} has an empty entry (#{position}): list "
+                "service-account e-mails separated by single commas, e.g. "
+                "'jobs-invoker@my-project.iam.gserviceaccount.com'"
+            )
+        if not _EMAIL.fullmatch(entry):
+            raise SettingsError(
+                f"{ALLOWED_CALLERS_ENV}: entry #{position} {entry[:80]!r} is not an e-mail "
+                "address: list the service-account e-mails the Scheduler jobs' OIDC tokens "
+                "carry, e.g. 'jobs-invoker@my-project.iam.gserviceaccount.com'"
+            )
+        emails.add(entry.lower())
+    return frozenset(emails)

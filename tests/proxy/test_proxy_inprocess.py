@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from local_stack import free_port
-from local_stack.deliveries import InProcessFunction, scheduler_headers
+from local_stack.deliveries import INVOKER, PROJECT, InProcessFunction, bearer, scheduler_headers
 from tests.proxy.fake_apis import BUILD_TRIGGER, RUN_JOB, WORKFLOW, Behaviour, FakeGoogleApis
 from tests.proxy.support import JOBS, KINDS, RESOURCES, SCHEDULE, in_process_proxy, run_id
 
@@ -190,3 +190,25 @@ def test_a_body_nested_too_deep_for_json_is_recorded_as_an_error_not_retried(
     assert fake.received() == []
     stored = record(proxy, collection_name, job)
     assert stored is not None and stored["status"] == "completed"
+
+
+def test_the_proxy_serves_only_its_allowed_callers(
+    firestore_emulator: object, collection_name: str, fake: FakeGoogleApis
+) -> None:
+    """proxy_scheduled_job goes through the same handler: a refused caller starts nothing
+    and writes nothing; the allowed account then starts the run's one execution."""
+    proxy = in_process_proxy(collection_name, fake.url, allowed_callers=frozenset({INVOKER}))
+    job = JOBS[WORKFLOW]
+    other = f"ci-deployer@{PROJECT}.iam.gserviceaccount.com"
+    for authorization in (None, "Bearer test-token", bearer(None), bearer(other)):
+        status, body = proxy.deliver(scheduler_headers(job, SCHEDULE, authorization=authorization))
+        assert status == 403, body
+        assert set(body) == {"error"}
+    assert fake.received() == []
+    assert record(proxy, collection_name, job) is None
+    assert [line["caller"] for line in proxy.logs] == [
+        "no token", "not a JWT", "no email claim", other
+    ]
+    status, body = proxy.deliver(scheduler_headers(job, SCHEDULE, authorization=bearer(INVOKER)))
+    assert (status, body["outcome"]) == (200, "completed")
+    assert len(fake.received()) == 1
