@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STACK ?= dev
 
-.PHONY: demo test lint typecheck unit plan policy-check bench clean
+.PHONY: demo test lint typecheck workflow-lint unit plan policy-check bench clean
 
 # The virtual environment is built from pinned requirements on first use.
 $(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.txt policies/requirements.txt constraints.txt
@@ -16,13 +16,17 @@ $(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.txt p
 demo: $(VENV)/stamp
 	$(BIN)/python -m demo $(DEMO_ARGS)
 
-test: lint typecheck policy-check unit
+test: lint typecheck workflow-lint policy-check unit
 
 lint: $(VENV)/stamp
 	$(BIN)/ruff check .
 
 typecheck: $(VENV)/stamp
 	$(BIN)/mypy
+
+# The GitHub Actions workflows: zizmor's security audits, offline (no GitHub API calls).
+workflow-lint: $(VENV)/stamp
+	$(BIN)/zizmor --offline .github/workflows
 
 unit: $(VENV)/stamp
 	$(BIN)/pytest

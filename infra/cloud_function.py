@@ -3,11 +3,13 @@
 Both are Cloud Run functions (2nd gen) built from the same source object by the same
 dedicated build account into the same Artifact Registry repository, run as a runtime
 account of their own with internal-only ingress, may be invoked only by the jobs' invoker
-account (`roles/run.invoker` on the function's one Cloud Run service), and read and write
-only the dedup database (`roles/datastore.user` conditioned to it). These helpers declare
-exactly that. They are plain functions, not components: each resource takes the Pulumi
-name and the parent (`parent=self` of the calling component) it is given, so names and
-URNs stay those of the component that declares them.
+account (`roles/run.invoker` on the function's one Cloud Run service), serve only that
+account's OIDC tokens (`DEDUP_ALLOWED_CALLERS`, checked in the function: Cloud Run's IAM
+check also lets through anyone with a broader role on the service or the project), and
+read and write only the dedup database (`roles/datastore.user` conditioned to it). These
+helpers declare exactly that. They are plain functions, not components: each resource
+takes the Pulumi name and the parent (`parent=self` of the calling component) it is given,
+so names and URNs stay those of the component that declares them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ FUNCTION_RUNTIME: Final = "python312"
 INGRESS: Final = "ALLOW_INTERNAL_ONLY"
 ROLE_RUN_INVOKER: Final = "roles/run.invoker"
 ROLE_DATASTORE_USER: Final = "roles/datastore.user"
+ALLOWED_CALLERS_ENV: Final = "DEDUP_ALLOWED_CALLERS"
+"""The function's setting listing the only accounts it serves (function/dedup/settings.py)."""
 
 
 def database_condition_expression(project: str, database: str) -> str:
@@ -64,6 +68,9 @@ class FunctionBase:
     labels: Mapping[str, str]
     invoker_member: pulumi.Input[str]
     """`serviceAccount:E` of the jobs' OIDC identity."""
+    invoker_email: pulumi.Input[str]
+    """E of that account: what its OIDC tokens' `email` claim says, and so the one caller
+    the functions built from this base serve (DEDUP_ALLOWED_CALLERS)."""
 
 
 class DeclaredFunction(NamedTuple):
@@ -106,12 +113,22 @@ def declare_function(
     entry_point: str,
     runtime_account_email: pulumi.Input[str],
     environment: Mapping[str, str],
+    allowed_callers: Sequence[pulumi.Input[str]],
     depends_on: Sequence[pulumi.Resource],
 ) -> DeclaredFunction:
     """The function `{name}-function`, built as `base` says, with internal-only ingress,
-    run as `runtime_account_email` with `environment`; and `{name}-invoker`, which lets
-    the jobs' invoker account invoke it."""
+    run as `runtime_account_email` with `environment` plus DEDUP_ALLOWED_CALLERS (the
+    e-mails of `allowed_callers`: the accounts whose OIDC tokens its Scheduler jobs send);
+    and `{name}-invoker`, which lets the jobs' invoker account invoke it."""
     project, region, settings = base.project, base.region, base.settings
+    if not allowed_callers:
+        raise ValueError(f"{name}: a function of the kit serves at least one caller")
+    if ALLOWED_CALLERS_ENV in environment:
+        raise ValueError(f"{name}: {ALLOWED_CALLERS_ENV} comes from allowed_callers")
+    # E-mails of accounts created in the same program: outputs, known once they exist.
+    callers = pulumi.Output.all(*allowed_callers).apply(
+        lambda emails: ",".join(dict.fromkeys(str(e) for e in emails))
+    )
     function = gcp.cloudfunctionsv2.Function(
         f"{name}-function",
         project=project,
@@ -141,7 +158,7 @@ def declare_function(
             min_instance_count=settings.min_instances,
             max_instance_count=settings.max_instances,
             max_instance_request_concurrency=settings.max_request_concurrency,
-            environment_variables=dict(environment),
+            environment_variables={**environment, ALLOWED_CALLERS_ENV: callers},
         ),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
     )

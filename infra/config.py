@@ -26,9 +26,12 @@ from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
     ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_MIN_SECONDS,
+    DURATION_MAX_SECONDS,
+    JOB_ID_MAX_LENGTH,
     LEASE_STORE_TIMEOUTS,
     MAX_BACKOFF_DEFAULT_SECONDS,
     MAX_DOUBLINGS_DEFAULT,
+    MAX_DOUBLINGS_MAX,
     MIN_BACKOFF_DEFAULT_SECONDS,
     RETRY_COUNT_MAX,
     RetrySettings,
@@ -48,7 +51,6 @@ GCP_REGION_KEY: Final = "gcp:region"
 # Defaults of the kit's keys (Pulumi.yaml declares the same; a test keeps them equal).
 DEFAULTS: Final[Mapping[str, Any]] = {
     "namePrefix": "scheduler-dedup",
-    "databaseName": "scheduler-dedup",
     "collection": "scheduler_runs",
     "deleteProtection": True,
     "pointInTimeRecovery": False,
@@ -64,9 +66,11 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "storeTimeoutSeconds": 10,
     "cacheSize": 10000,
     "proxyTimeoutSeconds": 30,
+    "iamPropagationSeconds": 120,
 }
-# Keys without a default: firestoreLocation (defaults to gcp:region), jobs (required).
-KIT_KEYS: Final = frozenset({*DEFAULTS, "firestoreLocation", "jobs"})
+# Keys without a fixed default: databaseName (defaults to namePrefix), firestoreLocation
+# (defaults to gcp:region), jobs (required).
+KIT_KEYS: Final = frozenset({*DEFAULTS, "databaseName", "firestoreLocation", "jobs"})
 
 JOB_KEYS: Final = frozenset(
     {
@@ -102,6 +106,9 @@ MAX_INSTANCES_LIMIT: Final = 1000
 MAX_REQUEST_CONCURRENCY_LIMIT: Final = 1000
 STORE_TIMEOUT_MAX_SECONDS: Final = 60
 PROXY_TIMEOUT_MAX_SECONDS: Final = 600  # the proxy's own bound (DEDUP_PROXY_TIMEOUT_SECONDS)
+# The wait for IAM grants to propagate before the functions are deployed (infra/iam_wait.py):
+# Google documents that a grant usually takes effect within 2 minutes, sometimes 7 or more.
+IAM_PROPAGATION_MAX_SECONDS: Final = 900
 
 # The proxy's downstream targets (function/dedup/targets.py accepts the same names and
 # resource shapes; tests/infra/test_proxy_config.py checks both agree).
@@ -181,6 +188,17 @@ _PROVIDER_KEYS: Final[Mapping[str, tuple[re.Pattern[str], str, str, str]]] = {
 def kit_key(name: str) -> str:
     """`leaseSeconds` -> `scheduler-dedup:leaseSeconds`."""
     return f"{PROJECT_NAME}:{name}"
+
+
+def scheduler_job_id(name_prefix: str, job_name: str) -> str:
+    """The Cloud Scheduler job ID of `jobs[].name` in a stack: `<namePrefix>-<name>`.
+
+    Job IDs are unique per project and region, so two stacks sharing a project keep apart
+    only if the ID carries the stack's prefix. It is what the function receives as
+    X-CloudScheduler-JobName, keys DEDUP_JOB_ROUTES / DEDUP_PROXY_ROUTES, and is part of
+    every run's dedup key.
+    """
+    return f"{name_prefix}-{job_name}"
 
 
 # --------------------------------------------------------------------------- errors
@@ -334,11 +352,18 @@ class StackConfig:
     jobs: tuple[JobSettings, ...]
     proxy_timeout_seconds: int = 30
     """DEDUP_PROXY_TIMEOUT_SECONDS: bound on one downstream start request."""
+    iam_propagation_seconds: int = 120
+    """How long the program waits after the accounts' grants before deploying functions."""
+
+    def job_id(self, job: JobSettings) -> str:
+        """The deployed Scheduler job ID of `job`: `<namePrefix>-<name>`."""
+        return scheduler_job_id(self.name_prefix, job.name)
 
     def job_routes(self) -> dict[str, str]:
-        """DEDUP_JOB_ROUTES: every (not proxied) job's ID -> its effective `module:function`."""
+        """DEDUP_JOB_ROUTES: every (not proxied) job's deployed ID -> its effective
+        `module:function`."""
         return {
-            job.name: job.job_logic
+            self.job_id(job): job.job_logic
             for job in sorted(self.jobs, key=lambda j: j.name)
             if job.proxy is None
         }
@@ -348,9 +373,10 @@ class StackConfig:
         return tuple(job for job in self.jobs if job.proxy is not None)
 
     def proxy_routes(self) -> dict[str, ProxyTarget]:
-        """Every proxied job's ID -> its target (DEDUP_PROXY_ROUTES); empty: no proxy."""
+        """Every proxied job's deployed ID -> its target (DEDUP_PROXY_ROUTES); empty: no
+        proxy."""
         return {
-            job.name: job.proxy
+            self.job_id(job): job.proxy
             for job in sorted(self.jobs, key=lambda j: j.name)
             if job.proxy is not None
         }
@@ -514,20 +540,24 @@ def load_config(values: Mapping[str, Any]) -> StackConfig:
     name_prefix = kit.string(
         "namePrefix",
         pattern=_NAME_PREFIX,
-        fix="use 4-22 lowercase letters, digits or hyphens, starting with a letter "
-        "(it prefixes the function, service account and bucket names)",
+        fix="use 4-22 lowercase letters, digits or hyphens, starting with a letter and "
+        "ending with a letter or digit (it names every project-unique resource: functions, "
+        "service accounts, bucket, repository, Scheduler jobs and, by default, the database)",
     )
-    dedup = _read_dedup(kit, region)
+    dedup = _read_dedup(kit, region, name_prefix)
     function = _read_function(kit)
     default_logic = dedup.default_job_logic if dedup is not None else None
-    jobs = _read_jobs(r, kit.raw("jobs"), default_logic, project)
+    jobs = _read_jobs(r, kit.raw("jobs"), default_logic, project, name_prefix)
     proxy_timeout = kit.integer("proxyTimeoutSeconds", minimum=1, maximum=PROXY_TIMEOUT_MAX_SECONDS)
+    iam_propagation = kit.integer(
+        "iamPropagationSeconds", minimum=0, maximum=IAM_PROPAGATION_MAX_SECONDS
+    )
 
     if r.problems:
         raise ConfigError(r.problems)
     assert project is not None and region is not None and name_prefix is not None
     assert dedup is not None and function is not None and jobs is not None
-    assert proxy_timeout is not None
+    assert proxy_timeout is not None and iam_propagation is not None
     _check_cross_field(r, dedup, function, jobs)
     _check_proxy_timeout(r, proxy_timeout, dedup, jobs)
     if r.problems:
@@ -540,6 +570,7 @@ def load_config(values: Mapping[str, Any]) -> StackConfig:
         function=function,
         jobs=jobs,
         proxy_timeout_seconds=proxy_timeout,
+        iam_propagation_seconds=iam_propagation,
     )
 
 
@@ -557,25 +588,12 @@ def _provider_setting(r: _Reader, values: Mapping[str, Any], key: str) -> str | 
     return value
 
 
-def _read_dedup(kit: _KitSettings, region: str | None) -> DedupSettings | None:
+def _read_dedup(
+    kit: _KitSettings, region: str | None, name_prefix: str | None
+) -> DedupSettings | None:
     r = kit.r
     start = len(r.problems)
-    database = kit.string(
-        "databaseName",
-        fix="use a Firestore database ID: 4-63 lowercase letters, digits or hyphens, "
-        "starting with a letter (or '(default)')",
-    )
-    if (
-        database is not None
-        and database != "(default)"
-        and (not _DATABASE_ID.match(database) or _UUID_LIKE.match(database))
-    ):
-        r.fail(
-            kit_key("databaseName"),
-            f"{database!r} is not a valid Firestore database ID",
-            "use 4-63 lowercase letters, digits or hyphens, starting with a letter and not "
-            "UUID-like, e.g. scheduler-dedup",
-        )
+    database = _read_database_name(kit, name_prefix)
     collection = kit.string(
         "collection",
         pattern=_COLLECTION_ID,
@@ -614,9 +632,10 @@ def _read_dedup(kit: _KitSettings, region: str | None) -> DedupSettings | None:
     )
     store_timeout = kit.integer("storeTimeoutSeconds", minimum=1, maximum=STORE_TIMEOUT_MAX_SECONDS)
     cache_size = kit.integer("cacheSize", minimum=0)
-    if len(r.problems) > start or location is None:  # no location: gcp:region is reported
+    # No location: gcp:region is reported; no database: namePrefix (its default) is.
+    if len(r.problems) > start or location is None or database is None:
         return None
-    assert database is not None and collection is not None
+    assert collection is not None
     assert delete_protection is not None and pitr is not None
     assert lease is not None and retention is not None and default_logic is not None
     assert store_timeout is not None and cache_size is not None
@@ -633,6 +652,56 @@ def _read_dedup(kit: _KitSettings, region: str | None) -> DedupSettings | None:
         store_timeout_seconds=store_timeout,
         cache_size=cache_size,
     )
+
+
+def _read_database_name(kit: _KitSettings, name_prefix: str | None) -> str | None:
+    """`databaseName`: the stack's own Firestore database, named after its namePrefix.
+
+    Unset, it is the prefix itself. A database ID is unique in its project: a name that
+    does not carry the stack's prefix would let two stacks sharing a project pick the same
+    database, share records and fight over its TTL policy; `(default)` is the project's
+    one default database, which the program would try to create (and own).
+    """
+    r = kit.r
+    if kit.raw("databaseName") is None:
+        return name_prefix  # None: namePrefix itself is invalid and already reported
+    database = kit.string(
+        "databaseName",
+        fix="use a Firestore database ID: 4-63 lowercase letters, digits or hyphens, "
+        "starting with a letter, or leave it unset to use namePrefix",
+    )
+    if database is None:
+        return None
+    if database == "(default)":
+        r.fail(
+            kit_key("databaseName"),
+            "'(default)' is the project's default database, which the program would create "
+            "and own, and which no second stack in the project could have",
+            "leave databaseName unset (it defaults to namePrefix) or use a named database "
+            "that starts with namePrefix",
+        )
+        return None
+    if not _DATABASE_ID.match(database) or _UUID_LIKE.match(database):
+        r.fail(
+            kit_key("databaseName"),
+            f"{database!r} is not a valid Firestore database ID",
+            "use 4-63 lowercase letters, digits or hyphens, starting with a letter and not "
+            "UUID-like, e.g. scheduler-dedup",
+        )
+        return None
+    if name_prefix is not None and not (
+        database == name_prefix or database.startswith(f"{name_prefix}-")
+    ):
+        r.fail(
+            kit_key("databaseName"),
+            f"{database!r} does not carry this stack's namePrefix {name_prefix!r}: database "
+            "IDs are unique per project, so two stacks sharing a project could pick the "
+            "same database and share its records and TTL policy",
+            f"leave databaseName unset (it defaults to {name_prefix!r}) or use "
+            f"'{name_prefix}-<suffix>'",
+        )
+        return None
+    return database
 
 
 def _read_function(kit: _KitSettings) -> FunctionSettings | None:
@@ -678,7 +747,11 @@ def _read_function(kit: _KitSettings) -> FunctionSettings | None:
 
 
 def _read_jobs(
-    r: _Reader, raw: Any, default_logic: str | None, project: str | None
+    r: _Reader,
+    raw: Any,
+    default_logic: str | None,
+    project: str | None,
+    name_prefix: str | None = None,
 ) -> tuple[JobSettings, ...] | None:
     key = kit_key("jobs")
     raw = _parse_structure(raw)
@@ -699,9 +772,20 @@ def _read_jobs(
             r.fail(
                 f"{key}[{index}].name",
                 f"{job.name!r} is already the name of jobs[{first_index[job.name]}]",
-                "give every job a unique name (the Scheduler job ID, part of the dedup key)",
+                "give every job a unique name (it names the Scheduler job, part of the dedup key)",
             )
             continue
+        if name_prefix is not None:
+            job_id = scheduler_job_id(name_prefix, job.name)
+            if len(job_id) > JOB_ID_MAX_LENGTH:
+                r.fail(
+                    f"{key}[{index}].name",
+                    f"makes the Scheduler job ID '<namePrefix>-<name>' {len(job_id)} "
+                    f"characters long (at most {JOB_ID_MAX_LENGTH})",
+                    f"shorten the name to at most {JOB_ID_MAX_LENGTH - len(name_prefix) - 1} "
+                    "characters",
+                )
+                continue
         first_index[job.name] = index
         jobs.append(job)
     if len(r.problems) > start:
@@ -723,7 +807,8 @@ def _read_job(
         f"{key}.name",
         entry.get("name"),
         pattern=_JOB_NAME,
-        fix="use 1-500 letters, digits, '-' or '_' (the Cloud Scheduler job ID)",
+        fix="use letters, digits, '-' or '_' (the Cloud Scheduler job ID is "
+        "'<namePrefix>-<name>', at most 500 characters)",
     )
     schedule = r.string(
         f"{key}.schedule",
@@ -891,21 +976,31 @@ def _read_retry(r: _Reader, key: str, raw: Any) -> RetrySettings | None:
     count = r.integer(
         f"{key}.retryCount", raw.get("retryCount", 0), minimum=0, maximum=RETRY_COUNT_MAX
     )
+    # Durations are google.protobuf.Duration values: Scheduler documents no bound of its own,
+    # the type's range is the API's (see infra.scheduler_rules.DURATION_MAX_SECONDS).
     duration = r.integer(
-        f"{key}.maxRetryDurationSeconds", raw.get("maxRetryDurationSeconds", 0), minimum=0
+        f"{key}.maxRetryDurationSeconds",
+        raw.get("maxRetryDurationSeconds", 0),
+        minimum=0,
+        maximum=DURATION_MAX_SECONDS,
     )
     min_backoff = r.integer(
         f"{key}.minBackoffSeconds",
         raw.get("minBackoffSeconds", MIN_BACKOFF_DEFAULT_SECONDS),
         minimum=0,
+        maximum=DURATION_MAX_SECONDS,
     )
     max_backoff = r.integer(
         f"{key}.maxBackoffSeconds",
         raw.get("maxBackoffSeconds", MAX_BACKOFF_DEFAULT_SECONDS),
         minimum=0,
+        maximum=DURATION_MAX_SECONDS,
     )
     doublings = r.integer(
-        f"{key}.maxDoublings", raw.get("maxDoublings", MAX_DOUBLINGS_DEFAULT), minimum=0
+        f"{key}.maxDoublings",
+        raw.get("maxDoublings", MAX_DOUBLINGS_DEFAULT),
+        minimum=0,
+        maximum=MAX_DOUBLINGS_MAX,
     )
     r.not_more_than(
         f"{key}.minBackoffSeconds",
@@ -975,8 +1070,8 @@ def _check_cross_field(
             r.fail(
                 kit_key("retentionSeconds"),
                 f"{retention} s is not longer than jobs[{index}] ({job.name}) retry window "
-                f"({window:g} s): a late retry would find no record and run the job again",
-                f"set retentionSeconds > {window:g} or shorten that job's retries",
+                f"({window:.0f} s): a late retry would find no record and run the job again",
+                f"set retentionSeconds > {window:.0f} or shorten that job's retries",
             )
 
 

@@ -23,7 +23,8 @@ The proxy runs as its own service account, which holds only what its targets nee
   `roles/cloudbuild.builds.editor` would add get, list, update and cancel of every build).
 
 The dedup function's invoker account holds `roles/run.invoker` on the proxy's Cloud Run
-service only; ingress is internal-only; nothing is public.
+service only, and is the one caller the proxy serves (DEDUP_ALLOWED_CALLERS = its e-mail:
+the proxied jobs send its OIDC tokens); ingress is internal-only; nothing is public.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from infra.cloud_function import (
     enable_apis,
     grant_database_user,
 )
+from infra.config import DEFAULTS as CONFIG_DEFAULTS
 from infra.config import (
     PROXY_TARGET_BUILD_TRIGGER,
     PROXY_TARGET_RUN_JOB,
@@ -55,6 +57,7 @@ from infra.dedup_service import (
     DedupService,
     dedup_environment,
 )
+from infra.iam_wait import wait_for_iam
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:DedupProxy"
 ENTRY_POINT: Final = "proxy_scheduled_job"
@@ -92,6 +95,8 @@ class DedupProxyArgs:
     enable_apis: bool = True
     enabled_apis: frozenset[str] = frozenset(REQUIRED_APIS)
     """APIs some other resource of the stack enables already."""
+    iam_propagation_seconds: int = int(CONFIG_DEFAULTS["iamPropagationSeconds"])
+    """How long the proxy's deployment waits after its account's grants (infra/iam_wait)."""
 
     @classmethod
     def from_service(cls, cfg: StackConfig, service: DedupService) -> DedupProxyArgs:
@@ -104,6 +109,7 @@ class DedupProxyArgs:
             timeout_seconds=cfg.proxy_timeout_seconds,
             function_base=service.function_base,
             depends_on=[*service.apis, *service.build_grants, service.ttl_field],
+            iam_propagation_seconds=cfg.iam_propagation_seconds,
         )
 
     @property
@@ -150,6 +156,8 @@ class DedupProxy(pulumi.ComponentResource):
     target_grants: list[pulumi.CustomResource]
     build_role: gcp.projects.IAMCustomRole | None
     apis: list[gcp.projects.Service]
+    iam_wait: pulumi.CustomResource
+    """The wait for its account and grants to propagate; the function depends on it."""
 
     def __init__(
         self,
@@ -238,6 +246,17 @@ class DedupProxy(pulumi.ComponentResource):
                 )
             )
 
+        # --- wait for its account and grants to propagate (see infra/iam_wait.py) -----
+        # Its account is created after the build account's grants (args.depends_on), so
+        # this wait covers those too; it runs beside the dedup service's own wait.
+        self.iam_wait = wait_for_iam(
+            f"{name}-iam-propagation",
+            parent=self,
+            after=[self.account, self.datastore_user, *self.target_grants],
+            seconds=args.iam_propagation_seconds,
+            triggers={"proxy": self.account.email},
+        )
+
         # --- the function, and the jobs' invoker account on its one service ---------
         declared = declare_function(
             name,
@@ -249,7 +268,9 @@ class DedupProxy(pulumi.ComponentResource):
             entry_point=ENTRY_POINT,
             runtime_account_email=self.account.email,
             environment=args.environment(),
-            depends_on=[*args.depends_on, *self.apis, self.datastore_user],
+            # The proxied jobs send OIDC tokens of the dedup service's invoker account.
+            allowed_callers=[args.function_base.invoker_email],
+            depends_on=[*args.depends_on, *self.apis, self.datastore_user, self.iam_wait],
         )
         self.function, self.function_uri, self.service_name, self.invoker_binding = declared
 

@@ -4,8 +4,9 @@ One component, importable into any Pulumi program: the APIs, the Firestore datab
 the TTL policy on `expire_at` (it and `schedule_time` exempt from indexing), the private
 source bucket and content-hashed source object, an Artifact Registry repository for the
 build, three dedicated service accounts (runtime, build, invoker) with the narrowest grants
-the resources allow, the 2nd gen function with internal-only ingress, and
-`roles/run.invoker` for the invoker account on that one service.
+the resources allow, the 2nd gen function with internal-only ingress that serves only the
+invoker account (DEDUP_ALLOWED_CALLERS = its e-mail), and `roles/run.invoker` for the
+invoker account on that one service.
 Nothing is granted to `allUsers` or `allAuthenticatedUsers`.
 """
 
@@ -26,7 +27,8 @@ from infra.cloud_function import (
     enable_apis,
     grant_database_user,
 )
-from infra.config import DedupSettings, FunctionSettings, StackConfig
+from infra.config import DEFAULTS, DedupSettings, FunctionSettings, StackConfig
+from infra.iam_wait import wait_for_iam
 from infra.source import write_source_archive
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:DedupService"
@@ -73,6 +75,8 @@ class DedupServiceArgs:
     """Where the source zip is written before upload."""
     enable_apis: bool = True
     labels: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_LABELS))
+    iam_propagation_seconds: int = int(DEFAULTS["iamPropagationSeconds"])
+    """How long the function's deployment waits after the accounts' grants (infra/iam_wait)."""
 
     @classmethod
     def from_config(
@@ -87,6 +91,7 @@ class DedupServiceArgs:
             job_routes=cfg.job_routes(),
             source_dir=source_dir,
             build_dir=build_dir,
+            iam_propagation_seconds=cfg.iam_propagation_seconds,
         )
 
     # Resource names derived from the prefix (all within Google's length limits, see
@@ -162,6 +167,8 @@ class DedupService(pulumi.ComponentResource):
     """schedule_time exempt from indexing (no TTL)."""
     invoker_binding: gcp.cloudrunv2.ServiceIamMember
     apis: list[gcp.projects.Service]
+    iam_wait: pulumi.CustomResource
+    """The wait for the accounts and grants to propagate; the function depends on it."""
     source_object: gcp.storage.BucketObject
     function_base: FunctionBase
     """What the function shares with the proxy (source, build, settings, invoker)."""
@@ -360,6 +367,20 @@ class DedupService(pulumi.ComponentResource):
             database=self.database.name,
         )
 
+        # --- wait for the accounts and grants to propagate (see infra/iam_wait.py) ------
+        self.iam_wait = wait_for_iam(
+            f"{name}-iam-propagation",
+            parent=self,
+            after=[
+                self.build_account,
+                self.runtime_account,
+                *self.build_grants,
+                self.runtime_datastore_user,
+            ],
+            seconds=args.iam_propagation_seconds,
+            triggers={"build": self.build_account.email, "runtime": self.runtime_account.email},
+        )
+
         # --- the function, and the invoker account on its one Cloud Run service ---------
         self.function_base = FunctionBase(
             project=project,
@@ -371,6 +392,7 @@ class DedupService(pulumi.ComponentResource):
             settings=args.function,
             labels=args.labels,
             invoker_member=self.invoker_account.member,
+            invoker_email=self.invoker_account.email,
         )
         declared = declare_function(
             name,
@@ -381,11 +403,14 @@ class DedupService(pulumi.ComponentResource):
             entry_point=ENTRY_POINT,
             runtime_account_email=self.runtime_account.email,
             environment=args.environment(),
+            # Every job of the stack sends OIDC tokens of the invoker account.
+            allowed_callers=[self.function_base.invoker_email],
             depends_on=[
                 *self.apis,
                 *self.build_grants,
                 self.runtime_datastore_user,
                 self.ttl_field,
+                self.iam_wait,
             ],
         )
         self.function, self.function_uri, self.service_name, self.invoker_binding = declared

@@ -198,6 +198,20 @@ class KitMocks(pulumi_mocks.Mocks):
                 },
                 [],
             )
+        if args.token == "gcp:projects/getProjectService:getProjectService":
+            # The preflight's lookup: the service exists (enabled), as the provider reads it.
+            project = args.args.get("project") or self.project
+            service = args.args.get("service")
+            return (
+                {
+                    "project": project,
+                    "service": service,
+                    "id": f"{project}/{service}",
+                    "disableOnDestroy": True,
+                    "disableDependentServices": False,
+                },
+                [],
+            )
         return {}, []
 
     def new_resource(

@@ -46,7 +46,8 @@ def _function(p: Mapping[str, Any]) -> str:
         f"instances={_num(sc.get('minInstanceCount'))}..{_num(sc.get('maxInstanceCount'))} "
         f"concurrency={_num(sc.get('maxInstanceRequestConcurrency'))} "
         f"runtimeSA={sc.get('serviceAccountEmail')} "
-        f"buildSA={str(bc.get('serviceAccount', '')).rsplit('/', 1)[-1]}"
+        f"buildSA={str(bc.get('serviceAccount', '')).rsplit('/', 1)[-1]} "
+        f"callers={(sc.get('environmentVariables') or {}).get('DEDUP_ALLOWED_CALLERS')}"
         f"{_proxy_routes(sc.get('environmentVariables') or {})}"
     )
 
@@ -130,6 +131,10 @@ _SUMMARIES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "gcp:projects/iAMCustomRole:IAMCustomRole": lambda p: (
         f"projects/{p.get('project')}/roles/{p.get('roleId')} "
         f"permissions={','.join(p.get('permissions') or [])}"
+    ),
+    "time:index/sleep:Sleep": lambda p: (
+        f"wait {p.get('createDuration')} for IAM propagation, again on a new account "
+        f"({', '.join(sorted(p.get('triggers') or {}))})"
     ),
 }
 

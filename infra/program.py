@@ -2,7 +2,9 @@
 
 `main()` is what `infra/__main__.py` runs under `pulumi up` and what `infra.offline`
 runs under Pulumi's mocks: it reads and validates the whole stack config first (a
-`ConfigError` stops it before any resource is declared), then declares one DedupService,
+`ConfigError` stops it before any resource is declared), checks the two APIs it cannot
+enable itself (`infra.preflight`: a `PrerequisiteError` stops it too), then declares one
+DedupService,
 one DedupProxy when some job has `proxy:`, and one ScheduledJob per configured job.
 """
 
@@ -16,6 +18,7 @@ import pulumi
 from infra.config import StackConfig, config_from_pulumi
 from infra.dedup_proxy import DedupProxy, DedupProxyArgs
 from infra.dedup_service import DedupService, DedupServiceArgs
+from infra.preflight import check_prerequisites
 from infra.scheduled_job import ScheduledJob, ScheduledJobArgs
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
@@ -59,6 +62,7 @@ def build(
                     target_uri=uri,
                     invoker_email=service.invoker_account.email,
                     audience=uri,
+                    job_id=cfg.job_id(job),
                     depends_on=ready,
                 ),
             )
@@ -88,6 +92,8 @@ def main(
     source_dir: Path = DEFAULT_SOURCE_DIR,
     build_dir: Path = DEFAULT_BUILD_DIR,
 ) -> dict[str, pulumi.Output[Any]]:
-    """Validate the running stack's config, then declare everything."""
+    """Validate the running stack's config, check the project's prerequisites (the APIs the
+    program cannot enable itself), then declare everything."""
     cfg = config_from_pulumi()
+    check_prerequisites(cfg.project)
     return build(cfg, source_dir=source_dir, build_dir=build_dir)

@@ -18,6 +18,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra.config import JobSettings
+from infra.scheduler_rules import duration_string
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:ScheduledJob"
 HEADER_PROJECT: Final = "X-Dedup-Project"
@@ -25,8 +26,9 @@ HEADER_LOCATION: Final = "X-Dedup-Location"
 
 
 def duration(seconds: float) -> str:
-    """A google.protobuf.Duration string: 180 -> "180s"."""
-    return f"{seconds:g}s"
+    """A google.protobuf.Duration string in whole seconds: 180 -> "180s", 1000000 ->
+    "1000000s" (see infra.scheduler_rules.duration_string)."""
+    return duration_string(seconds)
 
 
 def default_description(job: JobSettings) -> str:
@@ -52,8 +54,16 @@ class ScheduledJobArgs:
     """The service account whose OIDC token the job sends."""
     audience: pulumi.Input[str] | None = None
     """OIDC audience; defaults to `target_uri` (what Cloud Run expects)."""
+    job_id: str | None = None
+    """The Scheduler job ID; None: `job.name`. The kit's program passes
+    `<namePrefix>-<name>` (StackConfig.job_id), so stacks sharing a project never collide;
+    the function's routes are keyed by this ID (X-CloudScheduler-JobName)."""
     depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
     """E.g. the Cloud Scheduler API and the invoker binding."""
+
+    @property
+    def scheduler_job_id(self) -> str:
+        return self.job_id if self.job_id is not None else self.job.name
 
     def headers(self) -> dict[str, str]:
         return {
@@ -87,7 +97,7 @@ class ScheduledJob(pulumi.ComponentResource):
             f"{name}-job",
             project=args.project,
             region=args.region,
-            name=job.name,
+            name=args.scheduler_job_id,
             description=(job.description or default_description(job))[:500],
             schedule=job.schedule,
             time_zone=job.time_zone,

@@ -25,10 +25,37 @@ RETRY_COUNT_MAX = 5
 MIN_BACKOFF_DEFAULT_SECONDS = 5
 MAX_BACKOFF_DEFAULT_SECONDS = 3600
 MAX_DOUBLINGS_DEFAULT = 5
+# maxRetryDuration, minBackoffDuration and maxBackoffDuration are google.protobuf.Duration
+# values ("a duration in seconds ... ending with 's'"; 0 maxRetryDuration = unlimited).
+# Scheduler documents no bound of its own beyond the type's: a Duration's seconds must lie
+# within +-315,576,000,000 (10,000 years); the API refuses anything outside.
+DURATION_MAX_SECONDS = 315_576_000_000
+# maxDoublings is an int32 with no documented upper bound.
+MAX_DOUBLINGS_MAX = 2**31 - 1
+# A job ID: letters, digits, hyphens and underscores, at most 500 characters.
+JOB_ID_MAX_LENGTH = 500
 
 
 class ScheduleError(ValueError):
     """A schedule or time zone that Cloud Scheduler (or the dedup key) cannot use."""
+
+
+def duration_string(seconds: float) -> str:
+    """A google.protobuf.Duration in whole seconds, as the API takes it: 1000000 ->
+    "1000000s" (never "1e+06s", which Scheduler refuses). Raises ValueError for a value
+    that is not a whole number of seconds within 0..DURATION_MAX_SECONDS."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ValueError(f"duration {seconds!r} is not a number of seconds")
+    if isinstance(seconds, float):
+        if not seconds.is_integer():
+            raise ValueError(f"duration {seconds!r} s is not a whole number of seconds")
+        seconds = int(seconds)
+    if not 0 <= seconds <= DURATION_MAX_SECONDS:
+        raise ValueError(
+            f"duration {seconds} s is outside 0..{DURATION_MAX_SECONDS} s "
+            "(google.protobuf.Duration's range)"
+        )
+    return f"{seconds}s"
 
 
 def validate_cron(schedule: str) -> None:

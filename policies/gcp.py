@@ -27,6 +27,8 @@ PROXY_ENTRY_POINT: Final = "proxy_scheduled_job"
 PROXY_ROUTES_ENV: Final = "DEDUP_PROXY_ROUTES"
 PROXY_TARGET_ENV: Final = "DEDUP_PROXY_TARGET"
 PROXY_RESOURCE_ENV: Final = "DEDUP_PROXY_RESOURCE"
+# The only callers a function serves: e-mails of its Scheduler jobs' OIDC accounts.
+ALLOWED_CALLERS_ENV: Final = "DEDUP_ALLOWED_CALLERS"
 
 # Defaults of the function's environment (SPEC "The function").
 DEDUP_DEFAULTS: Final = {

@@ -165,6 +165,15 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         stack.dedup_headers,
     ),
     StackPolicy(
+        "dedup-allowed-callers",
+        "Every function of the kit (the dedup function and its proxy) must set "
+        "DEDUP_ALLOWED_CALLERS, naming only the service accounts the stack's Scheduler jobs "
+        "send OIDC tokens of: Cloud Run lets through anyone with roles/run.invoker or a "
+        "broader role, and the function serves only the callers it names.",
+        MANDATORY,
+        stack.allowed_callers,
+    ),
+    StackPolicy(
         "dedup-proxy-own-service-account",
         "The idempotent proxy (entry point proxy_scheduled_job) must run as its own service "
         "account: no other function, service, job or Scheduler OIDC token may use it.",

@@ -10,6 +10,7 @@ Values the function does not set take the function's own defaults (SPEC "The fun
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,6 +25,7 @@ from infra.scheduler_rules import (
     retry_window_seconds,
 )
 from policies.gcp import (
+    ALLOWED_CALLERS_ENV,
     DEDUP_DEFAULTS,
     DEDUP_ENTRY_POINT,
     DEDUP_TTL_FIELD,
@@ -34,11 +36,17 @@ from policies.gcp import (
     parse_duration_seconds,
     parse_int,
     parse_seconds,
+    service_account_email,
 )
 from policies.model import Finding, Resource
 from policies.values import MISSING, UNKNOWN, as_list, as_mapping, get, is_unknown, known_str
 
 _RUN_HOSTS = (".run.app", ".cloudfunctions.net")
+# What the function accepts as an entry of DEDUP_ALLOWED_CALLERS (function/dedup/settings.py).
+_EMAIL = re.compile(
+    r"[A-Za-z0-9._%+-]+@"
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+"
+)
 
 
 # --- who is who -------------------------------------------------------------------------
@@ -398,4 +406,98 @@ def dedup_headers(resources: Sequence[Resource]) -> list[Finding]:
                             job.urn,
                         )
                     )
+    return findings
+
+
+def _function_label(function: Resource) -> str:
+    return repr(known_str(get(function.props, "name")) or function.name)
+
+
+def _scheduler_oidc_emails(resources: Sequence[Resource]) -> tuple[set[str], bool]:
+    """The e-mails of the accounts the stack's Scheduler jobs send OIDC tokens of, and
+    whether some job's is not known yet (it may be any account)."""
+    emails: set[str] = set()
+    unknown = False
+    for job in resources:
+        if job.type != SCHEDULER_JOB:
+            continue
+        email = get(job.props, "httpTarget", "oidcToken", "serviceAccountEmail")
+        if is_unknown(email):
+            unknown = True
+        elif known_str(email):
+            emails.add(service_account_email(email))
+    return emails, unknown
+
+
+def allowed_callers(resources: Sequence[Resource]) -> list[Finding]:
+    """Every function of the kit names the callers it serves (DEDUP_ALLOWED_CALLERS), and
+    only accounts the stack's Scheduler jobs send OIDC tokens of.
+
+    Not judged while the setting is unknown (the e-mail of an account created in the same
+    update); the accounts it names are not judged while some job's OIDC account is unknown.
+    A value the function would refuse, or that is not a string, is reported (fail closed).
+    """
+    findings: list[Finding] = []
+    oidc, oidc_unknown = _scheduler_oidc_emails(resources)
+    for function in dedup_functions(resources):
+        env = _env(function)
+        if is_unknown(env):
+            continue
+        raw = get(env, ALLOWED_CALLERS_ENV)
+        if is_unknown(raw):
+            continue
+        label = _function_label(function)
+        if raw is MISSING or (isinstance(raw, str) and not raw.strip()):
+            findings.append(
+                Finding(
+                    f"function {label} does not set {ALLOWED_CALLERS_ENV}, so it serves every "
+                    "caller Cloud Run lets through (anyone holding roles/run.invoker, or a "
+                    "broader role, on it or its project) and trusts the X-CloudScheduler-* "
+                    f"headers they choose: set {ALLOWED_CALLERS_ENV} to the e-mail of the "
+                    "service account its Scheduler jobs send OIDC tokens of",
+                    function.urn,
+                )
+            )
+            continue
+        if not isinstance(raw, str):
+            findings.append(
+                Finding(
+                    f"function {label}: {ALLOWED_CALLERS_ENV} is not a string: set a "
+                    "comma-separated list of service-account e-mails",
+                    function.urn,
+                )
+            )
+            continue
+        entries = [entry.strip() for entry in raw.split(",")]
+        bad = [entry for entry in entries if not _EMAIL.fullmatch(entry)]
+        if bad:
+            shown = ", ".join(repr(entry[:80]) for entry in bad)
+            findings.append(
+                Finding(
+                    f"function {label}: {ALLOWED_CALLERS_ENV} has entries that are not "
+                    f"e-mail addresses ({shown}), so the function refuses to start: set a "
+                    "comma-separated list of service-account e-mails",
+                    function.urn,
+                )
+            )
+            continue
+        others = sorted({service_account_email(e) for e in entries} - oidc)
+        if not others or oidc_unknown:
+            continue
+        named = ", ".join(others)
+        if oidc:
+            message = (
+                f"function {label}: {ALLOWED_CALLERS_ENV} names {named}, which no Scheduler "
+                "job of the stack sends OIDC tokens of, so it lets another identity forge "
+                "Scheduler deliveries: remove what no job uses (the jobs' accounts: "
+                f"{', '.join(sorted(oidc))})"
+            )
+        else:
+            message = (
+                f"function {label}: {ALLOWED_CALLERS_ENV} names {named}, but no Scheduler job "
+                "of the stack sends OIDC tokens, so nothing shows these are the jobs' "
+                "accounts: set the jobs' httpTarget.oidcToken.serviceAccountEmail to the "
+                "invoker account it names"
+            )
+        findings.append(Finding(message, function.urn))
     return findings

@@ -23,6 +23,7 @@ REPOSITORY = "gcp:artifactregistry/repository:Repository"
 REPOSITORY_IAM = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
 JOB_IAM = "gcp:cloudrunv2/jobIamMember:JobIamMember"
 CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"
+SLEEP = "time:index/sleep:Sleep"
 DEDUP_COMPONENT = "scheduler-dedup:index:DedupService"
 PROXY_COMPONENT = "scheduler-dedup:index:DedupProxy"
 JOB_COMPONENT = "scheduler-dedup:index:ScheduledJob"
@@ -73,8 +74,11 @@ class StackUnderTest:
         return str(self.proxy.outputs["serviceConfig"]["service"])
 
     def job_uri(self, job_name: str) -> str:
-        """The URL a job must call: the proxy's for a proxied job, else the function's."""
-        job = next(j for j in self.config.jobs if j.name == job_name)
+        """The URL a job must call: the proxy's for a proxied job, else the function's.
+        `job_name` is the config's `jobs[].name` or the deployed job ID."""
+        job = next(
+            j for j in self.config.jobs if job_name in (j.name, self.config.job_id(j))
+        )
         return self.proxy_uri if job.proxy is not None else self.service_uri
 
     def account_email(self, role: str) -> str:

@@ -490,7 +490,11 @@ def test_job_logic_routes_and_prod_like_settings() -> None:
     )
     raw["scheduler-dedup:maxRequestConcurrency"] = 4
     cfg = load_config(raw)
-    assert cfg.job_routes() == {"hourly": "jobs.other:main", "nightly": "jobs.example:run"}
+    # Keyed by the deployed Scheduler job ID, <namePrefix>-<name>: what the function receives.
+    assert cfg.job_routes() == {
+        "scheduler-dedup-hourly": "jobs.other:main",
+        "scheduler-dedup-nightly": "jobs.example:run",
+    }
     assert cfg.function.available_cpu == "1"
 
 
@@ -506,8 +510,8 @@ def test_proxied_jobs_and_their_routes() -> None:
     cfg = load_config(raw)
     assert cfg.proxy_timeout_seconds == 30
     assert [j.name for j in cfg.proxied_jobs] == ["report"]
-    assert cfg.job_routes() == {"nightly": "jobs.example:run"}
-    target = cfg.proxy_routes()["report"]
+    assert cfg.job_routes() == {"scheduler-dedup-nightly": "jobs.example:run"}
+    target = cfg.proxy_routes()["scheduler-dedup-report"]
     assert (target.project, target.location, target.resource_id) == (
         "acme-scheduler-test",
         "europe-west1",

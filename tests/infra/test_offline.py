@@ -44,9 +44,9 @@ def test_runs_do_not_leak_into_each_other(tmp_path: Path) -> None:
     assert dev == dev_again
     assert {r.urn for r in dev}.isdisjoint({r.urn for r in prod})
     assert [r.props["name"] for r in dev if r.type == JOB] == [
-        "heartbeat",
-        "hourly-sync",
-        "nightly-report",
+        "sched-dedup-dev-heartbeat",
+        "sched-dedup-dev-hourly-sync",
+        "sched-dedup-dev-nightly-report",
     ]
 
 

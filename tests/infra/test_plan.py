@@ -25,7 +25,10 @@ def test_plan_prints_a_row_per_resource(stack: StackUnderTest) -> None:
 def test_plan_shows_the_proxy(stack_runs: dict[str, StackUnderTest]) -> None:
     text = render(stack_runs["prod"].run)
     assert "entry=proxy_scheduled_job" in text
-    assert "routes=daily-report->workflow:projects/acme-scheduler-prod/locations/" in text
+    assert (
+        "routes=scheduler-dedup-daily-report->workflow:projects/acme-scheduler-prod/locations/"
+        in text
+    )
     assert "roles/workflows.invoker -> serviceAccount:scheduler-dedup-proxy@" in text
     for output in ("proxyUrl", "proxyFunctionName", "proxyServiceAccount"):
         assert f"  {output}: " in text

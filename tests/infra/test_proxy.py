@@ -171,12 +171,14 @@ def test_proxy_environment_is_what_the_proxy_accepts(proxied: StackUnderTest) ->
         if target.token_name is not None:
             assert parsed.token_name == target.token_name
     # The dedup function no longer routes the proxied jobs.
-    assert set(json.loads(dedup_env["DEDUP_JOB_ROUTES"])) == {"plain"}
+    assert set(json.loads(dedup_env["DEDUP_JOB_ROUTES"])) == {
+        f"{proxied.config.name_prefix}-plain"
+    }
 
 
 def test_proxied_jobs_call_the_proxy_with_oidc(proxied: StackUnderTest) -> None:
     invoker = proxied.account_email("invoker")
-    proxied_names = {j.name for j in proxied.config.proxied_jobs}
+    proxied_names = {proxied.config.job_id(j) for j in proxied.config.proxied_jobs}
     for resource in proxied.all(JOB):
         target = resource.props["httpTarget"]
         name = resource.props["name"]

@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 
+from dedup.settings import Settings
 from infra.config import StackConfig
 from infra.dedup_proxy import TARGET_APIS
 from infra.dedup_service import REQUIRED_APIS
@@ -37,6 +38,7 @@ from tests.infra.helpers import (
     REPOSITORY_IAM,
     RUN_IAM,
     SERVICE,
+    SLEEP,
     StackUnderTest,
     walk_strings,
 )
@@ -66,6 +68,7 @@ def expected_counts(cfg: StackConfig) -> Counter[str]:
             RUN_IAM: 1,
             JOB_COMPONENT: len(cfg.jobs),
             JOB: len(cfg.jobs),
+            SLEEP: 1,  # the wait for IAM propagation before the function
         }
     )
     targets = list(cfg.proxy_routes().values())
@@ -83,6 +86,7 @@ def expected_counts(cfg: StackConfig) -> Counter[str]:
                 PROJECT_IAM: 1 + ("workflow" in kinds) + ("build_trigger" in kinds),
                 JOB_IAM: len({t.resource for t in targets if t.target == "run_job"}),
                 CUSTOM_ROLE: int("build_trigger" in kinds),
+                SLEEP: 1,  # the proxy's own wait for its account's grants
             }
         )
     return +counts
@@ -273,6 +277,24 @@ def test_dedicated_runtime_and_build_accounts(stack: StackUnderTest) -> None:
         assert email.endswith(f"@{stack.config.project}.iam.gserviceaccount.com")
 
 
+def test_every_function_serves_only_the_invoker_account(stack: StackUnderTest) -> None:
+    """DEDUP_ALLOWED_CALLERS of every function the program declares (the dedup function,
+    and the proxy when a job has `proxy:`) is exactly the e-mail of the account every job's
+    OIDC token is sent as: the invoker account, an output of the same program."""
+    invoker = stack.account_email("invoker")
+    functions = stack.all(FUNCTION)
+    assert len(functions) == (2 if stack.proxy is not None else 1)
+    for function in functions:
+        env = function.props["serviceConfig"]["environmentVariables"]
+        assert env["DEDUP_ALLOWED_CALLERS"] == invoker, function.name
+        # The function's own parser accepts it, as the one caller it serves.
+        assert Settings.from_env(env).allowed_callers == frozenset({invoker})
+    jobs = stack.all(JOB)
+    assert {j.props["httpTarget"]["oidcToken"]["serviceAccountEmail"] for j in jobs} == {
+        invoker
+    }
+
+
 def test_function_environment(stack: StackUnderTest) -> None:
     """Proxied jobs are not the dedup function's: its routes hold only the other jobs."""
     cfg = stack.config
@@ -289,14 +311,17 @@ def test_function_environment(stack: StackUnderTest) -> None:
         "DEDUP_JOB_ROUTES": env["DEDUP_JOB_ROUTES"],
         "DEDUP_STORE_TIMEOUT_SECONDS": str(cfg.dedup.store_timeout_seconds),
         "DEDUP_CACHE_SIZE": str(cfg.dedup.cache_size),
+        "DEDUP_ALLOWED_CALLERS": stack.account_email("invoker"),
     }
     routes = json.loads(env["DEDUP_JOB_ROUTES"])
     raw_jobs = stack.raw["scheduler-dedup:jobs"]
+    # Keyed by the deployed job ID (what X-CloudScheduler-JobName carries), not jobs[].name.
     assert routes == {
-        job["name"]: job.get("jobLogic", cfg.dedup.default_job_logic)
+        f"{cfg.name_prefix}-{job['name']}": job.get("jobLogic", cfg.dedup.default_job_logic)
         for job in raw_jobs
         if "proxy" not in job
     }
+    assert set(routes) <= {j.props["name"] for j in stack.all(JOB)}
 
 
 def test_invoker_on_the_service_not_the_project(stack: StackUnderTest) -> None:
@@ -379,11 +404,12 @@ def test_nothing_is_public_or_primitive(stack: StackUnderTest) -> None:
 def test_scheduler_jobs(stack: StackUnderTest) -> None:
     cfg = stack.config
     jobs = {j.props["name"]: j for j in stack.all(JOB)}
-    assert list(jobs) == sorted(j.name for j in cfg.jobs)
+    # Every job ID carries the stack's prefix: <namePrefix>-<jobs[].name>.
+    assert list(jobs) == sorted(f"{cfg.name_prefix}-{j.name}" for j in cfg.jobs)
     invoker = stack.account_email("invoker")
     raw_jobs = {j["name"]: j for j in stack.raw["scheduler-dedup:jobs"]}
     for job in cfg.jobs:
-        props = jobs[job.name].props
+        props = jobs[cfg.job_id(job)].props
         raw = raw_jobs[job.name]
         assert props["schedule"] == raw["schedule"]
         assert props["timeZone"] == raw.get("timeZone", "Etc/UTC")
@@ -453,7 +479,7 @@ def test_stack_outputs(stack: StackUnderTest) -> None:
         "databaseName": cfg.dedup.database_name,
         "collection": cfg.dedup.collection,
         "sourceObject": stack.one(OBJECT).props["name"],
-        "jobNames": [j.name for j in cfg.jobs],
+        "jobNames": [cfg.job_id(j) for j in cfg.jobs],
         **(
             {
                 "proxyUrl": stack.proxy_uri,

@@ -1217,3 +1217,90 @@ STACK_CASES["dedup-proxy-least-privilege"] = [
         True,
     ),
 ]
+
+CALLERS = f"{PROXY_ENV}.DEDUP_ALLOWED_CALLERS"
+OTHER_SA = f"ci-deployer@{PROJECT}.iam.gserviceaccount.com"
+
+STACK_CASES["dedup-allowed-callers"] = [
+    stack_case("kit", kit_stack(), False),
+    # The invoker account is created in the same update: its e-mail is not known yet.
+    stack_case("preview", preview_stack(), False),
+    stack_case("proxy-kit", proxy_stack(), False),
+    stack_case("proxy-preview", preview_proxy_stack(), False),
+    stack_case("env-unknown", replace(kit_stack(), FN, PROXY_ENV, U), False),
+    stack_case(
+        "spaces-and-case",
+        _env(kit_stack(), "DEDUP_ALLOWED_CALLERS", f" {INVOKER_SA.upper()} "),
+        False,
+    ),
+    stack_case(
+        # A second account is fine when a job of the stack sends its tokens.
+        "two-job-accounts",
+        [
+            *_env(kit_stack(), "DEDUP_ALLOWED_CALLERS", f"{INVOKER_SA}, {OTHER_SA}"),
+            _job(patch(job_props("audit"), "httpTarget.oidcToken.serviceAccountEmail", OTHER_SA)),
+        ],
+        False,
+    ),
+    stack_case(
+        # Another job's account is not known yet: it may be the one named.
+        "other-account-while-a-job-account-is-unknown",
+        [
+            *_env(kit_stack(), "DEDUP_ALLOWED_CALLERS", f"{INVOKER_SA},{OTHER_SA}"),
+            _job(patch(job_props("audit"), "httpTarget.oidcToken.serviceAccountEmail", U)),
+        ],
+        False,
+    ),
+    stack_case(
+        # A job that calls something else is not the function's business.
+        "no-function",
+        without_type(kit_stack(), FN),
+        False,
+    ),
+    stack_case("not-set", _env(kit_stack(), "DEDUP_ALLOWED_CALLERS", DELETE), True),
+    stack_case("empty", _env(kit_stack(), "DEDUP_ALLOWED_CALLERS", " "), True),
+    stack_case("not-set-preview", _env(preview_stack(), "DEDUP_ALLOWED_CALLERS", DELETE), True),
+    stack_case(
+        "proxy-not-set",
+        replace_named(proxy_stack(), PROXY_FN, CALLERS, DELETE),
+        True,
+    ),
+    stack_case(
+        # Recognised by its DEDUP_* settings alone, as the other dedup policies do.
+        "function-by-settings-not-set",
+        replace_named(
+            _env(kit_stack(), "DEDUP_ALLOWED_CALLERS", DELETE),
+            "dedup-function",
+            "buildConfig.entryPoint",
+            "main",
+        ),
+        True,
+    ),
+    stack_case(
+        "an-account-no-job-uses",
+        _env(kit_stack(), "DEDUP_ALLOWED_CALLERS", f"{INVOKER_SA},{OTHER_SA}"),
+        True,
+    ),
+    stack_case(
+        "proxy-allows-its-own-account",
+        replace_named(proxy_stack(), PROXY_FN, CALLERS, f"{INVOKER_SA},{PROXY_SA}"),
+        True,
+    ),
+    stack_case(
+        "the-runtime-account-instead",
+        _env(kit_stack(), "DEDUP_ALLOWED_CALLERS", RUNTIME_SA),
+        True,
+    ),
+    # Fail closed on what the function would refuse or the pack does not understand.
+    stack_case(
+        "member-form", _env(kit_stack(), "DEDUP_ALLOWED_CALLERS", f"serviceAccount:{INVOKER_SA}"),
+        True,
+    ),
+    stack_case(
+        "empty-entry", _env(kit_stack(), "DEDUP_ALLOWED_CALLERS", f"{INVOKER_SA},,"), True
+    ),
+    stack_case("wildcard", _env(kit_stack(), "DEDUP_ALLOWED_CALLERS", "*"), True),
+    stack_case(
+        "not-a-string", _env(kit_stack(), "DEDUP_ALLOWED_CALLERS", [INVOKER_SA]), True
+    ),
+]

@@ -142,6 +142,7 @@ def function_props() -> dict[str, Any]:
                 "DEDUP_STORE_TIMEOUT_SECONDS": "10",
                 "DEDUP_MISSING_SCHEDULE_TIME": "reject",
                 "DEDUP_JOB": "jobs.example:run",
+                "DEDUP_ALLOWED_CALLERS": INVOKER_SA,
             },
             "uri": FUNCTION_URL,
         },
@@ -328,6 +329,8 @@ def _as_preview(resources: Iterable[Resource]) -> list[Resource]:
             props = patch(props, "buildConfig.serviceAccount", U)
             props = patch(props, "buildConfig.source.storageSource.bucket", U)
             props = patch(props, "url", U)
+            # The invoker account's e-mail.
+            props = patch(props, "serviceConfig.environmentVariables.DEDUP_ALLOWED_CALLERS", U)
         elif r.type == gcp.FIRESTORE_FIELD:
             props = patch(props, "database", U)
         elif r.type in (RUN_SERVICE_IAM_MEMBER, PROJECT_IAM_MEMBER, RUN_JOB_IAM_MEMBER):

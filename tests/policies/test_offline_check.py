@@ -98,7 +98,7 @@ def test_dev_heartbeat_advisory_is_printed_and_the_check_passes() -> None:
     code, output = run_main("--stack-file", str(DEV))
     assert code == 0, output
     assert "[advisory] dedup-retries-outlast-lease: job-heartbeat-job " in output
-    assert "job 'heartbeat' is not retried" in output
+    assert "job 'sched-dedup-dev-heartbeat' is not retried" in output
 
 
 def test_stack_policies_see_every_job_of_the_stack(dev_declared: list[DeclaredResource]) -> None:
@@ -293,9 +293,27 @@ def _proxy_target_elsewhere(config: dict[str, Any]) -> None:
 BROKEN: list[Broken] = [
     # Programs (resources declared differently from the kit's program).
     Broken(
+        # No job sends a token, so nothing shows the function's one allowed caller is theirs.
         "job without OIDC",
         "scheduler-job-oidc-auth",
         lambda d: mutate(d, JOB, "httpTarget.oidcToken", DELETE),
+        also=frozenset({"dedup-allowed-callers"}),
+    ),
+    Broken(
+        "function serves every caller (program)",
+        "dedup-allowed-callers",
+        lambda d: mutate(d, FUNCTION, f"{ENV}.DEDUP_ALLOWED_CALLERS", DELETE),
+    ),
+    Broken(
+        "function also serves an account no job uses (program)",
+        "dedup-allowed-callers",
+        lambda d: mutate(
+            d,
+            FUNCTION,
+            f"{ENV}.DEDUP_ALLOWED_CALLERS",
+            "sched-dedup-dev-invoker@acme-scheduler-dev.iam.gserviceaccount.com,"
+            "ci-deployer@acme-scheduler-dev.iam.gserviceaccount.com",
+        ),
     ),
     Broken(
         "job with an OAuth token",
@@ -306,11 +324,14 @@ BROKEN: list[Broken] = [
             "httpTarget.oauthToken",
             {"serviceAccountEmail": "x@y.iam.gserviceaccount.com"},
         ),
+        # Its jobs' tokens no longer carry the one account the function serves.
+        also=frozenset({"dedup-allowed-callers"}),
     ),
     Broken(
         "job OIDC as the compute default account",
         "scheduler-job-oidc-auth",
         lambda d: mutate(d, JOB, "httpTarget.oidcToken.serviceAccountEmail", COMPUTE_SA),
+        also=frozenset({"dedup-allowed-callers"}),
     ),
     Broken(
         "job without audience",
@@ -512,6 +533,12 @@ BROKEN: list[Broken] = [
         stack=PROD,
     ),
     Broken(
+        "proxy serves every caller (program)",
+        "dedup-allowed-callers",
+        lambda d: mutate_named(d, "proxy-function", f"{ENV}.DEDUP_ALLOWED_CALLERS", ""),
+        stack=PROD,
+    ),
+    Broken(
         "proxied job without OIDC",
         "scheduler-job-oidc-auth",
         lambda d: mutate_named(d, "job-daily-report-job", "httpTarget.oidcToken", DELETE),
@@ -626,7 +653,7 @@ def test_retries_shorter_than_the_lease_are_advisory(
     code, output = run_main("--stack-file", str(PROD))
     assert code == 0, output
     assert "[advisory] dedup-retries-outlast-lease: job-invoice-sync-job " in output
-    assert "job 'invoice-sync' stops retrying 30s after its first attempt" in output
+    assert "job 'scheduler-dedup-invoice-sync' stops retrying 30s after its first attempt" in output
     assert "set retryConfig.maxRetryDuration >= 60s" in output
     # The second retry would come 90 s after a crash at the 600 s deadline.
     assert "690s makes sure a retry comes after it" in output
@@ -661,6 +688,7 @@ def test_unknowns_from_a_preview_do_not_fail_the_check(
         preview, JOB, "httpTarget.oidcToken", {"serviceAccountEmail": U, "audience": U}
     )
     preview = mutate(preview, FUNCTION, "serviceConfig.serviceAccountEmail", U)
+    preview = mutate(preview, FUNCTION, f"{ENV}.DEDUP_ALLOWED_CALLERS", U)
     preview = mutate(preview, FIELD, "database", U)
     found = offline_check.check_declared(preview)
     assert found == offline_check.check_declared(dev_declared)

@@ -8,9 +8,13 @@ from infra.config import ConfigError, load_config
 from policies.gcp import FIRESTORE_FIELD
 from policies.model import ResourcePolicy, StackPolicy
 from policies.registry import ALL_POLICIES, by_name
-from policies.stack import lease_survives_missed_renewals, ttl_policy_on_expire_at
+from policies.stack import (
+    allowed_callers,
+    lease_survives_missed_renewals,
+    ttl_policy_on_expire_at,
+)
 from tests.policies.cases import RESOURCE_CASES, STACK_CASES, Case
-from tests.policies.fixtures import kit_stack, replace_named, without_named
+from tests.policies.fixtures import kit_stack, proxy_stack, replace_named, without_named
 
 ALL_CASES: dict[str, list[Case]] = {**RESOURCE_CASES, **STACK_CASES}
 
@@ -94,3 +98,20 @@ def test_config_and_policy_agree_on_the_shortest_lease(lease: int, store_timeout
     )
     assert config_accepts == (lease >= 3 * store_timeout)
     assert config_accepts == (lease_survives_missed_renewals(stack) == [])
+
+
+def test_allowed_callers_names_the_function_that_serves_everyone() -> None:
+    env = "serviceConfig.environmentVariables.DEDUP_ALLOWED_CALLERS"
+    assert allowed_callers(proxy_stack()) == []
+    (finding,) = allowed_callers(replace_named(proxy_stack(), "proxy-function", env, ""))
+    assert finding.message.startswith(
+        "function 'scheduler-dedup-proxy' does not set DEDUP_ALLOWED_CALLERS"
+    )
+    assert finding.urn is not None and finding.urn.endswith("::proxy-function")
+    both = replace_named(
+        replace_named(proxy_stack(), "proxy-function", env, ""), "dedup-function", env, ""
+    )
+    assert sorted(f.message.split(" does not")[0] for f in allowed_callers(both)) == [
+        "function 'scheduler-dedup'",
+        "function 'scheduler-dedup-proxy'",
+    ]

@@ -1,0 +1,117 @@
+"""The GitHub Actions workflows: the deploy path (make test, then `pulumi up` of dev, then of
+prod behind the `production` environment, policy pack enforced, Workload Identity
+Federation, one update per stack at a time, outputs in the job summary) and the hardening
+(actions pinned to commit SHAs, no persisted credentials, no expressions in scripts, least
+permissions), and zizmor finds nothing."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.program import REPO_ROOT
+
+WORKFLOWS = REPO_ROOT / ".github" / "workflows"
+FILES = sorted(WORKFLOWS.glob("*.yml"))
+PINNED = re.compile(r"^\s*(?:-\s+)?uses:\s+([\w.-]+/[\w./-]+)@([0-9a-f]{40}) # v\d+\.\d+\.\d+$")
+
+
+def load(path: Path) -> dict[Any, Any]:
+    document: dict[Any, Any] = yaml.safe_load(path.read_text("utf-8"))
+    return document
+
+
+def steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = job.get("steps", [])
+    return found
+
+
+def step(job: dict[str, Any], action: str) -> dict[str, Any]:
+    return next(s for s in steps(job) if s.get("uses", "").split("@")[0] == action)
+
+
+def test_there_are_the_ci_and_deploy_workflows() -> None:
+    assert {p.name for p in FILES} == {"ci.yml", "deploy.yml"}
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_action_is_pinned_to_a_commit_with_its_release(path: Path) -> None:
+    lines = [line for line in path.read_text("utf-8").splitlines() if "uses:" in line]
+    assert lines
+    for line in lines:
+        assert PINNED.match(line), f"{path.name}: {line.strip()}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_hardening(path: Path) -> None:
+    workflow = load(path)
+    assert workflow["permissions"] == {}, "no permissions at the top: each job its own"
+    for name, job in workflow["jobs"].items():
+        assert "permissions" in job, name
+        granted = {k: v for k, v in job["permissions"].items() if v != "none"}
+        assert set(granted) <= {"contents", "id-token", "pull-requests"}, name
+        assert granted.get("contents") == "read", name
+        uses_auth = any(
+            s.get("uses", "").startswith("google-github-actions/auth@") for s in steps(job)
+        )
+        assert ("id-token" in granted) == uses_auth, name
+        for s in steps(job):
+            if s.get("uses", "").startswith("actions/checkout@"):
+                assert s["with"]["persist-credentials"] is False, name
+            assert "${{" not in s.get("run", ""), f"{name}: expression inside run: {s}"
+
+
+def test_deploy_runs_on_push_to_main_test_then_dev_then_prod() -> None:
+    workflow = load(WORKFLOWS / "deploy.yml")
+    assert workflow[True] == {"push": {"branches": ["main"]}}  # YAML 1.1: `on` reads as true
+    jobs = workflow["jobs"]
+    assert set(jobs) == {"test", "dev", "prod"}
+    assert any(s.get("run") == ".ci/run" for s in steps(jobs["test"]))
+    assert jobs["dev"]["needs"] == "test"
+    assert jobs["prod"]["needs"] == "dev"
+    assert jobs["dev"]["environment"] == "development"
+    assert jobs["prod"]["environment"] == "production"
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_each_deploy_is_pulumi_up_with_the_policy_pack(stack: str) -> None:
+    job = load(WORKFLOWS / "deploy.yml")["jobs"][stack]
+    assert job["concurrency"] == {"group": f"pulumi-up-{stack}", "cancel-in-progress": False}
+    assert job["permissions"] == {"contents": "read", "id-token": "write"}
+    assert job["env"]["STACK"] == "${{ vars.PULUMI_STACK_PREFIX }}" + stack
+    assert job["env"]["STACK_FILE"] == stack
+    assert (REPO_ROOT / f"Pulumi.{stack}.yaml").exists()
+    auth = step(job, "google-github-actions/auth")["with"]
+    assert auth == {
+        "workload_identity_provider": "${{ vars.GCP_WORKLOAD_IDENTITY_PROVIDER }}",
+        "service_account": "${{ vars.GCP_DEPLOY_SERVICE_ACCOUNT }}",
+    }
+    names = [s.get("uses", s.get("run", "")).split("@")[0] for s in steps(job)]
+    assert names.index("google-github-actions/auth") < names.index("pulumi/actions")
+    up = step(job, "pulumi/actions")["with"]
+    assert up["command"] == "up"
+    assert up["stack-name"] == "${{ env.STACK }}"
+    assert up["policyPacks"] == "policies"
+    assert up["policyPackConfigs"] == "${{ steps.policy.outputs.config }}"
+    summary = steps(job)[-1]["run"]
+    assert 'pulumi stack output --json --stack "${STACK}"' in summary
+    assert '>> "${GITHUB_STEP_SUMMARY}"' in summary
+
+
+def test_zizmor_finds_nothing() -> None:
+    zizmor = Path(sys.executable).parent / "zizmor"
+    result = subprocess.run(
+        [str(zizmor), "--offline", "--persona=pedantic", str(WORKFLOWS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "No findings to report" in result.stdout + result.stderr
