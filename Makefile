@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STACK ?= dev
 
-.PHONY: demo test lint typecheck workflow-lint unit plan policy-check bench clean
+.PHONY: demo test lint typecheck workflow-lint unit plan policy-check bench clean schema
 
 # The virtual environment is built from pinned requirements on first use.
 $(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.txt policies/requirements.txt constraints.txt
@@ -39,6 +39,11 @@ policy-check: $(VENV)/stamp
 
 bench: $(VENV)/stamp
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# Pulumi.yaml's config block, README's configuration reference and schema/stack.schema.json,
+# regenerated from the config models in infra/config.py (tests/infra/test_schema.py checks).
+schema: $(VENV)/stamp
+	$(BIN)/python -m infra.schema
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,16 +1,22 @@
-"""The stack configuration: read, typed and validated in one place, before any resource.
+"""The stack configuration, declared once: typed models, read and validated before any resource.
+
+Each setting is one field of a pydantic model below, with its type, bounds, default and a
+one-line description. From these models follow the validation (`load_config`), `DEFAULTS`
+and, through `python -m infra.schema` (`make schema`), the `config:` block of `Pulumi.yaml`,
+README's configuration reference and `schema/stack.schema.json` for editors.
 
 `load_config(values)` is a pure function over a plain mapping of full config keys
-(`"gcp:project"`, `"scheduler-dedup:jobs"`, ...) to values. The values may be native YAML
-values (the `config:` section of a `Pulumi.<stack>.yaml` file, as the offline plan and the
-tests feed them) or the strings the Pulumi engine hands a program (`"600"`, `"true"`, JSON
-for objects and lists). `config_from_pulumi()` is the thin adapter from `pulumi.Config`.
+(`"gcp:project"`, `"scheduler-dedup:jobs"`, ...) to values: native YAML values (the `config:`
+section of a `Pulumi.<stack>.yaml` file, as the offline plan and the tests feed them) or the
+strings the Pulumi engine hands a program (`"600"`, `"true"`, JSON for objects and lists).
+`config_from_pulumi()` is the thin adapter from `pulumi.Config`.
 
-Every problem is collected and reported in one `ConfigError`, each naming the key
-(`scheduler-dedup:jobs[1].schedule`) and the fix. Cross-field rules (lease, retention,
-timeout) run only once every field on its own is valid, so one typo never cascades into
-a list of follow-on complaints. Cloud Scheduler's own rules (cron, time zone, deadline,
-backoff, retry window) come from `infra.scheduler_rules`, shared with the policy pack.
+Every problem is reported in one `ConfigError`, each naming the key
+(`scheduler-dedup:jobs[1].schedule`), what is wrong and the fix. A model's own rules run once
+its fields are valid, the rules across models (lease, retention, timeouts, job names) once the
+whole stack is, so one typo never cascades into follow-on complaints. Cloud Scheduler's own
+rules (cron, time zone, deadline, backoff, retry window) come from `infra.scheduler_rules`,
+shared with the policy pack.
 """
 
 from __future__ import annotations
@@ -20,7 +26,21 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, ClassVar, Final, Literal, get_args, get_origin
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
@@ -47,142 +67,45 @@ PROJECT_NAME: Final = "scheduler-dedup"
 
 GCP_PROJECT_KEY: Final = "gcp:project"
 GCP_REGION_KEY: Final = "gcp:region"
-
-# Defaults of the kit's keys (Pulumi.yaml declares the same; a test keeps them equal).
-DEFAULTS: Final[Mapping[str, Any]] = {
-    "namePrefix": "scheduler-dedup",
-    "collection": "scheduler_runs",
-    "deleteProtection": True,
-    "pointInTimeRecovery": False,
-    "leaseSeconds": 60,
-    "retentionSeconds": 604800,
-    "functionTimeoutSeconds": 540,
-    "functionMemory": "512Mi",
-    "minInstances": 0,
-    "maxInstances": 10,
-    "maxRequestConcurrency": 1,
-    "missingScheduleTime": "reject",
-    "defaultJobLogic": "jobs.example:run",
-    "storeTimeoutSeconds": 10,
-    "cacheSize": 10000,
-    "proxyTimeoutSeconds": 30,
-    "iamPropagationSeconds": 120,
-}
-# Keys without a fixed default: databaseName (defaults to namePrefix), firestoreLocation
-# (defaults to gcp:region), jobs (required).
-KIT_KEYS: Final = frozenset({*DEFAULTS, "databaseName", "firestoreLocation", "jobs"})
-
-JOB_KEYS: Final = frozenset(
-    {
-        "name",
-        "schedule",
-        "timeZone",
-        "attemptDeadlineSeconds",
-        "retry",
-        "body",
-        "jobLogic",
-        "paused",
-        "description",
-        "proxy",
-    }
-)
-RETRY_KEYS: Final = frozenset(
-    {
-        "retryCount",
-        "maxRetryDurationSeconds",
-        "minBackoffSeconds",
-        "maxBackoffSeconds",
-        "maxDoublings",
-    }
-)
-PROXY_KEYS: Final = frozenset({"target", "resource", "tokenName", "container"})
 DEFAULT_TIME_ZONE: Final = "Etc/UTC"
-MISSING_SCHEDULE_TIME_MODES: Final = ("reject", "run")
-
-FUNCTION_TIMEOUT_MAX_SECONDS: Final = 3600  # 2nd gen HTTP functions
-FUNCTION_MEMORY_MIN_MIB: Final = 128
-FUNCTION_MEMORY_MAX_MIB: Final = 32768
-MAX_INSTANCES_LIMIT: Final = 1000
-MAX_REQUEST_CONCURRENCY_LIMIT: Final = 1000
-STORE_TIMEOUT_MAX_SECONDS: Final = 60
-PROXY_TIMEOUT_MAX_SECONDS: Final = 600  # the proxy's own bound (DEDUP_PROXY_TIMEOUT_SECONDS)
-# The wait for IAM grants to propagate before the functions are deployed (infra/iam_wait.py):
-# Google documents that a grant usually takes effect within 2 minutes, sometimes 7 or more.
-IAM_PROPAGATION_MAX_SECONDS: Final = 900
 
 # The proxy's downstream targets (function/dedup/targets.py accepts the same names and
-# resource shapes; tests/infra/test_proxy_config.py checks both agree).
+# resource shapes; tests/infra/test_proxy.py checks both agree).
 PROXY_TARGET_WORKFLOW: Final = "workflow"
 PROXY_TARGET_RUN_JOB: Final = "run_job"
 PROXY_TARGET_BUILD_TRIGGER: Final = "build_trigger"
-PROXY_TARGETS: Final = (PROXY_TARGET_WORKFLOW, PROXY_TARGET_RUN_JOB, PROXY_TARGET_BUILD_TRIGGER)
+ProxyTargetName = Literal["workflow", "run_job", "build_trigger"]
+PROXY_TARGETS: Final[tuple[str, ...]] = get_args(ProxyTargetName)
 _PROXY_PROJECT = r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20}"
-_PROXY_LOCATION = r"[a-z][a-z0-9-]{1,62}"
-_PROXY_RESOURCE: Final[Mapping[str, re.Pattern[str]]] = {
-    PROXY_TARGET_WORKFLOW: re.compile(
-        rf"projects/({_PROXY_PROJECT})/locations/({_PROXY_LOCATION})"
-        r"/workflows/([A-Za-z][A-Za-z0-9_-]{0,127})"
-    ),
-    PROXY_TARGET_RUN_JOB: re.compile(
-        rf"projects/({_PROXY_PROJECT})/locations/({_PROXY_LOCATION})"
-        r"/jobs/([a-z](?:[a-z0-9-]{0,61}[a-z0-9])?)"
-    ),
-    PROXY_TARGET_BUILD_TRIGGER: re.compile(
-        rf"projects/({_PROXY_PROJECT})/locations/({_PROXY_LOCATION})"
-        r"/triggers/([A-Za-z0-9][A-Za-z0-9_.-]{0,127})"
-    ),
-}
-_PROXY_SHAPE: Final[Mapping[str, str]] = {
-    PROXY_TARGET_WORKFLOW: "projects/PROJECT/locations/LOCATION/workflows/WORKFLOW",
-    PROXY_TARGET_RUN_JOB: "projects/PROJECT/locations/LOCATION/jobs/JOB",
-    PROXY_TARGET_BUILD_TRIGGER: "projects/PROJECT/locations/LOCATION/triggers/TRIGGER_ID",
-}
-# Where the token goes: a workflow argument key, a container env var, a user substitution.
-_PROXY_TOKEN_NAME: Final[Mapping[str, tuple[re.Pattern[str], str]]] = {
+_PROXY_PREFIX = rf"projects/({_PROXY_PROJECT})/locations/([a-z][a-z0-9-]{{1,62}})"
+# Per target: its resource name and shape, and where the token goes (a workflow argument
+# key, a container env var, a user substitution) with how to write it.
+_PROXY_RULES: Final[Mapping[str, tuple[re.Pattern[str], str, re.Pattern[str], str]]] = {
     PROXY_TARGET_WORKFLOW: (
+        re.compile(rf"{_PROXY_PREFIX}/workflows/([A-Za-z][A-Za-z0-9_-]{{0,127}})"),
+        "projects/PROJECT/locations/LOCATION/workflows/WORKFLOW",
         re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}"),
         "an argument key of letters, digits and underscores, e.g. dedup_token",
     ),
     PROXY_TARGET_RUN_JOB: (
+        re.compile(rf"{_PROXY_PREFIX}/jobs/([a-z](?:[a-z0-9-]{{0,61}}[a-z0-9])?)"),
+        "projects/PROJECT/locations/LOCATION/jobs/JOB",
         re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}"),
         "an environment variable name, e.g. DEDUP_TOKEN",
     ),
     PROXY_TARGET_BUILD_TRIGGER: (
+        re.compile(rf"{_PROXY_PREFIX}/triggers/([A-Za-z0-9][A-Za-z0-9_.-]{{0,127}})"),
+        "projects/PROJECT/locations/LOCATION/triggers/TRIGGER_ID",
         re.compile(r"_[A-Z0-9_]{1,99}"),
         "a user substitution: '_' then upper-case letters, digits or underscores, "
         "e.g. _DEDUP_TOKEN",
     ),
 }
-_CONTAINER_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?")
-
-_PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-_REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
-_FIRESTORE_LOCATION = re.compile(r"^[a-z][a-z0-9-]*[a-z0-9]$")
-_NAME_PREFIX = re.compile(r"^[a-z][a-z0-9-]{2,20}[a-z0-9]$")
-_DATABASE_ID = re.compile(r"^[a-z][a-z0-9-]{2,61}[a-z0-9]$")
 _UUID_LIKE = re.compile(r"^[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$")
-_COLLECTION_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,99}$")
-_JOB_NAME = re.compile(r"^[A-Za-z0-9_-]{1,500}$")
+_MEMORY = r"^([1-9][0-9]*)(Mi|Gi|M|G)$"
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
-_JOB_LOGIC = re.compile(rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}$")
-_MEMORY = re.compile(r"^([1-9][0-9]*)(Mi|Gi|M|G)$")
+_JOB_LOGIC = rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}$"
 _INT_STRING = re.compile(r"^\s*-?[0-9]+\s*$")
-
-# The gcp provider's keys the kit needs: valid form, what it is, how to set it, the fix.
-_PROVIDER_KEYS: Final[Mapping[str, tuple[re.Pattern[str], str, str, str]]] = {
-    GCP_PROJECT_KEY: (
-        _PROJECT_ID,
-        "a Google Cloud project ID",
-        "pulumi config set gcp:project <project-id>",
-        "use the project ID (6-30 lowercase letters, digits, hyphens), not its name or number",
-    ),
-    GCP_REGION_KEY: (
-        _REGION,
-        "a Google Cloud region",
-        "pulumi config set gcp:region europe-west1",
-        "use a region such as europe-west1 or us-central1 (not a zone)",
-    ),
-}
 
 
 def kit_key(name: str) -> str:
@@ -199,6 +122,14 @@ def scheduler_job_id(name_prefix: str, job_name: str) -> str:
     every run's dedup key.
     """
     return f"{name_prefix}-{job_name}"
+
+
+def memory_mib(memory: str) -> int:
+    match = re.match(_MEMORY, memory)
+    if match is None:
+        raise ValueError(f"{memory!r} is not a memory size like '512Mi' or '1Gi'")
+    unit_bytes = {"Mi": 2**20, "Gi": 2**30, "M": 10**6, "G": 10**9}[match.group(2)]
+    return int(match.group(1)) * unit_bytes // 2**20
 
 
 # --------------------------------------------------------------------------- errors
@@ -235,21 +166,117 @@ class ConfigError(ValueError):
         return tuple(p.key for p in self.problems)
 
 
-# --------------------------------------------------------------------------- typed config
+Loc = tuple[str | int, ...]
+
+
+class Invalid(ValueError):
+    """Raised by a validator: its problems, as (key relative to the value, what, fix)."""
+
+    def __init__(self, problems: Sequence[tuple[Loc, str, str]]) -> None:
+        super().__init__("; ".join(message for _, message, _ in problems))
+        self.problems = tuple(problems)
+
+
+class _Problems(list[tuple[Loc, str, str]]):
+    def add(self, at: Loc | str, message: str, fix: str) -> None:
+        self.append(((at,) if isinstance(at, str) else at, message, fix))
+
+    def raise_any(self) -> None:
+        if self:
+            raise Invalid(self)
+
+
+def invalid(message: str, fix: str, at: Loc | str = ()) -> Invalid:
+    return Invalid([((at,) if isinstance(at, str) else at, message, fix)])
 
 
 @dataclass(frozen=True)
-class ProxyTarget:
+class Hint:
+    """A field's `json_schema_extra`: how its invalid values are reported beyond type and
+    bounds ("'<value>' is not <what>. Fix: <fix>"; `unset_fix` when a required one is
+    missing), and `default` for one whose unset value follows another setting's."""
+
+    what: str = "valid"
+    fix: str = ""
+    unset_fix: str = ""
+    default: str = ""
+    schema: Mapping[str, Any] | None = None
+
+    def __call__(self, schema: dict[str, Any]) -> None:
+        """Pydantic's JSON schema hook: a follower's "" default is no value to suggest."""
+        if self.default:
+            schema.pop("default", None)
+        schema.update(self.schema or {})
+
+
+def _to_int(raw: Any) -> Any:
+    """Engine strings ("600") and whole floats read as integers; anything else as given."""
+    integral = isinstance(raw, float) and raw.is_integer()
+    return int(raw) if integral or (isinstance(raw, str) and _INT_STRING.match(raw)) else raw
+
+
+def _to_bool(raw: Any) -> Any:
+    """Engine strings "true"/"false" read as booleans (not "yes", "1", ...)."""
+    text = raw.strip().lower() if isinstance(raw, str) else None
+    return text == "true" if text in ("true", "false") else raw
+
+
+Int = Annotated[int, Strict(), BeforeValidator(_to_int)]
+Bool = Annotated[bool, Strict(), BeforeValidator(_to_bool)]
+_JOB_LOGIC_FIX = "use 'module:function' of a module inside function/, e.g. jobs.example:run"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel)
+    setting_of: ClassVar[str] = "a setting"
+    """What an unknown key of this model is not ("is not a job setting")."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_unset(cls, raw: Any) -> Any:
+        """A key given as null (YAML `key:` with no value) is unset, as if left out."""
+        return {k: v for k, v in raw.items() if v is not None} if isinstance(raw, dict) else raw
+
+
+# --------------------------------------------------------------------------- the models
+
+
+class ProxyTarget(_Model):
     """The downstream execution a proxied job starts (`jobs[].proxy`)."""
 
-    target: str
-    """workflow | run_job | build_trigger"""
-    resource: str
-    """projects/P/locations/L/{workflows/W | jobs/J | triggers/T}"""
-    token_name: str | None = None
-    """Where the token goes; None: the proxy's default for the target."""
-    container: str | None = None
-    """run_job only: the container that gets the token (default: the first)."""
+    setting_of: ClassVar[str] = "a proxy setting"
+    target: ProxyTargetName = Field(description="What the proxy starts once per run",
+                                    json_schema_extra=Hint("a proxy target"))
+    resource: str = Field(
+        description="Full name projects/P/locations/L/{workflows/W | jobs/J | triggers/T}, "
+        "in gcp:project",
+        json_schema_extra=Hint(fix="give the target's full name, e.g. "
+                               "projects/P/locations/L/workflows/W (in gcp:project)"))
+    token_name: str | None = Field(
+        default=None, description="Where the run's token goes: a workflow argument key, a "
+        "job's env var or a build `_SUBSTITUTION`; unset: the proxy's default for the target")
+    container: str | None = Field(
+        default=None, pattern=r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$",
+        description="`run_job` only: the container that gets the token; unset: the first",
+        json_schema_extra=Hint("a Cloud Run container name", "use the container's name in the "
+                               "job (lowercase letters, digits, '-'), or leave it unset for the "
+                               "job's first container"))
+
+    @model_validator(mode="after")
+    def _fits_target(self) -> ProxyTarget:
+        resource, shape, token, token_what = _PROXY_RULES[self.target]
+        problems = _Problems()
+        if not resource.fullmatch(self.resource):
+            problems.add("resource", f"{self.resource!r} is not a {self.target} resource name",
+                         f"use the full name {shape}")
+        if self.token_name is not None and not token.fullmatch(self.token_name):
+            problems.add("tokenName", f"{self.token_name!r} cannot carry the token of a "
+                         f"{self.target} target", f"use {token_what}")
+        if self.container is not None and self.target != PROXY_TARGET_RUN_JOB:
+            problems.add("container", f"applies only to target run_job, not {self.target}",
+                         "remove container")
+        problems.raise_any()
+        return self
 
     @property
     def project(self) -> str:
@@ -265,47 +292,162 @@ class ProxyTarget:
 
     def route(self) -> dict[str, str]:
         """The job's entry of DEDUP_PROXY_ROUTES (the keys the proxy reads)."""
-        route = {"target": self.target, "resource": self.resource}
-        if self.token_name is not None:
-            route["tokenName"] = self.token_name
-        if self.container is not None:
-            route["container"] = self.container
-        return route
+        return self.model_dump(by_alias=True, exclude_none=True)
 
 
-@dataclass(frozen=True)
-class JobSettings:
+# Durations are google.protobuf.Duration values: Scheduler documents no bound of its own,
+# the type's range is the API's (see infra.scheduler_rules.DURATION_MAX_SECONDS).
+class RetryConfig(_Model):
+    """A job's retryConfig (`jobs[].retry`), with Cloud Scheduler's defaults."""
+
+    setting_of: ClassVar[str] = "a retry setting"
+    retry_count: Int = Field(default=0, ge=0, le=RETRY_COUNT_MAX,
+                             description="Retries of a failed run's attempt")
+    max_retry_duration_seconds: Int = Field(
+        default=0, ge=0, le=DURATION_MAX_SECONDS, description="How long to keep retrying; 0: "
+        "unlimited (Scheduler retries until both this and retryCount are reached)")
+    min_backoff_seconds: Int = Field(default=MIN_BACKOFF_DEFAULT_SECONDS, ge=0,
+                                     le=DURATION_MAX_SECONDS,
+                                     description="First wait before a retry; <= maxBackoffSeconds")
+    max_backoff_seconds: Int = Field(default=MAX_BACKOFF_DEFAULT_SECONDS, ge=0,
+                                     le=DURATION_MAX_SECONDS,
+                                     description="Longest wait before a retry")
+    max_doublings: Int = Field(default=MAX_DOUBLINGS_DEFAULT, ge=0, le=MAX_DOUBLINGS_MAX,
+                               description="How often the wait doubles before it grows linearly")
+
+    @model_validator(mode="after")
+    def _backoffs_in_order(self) -> RetryConfig:
+        if self.min_backoff_seconds > self.max_backoff_seconds:
+            raise invalid(f"{self.min_backoff_seconds} is more than maxBackoffSeconds "
+                          f"({self.max_backoff_seconds})",
+                          "make minBackoffSeconds <= maxBackoffSeconds", "minBackoffSeconds")
+        return self
+
+
+class JobSettings(_Model):
     """One Cloud Scheduler job, served by the stack's dedup function (or its proxy)."""
 
-    name: str
-    schedule: str
-    time_zone: str
-    attempt_deadline_seconds: int
-    retry: RetrySettings
-    job_logic: str
+    setting_of: ClassVar[str] = "a job setting"
+    name: str = Field(
+        pattern=rf"^[A-Za-z0-9_-]{{1,{JOB_ID_MAX_LENGTH}}}$",
+        description="Unique in the stack; the Scheduler job ID is `<namePrefix>-<name>`, at "
+        f"most {JOB_ID_MAX_LENGTH} characters",
+        json_schema_extra=Hint("a job name", "use letters, digits, '-' or '_' (the Cloud "
+                               "Scheduler job ID is '<namePrefix>-<name>', at most 500 "
+                               "characters)"))
+    schedule: str = Field(
+        description="5-field unix-cron (not the legacy \"every 5 minutes\" form)",
+        json_schema_extra=Hint(fix="use a 5-field unix-cron expression, e.g. '*/5 * * * *'"))
+    time_zone: str = Field(default=DEFAULT_TIME_ZONE, description="IANA time zone name")
+    attempt_deadline_seconds: Int = Field(
+        default=ATTEMPT_DEADLINE_DEFAULT_SECONDS, ge=ATTEMPT_DEADLINE_MIN_SECONDS,
+        le=ATTEMPT_DEADLINE_MAX_SECONDS,
+        description="How long Scheduler waits for one attempt; <= functionTimeoutSeconds")
+    retry_config: RetryConfig = Field(default_factory=RetryConfig, alias="retry",
+                                      description="Scheduler's retryConfig")
+    body: Any = Field(default=None, description="JSON value POSTed as `application/json`")
+    job_logic: str = Field(
+        default="", pattern=_JOB_LOGIC,
+        description="`module:function` inside `function/` that runs the job; not with `proxy`",
+        json_schema_extra=Hint("a module:function", _JOB_LOGIC_FIX, default="defaultJobLogic"))
     """The effective `module:function` (the job's own, or the stack's defaultJobLogic).
     Unused for a proxied job, which runs no job logic of its own."""
-    body_json: str | None = None
-    """Canonical JSON of the body (sorted keys, compact), or None for no body."""
-    paused: bool = False
-    description: str | None = None
-    proxy: ProxyTarget | None = None
-    """Set: the job calls the idempotent proxy, which starts this target once per run."""
+    paused: Bool = Field(default=False, description="Deploy the job paused")
+    description: str | None = Field(
+        default=None, max_length=500, description="The Scheduler job's description; unset: "
+        "generated",
+        json_schema_extra=Hint(fix="give a short text (Cloud Scheduler allows 500 characters)"))
+    proxy: ProxyTarget | None = Field(
+        default=None, description="Start a Google Cloud execution once per run through the "
+        "idempotent proxy (its own function and account) instead of running jobLogic")
+
+    @field_validator("schedule")
+    @classmethod
+    def _unix_cron(cls, schedule: str) -> str:
+        try:
+            validate_cron(schedule)
+        except ScheduleError as exc:
+            raise invalid(str(exc), "use 5 fields 'minute hour day-of-month month day-of-week' "
+                          "such as '0 3 * * *'; the legacy 'every 5 minutes' form gives no "
+                          "reliable schedule time") from None
+        return schedule
+
+    @field_validator("time_zone")
+    @classmethod
+    def _iana(cls, time_zone: str) -> str:
+        try:
+            validate_time_zone(time_zone)
+        except ScheduleError as exc:
+            raise invalid(str(exc), "use an IANA name such as Etc/UTC or Europe/Berlin") from None
+        return time_zone
+
+    @field_validator("body")
+    @classmethod
+    def _json(cls, body: Any) -> Any:
+        try:
+            json.dumps(body, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise invalid(f"cannot be sent as JSON ({exc})", "give a JSON value") from None
+        return body
+
+    @model_validator(mode="after")
+    def _proxy_runs_no_logic(self) -> JobSettings:
+        if self.proxy is not None and self.job_logic:
+            raise invalid("is set on a job that calls the proxy (proxy: ...), which runs no "
+                          "job logic", "remove jobLogic (the proxy starts the downstream "
+                          "target) or remove proxy (the dedup function runs jobLogic)",
+                          "jobLogic")
+        return self
+
+    @property
+    def retry(self) -> RetrySettings:
+        return RetrySettings(**self.retry_config.model_dump())  # the same field names
+
+    @property
+    def body_json(self) -> str | None:
+        """Canonical JSON of the body (sorted keys, compact), or None for no body."""
+        if self.body is None:
+            return None
+        return json.dumps(self.body, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
     @property
     def retry_window_seconds(self) -> float:
         return retry_window_seconds(self.attempt_deadline_seconds, self.retry)
 
 
-@dataclass(frozen=True)
-class FunctionSettings:
+class FunctionSettings(_Model):
     """The Cloud Run function (2nd gen) that serves every job."""
 
-    timeout_seconds: int
-    memory: str
-    min_instances: int
-    max_instances: int
-    max_request_concurrency: int
+    timeout_seconds: Int = Field(  # le: 2nd gen HTTP functions
+        default=540, ge=1, le=3600, alias="functionTimeoutSeconds", description="Request "
+        "timeout of the function; >= every job's attemptDeadlineSeconds, > storeTimeoutSeconds")
+    memory: str = Field(
+        default="512Mi", pattern=_MEMORY, alias="functionMemory",
+        description="Memory per instance, 128Mi..32Gi (unit Mi or Gi)",
+        json_schema_extra=Hint("a memory size", "use a size with a unit Mi or Gi, e.g. 256Mi, "
+                               "512Mi or 1Gi"))
+    min_instances: Int = Field(default=0, ge=0, le=1000, description="Minimum instances (0 "
+                               "scales to zero); <= maxInstances")
+    max_instances: Int = Field(default=10, ge=1, le=1000, description="Maximum instances")
+    max_request_concurrency: Int = Field(
+        default=1, ge=1, le=1000,
+        description="Concurrent requests per instance (above 1 the function gets a whole CPU)")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_in_range(cls, memory: str) -> str:
+        if not 128 <= memory_mib(memory) <= 32768:
+            raise invalid(f"{memory!r} is outside what Cloud Run functions allow",
+                          "use 128Mi up to 32Gi")
+        return memory
+
+    @model_validator(mode="after")
+    def _instances_in_order(self) -> FunctionSettings:
+        if self.min_instances > self.max_instances:
+            raise invalid(f"{self.min_instances} is more than maxInstances "
+                          f"({self.max_instances})", "lower minInstances or raise maxInstances",
+                          "minInstances")
+        return self
 
     @property
     def memory_mib(self) -> int:
@@ -323,37 +465,238 @@ class FunctionSettings:
         return None
 
 
-@dataclass(frozen=True)
-class DedupSettings:
+class DedupSettings(_Model):
     """The dedup records: where they live and how long leases and records last."""
 
-    database_name: str
-    collection: str
-    firestore_location: str
-    delete_protection: bool
-    point_in_time_recovery: bool
-    lease_seconds: int
-    retention_seconds: int
-    missing_schedule_time: str
-    default_job_logic: str
-    store_timeout_seconds: int
-    cache_size: int
+    database_name: str = Field(
+        default="", pattern=r"^[a-z][a-z0-9-]{2,61}[a-z0-9]$",
+        description="Firestore database ID of the records (4-63 lowercase): `namePrefix` or "
+        "`<namePrefix>-…`, not `(default)`",
+        json_schema_extra=Hint("a valid Firestore database ID", "use 4-63 lowercase letters, "
+                               "digits or hyphens, starting with a letter and not UUID-like, "
+                               "e.g. scheduler-dedup", default="namePrefix"))
+    collection: str = Field(
+        default="scheduler_runs", pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,99}$",
+        description="Collection of the dedup records; the TTL policy is on its expire_at field",
+        json_schema_extra=Hint("a collection ID", "use a collection ID of letters, digits, '_' "
+                               "or '-' (at most 100), e.g. scheduler_runs"))
+    firestore_location: str = Field(
+        default="", pattern=r"^[a-z][a-z0-9-]*[a-z0-9]$",
+        description="Firestore location of the database, e.g. eur3, nam5",
+        json_schema_extra=Hint("a Firestore location", "use a Firestore location such as "
+                               "europe-west1, eur3 or nam5 (or leave it unset to use gcp:region)",
+                               default="gcp:region"))
+    delete_protection: Bool = Field(default=True, description="Firestore delete protection, "
+                                    "and Pulumi `protect` on the database")
+    point_in_time_recovery: Bool = Field(default=False, description="Firestore point-in-time "
+                                         "recovery (7 days of versions)")
+    lease_seconds: Int = Field(
+        default=60, ge=1,
+        description=f"Lease of an in-progress run, >= {LEASE_STORE_TIMEOUTS} x storeTimeoutSeconds:"
+        " a liveness window the heartbeat renews every lease/3 while the job runs, so it may be "
+        "shorter than functionTimeoutSeconds and any attemptDeadlineSeconds",
+    )
+    retention_seconds: Int = Field(default=604800, ge=60, description="How long a record lives "
+                                   "(expire_at); > leaseSeconds and every job's retry window")
+    missing_schedule_time: Literal["reject", "run"] = Field(
+        default="reject",
+        description="A delivery without X-CloudScheduler-ScheduleTime: `reject` (400) or `run` "
+        "(without dedup)",
+        json_schema_extra=Hint("a mode", "use 'reject' (answer 400 to a delivery without "
+                               "X-CloudScheduler-ScheduleTime) or 'run' (run it without dedup)"))
+    default_job_logic: str = Field(
+        default="jobs.example:run", pattern=_JOB_LOGIC,
+        description="`module:function` inside `function/` for jobs without their own jobLogic",
+        json_schema_extra=Hint("a module:function", _JOB_LOGIC_FIX))
+    store_timeout_seconds: Int = Field(default=10, ge=1, le=60, description="Bound on any "
+                                       "Firestore call; < functionTimeoutSeconds, <= "
+                                       "leaseSeconds / 3")
+    cache_size: Int = Field(default=10000, ge=0, description="Completed runs remembered per "
+                            "instance (0 turns the cache off)")
+
+    @field_validator("database_name", mode="before")
+    @classmethod
+    def _not_the_default_database(cls, database: Any) -> Any:
+        if database == "(default)":
+            raise invalid("'(default)' is the project's default database, which the program "
+                          "would create and own, and which no second stack in the project "
+                          "could have", "leave databaseName unset (it defaults to namePrefix) "
+                          "or use a named database that starts with namePrefix")
+        return database
+
+    @field_validator("database_name")
+    @classmethod
+    def _not_uuid_like(cls, database: str) -> str:
+        if _UUID_LIKE.match(database):
+            raise invalid(f"{database!r} is not a valid Firestore database ID",
+                          "use a name that is not UUID-like, e.g. scheduler-dedup")
+        return database
+
+    @field_validator("collection")
+    @classmethod
+    def _not_reserved(cls, collection: str) -> str:
+        if collection.startswith("__") and collection.endswith("__"):
+            raise invalid(f"{collection!r} is reserved by Firestore",
+                          "choose an ID that does not start and end with '__'")
+        return collection
+
+    @model_validator(mode="after")
+    def _records_outlive_leases(self) -> DedupSettings:
+        lease, retention = self.lease_seconds, self.retention_seconds
+        # The lease is a liveness window, renewed by a heartbeat while the job runs, not a
+        # bound on the job: it need not cover the function timeout or any attempt deadline.
+        min_lease = round(min_lease_seconds(self.store_timeout_seconds))
+        problems = _Problems()
+        if lease < min_lease:
+            problems.add("leaseSeconds", f"{lease} s is shorter than {LEASE_STORE_TIMEOUTS} x "
+                         f"storeTimeoutSeconds ({min_lease} s): the heartbeat renews the lease "
+                         "every leaseSeconds/3 and a renewal may take up to storeTimeoutSeconds,"
+                         " so one stalled renewal would still be running when the next is due, "
+                         "and a running job's claim would not survive two failed renewals",
+                         f"set leaseSeconds >= {min_lease} or lower storeTimeoutSeconds")
+        if retention <= lease:
+            problems.add("retentionSeconds", f"{retention} s is not longer than leaseSeconds "
+                         f"({lease} s): a record would expire while its run still holds the "
+                         "lease", f"set retentionSeconds > {lease}")
+        problems.raise_any()
+        return self
 
 
-@dataclass(frozen=True)
-class StackConfig:
+GROUPS: Final[Mapping[str, type[BaseModel]]] = {
+    "<dedup>": DedupSettings,
+    "<function>": FunctionSettings,
+}
+"""Models whose keys sit flat in the stack config, grouped for the program (`cfg.dedup`)."""
+
+
+class StackConfig(_Model):
     """Everything the program needs, validated."""
 
-    project: str
-    region: str
-    name_prefix: str
-    dedup: DedupSettings
-    function: FunctionSettings
-    jobs: tuple[JobSettings, ...]
-    proxy_timeout_seconds: int = 30
-    """DEDUP_PROXY_TIMEOUT_SECONDS: bound on one downstream start request."""
-    iam_propagation_seconds: int = 120
-    """How long the program waits after the accounts' grants before deploying functions."""
+    setting_of: ClassVar[str] = "a setting of the kit"
+    project: str = Field(
+        alias=GCP_PROJECT_KEY, pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$",
+        description="Google Cloud project ID (not its name or number)",
+        json_schema_extra=Hint("a Google Cloud project ID", "use the project ID (6-30 "
+                               "lowercase letters, digits, hyphens), not its name or number",
+                               "pulumi config set gcp:project <project-id>"))
+    region: str = Field(
+        alias=GCP_REGION_KEY, pattern=r"^[a-z]+-[a-z]+[0-9]+$",
+        description="Google Cloud region (not a zone), e.g. `europe-west1`",
+        json_schema_extra=Hint("a Google Cloud region", "use a region such as europe-west1 or "
+                               "us-central1 (not a zone)",
+                               "pulumi config set gcp:region europe-west1"))
+    name_prefix: str = Field(
+        default="scheduler-dedup", pattern=r"^[a-z][a-z0-9-]{2,20}[a-z0-9]$",
+        description="4-22 of `a-z0-9-`, starts with a letter, ends with a letter or digit. Names "
+        "every project-unique resource: functions `<prefix>` and `<prefix>-proxy`, service "
+        "accounts `<prefix>-runtime/-build/-invoker/-proxy`, bucket `<project>-<prefix>-source`,"
+        " repository `<prefix>-builds`, Scheduler job IDs `<prefix>-<jobs[].name>`, the proxy's "
+        "custom role, and by default the database. Stacks sharing a project need different "
+        "prefixes, neither the other's followed by `-`",
+        json_schema_extra=Hint("a valid name prefix", "use 4-22 lowercase letters, digits or "
+                               "hyphens, starting with a letter and ending with a letter or digit"
+                               " (it names every project-unique resource: functions, service "
+                               "accounts, bucket, repository, Scheduler jobs and, by default, "
+                               "the database)"))
+    dedup: DedupSettings = Field(default_factory=DedupSettings, alias="<dedup>")
+    function: FunctionSettings = Field(default_factory=FunctionSettings, alias="<function>")
+    proxy_timeout_seconds: Int = Field(  # le: the proxy's own DEDUP_PROXY_TIMEOUT_SECONDS bound
+        default=30, ge=1, le=600, description="Bound on the proxy's one start request to a "
+        "workflow, Cloud Run job or build trigger; plus 2 x storeTimeoutSeconds below every "
+        "proxied job's attemptDeadlineSeconds")
+    # The wait for IAM grants to propagate before the functions deploy (infra/iam_wait.py):
+    # Google documents that a grant usually takes effect within 2 minutes, sometimes 7 or more.
+    iam_propagation_seconds: Int = Field(
+        default=120, ge=0, le=900, description="The wait after the accounts' IAM grants before "
+        "the functions deploy (on the first `pulumi up`, and when accounts are replaced)")
+    jobs: tuple[JobSettings, ...] = Field(
+        description="The Cloud Scheduler jobs: at least one, names unique",
+        json_schema_extra=Hint(fix="give a list of jobs, each with at least a name and a "
+                               "schedule", schema={"minItems": 1}))
+
+    @field_validator("jobs")
+    @classmethod
+    def _some_jobs(cls, jobs: tuple[JobSettings, ...]) -> tuple[JobSettings, ...]:
+        if not jobs:  # not min_length: that also fires when every job is invalid
+            raise invalid("is an empty list", "give a list of jobs, each with at least a name "
+                          "and a schedule")
+        return jobs
+
+    @model_validator(mode="after")
+    def _settings_fit_together(self) -> StackConfig:
+        """Rules across the models; the dedup guarantee depends on each of them. Then the
+        unset databaseName, firestoreLocation and jobs[].jobLogic follow their settings."""
+        dedup, timeout, prefix = self.dedup, self.function.timeout_seconds, self.name_prefix
+        store_timeout, retention = dedup.store_timeout_seconds, dedup.retention_seconds
+        problems = _Problems()
+        # A database ID is unique in its project: one without the stack's prefix would let
+        # two stacks sharing a project share records and fight over the TTL policy.
+        database = dedup.database_name
+        if database and database != prefix and not database.startswith(f"{prefix}-"):
+            problems.add("databaseName", f"{database!r} does not carry this stack's namePrefix "
+                         f"{prefix!r}: database IDs are unique per project, so two stacks "
+                         "sharing a project could pick the same database and share its records "
+                         f"and TTL policy", f"leave databaseName unset (it defaults to "
+                         f"{prefix!r}) or use '{prefix}-<suffix>'")
+        if timeout <= store_timeout:
+            problems.add("storeTimeoutSeconds", f"{store_timeout} s leaves no time for the job "
+                         f"within functionTimeoutSeconds ({timeout} s)",
+                         "make storeTimeoutSeconds smaller than functionTimeoutSeconds")
+        first_index: dict[str, int] = {}
+        budget = self.proxy_timeout_seconds + 2 * store_timeout
+        for index, job in enumerate(self.jobs):
+            if job.name in first_index:
+                problems.add(("jobs", index, "name"), f"{job.name!r} is already the name of "
+                             f"jobs[{first_index[job.name]}]", "give every job a unique name "
+                             "(it names the Scheduler job, part of the dedup key)")
+            first_index.setdefault(job.name, index)
+            if len(job_id := scheduler_job_id(prefix, job.name)) > JOB_ID_MAX_LENGTH:
+                problems.add(("jobs", index, "name"), "makes the Scheduler job ID "
+                             f"'<namePrefix>-<name>' {len(job_id)} characters long (at most "
+                             f"{JOB_ID_MAX_LENGTH})", "shorten the name to at most "
+                             f"{JOB_ID_MAX_LENGTH - len(prefix) - 1} characters")
+            deadline, window = job.attempt_deadline_seconds, job.retry_window_seconds
+            if timeout < deadline:
+                problems.add(("jobs", index, "attemptDeadlineSeconds"), f"{deadline} s is longer"
+                             f" than functionTimeoutSeconds ({timeout} s): the function would be "
+                             "cut off before Scheduler's deadline", "lower "
+                             f"attemptDeadlineSeconds to <= {timeout} or raise "
+                             "functionTimeoutSeconds")
+            if retention <= window:
+                problems.add("retentionSeconds", f"{retention} s is not longer than "
+                             f"jobs[{index}] ({job.name}) retry window ({window:.0f} s): a late "
+                             "retry would find no record and run the job again",
+                             f"set retentionSeconds > {window:.0f} or shorten that job's retries")
+            if job.proxy is None:
+                continue
+            if job.proxy.project != self.project:
+                problems.add(("jobs", index, "proxy", "resource"), f"{job.proxy.resource!r} is "
+                             f"in project {job.proxy.project!r}, not in this stack's project "
+                             f"{self.project!r}", "target a resource of gcp:project by its "
+                             "project ID (the proxy's roles on the target are granted in the "
+                             "stack's project)")
+            # One proxied attempt: claim, the start request, record the result, all within
+            # the deadline, so Scheduler does not abandon an attempt still starting the target.
+            if budget >= deadline:
+                room = deadline - 2 * store_timeout
+                problems.add("proxyTimeoutSeconds", f"{self.proxy_timeout_seconds} s plus two "
+                             f"Firestore calls (2 x storeTimeoutSeconds = {2 * store_timeout} s)"
+                             f" does not fit in jobs[{index}] ({job.name}) "
+                             f"attemptDeadlineSeconds ({deadline} s): Scheduler would abandon "
+                             "attempts that are still starting the target",
+                             (f"set proxyTimeoutSeconds < {room} (or lower storeTimeoutSeconds),"
+                              " or raise " if room > 1 else "lower proxyTimeoutSeconds and "
+                              "storeTimeoutSeconds, or raise ")
+                             + f"jobs[{index}].attemptDeadlineSeconds above {budget}")
+        problems.raise_any()
+        derived = {"database_name": database or prefix,
+                   "firestore_location": dedup.firestore_location or self.region}
+        jobs = tuple(job if job.job_logic else
+                     job.model_copy(update={"job_logic": dedup.default_job_logic})
+                     for job in self.jobs)
+        object.__setattr__(self, "dedup", dedup.model_copy(update=derived))  # frozen model
+        object.__setattr__(self, "jobs", jobs)
+        return self
 
     def job_id(self, job: JobSettings) -> str:
         """The deployed Scheduler job ID of `job`: `<namePrefix>-<name>`."""
@@ -362,11 +705,8 @@ class StackConfig:
     def job_routes(self) -> dict[str, str]:
         """DEDUP_JOB_ROUTES: every (not proxied) job's deployed ID -> its effective
         `module:function`."""
-        return {
-            self.job_id(job): job.job_logic
-            for job in sorted(self.jobs, key=lambda j: j.name)
-            if job.proxy is None
-        }
+        jobs = sorted(self.jobs, key=lambda j: j.name)
+        return {self.job_id(job): job.job_logic for job in jobs if job.proxy is None}
 
     @property
     def proxied_jobs(self) -> tuple[JobSettings, ...]:
@@ -375,143 +715,58 @@ class StackConfig:
     def proxy_routes(self) -> dict[str, ProxyTarget]:
         """Every proxied job's deployed ID -> its target (DEDUP_PROXY_ROUTES); empty: no
         proxy."""
-        return {
-            self.job_id(job): job.proxy
-            for job in sorted(self.jobs, key=lambda j: j.name)
-            if job.proxy is not None
-        }
+        jobs = sorted(self.jobs, key=lambda j: j.name)
+        return {self.job_id(job): job.proxy for job in jobs if job.proxy is not None}
 
 
-def memory_mib(memory: str) -> int:
-    match = _MEMORY.match(memory)
-    if match is None:
-        raise ValueError(f"{memory!r} is not a memory size like '512Mi' or '1Gi'")
-    amount, unit = int(match.group(1)), match.group(2)
-    if unit == "Gi":
-        return amount * 1024
-    if unit == "G":
-        return amount * 1000 * 1000 * 1000 // (1024 * 1024)
-    if unit == "M":
-        return amount * 1000 * 1000 // (1024 * 1024)
-    return amount
+# --------------------------------------------------------------------------- what follows
+
+
+def model_fields(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """A model's fields by config key (alias), in declaration order."""
+    return {info.alias or name: info for name, info in model.model_fields.items()}
+
+
+def stack_fields() -> dict[str, FieldInfo]:
+    """Every key of a stack (`gcp:project`, then the kit's), the groups' keys in place."""
+    found: dict[str, FieldInfo] = {}
+    for key, info in model_fields(StackConfig).items():
+        group = GROUPS.get(key)
+        found.update(model_fields(group) if group else {key: info})
+    return found
+
+
+def hint(info: FieldInfo | None) -> Hint:
+    extra = info.json_schema_extra if info is not None else None
+    return extra if isinstance(extra, Hint) else Hint()
+
+
+def has_fixed_default(info: FieldInfo) -> bool:
+    return not info.is_required() and info.default_factory is None and not hint(info).default
+
+
+KIT_KEYS: Final = frozenset(key for key in stack_fields() if ":" not in key)
+DEFAULTS: Final[Mapping[str, Any]] = {
+    k: i.default for k, i in stack_fields().items() if k in KIT_KEYS and has_fixed_default(i)
+}
+"""Defaults of the kit's keys (Pulumi.yaml's config block is generated from the same)."""
+
+
+def choices(info: FieldInfo | None) -> tuple[str, ...]:
+    """The values of a Literal field."""
+    args = get_args(info.annotation) if info is not None else ()
+    return tuple(args) if args and all(isinstance(a, str) for a in args) else ()
+
+
+def bounds(info: FieldInfo | None) -> tuple[int | None, int | None]:
+    """A field's `ge` and `le`."""
+    metadata = info.metadata if info is not None else []
+    low = [m.ge for m in metadata if hasattr(m, "ge")]
+    high = [m.le for m in metadata if hasattr(m, "le")]
+    return (low[0] if low else None, high[0] if high else None)
 
 
 # --------------------------------------------------------------------------- reading
-
-
-class _Reader:
-    """Collects problems while coercing raw values; `None` marks an invalid field."""
-
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
-
-    def fail(self, key: str, message: str, fix: str) -> None:
-        self.problems.append(Problem(key, message, fix))
-
-    def integer(
-        self, key: str, raw: Any, *, minimum: int | None = None, maximum: int | None = None
-    ) -> int | None:
-        value: int | None = None
-        if isinstance(raw, bool):
-            value = None
-        elif isinstance(raw, int):
-            value = raw
-        elif (isinstance(raw, float) and raw.is_integer()) or (
-            isinstance(raw, str) and _INT_STRING.match(raw)
-        ):
-            value = int(raw)
-        if value is None:
-            self.fail(key, f"{raw!r} is not a whole number", "give an integer, e.g. 600")
-            return None
-        bounds = _bounds_text(minimum, maximum)
-        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-            self.fail(key, f"{value} is out of range", f"use a value {bounds}")
-            return None
-        return value
-
-    def boolean(self, key: str, raw: Any) -> bool | None:
-        if isinstance(raw, bool):
-            return raw
-        if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
-            return raw.strip().lower() == "true"
-        self.fail(key, f"{raw!r} is not a boolean", "use true or false")
-        return None
-
-    def string(
-        self, key: str, raw: Any, *, pattern: re.Pattern[str] | None = None, fix: str = ""
-    ) -> str | None:
-        if not isinstance(raw, str) or not raw.strip():
-            self.fail(key, f"{raw!r} is not a non-empty string", fix or "give a string value")
-            return None
-        if pattern is not None and not pattern.match(raw):
-            self.fail(key, f"{raw!r} is not valid", fix)
-            return None
-        return raw
-
-    def mapping(
-        self, key: str, raw: Any, known: frozenset[str], what: str, fix: str
-    ) -> Mapping[str, Any] | None:
-        """`raw` if it is a mapping (each key not in `known` is reported as not `what`)."""
-        if not isinstance(raw, Mapping):
-            self.fail(key, f"{raw!r} is not a mapping", fix)
-            return None
-        for name in raw:
-            if name not in known:
-                self.fail(f"{key}.{name}", f"is not {what}", _unknown_key_fix(str(name), known))
-        return raw
-
-    def not_more_than(
-        self, key: str, value: int | None, limit: int | None, limit_key: str, fix: str
-    ) -> None:
-        """`value` (at `key`) <= `limit` (the setting `limit_key`), once both are valid."""
-        if value is not None and limit is not None and value > limit:
-            self.fail(key, f"{value} is more than {limit_key} ({limit})", fix)
-
-
-@dataclass(frozen=True)
-class _KitSettings:
-    """The kit's own keys of one stack (short names, with DEFAULTS), read through `r`."""
-
-    r: _Reader
-    values: Mapping[str, Any]
-
-    def raw(self, name: str) -> Any:
-        return self.values.get(name, DEFAULTS.get(name))
-
-    def integer(
-        self, name: str, *, minimum: int | None = None, maximum: int | None = None
-    ) -> int | None:
-        return self.r.integer(kit_key(name), self.raw(name), minimum=minimum, maximum=maximum)
-
-    def boolean(self, name: str) -> bool | None:
-        return self.r.boolean(kit_key(name), self.raw(name))
-
-    def string(self, name: str, *, pattern: re.Pattern[str] | None = None, fix: str) -> str | None:
-        return self.r.string(kit_key(name), self.raw(name), pattern=pattern, fix=fix)
-
-
-def _bounds_text(minimum: int | None, maximum: int | None) -> str:
-    if minimum is not None and maximum is not None:
-        return f"from {minimum} to {maximum}"
-    if minimum is not None:
-        return f">= {minimum}"
-    return f"<= {maximum}"
-
-
-def _parse_structure(raw: Any) -> Any:
-    """Objects and lists arrive from the Pulumi engine as JSON strings."""
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except json.JSONDecodeError:
-            return raw
-    return raw
-
-
-def _unknown_key_fix(key: str, known: frozenset[str]) -> str:
-    close = difflib.get_close_matches(key, sorted(known), n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"{hint}known keys: {', '.join(sorted(known))}"
 
 
 def load_config(values: Mapping[str, Any]) -> StackConfig:
@@ -521,584 +776,111 @@ def load_config(values: Mapping[str, Any]) -> StackConfig:
     or string values. Keys of other namespaces (e.g. `gcp:zone`) are ignored. Raises
     `ConfigError` listing every problem.
     """
-    r = _Reader()
-    given: dict[str, Any] = {}
+    group_of = {key: group for group, model in GROUPS.items() for key in model_fields(model)}
+    data: dict[str, Any] = {group: {} for group in GROUPS}
     for full_key, value in values.items():
         namespace, _, name = full_key.partition(":")
-        if namespace != PROJECT_NAME:
-            continue
-        if name not in KIT_KEYS:
-            r.fail(full_key, "is not a setting of the kit", _unknown_key_fix(name, KIT_KEYS))
-            continue
-        given[name] = value
-    kit = _KitSettings(r, given)
-
-    # Google Cloud project and region (the gcp provider's own keys).
-    project = _provider_setting(r, values, GCP_PROJECT_KEY)
-    region = _provider_setting(r, values, GCP_REGION_KEY)
-
-    name_prefix = kit.string(
-        "namePrefix",
-        pattern=_NAME_PREFIX,
-        fix="use 4-22 lowercase letters, digits or hyphens, starting with a letter and "
-        "ending with a letter or digit (it names every project-unique resource: functions, "
-        "service accounts, bucket, repository, Scheduler jobs and, by default, the database)",
-    )
-    dedup = _read_dedup(kit, region, name_prefix)
-    function = _read_function(kit)
-    default_logic = dedup.default_job_logic if dedup is not None else None
-    jobs = _read_jobs(r, kit.raw("jobs"), default_logic, project, name_prefix)
-    proxy_timeout = kit.integer("proxyTimeoutSeconds", minimum=1, maximum=PROXY_TIMEOUT_MAX_SECONDS)
-    iam_propagation = kit.integer(
-        "iamPropagationSeconds", minimum=0, maximum=IAM_PROPAGATION_MAX_SECONDS
-    )
-
-    if r.problems:
-        raise ConfigError(r.problems)
-    assert project is not None and region is not None and name_prefix is not None
-    assert dedup is not None and function is not None and jobs is not None
-    assert proxy_timeout is not None and iam_propagation is not None
-    _check_cross_field(r, dedup, function, jobs)
-    _check_proxy_timeout(r, proxy_timeout, dedup, jobs)
-    if r.problems:
-        raise ConfigError(r.problems)
-    return StackConfig(
-        project=project,
-        region=region,
-        name_prefix=name_prefix,
-        dedup=dedup,
-        function=function,
-        jobs=jobs,
-        proxy_timeout_seconds=proxy_timeout,
-        iam_propagation_seconds=iam_propagation,
-    )
+        if full_key in (GCP_PROJECT_KEY, GCP_REGION_KEY):
+            data[full_key] = value
+        elif namespace == PROJECT_NAME and name in GROUPS:  # the models' name, not a key
+            raise ConfigError([Problem(full_key, "is not a setting of the kit", "remove it")])
+        elif namespace == PROJECT_NAME:
+            (data[group_of[name]] if name in group_of else data)[name] = _parse_structure(value)
+    try:
+        return StackConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_problems(exc)) from None
 
 
-def _provider_setting(r: _Reader, values: Mapping[str, Any], key: str) -> str | None:
-    """A required key of the gcp provider (see _PROVIDER_KEYS)."""
-    pattern, what, set_with, fix = _PROVIDER_KEYS[key]
-    raw = values.get(key)
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        r.fail(key, "is not set", set_with)
-        return None
-    value = r.string(key, raw, fix=set_with)
-    if value is not None and not pattern.match(value):
-        r.fail(key, f"{value!r} is not {what}", fix)
-        return None
-    return value
-
-
-def _read_dedup(
-    kit: _KitSettings, region: str | None, name_prefix: str | None
-) -> DedupSettings | None:
-    r = kit.r
-    start = len(r.problems)
-    database = _read_database_name(kit, name_prefix)
-    collection = kit.string(
-        "collection",
-        pattern=_COLLECTION_ID,
-        fix="use a collection ID of letters, digits, '_' or '-' (at most 100), e.g. scheduler_runs",
-    )
-    if collection is not None and collection.startswith("__") and collection.endswith("__"):
-        r.fail(
-            kit_key("collection"),
-            f"{collection!r} is reserved by Firestore",
-            "choose an ID that does not start and end with '__'",
-        )
-    location: str | None = region
-    if kit.raw("firestoreLocation") is not None:
-        location = kit.string(
-            "firestoreLocation",
-            pattern=_FIRESTORE_LOCATION,
-            fix="use a Firestore location such as europe-west1, eur3 or nam5 "
-            "(or leave it unset to use gcp:region)",
-        )
-    delete_protection = kit.boolean("deleteProtection")
-    pitr = kit.boolean("pointInTimeRecovery")
-    lease = kit.integer("leaseSeconds", minimum=1)
-    retention = kit.integer("retentionSeconds", minimum=60)
-    missing = kit.raw("missingScheduleTime")
-    if missing not in MISSING_SCHEDULE_TIME_MODES:
-        r.fail(
-            kit_key("missingScheduleTime"),
-            f"{missing!r} is not a mode",
-            "use 'reject' (answer 400 to a delivery without X-CloudScheduler-ScheduleTime) "
-            "or 'run' (run it without dedup)",
-        )
-    default_logic = kit.string(
-        "defaultJobLogic",
-        pattern=_JOB_LOGIC,
-        fix="use 'module:function' of a module inside function/, e.g. jobs.example:run",
-    )
-    store_timeout = kit.integer("storeTimeoutSeconds", minimum=1, maximum=STORE_TIMEOUT_MAX_SECONDS)
-    cache_size = kit.integer("cacheSize", minimum=0)
-    # No location: gcp:region is reported; no database: namePrefix (its default) is.
-    if len(r.problems) > start or location is None or database is None:
-        return None
-    assert collection is not None
-    assert delete_protection is not None and pitr is not None
-    assert lease is not None and retention is not None and default_logic is not None
-    assert store_timeout is not None and cache_size is not None
-    return DedupSettings(
-        database_name=database,
-        collection=collection,
-        firestore_location=location,
-        delete_protection=delete_protection,
-        point_in_time_recovery=pitr,
-        lease_seconds=lease,
-        retention_seconds=retention,
-        missing_schedule_time=str(missing),
-        default_job_logic=default_logic,
-        store_timeout_seconds=store_timeout,
-        cache_size=cache_size,
-    )
-
-
-def _read_database_name(kit: _KitSettings, name_prefix: str | None) -> str | None:
-    """`databaseName`: the stack's own Firestore database, named after its namePrefix.
-
-    Unset, it is the prefix itself. A database ID is unique in its project: a name that
-    does not carry the stack's prefix would let two stacks sharing a project pick the same
-    database, share records and fight over its TTL policy; `(default)` is the project's
-    one default database, which the program would try to create (and own).
-    """
-    r = kit.r
-    if kit.raw("databaseName") is None:
-        return name_prefix  # None: namePrefix itself is invalid and already reported
-    database = kit.string(
-        "databaseName",
-        fix="use a Firestore database ID: 4-63 lowercase letters, digits or hyphens, "
-        "starting with a letter, or leave it unset to use namePrefix",
-    )
-    if database is None:
-        return None
-    if database == "(default)":
-        r.fail(
-            kit_key("databaseName"),
-            "'(default)' is the project's default database, which the program would create "
-            "and own, and which no second stack in the project could have",
-            "leave databaseName unset (it defaults to namePrefix) or use a named database "
-            "that starts with namePrefix",
-        )
-        return None
-    if not _DATABASE_ID.match(database) or _UUID_LIKE.match(database):
-        r.fail(
-            kit_key("databaseName"),
-            f"{database!r} is not a valid Firestore database ID",
-            "use 4-63 lowercase letters, digits or hyphens, starting with a letter and not "
-            "UUID-like, e.g. scheduler-dedup",
-        )
-        return None
-    if name_prefix is not None and not (
-        database == name_prefix or database.startswith(f"{name_prefix}-")
-    ):
-        r.fail(
-            kit_key("databaseName"),
-            f"{database!r} does not carry this stack's namePrefix {name_prefix!r}: database "
-            "IDs are unique per project, so two stacks sharing a project could pick the "
-            "same database and share its records and TTL policy",
-            f"leave databaseName unset (it defaults to {name_prefix!r}) or use "
-            f"'{name_prefix}-<suffix>'",
-        )
-        return None
-    return database
-
-
-def _read_function(kit: _KitSettings) -> FunctionSettings | None:
-    r = kit.r
-    start = len(r.problems)
-    timeout = kit.integer("functionTimeoutSeconds", minimum=1, maximum=FUNCTION_TIMEOUT_MAX_SECONDS)
-    memory = kit.string(
-        "functionMemory",
-        pattern=_MEMORY,
-        fix="use a size with a unit Mi or Gi, e.g. 256Mi, 512Mi or 1Gi",
-    )
-    if memory is not None:
-        mib = memory_mib(memory)
-        if not FUNCTION_MEMORY_MIN_MIB <= mib <= FUNCTION_MEMORY_MAX_MIB:
-            r.fail(
-                kit_key("functionMemory"),
-                f"{memory!r} is outside what Cloud Run functions allow",
-                "use 128Mi up to 32Gi",
-            )
-    min_instances = kit.integer("minInstances", minimum=0, maximum=MAX_INSTANCES_LIMIT)
-    max_instances = kit.integer("maxInstances", minimum=1, maximum=MAX_INSTANCES_LIMIT)
-    concurrency = kit.integer(
-        "maxRequestConcurrency", minimum=1, maximum=MAX_REQUEST_CONCURRENCY_LIMIT
-    )
-    r.not_more_than(
-        kit_key("minInstances"),
-        min_instances,
-        max_instances,
-        "maxInstances",
-        "lower minInstances or raise maxInstances",
-    )
-    if len(r.problems) > start:
-        return None
-    assert timeout is not None and memory is not None and concurrency is not None
-    assert min_instances is not None and max_instances is not None
-    return FunctionSettings(
-        timeout_seconds=timeout,
-        memory=memory,
-        min_instances=min_instances,
-        max_instances=max_instances,
-        max_request_concurrency=concurrency,
-    )
-
-
-def _read_jobs(
-    r: _Reader,
-    raw: Any,
-    default_logic: str | None,
-    project: str | None,
-    name_prefix: str | None = None,
-) -> tuple[JobSettings, ...] | None:
-    key = kit_key("jobs")
-    raw = _parse_structure(raw)
-    if raw is None:
-        r.fail(key, "is not set", "add a list of jobs, each with at least a name and a schedule")
-        return None
-    if not isinstance(raw, list) or not raw:
-        r.fail(key, "is not a non-empty list", "give a list of jobs (mappings with name, schedule)")
-        return None
-    start = len(r.problems)
-    jobs: list[JobSettings] = []
-    first_index: dict[str, int] = {}
-    for index, entry in enumerate(raw):
-        job = _read_job(r, f"{key}[{index}]", entry, default_logic, project)
-        if job is None:
-            continue
-        if job.name in first_index:
-            r.fail(
-                f"{key}[{index}].name",
-                f"{job.name!r} is already the name of jobs[{first_index[job.name]}]",
-                "give every job a unique name (it names the Scheduler job, part of the dedup key)",
-            )
-            continue
-        if name_prefix is not None:
-            job_id = scheduler_job_id(name_prefix, job.name)
-            if len(job_id) > JOB_ID_MAX_LENGTH:
-                r.fail(
-                    f"{key}[{index}].name",
-                    f"makes the Scheduler job ID '<namePrefix>-<name>' {len(job_id)} "
-                    f"characters long (at most {JOB_ID_MAX_LENGTH})",
-                    f"shorten the name to at most {JOB_ID_MAX_LENGTH - len(name_prefix) - 1} "
-                    "characters",
-                )
-                continue
-        first_index[job.name] = index
-        jobs.append(job)
-    if len(r.problems) > start:
-        return None
-    return tuple(jobs)
-
-
-def _read_job(
-    r: _Reader, key: str, entry: Any, default_logic: str | None, project: str | None
-) -> JobSettings | None:
-    start = len(r.problems)
-    entry = r.mapping(
-        key, entry, JOB_KEYS, "a job setting", "give name, schedule and optional settings"
-    )
-    if entry is None:
-        return None
-
-    name = r.string(
-        f"{key}.name",
-        entry.get("name"),
-        pattern=_JOB_NAME,
-        fix="use letters, digits, '-' or '_' (the Cloud Scheduler job ID is "
-        "'<namePrefix>-<name>', at most 500 characters)",
-    )
-    schedule = r.string(
-        f"{key}.schedule",
-        entry.get("schedule"),
-        fix="use a 5-field unix-cron expression, e.g. '*/5 * * * *'",
-    )
-    if schedule is not None:
+def _parse_structure(raw: Any) -> Any:
+    """Objects and lists arrive from the Pulumi engine as JSON strings."""
+    if isinstance(raw, str) and raw.lstrip()[:1] in ("[", "{"):
         try:
-            validate_cron(schedule)
-        except ScheduleError as exc:
-            r.fail(
-                f"{key}.schedule",
-                str(exc),
-                "use 5 fields 'minute hour day-of-month month day-of-week' such as "
-                "'0 3 * * *'; the legacy 'every 5 minutes' form gives no reliable schedule time",
-            )
-    time_zone = r.string(
-        f"{key}.timeZone",
-        entry.get("timeZone", DEFAULT_TIME_ZONE),
-        fix="use an IANA time zone such as Etc/UTC or Europe/Berlin",
-    )
-    if time_zone is not None:
-        try:
-            validate_time_zone(time_zone)
-        except ScheduleError as exc:
-            r.fail(f"{key}.timeZone", str(exc), "use an IANA name such as Etc/UTC or Europe/Berlin")
-    deadline = r.integer(
-        f"{key}.attemptDeadlineSeconds",
-        entry.get("attemptDeadlineSeconds", ATTEMPT_DEADLINE_DEFAULT_SECONDS),
-        minimum=ATTEMPT_DEADLINE_MIN_SECONDS,
-        maximum=ATTEMPT_DEADLINE_MAX_SECONDS,
-    )
-    retry = _read_retry(r, f"{key}.retry", entry.get("retry"))
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return raw
+    return raw
 
-    body_json: str | None = None
-    if entry.get("body") is not None:
-        try:
-            body_json = json.dumps(
-                entry["body"], sort_keys=True, separators=(",", ":"), allow_nan=False
-            )
-        except (TypeError, ValueError) as exc:
-            r.fail(f"{key}.body", f"cannot be sent as JSON ({exc})", "give a JSON value")
 
-    job_logic: str | None = default_logic
-    if entry.get("jobLogic") is not None:
-        job_logic = r.string(
-            f"{key}.jobLogic",
-            entry.get("jobLogic"),
-            pattern=_JOB_LOGIC,
-            fix="use 'module:function' of a module inside function/, e.g. jobs.example:run",
+def _problems(exc: ValidationError) -> list[Problem]:
+    problems: list[Problem] = []
+    for error in exc.errors(include_url=False):
+        loc: Loc = tuple(error["loc"])
+        raised = error.get("ctx", {}).get("error")
+        if isinstance(raised, Invalid):
+            problems += [Problem(_key(loc + at), msg, fix) for at, msg, fix in raised.problems]
+        else:
+            problems.append(Problem(_key(loc), *_explain(error, loc)))
+    return problems
+
+
+def _key(loc: Loc) -> str:
+    """("jobs", 1, "schedule") -> "scheduler-dedup:jobs[1].schedule"."""
+    head, *rest = [part for part in loc if part not in GROUPS]
+    key = str(head) if ":" in str(head) else kit_key(str(head))
+    return key + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rest)
+
+
+def _lookup(loc: Loc) -> tuple[type[BaseModel], FieldInfo | None]:
+    """The model that holds the last key of `loc` (or is its value), and that key's field."""
+    model: type[BaseModel] = StackConfig
+    info: FieldInfo | None = None
+    for part in (p for p in loc if isinstance(p, str)):
+        info = model_fields(model).get(part)
+        if info is None:
+            return model, None
+        model = model_in(info.annotation) or model
+    return model, info
+
+
+def model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds: its type, or one inside it (`X | None`, `tuple[X, ...]`)."""
+    if get_origin(annotation) is None and isinstance(annotation, type):
+        return annotation if issubclass(annotation, BaseModel) else None
+    return next(filter(None, map(model_in, get_args(annotation))), None)
+
+
+def _explain(error: ErrorDetails, loc: Loc) -> tuple[str, str]:
+    """What is wrong and the fix, for one of pydantic's own errors."""
+    kind, value, ctx = error["type"], error.get("input"), error.get("ctx", {})
+    model, info = _lookup(loc)
+    advice, options = hint(info), choices(info)
+    use_one_of = f"use one of: {', '.join(options)}" if options else ""
+    if kind == "missing":
+        return "is not set", advice.unset_fix or advice.fix or use_one_of or "set it"
+    if kind == "extra_forbidden":
+        parent = _lookup(loc[:-1])[0]
+        known = sorted(KIT_KEYS if parent is StackConfig else model_fields(parent))
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        guess = f"did you mean {close[0]!r}? " if close else ""
+        return f"is not {getattr(parent, 'setting_of', 'a setting')}", (
+            f"{guess}known keys: {', '.join(known)}"
         )
-    proxy: ProxyTarget | None = None
-    if entry.get("proxy") is not None:
-        proxy = _read_proxy(r, f"{key}.proxy", entry["proxy"], project)
-        if entry.get("jobLogic") is not None:
-            r.fail(
-                f"{key}.jobLogic",
-                "is set on a job that calls the proxy (proxy: ...), which runs no job logic",
-                "remove jobLogic (the proxy starts the downstream target) or remove proxy "
-                "(the dedup function runs jobLogic)",
-            )
-    paused = r.boolean(f"{key}.paused", entry.get("paused", False))
-    description = entry.get("description")
-    if description is not None and (not isinstance(description, str) or len(description) > 500):
-        r.fail(
-            f"{key}.description",
-            "is not a text of at most 500 characters",
-            "give a short text (Cloud Scheduler allows 500 characters)",
-        )
-
-    if len(r.problems) > start or job_logic is None:
-        return None
-    assert name is not None and schedule is not None and time_zone is not None
-    assert deadline is not None and retry is not None and paused is not None
-    return JobSettings(
-        name=name,
-        schedule=schedule,
-        time_zone=time_zone,
-        attempt_deadline_seconds=deadline,
-        retry=retry,
-        job_logic=job_logic,
-        body_json=body_json,
-        paused=paused,
-        description=description,
-        proxy=proxy,
-    )
-
-
-def _read_proxy(r: _Reader, key: str, raw: Any, project: str | None) -> ProxyTarget | None:
-    """`jobs[i].proxy`: the downstream target, validated like the proxy validates it."""
-    example = (
-        "give target (workflow | run_job | build_trigger) and resource, e.g. "
-        "{target: workflow, resource: projects/P/locations/L/workflows/W}"
-    )
-    start = len(r.problems)
-    raw = r.mapping(key, raw, PROXY_KEYS, "a proxy setting", example)
-    if raw is None:
-        return None
-    target = raw.get("target")
-    if target not in PROXY_TARGETS:
-        r.fail(
-            f"{key}.target",
-            f"{target!r} is not a proxy target",
-            f"use one of: {', '.join(PROXY_TARGETS)}",
-        )
-        target = None
-    resource = r.string(f"{key}.resource", raw.get("resource"), fix=example)
-    if target is not None and resource is not None:
-        match = _PROXY_RESOURCE[target].fullmatch(resource)
-        if match is None:
-            r.fail(
-                f"{key}.resource",
-                f"{resource!r} is not a {target} resource name",
-                f"use the full name {_PROXY_SHAPE[target]}",
-            )
-        elif project is not None and match.group(1) != project:
-            r.fail(
-                f"{key}.resource",
-                f"{resource!r} is in project {match.group(1)!r}, not in this stack's project "
-                f"{project!r}",
-                "target a resource of gcp:project by its project ID (the proxy's roles on the "
-                "target are granted in the stack's project)",
-            )
-    token_name: str | None = None
-    if raw.get("tokenName") is not None:
-        token_name = r.string(f"{key}.tokenName", raw.get("tokenName"))
-        if token_name is not None and target is not None:
-            pattern, what = _PROXY_TOKEN_NAME[target]
-            if not pattern.fullmatch(token_name):
-                r.fail(
-                    f"{key}.tokenName",
-                    f"{token_name!r} cannot carry the token of a {target} target",
-                    f"use {what}",
-                )
-    container: str | None = None
-    if raw.get("container") is not None:
-        container = r.string(f"{key}.container", raw.get("container"))
-        if container is not None and target is not None and target != PROXY_TARGET_RUN_JOB:
-            r.fail(
-                f"{key}.container",
-                f"applies only to target run_job, not {target}",
-                "remove container",
-            )
-        elif container is not None and not _CONTAINER_NAME.fullmatch(container):
-            r.fail(
-                f"{key}.container",
-                f"{container!r} is not a Cloud Run container name",
-                "use the container's name in the job (lowercase letters, digits, '-'), or "
-                "leave it unset for the job's first container",
-            )
-    if len(r.problems) > start or target is None or resource is None:
-        return None
-    return ProxyTarget(target=target, resource=resource, token_name=token_name, container=container)
-
-
-def _read_retry(r: _Reader, key: str, raw: Any) -> RetrySettings | None:
-    if raw is None:
-        return RetrySettings()
-    start = len(r.problems)
-    raw = r.mapping(
-        key, raw, RETRY_KEYS, "a retry setting", "give retryCount, minBackoffSeconds, ..."
-    )
-    if raw is None:
-        return None
-    count = r.integer(
-        f"{key}.retryCount", raw.get("retryCount", 0), minimum=0, maximum=RETRY_COUNT_MAX
-    )
-    # Durations are google.protobuf.Duration values: Scheduler documents no bound of its own,
-    # the type's range is the API's (see infra.scheduler_rules.DURATION_MAX_SECONDS).
-    duration = r.integer(
-        f"{key}.maxRetryDurationSeconds",
-        raw.get("maxRetryDurationSeconds", 0),
-        minimum=0,
-        maximum=DURATION_MAX_SECONDS,
-    )
-    min_backoff = r.integer(
-        f"{key}.minBackoffSeconds",
-        raw.get("minBackoffSeconds", MIN_BACKOFF_DEFAULT_SECONDS),
-        minimum=0,
-        maximum=DURATION_MAX_SECONDS,
-    )
-    max_backoff = r.integer(
-        f"{key}.maxBackoffSeconds",
-        raw.get("maxBackoffSeconds", MAX_BACKOFF_DEFAULT_SECONDS),
-        minimum=0,
-        maximum=DURATION_MAX_SECONDS,
-    )
-    doublings = r.integer(
-        f"{key}.maxDoublings",
-        raw.get("maxDoublings", MAX_DOUBLINGS_DEFAULT),
-        minimum=0,
-        maximum=MAX_DOUBLINGS_MAX,
-    )
-    r.not_more_than(
-        f"{key}.minBackoffSeconds",
-        min_backoff,
-        max_backoff,
-        "maxBackoffSeconds",
-        "make minBackoffSeconds <= maxBackoffSeconds",
-    )
-    if len(r.problems) > start:
-        return None
-    assert count is not None and duration is not None and doublings is not None
-    assert min_backoff is not None and max_backoff is not None
-    return RetrySettings(
-        retry_count=count,
-        max_retry_duration_seconds=duration,
-        min_backoff_seconds=min_backoff,
-        max_backoff_seconds=max_backoff,
-        max_doublings=doublings,
-    )
-
-
-def _check_cross_field(
-    r: _Reader, dedup: DedupSettings, function: FunctionSettings, jobs: Sequence[JobSettings]
-) -> None:
-    """Rules that tie settings together; the dedup guarantee depends on each of them."""
-    lease, retention = dedup.lease_seconds, dedup.retention_seconds
-    # The lease is a liveness window, renewed by a heartbeat while the job runs, not a
-    # bound on the job: it need not cover the function timeout or any attempt deadline.
-    min_lease = round(min_lease_seconds(dedup.store_timeout_seconds))
-    if lease < min_lease:
-        r.fail(
-            kit_key("leaseSeconds"),
-            f"{lease} s is shorter than {LEASE_STORE_TIMEOUTS} x storeTimeoutSeconds "
-            f"({min_lease} s): the heartbeat renews the lease every leaseSeconds/3 and a renewal "
-            "may take up to storeTimeoutSeconds, so one stalled renewal would still be running "
-            "when the next is due, and a running job's claim would not survive two failed "
-            "renewals",
-            f"set leaseSeconds >= {min_lease} or lower storeTimeoutSeconds",
-        )
-    if function.timeout_seconds <= dedup.store_timeout_seconds:
-        r.fail(
-            kit_key("storeTimeoutSeconds"),
-            f"{dedup.store_timeout_seconds} s leaves no time for the job within "
-            f"functionTimeoutSeconds ({function.timeout_seconds} s)",
-            "make storeTimeoutSeconds smaller than functionTimeoutSeconds",
-        )
-    if retention <= lease:
-        r.fail(
-            kit_key("retentionSeconds"),
-            f"{retention} s is not longer than leaseSeconds ({lease} s): a record would expire "
-            "while its run still holds the lease",
-            f"set retentionSeconds > {lease}",
-        )
-    for index, job in enumerate(jobs):
-        key = f"{kit_key('jobs')}[{index}]"
-        deadline = job.attempt_deadline_seconds
-        if function.timeout_seconds < deadline:
-            r.fail(
-                f"{key}.attemptDeadlineSeconds",
-                f"{deadline} s is longer than functionTimeoutSeconds ({function.timeout_seconds}"
-                " s): the function would be cut off before Scheduler's deadline",
-                f"lower attemptDeadlineSeconds to <= {function.timeout_seconds} or raise "
-                "functionTimeoutSeconds",
-            )
-        window = job.retry_window_seconds
-        if retention <= window:
-            r.fail(
-                kit_key("retentionSeconds"),
-                f"{retention} s is not longer than jobs[{index}] ({job.name}) retry window "
-                f"({window:.0f} s): a late retry would find no record and run the job again",
-                f"set retentionSeconds > {window:.0f} or shorten that job's retries",
-            )
-
-
-def _check_proxy_timeout(
-    r: _Reader, proxy_timeout: int, dedup: DedupSettings, jobs: Sequence[JobSettings]
-) -> None:
-    """One proxied attempt: claim, the start request, record the result, all within the
-    attempt deadline, so Scheduler does not give up on an attempt that is still starting."""
-    budget = proxy_timeout + 2 * dedup.store_timeout_seconds
-    for index, job in enumerate(jobs):
-        if job.proxy is None:
-            continue
-        deadline = job.attempt_deadline_seconds
-        if budget >= deadline:
-            r.fail(
-                kit_key("proxyTimeoutSeconds"),
-                f"{proxy_timeout} s plus two Firestore calls (2 x storeTimeoutSeconds = "
-                f"{2 * dedup.store_timeout_seconds} s) does not fit in jobs[{index}] "
-                f"({job.name}) attemptDeadlineSeconds ({deadline} s): Scheduler would abandon "
-                "attempts that are still starting the target",
-                (
-                    f"set proxyTimeoutSeconds < {room} (or lower storeTimeoutSeconds), or raise "
-                    if (room := deadline - 2 * dedup.store_timeout_seconds) > 1
-                    else "lower proxyTimeoutSeconds and storeTimeoutSeconds, or raise "
-                )
-                + f"jobs[{index}].attemptDeadlineSeconds above {budget}",
-            )
+    if kind in ("int_type", "int_parsing"):
+        return f"{value!r} is not a whole number", "give an integer, e.g. 600"
+    if kind in ("greater_than_equal", "less_than_equal"):
+        low, high = bounds(info)
+        span = f">= {low}" if high is None else f"<= {high}" if low is None else (
+            f"from {low} to {high}")
+        return f"{value} is out of range", f"use a value {span}"
+    if kind == "bool_type":
+        return f"{value!r} is not a boolean", "use true or false"
+    if kind in ("string_pattern_mismatch", "literal_error"):
+        return f"{value!r} is not {advice.what}", advice.fix or use_one_of
+    if kind == "string_too_long":
+        return f"is longer than {ctx['max_length']} characters", advice.fix
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        keys = model_fields(model)
+        required = ", ".join(k for k, i in keys.items() if i.is_required())
+        optional = ", ".join(k for k, i in keys.items() if not i.is_required())
+        listed = f"{required} and optionally {optional}" if required else f"any of {optional}"
+        return f"{value!r} is not a mapping", f"give a mapping with {listed}"
+    if kind in ("tuple_type", "list_type"):
+        return f"{value!r} is not a list", advice.fix
+    if kind == "string_type":
+        return f"{value!r} is not a string", advice.fix or "give a string value"
+    fix = advice.fix or "see README's configuration reference"
+    return f"{value!r} is not valid ({error['msg']})", fix
 
 
 # --------------------------------------------------------------------------- Pulumi adapter

@@ -1,0 +1,206 @@
+"""What follows from the config models (infra/config.py), generated and checked in: the
+`config:` block of `Pulumi.yaml` and README's configuration reference (each between its
+`config-reference` markers), and `schema/stack.schema.json`, the JSON Schema of
+`Pulumi.<stack>.yaml` files that editors use through the files' `yaml-language-server` comment.
+
+`make schema` (`python -m infra.schema`) rewrites whichever has drifted from the models;
+`--check` only lists them (exit 1). tests/infra/test_schema.py fails on any drift.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Final, get_args, get_origin
+
+import yaml
+from pydantic.fields import FieldInfo
+
+from infra.config import (
+    DEFAULTS,
+    GROUPS,
+    PROJECT_NAME,
+    StackConfig,
+    bounds,
+    choices,
+    hint,
+    kit_key,
+    model_fields,
+    model_in,
+    stack_fields,
+)
+
+REPO_ROOT: Final = Path(__file__).resolve().parents[1]
+SCHEMA_PATH: Final = Path("schema/stack.schema.json")
+README_MARKERS: Final = ("<!-- config-reference:start -->", "<!-- config-reference:end -->")
+PULUMI_MARKERS: Final = ("# config-reference:start", "# config-reference:end")
+_TYPES: Final[dict[Any, str]] = {str: "string", int: "integer", bool: "boolean"}
+
+
+def documented_keys(model: Any = None, prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
+    """Every key as README names it (`leaseSeconds`, `jobs[].retry.retryCount`), in order."""
+    for key, info in (model_fields(model) if model else stack_fields()).items():
+        yield f"{prefix}{key}", info
+        if (inner := model_in(info.annotation)) is not None:
+            yield from documented_keys(inner, f"{prefix}{key}{'[]' if is_list(info) else ''}.")
+
+
+def is_list(info: FieldInfo) -> bool:
+    return get_origin(info.annotation) in (tuple, list)
+
+
+def type_text(info: FieldInfo) -> str:
+    if model_in(info.annotation) is not None:
+        return "list" if is_list(info) else "object"
+    if choices(info):
+        return "string"
+    found = [_TYPES[a] for a in (info.annotation, *get_args(info.annotation)) if a in _TYPES]
+    return found[0] if found else "any JSON value"
+
+
+def default_text(info: FieldInfo) -> str:
+    if follows := hint(info).default:
+        return f"= `{follows}`"
+    if info.is_required():
+        return "required"
+    if info.default_factory is not None:
+        return "see below"
+    if isinstance(info.default, bool):
+        return f"`{str(info.default).lower()}`"
+    if isinstance(info.default, str):
+        return f"`{info.default}`"
+    return "none" if info.default is None else str(info.default)
+
+
+def allowed_text(info: FieldInfo) -> str:
+    low, high = bounds(info)
+    if (low, high) != (None, None):
+        return f"≤ {high}" if low is None else f"≥ {low}" if high is None else f"{low}..{high}"
+    if options := choices(info):
+        return ", ".join(f"`{option}`" for option in options)
+    longest = [m.max_length for m in info.metadata if hasattr(m, "max_length")]
+    return f"≤ {longest[0]} characters" if longest else ""
+
+
+# --------------------------------------------------------------------------- the artefacts
+
+
+def readme_table() -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines = ["| Key | Type | Default | Allowed | Description |", "|---|---|---|---|---|"]
+    for key, info in documented_keys():
+        fields = (f"`{key}`", type_text(info), default_text(info), allowed_text(info),
+                  info.description or "")
+        lines.append("| " + " | ".join(cell(f) for f in fields) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def pulumi_config_block() -> str:
+    followers = [f"{k} (unset: {hint(i).default})" for k, i in stack_fields().items()
+                 if hint(i).default]
+    header = textwrap.fill(
+        "Generated from infra/config.py by `make schema`: edit the models there, not this "
+        f"block. The kit's settings with a fixed default (stack files set them as {PROJECT_NAME}:"
+        "<key>); infra/config.py validates every key, and their relations, before any resource "
+        "is declared. Not declared here, as a declared key without a default is required: "
+        f"{', '.join(followers)}; jobs (required), a list of objects, which a project config "
+        "schema cannot type; gcp:project and gcp:region (required). Every key, the jobs' too: "
+        f"README's configuration reference; editors check stack files with {SCHEMA_PATH}.",
+        width=92, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False,
+    )
+    config = {}
+    for key, info in stack_fields().items():
+        if key in DEFAULTS:
+            low, high = bounds(info)
+            span = f" ({allowed_text(info)})" if (low, high) != (None, None) else ""
+            config[key] = {"type": type_text(info), "default": DEFAULTS[key],
+                           "description": f"{info.description}{span}"}
+    body = yaml.safe_dump({"config": config}, sort_keys=False, width=92, allow_unicode=True)
+    return f"{header}\n{body}"
+
+
+def stack_schema() -> dict[str, Any]:
+    """JSON Schema of a `Pulumi.<stack>.yaml` file: its `config:` map, the kit's keys
+    namespaced, the groups' keys flat, other namespaces' keys free."""
+    models = StackConfig.model_json_schema(by_alias=True)
+    defs: dict[str, Any] = models.pop("$defs")
+    keys: dict[str, Any] = {}
+    for key, schema in models["properties"].items():
+        if key in GROUPS:
+            group = defs.pop(schema["$ref"].rsplit("/", 1)[1])
+            keys.update({kit_key(k): v for k, v in group["properties"].items()})
+        else:
+            keys[key if ":" in key else kit_key(key)] = schema
+    config = {
+        "type": "object",
+        "description": f"Stack settings: gcp:project, gcp:region and the {PROJECT_NAME}: keys",
+        "properties": keys,
+        "required": [k if ":" in k else kit_key(k) for k in models["required"]],
+        "patternProperties": {f"^(?!{PROJECT_NAME}:)": {}},
+        "additionalProperties": False,
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"Pulumi.<stack>.yaml of the {PROJECT_NAME} project",
+        "description": "Generated from infra/config.py by `make schema`; do not edit.",
+        "type": "object",
+        "properties": {"config": _without_titles(config)},
+        "required": ["config"],
+        "$defs": _without_titles(defs),
+    }
+
+
+def _without_titles(node: Any) -> Any:
+    """Pydantic's titles ("Leaseseconds") say less than the key itself."""
+    if isinstance(node, dict):
+        return {k: _without_titles(v) for k, v in node.items() if k != "title"}
+    if isinstance(node, list):
+        return [_without_titles(v) for v in node]
+    return node
+
+
+def _between(text: str, markers: tuple[str, str], body: str, path: Path) -> str:
+    start, end = markers
+    if start not in text or end not in text.split(start, 1)[1]:
+        raise ValueError(f"{path}: the markers {start!r} and {end!r} are missing")
+    head, rest = text.split(start, 1)
+    return f"{head}{start}\n{body}{end}{rest.split(end, 1)[1]}"
+
+
+def generated(root: Path = REPO_ROOT) -> dict[Path, str]:
+    """Each generated file's path under `root` and the text it must have."""
+    pulumi_yaml, readme = root / "Pulumi.yaml", root / "README.md"
+    return {
+        pulumi_yaml: _between(pulumi_yaml.read_text(), PULUMI_MARKERS, pulumi_config_block(),
+                              pulumi_yaml),
+        readme: _between(readme.read_text(), README_MARKERS, readme_table(), readme),
+        root / SCHEMA_PATH: json.dumps(stack_schema(), indent=2, ensure_ascii=False) + "\n",
+    }
+
+
+def stale(root: Path = REPO_ROOT) -> dict[Path, str]:
+    """The generated files that differ from the models, with their due text."""
+    return {p: t for p, t in generated(root).items() if not p.exists() or p.read_text() != t}
+
+
+def main(argv: Sequence[str] = (), root: Path = REPO_ROOT) -> int:
+    args = list(argv)
+    drifted = stale(root)
+    for path, text in drifted.items():
+        name = path.relative_to(root)
+        if "--check" in args:
+            print(f"{name} is not current: run `make schema`", file=sys.stderr)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {name}")
+    return 1 if drifted and "--check" in args else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
