@@ -7,20 +7,23 @@ import json
 import signal
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from demo.run import DEFAULT_TICKS, DEFAULT_TIME_SCALE, DemoOptions, DemoOutcome, run_demo
-from infra.scheduler_rules import backoff_seconds
+from demo.store_faults import StoreFaultRecord, struck_run
+from infra.scheduler_rules import fast_failure_retry_span_seconds
 from local_stack import LocalStackError
 from scheduler_emulator.cli import add_replay_arguments, fault_plan, progress_printer
 from scheduler_emulator.emulator import format_schedule_time
-from scheduler_emulator.faults import KILL, SLOW, FaultSpecError
+from scheduler_emulator.faults import KILL, SLOW, STORE_FAULTS, STORE_OUTAGE, FaultSpecError
 from scheduler_emulator.report import (
     DUPLICATED,
     EXHAUSTED,
     MISSING,
+    answers_text,
     format_table,
     summary_json,
 )
@@ -31,19 +34,24 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
     """The human report: setup, one line per run, totals, and the verdict line."""
     o = outcome.options
     t = outcome.totals
+    st = outcome.timing
     lines = [
         f"stack {outcome.stack.source}: project {outcome.stack.project}, "
         f"region {outcome.stack.region}, {len(outcome.stack.active_jobs)} "
         f"jobs x {outcome.result.ticks} scheduled runs",
         f"function {outcome.function_url} ({o.workers} worker processes), Firestore emulator "
-        f"{outcome.firestore_host}",
+        f"{outcome.firestore_host} behind a store-fault proxy on {outcome.store_host}",
         "time: "
         + (
             "real time"
             if o.real_time
             else f"simulated, 1 s of schedule time = {outcome.scale * 1000:g} ms "
-            "(deadlines, backoff and leases scaled alike)"
+            "(deadlines and backoff scaled alike)"
         ),
+        f"store (real seconds): the function's store timeout {st.store_timeout:g} s, lease "
+        f"{st.lease:g} s; store-stall holds the store's replies {st.stall:g} s, "
+        f"store-outage cuts it off for {st.outage:g} s (for up to "
+        f"{st.away(STORE_OUTAGE):g} s with gRPC's reconnect backoff)",
         f"faults: {o.faults.describe()} (seed "
         + ", ".join(sorted({str(f.seed) for f in o.faults.faults}) or ["-"])
         + ")",
@@ -62,62 +70,101 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
             f"deadline {job.attempt_deadline_seconds:g}s, {retry}"
         )
     lines += format_table(outcome.summaries, show_all=show_all)
+    struck = store_fault_lines(outcome)
+    if struck:
+        lines += [
+            "",
+            "store faults: what the function answered to the run each was injected for "
+            "(in parentheses in the table: runs with a delivery in flight meanwhile)",
+            *struck,
+        ]
     explained = notes(outcome)
     if explained:
         lines += ["", "notes:"] + [f"  - {note}" for note in explained]
     replies = ", ".join(f"{k} x{v}" for k, v in t["replies"].items())
+    answered = ", ".join(f"{k} x{v}" for k, v in sorted(outcome.function_outcomes.items()))
     lines += [
         "",
         f"{t['scheduled_runs']} scheduled runs, {t['deliveries']} deliveries ({replies}), "
         f"{t['executions']} job executions; {outcome.workers_replaced} killed worker "
         f"process(es) replaced by gunicorn; {outcome.real_seconds:.1f} s",
+        f"function outcomes (its log): {answered or 'none'}",
+        f"store faults injected: {outcome.store_summary}",
         verdict_line(outcome),
     ]
     return lines
 
 
+def store_fault_answers(outcome: DemoOutcome) -> list[tuple[StoreFaultRecord, str]]:
+    """Each store fault injected, with what the function answered to the deliveries of
+    the run it was injected for."""
+    answers = []
+    for record in outcome.store_faults:
+        s = struck_run(record, outcome.summaries)
+        answers.append((record, answers_text(s) if s is not None else "not delivered"))
+    return answers
+
+
+def store_fault_lines(outcome: DemoOutcome) -> list[str]:
+    """One line per store fault: its run, and what the function answered to it."""
+    return [
+        f"  {record.name:<13} {record.job} @ {_when(record.schedule_time)}: {answered}"
+        for record, answered in store_fault_answers(outcome)
+    ]
+
+
+def _when(schedule_time: datetime | None) -> str:
+    return format_schedule_time(schedule_time) if schedule_time else "(no schedule time)"
+
+
 def notes(outcome: DemoOutcome) -> list[str]:
-    """Why each run that ran out of retries did, in the stack's own terms."""
+    """Why each run that ran out of retries did, in the stack's own terms: one note each."""
     out: list[str] = []
-    lease = outcome.stack.lease_seconds
+    timing = outcome.timing
     for s in outcome.summaries:
         if s.verdict != EXHAUSTED or s.schedule_time is None:
             continue
         job = outcome.stack.job(s.job)
-        when = format_schedule_time(s.schedule_time)
         attempts = [d for d in s.deliveries if d.copy == 0]
         last = attempts[-1].reply if attempts else "nothing"
-        if "timeout" in s.replies() and SLOW not in s.faults:
-            deadline_ms = job.attempt_deadline_seconds * outcome.scale * 1000
-            out.append(
-                f"{s.job} {when}: an attempt got no answer within the deadline, scaled to "
-                f"{deadline_ms:g} ms, though no slow fault was injected: this machine is "
-                "busy; a larger --time-scale gives the function more real time."
-            )
+        deadline_ms = job.attempt_deadline_seconds * outcome.scale * 1000
+        store = [f for f in STORE_FAULTS if f in s.faults or f in s.exposed_to]
+        why = ""
+        # A slow attempt outlives its deadline by design, and a killed one may too (it
+        # waits for its process's other jobs to finish recording before it dies).
+        if "timeout" in s.replies() and SLOW not in s.faults and KILL not in s.faults:
+            if store:
+                why = (
+                    f"{' and '.join(store).capitalize()} held an attempt past its deadline "
+                    f"(scaled to {deadline_ms:g} ms, less than the function's unscaled "
+                    f"{timing.store_timeout:g} s store timeout)."
+                )
+            else:
+                why = (
+                    f"An attempt got no answer within the deadline, scaled to "
+                    f"{deadline_ms:g} ms, though no slow fault was injected: this machine is "
+                    "busy; a larger --time-scale gives the function more real time."
+                )
         if s.executions:
-            out.append(
-                f"{s.job} {when}: executed once, but Scheduler never saw a 2xx "
-                f"(last attempt's reply: {last}; {s.stop_reason}). No duplicate: a later "
-                "delivery of this run would get 200 'duplicate'."
+            result = (
+                f"Executed once, but Scheduler never saw a 2xx (last attempt's reply: "
+                f"{last}; {s.stop_reason}). No duplicate: a later delivery of this run "
+                "would get 200 'duplicate'."
             )
         elif KILL in s.faults:
-            r = job.retry
-            window = max(
-                sum(backoff_seconds(r, i) for i in range(r.retry_count)),
-                r.max_retry_duration_seconds,
-            )
-            out.append(
-                f"{s.job} {when}: the instance was killed mid-job; its claim holds the run "
-                f"until the lease expires ({lease:g} s), but the job's retries, answered "
-                f"409 at once, end after ~{window:g} s. Not executed. To recover from a "
-                f"crashed instance, retry for longer than the lease "
-                f"(maxRetryDurationSeconds >= leaseSeconds)."
+            lease = timing.lease / outcome.scale  # in schedule seconds, like the retries
+            window = fast_failure_retry_span_seconds(job.retry)
+            result = (
+                f"The instance was killed mid-job; its claim holds the run until the lease "
+                f"expires ({timing.lease:g} s, {lease:g} s of schedule time), but the job's "
+                f"retries, answered 409 at once, end after ~{window:g} s. Not executed. To "
+                "recover from a crashed instance, retry for longer than the lease "
+                "(maxRetryDurationSeconds >= leaseSeconds)."
             )
         else:
-            out.append(
-                f"{s.job} {when}: every delivery failed ({s.reply_text()}; {s.stop_reason}); "
-                "not executed."
-            )
+            result = f"Every delivery failed ({s.reply_text()}; {s.stop_reason}); not executed."
+        note = f"{why} {result}".strip()
+        out.append(f"{s.job} {format_schedule_time(s.schedule_time)}: {note[0].lower()}{note[1:]}")
     return out
 
 
@@ -163,7 +210,32 @@ def outcome_json(outcome: DemoOutcome) -> dict[str, Any]:
         "workers_replaced": outcome.workers_replaced,
         "real_seconds": round(outcome.real_seconds, 2),
         "totals": outcome.totals,
+        "function_outcomes": dict(sorted(outcome.function_outcomes.items())),
+        "store": store_json(outcome),
         "runs": [summary_json(s) for s in outcome.summaries],
+    }
+
+
+def store_json(outcome: DemoOutcome) -> dict[str, Any]:
+    st = outcome.timing
+    faults = [
+        {
+            "fault": record.name,
+            "job": record.job,
+            "schedule_time": _when(record.schedule_time),
+            "seconds": record.fault.duration,
+            "answered": answered,
+        }
+        for record, answered in store_fault_answers(outcome)
+    ]
+    return {
+        "proxy": outcome.store_host,
+        "store_timeout_seconds": st.store_timeout,
+        "lease_seconds": st.lease,
+        "stall_seconds": st.stall,
+        "outage_seconds": st.outage,
+        "injected": faults,
+        "summary": outcome.store_summary,
     }
 
 

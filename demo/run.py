@@ -2,10 +2,11 @@
 
 `run_demo(options)` is what `python -m demo` runs and what the end-to-end tests call: it
 starts (or reuses) the Firestore emulator, serves the kit's function with
-functions-framework, replays the stack's jobs through the Scheduler emulator with the
-chosen faults, and counts, from the demo job's ledger, how often each run's job logic
-really executed. Process management is `local_stack` (shared with the tests and the
-benchmark): every child runs in its own process group and is stopped with it.
+functions-framework behind a store-fault proxy (the function's only way to its store),
+replays the stack's jobs through the Scheduler emulator with the chosen faults, and
+counts, from the demo job's ledger, how often each run's job logic really executed.
+Process management is `local_stack` (shared with the tests and the benchmark): every
+child runs in its own process group and is stopped with it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -26,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from demo.ledger import LedgerCounts, count
-from local_stack import FirestoreEmulator, FunctionServer
+from demo.store_faults import (
+    StoreFaultInjector,
+    StoreFaultRecord,
+    StoreTiming,
+    mark_exposed,
+    store_timing,
+)
+from local_stack import FirestoreEmulator, FunctionServer, StoreFaultProxy, free_port
 from local_stack.processes import REPO_ROOT
 from scheduler_emulator.clock import RealClock
 from scheduler_emulator.emulator import (
@@ -84,6 +93,15 @@ class DemoOutcome:
     firestore_host: str
     workers_replaced: int
     real_seconds: float
+    timing: StoreTiming
+    store_host: str  # the fault proxy the function reaches its store through
+    store_faults: list[StoreFaultRecord]  # injected during this replay, in order
+    # The proxy's totals (StoreFaultProxy.summary()): over the function's whole life, so
+    # over this one replay in the demo, over all of them where replays share a function.
+    store_summary: str
+    # What the function answered, per outcome, from its own log (this stack's project):
+    # also the replies Scheduler never saw (late, or lost).
+    function_outcomes: Counter[str]
 
     @property
     def ok(self) -> bool:
@@ -101,23 +119,25 @@ def function_env(
     firestore_host: str,
     ledger: Path,
     scale: float,
+    timing: StoreTiming,
     collection: str | None = None,
     missing_schedule_time: str | None = None,
     work_seconds: float = 0.005,
 ) -> dict[str, str]:
-    """The function's DEDUP_* environment for `stack`, as the Pulumi program sets it,
-    with the lease and retention scaled like every other duration of the replay."""
-    lease = max(stack.lease_seconds * scale, 1.0)
-    retention = max(stack.retention_seconds * scale, 60.0, lease)
+    """The function's DEDUP_* environment for `stack`, as the Pulumi program sets it, with
+    the retention scaled like every other duration of the replay, and the store budget
+    and lease of `timing` (real seconds: see demo.store_faults)."""
+    # Longer than the lease (the function insists), and than every scaled retry window.
+    retention = max(stack.retention_seconds * scale, 60.0, 2 * timing.lease)
     return {
         "DEDUP_PROJECT": stack.project,
         "DEDUP_LOCATION": stack.region,
         "DEDUP_DATABASE": stack.database_name,
         "DEDUP_COLLECTION": collection or stack.collection,
-        "DEDUP_LEASE_SECONDS": f"{lease:g}",
+        "DEDUP_LEASE_SECONDS": f"{timing.lease:g}",
         "DEDUP_RETENTION_SECONDS": f"{retention:g}",
         "DEDUP_MISSING_SCHEDULE_TIME": missing_schedule_time or stack.missing_schedule_time,
-        "DEDUP_STORE_TIMEOUT_SECONDS": f"{stack.store_timeout_seconds:g}",
+        "DEDUP_STORE_TIMEOUT_SECONDS": f"{timing.store_timeout:g}",
         "DEDUP_CACHE_SIZE": str(stack.cache_size),
         # Every job runs through the ledger wrapper, which calls the job's own logic.
         "DEDUP_JOB": DEMO_JOB,
@@ -216,11 +236,15 @@ def _save(path: Path, text: str) -> None:
 
 
 class LocalFunction:
-    """The kit's function served locally for `stack`, with the demo's ledger job.
+    """The kit's function served locally for `stack`, with the demo's ledger job, reaching
+    the Firestore emulator only through a store-fault proxy (`store_faults()`, the hook
+    that injects the emulator's store faults).
 
-    A context manager: starts functions-framework (WORKERS processes, each its own
-    process group member), warms it up, and stops the whole process group on exit. Several
-    replays may share one: each counts only the ledger lines of its own stack's project.
+    A context manager: starts the proxy and functions-framework (WORKERS processes, each
+    its own process group member), warms them up, and stops both on exit. Several replays
+    may share one: each counts only the ledger lines of its own stack's project.
+    `store_faults`: size the lease for the store faults (demo.store_faults.store_timing);
+    a replay that injects them needs it.
     """
 
     def __init__(
@@ -236,6 +260,7 @@ class LocalFunction:
         collection: str | None = None,
         missing_schedule_time: str | None = None,
         work_seconds: float = 0.005,
+        store_faults: bool = False,
     ) -> None:
         self.stack = stack
         self.firestore_host = firestore_host
@@ -243,44 +268,82 @@ class LocalFunction:
         self.ledger = ledger
         self.workers = workers
         self.threads = threads
-        env = function_env(
-            stack,
-            firestore_host=firestore_host,
-            ledger=ledger,
-            scale=scale,
-            collection=collection,
-            missing_schedule_time=missing_schedule_time,
-            work_seconds=work_seconds,
-        )
-        self.server = FunctionServer(
-            env, port=port, workers=workers, threads=threads, extra_pythonpath=[REPO_ROOT]
-        )
+        self.port = port or free_port()
+        self.timing = store_timing(stack, scale, store_faults)
+        self.proxy = StoreFaultProxy(firestore_host)
+        self._injector: StoreFaultInjector | None = None
+        self.collection = collection
+        self.missing_schedule_time = missing_schedule_time
+        self.work_seconds = work_seconds
+        # Built by start(), once the proxy's port (the function's store address) is known.
+        self._server: FunctionServer | None = None
 
     @property
     def url(self) -> str:
-        return self.server.url
+        return f"http://127.0.0.1:{self.port}/"
+
+    @property
+    def store_host(self) -> str:
+        """Where the function's Firestore client connects: the proxy."""
+        return self.proxy.host
+
+    @property
+    def log_text(self) -> str:
+        """The function server's output so far (its JSON log lines among it)."""
+        return self._server.log_text if self._server is not None else ""
 
     def worker_pids(self) -> set[int]:
-        return set(self.server.worker_pids())
+        return set(self._server.worker_pids()) if self._server is not None else set()
+
+    def store_faults(self) -> StoreFaultInjector:
+        """A fresh store-fault hook for one replay (it records what it injects)."""
+        if self._server is None:
+            raise RuntimeError("LocalFunction not started")
+        if self._injector is not None:
+            self._injector.close()  # a replay abandoned mid-fault must not hold the next
+        self._injector = StoreFaultInjector(self.proxy, self.timing)
+        return self._injector
 
     def start(self) -> LocalFunction:
         warmer = threading.Thread(
-            target=warm_emulator,
+            target=warm_emulator,  # straight to the emulator: warming is no store traffic
             args=(self.firestore_host, self.stack.project, self.stack.database_name),
             daemon=True,
         )
         warmer.start()
         try:
-            self.server.start(timeout_seconds=60)
+            self.proxy.start()
+            env = function_env(
+                self.stack,
+                firestore_host=self.proxy.host,
+                ledger=self.ledger,
+                scale=self.scale,
+                timing=self.timing,
+                collection=self.collection,
+                missing_schedule_time=self.missing_schedule_time,
+                work_seconds=self.work_seconds,
+            )
+            self._server = FunctionServer(
+                env,
+                port=self.port,
+                workers=self.workers,
+                threads=self.threads,
+                extra_pythonpath=[REPO_ROOT],
+            )
+            self._server.start(timeout_seconds=60)
             warmer.join(30)
-            warm_up(self.server.url, self.stack)
+            warm_up(self.url, self.stack)
         except BaseException:
-            self.server.stop()
+            self.stop()
             raise
         return self
 
     def stop(self) -> None:
-        self.server.stop()
+        if self._injector is not None:
+            self._injector.close()
+        if self._server is not None:
+            self._server.stop()
+        self.proxy.stop()
 
     def __enter__(self) -> LocalFunction:
         return self.start()
@@ -297,8 +360,15 @@ def replay(
     progress: Callable[[Progress], None] | None = None,
 ) -> DemoOutcome:
     """Replay `stack`'s jobs against a running function; count executions in its ledger."""
+    if options.faults.store_faults and not function.timing.sized_for_faults:
+        raise ValueError(
+            f"{', '.join(options.faults.store_faults)}: this function's lease "
+            f"({function.timing.lease:g} s) is not sized for store faults; serve it with "
+            "LocalFunction(..., store_faults=True)"
+        )
     started = time.monotonic()
     workers_before = function.worker_pids()
+    store_faults = function.store_faults()
     emulator = SchedulerEmulator(
         function.url,
         stack,
@@ -312,15 +382,19 @@ def replay(
         full_job_name=options.full_job_name,
         trace_deliveries=True,
         progress=progress,
+        store_faults=store_faults,
     )
     try:
         result = emulator.run()
     except BaseException:
         emulator.stop()
+        store_faults.close()
         raise
     workers_after = function.worker_pids()
     counts = count(function.ledger, project=stack.project)
     summaries = summarise(result, counts.executions, counts.starts, counts.unscheduled)
+    injected = store_faults.records
+    mark_exposed(summaries, injected, function.timing)
     return DemoOutcome(
         stack=stack,
         options=replace(options, stack=None),
@@ -332,7 +406,25 @@ def replay(
         firestore_host=function.firestore_host,
         workers_replaced=len(workers_after - workers_before),
         real_seconds=time.monotonic() - started,
+        timing=function.timing,
+        store_host=function.store_host,
+        store_faults=injected,
+        store_summary=function.proxy.summary(),
+        function_outcomes=logged_outcomes(function.log_text, stack.project),
     )
+
+
+def logged_outcomes(log_text: str, project: str) -> Counter[str]:
+    """Outcomes of the function's JSON log lines for `project` (one line per delivery)."""
+    outcomes: Counter[str] = Counter()
+    for line in log_text.splitlines():
+        if not line.startswith("{"):
+            continue
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and entry.get("project") == project:
+                outcomes[str(entry.get("outcome"))] += 1
+    return outcomes
 
 
 def run_demo(
@@ -374,10 +466,14 @@ def run_demo(
                 collection=options.collection,
                 missing_schedule_time=options.missing_schedule_time,
                 work_seconds=options.work_seconds,
+                store_faults=bool(options.faults.store_faults),
             )
             try:
                 function.start()
-                log(f"function serving on {function.url}")
+                log(
+                    f"function serving on {function.url}, reaching its store through the "
+                    f"store-fault proxy on {function.store_host}"
+                )
                 log(
                     f"replaying {options.ticks} scheduled runs of {len(stack.active_jobs)} "
                     f"jobs ({options.faults.describe()}) ..."
@@ -386,7 +482,7 @@ def run_demo(
                 log("replay finished; stopping everything ...")
             finally:
                 if options.logs_dir is not None:
-                    _save(options.logs_dir / "function.log", function.server.log_text)
+                    _save(options.logs_dir / "function.log", function.log_text)
                 function.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

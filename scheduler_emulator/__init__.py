@@ -2,7 +2,8 @@
 
 Reads a stack file's jobs, computes their scheduled times from the unix-cron schedule and
 time zone, and delivers each run over HTTP with Scheduler's headers, attempt deadline and
-retry rules, optionally injecting the faults that make Scheduler deliver a run twice.
+retry rules, optionally injecting the faults that make Scheduler deliver a run twice (and,
+through a hook, faults of the target's store).
 `python -m scheduler_emulator --help` for the command line.
 """
 
@@ -13,15 +14,17 @@ from scheduler_emulator.emulator import (
     Progress,
     RunResult,
     SchedulerEmulator,
+    StoreFaultHook,
     format_schedule_time,
     retry_refusal,
 )
-from scheduler_emulator.faults import DEFAULT_MIX, FAULT_NAMES, FaultPlan
+from scheduler_emulator.faults import DEFAULT_MIX, FAULT_NAMES, STORE_FAULTS, FaultPlan
 from scheduler_emulator.stack import Job, Stack, StackError, load_stack
 
 __all__ = [
     "DEFAULT_MIX",
     "FAULT_NAMES",
+    "STORE_FAULTS",
     "Clock",
     "Delivery",
     "EmulatorResult",
@@ -35,6 +38,7 @@ __all__ = [
     "SchedulerEmulator",
     "Stack",
     "StackError",
+    "StoreFaultHook",
     "format_schedule_time",
     "load_stack",
     "retry_refusal",

@@ -11,7 +11,13 @@ from typing import TextIO
 
 from scheduler_emulator.clock import Clock, RealClock
 from scheduler_emulator.emulator import Progress, SchedulerEmulator
-from scheduler_emulator.faults import DEFAULT_MIX, FAULT_NAMES, FaultPlan, FaultSpecError
+from scheduler_emulator.faults import (
+    DEFAULT_MIX,
+    FAULT_NAMES,
+    STORE_FAULTS,
+    FaultPlan,
+    FaultSpecError,
+)
 from scheduler_emulator.report import format_table, summarise, summary_json, totals
 from scheduler_emulator.stack import StackError, load_stack
 
@@ -57,7 +63,8 @@ def add_replay_arguments(parser: argparse.ArgumentParser, default_ticks: int) ->
         action="append",
         default=None,
         metavar="NAME=RATE[:SEED]",
-        help=f"inject a fault (repeatable); names: {', '.join(FAULT_NAMES)}",
+        help=f"inject a fault (repeatable); names: {', '.join(FAULT_NAMES)} "
+        f"({' and '.join(STORE_FAULTS)} need the demo's store-fault proxy: python -m demo)",
     )
     parser.add_argument("--no-faults", action="store_true", help="deliver like a healthy Scheduler")
     parser.add_argument("--seed", type=int, default=1, help="seed for every fault (default 1)")

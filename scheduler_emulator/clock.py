@@ -9,6 +9,10 @@ for the next scheduled time) goes through a `Clock`, so the same delivery code r
 - in real time (`RealClock`): wall-clock time, waits for the real scheduled instants;
 - in tests (`ManualClock`): simulated time advances only when the emulator sleeps or a
   deadline expires, so the times a target sees are exact and repeatable.
+
+A wait that is the emulator's own, not Scheduler's (a store-fault hook holding an attempt
+until the store has settled from the previous fault), is taken back with `exclude`, so it
+uses up no retry window and no time before the next tick.
 """
 
 from __future__ import annotations
@@ -40,6 +44,11 @@ class Clock(Protocol):
 
     def real_seconds(self, seconds: float) -> float:
         """How long `seconds` of simulated time last in real time."""
+        ...
+
+    def exclude(self, real_seconds: float) -> None:
+        """Take back `real_seconds` of real time that just passed outside the schedule
+        (the emulator waited for something Scheduler never waits for)."""
         ...
 
 
@@ -90,6 +99,10 @@ class ScaledClock:
     def real_seconds(self, seconds: float) -> float:
         return seconds * self.scale
 
+    def exclude(self, real_seconds: float) -> None:
+        with self._lock:
+            self._base_real += max(real_seconds, 0.0)
+
 
 class RealClock:
     """Wall-clock time: scheduled times are waited for, durations are real."""
@@ -113,6 +126,9 @@ class RealClock:
 
     def real_seconds(self, seconds: float) -> float:
         return seconds
+
+    def exclude(self, real_seconds: float) -> None:
+        pass  # real time cannot be taken back: the wait delays what follows
 
 
 class ManualClock:
@@ -153,3 +169,6 @@ class ManualClock:
 
     def real_seconds(self, seconds: float) -> float:
         return seconds * self.scale
+
+    def exclude(self, real_seconds: float) -> None:
+        pass  # time stands still here unless the emulator sleeps or a deadline passes

@@ -7,6 +7,10 @@ failed attempt, and retries with the job's retry config: the wait follows
 `scheduler_rules.backoff_seconds`, retries continue until both `retryCount` and
 `maxRetryDuration` are used up (0 = no duration limit), and never start at or after the
 job's next scheduled time. All timing goes through an injectable `Clock`.
+
+Faults of the target's store (store-stall, store-outage) are beyond its reach: whoever
+runs it and its store passes a `store_faults` hook, called just before a struck attempt
+is sent (see faults.py).
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ from scheduler_emulator.faults import (
     MANUAL,
     MANUAL_BARE,
     SLOW,
+    STORE_OUTAGE,
+    STORE_STALL,
     FaultPlan,
+    StoreFaultsUnsupported,
     fault_header,
 )
 from scheduler_emulator.stack import Job, Stack
@@ -95,8 +102,9 @@ class Delivery:
     error: str | None = None  # "deadline exceeded" or the connection error
     late_status: int | None = None  # reply that arrived after the deadline
     ack_lost: bool = False  # a 2xx that the lost-ack fault discarded
-    reply_body: str = ""
-    real_seconds: float = 0.0
+    reply_body: str = ""  # the reply's body (first 500 characters), in time or late
+    real_seconds: float = 0.0  # from sending the request to its reply (or error)
+    sent_real: float | None = None  # time.monotonic() when the request was sent
 
     @property
     def id(self) -> str:
@@ -126,6 +134,11 @@ class Delivery:
         if self.error is None:
             return "pending"
         return "dropped"
+
+
+# Called with a store fault's name (faults.STORE_FAULTS) and the attempt it strikes, just
+# before that attempt is sent; it may block until the store can take the fault.
+StoreFaultHook = Callable[[str, Delivery], None]
 
 
 @dataclass
@@ -206,6 +219,8 @@ class _Call:
         socket_timeout: float,
     ) -> None:
         started = time.monotonic()
+        with self._lock:
+            self.delivery.sent_real = started
         status: int | None = None
         text = ""
         error: str | None = None
@@ -216,12 +231,14 @@ class _Call:
         with self._lock:
             d = self.delivery
             d.real_seconds = time.monotonic() - started
+            # Kept for late replies too: what the target answered after the deadline
+            # explains a timeout (e.g. a store fault made it slow).
+            d.reply_body = text
             if self._abandoned:
                 d.late_status = status
             else:
                 d.status = status
                 d.error = error
-                d.reply_body = text
             self.done.set()
 
 
@@ -252,6 +269,8 @@ class SchedulerEmulator:
     `clock_factory` makes one clock per job (jobs run side by side, like independent
     Scheduler jobs; each job's runs are sequential). Default: simulated time from
     `start`, durations scaled by `time_scale` real seconds per simulated second.
+    `store_faults` injects the plan's store faults; a plan with store faults and no hook
+    is refused (StoreFaultsUnsupported), since the emulator cannot apply them itself.
     """
 
     def __init__(
@@ -271,16 +290,21 @@ class SchedulerEmulator:
         full_job_name: bool = False,
         trace_deliveries: bool = False,
         progress: Callable[[Progress], None] | None = None,
+        store_faults: StoreFaultHook | None = None,
     ) -> None:
         if ticks < 1:
             raise ValueError("ticks must be >= 1")
+        plan = faults or FaultPlan()
+        if plan.store_faults and store_faults is None:
+            raise StoreFaultsUnsupported(plan.store_faults)
         self.target_url = target_url
         self.stack = stack
         self.jobs = tuple(jobs if jobs is not None else stack.active_jobs)
         self.ticks = ticks
         self.start = (start or datetime.now(UTC).replace(second=0, microsecond=0)).astimezone(UTC)
         self.clock_factory = clock_factory or (lambda: ScaledClock(self.start, time_scale))
-        self.faults = faults or FaultPlan()
+        self.faults = plan
+        self.store_faults = store_faults
         self.token = token or fake_oidc_token(
             target_url, f"scheduler-invoker@{stack.project}.iam.gserviceaccount.com"
         )
@@ -294,6 +318,7 @@ class SchedulerEmulator:
         self._results: list[RunResult] = []
         self._calls: list[_Call] = []
         self._max_wait_real = 0.0
+        self._errors: list[BaseException] = []
 
     # -- what Scheduler sends -------------------------------------------------------
 
@@ -347,7 +372,9 @@ class SchedulerEmulator:
         started_real = time.monotonic()
         self._total = self.ticks * len(self.jobs)
         threads = [
-            threading.Thread(target=self._run_job, args=(job,), name=f"job-{job.name}", daemon=True)
+            threading.Thread(
+                target=self._job_thread, args=(job,), name=f"job-{job.name}", daemon=True
+            )
             for job in self.jobs
         ]
         for thread in threads:
@@ -360,6 +387,10 @@ class SchedulerEmulator:
             self.stop()
             raise
         self.wait_for_stragglers()
+        if self._errors:
+            # A job thread died (a store-fault hook that failed, a bug): its runs are
+            # missing, so no report may be drawn from this replay.
+            raise self._errors[0]
         order = {job.name: i for i, job in enumerate(self.jobs)}
         kinds = {"scheduled": 0, "manual": 1, "manual-bare": 2}
         runs = sorted(self._results, key=lambda r: (order[r.job], r.tick, kinds[r.kind]))
@@ -381,6 +412,14 @@ class SchedulerEmulator:
         deadline = time.monotonic() + bound
         for call in calls:
             call.done.wait(max(deadline - time.monotonic(), 0.0))
+
+    def _job_thread(self, job: Job) -> None:
+        try:
+            self._run_job(job)
+        except BaseException as exc:
+            with self._lock:
+                self._errors.append(exc)
+            self.stop()  # the other jobs stop too: the replay is void
 
     def _run_job(self, job: Job) -> None:
         clock = self.clock_factory()
@@ -506,11 +545,15 @@ class SchedulerEmulator:
         first = kind == "scheduled" and worker == 0 and attempt == 1
         kill = first and self.faults.hits(KILL, name, tick)
         slow = first and not kill and self.faults.hits(SLOW, name, tick)
+        # A killed attempt's reply is lost whatever its store does: no store fault for it.
+        store = self._store_fault(name, tick) if first and not kill else None
         deadline = job.attempt_deadline_seconds
         slow_real = clock.real_seconds(deadline * self.faults.slow_factor) if slow else None
         lost_ack = self.faults.hits(LOST_ACK, name, tick, worker, attempt)
         duplicate = self.faults.hits(DUPLICATE, name, tick, worker, attempt)
         tags = [f for f, on in ((KILL, kill), (SLOW, slow), (DUPLICATE, duplicate)) if on]
+        if store is not None:
+            tags.append(store)
         fault = fault_header(slow_real, kill)
         sent_at = clock.now()
         deadline_real = clock.real_seconds(deadline)
@@ -529,6 +572,13 @@ class SchedulerEmulator:
                 faults=tuple(tags),
             )
             calls.append(_Call(delivery))
+        if store is not None and self.store_faults is not None:
+            asked = time.monotonic()
+            self.store_faults(store, calls[0].delivery)
+            # The hook may have waited for the store to settle from an earlier fault: a
+            # wait of the emulator's, which Scheduler would not make, so it must use up
+            # none of this run's retries nor the time before the next tick.
+            clock.exclude(time.monotonic() - asked)
         with self._lock:
             self._calls.extend(calls)
             self._max_wait_real = max(self._max_wait_real, deadline_real + (slow_real or 0.0))
@@ -544,6 +594,13 @@ class SchedulerEmulator:
             delivery.ack_lost = True
             delivery.faults = (*delivery.faults, LOST_ACK)
         return [call.delivery for call in calls]
+
+    def _store_fault(self, job: str, tick: int) -> str | None:
+        """The store fault striking this run's first attempt, if any (an outage if both)."""
+        for name in (STORE_OUTAGE, STORE_STALL):
+            if self.faults.hits(name, job, tick):
+                return name
+        return None
 
 
 def retry_refusal(

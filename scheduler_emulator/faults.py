@@ -20,6 +20,19 @@ demo's job honours it; the kit's function knows nothing about it):
   so Scheduler gives up and retries while the first attempt still runs (first attempt).
 - kill: the function instance is killed mid-job (SIGKILL of its worker process, which
   the server restarts), so the attempt fails with a dropped connection (first attempt).
+
+Faults of the target's store (first attempt of a scheduled run, like slow and kill). The
+emulator cannot cause them, nor ask the target to: it calls the `store_faults` hook it was
+given just before it sends the struck attempt, and the hook injects the fault (the demo's
+drives a fault proxy between the function and the Firestore emulator; demo.store_faults
+has the durations). Without a hook, a plan with a store fault is refused
+(StoreFaultsUnsupported), never silently left out:
+- store-stall: the store's replies are held back for longer than the function's store
+  deadline, then delivered: its writes land, and it learns so too late.
+- store-outage: the store is unreachable for a while (connections reset, new ones
+  refused), so the function's claim fails.
+If both strike one attempt, the outage is injected. A killed attempt gets neither: its
+reply is lost anyway.
 """
 
 from __future__ import annotations
@@ -37,15 +50,24 @@ KILL = "kill"
 MANUAL = "manual"
 MANUAL_BARE = "manual-bare"
 CONCURRENT = "concurrent"
+STORE_STALL = "store-stall"
+STORE_OUTAGE = "store-outage"
 
-FAULT_NAMES = (LOST_ACK, SLOW, DUPLICATE, KILL, MANUAL, MANUAL_BARE, CONCURRENT)
+FAULT_NAMES = (
+    LOST_ACK, SLOW, DUPLICATE, KILL, MANUAL, MANUAL_BARE, CONCURRENT, STORE_STALL, STORE_OUTAGE
+)
 # Faults that only take effect if the target honours X-Emulator-Fault.
 TARGET_FAULTS = (SLOW, KILL)
+# Faults that only a store-fault hook can inject (the emulator has no way to).
+STORE_FAULTS = (STORE_STALL, STORE_OUTAGE)
 
 # The demo's default mix: every kind of fault that can make a run execute twice, often
 # enough that a short replay shows each of them. (manual-bare is left out: without a
 # schedule time there is nothing to dedup on; the function rejects it with 400 by default,
-# and Scheduler then retries those 400s for the job's whole retry window.)
+# and Scheduler then retries those 400s for the job's whole retry window.) Store faults
+# are rarer than the rest: each holds up every delivery in flight and the next store
+# fault (one at a time), so each costs the replay a few seconds of real time; a 20-tick
+# replay of three jobs still sees three or four of them.
 DEFAULT_MIX: Mapping[str, float] = {
     LOST_ACK: 0.10,
     SLOW: 0.06,
@@ -53,11 +75,27 @@ DEFAULT_MIX: Mapping[str, float] = {
     KILL: 0.04,
     MANUAL: 0.06,
     CONCURRENT: 0.10,
+    STORE_STALL: 0.03,
+    STORE_OUTAGE: 0.03,
 }
 
 
 class FaultSpecError(ValueError):
-    """A --fault argument that cannot be understood."""
+    """A --fault argument that cannot be understood, or not be applied."""
+
+
+class StoreFaultsUnsupported(FaultSpecError):
+    """A store fault was asked for, but nothing can inject it (no store-fault hook)."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        listed = ", ".join(names)
+        super().__init__(
+            f"{listed}: the Scheduler emulator cannot reach the target's store, so it "
+            "cannot inject store faults against an arbitrary target; run `python -m demo`, "
+            "which puts a fault proxy between the function and the Firestore emulator and "
+            "injects them (or pass a store_faults hook to SchedulerEmulator), or leave "
+            f"{listed} out of --fault"
+        )
 
 
 @dataclass(frozen=True)
@@ -121,6 +159,11 @@ class FaultPlan:
                 ) from exc
             faults.append(Fault(name.strip(), rate, fault_seed))
         return cls(tuple(faults), slow_factor)
+
+    @property
+    def store_faults(self) -> tuple[str, ...]:
+        """The store faults this plan may inject (a hook must apply them)."""
+        return tuple(f.name for f in self.faults if f.name in STORE_FAULTS and f.rate > 0)
 
     def rate(self, name: str) -> float:
         fault = self._by_name.get(name)

@@ -4,10 +4,13 @@ A scheduled run is identified by (job, schedule time); a forced manual run that 
 the next scheduled time is folded into that run, since the function sees the same key.
 Manual runs without a schedule time are listed on their own. When the caller can count
 how often the job logic really executed (the demo's ledger), each run gets a verdict.
+A store fault holds up every delivery in flight, not only the run it was injected for:
+the caller may note such bystanders in `exposed_to`, listed in parentheses.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +41,8 @@ class RunSummary:
     runs: list[RunResult] = field(default_factory=list)
     executions: int | None = None  # job logic executions that completed (ledger)
     starts: int | None = None  # job logic starts, including killed ones
+    # Faults injected for other runs that this run's deliveries were in flight during.
+    exposed_to: tuple[str, ...] = ()
 
     @property
     def deliveries(self) -> list[Delivery]:
@@ -57,6 +62,12 @@ class RunSummary:
         faults = {f for run in self.runs for f in run.faults}
         faults.update(run.kind for run in self.runs if run.kind != "scheduled")
         return tuple(sorted(faults))
+
+    @property
+    def fault_text(self) -> str:
+        """E.g. 'duplicate,store-stall' or 'lost-ack,(store-outage)'; '-' for none."""
+        shown = [*self.faults, *(f"({f})" for f in self.exposed_to if f not in self.faults)]
+        return ",".join(shown) or "-"
 
     @property
     def stop_reason(self) -> str:
@@ -162,6 +173,7 @@ def summary_json(s: RunSummary) -> dict[str, Any]:
         "verdict": s.verdict,
         "ok": s.ok,
         "faults": list(s.faults),
+        "exposed_to": list(s.exposed_to),
         "stop_reason": s.stop_reason,
         "replies": dict(sorted(s.replies().items())),
         "deliveries": [
@@ -175,6 +187,7 @@ def summary_json(s: RunSummary) -> dict[str, Any]:
                 "status": d.status,
                 "late_status": d.late_status,
                 "error": d.error,
+                "outcome": reply_outcome(d),
                 "real_ms": round(d.real_seconds * 1000, 1),
                 "faults": list(d.faults),
             }
@@ -188,6 +201,8 @@ def format_table(summaries: list[RunSummary], show_all: bool = True) -> list[str
     lines: list[str] = []
     current = None
     with_exec = any(s.executions is not None for s in summaries)
+    # Wide enough for the longest list of faults, with a space before the result.
+    width = max([28, *(len(s.fault_text) + 2 for s in summaries)])
     for s in summaries:
         if s.job != current:
             current = s.job
@@ -196,9 +211,10 @@ def format_table(summaries: list[RunSummary], show_all: bool = True) -> list[str
             head = f"  {'schedule time (UTC)':<22}{'deliv':>6}  {'replies':<26}"
             if with_exec:
                 head += f"{'exec':>4}  "
-            head += f"{'faults':<28}result"
+            head += f"{'faults':<{width}}result"
             lines.append(head)
-        if not show_all and not s.faults and s.ok and s.verdict != EXHAUSTED:
+        quiet = not s.faults and not s.exposed_to
+        if not show_all and quiet and s.ok and s.verdict != EXHAUSTED:
             continue
         when = format_schedule_time(s.schedule_time) if s.schedule_time else "(manual, no time)"
         replies = s.reply_text()
@@ -210,6 +226,73 @@ def format_table(summaries: list[RunSummary], show_all: bool = True) -> list[str
         verdict = s.verdict
         if verdict == EXHAUSTED and s.stop_reason:
             verdict = f"{verdict} ({s.stop_reason})"
-        line += f"{','.join(s.faults) or '-':<28}{verdict}"
+        line += f"{s.fault_text:<{width}}{verdict}"
         lines.append(line)
     return lines
+
+
+# The kit's function names its outcome in its JSON reply: {"outcome": "completed", ...}.
+# A pattern, not json.loads: the body is kept to its first 500 characters.
+_OUTCOME = re.compile(r'"outcome"\s*:\s*"([A-Za-z_]+)"')
+
+
+def reply_outcome(d: Delivery) -> str | None:
+    """The outcome the target named in its reply (in time or late), if it named one."""
+    found = _OUTCOME.search(d.reply_body)
+    return found.group(1) if found else None
+
+
+def answer_text(d: Delivery, *, timed: bool = False) -> str:
+    """What one delivery was answered: '200 completed' ('... after 1.6 s' if `timed`),
+    '500 store_unavailable', 'timeout (200 completed, late)', 'connection dropped'."""
+    outcome = reply_outcome(d)
+    took = f" after {d.real_seconds:.1f} s" if timed else ""
+    if d.status is not None:
+        text = f"{d.status} {outcome}" if outcome else str(d.status)
+        return f"{text}{took}" + (" (lost on the way back)" if d.ack_lost else "")
+    if d.error == "deadline exceeded":
+        if d.late_status is None:
+            return "no answer within the deadline" if timed else "timeout"
+        late = f"{d.late_status} {outcome}" if outcome else str(d.late_status)
+        if timed:
+            return f"no answer within the deadline ({late}{took}, late)"
+        return f"timeout ({late}, late)"
+    return "connection dropped" if d.error else "no answer"
+
+
+def answers_text(s: RunSummary, limit: int = 4) -> str:
+    """What a run's deliveries were answered, in order, the first one timed: e.g.
+    '500 store_unavailable after 2.0 s, then 200 completed on retry 1'."""
+    deliveries = s.deliveries
+    if not deliveries:
+        return "not delivered"
+    first, rest = deliveries[0], deliveries[1:]
+    later: list[tuple[str, list[Delivery]]] = []  # consecutive retries answered alike
+    for d in rest:
+        text = answer_text(d)
+        if later and later[-1][0] == text and _is_retry(d) and _is_retry(later[-1][1][-1]):
+            later[-1][1].append(d)
+        else:
+            later.append((text, [d]))
+    shown = [f"{text} {_which(group)}" for text, group in later[:limit]]
+    if len(later) > limit:
+        shown.append(f"{sum(len(g) for _, g in later[limit:])} more")
+    text = answer_text(first, timed=True)
+    return f"{text}, then {', '.join(shown)}" if shown else text
+
+
+def _is_retry(d: Delivery) -> bool:
+    return d.copy == 0 and d.worker == 0 and d.kind == "scheduled" and d.attempt > 1
+
+
+def _which(group: list[Delivery]) -> str:
+    """Which deliveries of the run these are, as Scheduler would tell them apart."""
+    d = group[0]
+    if len(group) > 1:  # consecutive retries (_is_retry)
+        return f"on retries {d.attempt - 1}-{group[-1].attempt - 1}"
+    if d.copy:
+        return "(the same attempt delivered twice)"
+    where = f"on retry {d.attempt - 1}" if d.attempt > 1 else "on the first attempt"
+    if d.kind != "scheduled":
+        where += f" of the {d.kind} run"
+    return f"{where} of worker {d.worker + 1}" if d.worker else where

@@ -1,7 +1,9 @@
-"""`python -m demo` as a user runs it: clear errors, and nothing left behind on Ctrl-C."""
+"""`python -m demo` as a user runs it: the default mix of faults, store faults included,
+runs every run once; clear errors; nothing left behind on Ctrl-C."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -13,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from local_stack import FirestoreEmulator
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,13 +104,39 @@ def test_ctrl_c_stops_everything_and_leaves_no_process(listening_port: int) -> N
     assert "replaying" in text, text
     firestore_port = int(re.search(r"Firestore emulator on 127\.0\.0\.1:(\d+)", text)[1])  # type: ignore[index]
     function_port = int(re.search(r"function serving on http://127\.0\.0\.1:(\d+)/", text)[1])  # type: ignore[index]
-    assert port_open(firestore_port) and port_open(function_port)
+    proxy_port = int(re.search(r"store-fault proxy on 127\.0\.0\.1:(\d+)", text)[1])  # type: ignore[index]
+    assert port_open(firestore_port) and port_open(function_port) and port_open(proxy_port)
     time.sleep(1.0)  # mid-replay
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in err
     assert not port_open(firestore_port) and not port_open(function_port)
+    assert not port_open(proxy_port)
     assert processes_mentioning(f"127.0.0.1:{firestore_port}") == []
     assert processes_mentioning(f"--port={firestore_port}") == []
     assert processes_mentioning(f"--port {function_port}") == []
+
+
+def test_the_default_mix_runs_every_run_once_through_store_faults(
+    firestore_emulator: FirestoreEmulator,
+) -> None:
+    # The default mix with seed 2 strikes heartbeat's first run with a store-stall and
+    # hourly-sync's second with a store-outage, within three ticks. (The session's
+    # emulator is reused: the runs' schedule times follow now, no other test's.)
+    host = firestore_emulator.host
+    proc = demo("--ticks", "3", "--seed", "2", "--json", "--firestore-host", host)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    report = json.loads(out)
+    assert report["ok"] and set(report["faults"]) >= {"store-stall", "store-outage"}
+    injected = sorted((f["fault"], f["job"]) for f in report["store"]["injected"])
+    assert injected == [("store-outage", "hourly-sync"), ("store-stall", "heartbeat")]
+    assert report["store"]["summary"].startswith("1 stall-late, 0 stall-drop, 1 outage;")
+    assert "EXECUTED MORE THAN ONCE" not in report["totals"]["verdicts"]
+    assert all(run["executions"] <= 1 for run in report["runs"])
+    assert "completed_unrecorded" not in report["function_outcomes"]
+    # The outage's claim failed with nothing left behind, and its retry ran the job.
+    [outage] = [f for f in report["store"]["injected"] if f["fault"] == "store-outage"]
+    assert outage["answered"].startswith("500 store_unavailable after ")
+    assert outage["answered"].endswith("200 completed on retry 1")

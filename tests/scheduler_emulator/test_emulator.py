@@ -12,8 +12,15 @@ import pytest
 
 from infra.scheduler_rules import RetrySettings
 from scheduler_emulator import ManualClock, SchedulerEmulator
-from scheduler_emulator.emulator import EmulatorResult
-from scheduler_emulator.faults import FaultPlan
+from scheduler_emulator.emulator import Delivery, EmulatorResult, StoreFaultHook
+from scheduler_emulator.faults import (
+    DEFAULT_MIX,
+    STORE_FAULTS,
+    STORE_OUTAGE,
+    STORE_STALL,
+    FaultPlan,
+    StoreFaultsUnsupported,
+)
 from scheduler_emulator.stack import Job, Stack
 from tests.scheduler_emulator.target import Received, RecordingTarget, Responder
 
@@ -427,6 +434,113 @@ def test_scaled_clock_jumps_to_scheduled_times_and_scales_durations() -> None:
     assert clock.now() - (START + timedelta(days=3)) >= timedelta(seconds=90)
     assert clock.wait(threading.Event(), 50) is False  # 0.05 s real
     assert clock.real_seconds(180) == pytest.approx(0.18)
+    # A wait of the emulator's own (0.1 s real = 100 s simulated) is taken back.
+    then = clock.now()
+    time.sleep(0.1)
+    clock.exclude(0.1)
+    assert clock.now() - then < timedelta(seconds=30)
     real = RealClock()
     assert abs((real.now() - datetime.now(UTC)).total_seconds()) < 1
     assert real.real_seconds(3) == 3
+
+
+# -- store faults: the emulator decides, a hook injects ----------------------------------
+
+
+def test_store_faults_are_in_the_default_mix_and_decided_per_run_from_the_seed() -> None:
+    assert DEFAULT_MIX[STORE_STALL] > 0 and DEFAULT_MIX[STORE_OUTAGE] > 0
+    plan = FaultPlan.from_rates(DEFAULT_MIX, seed=7)
+    assert plan.store_faults == (STORE_STALL, STORE_OUTAGE)
+
+    def struck(p: FaultPlan) -> list[tuple[str, int]]:
+        return [(f, t) for f in STORE_FAULTS for t in range(400) if p.hits(f, "j", t)]
+
+    same = FaultPlan.from_rates(DEFAULT_MIX, seed=7)
+    other = FaultPlan.from_rates(DEFAULT_MIX, seed=8)
+    assert struck(plan) == struck(same) != struck(other)
+    stalls = sum(1 for f, _ in struck(plan) if f == STORE_STALL)
+    assert 4 < stalls < 30  # about 3 % of 400 runs
+    assert FaultPlan.parse(["store-stall=0"]).store_faults == ()
+
+
+def recording_hook() -> tuple[list[tuple[str, str, int, int]], StoreFaultHook]:
+    """A store-fault hook that records (fault, delivery id, attempt, worker)."""
+    calls: list[tuple[str, str, int, int]] = []
+
+    def hook(name: str, delivery: Delivery) -> None:
+        calls.append((name, delivery.id, delivery.attempt, delivery.worker))
+
+    return calls, hook
+
+
+def test_the_store_fault_hook_strikes_a_runs_first_attempt_before_it_is_sent() -> None:
+    clock = ManualClock(START, scale=0.01)
+    target = RecordingTarget(lambda r: (500, 0.0), now=clock.now)
+    arrived_before_hook: list[int] = []
+    calls, record = recording_hook()
+
+    def hook(name: str, delivery: Delivery) -> None:
+        arrived_before_hook.append(len(target.received))
+        record(name, delivery)
+
+    with target.serving():
+        result = SchedulerEmulator(
+            target.url,
+            stack_of(RETRYING),
+            ticks=2,
+            start=START,
+            clock_factory=lambda: clock,
+            faults=FaultPlan.parse(["store-stall=1"]),
+            store_faults=hook,
+        ).run()
+    # Once per run, for its first attempt only (the retries are not struck again), and
+    # before that attempt reached the target: 4 attempts per run, all answered 500.
+    assert [(name, attempt, worker) for name, _, attempt, worker in calls] == [
+        (STORE_STALL, 1, 0),
+        (STORE_STALL, 1, 0),
+    ]
+    assert arrived_before_hook == [0, 4]
+    for run in result.runs:
+        first, *retries = run.deliveries
+        assert first.id in {delivery_id for _, delivery_id, _, _ in calls}
+        assert STORE_STALL in first.faults and not any(STORE_STALL in d.faults for d in retries)
+        assert STORE_STALL in run.faults
+
+
+def test_an_outage_wins_over_a_stall_and_a_killed_attempt_gets_neither() -> None:
+    calls, hook = recording_hook()
+    replay(
+        RETRYING,
+        faults=FaultPlan.parse(["store-stall=1", "store-outage=1"]),
+        store_faults=hook,
+    )
+    assert [name for name, *_ in calls] == [STORE_OUTAGE]
+    calls, hook = recording_hook()
+    replay(
+        RETRYING,
+        lambda r: (500, 0.0),
+        faults=FaultPlan.parse(["kill=1", "store-outage=1"]),
+        store_faults=hook,
+    )
+    assert calls == []  # a killed attempt's reply is lost whatever its store does
+
+
+def test_a_store_fault_without_a_hook_is_an_error_naming_the_fix() -> None:
+    for spec in ("store-stall=0.1", "store-outage=1"):
+        with pytest.raises(StoreFaultsUnsupported, match=r"python -m demo") as caught:
+            SchedulerEmulator(
+                "http://127.0.0.1:9/", stack_of(RETRYING), faults=FaultPlan.parse([spec])
+            )
+        assert spec.partition("=")[0] in str(caught.value)
+    # A store fault at rate 0 asks for nothing: no hook needed.
+    SchedulerEmulator(
+        "http://127.0.0.1:9/", stack_of(RETRYING), faults=FaultPlan.parse(["store-stall=0"])
+    )
+
+
+def test_a_failing_store_fault_hook_voids_the_replay() -> None:
+    def hook(name: str, delivery: Delivery) -> None:
+        raise RuntimeError("the fault proxy is gone")
+
+    with pytest.raises(RuntimeError, match="the fault proxy is gone"):
+        replay(RETRYING, ticks=3, faults=FaultPlan.parse(["store-outage=1"]), store_faults=hook)

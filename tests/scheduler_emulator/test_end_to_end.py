@@ -1,33 +1,36 @@
 """The whole local stack: the Scheduler emulator driving the kit's real function (served by
-functions-framework, 4 worker processes) on the real Firestore emulator, with each fault
-alone and all of them together. Job executions are counted in the demo job's ledger,
-independently of the dedup store."""
+functions-framework, 4 worker processes) on the real Firestore emulator, reached through
+the demo's store-fault proxy, with each fault alone and all of them together. Job
+executions are counted in the demo job's ledger, independently of the dedup store."""
 
 from __future__ import annotations
 
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from demo.cli import render
+from demo.cli import notes, render
 from demo.run import DemoOptions, DemoOutcome, LocalFunction
 from demo.run import replay as run_replay
+from demo.store_faults import struck_run
 from local_stack import FirestoreEmulator
-from scheduler_emulator.faults import FaultPlan
+from scheduler_emulator.faults import STORE_OUTAGE, STORE_STALL, FaultPlan
 from scheduler_emulator.report import EXACTLY_ONCE, EXHAUSTED, UNSCHEDULED
-from scheduler_emulator.stack import Stack, parse_stack_config
+from scheduler_emulator.stack import Job, Stack, parse_stack_config
 
 pytestmark = pytest.mark.timeout(240)
 
 START = datetime(2026, 10, 16, 0, 0, tzinfo=UTC)
-# Simulated time: 1 s of schedule time = 20 ms, so the 15 s deadline lasts 0.3 s and the
-# 60 s lease 1.2 s. Each job retries for longer than the lease, so a killed instance's
-# run is taken over by a retry once the lease expires.
+# Simulated time: 1 s of schedule time = 20 ms, so the 15 s deadline lasts 0.3 s. The
+# lease is real time (demo.store_faults): 3 s, or 7 s where store faults are injected.
+# Each job retries for longer than 3 s, so a killed instance's run is taken over by a
+# retry once the lease expires.
 SCALE = 0.02
 
 
@@ -105,6 +108,16 @@ def function(
 ) -> Iterator[LocalFunction]:
     """One served function (4 worker processes) for the module's replays."""
     with serve(firestore_emulator, tmp_path_factory.mktemp("e2e") / "ledger.jsonl") as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def store_faulted(
+    firestore_emulator: FirestoreEmulator, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalFunction]:
+    """A served function whose lease is sized for store faults, as the demo's is."""
+    ledger = tmp_path_factory.mktemp("e2e-store") / "ledger.jsonl"
+    with serve(firestore_emulator, ledger, store_faults=True) as served:
         yield served
 
 
@@ -300,3 +313,41 @@ def test_all_faults_together_over_200_runs(function: LocalFunction) -> None:
     assert seen >= {"lost-ack", "slow", "duplicate", "kill", "manual", "concurrent"}
     verdicts = Counter(s.verdict for s in outcome.summaries if s.scheduled)
     assert verdicts[EXACTLY_ONCE] >= 200
+
+
+def test_store_stalls_and_outages(store_faulted: LocalFunction) -> None:
+    # Seed 4 strikes five-minutely's third run and at-most-once's first with a stall, and
+    # hourly's first two with an outage; lost and duplicated replies add the later
+    # deliveries that would run a run again if a store fault had left it unrecorded.
+    base = e2e_stack()
+    at_most_once = Job("at-most-once", "*/5 * * * *", attempt_deadline_seconds=15)
+    stack = replace(base, jobs=(*base.jobs, at_most_once))
+    faults = ["store-stall=0.2:4", "store-outage=0.2:4", "lost-ack=0.2", "duplicate=0.2"]
+    outcome = replay(store_faulted, faults, ticks=3, stack=stack)
+    assert_exactly_once(outcome)
+    assert sorted((r.name, r.job) for r in outcome.store_faults) == [
+        (STORE_OUTAGE, "hourly"),
+        (STORE_OUTAGE, "hourly"),
+        (STORE_STALL, "at-most-once"),
+        (STORE_STALL, "five-minutely"),
+    ]
+    for record in outcome.store_faults:
+        s = struck_run(record, outcome.summaries)
+        assert s is not None and record.name in s.faults
+        if record.job == "at-most-once":
+            # No retries, and a deadline shorter than the stall: Scheduler gave up. The
+            # function settled the claim all the same: its write had landed (the job ran)
+            # or, on a connection opened during the stall, had not left (500, nothing ran).
+            assert not s.acknowledged and s.executions in (0, 1)
+        else:
+            # Retries for longer than a store fault lasts: acknowledged in the end.
+            assert s.acknowledged and s.executions == 1, s.reply_text()
+    # A claim of unknown outcome was settled (the stalls), or nothing was left behind (the
+    # outages' 500s); and no job that ran went unrecorded.
+    assert outcome.function_outcomes["store_unavailable"] >= 1
+    assert outcome.function_outcomes["completed_unrecorded"] == 0
+    text = "\n".join(render(outcome))
+    assert "store faults: what the function answered" in text
+    assert "store faults injected: 2 stall-late, 0 stall-drop, 2 outage" in text
+    [note] = [n for n in notes(outcome) if n.startswith("at-most-once 2026-10-16T00:05:00Z")]
+    assert "store-stall held an attempt past its deadline (scaled to 300 ms" in note

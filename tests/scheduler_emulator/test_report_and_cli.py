@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,10 @@ from scheduler_emulator.report import (
     EXACTLY_ONCE,
     EXHAUSTED,
     MISSING,
+    answer_text,
+    answers_text,
     format_table,
+    reply_outcome,
     summarise,
     totals,
 )
@@ -260,3 +263,96 @@ def test_emulator_stop_ends_a_replay_early() -> None:
         threading.Timer(0.3, emulator.stop).start()
         result = emulator.run()
     assert result.stopped_early and 0 < len(result.runs) < 100_000
+
+
+def answered(when: datetime, status: int | None, outcome: str, **kw: object) -> Delivery:
+    """A delivery the kit's function answered with `outcome`, as its JSON reply says."""
+    return delivery(when, status, reply_body=f'{{"outcome":"{outcome}","run_id":"x"}}', **kw)
+
+
+def test_a_runs_answers_read_in_order_with_the_first_timed() -> None:
+    outage = summarise(
+        result_of(
+            run_of(
+                T1,
+                answered(T1, 500, "store_unavailable", real_seconds=1.23),
+                answered(T1, 500, "store_unavailable", copy=1),
+                answered(T1, 200, "completed", attempt=2, sent_at=T1 + timedelta(seconds=40)),
+            )
+        )
+    )[0]
+    assert answers_text(outage) == (
+        "500 store_unavailable after 1.2 s, then 500 store_unavailable (the same attempt "
+        "delivered twice), 200 completed on retry 1"
+    )
+    late = summarise(
+        result_of(
+            run_of(
+                T1,
+                answered(
+                    T1, None, "completed", error="deadline exceeded", late_status=200,
+                    real_seconds=1.52,
+                ),
+            )
+        )
+    )[0]
+    assert answers_text(late) == (
+        "no answer within the deadline (200 completed after 1.5 s, late)"
+    )
+    # A stalled claim: Scheduler gave up on it, and on two retries turned away meanwhile.
+    stalled = summarise(
+        result_of(
+            run_of(
+                T1,
+                answered(T1, None, "completed", error="deadline exceeded", late_status=200,
+                         real_seconds=1.5),
+                *(
+                    answered(T1, None, "in_progress", error="deadline exceeded",
+                             late_status=409, attempt=n, sent_at=T1 + timedelta(seconds=n))
+                    for n in (2, 3)
+                ),
+                answered(T1, 200, "duplicate", attempt=4, sent_at=T1 + timedelta(seconds=9)),
+            )
+        )
+    )[0]
+    assert answers_text(stalled) == (
+        "no answer within the deadline (200 completed after 1.5 s, late), then timeout "
+        "(409 in_progress, late) on retries 1-2, 200 duplicate on retry 3"
+    )
+    lost = answered(T1, 200, "completed", ack_lost=True, real_seconds=1.5)
+    assert answer_text(lost, timed=True) == "200 completed after 1.5 s (lost on the way back)"
+    assert reply_outcome(delivery(T1, 200)) is None  # a target that names no outcome
+    assert answer_text(delivery(T1, None, error="ConnectionResetError")) == "connection dropped"
+
+
+def test_runs_held_up_by_another_runs_store_fault_are_listed_in_parentheses() -> None:
+    struck = run_of(T1, delivery(T1, 200, faults=("store-stall",)))
+    struck.faults = ("store-stall",)
+    summaries = summarise(
+        result_of(struck, run_of(T2, delivery(T2, None, error="deadline exceeded"), tick=1)),
+        {("j", T1): 1, ("j", T2): 1},
+    )
+    summaries[1].exposed_to = ("store-stall",)
+    assert summaries[0].fault_text == "store-stall"
+    assert summaries[1].fault_text == "(store-stall)"
+    lines = format_table(summaries)
+    assert any("(store-stall)" in line and "retries exhausted" in line for line in lines)
+    # The faults column widens for long lists, and a space always separates the result.
+    summaries[1].exposed_to = ("store-stall", "store-outage")
+    summaries[1].runs[0].faults = ("concurrent", "duplicate", "lost-ack")
+    row = next(line for line in format_table(summaries) if "(store-outage)" in line)
+    assert "concurrent,duplicate,lost-ack,(store-stall),(store-outage)  retries" in row
+
+
+def test_cli_refuses_store_faults_it_cannot_inject(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack = write_stack(tmp_path / "Pulumi.cli.yaml")
+    target = RecordingTarget()
+    with target.serving():
+        code = emulator_main(
+            ["--target", target.url, "--stack", str(stack), "--fault", "store-outage=0.2"]
+        )
+    err = capsys.readouterr().err
+    assert code == 2 and target.received == []  # refused before anything was sent
+    assert "store-outage" in err and "python -m demo" in err
