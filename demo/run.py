@@ -44,6 +44,7 @@ from scheduler_emulator.emulator import (
     Progress,
     SchedulerEmulator,
     TimeStyle,
+    fake_oidc_token,
     format_schedule_time,
 )
 from scheduler_emulator.faults import DEFAULT_MIX, FaultPlan
@@ -139,6 +140,9 @@ def function_env(
         "DEDUP_MISSING_SCHEDULE_TIME": missing_schedule_time or stack.missing_schedule_time,
         "DEDUP_STORE_TIMEOUT_SECONDS": f"{timing.store_timeout:g}",
         "DEDUP_CACHE_SIZE": str(stack.cache_size),
+        # As deployed: the function serves only the jobs' invoker account, read from the
+        # OIDC token the Scheduler emulator sends (shaped as Cloud Run forwards it).
+        "DEDUP_ALLOWED_CALLERS": stack.invoker_email,
         # Every job runs through the ledger wrapper, which calls the job's own logic.
         "DEDUP_JOB": DEMO_JOB,
         "DEDUP_JOB_ROUTES": "{}",
@@ -166,6 +170,7 @@ def warm_up(url: str, stack: Stack, requests: int = 8, rounds: int = 4) -> None:
                 "X-Dedup-Project": project,
                 "X-Dedup-Location": stack.region,
                 "User-Agent": "Google-Cloud-Scheduler",
+                "Authorization": f"Bearer {fake_oidc_token(url, stack.invoker_email)}",
             }
             started = time.monotonic()
             with contextlib.suppress(OSError, http.client.HTTPException):
@@ -372,6 +377,9 @@ def replay(
     emulator = SchedulerEmulator(
         function.url,
         stack,
+        # The identity the served function admits (DEDUP_ALLOWED_CALLERS): its stack's
+        # invoker account, as the deployed jobs' OIDC tokens carry it.
+        token=fake_oidc_token(function.url, function.stack.invoker_email),
         ticks=options.ticks,
         start=options.start,
         time_scale=function.scale,

@@ -113,6 +113,16 @@ def kit_key(name: str) -> str:
     return f"{PROJECT_NAME}:{name}"
 
 
+def service_account_id(name_prefix: str, role: str) -> str:
+    """The kit's service account IDs: `<namePrefix>-<role>` (runtime, build, invoker)."""
+    return f"{name_prefix}-{role}"
+
+
+def service_account_email(project: str, account_id: str) -> str:
+    """A user-managed service account's e-mail, fixed by its ID and project."""
+    return f"{account_id}@{project}.iam.gserviceaccount.com"
+
+
 def scheduler_job_id(name_prefix: str, job_name: str) -> str:
     """The Cloud Scheduler job ID of `jobs[].name` in a stack: `<namePrefix>-<name>`.
 
@@ -697,6 +707,13 @@ class StackConfig(_Model):
         object.__setattr__(self, "dedup", dedup.model_copy(update=derived))  # frozen model
         object.__setattr__(self, "jobs", jobs)
         return self
+
+    @property
+    def invoker_email(self) -> str:
+        """The Scheduler jobs' OIDC identity: the one caller the functions serve."""
+        return service_account_email(
+            self.project, service_account_id(self.name_prefix, "invoker")
+        )
 
     def job_id(self, job: JobSettings) -> str:
         """The deployed Scheduler job ID of `job`: `<namePrefix>-<name>`."""

@@ -27,7 +27,13 @@ from infra.cloud_function import (
     enable_apis,
     grant_database_user,
 )
-from infra.config import DEFAULTS, DedupSettings, FunctionSettings, StackConfig
+from infra.config import (
+    DEFAULTS,
+    DedupSettings,
+    FunctionSettings,
+    StackConfig,
+    service_account_id,
+)
 from infra.iam_wait import wait_for_iam
 from infra.source import write_source_archive
 
@@ -109,7 +115,7 @@ class DedupServiceArgs:
         return f"{self.name_prefix}-builds"
 
     def account_id(self, role: str) -> str:
-        return f"{self.name_prefix}-{role}"
+        return service_account_id(self.name_prefix, role)
 
     def environment(self) -> dict[str, str]:
         """The DEDUP_* environment of the function (see the function's settings)."""

@@ -66,7 +66,9 @@ def format_schedule_time(when: datetime, style: str = "utc") -> str:
 
 
 def fake_oidc_token(audience: str, email: str) -> str:
-    """An unsigned JWT shaped like Scheduler's OIDC token. Nothing local verifies it."""
+    """A token shaped as Cloud Run forwards Scheduler's OIDC token to the container once
+    it has verified it: the signature replaced by SIGNATURE_REMOVED_BY_GOOGLE. Nothing
+    local verifies it; the function reads its `email` claim (DEDUP_ALLOWED_CALLERS)."""
 
     def part(obj: object) -> str:
         raw = json.dumps(obj, separators=(",", ":")).encode()
@@ -82,7 +84,8 @@ def fake_oidc_token(audience: str, email: str) -> str:
         "exp": now + 3600,
         "sub": "local-scheduler-emulator",
     }
-    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}.emulator"
+    header = {"alg": "RS256", "kid": "local-scheduler-emulator", "typ": "JWT"}
+    return f"{part(header)}.{part(claims)}.SIGNATURE_REMOVED_BY_GOOGLE"
 
 
 @dataclass
@@ -306,7 +309,8 @@ class SchedulerEmulator:
         self.faults = plan
         self.store_faults = store_faults
         self.token = token or fake_oidc_token(
-            target_url, f"scheduler-invoker@{stack.project}.iam.gserviceaccount.com"
+            target_url,
+            stack.invoker_email or f"scheduler-invoker@{stack.project}.iam.gserviceaccount.com",
         )
         self.header_case = header_case
         self.time_style = time_style

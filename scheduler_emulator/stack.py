@@ -54,6 +54,9 @@ class Stack:
     function_timeout_seconds: float = 540
     store_timeout_seconds: float = 10
     cache_size: int = 10000
+    # The Scheduler jobs' OIDC identity (the invoker account): the emulator's token carries
+    # it, and the local function serves only it (DEDUP_ALLOWED_CALLERS), as deployed.
+    invoker_email: str = ""
     source: str = ""
 
     def job(self, name: str) -> Job:
@@ -135,5 +138,6 @@ def from_stack_config(config: StackConfig, source: str = "stack") -> Stack:
         function_timeout_seconds=float(config.function.timeout_seconds),
         store_timeout_seconds=float(dedup.store_timeout_seconds),
         cache_size=dedup.cache_size,
+        invoker_email=config.invoker_email,
         source=source,
     )

@@ -5,6 +5,8 @@ executions are counted in the demo job's ledger, independently of the dedup stor
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ from demo.run import DemoOptions, DemoOutcome, LocalFunction
 from demo.run import replay as run_replay
 from demo.store_faults import struck_run
 from local_stack import FirestoreEmulator
+from scheduler_emulator.emulator import fake_oidc_token
 from scheduler_emulator.faults import STORE_OUTAGE, STORE_STALL, FaultPlan
 from scheduler_emulator.report import EXACTLY_ONCE, EXHAUSTED, UNSCHEDULED
 from scheduler_emulator.stack import Job, Stack, parse_stack_config
@@ -351,3 +354,28 @@ def test_store_stalls_and_outages(store_faulted: LocalFunction) -> None:
     assert "store faults injected: 2 stall-late, 0 stall-drop, 2 outage" in text
     [note] = [n for n in notes(outcome) if n.startswith("at-most-once 2026-10-16T00:05:00Z")]
     assert "store-stall held an attempt past its deadline (scaled to 300 ms" in note
+
+
+def test_the_function_serves_only_the_stacks_invoker_account(function: LocalFunction) -> None:
+    """As deployed, the local function has DEDUP_ALLOWED_CALLERS = the stack's invoker
+    account, and every replay above got in with the emulator's token of that account."""
+    stack = function.stack
+    assert stack.invoker_email.endswith(f"-invoker@{stack.project}.iam.gserviceaccount.com")
+
+    def deliver(email: str) -> int:
+        request = urllib.request.Request(
+            function.url, method="POST", data=b"{}",
+            headers={
+                "X-CloudScheduler-JobName": "hourly",
+                "X-CloudScheduler-ScheduleTime": "2031-01-01T00:05:00Z",
+                "Authorization": f"Bearer {fake_oidc_token(function.url, email)}",
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                return int(reply.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
+    assert deliver(f"intruder@{stack.project}.iam.gserviceaccount.com") == 403
+    assert deliver(stack.invoker_email) == 200
