@@ -65,15 +65,22 @@ def status_of(store: FaultyStore) -> str | None:
 
 # -- a write that landed, reported as failed ----------------------------------------------
 
-def test_a_renewal_that_landed_unseen_does_not_make_completion_look_lost(
-    collection_name: str,
-) -> None:
-    dedup, store = faulty_dedup(collection_name)
+def claim_with_an_unseen_renewal(collection: str) -> tuple[Deduplicator, FaultyStore, Claim]:
+    """A claim whose renewal landed while the attempt was told it failed: the record is
+    still this attempt's, at a version the attempt never saw."""
+    dedup, store = faulty_dedup(collection)
     claim = dedup.claim(KEY)
     assert isinstance(claim, Claim)
     store.script("renew", Fault.LOST_REPLY)
     with pytest.raises(StoreUnavailable):
         dedup.renew(claim)
+    return dedup, store, claim
+
+
+def test_a_renewal_that_landed_unseen_does_not_make_completion_look_lost(
+    collection_name: str,
+) -> None:
+    dedup, store, claim = claim_with_an_unseen_renewal(collection_name)
     assert dedup.complete(claim, '"ok"') is True  # adopts its own renewal, then completes
     assert status_of(store) == "completed"
     assert not claim.lost.is_set()
@@ -94,12 +101,7 @@ def test_a_renewal_lost_during_the_job_still_ends_completed_and_never_runs_twice
 
 
 def test_a_release_after_an_unseen_renewal_frees_the_run_at_once(collection_name: str) -> None:
-    dedup, store = faulty_dedup(collection_name)
-    claim = dedup.claim(KEY)
-    assert isinstance(claim, Claim)
-    store.script("renew", Fault.LOST_REPLY)
-    with pytest.raises(StoreUnavailable):
-        dedup.renew(claim)
+    dedup, store, claim = claim_with_an_unseen_renewal(collection_name)
     assert dedup.release(claim) is True
     assert status_of(store) is None
     assert isinstance(dedup.claim(KEY), Claim)  # the retry after the 500 runs, no 409

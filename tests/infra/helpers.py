@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from infra.config import StackConfig
-from infra.offline import DeclaredResource, OfflineRun
+from infra.offline import DeclaredResource, OfflineRun, engine_config
+from infra.program import REPO_ROOT
 
 FUNCTION = "gcp:cloudfunctionsv2/function:Function"
 JOB = "gcp:cloudscheduler/job:Job"
@@ -112,3 +117,69 @@ def walk_strings(value: Any) -> Iterator[str]:
     elif isinstance(value, list | tuple):
         for item in value:
             yield from walk_strings(item)
+
+
+# Runs in a fresh interpreter; mimics pulumi-language-python-exec with minimal mocks.
+SCRIPT = r"""
+import json, os, runpy, sys
+repo = os.path.dirname(os.getcwd())
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (repo, os.getcwd())]
+import pulumi
+from pulumi.runtime import mocks
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+declared = []
+
+class Mocks(mocks.Mocks):
+    def new_resource(self, args):
+        state = dict(args.inputs)
+        if args.typ == "gcp:serviceaccount/account:Account":
+            state["email"] = f"{state['accountId']}@p.iam.gserviceaccount.com"
+            state["member"] = "serviceAccount:" + state["email"]
+            state["name"] = "projects/p/serviceAccounts/" + state["email"]
+        if args.typ == "gcp:cloudfunctionsv2/function:Function":
+            state["serviceConfig"] = {
+                **state["serviceConfig"],
+                "uri": "https://fn-abc-ew.a.run.app",
+                "service": "projects/p/locations/l/services/fn",
+            }
+        declared.append(args.typ)
+        return args.name + "-id", state
+
+    def call(self, args):
+        # argv[2], when given: the error of the Service Usage lookup (preflight tests).
+        if len(sys.argv) > 2 and args.token == "gcp:projects/getProjectService:getProjectService":
+            return {}, [("", sys.argv[2])]
+        return {"number": "42"}, []
+
+mocks.set_mocks(Mocks(), project="scheduler-dedup", stack="dev", preview=False)
+pulumi.runtime.set_all_config(json.loads(sys.argv[1]))
+try:
+    _sync_await(run_pulumi_func(lambda: runpy.run_path(".", run_name="__main__")))
+    outcome = "ok"
+except Exception as exc:
+    outcome = f"{type(exc).__name__}: {exc}"
+print(json.dumps({"outcome": outcome, "declared": declared}))
+"""
+
+
+def run_entrypoint(
+    config: dict[str, Any], service_lookup_error: str | None = None
+) -> dict[str, Any]:
+    """Run infra/__main__.py as `pulumi up` does, under minimal mocks, in a fresh
+    interpreter: {"outcome": "ok" or the exception, "declared": resource types}."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    extra = [] if service_lookup_error is None else [service_lookup_error]
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, json.dumps(engine_config(config)), *extra],
+        cwd=REPO_ROOT / "infra",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    parsed: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return parsed

@@ -5,10 +5,6 @@ unchanged. Under Pulumi's mocks, whose invokes can be made to fail as the provid
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -16,7 +12,7 @@ import pytest
 from pulumi.runtime import mocks as pulumi_mocks
 
 from infra import offline
-from infra.offline import DeclaredResource, engine_config, load_stack_config, run_offline
+from infra.offline import DeclaredResource, load_stack_config, run_offline
 from infra.preflight import (
     CLOUD_RESOURCE_MANAGER,
     SERVICE_USAGE,
@@ -24,7 +20,7 @@ from infra.preflight import (
     disabled_api_message,
     enable_command,
 )
-from infra.program import REPO_ROOT
+from tests.infra.helpers import run_entrypoint
 
 PROJECT = "acme-scheduler-dev"
 GET_PROJECT = "gcp:organizations/getProject:getProject"
@@ -142,58 +138,9 @@ def test_unrelated_errors_are_not_translated() -> None:
 
 
 # `pulumi up` runs infra/__main__.py: the message is one RunError, no traceback.
-ENTRYPOINT = r"""
-import json, os, runpy, sys
-repo = os.path.dirname(os.getcwd())
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (repo, os.getcwd())]
-import pulumi
-from pulumi.runtime import mocks
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
-
-declared = []
-
-class Mocks(mocks.Mocks):
-    def new_resource(self, args):
-        declared.append(args.typ)
-        return args.name + "-id", dict(args.inputs)
-
-    def call(self, args):
-        if args.token == "gcp:projects/getProjectService:getProjectService":
-            return {}, [("", sys.argv[2])]
-        return {"number": "42"}, []
-
-mocks.set_mocks(Mocks(), project="scheduler-dedup", stack="dev", preview=False)
-pulumi.runtime.set_all_config(json.loads(sys.argv[1]))
-try:
-    _sync_await(run_pulumi_func(lambda: runpy.run_path(".", run_name="__main__")))
-    outcome = "ok"
-except Exception as exc:
-    outcome = f"{type(exc).__name__}: {exc}"
-print(json.dumps({"outcome": outcome, "declared": declared}))
-"""
-
-
 @pytest.mark.timeout(180)
 def test_pulumi_up_reports_the_preflight_as_one_error() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            ENTRYPOINT,
-            json.dumps(engine_config(load_stack_config("dev"))),
-            SU_DISABLED,
-        ],
-        cwd=REPO_ROOT / "infra",
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    outcome = run_entrypoint(load_stack_config("dev"), service_lookup_error=SU_DISABLED)
     assert outcome["outcome"].startswith("RunError: preflight: the Service Usage API")
     assert FIX in outcome["outcome"]
     assert outcome["declared"] == []
