@@ -7,6 +7,7 @@ cache.py     per-instance memory of completed runs
 callers.py   who may call (DEDUP_ALLOWED_CALLERS): the Cloud-Run-verified token's email
 http.py      one delivery -> reply + one JSON log line
 app.py       wiring from DEDUP_* settings (settings.py); jobs.py loads job logic
+watchdog.py  the run watchdog (DEDUP_WATCH_*): missed / failed / overlong runs, by ID
 """
 
 from dedup.protocol import RunContext

@@ -2,6 +2,7 @@
 
 - create: precondition "must not exist" (DocumentReference.create), one Commit.
 - get: one BatchGetDocuments; the snapshot carries update_time (version) and read_time.
+- get_many: the watchdog's batched reads by ID, one BatchGetDocuments per 300 IDs.
 - replace / renew / delete: one Commit each, with a `last_update_time` precondition, so a
   writer whose claim moved on cannot overwrite or delete the new claim (fencing).
 No transactions: they would cost BeginTransaction + Commit and contend for the document
@@ -10,7 +11,7 @@ lock under a burst of duplicates.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -28,6 +29,8 @@ from dedup.store import (
 )
 
 T = TypeVar("T")
+# Documents per BatchGetDocuments in get_many (the watchdog's reads).
+GET_MANY_BATCH = 300
 
 # Transient failures worth retrying inside the store's time budget.
 _TRANSIENT = gretry.if_exception_type(
@@ -51,6 +54,13 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
         "project": record.project,
         "location": record.location,
         "result_json": record.result_json,
+        # Always written (None clears them): replace() updates only the fields it is
+        # given, and a takeover of a failed record must not keep the old error.
+        "claimed_at": record.claimed_at,
+        "finished_at": record.finished_at,
+        "duration_seconds": record.duration_seconds,
+        "failed_at": record.failed_at,
+        "error": record.error,
     }
 
 
@@ -66,7 +76,17 @@ def document_to_record(data: dict[str, Any]) -> RunRecord:
         project=str(data["project"]),
         location=str(data["location"]),
         result_json=data.get("result_json"),
+        # Absent in records written before these fields existed.
+        claimed_at=data.get("claimed_at"),
+        finished_at=data.get("finished_at"),
+        duration_seconds=_optional_float(data.get("duration_seconds")),
+        failed_at=data.get("failed_at"),
+        error=data.get("error"),
     )
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 class FirestoreRunStore:
@@ -86,6 +106,18 @@ class FirestoreRunStore:
     @property
     def client(self) -> firestore.Client:
         return self._client
+
+    @property
+    def retry(self) -> gretry.Retry:
+        return self._retry
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    def call(self, operation: Callable[[], T]) -> T:
+        """Run a Firestore call with this store's error mapping (StoreUnavailable)."""
+        return self._call(operation)
 
     def _call(self, operation: Callable[[], T]) -> T:
         try:
@@ -130,6 +162,29 @@ class FirestoreRunStore:
 
         return self._call(op)
 
+    def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun]:
+        """One BatchGetDocuments per GET_MANY_BATCH IDs; absent records are left out.
+        Firestore bills one read per requested document, found or not."""
+
+        def op() -> dict[str, StoredRun]:
+            found: dict[str, StoredRun] = {}
+            ids = list(dict.fromkeys(run_ids))
+            for start in range(0, len(ids), GET_MANY_BATCH):
+                refs = [self._collection.document(i) for i in ids[start:start + GET_MANY_BATCH]]
+                snapshots: Any = self._client.get_all(
+                    refs, retry=self._retry, timeout=self._timeout
+                )
+                for snapshot in snapshots:
+                    if snapshot.exists:
+                        found[snapshot.id] = StoredRun(
+                            record=document_to_record(snapshot.to_dict() or {}),
+                            version=snapshot.update_time,
+                            read_time=snapshot.read_time,
+                        )
+            return found
+
+        return self._call(op)
+
     def _conditional_update(
         self, run_id: str, fields: dict[str, Any], if_version: datetime
     ) -> datetime:
@@ -166,3 +221,4 @@ class FirestoreRunStore:
                 raise RecordChanged(run_id) from exc
 
         self._call(op)
+

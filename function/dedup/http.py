@@ -162,6 +162,7 @@ class DedupHandler:
             "status": status,
             "from_cache": delivery.from_cache,
             "detail": delivery.detail,
+            "duration_seconds": delivery.duration_seconds,
             "latency_ms": _ms_since(started),
         })
         reply: dict[str, Any] = {"outcome": delivery.outcome.value, "run_id": delivery.run_id}

@@ -1,9 +1,10 @@
 """The dedup protocol (SPEC section 2), independent of HTTP and of Firestore.
 
 claim -> run the job while a heartbeat renews the claim -> complete (success) or
-release (failure). Every step is one conditional write or read against a RunStore; leases
-are judged by the store's clock, and the holder fences itself by its own monotonic clock
-before the store would let a rival in.
+release (failure: the record is kept, marked `failed`, and the retry claims it at once).
+Every step is one conditional write or read against a RunStore; leases are judged by the
+store's clock, and the holder fences itself by its own monotonic clock before the store
+would let a rival in.
 
 Any write can land while its reply is lost or late, so no step trusts a failure report:
 - a claim whose outcome is unknown is looked up by its `attempt_id` before a 5xx is sent,
@@ -31,6 +32,7 @@ from dedup.cache import CompletedRunCache
 from dedup.heartbeat import HEARTBEATS, Heartbeats
 from dedup.keys import RunKey
 from dedup.store import (
+    MAX_ERROR_CHARS,
     RecordChanged,
     RecordExists,
     RunRecord,
@@ -82,7 +84,7 @@ class Outcome(StrEnum):
     COMPLETED = "completed"  # this attempt ran the job and recorded it
     DUPLICATE = "duplicate"  # the run had completed: not run again
     IN_PROGRESS = "in_progress"  # another attempt holds a live lease
-    FAILED = "failed"  # the job raised; the claim was released for a retry
+    FAILED = "failed"  # the job raised; the record is marked failed, a retry runs at once
     STORE_UNAVAILABLE = "store_unavailable"  # could not claim: nothing ran
     # The job ran, but recording it failed for longer than the lease (store outage) or
     # failed otherwise: answered as done so that Scheduler does not run it again.
@@ -102,6 +104,7 @@ class Delivery:
     result_json: str | None = None
     detail: str | None = None
     from_cache: bool = False
+    duration_seconds: float | None = None  # how long this attempt's job ran (if it ran)
 
 
 class ClaimLost(threading.Event):
@@ -145,6 +148,7 @@ class Claim:
     fence_after: float
     monotonic: Callable[[], float] = time.monotonic
     lock: threading.Lock = field(default_factory=threading.Lock)
+    claimed_at: datetime | None = None  # as written in the record (kept by every write)
     lost: ClaimLost = field(init=False)
 
     def __post_init__(self) -> None:
@@ -200,9 +204,10 @@ class Deduplicator:
         attempt_id = uuid.uuid4().hex
         for _ in range(_CLAIM_ROUNDS):
             sent = self._monotonic()
+            fresh = self._record(key, attempt_id, 1)
             try:
-                version = self._store.create(run_id, self._record(key, attempt_id, 1))
-                return self._claim(key, attempt_id, 1, version, sent)
+                version = self._store.create(run_id, fresh)
+                return self._claim(key, attempt_id, 1, version, sent, fresh.claimed_at)
             except RecordExists:
                 stored = self._store.get(run_id)
             except StoreUnavailable:
@@ -215,7 +220,10 @@ class Deduplicator:
                 continue  # released or deleted between our create and read: try again
             if stored.record.attempt_id == attempt_id:
                 # Our create landed though its reply was lost: this attempt holds the run.
-                return self._claim(key, attempt_id, stored.record.attempts, stored.version, sent)
+                return self._claim(
+                    key, attempt_id, stored.record.attempts, stored.version, sent,
+                    stored.record.claimed_at,
+                )
             decided = self._judge(key, attempt_id, stored)
             if decided is not None:
                 return decided
@@ -232,40 +240,48 @@ class Deduplicator:
             return Delivery(
                 Outcome.DUPLICATE, run_id, record.attempt_id, record.attempts, record.result_json
             )
+        elif record.status is RunStatus.FAILED:
+            attempts = record.attempts + 1  # a failed attempt: the retry runs at once
         elif not stored.lease_expired:
             return Delivery(Outcome.IN_PROGRESS, run_id, record.attempt_id, record.attempts)
         else:
             attempts = record.attempts + 1  # the holder crashed: take over
         sent = self._monotonic()
+        takeover = self._record(key, attempt_id, attempts)
         try:
-            version = self._store.replace(
-                run_id, self._record(key, attempt_id, attempts), stored.version
-            )
+            version = self._store.replace(run_id, takeover, stored.version)
         except RecordChanged:
             return None  # someone else moved first: look again
         except StoreUnavailable:
             now = self._settle_read(run_id)
             if now is not None and now.record.attempt_id == attempt_id:
-                return self._claim(key, attempt_id, attempts, now.version, sent)
+                return self._claim(
+                    key, attempt_id, attempts, now.version, sent, now.record.claimed_at
+                )
             if now is not None and now.version == stored.version:
                 raise  # our takeover did not land: the record is as the crash left it
             return None  # it moved (or went): look again
-        return self._claim(key, attempt_id, attempts, version, sent)
+        return self._claim(key, attempt_id, attempts, version, sent, takeover.claimed_at)
 
     def _claim(
-        self, key: RunKey, attempt_id: str, attempts: int, version: datetime, sent: float
+        self, key: RunKey, attempt_id: str, attempts: int, version: datetime, sent: float,
+        claimed_at: datetime | None,
     ) -> Claim:
         return Claim(
             key, key.run_id, attempt_id, attempts, version, sent, self._fence_after,
-            self._monotonic,
+            self._monotonic, claimed_at=claimed_at,
         )
 
-    def complete(self, claim: Claim, result_json: str | None) -> bool:
+    def complete(
+        self, claim: Claim, result_json: str | None, duration_seconds: float | None = None
+    ) -> bool:
         """Mark the run completed if this attempt still holds it. False: claim lost."""
         done = replace(
-            self._record(claim.key, claim.attempt_id, claim.attempt),
+            self._record(claim.key, claim.attempt_id, claim.attempt, claim.claimed_at),
             status=RunStatus.COMPLETED,
             result_json=result_json,
+            finished_at=self._wall_clock(),
+            duration_seconds=duration_seconds,
         )
         held = self._guarded_write(
             claim,
@@ -276,13 +292,20 @@ class Deduplicator:
             self._cache.put(claim.run_id, result_json, self._retention)
         return held
 
-    def release(self, claim: Claim) -> bool:
-        """Delete the claim so a retry runs at once. False: another attempt holds it now."""
-
-        def delete(version: datetime) -> None:
-            self._store.delete(claim.run_id, version)
-
-        return self._guarded_write(claim, delete, already_done=lambda stored: stored is None)
+    def release(self, claim: Claim, error: str = "") -> bool:
+        """Mark the run `failed` (kept for the watchdog and people) so a retry claims it at
+        once. False: another attempt holds it now."""
+        failed = replace(
+            self._record(claim.key, claim.attempt_id, claim.attempt, claim.claimed_at),
+            status=RunStatus.FAILED,
+            failed_at=self._wall_clock(),
+            error=summarize_error(error),
+        )
+        return self._guarded_write(
+            claim,
+            lambda version: self._store.replace(claim.run_id, failed, version),
+            already_done=lambda stored: self._is_ours(claim, stored, RunStatus.FAILED),
+        )
 
     def renew(self, claim: Claim) -> bool:
         """Extend the lease and the record's expiry; False once the claim is lost."""
@@ -352,8 +375,13 @@ class Deduplicator:
     def _expire_at(self) -> datetime:
         return self._wall_clock() + timedelta(seconds=self._retention)
 
-    def _record(self, key: RunKey, attempt_id: str, attempts: int) -> RunRecord:
-        return RunRecord.claim(key, attempt_id, attempts, self._lease, self._expire_at())
+    def _record(
+        self, key: RunKey, attempt_id: str, attempts: int, claimed_at: datetime | None = None
+    ) -> RunRecord:
+        return RunRecord.claim(
+            key, attempt_id, attempts, self._lease, self._expire_at(),
+            claimed_at or self._wall_clock(),
+        )
 
     # -- one delivery, end to end ------------------------------------------------------
 
@@ -383,6 +411,7 @@ class Deduplicator:
             claim_lost=claim.lost,
         )
         base = Delivery(Outcome.COMPLETED, run_id, claim.attempt_id, claim.attempt)
+        started = self._monotonic()
         try:
             with self._heartbeats.keep(
                 lambda: self.renew(claim), lambda: claim.held_since, self._heartbeat,
@@ -391,20 +420,26 @@ class Deduplicator:
                 result = job(context)
         except Exception as exc:
             log.exception("job %s failed for run %s", key.job_id, run_id)
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            base = replace(base, duration_seconds=round(self._monotonic() - started, 3))
             try:
-                self._finish(claim, lambda: self.release(claim))
+                self._finish(claim, lambda: self.release(claim, error))
             except Exception as store_exc:
                 # The claim stays until its lease lapses; then a retry takes it over.
                 return replace(base, outcome=Outcome.FAILED, detail=f"{exc!r}; {store_exc}")
             return replace(base, outcome=Outcome.FAILED, detail=repr(exc))
-        return self._record_completion(claim, base, result)
+        return self._record_completion(claim, base, result, self._monotonic() - started)
 
-    def _record_completion(self, claim: Claim, base: Delivery, result: Any) -> Delivery:
+    def _record_completion(
+        self, claim: Claim, base: Delivery, result: Any, duration_seconds: float
+    ) -> Delivery:
         """The job ran: whatever happens now, the answer is a 2xx (a 5xx would make
         Scheduler retry and, once the lease lapsed, run the job a second time)."""
         result_json, note = encode_result(result)
+        duration = round(duration_seconds, 3)
+        base = replace(base, duration_seconds=duration)
         try:
-            held = self._finish(claim, lambda: self.complete(claim, result_json))
+            held = self._finish(claim, lambda: self.complete(claim, result_json, duration))
         except Exception as exc:
             log.exception("run %s: the job ran but recording it failed", claim.run_id)
             return replace(
@@ -433,6 +468,15 @@ def _retry_unavailable(
                 raise
         time.sleep(pause)
         pause = min(pause * 2, _MAX_PAUSE)
+
+
+def summarize_error(error: str) -> str:
+    """A failed record's `error`: one line (whitespace runs collapsed), at most
+    MAX_ERROR_CHARS characters."""
+    line = " ".join(error.split())
+    if len(line) > MAX_ERROR_CHARS:
+        line = line[: MAX_ERROR_CHARS - 1] + "…"
+    return line
 
 
 def encode_result(result: Any) -> tuple[str | None, str | None]:

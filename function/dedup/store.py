@@ -8,6 +8,7 @@ the server time of a read, and both come from the store, never from this instanc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -15,10 +16,16 @@ from typing import Protocol
 
 from dedup.keys import RunKey
 
+# A failed record's `error`: one line, at most this long.
+MAX_ERROR_CHARS = 500
+
 
 class RunStatus(StrEnum):
     IN_PROGRESS = "in_progress"
     COMPLETED = "completed"
+    # The job raised: the record is kept (for the watchdog and people) and a retry claims
+    # it at once, as if it were absent.
+    FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -35,11 +42,22 @@ class RunRecord:
     project: str
     location: str
     result_json: str | None = None  # the job's result, replayed to duplicates
+    # When this attempt claimed the run (the instance's wall clock): how long an
+    # in_progress run has been running, for the watchdog's `overlong` verdict.
+    claimed_at: datetime | None = None
+    # Completed records: when the job finished and how long it ran (by the instance's
+    # monotonic clock). Records written before these fields existed read as None.
+    finished_at: datetime | None = None
+    duration_seconds: float | None = None
+    # Failed records: when the attempt gave up, and a one-line summary of what the job
+    # raised (at most MAX_ERROR_CHARS characters).
+    failed_at: datetime | None = None
+    error: str | None = None
 
     @classmethod
     def claim(
         cls, key: RunKey, attempt_id: str, attempts: int, lease_seconds: float,
-        expire_at: datetime,
+        expire_at: datetime, claimed_at: datetime | None = None,
     ) -> RunRecord:
         """The record of an attempt that has just claimed `key`'s run."""
         return cls(
@@ -52,6 +70,7 @@ class RunRecord:
             schedule_time=key.schedule_time,
             project=key.project,
             location=key.location,
+            claimed_at=claimed_at,
         )
 
 
@@ -98,7 +117,12 @@ class StoreUnavailable(StoreError):
 
 
 class RunStore(Protocol):
-    """Conditional single-document operations; each is one round trip to the store."""
+    """Conditional single-document operations; each is one round trip to the store.
+
+    The protocol writes with create (claim), replace (takeover, complete, mark failed)
+    and renew; a failed run's record is kept (status `failed`), not deleted. `get_many`
+    is the watchdog's: it reads records by ID, never writes them.
+    """
 
     def create(self, run_id: str, record: RunRecord) -> datetime:
         """Write the record if none exists; return its version. Raises RecordExists."""
@@ -117,6 +141,11 @@ class RunStore(Protocol):
         Raises RecordChanged."""
         ...
 
+    def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun]:
+        """Read many records by ID (batched); absent ones are left out of the result."""
+        ...
+
     def delete(self, run_id: str, if_version: datetime) -> None:
-        """Delete if still at `if_version`. Raises RecordChanged."""
+        """Delete if still at `if_version`. Raises RecordChanged. (The protocol no longer
+        deletes: a failed attempt marks its record `failed` with replace.)"""
         ...

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import TypeVar
@@ -79,6 +79,9 @@ class FaultyStore:
 
     def renew(self, run_id: str, expire_at: datetime, if_version: datetime) -> datetime:
         return self._call("renew", lambda: self.inner.renew(run_id, expire_at, if_version))
+
+    def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun]:
+        return self._call("get_many", lambda: self.inner.get_many(run_ids))
 
     def delete(self, run_id: str, if_version: datetime) -> None:
         self._call("delete", lambda: self.inner.delete(run_id, if_version))

@@ -16,10 +16,10 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
-from dedup.firestore_store import FirestoreRunStore
+from dedup.firestore_store import FirestoreRunStore, document_to_record
 from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator, Delivery, Outcome, RunContext
-from dedup.store import RecordChanged
+from dedup.store import MAX_ERROR_CHARS, RecordChanged, RunStatus
 from local_stack import FirestoreEmulator
 from local_stack.deliveries import (
     LOCATION,
@@ -189,16 +189,53 @@ def test_job_is_told_when_its_claim_was_lost(collection_name: str) -> None:
     assert stored is not None and stored.record.attempt_id == "rival"
 
 
-def test_failed_job_releases_its_claim_and_the_retry_runs(
+def test_failed_job_keeps_a_failed_record_and_the_retry_runs_at_once(
     collection_name: str, ledger: Path
 ) -> None:
     function = in_process_function(collection_name)
     status, body = function.deliver(scheduler_headers(), b'{"fail": true}')
     assert (status, body["outcome"]) == (500, "failed")
-    assert list(function.client.collection(collection_name).stream()) == []
+    assert function.rpcs.counts == {"commit": 2}  # create + mark failed
+    [snapshot] = list(function.client.collection(collection_name).stream())
+    failed = snapshot.to_dict() or {}
+    assert failed["status"] == "failed" and failed["attempts"] == 1
+    assert failed["error"] == "RuntimeError: job asked to fail"
+    assert abs(failed["failed_at"] - datetime.now(UTC)) < timedelta(minutes=1)
+    assert failed["finished_at"] is None and failed["duration_seconds"] is None
     status, body = function.deliver(scheduler_headers(), b'{"result": "second try"}')
     assert (status, body["outcome"], body["result"]["echo"]) == (200, "completed", "second try")
-    assert [e["attempt"] for e in read_ledger(str(ledger))] == [1, 1]
+    [snapshot] = list(function.client.collection(collection_name).stream())
+    done = snapshot.to_dict() or {}
+    assert done["status"] == "completed" and done["attempts"] == 2
+    assert done["error"] is None and done["failed_at"] is None  # the takeover cleared them
+    assert [e["attempt"] for e in read_ledger(str(ledger))] == [1, 2]
+
+
+def test_a_failed_record_is_claimed_at_once_even_inside_its_lease(collection_name: str) -> None:
+    dedup, store = make_dedup(collection_name, lease=600)
+    claim = dedup.claim(key())
+    assert isinstance(claim, Claim)
+    assert dedup.release(claim, "ValueError: bad\ninput " + "x" * 1000) is True
+    stored = store.get(key().run_id)
+    assert stored is not None and stored.record.status is RunStatus.FAILED
+    assert stored.record.error is not None and "\n" not in stored.record.error
+    assert len(stored.record.error) == MAX_ERROR_CHARS
+    retry = dedup.claim(key())  # no wait for the 600 s lease, no 409
+    assert isinstance(retry, Claim) and retry.attempt == 2
+
+
+def test_old_records_without_the_new_fields_still_read() -> None:
+    old = {
+        "status": "completed", "attempt_id": "a" * 32, "attempts": 1, "lease_seconds": 60,
+        "expire_at": datetime(2026, 10, 17, tzinfo=UTC), "job": "j",
+        "schedule_time": datetime(2026, 10, 16, tzinfo=UTC), "project": PROJECT,
+        "location": LOCATION, "result_json": None,
+    }
+    record = document_to_record(old)
+    assert record.status is RunStatus.COMPLETED
+    assert (record.finished_at, record.duration_seconds, record.failed_at, record.error) == (
+        None, None, None, None
+    )
 
 
 def test_record_has_the_fields_the_ttl_policy_and_people_need(
@@ -214,6 +251,10 @@ def test_record_has_the_fields_the_ttl_policy_and_people_need(
     assert data["project"] == PROJECT and data["location"] == LOCATION
     assert data["schedule_time"] == datetime(2026, 10, 16, 12, tzinfo=UTC)
     assert data["attempts"] == 1 and len(data["attempt_id"]) == 32
+    assert abs(data["finished_at"] - datetime.now(UTC)) < timedelta(minutes=1)
+    assert 0 <= data["duration_seconds"] < 10
+    assert data["claimed_at"] <= data["finished_at"]
+    assert data["failed_at"] is None and data["error"] is None
     expire_in = data["expire_at"] - datetime.now(UTC)
     assert timedelta(hours=23) < expire_in <= timedelta(hours=24)
     assert len(body["run_id"]) == 64
@@ -272,8 +313,9 @@ def test_one_log_line_per_delivery(collection_name: str, ledger: Path) -> None:
     assert [line["outcome"] for line in function.logs] == ["completed", "duplicate", "rejected"]
     first = function.logs[0]
     for field_name in ("severity", "run_id", "job", "schedule_time", "attempt_id", "attempt",
-                       "outcome", "latency_ms", "project", "location"):
+                       "outcome", "latency_ms", "project", "location", "duration_seconds"):
         assert first[field_name] is not None, field_name
+    assert function.logs[1]["duration_seconds"] is None  # a duplicate ran nothing
     assert first["schedule_time"] == "2026-10-16T12:00:00.000000Z"
     assert function.logs[2]["severity"] == "WARNING" and function.logs[2]["status"] == 400
 

@@ -102,8 +102,8 @@ def test_a_renewal_lost_during_the_job_still_ends_completed_and_never_runs_twice
 
 def test_a_release_after_an_unseen_renewal_frees_the_run_at_once(collection_name: str) -> None:
     dedup, store, claim = claim_with_an_unseen_renewal(collection_name)
-    assert dedup.release(claim) is True
-    assert status_of(store) is None
+    assert dedup.release(claim, "RuntimeError: downstream said no") is True
+    assert status_of(store) == "failed"
     assert isinstance(dedup.claim(KEY), Claim)  # the retry after the 500 runs, no 409
 
 
@@ -206,7 +206,7 @@ def test_the_holder_fences_itself_before_a_rival_can_take_over(collection_name: 
     assert seen["told"] is True
     assert lease * 0.5 < seen["after"] < lease  # by its own clock, with a margin to spare
     assert seen["rival"] is Outcome.IN_PROGRESS
-    assert delivery.outcome is Outcome.FAILED and status_of(store) is None
+    assert delivery.outcome is Outcome.FAILED and status_of(store) == "failed"
     assert store.count("renew") >= 2  # renewals kept being tried until the fence
 
 
@@ -287,9 +287,11 @@ def test_nothing_after_the_job_returned_becomes_a_5xx(
 
 def test_a_release_is_retried_so_the_retry_runs_at_once(collection_name: str) -> None:
     dedup, store = faulty_dedup(collection_name, lease=5.0)
-    store.script("delete", Fault.UNREACHABLE, Fault.LOST_REPLY)
+    store.script("replace", Fault.UNREACHABLE, Fault.LOST_REPLY)  # the mark-failed write
     assert dedup.run(KEY, failing_job, b"", {}).outcome is Outcome.FAILED
-    assert status_of(store) is None
+    assert status_of(store) == "failed"  # its own landed write recognised, not feared
+    stored = store.inner.get(KEY.run_id)
+    assert stored is not None and stored.record.error == "RuntimeError: downstream said no"
     job = CountingJob()
     assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED
 

@@ -121,10 +121,12 @@ def test_a_failing_step_releases_the_token_and_raises(collection_name: str) -> N
         helper.run_once(TOKEN, flaky)
     client = firestore.Client(project=PROJECT)
     snapshot: Any = client.collection(collection_name).document(helper.record_id(TOKEN)).get()
-    assert not snapshot.exists  # released: the retry runs at once
+    kept = snapshot.to_dict()  # kept, marked failed: the retry runs at once
+    assert kept["status"] == "failed" and kept["attempts"] == 1
+    assert kept["error"] == "ConnectionError: payment provider unreachable"
     assert helper.run_once(TOKEN, flaky).result == "charged"
     assert helper.run_once(TOKEN, flaky).ran is False
-    assert calls == [1, 1]
+    assert calls == [1, 2]  # the retry took the failed record over: attempt 2
 
 
 def test_a_crashed_holder_is_taken_over_only_after_its_lease(
@@ -175,6 +177,7 @@ def test_steps_and_tokens_are_independent_and_records_use_the_protocol_format(
     assert set(data) == {
         "status", "attempt_id", "attempts", "lease_seconds", "expire_at", "job",
         "schedule_time", "project", "location", "result_json",
+        "claimed_at", "finished_at", "duration_seconds", "failed_at", "error",
     }
     assert (data["status"], data["job"], data["attempts"]) == ("completed", "charge", 1)
     # The token is the scheduled run's own ID, yet the records never collide.

@@ -117,7 +117,9 @@ def test_retryable_failure_releases_the_claim_and_the_retry_starts_once(
     fake.script(failure)
     status, body = proxy.deliver(headers)
     assert (status, body["outcome"]) == (500, "failed")
-    assert record(proxy, collection_name, job) is None  # released: the retry runs at once
+    kept = record(proxy, collection_name, job)  # kept as failed: the retry runs at once
+    assert kept is not None and kept["status"] == "failed" and kept["attempts"] == 1
+    assert kept["error"] and kept["failed_at"] is not None
     [warning] = [e for e in proxy.logs if e.get("component") == "proxy"]
     assert warning["severity"] == "WARNING" and warning["retryable"] is True
     assert "Scheduler retries" in warning["message"]
@@ -164,7 +166,9 @@ def test_unreachable_api_is_retryable(collection_name: str) -> None:
     assert (status, body["outcome"]) == (500, "failed")
     [line] = [e for e in proxy.logs if e.get("component") == "proxy"]
     assert "cannot reach build_trigger API" in line["reason"]
-    assert record(proxy, collection_name, JOBS[BUILD_TRIGGER]) is None
+    kept = record(proxy, collection_name, JOBS[BUILD_TRIGGER])
+    assert kept is not None and kept["status"] == "failed"
+    assert "cannot reach build_trigger API" in kept["error"]
 
 
 def test_a_job_without_a_route_is_recorded_as_an_error_and_nothing_starts(

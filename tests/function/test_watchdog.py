@@ -1,0 +1,481 @@
+"""The run watchdog against the real Firestore emulator: each verdict, DST, a job every
+minute over two days, alerting once, catch-up bounded by the lookback, store outages."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from google.cloud import firestore
+
+from dedup.cache import CompletedRunCache
+from dedup.firestore_store import FirestoreRunStore, record_to_document
+from dedup.keys import RunKey
+from dedup.protocol import Claim, Deduplicator, Outcome, RunContext
+from dedup.settings import Settings, SettingsError
+from dedup.store import RunRecord, RunStatus, StoredRun, StoreUnavailable
+from dedup.watchdog import (
+    Cursor,
+    FirestoreWatchStore,
+    Watchdog,
+    WatchdogHandler,
+    WatchedJob,
+    WatchSettings,
+    build_watchdog_handler,
+)
+from local_stack.deliveries import LOCATION, PROJECT, bearer
+
+pytestmark = pytest.mark.usefixtures("firestore_emulator")
+
+NOW = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
+TEN_MINUTES = WatchedJob(
+    "every-ten", "*/10 * * * *", "Etc/UTC", attempt_deadline_seconds=180,
+    retry_window_seconds=600,
+)
+INVOKER = f"watchdog-invoker@{PROJECT}.iam.gserviceaccount.com"
+
+
+@dataclass
+class Watch:
+    """A watchdog over one test collection, with a clock the test moves."""
+
+    collection: str
+    jobs: Sequence[WatchedJob]
+    now: datetime = NOW
+    lookback_seconds: float = 2 * 86400
+    grace_seconds: float = 300
+    allowed_callers: frozenset[str] = frozenset()
+    logs: list[Mapping[str, Any]] = field(default_factory=list)
+
+    def settings(self) -> WatchSettings:
+        store = Settings(
+            project=PROJECT, location=LOCATION, collection=self.collection,
+            store_timeout_seconds=5, allowed_callers=self.allowed_callers,
+        )
+        return WatchSettings(store, tuple(self.jobs), self.lookback_seconds, self.grace_seconds)
+
+    def handler(self) -> WatchdogHandler:
+        return build_watchdog_handler(
+            self.settings(), firestore.Client(project=PROJECT), self.logs.append,
+            wall_clock=lambda: self.now,
+        )
+
+    def tick(self, at: datetime | None = None) -> tuple[int, dict[str, Any]]:
+        if at is not None:
+            self.now = at
+        self.logs.clear()
+        reply = self.handler().handle({}, b"")
+        return reply.status, dict(reply.body)
+
+    def summary(self) -> Mapping[str, Any]:
+        [line] = [e for e in self.logs if str(e["message"]).startswith("watchdog summary")]
+        return line
+
+
+def problems(body: Mapping[str, Any]) -> list[tuple[str, str, str | None]]:
+    return sorted((p["kind"], p["job"], p["schedule_time"]) for p in body["problems"])
+
+
+def z(instant: datetime) -> str:
+    return instant.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def at(hour: int, minute: int, day: int = 16, month: int = 10) -> datetime:
+    return datetime(2026, month, day, hour, minute, tzinfo=UTC)
+
+
+class Runs:
+    """Records written by the real protocol, with its wall clock set to the run's time."""
+
+    def __init__(self, collection: str) -> None:
+        self.client = firestore.Client(project=PROJECT)
+        self.collection = collection
+        self.store = FirestoreRunStore(self.client, collection, timeout_seconds=5)
+
+    def _dedup(self, clock: datetime) -> Deduplicator:
+        return Deduplicator(
+            # Records outlive the tests' 2026-10 clock whatever the emulator's date.
+            self.store, lease_seconds=60, retention_seconds=3650 * 86400,
+            cache=CompletedRunCache(0, 3600), wall_clock=lambda: clock,
+        )
+
+    def completed(self, job: str, *times: datetime) -> None:
+        for t in times:
+            delivery = self._dedup(t).run(RunKey(PROJECT, LOCATION, job, t), _ok, b"", {})
+            assert delivery.outcome is Outcome.COMPLETED
+
+    def failed(self, job: str, t: datetime, retries: int = 1) -> None:
+        for _ in range(retries):
+            delivery = self._dedup(t).run(RunKey(PROJECT, LOCATION, job, t), _boom, b"", {})
+            assert delivery.outcome is Outcome.FAILED
+
+    def in_progress(self, job: str, t: datetime, claimed_at: datetime) -> None:
+        claim = self._dedup(claimed_at).claim(RunKey(PROJECT, LOCATION, job, t))
+        assert isinstance(claim, Claim)  # claimed, never finished (no heartbeat either)
+
+    def finish(self, job: str, t: datetime) -> None:
+        """Complete an in-progress run as its own attempt would (guarded by its version)."""
+        run_id = RunKey(PROJECT, LOCATION, job, t).run_id
+        stored = self.store.get(run_id)
+        assert stored is not None
+        done = replace(stored.record, status=RunStatus.COMPLETED, finished_at=NOW)
+        self.store.replace(run_id, done, stored.version)
+
+    def bulk_completed(self, job: str, times: Iterable[datetime]) -> None:
+        """Many completed records in batched writes (the 2-day, every-minute volume)."""
+        batch = self.client.batch()
+        pending = 0
+        for t in times:
+            key = RunKey(PROJECT, LOCATION, job, t)
+            record = replace(
+                RunRecord.claim(key, "a" * 32, 1, 60, t + timedelta(days=30), t),
+                status=RunStatus.COMPLETED, finished_at=t, duration_seconds=0.1,
+            )
+            batch.set(self.client.collection(self.collection).document(key.run_id),
+                      record_to_document(record))
+            pending += 1
+            if pending == 500:
+                batch.commit()
+                batch, pending = self.client.batch(), 0
+        if pending:
+            batch.commit()
+
+
+def _ok(context: RunContext) -> str:
+    return "ok"
+
+
+def _boom(context: RunContext) -> None:
+    raise RuntimeError("ledger locked\nby another process")
+
+
+def every(start: datetime, end: datetime, step: timedelta) -> list[datetime]:
+    times, t = [], start
+    while t <= end:
+        times.append(t)
+        t += step
+    return times
+
+
+# -- the verdicts ---------------------------------------------------------------------------
+
+def test_each_kind_of_run_is_judged_and_each_problem_reported_once(
+    collection_name: str,
+) -> None:
+    runs = Runs(collection_name)
+    job = TEN_MINUTES.name
+    # Nothing before 10:00: the job did not exist yet (not reported).
+    runs.completed(job, at(10, 0))
+    runs.failed(job, at(10, 10), retries=2)  # failed through its retries
+    # 10:20: no record at all -> missed
+    runs.in_progress(job, at(10, 30), claimed_at=at(10, 30))  # stuck for 90 min -> overlong
+    runs.completed(job, *every(at(10, 40), at(11, 30), timedelta(minutes=10)))
+    runs.in_progress(job, at(11, 40), claimed_at=at(11, 55))  # a late retry, 5 min in: fine
+    # 11:50 and 12:00: inside their retry window (+ grace): not judged yet
+    paused = WatchedJob("paused-job", "* * * * *", paused=True)
+    watch = Watch(collection_name, [TEN_MINUTES, paused])
+
+    status, body = watch.tick()
+    assert status == 200
+    assert problems(body) == [
+        ("failed", job, "2026-10-16T10:10:00Z"),
+        ("missed", job, "2026-10-16T10:20:00Z"),
+        ("overlong", job, "2026-10-16T10:30:00Z"),
+    ]
+    assert body["checked"] == 11  # 10:00 .. 11:40
+    [failed] = [p for p in body["problems"] if p["kind"] == "failed"]
+    assert failed["attempts"] == 2
+    assert failed["error"] == "RuntimeError: ledger locked by another process"
+    [overlong] = [p for p in body["problems"] if p["kind"] == "overlong"]
+    assert overlong["running_seconds"] == 90 * 60
+    lines = [e for e in watch.logs if not str(e["message"]).startswith("watchdog summary")]
+    assert sorted((e["severity"], e["kind"]) for e in lines) == [
+        ("ERROR", "failed"), ("ERROR", "missed"), ("WARNING", "overlong"),
+    ]
+    summary = watch.summary()
+    assert summary["severity"] == "INFO"
+    assert (summary["checked"], summary["problems"], summary["missed"], summary["failed"],
+            summary["overlong"], summary["never_ran"], summary["paused"]) == (11, 3, 1, 1, 1, 0, 1)
+
+    # The same tick again: nothing new (each problem is reported once); only the watched
+    # in-progress runs are read again.
+    status, body = watch.tick()
+    assert (status, body["problems"]) == (200, [])
+    assert body["checked"] == 2
+
+    # 10 minutes on: 11:50 became due (no record: missed); 11:40 is now 15 min in: overlong.
+    runs.completed(job, at(12, 0))
+    status, body = watch.tick(at(12, 10))
+    assert problems(body) == [
+        ("missed", job, "2026-10-16T11:50:00Z"),
+        ("overlong", job, "2026-10-16T11:40:00Z"),
+    ]
+    # The stuck run finishes: it is no longer watched; nothing more to report.
+    runs.finish(job, at(10, 30))
+    runs.finish(job, at(11, 40))
+    status, body = watch.tick(at(12, 11))
+    assert (status, body["problems"], body["checked"]) == (200, [], 2)
+    status, body = watch.tick(at(12, 12))
+    assert (status, body["problems"], body["checked"]) == (200, [], 0)
+
+
+def test_an_in_progress_run_that_then_fails_is_reported_failed(collection_name: str) -> None:
+    runs = Runs(collection_name)
+    job = TEN_MINUTES.name
+    runs.completed(job, at(11, 0), at(11, 20), at(11, 30))
+    runs.in_progress(job, at(11, 10), claimed_at=at(11, 40))  # retried late, still running
+    watch = Watch(collection_name, [TEN_MINUTES])
+    status, body = watch.tick(at(11, 45))
+    assert (status, body["problems"], body["checked"]) == (200, [], 4)
+    # That attempt fails (the function marks it failed); the retry window is over.
+    run_id = RunKey(PROJECT, LOCATION, job, at(11, 10)).run_id
+    stored = runs.store.get(run_id)
+    assert stored is not None
+    runs.store.replace(run_id, replace(
+        stored.record, status=RunStatus.FAILED, failed_at=at(11, 44), error="TimeoutError",
+    ), stored.version)
+    status, body = watch.tick(at(11, 50))
+    assert problems(body) == [("failed", job, "2026-10-16T11:10:00Z")]
+
+
+def test_a_job_without_any_record_is_reported_once_as_never_ran(collection_name: str) -> None:
+    hourly = WatchedJob("hourly", "0 * * * *", retry_window_seconds=0)
+    watch = Watch(collection_name, [hourly])
+    # The first tick that watches the job: its earlier runs predate the watch (and maybe
+    # the job): not reported.
+    status, body = watch.tick(at(9, 30))
+    assert (status, body) == (200, {"checked": 0, "problems": []})
+    status, body = watch.tick(at(10, 30))  # 10:00 was due, and the job never ran at all
+    assert body["problems"] == [{"job": "hourly", "schedule_time": None, "kind": "never_ran"}]
+    assert [e["severity"] for e in watch.logs if e.get("kind") == "never_ran"] == ["ERROR"]
+    status, body = watch.tick(at(11, 30))
+    assert (status, body["problems"]) == (200, [])  # reported once
+    # It runs at last: judged from its first recorded run on.
+    Runs(collection_name).completed("hourly", at(12, 0))
+    status, body = watch.tick(at(13, 30))
+    assert problems(body) == [("missed", "hourly", "2026-10-16T13:00:00Z")]
+
+
+def test_a_new_job_is_judged_from_its_first_run_not_before(collection_name: str) -> None:
+    watch = Watch(collection_name, [TEN_MINUTES])
+    # Created at 11:48; its first run (11:50) is recorded but not due yet; the earlier
+    # schedule times in the lookback have no record: the job did not exist.
+    Runs(collection_name).completed(TEN_MINUTES.name, at(11, 50), at(12, 0))
+    status, body = watch.tick(at(12, 0))
+    assert (status, body) == (200, {"checked": 0, "problems": []})
+    status, body = watch.tick(at(12, 20))
+    assert (status, body) == (200, {"checked": 2, "problems": []})  # 11:50, 12:00 fine
+
+
+def test_paused_jobs_are_not_judged_and_resuming_does_not_report_the_pause(
+    collection_name: str,
+) -> None:
+    runs = Runs(collection_name)
+    job = WatchedJob("pausable", "*/10 * * * *", retry_window_seconds=0)
+    runs.completed(job.name, at(10, 0), at(10, 10))
+    Watch(collection_name, [job]).tick(at(10, 20))
+    status, body = Watch(collection_name, [replace(job, paused=True)]).tick(at(12, 0))
+    assert (status, body) == (200, {"checked": 0, "problems": []})
+    runs.completed(job.name, at(12, 0))  # resumed (a new deploy) at 11:58
+    status, body = Watch(collection_name, [job]).tick(at(12, 10))
+    assert (status, body) == (200, {"checked": 1, "problems": []})
+
+
+# -- schedules -------------------------------------------------------------------------------
+
+BERLIN_0230 = WatchedJob("berlin", "30 2 * * *", "Europe/Berlin", retry_window_seconds=0)
+# What croniter (and so the Scheduler emulator and the watchdog) yields for 02:30 Berlin:
+# - spring (2026-03-29, 02:00 CET -> 03:00 CEST): 02:30 does not exist; the run is at
+#   03:00 CEST = 01:00Z;
+# - autumn (2026-10-25, 03:00 CEST -> 02:00 CET): 02:30 happens twice; two runs,
+#   00:30Z (CEST) and 01:30Z (CET).
+SPRING = [
+    datetime(2026, 3, 28, 1, 30, tzinfo=UTC),
+    datetime(2026, 3, 29, 1, 0, tzinfo=UTC),
+    datetime(2026, 3, 30, 0, 30, tzinfo=UTC),
+    datetime(2026, 3, 31, 0, 30, tzinfo=UTC),
+]
+AUTUMN = [
+    datetime(2026, 10, 24, 0, 30, tzinfo=UTC),
+    datetime(2026, 10, 25, 0, 30, tzinfo=UTC),
+    datetime(2026, 10, 25, 1, 30, tzinfo=UTC),
+    datetime(2026, 10, 26, 1, 30, tzinfo=UTC),
+]
+
+
+def test_schedule_times_across_the_berlin_dst_changes() -> None:
+    assert list(BERLIN_0230.schedule_times(at(12, 0, 27, 3), at(12, 0, 31, 3))) == SPRING
+    assert list(BERLIN_0230.schedule_times(at(12, 0, 23, 10), at(12, 0, 26, 10))) == AUTUMN
+
+
+@pytest.mark.parametrize(("times", "absent"), [(SPRING, 1), (AUTUMN, 1), (AUTUMN, 2)])
+def test_the_watchdog_expects_exactly_the_dst_runs(
+    collection_name: str, times: list[datetime], absent: int
+) -> None:
+    runs = Runs(collection_name)
+    runs.completed(BERLIN_0230.name, *(t for i, t in enumerate(times) if i != absent))
+    watch = Watch(collection_name, [BERLIN_0230], lookback_seconds=6 * 86400)
+    status, body = watch.tick(times[-1] + timedelta(hours=1))
+    assert status == 200
+    assert problems(body) == [("missed", "berlin", z(times[absent]))]
+    assert body["checked"] == len(times)  # from the first recorded run: no extra, none lost
+
+
+def test_a_job_every_minute_over_two_days(collection_name: str) -> None:
+    minutely = WatchedJob("minutely", "* * * * *", retry_window_seconds=0)
+    start = NOW - timedelta(days=2) + timedelta(minutes=10)
+    times = every(start, NOW, timedelta(minutes=1))
+    gone = {times[100], times[1500], times[-10]}
+    Runs(collection_name).bulk_completed("minutely", (t for t in times if t not in gone))
+    watch = Watch(collection_name, [minutely])
+    status, body = watch.tick()
+    assert status == 200
+    assert problems(body) == sorted(("missed", "minutely", z(t)) for t in gone)
+    due = [t for t in times if t <= NOW - timedelta(seconds=300)]
+    assert body["checked"] == len(due)
+    # The next tick, 10 minutes on, reads only the 10 runs that became due (and 1 cursor).
+    Runs(collection_name).bulk_completed("minutely", every(
+        NOW + timedelta(minutes=1), NOW + timedelta(minutes=10), timedelta(minutes=1)))
+    status, body = watch.tick(NOW + timedelta(minutes=10))
+    assert (status, body) == (200, {"checked": 10, "problems": []})
+    assert watch.summary()["reads"] == 10 + 1
+
+
+def test_reads_per_tick_for_ten_jobs_every_minute(collection_name: str) -> None:
+    jobs = [WatchedJob(f"job-{i}", "* * * * *", retry_window_seconds=0) for i in range(10)]
+    runs = Runs(collection_name)
+    for job in jobs:
+        runs.bulk_completed(job.name, every(NOW - timedelta(minutes=30), NOW + timedelta(
+            minutes=30), timedelta(minutes=1)))
+    watch = Watch(collection_name, jobs)
+    watch.tick()  # the first tick finds each job's first run
+    status, body = watch.tick(NOW + timedelta(minutes=10))  # one 10-minute period later
+    assert (status, body) == (200, {"checked": 100, "problems": []})
+    # 10 runs became due per job, plus one cursor document per job.
+    assert watch.summary()["reads"] == 10 * 10 + 10
+
+
+def test_catch_up_after_a_watchdog_outage_is_bounded_by_the_lookback(
+    collection_name: str,
+) -> None:
+    hourly = WatchedJob("hourly", "0 * * * *", retry_window_seconds=0)
+    times = every(NOW - timedelta(days=6), NOW, timedelta(hours=1))
+    gone = {NOW - timedelta(days=4), NOW - timedelta(hours=12)}
+    Runs(collection_name).bulk_completed("hourly", (t for t in times if t not in gone))
+    watch = Watch(collection_name, [hourly], lookback_seconds=86400)
+    watch.tick(NOW - timedelta(days=5))  # then the watchdog is down for 5 days
+    status, body = watch.tick(NOW)
+    assert status == 200
+    # Only the last day is judged: the run missed 4 days ago is beyond the lookback.
+    assert problems(body) == [("missed", "hourly", z(NOW - timedelta(hours=12)))]
+    assert body["checked"] == 23  # hourly in (now - 1 day, now - 5 min]
+    assert watch.summary()["reads"] == 23 + 1
+
+
+# -- faults and the HTTP face --------------------------------------------------------------
+
+@dataclass
+class BrokenStore:
+    """The real watch store, with record reads failing as in an outage."""
+
+    inner: FirestoreWatchStore
+
+    def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun]:
+        raise StoreUnavailable("Firestore did not answer within 5s")
+
+    def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
+        return dict(self.inner.get_cursors(jobs))
+
+    def put_cursor(self, job: str, cursor: Cursor, now: datetime) -> None:
+        self.inner.put_cursor(job, cursor, now)
+
+
+def test_a_store_outage_is_a_500_and_the_retry_reports_what_it_hid(
+    collection_name: str,
+) -> None:
+    runs = Runs(collection_name)
+    runs.completed(TEN_MINUTES.name, at(11, 0))  # 11:10 missed
+    watch = Watch(collection_name, [TEN_MINUTES])
+    real = FirestoreWatchStore(runs.store, watch.settings().cursor_collection)
+    broken = WatchdogHandler(
+        watch.settings(), Watchdog(watch.settings(), BrokenStore(real), lambda: NOW),
+        watch.logs.append,
+    )
+    reply = broken.handle({}, b"")
+    assert reply.status == 500 and reply.body["error"] == "store_unavailable"
+    [line] = watch.logs
+    assert line["severity"] == "ERROR" and line["outcome"] == "store_unavailable"
+    status, body = watch.tick()  # the retry, with the store back
+    assert status == 200
+    assert problems(body) == [
+        ("missed", TEN_MINUTES.name, "2026-10-16T11:10:00Z"),
+        ("missed", TEN_MINUTES.name, "2026-10-16T11:20:00Z"),
+        ("missed", TEN_MINUTES.name, "2026-10-16T11:30:00Z"),
+        ("missed", TEN_MINUTES.name, "2026-10-16T11:40:00Z"),
+    ]
+
+
+def test_the_watchdog_serves_only_the_allowed_callers(collection_name: str) -> None:
+    watch = Watch(collection_name, [TEN_MINUTES], allowed_callers=frozenset({INVOKER}))
+    reply = watch.handler().handle({"Authorization": bearer("someone@example.com")}, b"")
+    assert reply.status == 403
+    assert [e["outcome"] for e in watch.logs] == ["forbidden"]
+    reply = watch.handler().handle({"Authorization": bearer(INVOKER)}, b"")
+    assert reply.status == 200
+
+
+# -- settings ------------------------------------------------------------------------------
+
+BASE_ENV = {"DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION}
+JOB_ENTRY = {
+    "name": "nightly-export", "schedule": "30 2 * * *", "timeZone": "Europe/Berlin",
+    "attemptDeadlineSeconds": 180, "retryWindowSeconds": 3600, "paused": False,
+}
+
+
+def test_settings_from_the_environment() -> None:
+    settings = WatchSettings.from_env({
+        **BASE_ENV, "DEDUP_COLLECTION": "runs", "DEDUP_WATCH_JOBS": json.dumps([JOB_ENTRY]),
+    })
+    assert settings.jobs == (WatchedJob(
+        "nightly-export", "30 2 * * *", "Europe/Berlin", 180.0, 3600.0, False),)
+    assert (settings.lookback_seconds, settings.grace_seconds) == (172800.0, 300.0)
+    assert settings.cursor_collection == "runs_watchdog"
+    minimal = WatchSettings.from_env({
+        **BASE_ENV, "DEDUP_WATCH_JOBS": '[{"name": "j", "schedule": "* * * * *"}]',
+        "DEDUP_WATCH_LOOKBACK_SECONDS": "3600", "DEDUP_WATCH_GRACE_SECONDS": "60",
+    })
+    assert minimal.jobs == (WatchedJob("j", "* * * * *", "Etc/UTC", 180.0, 0.0, False),)
+    assert (minimal.lookback_seconds, minimal.grace_seconds) == (3600.0, 60.0)
+
+
+@pytest.mark.parametrize(("env", "names"), [
+    ({}, "DEDUP_WATCH_JOBS is not set"),
+    ({"DEDUP_WATCH_JOBS": "{"}, "DEDUP_WATCH_JOBS is not valid JSON"),
+    ({"DEDUP_WATCH_JOBS": "{}"}, "DEDUP_WATCH_JOBS must be a JSON list"),
+    ({"DEDUP_WATCH_JOBS": json.dumps([{**JOB_ENTRY, "schedule": "every 5 minutes"}])},
+     r"DEDUP_WATCH_JOBS\[0\].schedule"),
+    ({"DEDUP_WATCH_JOBS": json.dumps([{**JOB_ENTRY, "timeZone": "Mars/Olympus"}])},
+     r"DEDUP_WATCH_JOBS\[0\].timeZone"),
+    ({"DEDUP_WATCH_JOBS": json.dumps([{**JOB_ENTRY, "retryWindow": 1}])},
+     r"DEDUP_WATCH_JOBS\[0\] has unknown keys"),
+    ({"DEDUP_WATCH_JOBS": json.dumps([{**JOB_ENTRY, "attemptDeadlineSeconds": 0}])},
+     r"DEDUP_WATCH_JOBS\[0\].attemptDeadlineSeconds"),
+    ({"DEDUP_WATCH_JOBS": json.dumps([{**JOB_ENTRY, "paused": "no"}])},
+     r"DEDUP_WATCH_JOBS\[0\].paused"),
+    ({"DEDUP_WATCH_JOBS": json.dumps([JOB_ENTRY, JOB_ENTRY])}, "more than once"),
+    ({"DEDUP_WATCH_JOBS": "[]", "DEDUP_WATCH_LOOKBACK_SECONDS": "soon"},
+     "DEDUP_WATCH_LOOKBACK_SECONDS"),
+    ({"DEDUP_WATCH_JOBS": "[]", "DEDUP_WATCH_GRACE_SECONDS": "-1"}, "DEDUP_WATCH_GRACE_SECONDS"),
+    ({"DEDUP_WATCH_JOBS": "[]", "DEDUP_WATCH_LOOKBACK_SECONDS": "604800"},
+     "DEDUP_WATCH_LOOKBACK_SECONDS=604800 is not shorter than DEDUP_RETENTION_SECONDS"),
+])
+def test_bad_settings_stop_the_start_up_naming_the_variable(
+    env: dict[str, str], names: str
+) -> None:
+    with pytest.raises(SettingsError, match=names):
+        WatchSettings.from_env({**BASE_ENV, **env})
