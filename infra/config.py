@@ -572,6 +572,78 @@ class DedupSettings(_Model):
         return self
 
 
+WATCHDOG_JOB_NAME: Final = "watchdog"
+"""The watchdog's role name: its Scheduler job `<namePrefix>-watchdog`, its function and its
+runtime account of the same name (so no `jobs[].name` may be `watchdog`)."""
+SERVICE_ACCOUNT_ID_MAX_LENGTH: Final = 30
+WATCHDOG_LOOKBACK_DEFAULT_SECONDS: Final = 172800
+"""Two days; an unset lookback is this, or half the records' retention if that is less."""
+_EMAIL_ADDRESS = (r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+                  r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+$")
+EmailAddress = Annotated[str, Field(pattern=_EMAIL_ADDRESS)]
+
+
+class WatchdogSettings(_Model):
+    """The run watchdog (`watchdog`): its own function, account and Scheduler job, which
+    reports missed, failed, overlong and never-run runs of the stack's jobs."""
+
+    setting_of: ClassVar[str] = "a watchdog setting"
+    enabled: Bool = Field(default=True, description="Deploy the watchdog (its function, "
+                          "account, Scheduler job) and its alerts")
+    schedule: str = Field(
+        default="*/10 * * * *", description="How often the watchdog runs: 5-field unix-cron",
+        json_schema_extra=Hint(fix="use a 5-field unix-cron expression, e.g. '*/10 * * * *'"))
+    time_zone: str = Field(default=DEFAULT_TIME_ZONE, description="IANA time zone of "
+                           "`schedule`")
+    lookback_seconds: Int = Field(
+        default=0, ge=3600, le=DURATION_MAX_SECONDS, description="How far back a tick "
+        "judges runs at most (bounds the catch-up after the watchdog itself was down); < "
+        "retentionSeconds, so no record expires before it is judged",
+        json_schema_extra=Hint(default=f"min({WATCHDOG_LOOKBACK_DEFAULT_SECONDS}, "
+                               "retentionSeconds / 2)"))
+    grace_seconds: Int = Field(default=300, ge=0, le=86400, description="Slack after a run's "
+                               "retry window (or attempt deadline) before it is reported")
+
+    @field_validator("schedule")
+    @classmethod
+    def _unix_cron(cls, schedule: str) -> str:
+        try:
+            validate_cron(schedule)
+        except ScheduleError as exc:
+            raise invalid(str(exc), "use 5 fields 'minute hour day-of-month month day-of-week' "
+                          "such as '*/10 * * * *'") from None
+        return schedule
+
+    @field_validator("time_zone")
+    @classmethod
+    def _iana(cls, time_zone: str) -> str:
+        try:
+            validate_time_zone(time_zone)
+        except ScheduleError as exc:
+            raise invalid(str(exc), "use an IANA name such as Etc/UTC or Europe/Berlin") from None
+        return time_zone
+
+
+class AlertSettings(_Model):
+    """Where the stack's alert policies notify (`alerts`)."""
+
+    setting_of: ClassVar[str] = "an alerts setting"
+    emails: tuple[EmailAddress, ...] = Field(
+        default=(), description="E-mail addresses notified by every alert policy (one "
+        "notification channel each); a deletion-protected stack needs at least one",
+        json_schema_extra=Hint("an e-mail address", "use addresses like oncall@example.com"))
+
+    @field_validator("emails")
+    @classmethod
+    def _unique(cls, emails: tuple[str, ...]) -> tuple[str, ...]:
+        lowered = [e.lower() for e in emails]
+        for index, email in enumerate(lowered):
+            if email in lowered[:index]:
+                raise invalid(f"{emails[index]!r} is listed twice", "list every address once",
+                              (index,))
+        return emails
+
+
 GROUPS: Final[Mapping[str, type[BaseModel]]] = {
     "<dedup>": DedupSettings,
     "<function>": FunctionSettings,
@@ -619,6 +691,10 @@ class StackConfig(_Model):
     iam_propagation_seconds: Int = Field(
         default=120, ge=0, le=900, description="The wait after the accounts' IAM grants before "
         "the functions deploy (on the first `pulumi up`, and when accounts are replaced)")
+    watchdog: WatchdogSettings = Field(default_factory=WatchdogSettings,
+                                       description="The run watchdog")
+    alerts: AlertSettings = Field(default_factory=AlertSettings,
+                                  description="Alert notification channels")
     jobs: tuple[JobSettings, ...] = Field(
         description="The Cloud Scheduler jobs: at least one, names unique",
         json_schema_extra=Hint(fix="give a list of jobs, each with at least a name and a "
@@ -652,6 +728,23 @@ class StackConfig(_Model):
             problems.add("storeTimeoutSeconds", f"{store_timeout} s leaves no time for the job "
                          f"within functionTimeoutSeconds ({timeout} s)",
                          "make storeTimeoutSeconds smaller than functionTimeoutSeconds")
+        if self.watchdog.enabled and len(
+            watchdog_id := service_account_id(prefix, WATCHDOG_JOB_NAME)
+        ) > SERVICE_ACCOUNT_ID_MAX_LENGTH:
+            problems.add("namePrefix", f"makes the watchdog's service account ID "
+                         f"{watchdog_id!r} {len(watchdog_id)} characters long (at most "
+                         f"{SERVICE_ACCOUNT_ID_MAX_LENGTH})", "shorten namePrefix to at most "
+                         f"{SERVICE_ACCOUNT_ID_MAX_LENGTH - len(WATCHDOG_JOB_NAME) - 1} "
+                         "characters, or set watchdog.enabled false")
+        watchdog = self.watchdog
+        if not watchdog.lookback_seconds:  # unset: follows the retention
+            watchdog = watchdog.model_copy(update={"lookback_seconds": max(
+                60, min(WATCHDOG_LOOKBACK_DEFAULT_SECONDS, retention // 2))})
+        if watchdog.enabled and watchdog.lookback_seconds >= retention:
+            problems.add(("watchdog", "lookbackSeconds"), f"{watchdog.lookback_seconds} s is not "
+                         f"shorter than retentionSeconds ({retention} s): records expire "
+                         "within the lookback, and a run judged later would look missed",
+                         f"set watchdog.lookbackSeconds < {retention} or raise retentionSeconds")
         first_index: dict[str, int] = {}
         budget = self.proxy_timeout_seconds + 2 * store_timeout
         for index, job in enumerate(self.jobs):
@@ -660,6 +753,10 @@ class StackConfig(_Model):
                              f"jobs[{first_index[job.name]}]", "give every job a unique name "
                              "(it names the Scheduler job, part of the dedup key)")
             first_index.setdefault(job.name, index)
+            if self.watchdog.enabled and job.name == WATCHDOG_JOB_NAME:
+                problems.add(("jobs", index, "name"), f"{job.name!r} is the watchdog's own "
+                             "Scheduler job name", "rename the job (or set watchdog.enabled "
+                             "false)")
             if len(job_id := scheduler_job_id(prefix, job.name)) > JOB_ID_MAX_LENGTH:
                 problems.add(("jobs", index, "name"), "makes the Scheduler job ID "
                              f"'<namePrefix>-<name>' {len(job_id)} characters long (at most "
@@ -705,6 +802,7 @@ class StackConfig(_Model):
                      job.model_copy(update={"job_logic": dedup.default_job_logic})
                      for job in self.jobs)
         object.__setattr__(self, "dedup", dedup.model_copy(update=derived))  # frozen model
+        object.__setattr__(self, "watchdog", watchdog)
         object.__setattr__(self, "jobs", jobs)
         return self
 

@@ -52,7 +52,8 @@ REQUIRED_APIS: Final = (
     "cloudbuild.googleapis.com",  # builds the function from source
     "cloudfunctions.googleapis.com",  # the function
     "run.googleapis.com",  # the function's Cloud Run service
-    "logging.googleapis.com",  # build logs
+    "logging.googleapis.com",  # build logs, log-based metrics
+    "monitoring.googleapis.com",  # alert policies, notification channels, dashboard
     "firestore.googleapis.com",  # dedup records
     "cloudscheduler.googleapis.com",  # the jobs
 )

@@ -5,7 +5,9 @@ runs under Pulumi's mocks: it reads and validates the whole stack config first (
 `ConfigError` stops it before any resource is declared), checks the two APIs it cannot
 enable itself (`infra.preflight`: a `PrerequisiteError` stops it too), then declares one
 DedupService,
-one DedupProxy when some job has `proxy:`, and one ScheduledJob per configured job.
+one DedupProxy when some job has `proxy:`, one ScheduledJob per configured job, the run
+Watchdog (unless `watchdog.enabled` is false) and the Monitoring component (log-based
+metrics, alert policies, notification channels, dashboard).
 """
 
 from __future__ import annotations
@@ -18,14 +20,18 @@ import pulumi
 from infra.config import StackConfig, config_from_pulumi
 from infra.dedup_proxy import DedupProxy, DedupProxyArgs
 from infra.dedup_service import DedupService, DedupServiceArgs
+from infra.monitoring import Monitoring, MonitoringArgs
 from infra.preflight import check_prerequisites
 from infra.scheduled_job import ScheduledJob, ScheduledJobArgs
+from infra.watchdog import Watchdog, WatchdogArgs
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE_DIR: Final = REPO_ROOT / "function"
 DEFAULT_BUILD_DIR: Final = REPO_ROOT / "build" / "function-source"
 SERVICE_NAME: Final = "dedup"
 PROXY_NAME: Final = "proxy"
+WATCHDOG_NAME: Final = "watchdog"
+MONITORING_NAME: Final = "monitoring"
 
 
 def build(
@@ -35,15 +41,10 @@ def build(
     build_dir: Path = DEFAULT_BUILD_DIR,
 ) -> dict[str, pulumi.Output[Any]]:
     """Declare the stack's resources from a validated config and export its outputs."""
-    service = DedupService(
-        SERVICE_NAME,
-        DedupServiceArgs.from_config(cfg, source_dir=source_dir, build_dir=build_dir),
-    )
-    proxy = (
-        DedupProxy(PROXY_NAME, DedupProxyArgs.from_service(cfg, service))
-        if cfg.proxied_jobs
-        else None
-    )
+    service_args = DedupServiceArgs.from_config(cfg, source_dir=source_dir, build_dir=build_dir)
+    service = DedupService(SERVICE_NAME, service_args)
+    proxy_args = DedupProxyArgs.from_service(cfg, service) if cfg.proxied_jobs else None
+    proxy = DedupProxy(PROXY_NAME, proxy_args) if proxy_args is not None else None
     jobs: list[ScheduledJob] = []
     for job in cfg.jobs:
         # A proxied job calls the proxy, every other job the dedup function.
@@ -67,6 +68,24 @@ def build(
                 ),
             )
         )
+    watchdog_args = WatchdogArgs.from_service(cfg, service) if cfg.watchdog.enabled else None
+    watchdog = Watchdog(WATCHDOG_NAME, watchdog_args) if watchdog_args is not None else None
+    # A 2nd gen function's Cloud Run service carries the function's name: the log filters.
+    delivery_services = [service_args.function_name]
+    if proxy_args is not None:
+        delivery_services.append(proxy_args.function_name)
+    monitoring = Monitoring(
+        MONITORING_NAME,
+        MonitoringArgs(
+            project=cfg.project,
+            name_prefix=cfg.name_prefix,
+            delivery_services=delivery_services,
+            watchdog_service=watchdog_args.function_name if watchdog_args else None,
+            watchdog=cfg.watchdog,
+            emails=cfg.alerts.emails,
+            depends_on=service.apis,
+        ),
+    )
     outputs: dict[str, pulumi.Output[Any]] = {
         "functionUrl": service.function_uri,
         "functionName": service.function.name,
@@ -82,6 +101,12 @@ def build(
         outputs["proxyUrl"] = proxy.function_uri
         outputs["proxyFunctionName"] = proxy.function.name
         outputs["proxyServiceAccount"] = proxy.account.email
+    if watchdog is not None:
+        outputs["watchdogUrl"] = watchdog.function_uri
+        outputs["watchdogFunctionName"] = watchdog.function.name
+        outputs["watchdogServiceAccount"] = watchdog.account.email
+        outputs["watchdogJobName"] = watchdog.scheduled_job.job_name
+    outputs["dashboard"] = monitoring.dashboard.id
     for key, value in outputs.items():
         pulumi.export(key, value)
     return outputs

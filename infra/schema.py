@@ -53,7 +53,7 @@ def is_list(info: FieldInfo) -> bool:
 
 
 def type_text(info: FieldInfo) -> str:
-    if model_in(info.annotation) is not None:
+    if model_in(info.annotation) is not None or is_list(info):
         return "list" if is_list(info) else "object"
     if choices(info):
         return "string"
@@ -72,6 +72,8 @@ def default_text(info: FieldInfo) -> str:
         return f"`{str(info.default).lower()}`"
     if isinstance(info.default, str):
         return f"`{info.default}`"
+    if info.default == ():
+        return "`[]`"
     return "none" if info.default is None else str(info.default)
 
 

@@ -23,6 +23,12 @@ HIERARCHY_IAM_MODULES: Final = frozenset({"projects", "folder", "organizations"}
 # The entry points of the kit's dedup function and its idempotent proxy (function/main.py).
 DEDUP_ENTRY_POINT: Final = "handle_scheduled_job"
 PROXY_ENTRY_POINT: Final = "proxy_scheduled_job"
+WATCHDOG_ENTRY_POINT: Final = "watch_scheduled_runs"
+# The watchdog's setting listing the jobs it watches (function/main.py).
+WATCH_JOBS_ENV: Final = "DEDUP_WATCH_JOBS"
+FIRESTORE_DATABASE: Final = "gcp:firestore/database:Database"
+ALERT_POLICY: Final = "gcp:monitoring/alertPolicy:AlertPolicy"
+NOTIFICATION_CHANNEL: Final = "gcp:monitoring/notificationChannel:NotificationChannel"
 # The proxy's settings that name its downstream targets (function/dedup/proxy.py).
 PROXY_ROUTES_ENV: Final = "DEDUP_PROXY_ROUTES"
 PROXY_TARGET_ENV: Final = "DEDUP_PROXY_TARGET"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from policies import function, iam, proxy, scheduler, stack, storage
+from policies import alerting, function, iam, proxy, scheduler, stack, storage, watchdog
 from policies.model import Enforcement, Policy, ResourcePolicy, StackPolicy
 
 MANDATORY = Enforcement.MANDATORY
@@ -188,6 +188,35 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "roles/cloudbuild.builds.editor (build_trigger).",
         MANDATORY,
         proxy.least_privilege,
+    ),
+    StackPolicy(
+        "dedup-watchdog-own-service-account",
+        "The run watchdog (entry point watch_scheduled_runs) must run as its own service "
+        "account: no other function, service, job or Scheduler OIDC token may use it.",
+        MANDATORY,
+        watchdog.own_service_account,
+    ),
+    StackPolicy(
+        "dedup-watchdog-least-privilege",
+        "The run watchdog's service account may hold only roles/datastore.user, conditioned "
+        "to the one dedup database (it reads the records and writes its own cursors there).",
+        MANDATORY,
+        watchdog.least_privilege,
+    ),
+    StackPolicy(
+        "dedup-alerting-notifies-production",
+        "A production-like stack of the kit (a Firestore database with delete protection on) "
+        "must have alert policies with at least one notification channel: set the stack "
+        "config alerts.emails.",
+        MANDATORY,
+        alerting.production_alerting,
+    ),
+    StackPolicy(
+        "dedup-alerting-notifies",
+        "A stack of the kit without delete protection should still have alert policies "
+        "with at least one notification channel (stack config alerts.emails).",
+        ADVISORY,
+        alerting.alerting,
     ),
 )
 

@@ -32,6 +32,12 @@ SLEEP = "time:index/sleep:Sleep"
 DEDUP_COMPONENT = "scheduler-dedup:index:DedupService"
 PROXY_COMPONENT = "scheduler-dedup:index:DedupProxy"
 JOB_COMPONENT = "scheduler-dedup:index:ScheduledJob"
+WATCHDOG_COMPONENT = "scheduler-dedup:index:Watchdog"
+MONITORING_COMPONENT = "scheduler-dedup:index:Monitoring"
+METRIC = "gcp:logging/metric:Metric"
+ALERT_POLICY = "gcp:monitoring/alertPolicy:AlertPolicy"
+CHANNEL = "gcp:monitoring/notificationChannel:NotificationChannel"
+DASHBOARD = "gcp:monitoring/dashboard:Dashboard"
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,26 @@ class StackUnderTest:
         return found[0] if found else None
 
     @property
+    def watchdog(self) -> DeclaredResource | None:
+        """The run watchdog's function, declared unless `watchdog.enabled` is false."""
+        found = [r for r in self.all(FUNCTION) if r.name == "watchdog-function"]
+        return found[0] if found else None
+
+    @property
+    def watchdog_uri(self) -> str:
+        assert self.watchdog is not None
+        return str(self.watchdog.outputs["serviceConfig"]["uri"])
+
+    @property
+    def watchdog_job_id(self) -> str:
+        return f"{self.config.name_prefix}-watchdog"
+
+    def config_jobs(self) -> list[DeclaredResource]:
+        """The Scheduler jobs of `jobs:` (not the watchdog's own job)."""
+        ids = {self.config.job_id(j) for j in self.config.jobs}
+        return [j for j in self.all(JOB) if j.props["name"] in ids]
+
+    @property
     def service_uri(self) -> str:
         return str(self.function.outputs["serviceConfig"]["uri"])
 
@@ -80,7 +106,10 @@ class StackUnderTest:
 
     def job_uri(self, job_name: str) -> str:
         """The URL a job must call: the proxy's for a proxied job, else the function's.
-        `job_name` is the config's `jobs[].name` or the deployed job ID."""
+        `job_name` is the config's `jobs[].name` or the deployed job ID (or the watchdog's
+        job ID: its own function's)."""
+        if job_name == self.watchdog_job_id and self.watchdog is not None:
+            return self.watchdog_uri
         job = next(
             j for j in self.config.jobs if job_name in (j.name, self.config.job_id(j))
         )

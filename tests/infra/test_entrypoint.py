@@ -14,7 +14,8 @@ def test_main_declares_the_stack_from_infra_dir() -> None:
     outcome = run_entrypoint(load_stack_config("dev"))
     assert outcome["outcome"] == "ok"
     assert "gcp:cloudfunctionsv2/function:Function" in outcome["declared"]
-    assert outcome["declared"].count("gcp:cloudscheduler/job:Job") == 3
+    # The three jobs of the stack file and the run watchdog's own.
+    assert outcome["declared"].count("gcp:cloudscheduler/job:Job") == 4
 
 
 @pytest.mark.timeout(180)

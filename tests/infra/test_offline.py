@@ -47,6 +47,7 @@ def test_runs_do_not_leak_into_each_other(tmp_path: Path) -> None:
         "sched-dedup-dev-heartbeat",
         "sched-dedup-dev-hourly-sync",
         "sched-dedup-dev-nightly-report",
+        "sched-dedup-dev-watchdog",
     ]
 
 

@@ -24,7 +24,6 @@ from policies import offline_check
 from tests.infra.helpers import (
     CUSTOM_ROLE,
     FUNCTION,
-    JOB,
     JOB_IAM,
     PROJECT_IAM,
     PROXY_COMPONENT,
@@ -67,6 +66,8 @@ def stack_config(*jobs: dict[str, Any], **kit: Any) -> dict[str, Any]:
         "gcp:project": PROJECT,
         "gcp:region": REGION,
         "scheduler-dedup:jobs": [job("plain"), *copy.deepcopy(list(jobs))],
+        # Delete protection is on by default: such a stack must alert someone.
+        "scheduler-dedup:alerts": {"emails": ["oncall@example.com"]},
         **{f"scheduler-dedup:{k}": v for k, v in kit.items()},
     }
 
@@ -179,7 +180,7 @@ def test_proxy_environment_is_what_the_proxy_accepts(proxied: StackUnderTest) ->
 def test_proxied_jobs_call_the_proxy_with_oidc(proxied: StackUnderTest) -> None:
     invoker = proxied.account_email("invoker")
     proxied_names = {proxied.config.job_id(j) for j in proxied.config.proxied_jobs}
-    for resource in proxied.all(JOB):
+    for resource in proxied.config_jobs():
         target = resource.props["httpTarget"]
         name = resource.props["name"]
         uri = proxied.proxy_uri if name in proxied_names else proxied.service_uri
@@ -205,7 +206,9 @@ def test_invoker_holds_run_invoker_on_the_proxy_service_only(proxied: StackUnder
         "member": f"serviceAccount:{proxied.account_email('invoker')}",
     }
     invoker_grants = [g for g in proxied.iam_grants() if g.props["role"] == "roles/run.invoker"]
-    assert {g.name for g in invoker_grants} == {"dedup-invoker", "proxy-invoker"}
+    assert {g.name for g in invoker_grants} == {
+        "dedup-invoker", "proxy-invoker", "watchdog-invoker"
+    }
     assert all(g.type == RUN_IAM for g in invoker_grants)
 
 
@@ -300,7 +303,7 @@ def test_outputs_name_the_proxy(proxied: StackUnderTest) -> None:
 def test_no_proxy_without_proxied_jobs(tmp_path: Path) -> None:
     run = run_offline(stack_config(), stack="test", build_dir=tmp_path)
     assert [r for r in run.resources if r.name.startswith("proxy")] == []
-    assert len(run.of_type(FUNCTION)) == 1
+    assert [f.name for f in run.of_type(FUNCTION)] == ["dedup-function", "watchdog-function"]
     assert not {"proxyUrl", "proxyServiceAccount"} & set(run.outputs)
 
 

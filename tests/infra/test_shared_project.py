@@ -21,13 +21,17 @@ from infra.config import ConfigError, load_config
 from infra.offline import DeclaredResource, OfflineRun, load_stack_config, run_offline
 from tests.infra.helpers import (
     ACCOUNT,
+    ALERT_POLICY,
     BUCKET,
+    CHANNEL,
     CUSTOM_ROLE,
+    DASHBOARD,
     DATABASE,
     FIELD,
     FUNCTION,
     JOB,
     JOB_IAM,
+    METRIC,
     OBJECT,
     PROJECT_IAM,
     REPOSITORY,
@@ -66,6 +70,12 @@ IDENTITIES: dict[str, Callable[[Mapping[str, Any]], Identity]] = {
     RUN_IAM: lambda p: ("service grant", p["name"], p["role"], p["member"]),
     JOB_IAM: lambda p: ("Cloud Run job grant", p["location"], p["name"], p["role"], p["member"]),
     SERVICE: lambda p: ("API", p["service"]),
+    METRIC: lambda p: ("log-based metric", p["name"]),
+    # Alert policies, channels and dashboards get IDs from Google: what tells two stacks'
+    # apart in the console is their display name.
+    ALERT_POLICY: lambda p: ("alert policy", p["displayName"]),
+    CHANNEL: lambda p: ("notification channel", p["displayName"]),
+    DASHBOARD: lambda p: ("dashboard", json.loads(p["dashboardJson"])["displayName"]),
 }
 # Not Google Cloud resources: the components, and the wait for IAM propagation (a local
 # timer of the `time` provider).
@@ -163,7 +173,10 @@ def test_the_function_routes_the_job_ids_its_stack_deploys(
     stack's function is routed by exactly those IDs: not the other stack's."""
     routed: list[set[str]] = []
     for run in pair:
-        job_ids = {j.props["name"] for j in run.of_type(JOB)}
+        # Every job but the watchdog's own, which targets the watchdog function.
+        job_ids = {j.props["name"] for j in run.of_type(JOB)} - {
+            str(run.outputs.get("watchdogJobName"))
+        }
         routes: set[str] = set()
         for function in run.of_type(FUNCTION):
             env = function.props["serviceConfig"]["environmentVariables"]
@@ -189,15 +202,24 @@ def test_names_follow_from_the_prefix() -> None:
         "team-a-heartbeat",
         "team-a-hourly-sync",
         "team-a-nightly-report",
+        "team-a-watchdog",
     ]
     assert sorted(a.props["accountId"] for a in run.of_type(ACCOUNT)) == [
         "team-a-build",
         "team-a-invoker",
         "team-a-runtime",
+        "team-a-watchdog",
+    ]
+    assert sorted(m.props["name"] for m in run.of_type(METRIC)) == [
+        f"team-a-{suffix}"
+        for suffix in (
+            "claim-lost", "completed-unrecorded", "deliveries", "job-duration",
+            "watchdog-problems", "watchdog-summaries",
+        )
     ]
     assert run.one(BUCKET).props["name"] == f"{SHARED_PROJECT}-team-a-source"
     assert run.one(REPOSITORY).props["repositoryId"] == "team-a-builds"
-    assert run.one(FUNCTION).props["name"] == "team-a"
+    assert [f.props["name"] for f in run.of_type(FUNCTION)] == ["team-a", "team-a-watchdog"]
 
 
 def dev_with(**kit: Any) -> dict[str, Any]:

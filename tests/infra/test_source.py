@@ -14,7 +14,7 @@ import pytest
 from infra.offline import load_stack_config, run_offline
 from infra.program import DEFAULT_SOURCE_DIR
 from infra.source import ZIP_EPOCH, build_source_archive, source_files, write_source_archive
-from tests.infra.helpers import FUNCTION, OBJECT
+from tests.infra.helpers import OBJECT
 
 
 @pytest.fixture
@@ -115,7 +115,8 @@ def _object_name(source_dir: Path, build_dir: Path) -> tuple[str, str]:
         load_stack_config("dev"), stack="dev", source_dir=source_dir, build_dir=build_dir
     )
     obj = run.one(OBJECT).props["name"]
-    deployed = run.one(FUNCTION).props["buildConfig"]["source"]["storageSource"]["object"]
+    build = run.by_name("dedup-function").props["buildConfig"]
+    deployed = build["source"]["storageSource"]["object"]
     return obj, deployed
 
 

@@ -22,8 +22,11 @@ from infra.scheduler_rules import (
 from infra.source import build_source_archive
 from tests.infra.helpers import (
     ACCOUNT,
+    ALERT_POLICY,
     BUCKET,
+    CHANNEL,
     CUSTOM_ROLE,
+    DASHBOARD,
     DATABASE,
     DEDUP_COMPONENT,
     FIELD,
@@ -31,6 +34,8 @@ from tests.infra.helpers import (
     JOB,
     JOB_COMPONENT,
     JOB_IAM,
+    METRIC,
+    MONITORING_COMPONENT,
     OBJECT,
     PROJECT_IAM,
     PROXY_COMPONENT,
@@ -39,6 +44,7 @@ from tests.infra.helpers import (
     RUN_IAM,
     SERVICE,
     SLEEP,
+    WATCHDOG_COMPONENT,
     StackUnderTest,
     walk_strings,
 )
@@ -89,7 +95,32 @@ def expected_counts(cfg: StackConfig) -> Counter[str]:
                 SLEEP: 1,  # the proxy's own wait for its account's grants
             }
         )
+    counts.update(monitoring_counts(cfg))
     return +counts
+
+
+def monitoring_counts(cfg: StackConfig) -> Counter[str]:
+    """The watchdog (function, account, grant, wait, job) and the Monitoring component:
+    4 log-based metrics, 1 alert policy, plus 2 metrics and 2 policies of the watchdog,
+    a channel per alert e-mail and one dashboard."""
+    watchdog = cfg.watchdog.enabled
+    return Counter(
+        {
+            WATCHDOG_COMPONENT: int(watchdog),
+            FUNCTION: int(watchdog),
+            ACCOUNT: int(watchdog),
+            PROJECT_IAM: int(watchdog),
+            RUN_IAM: int(watchdog),
+            SLEEP: int(watchdog),
+            JOB_COMPONENT: int(watchdog),
+            JOB: int(watchdog),
+            MONITORING_COMPONENT: 1,
+            METRIC: 4 + 2 * watchdog,
+            ALERT_POLICY: 1 + 2 * watchdog,
+            CHANNEL: len(cfg.alerts.emails),
+            DASHBOARD: 1,
+        }
+    )
 
 
 def test_every_resource_is_declared(stack: StackUnderTest) -> None:
@@ -108,6 +139,9 @@ def test_children_are_parented_to_their_component(stack: StackUnderTest) -> None
     components = {r.urn: r.type for r in stack.run.resources if not r.custom}
     for resource in stack.run.resources:
         if not resource.custom:
+            if resource.name == "watchdog-job":  # the watchdog's own job is its child
+                assert components[resource.parent or ""] == WATCHDOG_COMPONENT
+                continue
             assert resource.parent is not None and resource.parent.endswith(
                 f"::scheduler-dedup-{stack.name}"
             ), "components hang off the stack"
@@ -117,6 +151,10 @@ def test_children_are_parented_to_their_component(stack: StackUnderTest) -> None
             expected = JOB_COMPONENT
         elif resource.name.startswith("proxy-"):
             expected = PROXY_COMPONENT
+        elif resource.name.startswith("watchdog-"):
+            expected = WATCHDOG_COMPONENT
+        elif resource.name.startswith("monitoring-"):
+            expected = MONITORING_COMPONENT
         else:
             expected = DEDUP_COMPONENT
         assert components[resource.parent] == expected
@@ -283,7 +321,7 @@ def test_every_function_serves_only_the_invoker_account(stack: StackUnderTest) -
     OIDC token is sent as: the invoker account, an output of the same program."""
     invoker = stack.account_email("invoker")
     functions = stack.all(FUNCTION)
-    assert len(functions) == (2 if stack.proxy is not None else 1)
+    assert len(functions) == 1 + (stack.proxy is not None) + (stack.watchdog is not None)
     for function in functions:
         env = function.props["serviceConfig"]["environmentVariables"]
         assert env["DEDUP_ALLOWED_CALLERS"] == invoker, function.name
@@ -342,6 +380,14 @@ def test_invoker_on_the_service_not_the_project(stack: StackUnderTest) -> None:
         assert proxy_binding.props["name"] == stack.proxy_service_name
         assert proxy_binding.props["name"].endswith(f"/services/{stack.config.name_prefix}-proxy")
         bindings.append(proxy_binding)
+    if stack.watchdog is not None:
+        watchdog_binding = stack.run.by_name("watchdog-invoker")
+        assert watchdog_binding.props["role"] == "roles/run.invoker"
+        assert watchdog_binding.props["member"] == invoker
+        assert watchdog_binding.props["name"].endswith(
+            f"/services/{stack.config.name_prefix}-watchdog"
+        )
+        bindings.append(watchdog_binding)
     invoker_grants = [g for g in stack.iam_grants() if g.props["role"] == "roles/run.invoker"]
     assert invoker_grants == bindings or sorted(g.name for g in invoker_grants) == sorted(
         g.name for g in bindings
@@ -352,6 +398,7 @@ def test_invoker_on_the_service_not_the_project(stack: StackUnderTest) -> None:
 def test_datastore_role_is_conditioned_to_the_database(stack: StackUnderTest) -> None:
     grants = [g for g in stack.all(PROJECT_IAM) if g.props["role"] == "roles/datastore.user"]
     accounts = ["runtime"] + (["proxy"] if stack.proxy is not None else [])
+    accounts += ["watchdog"] if stack.watchdog is not None else []
     assert sorted(g.props["member"] for g in grants) == sorted(
         f"serviceAccount:{stack.account_email(a)}" for a in accounts
     )
@@ -403,7 +450,7 @@ def test_nothing_is_public_or_primitive(stack: StackUnderTest) -> None:
 
 def test_scheduler_jobs(stack: StackUnderTest) -> None:
     cfg = stack.config
-    jobs = {j.props["name"]: j for j in stack.all(JOB)}
+    jobs = {j.props["name"]: j for j in stack.config_jobs()}
     # Every job ID carries the stack's prefix: <namePrefix>-<jobs[].name>.
     assert list(jobs) == sorted(f"{cfg.name_prefix}-{j.name}" for j in cfg.jobs)
     invoker = stack.account_email("invoker")
@@ -449,8 +496,11 @@ def test_audience_is_the_run_app_service_uri(stack: StackUnderTest) -> None:
 
 def test_jobs_wait_for_the_invoker_binding(stack: StackUnderTest) -> None:
     for job in stack.all(JOB):
-        proxied = stack.job_uri(job.props["name"]) != stack.service_uri
-        binding = stack.run.by_name("proxy-invoker" if proxied else "dedup-invoker")
+        uri = stack.job_uri(job.props["name"])
+        name = "dedup-invoker" if uri == stack.service_uri else (
+            "watchdog-invoker" if job.props["name"] == stack.watchdog_job_id else "proxy-invoker"
+        )
+        binding = stack.run.by_name(name)
         assert binding.urn in job.dependencies
 
 
@@ -489,6 +539,17 @@ def test_stack_outputs(stack: StackUnderTest) -> None:
             if stack.proxy is not None
             else {}
         ),
+        **(
+            {
+                "watchdogUrl": stack.watchdog_uri,
+                "watchdogFunctionName": f"{cfg.name_prefix}-watchdog",
+                "watchdogServiceAccount": stack.account_email("watchdog"),
+                "watchdogJobName": stack.watchdog_job_id,
+            }
+            if stack.watchdog is not None
+            else {}
+        ),
+        "dashboard": stack.one(DASHBOARD).outputs.get("id", "monitoring-dashboard-id"),
     }
 
 

@@ -31,25 +31,31 @@ from tests.policies.fixtures import (
     PROJECT_IAM_POLICY,
     PROXY_ROUTES,
     PROXY_SA,
+    REGION,
     RUN_JOB,
     RUN_JOB_IAM_BINDING,
     RUN_SERVICE_IAM_BINDING,
     RUN_SERVICE_IAM_MEMBER,
     RUNTIME_SA,
     SA_IAM_MEMBER,
+    WATCHDOG_SA,
     WORKFLOW,
     U,
+    alert_policy_props,
     bucket_props,
+    database_props,
     function_props,
     job_props,
     kit_stack,
     patch,
     preview_proxy_stack,
     preview_stack,
+    preview_watchdog_stack,
     proxy_stack,
     replace,
     replace_named,
     res,
+    watchdog_stack,
     without_named,
     without_type,
 )
@@ -1302,5 +1308,148 @@ STACK_CASES["dedup-allowed-callers"] = [
     stack_case("wildcard", _env(kit_stack(), "DEDUP_ALLOWED_CALLERS", "*"), True),
     stack_case(
         "not-a-string", _env(kit_stack(), "DEDUP_ALLOWED_CALLERS", [INVOKER_SA]), True
+    ),
+]
+
+
+# --- the run watchdog ---------------------------------------------------------------------
+
+WATCHDOG_FN = "watchdog-function"
+WATCHDOG = f"serviceAccount:{WATCHDOG_SA}"
+
+
+def _watchdog_grant(name: str, role: str, **extra: object) -> Resource:
+    return res(PROJECT_IAM_MEMBER, name, {"project": PROJECT, "role": role, "member": WATCHDOG,
+                                          **extra})
+
+
+STACK_CASES["dedup-watchdog-own-service-account"] = [
+    stack_case("watchdog-kit", watchdog_stack(), False),
+    stack_case("watchdog-preview", preview_watchdog_stack(), False),
+    stack_case("no-watchdog", kit_stack(), False),
+    stack_case(
+        "watchdog-as-runtime-account",
+        replace_named(watchdog_stack(), WATCHDOG_FN, "serviceConfig.serviceAccountEmail",
+                      RUNTIME_SA),
+        True,
+    ),
+    stack_case(
+        "function-as-watchdog-account",
+        replace_named(
+            watchdog_stack(), "dedup-function", "serviceConfig.serviceAccountEmail", WATCHDOG_SA
+        ),
+        True,
+    ),
+    stack_case(
+        "watchdog-job-oidc-as-watchdog-account",
+        replace_named(
+            watchdog_stack(), "watchdog-job", "httpTarget.oidcToken.serviceAccountEmail",
+            WATCHDOG_SA,
+        ),
+        True,
+    ),
+    stack_case(
+        # Recognised by its settings alone (no entry point given).
+        "watchdog-by-settings-as-runtime-account",
+        replace_named(
+            replace_named(watchdog_stack(), WATCHDOG_FN, "buildConfig.entryPoint", DELETE),
+            WATCHDOG_FN,
+            "serviceConfig.serviceAccountEmail",
+            RUNTIME_SA,
+        ),
+        True,
+    ),
+]
+
+STACK_CASES["dedup-watchdog-least-privilege"] = [
+    stack_case("watchdog-kit", watchdog_stack(), False),
+    stack_case("watchdog-preview", preview_watchdog_stack(), False),
+    stack_case("no-watchdog", kit_stack(), False),
+    stack_case(
+        "watchdog-account-unknown",
+        [*replace_named(watchdog_stack(), WATCHDOG_FN, "serviceConfig.serviceAccountEmail", U),
+         _watchdog_grant("watchdog-owner", "roles/datastore.owner")],
+        False,
+    ),
+    stack_case(
+        "watchdog-holds-datastore-owner",
+        [*watchdog_stack(), _watchdog_grant("watchdog-owner", "roles/datastore.owner")],
+        True,
+    ),
+    stack_case(
+        "watchdog-holds-log-writer",
+        [*watchdog_stack(), _watchdog_grant("watchdog-logs", "roles/logging.logWriter")],
+        True,
+    ),
+    stack_case(
+        "watchdog-holds-run-invoker",
+        [*watchdog_stack(), res(RUN_SERVICE_IAM_MEMBER, "watchdog-self-invoker", {
+            "project": PROJECT, "location": REGION, "name": "scheduler-dedup",
+            "role": "roles/run.invoker", "member": WATCHDOG})],
+        True,
+    ),
+    stack_case(
+        "watchdog-datastore-user-unconditioned",
+        replace_named(watchdog_stack(), "watchdog-datastore-user", "condition", DELETE),
+        True,
+    ),
+    stack_case(
+        "watchdog-datastore-user-in-a-binding",
+        [*without_named(watchdog_stack(), "watchdog-datastore-user"),
+         res(PROJECT_IAM_BINDING, "watchdog-datastore-binding", {
+             "project": PROJECT, "role": "roles/datastore.user", "members": [WATCHDOG]})],
+        True,
+    ),
+]
+
+
+# --- alerting -----------------------------------------------------------------------------
+
+
+def _with_database(resources: list[Resource], protected: bool) -> list[Resource]:
+    return [*resources, res(gcp.FIRESTORE_DATABASE, "dedup-database", database_props(protected))]
+
+
+PROTECTED = _with_database(kit_stack(), True)
+UNPROTECTED = _with_database(kit_stack(), False)
+
+STACK_CASES["dedup-alerting-notifies-production"] = [
+    stack_case("protected-with-channel", PROTECTED, False),
+    stack_case("protected-preview", _with_database(preview_stack(), True), False),
+    stack_case("unprotected-without-alerts",
+               without_type(UNPROTECTED, gcp.ALERT_POLICY), False),
+    stack_case("not-a-kit-stack", [res(gcp.FIRESTORE_DATABASE, "db", database_props(True))],
+               False),
+    stack_case("protected-without-alert-policy", without_type(PROTECTED, gcp.ALERT_POLICY),
+               True),
+    stack_case(
+        "protected-policy-without-channel",
+        replace(PROTECTED, gcp.ALERT_POLICY, "notificationChannels", []),
+        True,
+    ),
+    stack_case(
+        "protected-policy-channels-unset",
+        replace(PROTECTED, gcp.ALERT_POLICY, "notificationChannels", DELETE),
+        True,
+    ),
+]
+
+STACK_CASES["dedup-alerting-notifies"] = [
+    stack_case("unprotected-with-channel", UNPROTECTED, False),
+    stack_case("no-database-with-channel", kit_stack(), False),
+    stack_case(
+        "two-policies-one-notifies",
+        [*replace(UNPROTECTED, gcp.ALERT_POLICY, "notificationChannels", []),
+         res(gcp.ALERT_POLICY, "alert-other", alert_policy_props())],
+        False,
+    ),
+    # Mandatory there (dedup-alerting-notifies-production), not advised twice.
+    stack_case("protected-without-alerts", without_type(PROTECTED, gcp.ALERT_POLICY), False),
+    stack_case("unprotected-without-alert-policy", without_type(UNPROTECTED, gcp.ALERT_POLICY),
+               True),
+    stack_case(
+        "unprotected-policy-without-channel",
+        replace(UNPROTECTED, gcp.ALERT_POLICY, "notificationChannels", []),
+        True,
     ),
 ]

@@ -29,6 +29,9 @@ INVOKER_SA = f"dedup-invoker@{PROJECT}.iam.gserviceaccount.com"
 RUNTIME_SA = f"dedup-runtime@{PROJECT}.iam.gserviceaccount.com"
 BUILD_SA = f"dedup-build@{PROJECT}.iam.gserviceaccount.com"
 PROXY_SA = f"dedup-proxy@{PROJECT}.iam.gserviceaccount.com"
+WATCHDOG_SA = f"dedup-watchdog@{PROJECT}.iam.gserviceaccount.com"
+WATCHDOG_URL = "https://scheduler-dedup-watchdog-ghi789-ew.a.run.app"
+CHANNEL_ID = f"projects/{PROJECT}/notificationChannels/1234567890"
 WORKFLOW = f"projects/{PROJECT}/locations/{REGION}/workflows/daily-report"
 RUN_JOB = f"projects/{PROJECT}/locations/{REGION}/jobs/reindex"
 TRIGGER = f"projects/{PROJECT}/locations/global/triggers/release"
@@ -52,6 +55,9 @@ ORG_IAM_BINDING = "gcp:organizations/iAMBinding:IAMBinding"
 SERVICE_ACCOUNT = "gcp:serviceaccount/account:Account"
 RUN_JOB_IAM_MEMBER = "gcp:cloudrunv2/jobIamMember:JobIamMember"
 RUN_JOB_IAM_BINDING = "gcp:cloudrunv2/jobIamBinding:JobIamBinding"
+FIRESTORE_DATABASE = "gcp:firestore/database:Database"
+ALERT_POLICY = "gcp:monitoring/alertPolicy:AlertPolicy"
+NOTIFICATION_CHANNEL = "gcp:monitoring/notificationChannel:NotificationChannel"
 DATASTORE_CONDITION = {
     "title": "dedup-database-only",
     "expression": f'resource.name == "projects/{PROJECT}/databases/{DATABASE}"',
@@ -246,6 +252,92 @@ def kit_stack() -> list[Resource]:
             },
         ),
         res(gcp.SCHEDULER_JOB, "job-nightly-export", job_props()),
+        res(
+            NOTIFICATION_CHANNEL,
+            "alerts-email-0",
+            {"project": PROJECT, "type": "email", "labels": {"email_address": "oncall@x.io"},
+             "name": CHANNEL_ID},
+        ),
+        res(ALERT_POLICY, "alert-watchdog-problem", alert_policy_props()),
+    ]
+
+
+def alert_policy_props(*channels: Any) -> dict[str, Any]:
+    return {
+        "project": PROJECT,
+        "displayName": "Scheduler dedup: a scheduled run was missed",
+        "combiner": "OR",
+        "conditions": [{"displayName": "any problem", "conditionThreshold": {
+            "filter": 'metric.type="logging.googleapis.com/user/dedup-watchdog-problems"',
+            "comparison": "COMPARISON_GT", "thresholdValue": 0, "duration": "0s"}}],
+        "notificationChannels": list(channels) if channels else [CHANNEL_ID],
+    }
+
+
+def database_props(protected: bool) -> dict[str, Any]:
+    state = "DELETE_PROTECTION_ENABLED" if protected else "DELETE_PROTECTION_DISABLED"
+    return {"project": PROJECT, "name": DATABASE, "locationId": "eur3",
+            "type": "FIRESTORE_NATIVE", "deleteProtectionState": state}
+
+
+def watchdog_function_props() -> dict[str, Any]:
+    """The run watchdog: same source and store settings, own account, the jobs it watches."""
+    props = function_props()
+    props["name"] = "scheduler-dedup-watchdog"
+    props["buildConfig"]["entryPoint"] = "watch_scheduled_runs"
+    service = props["serviceConfig"]
+    service["serviceAccountEmail"] = WATCHDOG_SA
+    service["uri"] = WATCHDOG_URL
+    env = service["environmentVariables"]
+    del env["DEDUP_JOB"]
+    env["DEDUP_WATCH_JOBS"] = json.dumps([{
+        "name": "nightly-export", "schedule": "0 3 * * *", "timeZone": "Europe/Berlin",
+        "attemptDeadlineSeconds": 1800, "retryWindowSeconds": 21600, "paused": False}])
+    env["DEDUP_WATCH_LOOKBACK_SECONDS"] = "172800"
+    env["DEDUP_WATCH_GRACE_SECONDS"] = "300"
+    return props
+
+
+def watchdog_job_props() -> dict[str, Any]:
+    props = job_props("dedup-watchdog")
+    props["schedule"] = "*/10 * * * *"
+    props["timeZone"] = "Etc/UTC"
+    props["attemptDeadline"] = "180s"
+    props["httpTarget"]["uri"] = WATCHDOG_URL
+    props["httpTarget"]["oidcToken"]["audience"] = WATCHDOG_URL
+    props["httpTarget"].pop("body", None)
+    return props
+
+
+def watchdog_stack() -> list[Resource]:
+    """kit_stack plus the watchdog: its account, function, invoker binding, database role
+    and its own Scheduler job."""
+    return [
+        *kit_stack(),
+        res(SERVICE_ACCOUNT, "watchdog-sa", {"accountId": "dedup-watchdog", "project": PROJECT}),
+        res(gcp.FUNCTION_V2, "watchdog-function", watchdog_function_props()),
+        res(
+            RUN_SERVICE_IAM_MEMBER,
+            "watchdog-invoker",
+            {
+                "project": PROJECT,
+                "location": REGION,
+                "name": "scheduler-dedup-watchdog",
+                "role": "roles/run.invoker",
+                "member": f"serviceAccount:{INVOKER_SA}",
+            },
+        ),
+        res(
+            PROJECT_IAM_MEMBER,
+            "watchdog-datastore-user",
+            {
+                "project": PROJECT,
+                "role": "roles/datastore.user",
+                "member": f"serviceAccount:{WATCHDOG_SA}",
+                "condition": dict(DATASTORE_CONDITION),
+            },
+        ),
+        res(gcp.SCHEDULER_JOB, "watchdog-job", watchdog_job_props()),
     ]
 
 
@@ -333,6 +425,8 @@ def _as_preview(resources: Iterable[Resource]) -> list[Resource]:
             props = patch(props, "serviceConfig.environmentVariables.DEDUP_ALLOWED_CALLERS", U)
         elif r.type == gcp.FIRESTORE_FIELD:
             props = patch(props, "database", U)
+        elif r.type == ALERT_POLICY:
+            props = patch(props, "notificationChannels", [U])  # the channels' IDs
         elif r.type in (RUN_SERVICE_IAM_MEMBER, PROJECT_IAM_MEMBER, RUN_JOB_IAM_MEMBER):
             props = patch(props, "member", U)
             if str(props.get("role", "")).startswith("projects/"):
@@ -348,6 +442,10 @@ def preview_stack() -> list[Resource]:
 
 def preview_proxy_stack() -> list[Resource]:
     return _as_preview(proxy_stack())
+
+
+def preview_watchdog_stack() -> list[Resource]:
+    return _as_preview(watchdog_stack())
 
 
 def replace(

@@ -75,6 +75,8 @@ def test_kit_stacks_pass_with_no_mandatory_violation() -> None:
 # The one violation the kit's stacks carry: dev's heartbeat is at-most-once by design (no
 # retries), so a run whose instance crashed is skipped; the advisory policy says so.
 HEARTBEAT_ADVISORY = ("dedup-retries-outlast-lease", Enforcement.ADVISORY, "job-heartbeat-job")
+# And dev names no alert e-mail: advisory there, mandatory for a delete-protected stack.
+DEV_ALERTING_ADVISORY = ("dedup-alerting-notifies", Enforcement.ADVISORY, "dedup-function")
 
 
 def findings(violations: list[Violation]) -> list[tuple[str, Enforcement, str]]:
@@ -82,12 +84,15 @@ def findings(violations: list[Violation]) -> list[tuple[str, Enforcement, str]]:
 
 
 @pytest.mark.parametrize(
-    ("path", "expected"), [(DEV, [HEARTBEAT_ADVISORY]), (PROD, [])], ids=["dev", "prod"]
+    ("path", "expected"),
+    [(DEV, [HEARTBEAT_ADVISORY, DEV_ALERTING_ADVISORY]), (PROD, [])],
+    ids=["dev", "prod"],
 )
 def test_each_stack_has_no_violation_at_all(
     path: Path, expected: list[tuple[str, Enforcement, str]]
 ) -> None:
-    """None but the advisory on dev's deliberately unretried heartbeat."""
+    """None but the advisories on dev's deliberately unretried heartbeat and its alert
+    policies without a notification channel."""
     report = offline_check.check_stack_file(path)
     assert report.error is None
     assert report.resources > 20
@@ -103,7 +108,8 @@ def test_dev_heartbeat_advisory_is_printed_and_the_check_passes() -> None:
 
 def test_stack_policies_see_every_job_of_the_stack(dev_declared: list[DeclaredResource]) -> None:
     """Not vacuous: records kept 30 s are flagged once per job (the heartbeat's retry window
-    is its 30 s deadline); a lease of 10 s once, for the function."""
+    is its 30 s deadline, the watchdog's own job included: it targets the watchdog, which
+    carries the same DEDUP_* store settings); a lease of 10 s once per function."""
     broken = mutate(dev_declared, FUNCTION, f"{ENV}.DEDUP_RETENTION_SECONDS", "30")
     found = [
         v
@@ -111,7 +117,7 @@ def test_stack_policies_see_every_job_of_the_stack(dev_declared: list[DeclaredRe
         if v.policy == "dedup-retention-exceeds-retry-window"
     ]
     jobs = [d for d in dev_declared if d.type == JOB]
-    assert len(jobs) == 3
+    assert len(jobs) == 3 + 1  # the stack file's and the watchdog's
     assert len(found) == len(jobs)
     broken = mutate(dev_declared, FUNCTION, f"{ENV}.DEDUP_LEASE_SECONDS", "10")
     found = [
@@ -119,7 +125,8 @@ def test_stack_policies_see_every_job_of_the_stack(dev_declared: list[DeclaredRe
         for v in offline_check.check_declared(broken)
         if v.policy == "dedup-lease-survives-missed-renewals"
     ]
-    assert len(found) == 1
+    functions = [d for d in dev_declared if d.type == FUNCTION]
+    assert len(found) == len(functions) == 2  # the dedup function and the watchdog
     assert "shorter than 3 x DEDUP_STORE_TIMEOUT_SECONDS (30s)" in found[0].message
 
 
@@ -413,6 +420,8 @@ BROKEN: list[Broken] = [
         "default runtime service account",
         "function-dedicated-runtime-service-account",
         lambda d: mutate(d, FUNCTION, "serviceConfig.serviceAccountEmail", COMPUTE_SA),
+        # The watchdog then shares that account with the dedup function.
+        also=frozenset({"dedup-watchdog-own-service-account"}),
     ),
     Broken(
         "no runtime service account",
@@ -692,7 +701,7 @@ def test_unknowns_from_a_preview_do_not_fail_the_check(
     preview = mutate(preview, FIELD, "database", U)
     found = offline_check.check_declared(preview)
     assert found == offline_check.check_declared(dev_declared)
-    assert findings(found) == [HEARTBEAT_ADVISORY]
+    assert findings(found) == [HEARTBEAT_ADVISORY, DEV_ALERTING_ADVISORY]
 
 
 def test_missing_stack_file_is_an_error(tmp_path: Path) -> None:

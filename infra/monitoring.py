@@ -1,0 +1,369 @@
+"""Monitoring: log-based metrics, alert policies, notification channels and a dashboard.
+
+Everything is read from the functions' structured log lines (JSON on stdout, which Cloud
+Logging parses into `jsonPayload`); the functions export nothing themselves:
+
+- one line per delivery (dedup function and proxy): `outcome`, `job` (the Scheduler job
+  ID), `latency_ms`;
+- the watchdog's problem lines: `component: "watchdog"`, `kind` (missed, failed, overlong,
+  never_ran), `job`; and one summary line per tick (`message` "watchdog summary ...").
+
+Log-based metrics (user-defined, `logging.googleapis.com/user/<namePrefix>-...`):
+deliveries by job and outcome, job duration (a distribution of `latency_ms`) by job and
+outcome, watchdog problems by job and kind, completed_unrecorded and claim_lost deliveries
+by job, and watchdog summaries. Alert policies: any watchdog problem; store_unavailable
+deliveries above a rate; the watchdog's summary line absent for 3 of its periods (so the
+watchdog itself is watched). Every policy notifies the e-mail channels of `alerts.emails`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from itertools import islice, pairwise
+from typing import Any, Final
+
+import pulumi
+import pulumi_gcp as gcp
+
+from infra.config import WatchdogSettings
+from infra.scheduler_rules import duration_string, schedule_times
+
+COMPONENT_TYPE: Final = "scheduler-dedup:index:Monitoring"
+USER_METRIC_PREFIX: Final = "logging.googleapis.com/user/"
+STORE_UNAVAILABLE_THRESHOLD: Final = 5
+"""store_unavailable deliveries per STORE_UNAVAILABLE_WINDOW_SECONDS that raise an alert."""
+STORE_UNAVAILABLE_WINDOW_SECONDS: Final = 300
+ABSENT_PERIODS: Final = 3
+"""The watchdog's summary line absent for this many of its periods raises an alert."""
+AUTO_CLOSE_SECONDS: Final = 1800
+"""An incident with no data for this long closes (Monitoring's shortest), so the next problem
+of the same job and kind notifies again instead of joining a stale incident."""
+ABSENCE_MIN_SECONDS: Final = 120
+ABSENCE_MAX_SECONDS: Final = 84600  # Cloud Monitoring's longest absence duration: 23.5 h
+PROBLEM_KINDS: Final = ("missed", "failed", "overlong", "never_ran")
+
+
+def schedule_period_seconds(schedule: str, time_zone: str) -> int:
+    """The longest gap between two runs of `schedule` over a sample of its next runs."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    times = list(islice(schedule_times(schedule, time_zone, start), 200))
+    gaps = [(b - a).total_seconds() for a, b in pairwise(times)]
+    return int(max(gaps)) if gaps else ABSENCE_MAX_SECONDS
+
+
+def absence_seconds(settings: WatchdogSettings) -> int:
+    """ABSENT_PERIODS watchdog periods, in whole minutes, within what Monitoring allows."""
+    period = schedule_period_seconds(settings.schedule, settings.time_zone)
+    wanted = math.ceil(ABSENT_PERIODS * period / 60) * 60
+    return max(ABSENCE_MIN_SECONDS, min(ABSENCE_MAX_SECONDS, wanted))
+
+
+def _service_filter(services: Sequence[str]) -> str:
+    names = " OR ".join(f'"{s}"' for s in services)
+    return f'resource.type="cloud_run_revision" AND resource.labels.service_name=({names})'
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One log-based metric: its suffix, log filter, labels and (distribution) value."""
+
+    suffix: str
+    description: str
+    filter: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """label -> jsonPayload field it is extracted from."""
+    value_field: str | None = None
+    """A distribution of this jsonPayload field (milliseconds); None: a count."""
+
+
+@dataclass(frozen=True)
+class MonitoringArgs:
+    project: str
+    name_prefix: str
+    delivery_services: Sequence[str]
+    """The Cloud Run services (function names) that log deliveries: function and proxy."""
+    watchdog_service: str | None
+    """The watchdog's service; None: no watchdog, so no watchdog metrics or alerts."""
+    watchdog: WatchdogSettings
+    emails: Sequence[str]
+    depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
+    """The Logging and Monitoring APIs."""
+
+    def metric_name(self, suffix: str) -> str:
+        return f"{self.name_prefix}-{suffix}"
+
+    def metric_type(self, suffix: str) -> str:
+        return USER_METRIC_PREFIX + self.metric_name(suffix)
+
+    def metrics(self) -> list[MetricSpec]:
+        deliveries = f"{_service_filter(self.delivery_services)} AND jsonPayload.outcome:*"
+        specs = [
+            MetricSpec("deliveries", "Scheduler deliveries by job and outcome.", deliveries,
+                       {"job": "job", "outcome": "outcome"}),
+            MetricSpec("job-duration", "Delivery latency (the job's run) by job and outcome, "
+                       "ms.", f"{deliveries} AND jsonPayload.latency_ms:*",
+                       {"job": "job", "outcome": "outcome"}, value_field="latency_ms"),
+            MetricSpec("completed-unrecorded", "Runs that completed but could not be "
+                       "recorded (a late retry may run them again).",
+                       f'{deliveries} AND jsonPayload.outcome="completed_unrecorded"',
+                       {"job": "job"}),
+            MetricSpec("claim-lost", "Runs whose claim was taken over while the job ran.",
+                       f'{deliveries} AND jsonPayload.outcome="claim_lost"', {"job": "job"}),
+        ]
+        if self.watchdog_service is not None:
+            watchdog = f'{_service_filter([self.watchdog_service])} AND ' \
+                'jsonPayload.component="watchdog"'
+            specs += [
+                MetricSpec("watchdog-problems", "Missed, failed, overlong and never-run runs "
+                           "reported by the watchdog, by job and kind.",
+                           f"{watchdog} AND jsonPayload.kind:*", {"job": "job", "kind": "kind"}),
+                MetricSpec("watchdog-summaries", "The watchdog's summary lines (one per tick).",
+                           f'{watchdog} AND jsonPayload.message=~"^watchdog summary"'),
+            ]
+        return specs
+
+    def dashboard(self) -> dict[str, Any]:
+        """The dashboard's JSON (Cloud Monitoring's Dashboard resource)."""
+
+        def chart(title: str, suffix: str, group_by: Sequence[str], aligner: str,
+                  reducer: str, plot: str = "STACKED_BAR", extra: str = "") -> dict[str, Any]:
+            return {
+                "title": title,
+                "xyChart": {
+                    "dataSets": [{
+                        "plotType": plot,
+                        "minAlignmentPeriod": "60s",
+                        "timeSeriesQuery": {"timeSeriesFilter": {
+                            "filter": f'metric.type="{self.metric_type(suffix)}" '
+                            f'resource.type="cloud_run_revision"{extra}',
+                            "aggregation": {
+                                "alignmentPeriod": "60s",
+                                "perSeriesAligner": aligner,
+                                "crossSeriesReducer": reducer,
+                                "groupByFields": [f"metric.label.{g}" for g in group_by],
+                            },
+                        }},
+                    }],
+                },
+            }
+
+        widgets = [
+            chart("Deliveries by job and outcome", "deliveries", ["job", "outcome"],
+                  "ALIGN_SUM", "REDUCE_SUM"),
+            chart("Duplicates suppressed by job", "deliveries", ["job"], "ALIGN_SUM",
+                  "REDUCE_SUM", extra=' metric.label.outcome="duplicate"'),
+            chart("Job duration p95 by job (ms)", "job-duration", ["job"],
+                  "ALIGN_DELTA", "REDUCE_PERCENTILE_95", plot="LINE"),
+            chart("Completed but unrecorded by job", "completed-unrecorded", ["job"],
+                  "ALIGN_SUM", "REDUCE_SUM"),
+            chart("Claims lost by job", "claim-lost", ["job"], "ALIGN_SUM", "REDUCE_SUM"),
+        ]
+        if self.watchdog_service is not None:
+            widgets.append(chart("Watchdog problems by job and kind", "watchdog-problems",
+                                 ["job", "kind"], "ALIGN_SUM", "REDUCE_SUM"))
+        tiles = [
+            {"xPos": (i % 2) * 24, "yPos": (i // 2) * 16, "width": 24, "height": 16,
+             "widget": widget}
+            for i, widget in enumerate(widgets)
+        ]
+        return {
+            "displayName": f"Scheduler dedup ({self.name_prefix})",
+            "mosaicLayout": {"columns": 48, "tiles": tiles},
+        }
+
+
+class Monitoring(pulumi.ComponentResource):
+    """The stack's log-based metrics, alert policies, e-mail channels and dashboard."""
+
+    metrics: dict[str, gcp.logging.Metric]
+    channels: list[gcp.monitoring.NotificationChannel]
+    alert_policies: dict[str, gcp.monitoring.AlertPolicy]
+    dashboard: gcp.monitoring.Dashboard
+
+    def __init__(
+        self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(COMPONENT_TYPE, name, None, opts)
+        project = args.project
+        after_apis = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+
+        self.metrics = {}
+        for spec in args.metrics():
+            labels = [
+                gcp.logging.MetricMetricDescriptorLabelArgs(key=key, value_type="STRING")
+                for key in spec.labels
+            ]
+            distribution = spec.value_field is not None
+            self.metrics[spec.suffix] = gcp.logging.Metric(
+                f"{name}-metric-{spec.suffix}",
+                project=project,
+                name=args.metric_name(spec.suffix),
+                description=spec.description,
+                filter=spec.filter,
+                metric_descriptor=gcp.logging.MetricMetricDescriptorArgs(
+                    metric_kind="DELTA",
+                    value_type="DISTRIBUTION" if distribution else "INT64",
+                    unit="ms" if distribution else "1",
+                    labels=labels,
+                ),
+                label_extractors={
+                    key: f"EXTRACT(jsonPayload.{source})" for key, source in spec.labels.items()
+                },
+                value_extractor=(
+                    f"EXTRACT(jsonPayload.{spec.value_field})" if distribution else None
+                ),
+                # 10 ms .. about 4 h, growing by half each bucket.
+                bucket_options=gcp.logging.MetricBucketOptionsArgs(
+                    exponential_buckets=gcp.logging.MetricBucketOptionsExponentialBucketsArgs(
+                        num_finite_buckets=40, growth_factor=1.5, scale=10
+                    )
+                ) if distribution else None,
+                opts=after_apis,
+            )
+
+        self.channels = [
+            gcp.monitoring.NotificationChannel(
+                f"{name}-email-{index}",
+                project=project,
+                display_name=f"Scheduler dedup ({args.name_prefix}): {email}",
+                type="email",
+                labels={"email_address": email},
+                opts=after_apis,
+            )
+            for index, email in enumerate(args.emails)
+        ]
+        channel_ids = [channel.id for channel in self.channels]
+
+        def policy(
+            suffix: str,
+            display_name: str,
+            condition: gcp.monitoring.AlertPolicyConditionArgs,
+            severity: str,
+            documentation: str,
+            metrics: Sequence[pulumi.Resource],
+        ) -> gcp.monitoring.AlertPolicy:
+            return gcp.monitoring.AlertPolicy(
+                f"{name}-alert-{suffix}",
+                project=project,
+                display_name=f"Scheduler dedup ({args.name_prefix}): {display_name}",
+                combiner="OR",
+                conditions=[condition],
+                severity=severity,
+                notification_channels=channel_ids,
+                documentation=gcp.monitoring.AlertPolicyDocumentationArgs(
+                    content=documentation, mime_type="text/markdown"
+                ),
+                alert_strategy=gcp.monitoring.AlertPolicyAlertStrategyArgs(
+                    auto_close=duration_string(AUTO_CLOSE_SECONDS)
+                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(metrics)),
+            )
+
+        self.alert_policies = {}
+        window = duration_string(STORE_UNAVAILABLE_WINDOW_SECONDS)
+        deliveries = self.metrics["deliveries"]
+        self.alert_policies["store-unavailable"] = policy(
+            "store-unavailable",
+            "Firestore unavailable to the dedup function",
+            gcp.monitoring.AlertPolicyConditionArgs(
+                display_name=f"more than {STORE_UNAVAILABLE_THRESHOLD} store_unavailable "
+                f"deliveries in {STORE_UNAVAILABLE_WINDOW_SECONDS // 60} minutes",
+                condition_threshold=gcp.monitoring.AlertPolicyConditionConditionThresholdArgs(
+                    filter=f'metric.type="{args.metric_type("deliveries")}" AND '
+                    'resource.type="cloud_run_revision" AND '
+                    'metric.label.outcome="store_unavailable"',
+                    comparison="COMPARISON_GT",
+                    threshold_value=STORE_UNAVAILABLE_THRESHOLD,
+                    duration="0s",
+                    # No deliveries failing is no problem: the incident closes.
+                    evaluation_missing_data="EVALUATION_MISSING_DATA_INACTIVE",
+                    aggregations=[
+                        gcp.monitoring.AlertPolicyConditionConditionThresholdAggregationArgs(
+                            alignment_period=window,
+                            per_series_aligner="ALIGN_SUM",
+                            cross_series_reducer="REDUCE_SUM",
+                            group_by_fields=["metric.label.job"],
+                        )
+                    ],
+                ),
+            ),
+            "ERROR",
+            "Deliveries answered `store_unavailable`: the function could not claim the run "
+            "in Firestore and nothing ran; Scheduler retries within the job's retry window. "
+            "Check Firestore's status and the function's logs.",
+            [deliveries],
+        )
+        if args.watchdog_service is not None:
+            problems = self.metrics["watchdog-problems"]
+            self.alert_policies["watchdog-problem"] = policy(
+                "watchdog-problem",
+                "a scheduled run was missed, failed, overlong or never ran",
+                gcp.monitoring.AlertPolicyConditionArgs(
+                    display_name="any run reported by the watchdog",
+                    condition_threshold=gcp.monitoring.AlertPolicyConditionConditionThresholdArgs(
+                        filter=f'metric.type="{args.metric_type("watchdog-problems")}" AND '
+                        'resource.type="cloud_run_revision"',
+                        comparison="COMPARISON_GT",
+                        threshold_value=0,
+                        duration="0s",
+                        # Each problem is logged once (the watchdog's cursors): the next
+                        # minute without one closes the incident.
+                        evaluation_missing_data="EVALUATION_MISSING_DATA_INACTIVE",
+                        aggregations=[
+                            gcp.monitoring.AlertPolicyConditionConditionThresholdAggregationArgs(
+                                alignment_period="60s",
+                                per_series_aligner="ALIGN_SUM",
+                                cross_series_reducer="REDUCE_SUM",
+                                group_by_fields=["metric.label.job", "metric.label.kind"],
+                            )
+                        ],
+                    ),
+                ),
+                "ERROR",
+                "The run watchdog reported a run of a Scheduler job as `missed` (never "
+                "delivered), `failed` (failed through all retries), `overlong` (running past "
+                "its attempt deadline) or `never_ran`. The incident names the job and kind; the "
+                "watchdog's log line (jsonPayload.component=\"watchdog\") names the run.",
+                [problems],
+            )
+            summaries = self.metrics["watchdog-summaries"]
+            absent = absence_seconds(args.watchdog)
+            self.alert_policies["watchdog-absent"] = policy(
+                "watchdog-absent",
+                "the run watchdog is not running",
+                gcp.monitoring.AlertPolicyConditionArgs(
+                    display_name=f"no watchdog summary for {ABSENT_PERIODS} of its periods",
+                    condition_absent=gcp.monitoring.AlertPolicyConditionConditionAbsentArgs(
+                        filter=f'metric.type="{args.metric_type("watchdog-summaries")}" AND '
+                        'resource.type="cloud_run_revision"',
+                        duration=duration_string(absent),
+                        aggregations=[
+                            gcp.monitoring.AlertPolicyConditionConditionAbsentAggregationArgs(
+                                alignment_period="300s",
+                                per_series_aligner="ALIGN_SUM",
+                                cross_series_reducer="REDUCE_SUM",
+                            )
+                        ],
+                        trigger=gcp.monitoring.AlertPolicyConditionConditionAbsentTriggerArgs(
+                            count=1
+                        ),
+                    ),
+                ),
+                "WARNING",
+                "The run watchdog logged no summary line for "
+                f"{ABSENT_PERIODS} of its periods: missed or failed runs go unreported. Check "
+                "its Scheduler job and function logs.",
+                [summaries],
+            )
+
+        self.dashboard = gcp.monitoring.Dashboard(
+            f"{name}-dashboard",
+            project=project,
+            dashboard_json=json.dumps(args.dashboard(), sort_keys=True),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.metrics.values())),
+        )
+        self.register_outputs({"dashboard": self.dashboard.id})

@@ -1,0 +1,129 @@
+"""Stack policies for the run watchdog: it runs as its own service account, and that account
+holds no more than `roles/datastore.user` conditioned to the dedup database.
+
+The watchdog is the `gcp:cloudfunctionsv2/function:Function` with the entry point
+`watch_scheduled_runs`, or with DEDUP_WATCH_JOBS in its environment. It reads the dedup
+records and writes its own cursor documents in the same database, so the database-conditioned
+user role is all it needs. As a function of the kit, the other policies apply to it as well
+(dedicated accounts, internal ingress, DEDUP_ALLOWED_CALLERS, invoker on its service only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from policies.gcp import (
+    FUNCTION_V2,
+    SCHEDULER_JOB,
+    WATCH_JOBS_ENV,
+    WATCHDOG_ENTRY_POINT,
+    iam_kind,
+    service_account_email,
+    type_module,
+)
+from policies.iam import DATASTORE_USER, PolicyDataError, datastore_user_single_database, grants
+from policies.model import Finding, Resource
+from policies.proxy import _holds, _label, _runtime_email
+from policies.values import as_mapping, get, known_str
+
+
+def _env(function: Resource) -> Any:
+    return get(function.props, "serviceConfig", "environmentVariables")
+
+
+def is_watchdog_function(resource: Resource) -> bool:
+    if resource.type != FUNCTION_V2:
+        return False
+    if get(resource.props, "buildConfig", "entryPoint") == WATCHDOG_ENTRY_POINT:
+        return True
+    env = as_mapping(_env(resource))
+    return env is not None and WATCH_JOBS_ENV in env
+
+
+def watchdog_functions(resources: Sequence[Resource]) -> list[Resource]:
+    return [r for r in resources if is_watchdog_function(r)]
+
+
+# --- dedup-watchdog-own-service-account -------------------------------------------------
+
+
+def own_service_account(resources: Sequence[Resource]) -> list[Finding]:
+    findings: list[Finding] = []
+    for watchdog in watchdog_functions(resources):
+        email = _runtime_email(watchdog)
+        if email is None:
+            continue  # not known yet, or unset (function-dedicated-runtime-service-account)
+        for other in resources:
+            if other is watchdog or other.urn == watchdog.urn:
+                continue
+            if _runtime_email(other) == email:
+                findings.append(
+                    Finding(
+                        f"the watchdog {_label(watchdog)} runs as {email}, and so does "
+                        f"{_label(other)}: set the watchdog's "
+                        "serviceConfig.serviceAccountEmail to an account of its own, which "
+                        "holds only roles/datastore.user on the dedup database",
+                        watchdog.urn,
+                    )
+                )
+            if other.type == SCHEDULER_JOB:
+                oidc = known_str(get(other.props, "httpTarget", "oidcToken", "serviceAccountEmail"))
+                if oidc and service_account_email(oidc) == email:
+                    findings.append(
+                        Finding(
+                            f"Scheduler job {_label(other)} sends OIDC tokens of the watchdog's "
+                            f"own account {email}: use the stack's invoker account, which holds "
+                            "only roles/run.invoker on the kit's services",
+                            other.urn,
+                        )
+                    )
+    return findings
+
+
+# --- dedup-watchdog-least-privilege -----------------------------------------------------
+
+
+def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
+    """The watchdog's account holds roles/datastore.user, conditioned to one database, and
+    nothing else."""
+    findings: list[Finding] = []
+    for watchdog in watchdog_functions(resources):
+        email = _runtime_email(watchdog)
+        if email is None:
+            continue  # not known yet: the grants cannot be attributed to the watchdog
+        for resource in resources:
+            if iam_kind(resource.type) is None:
+                continue
+            try:
+                found = grants(resource.type, resource.props)
+            except PolicyDataError:
+                continue  # iam-no-public-members reports a malformed policy document
+            for grant in found:
+                role = known_str(grant.role)
+                if role is None or not _holds(grant.members, email):
+                    continue
+                prefix = f"the watchdog's account {email} ({_label(watchdog)})"
+                if role != DATASTORE_USER:
+                    findings.append(
+                        Finding(
+                            f"{prefix}: {role} is not a role the watchdog needs: remove it "
+                            f"(allowed: only {DATASTORE_USER}, conditioned to the dedup "
+                            "database)",
+                            resource.urn,
+                        )
+                    )
+                    continue
+                if type_module(resource.type) in ("folder", "organizations"):
+                    findings.append(
+                        Finding(
+                            f"{prefix}: {role} is granted at folder or organization level, "
+                            "across every project: grant it in the dedup database's project, "
+                            "conditioned to that database",
+                            resource.urn,
+                        )
+                    )
+                    continue
+                for problem in datastore_user_single_database(resource.type, resource.props):
+                    findings.append(Finding(f"{prefix}: {problem}", resource.urn))
+    return findings

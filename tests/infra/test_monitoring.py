@@ -1,0 +1,446 @@
+"""The run watchdog and the Monitoring component, under Pulumi's mocks for dev and prod:
+the watchdog's function, identity, grant and job; the log-based metrics, alert policies
+(the absence one included), notification channels and the dashboard."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dedup.settings import Settings
+from infra.config import ConfigError, load_config
+from infra.monitoring import (
+    ABSENT_PERIODS,
+    STORE_UNAVAILABLE_THRESHOLD,
+    absence_seconds,
+    schedule_period_seconds,
+)
+from infra.offline import load_stack_config, run_offline
+from infra.scheduler_rules import retry_window_seconds
+from policies import offline_check
+from tests.infra.helpers import (
+    ACCOUNT,
+    ALERT_POLICY,
+    CHANNEL,
+    DASHBOARD,
+    FUNCTION,
+    JOB,
+    METRIC,
+    SLEEP,
+    StackUnderTest,
+)
+
+USER_METRIC = "logging.googleapis.com/user/"
+METRIC_SUFFIXES = (
+    "deliveries",
+    "job-duration",
+    "completed-unrecorded",
+    "claim-lost",
+    "watchdog-problems",
+    "watchdog-summaries",
+)
+
+
+def metrics(stack: StackUnderTest) -> dict[str, Any]:
+    prefix = f"{stack.config.name_prefix}-"
+    return {m.props["name"].removeprefix(prefix): m for m in stack.all(METRIC)}
+
+
+def policies(stack: StackUnderTest) -> dict[str, Any]:
+    return {p.name.removeprefix("monitoring-alert-"): p for p in stack.all(ALERT_POLICY)}
+
+
+# --- the watchdog ---------------------------------------------------------------------
+
+
+def test_watchdog_function_identity_and_settings(stack: StackUnderTest) -> None:
+    cfg = stack.config
+    watchdog = stack.watchdog
+    assert watchdog is not None
+    props = watchdog.props
+    assert props["name"] == f"{cfg.name_prefix}-watchdog"
+    assert props["buildConfig"]["entryPoint"] == "watch_scheduled_runs"
+    # Same source object and build account as the dedup function.
+    assert props["buildConfig"]["source"] == stack.function.props["buildConfig"]["source"]
+    assert props["buildConfig"]["serviceAccount"] == (
+        stack.function.props["buildConfig"]["serviceAccount"]
+    )
+    service = props["serviceConfig"]
+    assert service["ingressSettings"] == "ALLOW_INTERNAL_ONLY"
+    # No warm instance, one tick at a time, whatever the stack's scaling.
+    assert (service["minInstanceCount"], service["maxInstanceCount"]) == (0, 1)
+    assert service["maxInstanceRequestConcurrency"] == 1
+    assert service["timeoutSeconds"] == cfg.function.timeout_seconds
+    assert service["serviceAccountEmail"] == stack.account_email("watchdog")
+    env = service["environmentVariables"]
+    dedup_env = stack.function.props["serviceConfig"]["environmentVariables"]
+    for key, value in dedup_env.items():
+        if key not in ("DEDUP_JOB", "DEDUP_JOB_ROUTES"):
+            assert env[key] == value, key
+    assert env["DEDUP_ALLOWED_CALLERS"] == stack.account_email("invoker")
+    assert Settings.from_env(env).allowed_callers == frozenset({stack.account_email("invoker")})
+    # Unset: 2 days, or half the retention: dev keeps records a day, so 12 hours.
+    lookback = {"dev": "43200", "prod": "172800"}[stack.name]
+    assert env["DEDUP_WATCH_LOOKBACK_SECONDS"] == str(cfg.watchdog.lookback_seconds) == lookback
+    assert env["DEDUP_WATCH_GRACE_SECONDS"] == str(cfg.watchdog.grace_seconds) == "300"
+    assert "DEDUP_JOB_ROUTES" not in env and "DEDUP_PROXY_ROUTES" not in env
+
+
+def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
+    """Every job of the stack (the proxied ones too), by deployed ID, with its cron, time
+    zone, deadline, retry window (infra/scheduler_rules.py) and paused flag."""
+    cfg = stack.config
+    assert stack.watchdog is not None
+    env = stack.watchdog.props["serviceConfig"]["environmentVariables"]
+    watched = json.loads(env["DEDUP_WATCH_JOBS"])
+    assert [w["name"] for w in watched] == sorted(cfg.job_id(j) for j in cfg.jobs)
+    assert stack.watchdog_job_id not in {w["name"] for w in watched}
+    deployed = {j.props["name"]: j.props for j in stack.config_jobs()}
+    for job in cfg.jobs:
+        entry = next(w for w in watched if w["name"] == cfg.job_id(job))
+        assert entry == {
+            "name": cfg.job_id(job),
+            "schedule": job.schedule,
+            "timeZone": job.time_zone,
+            "attemptDeadlineSeconds": job.attempt_deadline_seconds,
+            "retryWindowSeconds": retry_window_seconds(job.attempt_deadline_seconds, job.retry),
+            "paused": job.paused,
+        }
+        props = deployed[entry["name"]]
+        assert (props["schedule"], props["timeZone"]) == (entry["schedule"], entry["timeZone"])
+        assert props["attemptDeadline"] == f"{entry['attemptDeadlineSeconds']}s"
+        assert props["paused"] is entry["paused"]
+    if cfg.proxied_jobs:
+        assert {cfg.job_id(j) for j in cfg.proxied_jobs} <= {w["name"] for w in watched}
+
+
+def test_watchdog_account_holds_only_the_database_role(stack: StackUnderTest) -> None:
+    email = stack.account_email("watchdog")
+    assert email == f"{stack.config.name_prefix}-watchdog@{stack.config.project}" \
+        ".iam.gserviceaccount.com"
+    (grant,) = stack.grants_to(email)
+    assert grant.name == "watchdog-datastore-user"
+    assert grant.props["role"] == "roles/datastore.user"
+    assert grant.props["condition"]["expression"] == (
+        f'resource.name == "projects/{stack.config.project}/databases/'
+        f'{stack.config.dedup.database_name}"'
+    )
+    # Nothing else runs as it, and no job sends its tokens.
+    runners = [f for f in stack.all(FUNCTION)
+               if f.props["serviceConfig"]["serviceAccountEmail"] == email]
+    assert [f.name for f in runners] == ["watchdog-function"]
+    assert all(j.props["httpTarget"]["oidcToken"]["serviceAccountEmail"] != email
+               for j in stack.all(JOB))
+
+
+def test_watchdog_job_calls_the_watchdog_with_oidc(stack: StackUnderTest) -> None:
+    cfg = stack.config
+    (job,) = [j for j in stack.all(JOB) if j.props["name"] == stack.watchdog_job_id]
+    props = job.props
+    assert props["schedule"] == cfg.watchdog.schedule == "*/10 * * * *"
+    assert props["timeZone"] == cfg.watchdog.time_zone == "Etc/UTC"
+    target = props["httpTarget"]
+    assert target["uri"] == stack.watchdog_uri
+    assert target["oidcToken"] == {
+        "serviceAccountEmail": stack.account_email("invoker"),
+        "audience": stack.watchdog_uri,
+    }
+    assert stack.watchdog_uri != stack.service_uri
+    assert "body" not in target or target["body"] is None
+    # It waits for the invoker's grant on the watchdog's service.
+    binding = stack.run.by_name("watchdog-invoker")
+    assert binding.props["name"].endswith(f"/services/{cfg.name_prefix}-watchdog")
+    assert binding.props["member"] == f"serviceAccount:{stack.account_email('invoker')}"
+    assert binding.urn in job.dependencies
+
+
+def test_watchdog_waits_for_its_grant(stack: StackUnderTest) -> None:
+    assert stack.watchdog is not None
+    deps = set(stack.watchdog.dependencies)
+    wait = stack.run.by_name("watchdog-iam-propagation")
+    assert wait.type == SLEEP
+    assert wait.urn in deps
+    assert stack.run.by_name("watchdog-datastore-user").urn in deps
+    assert set(wait.dependencies) >= {
+        stack.run.by_name("watchdog-sa").urn,
+        stack.run.by_name("watchdog-datastore-user").urn,
+    }
+
+
+# --- metrics ----------------------------------------------------------------------------
+
+
+def test_log_based_metrics(stack: StackUnderTest) -> None:
+    found = metrics(stack)
+    assert sorted(found) == sorted(METRIC_SUFFIXES)
+    services = {stack.config.name_prefix} | (
+        {f"{stack.config.name_prefix}-proxy"} if stack.proxy is not None else set()
+    )
+    for suffix, metric in found.items():
+        props = metric.props
+        assert props["project"] == stack.config.project
+        assert props["filter"].startswith('resource.type="cloud_run_revision"')
+        assert props["metricDescriptor"]["metricKind"] == "DELTA"
+        labels = {label["key"] for label in props["metricDescriptor"].get("labels", [])}
+        assert labels == set(props.get("labelExtractors", {})), suffix
+        if suffix.startswith("watchdog"):
+            assert f'"{stack.config.name_prefix}-watchdog"' in props["filter"]
+            assert 'jsonPayload.component="watchdog"' in props["filter"]
+        else:
+            for service in services:
+                assert f'"{service}"' in props["filter"], (suffix, service)
+            assert "jsonPayload.outcome:*" in props["filter"]
+    deliveries = found["deliveries"].props
+    assert deliveries["labelExtractors"] == {
+        "job": "EXTRACT(jsonPayload.job)", "outcome": "EXTRACT(jsonPayload.outcome)"
+    }
+    assert deliveries["metricDescriptor"]["valueType"] == "INT64"
+    duration = found["job-duration"].props
+    assert duration["metricDescriptor"]["valueType"] == "DISTRIBUTION"
+    assert duration["metricDescriptor"]["unit"] == "ms"
+    assert duration["valueExtractor"] == "EXTRACT(jsonPayload.latency_ms)"
+    assert duration["bucketOptions"]["exponentialBuckets"]["numFiniteBuckets"] > 0
+    assert 'jsonPayload.outcome="completed_unrecorded"' in found["completed-unrecorded"].props[
+        "filter"]
+    assert 'jsonPayload.outcome="claim_lost"' in found["claim-lost"].props["filter"]
+    problems = found["watchdog-problems"].props
+    assert problems["labelExtractors"] == {
+        "job": "EXTRACT(jsonPayload.job)", "kind": "EXTRACT(jsonPayload.kind)"
+    }
+    assert 'jsonPayload.message=~"^watchdog summary"' in found["watchdog-summaries"].props[
+        "filter"]
+
+
+# --- alert policies and channels ----------------------------------------------------------
+
+
+def test_notification_channels_follow_alert_emails(stack: StackUnderTest) -> None:
+    channels = stack.all(CHANNEL)
+    emails = [c.props["labels"]["email_address"] for c in channels]
+    assert emails == list(stack.config.alerts.emails)
+    assert all(c.props["type"] == "email" for c in channels)
+    expected = {"dev": [], "prod": ["oncall@acme.example"]}[stack.name]
+    assert emails == expected
+
+
+def test_alert_policies(stack: StackUnderTest) -> None:
+    found = policies(stack)
+    assert sorted(found) == ["store-unavailable", "watchdog-absent", "watchdog-problem"]
+    channel_ids = [c.outputs.get("id", f"{c.name}-id") for c in stack.all(CHANNEL)]
+    prefix = stack.config.name_prefix
+    for policy in found.values():
+        props = policy.props
+        assert props["notificationChannels"] == channel_ids
+        assert prefix in props["displayName"]
+        assert props["documentation"]["content"]
+        assert props["alertStrategy"]["autoClose"] == "1800s"
+        (condition,) = props["conditions"]
+        metric_filter = next(
+            v["filter"] for k, v in condition.items() if k.startswith("condition")
+        )
+        metric_type = metric_filter.split('"')[1]
+        assert metric_type.startswith(f"{USER_METRIC}{prefix}-")
+        declared = {m.props["name"] for m in stack.all(METRIC)}
+        assert metric_type.removeprefix(USER_METRIC) in declared
+        # The policy waits for its metric to exist.
+        metric = next(m for m in stack.all(METRIC)
+                      if m.props["name"] == metric_type.removeprefix(USER_METRIC))
+        assert metric.urn in policy.dependencies
+
+    problem = found["watchdog-problem"].props["conditions"][0]["conditionThreshold"]
+    assert problem["comparison"] == "COMPARISON_GT"
+    assert problem["thresholdValue"] == 0
+    assert problem["evaluationMissingData"] == "EVALUATION_MISSING_DATA_INACTIVE"
+    assert problem["aggregations"][0]["groupByFields"] == ["metric.label.job",
+                                                           "metric.label.kind"]
+    store = found["store-unavailable"].props["conditions"][0]["conditionThreshold"]
+    assert 'metric.label.outcome="store_unavailable"' in store["filter"]
+    assert store["thresholdValue"] == STORE_UNAVAILABLE_THRESHOLD
+
+
+def test_the_watchdog_is_watched_by_absence(stack: StackUnderTest) -> None:
+    """Its summary line absent for 3 of its periods (every 10 minutes: 30 minutes)."""
+    absent = policies(stack)["watchdog-absent"].props["conditions"][0]["conditionAbsent"]
+    assert absent["filter"].startswith(
+        f'metric.type="{USER_METRIC}{stack.config.name_prefix}-watchdog-summaries"'
+    )
+    assert absent["duration"] == f"{ABSENT_PERIODS * 600}s" == "1800s"
+    assert absent["trigger"] == {"count": 1}
+
+
+@pytest.mark.parametrize(
+    ("schedule", "time_zone", "period", "absent"),
+    [
+        ("*/10 * * * *", "Etc/UTC", 600, 1800),
+        ("* * * * *", "Etc/UTC", 60, 180),
+        ("0 * * * *", "Europe/Berlin", 3600, 10800),
+        ("0 3 * * *", "Europe/Berlin", 86400, 84600),  # capped at Monitoring's 23.5 h
+    ],
+)
+def test_absence_follows_the_watchdog_period(
+    schedule: str, time_zone: str, period: int, absent: int
+) -> None:
+    cfg = load_config(_dev(watchdog={
+        "schedule": schedule, "timeZone": time_zone, "lookbackSeconds": 43200}))
+    assert schedule_period_seconds(schedule, time_zone) == period
+    assert absence_seconds(cfg.watchdog) == absent
+
+
+# --- dashboard ----------------------------------------------------------------------------
+
+
+def test_dashboard_json(stack: StackUnderTest) -> None:
+    dashboard = json.loads(stack.one(DASHBOARD).props["dashboardJson"])
+    assert stack.config.name_prefix in dashboard["displayName"]
+    tiles = dashboard["mosaicLayout"]["tiles"]
+    titles = [t["widget"]["title"] for t in tiles]
+    assert titles[0] == "Deliveries by job and outcome"
+    assert "Duplicates suppressed by job" in titles
+    assert any("duration" in t.lower() for t in titles)
+    assert "Watchdog problems by job and kind" in titles
+    declared = {m.props["name"] for m in stack.all(METRIC)}
+    for tile in tiles:
+        query = tile["widget"]["xyChart"]["dataSets"][0]["timeSeriesQuery"]
+        metric_type = query["timeSeriesFilter"]["filter"].split('"')[1]
+        assert metric_type.removeprefix(USER_METRIC) in declared, tile["widget"]["title"]
+    duplicates = next(t for t in tiles if t["widget"]["title"] == "Duplicates suppressed by job")
+    assert 'metric.label.outcome="duplicate"' in (
+        duplicates["widget"]["xyChart"]["dataSets"][0]["timeSeriesQuery"]["timeSeriesFilter"][
+            "filter"]
+    )
+
+
+# --- config -------------------------------------------------------------------------------
+
+
+def _dev(**kit: Any) -> dict[str, Any]:
+    raw = copy.deepcopy(load_stack_config("dev"))
+    raw.update({f"scheduler-dedup:{k}": v for k, v in kit.items()})
+    return raw
+
+
+def test_watchdog_can_be_turned_off(tmp_path: Path) -> None:
+    run = run_offline(
+        _dev(watchdog={"enabled": False, "lookbackSeconds": 43200}), stack="dev",
+        build_dir=tmp_path,
+    )
+    assert [f.name for f in run.of_type(FUNCTION)] == ["dedup-function"]
+    assert not [r for r in run.resources if r.name.startswith("watchdog")]
+    assert "sched-dedup-dev-watchdog" not in {a.props["accountId"] for a in run.of_type(ACCOUNT)}
+    names = {m.props["name"].removeprefix("sched-dedup-dev-") for m in run.of_type(METRIC)}
+    assert names == {"deliveries", "job-duration", "completed-unrecorded", "claim-lost"}
+    assert [p.name for p in run.of_type(ALERT_POLICY)] == ["monitoring-alert-store-unavailable"]
+    assert "watchdogUrl" not in run.outputs
+
+
+def test_watchdog_config_is_validated() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(_dev(
+            watchdog={"schedule": "every 10 minutes", "timeZone": "Mars/Olympus",
+                      "lookbackSeconds": 10, "graceSeconds": -1, "cadence": 1},
+            alerts={"emails": ["oncall@example.com", "not-an-address", "ONCALL@example.com"]},
+        ))
+    keys = set(caught.value.keys)
+    assert {
+        "scheduler-dedup:watchdog.schedule",
+        "scheduler-dedup:watchdog.timeZone",
+        "scheduler-dedup:watchdog.lookbackSeconds",
+        "scheduler-dedup:watchdog.graceSeconds",
+        "scheduler-dedup:watchdog.cadence",
+        "scheduler-dedup:alerts.emails[1]",
+    } <= keys
+
+
+def test_alert_emails_listed_twice_are_rejected() -> None:
+    with pytest.raises(ConfigError, match="listed twice") as caught:
+        load_config(_dev(alerts={"emails": ["a@example.com", "A@example.com"]}))
+    assert caught.value.keys == ("scheduler-dedup:alerts.emails[1]",)
+
+
+def test_engine_strings_are_read() -> None:
+    cfg = load_config(_dev(
+        watchdog=json.dumps({"enabled": "false", "lookbackSeconds": "7200"}),
+        alerts=json.dumps({"emails": ["oncall@example.com"]}),
+    ))
+    assert cfg.watchdog.enabled is False
+    assert cfg.watchdog.lookback_seconds == 7200
+    assert cfg.alerts.emails == ("oncall@example.com",)
+
+
+def test_job_named_watchdog_is_rejected_while_the_watchdog_runs() -> None:
+    raw = _dev()
+    raw["scheduler-dedup:jobs"][0]["name"] = "watchdog"
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw)
+    assert caught.value.keys == ("scheduler-dedup:jobs[0].name",)
+    assert load_config({**raw, "scheduler-dedup:watchdog": {"enabled": False}})
+
+
+def test_the_watchdog_account_id_fits() -> None:
+    long_prefix = "a" * 22
+    raw = _dev(namePrefix=long_prefix, databaseName=None)
+    raw.pop("scheduler-dedup:databaseName")
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw)
+    assert caught.value.keys == ("scheduler-dedup:namePrefix",)
+    assert "at most 21" in str(caught.value)
+    assert load_config({**raw, "scheduler-dedup:watchdog": {"enabled": False}})
+
+
+# --- the policy pack on these stacks ------------------------------------------------------
+
+
+def test_production_stack_without_alert_emails_fails_the_policy_check(tmp_path: Path) -> None:
+    raw = copy.deepcopy(load_stack_config("prod"))
+    del raw["scheduler-dedup:alerts"]
+    run = run_offline(raw, stack="prod", build_dir=tmp_path)
+    found = offline_check.check_declared(run.resources)
+    assert [(v.policy, v.enforcement.value) for v in found] == [
+        ("dedup-alerting-notifies-production", "mandatory")
+    ]
+
+
+def test_the_watchdog_passes_the_policy_pack(stack: StackUnderTest) -> None:
+    mandatory = [
+        v for v in offline_check.check_declared(stack.run.resources)
+        if v.enforcement.value == "mandatory"
+    ]
+    assert mandatory == []
+
+
+def test_the_watchdog_reads_the_settings_infra_gives_it(stack: StackUnderTest) -> None:
+    """The contract with function/dedup/watchdog.py: its own parser accepts the
+    environment as deployed, with the stack's jobs, lookback, grace and caller."""
+    from dedup.watchdog import WatchSettings
+
+    assert stack.watchdog is not None
+    cfg = stack.config
+    env = stack.watchdog.props["serviceConfig"]["environmentVariables"]
+    settings = WatchSettings.from_env(env)
+    assert settings.lookback_seconds == cfg.watchdog.lookback_seconds
+    assert settings.grace_seconds == cfg.watchdog.grace_seconds
+    assert settings.store.allowed_callers == frozenset({stack.account_email("invoker")})
+    assert settings.cursor_collection == f"{cfg.dedup.collection}_watchdog"
+    by_name = {job.name: job for job in settings.jobs}
+    assert set(by_name) == {cfg.job_id(j) for j in cfg.jobs}
+    for job in cfg.jobs:
+        watched = by_name[cfg.job_id(job)]
+        assert watched.schedule == job.schedule
+        assert watched.time_zone == job.time_zone
+        assert watched.attempt_deadline_seconds == job.attempt_deadline_seconds
+        assert watched.retry_window_seconds == job.retry_window_seconds
+        assert watched.paused is job.paused
+
+
+def test_the_lookback_must_fit_in_the_records_retention() -> None:
+    """The function refuses a lookback the records do not outlive (TTL would delete them
+    before they are judged); the config says so before anything is deployed."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(_dev(watchdog={"lookbackSeconds": 86400}))  # dev keeps records a day
+    assert caught.value.keys == ("scheduler-dedup:watchdog.lookbackSeconds",)
+    assert "retentionSeconds" in str(caught.value)
+    assert load_config(_dev(watchdog={"enabled": False, "lookbackSeconds": 86400}))
