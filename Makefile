@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STACK ?= dev
 
-.PHONY: demo test lint typecheck workflow-lint unit plan policy-check bench clean schema
+.PHONY: demo test lint typecheck workflow-lint unit plan runs policy-check bench clean schema
 
 # The virtual environment is built from pinned requirements on first use.
 $(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.txt policies/requirements.txt constraints.txt
@@ -33,6 +33,12 @@ unit: $(VENV)/stamp
 
 plan: $(VENV)/stamp
 	$(BIN)/python -m infra.plan $(STACK)
+
+# Per job, the last expected runs with status, attempts, duration and the watchdog's verdict,
+# read from the stack's Firestore database (the emulator if FIRESTORE_EMULATOR_HOST is set,
+# else Application Default Credentials). RUNS_ARGS="--last 20 --job hourly-sync".
+runs: $(VENV)/stamp
+	$(BIN)/python -m infra.runs $(STACK) $(RUNS_ARGS)
 
 policy-check: $(VENV)/stamp
 	$(BIN)/python -m policies.offline_check

@@ -54,6 +54,8 @@ DEFAULT_LOOKBACK_SECONDS = 2 * 24 * 3600.0
 DEFAULT_GRACE_SECONDS = 300.0
 
 MISSED, FAILED, OVERLONG, NEVER_RAN = "missed", "failed", "overlong", "never_ran"
+# Verdicts that are not problems (classify_run; shown by `make runs`).
+FINE, NOT_DUE, RUNNING, BEFORE_FIRST_RUN = "ok", "not_due", "running", "before_first_run"
 PROBLEM_SEVERITY = {MISSED: "ERROR", FAILED: "ERROR", NEVER_RAN: "ERROR", OVERLONG: "WARNING"}
 _JOB_KEYS = {
     "name", "schedule", "timeZone", "attemptDeadlineSeconds", "retryWindowSeconds", "paused",
@@ -265,6 +267,52 @@ class Problem:
         return body
 
 
+def verdict_due_at(job: WatchedJob, schedule_time: datetime, grace_seconds: float) -> datetime:
+    """When a run's verdict becomes due: its whole retry window + grace has passed."""
+    return schedule_time + timedelta(seconds=job.retry_window_seconds + grace_seconds)
+
+
+def running_seconds(schedule_time: datetime, stored: StoredRun, now: datetime) -> float:
+    """How long an in-progress run has been running (since its claim, else its schedule)."""
+    began = stored.record.claimed_at or schedule_time
+    return (now - began).total_seconds()
+
+
+def is_overlong(
+    job: WatchedJob, schedule_time: datetime, stored: StoredRun, now: datetime,
+    grace_seconds: float,
+) -> bool:
+    return running_seconds(schedule_time, stored, now) > (
+        job.attempt_deadline_seconds + grace_seconds
+    )
+
+
+def classify_run(
+    job: WatchedJob,
+    schedule_time: datetime,
+    stored: StoredRun | None,
+    now: datetime,
+    grace_seconds: float,
+    first_run: datetime | None,
+) -> str:
+    """The watchdog's verdict on one run at `now`, as a tick judges it: `ok` (completed),
+    `not_due` (still inside its retry window + grace), `before_first_run` (scheduled
+    before the job's first recorded run), `missed`, `failed`, `running` or `overlong`
+    (in progress beyond its attempt deadline + grace)."""
+    due = verdict_due_at(job, schedule_time, grace_seconds) <= now
+    if due and (first_run is None or schedule_time < first_run):
+        return BEFORE_FIRST_RUN
+    if stored is not None and stored.record.status is RunStatus.COMPLETED:
+        return FINE
+    if not due:
+        return NOT_DUE
+    if stored is None:
+        return MISSED
+    if stored.record.status is RunStatus.FAILED:
+        return FAILED
+    return OVERLONG if is_overlong(job, schedule_time, stored, now, grace_seconds) else RUNNING
+
+
 @dataclass
 class JobTick:
     checked: int = 0
@@ -352,15 +400,17 @@ class Watchdog:
                 cursor.never_ran_reported = True
 
         for run_id, t in due_ids.items():
-            if cursor.first_run is None or t < cursor.first_run:
-                continue  # before the job's first recorded run: it did not exist yet
             stored = found.get(run_id)
+            verdict = classify_run(job, t, stored, now, grace, cursor.first_run)
+            if verdict in (BEFORE_FIRST_RUN, NOT_DUE):
+                continue  # before the job's first recorded run: it did not exist yet (a due
+                # run is never not_due)
             tick.checked += 1
-            if stored is None:
+            if verdict == MISSED:
                 tick.problems.append(Problem(job.name, t, MISSED, run_id))
-            elif stored.record.status is RunStatus.FAILED:
+            elif verdict == FAILED and stored is not None:
                 tick.problems.append(self._failed(job, t, run_id, stored))
-            elif stored.record.status is RunStatus.IN_PROGRESS:
+            elif verdict in (RUNNING, OVERLONG):
                 watching[run_id] = t  # judged below, and at every tick until it ends
 
         for run_id, t in list(watching.items()):
@@ -372,15 +422,12 @@ class Watchdog:
             elif stored.record.status is RunStatus.FAILED:
                 watching.pop(run_id)
                 tick.problems.append(self._failed(job, t, run_id, stored))
-            elif run_id not in cursor.overlong:
-                began = stored.record.claimed_at or t
-                running = (now - began).total_seconds()
-                if running > job.attempt_deadline_seconds + grace:
-                    tick.problems.append(Problem(
-                        job.name, t, OVERLONG, run_id, stored.record.attempts,
-                        running_seconds=round(running, 1),
-                    ))
-                    cursor.overlong[run_id] = t
+            elif run_id not in cursor.overlong and is_overlong(job, t, stored, now, grace):
+                tick.problems.append(Problem(
+                    job.name, t, OVERLONG, run_id, stored.record.attempts,
+                    running_seconds=round(running_seconds(t, stored, now), 1),
+                ))
+                cursor.overlong[run_id] = t
 
         cursor.watching = watching
         cursor.overlong = {r: t for r, t in cursor.overlong.items() if t >= lookback_start}

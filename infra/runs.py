@@ -1,0 +1,271 @@
+"""`make runs STACK=dev`: per job, the last N expected runs and what became of them.
+
+    python -m infra.runs STACK [--last N] [--job NAME]
+
+STACK is a stack name (`Pulumi.<stack>.yaml`) or the path of a stack file. For every job
+of the stack the expected runs come from its cron and time zone (DST included), exactly as
+the watchdog computes them; their records are read by ID in one batch per job (no query,
+no index) from the stack's dedup database, and each run gets the watchdog's own verdict
+(`dedup.watchdog.classify_run`): ok, not_due, running, missed, failed, overlong, or
+before_first_run (the job's first recorded run, from the watchdog's cursor or else the
+earliest record shown, is later: the watchdog does not judge it); never_ran when neither
+exists (no record among the runs shown and no watchdog cursor); paused for a paused job's
+runs without a record.
+
+Reads only. Firestore is the Firestore emulator when FIRESTORE_EMULATOR_HOST is set (the
+demo), otherwise the stack's real database with Application Default Credentials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TextIO
+from zoneinfo import ZoneInfo
+
+# The function's source root imports as `dedup` (as on Cloud Run, and as bench/ does).
+_FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
+if _FUNCTION_DIR not in sys.path:
+    sys.path.insert(0, _FUNCTION_DIR)
+# google-api-core warns on import that Python 3.11 nears end of life: noise, not a defect.
+warnings.filterwarnings("ignore", category=FutureWarning,
+                        module="google.api_core._python_version_support")
+
+from dedup.firestore_store import FirestoreRunStore  # noqa: E402
+from dedup.keys import RunKey  # noqa: E402
+from dedup.settings import SettingsError  # noqa: E402
+from dedup.store import RunStatus, StoredRun, StoreError  # noqa: E402
+from dedup.watchdog import (  # noqa: E402
+    BEFORE_FIRST_RUN,
+    CURSOR_SUFFIX,
+    NEVER_RAN,
+    WatchedJob,
+    classify_run,
+    parse_watch_jobs,
+    running_seconds,
+)
+from infra.config import ConfigError, StackConfig, load_config  # noqa: E402
+from infra.offline import load_stack_config, stack_names  # noqa: E402
+from infra.watchdog import watch_jobs  # noqa: E402
+
+DEFAULT_LAST = 10
+ADC_HINT = (
+    "run `gcloud auth application-default login` (and check the project and database "
+    "exist), or set FIRESTORE_EMULATOR_HOST to read the Firestore emulator"
+)
+HEADERS = ("SCHEDULED (UTC)", "LOCAL", "STATUS", "ATTEMPTS", "DURATION", "VERDICT")
+
+
+class RunsError(Exception):
+    """A one-line reason `make runs` cannot show the runs."""
+
+
+def stack_config(stack: str, directory: Path | None = None) -> StackConfig:
+    """The validated config of a stack, by name or stack-file path."""
+    try:
+        values = (load_stack_config(stack) if directory is None
+                  else load_stack_config(stack, directory))
+    except FileNotFoundError:
+        known = ", ".join(stack_names() if directory is None else stack_names(directory))
+        raise RunsError(f"unknown stack {stack!r} (stacks: {known or 'none'})") from None
+    except ValueError as exc:
+        raise RunsError(f"stack {stack!r}: {exc}") from None
+    try:
+        return load_config(values)
+    except ConfigError as exc:
+        raise RunsError(f"stack {stack!r} has an invalid config: {exc}") from None
+
+
+def watched_jobs(cfg: StackConfig, only: str | None = None) -> tuple[WatchedJob, ...]:
+    """The stack's jobs as the watchdog sees them (DEDUP_WATCH_JOBS, deployed IDs)."""
+    jobs = parse_watch_jobs(json.dumps(watch_jobs(cfg)))
+    if only is None:
+        return jobs
+    wanted = {only, f"{cfg.name_prefix}-{only}"}  # jobs[].name or the deployed job ID
+    chosen = tuple(job for job in jobs if job.name in wanted)
+    if not chosen:
+        names = ", ".join(job.name.removeprefix(f"{cfg.name_prefix}-") for job in jobs)
+        raise RunsError(f"no job {only!r} in the stack (jobs: {names})")
+    return chosen
+
+
+def expected_runs(job: WatchedJob, now: datetime, last: int) -> list[datetime]:
+    """The last `last` schedule times at or before `now`, newest first."""
+    span = timedelta(hours=1)
+    while True:
+        times = list(job.schedule_times(now - span, now))
+        if len(times) >= last or span > timedelta(days=800):
+            return times[::-1][:last]
+        span *= 4
+
+
+def _duration(t: datetime, stored: StoredRun | None, now: datetime) -> str:
+    if stored is None:
+        return "-"
+    record = stored.record
+    if record.status is RunStatus.COMPLETED and record.duration_seconds is not None:
+        return _seconds(record.duration_seconds)
+    if record.status is RunStatus.FAILED and record.failed_at and record.claimed_at:
+        return _seconds((record.failed_at - record.claimed_at).total_seconds())
+    if record.status is RunStatus.IN_PROGRESS:
+        return _seconds(running_seconds(t, stored, now)) + "+"
+    return "-"
+
+
+def _seconds(value: float) -> str:
+    value = max(0.0, value)
+    if value < 60:
+        return f"{value:.1f}s"
+    if value < 3600:
+        return f"{int(value // 60)}m{int(value % 60):02d}s"
+    return f"{int(value // 3600)}h{int(value % 3600 // 60):02d}m"
+
+
+def job_table(
+    job: WatchedJob, project: str, location: str, found: Mapping[str, StoredRun],
+    times: Sequence[datetime], now: datetime, grace_seconds: float,
+    first_run: datetime | None,
+) -> list[tuple[str, ...]]:
+    zone = ZoneInfo(job.time_zone)
+    ids = {t: RunKey(project, location, job.name, t).run_id for t in times}
+    if first_run is None:  # no watchdog cursor yet: the earliest record shown
+        recorded = [t for t in times if ids[t] in found]
+        first_run = min(recorded) if recorded else None
+    rows: list[tuple[str, ...]] = []
+    for t in times:
+        stored = found.get(ids[t])
+        verdict = "paused" if job.paused and stored is None else classify_run(
+            job, t, stored, now, grace_seconds, first_run
+        )
+        if verdict == BEFORE_FIRST_RUN and first_run is None:
+            verdict = NEVER_RAN  # no record of the job at all in what is shown
+        rows.append((
+            t.strftime("%Y-%m-%d %H:%M:%SZ"),
+            t.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z"),
+            "-" if stored is None else str(stored.record.status),
+            "-" if stored is None else str(stored.record.attempts),
+            _duration(t, stored, now),
+            verdict,
+        ))
+    return rows
+
+
+def format_table(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in [HEADERS, *rows]) for i in range(len(HEADERS))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in [HEADERS, *rows]]
+
+
+def show_runs(
+    cfg: StackConfig,
+    runs: FirestoreRunStore,
+    *,
+    last: int = DEFAULT_LAST,
+    only: str | None = None,
+    now: datetime | None = None,
+    out: TextIO = sys.stdout,
+) -> None:
+    """Print, per job, its last `last` expected runs with record and watchdog verdict."""
+    now = now or datetime.now(UTC)
+    grace = float(cfg.watchdog.grace_seconds)
+    jobs = watched_jobs(cfg, only)
+    cursors = _first_runs(runs, cfg.dedup.collection + CURSOR_SUFFIX, [j.name for j in jobs])
+    out.write(f"project {cfg.project}, database {cfg.dedup.database_name}, collection "
+              f"{cfg.dedup.collection}; now {now.strftime('%Y-%m-%d %H:%M:%SZ')}, watchdog "
+              f"grace {grace:g}s\n")
+    for job in jobs:
+        times = expected_runs(job, now, last)
+        ids = [RunKey(cfg.project, cfg.region, job.name, t).run_id for t in times]
+        found = runs.get_many(ids) if ids else {}
+        paused = ", paused" if job.paused else ""
+        out.write(f"\n{job.name}  ({job.schedule}, {job.time_zone}, retry window "
+                  f"{job.retry_window_seconds:g}s, attempt deadline "
+                  f"{job.attempt_deadline_seconds:g}s{paused})\n")
+        rows = job_table(job, cfg.project, cfg.region, found, times, now, grace,
+                         cursors.get(job.name))
+        for line in format_table(rows):
+            out.write(f"  {line}\n")
+
+
+def _first_runs(runs: FirestoreRunStore, collection: str, jobs: Sequence[str]) -> dict[
+    str, datetime
+]:
+    """The watchdog's record of each job's first run (its cursor), where it has one."""
+    def op() -> dict[str, datetime]:
+        refs = [runs.client.collection(collection).document(job) for job in jobs]
+        snapshots: Any = runs.client.get_all(refs, retry=runs.retry, timeout=runs.timeout)
+        first: dict[str, datetime] = {}
+        for snapshot in snapshots:
+            data = snapshot.to_dict() if snapshot.exists else None
+            if data and data.get("first_run") is not None:
+                first[snapshot.id] = data["first_run"]
+        return first
+
+    return runs.call(op) if jobs else {}
+
+
+def open_store(cfg: StackConfig, client_factory: Callable[..., Any] | None = None) -> (
+    FirestoreRunStore
+):
+    """The stack's run records: the emulator if FIRESTORE_EMULATOR_HOST is set, else ADC."""
+    import google.auth.exceptions
+    from google.cloud import firestore
+
+    factory = client_factory or firestore.Client
+    try:
+        client = factory(project=cfg.project, database=cfg.dedup.database_name)
+    except google.auth.exceptions.GoogleAuthError as exc:
+        raise RunsError(f"no Google Cloud credentials ({_first_line(exc)}): {ADC_HINT}") from None
+    return FirestoreRunStore(client, cfg.dedup.collection, cfg.dedup.store_timeout_seconds)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    now: datetime | None = None,
+    client_factory: Callable[..., Any] | None = None,
+) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.runs", description="The last expected runs of a stack's jobs, "
+        "with their records and the watchdog's verdict.")
+    parser.add_argument("stack", help="stack name (Pulumi.<stack>.yaml) or stack file path")
+    parser.add_argument("--last", type=int, default=DEFAULT_LAST, metavar="N",
+                        help=f"expected runs per job (default {DEFAULT_LAST})")
+    parser.add_argument("--job", metavar="NAME", help="only this job (jobs[].name)")
+    args = parser.parse_args(argv)
+    if args.last < 1:
+        parser.error("--last must be at least 1")
+    import google.auth.exceptions
+
+    try:
+        cfg = stack_config(args.stack)
+        runs = open_store(cfg, client_factory)
+    except RunsError as exc:
+        err.write(f"make runs: {exc}\n")
+        return 2
+    try:
+        show_runs(cfg, runs, last=args.last, only=args.job, now=now, out=out)
+    except RunsError as exc:
+        err.write(f"make runs: {exc}\n")
+        return 2
+    except (StoreError, SettingsError, google.auth.exceptions.GoogleAuthError) as exc:
+        err.write(f"make runs: cannot read the runs in database {cfg.dedup.database_name!r} "
+                  f"of project {cfg.project!r}: {_first_line(exc)}; {ADC_HINT}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""`make runs`: a stack's last expected runs, read from the real Firestore emulator, with
+records written by the real protocol and the watchdog's own verdicts."""
+
+from __future__ import annotations
+
+import io
+import socket
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import google.auth.exceptions
+import pytest
+import yaml
+from google.cloud import firestore
+
+from dedup.cache import CompletedRunCache
+from dedup.firestore_store import FirestoreRunStore
+from dedup.keys import RunKey
+from dedup.protocol import Claim, Deduplicator, Outcome, RunContext
+from infra import runs
+from infra.config import StackConfig
+
+pytestmark = pytest.mark.usefixtures("firestore_emulator")
+
+PROJECT = "dedup-kit-test"
+REGION = "europe-west1"
+DATABASE = "sched-dedup-runs"
+NOW = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)  # Berlin is on CEST (UTC+2)
+
+
+def at(hour: int, minute: int) -> datetime:
+    return datetime(2026, 10, 16, hour, minute, tzinfo=UTC)
+
+
+def stack_file(tmp_path: Path, collection: str) -> Path:
+    config = {
+        "gcp:project": PROJECT,
+        "gcp:region": REGION,
+        "scheduler-dedup:namePrefix": "sched-dedup-runs",
+        "scheduler-dedup:databaseName": DATABASE,
+        "scheduler-dedup:collection": collection,
+        "scheduler-dedup:deleteProtection": False,
+        "scheduler-dedup:storeTimeoutSeconds": 2,
+        "scheduler-dedup:jobs": [
+            {"name": "hourly-sync", "schedule": "7 * * * *", "timeZone": "Europe/Berlin",
+             "attemptDeadlineSeconds": 120,
+             "retry": {"retryCount": 3, "maxRetryDurationSeconds": 600,
+                       "minBackoffSeconds": 10, "maxBackoffSeconds": 60}},
+            {"name": "heartbeat", "schedule": "*/5 * * * *", "timeZone": "Etc/UTC",
+             "attemptDeadlineSeconds": 30, "retry": {"retryCount": 0}},
+        ],
+    }
+    path = tmp_path / "Pulumi.runs-test.yaml"
+    path.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
+    return path
+
+
+class Protocol:
+    """Records written through the real protocol, with its wall clock set per step."""
+
+    def __init__(self, cfg: StackConfig, job: str) -> None:
+        client = firestore.Client(project=PROJECT, database=DATABASE)
+        self.store = FirestoreRunStore(client, cfg.dedup.collection, timeout_seconds=5)
+        self.job_id = f"{cfg.name_prefix}-{job}"
+
+    def _dedup(self, clock: datetime) -> Deduplicator:
+        return Deduplicator(
+            self.store, lease_seconds=60, retention_seconds=3650 * 86400,
+            cache=CompletedRunCache(0, 3600), wall_clock=lambda: clock,
+        )
+
+    def key(self, t: datetime) -> RunKey:
+        return RunKey(PROJECT, REGION, self.job_id, t)
+
+    def completed(self, t: datetime) -> None:
+        assert self._dedup(t).run(self.key(t), _ok, b"", {}).outcome is Outcome.COMPLETED
+
+    def failed(self, t: datetime, attempts: int) -> None:
+        for _ in range(attempts):
+            assert self._dedup(t).run(self.key(t), _boom, b"", {}).outcome is Outcome.FAILED
+
+    def in_progress(self, t: datetime, claimed_at: datetime) -> None:
+        assert isinstance(self._dedup(claimed_at).claim(self.key(t)), Claim)
+
+
+def _ok(context: RunContext) -> str:
+    return "ok"
+
+
+def _boom(context: RunContext) -> None:
+    raise RuntimeError("ledger locked")
+
+
+def run_main(
+    *argv: str, now: datetime | None = None,
+    client_factory: Callable[..., firestore.Client] | None = None,
+) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = runs.main(list(argv), out=out, err=err, now=now, client_factory=client_factory)
+    return code, out.getvalue(), err.getvalue()
+
+
+def rows_by_time(output: str) -> dict[str, list[str]]:
+    return {line.split()[0] + " " + line.split()[1]: line.split()
+            for line in output.splitlines() if line.startswith("  2026-")}
+
+
+def test_each_run_with_status_attempts_duration_and_verdict(
+    tmp_path: Path, collection_name: str
+) -> None:
+    path = stack_file(tmp_path, collection_name)
+    cfg = runs.stack_config(str(path))
+    hourly = Protocol(cfg, "hourly-sync")
+    # 06:07 has no record and is before the job's first run; 08:07 is missed.
+    hourly.completed(at(7, 7))
+    hourly.failed(at(9, 7), attempts=3)
+    hourly.in_progress(at(10, 7), claimed_at=at(10, 7))  # never finished: overlong
+    hourly.in_progress(at(11, 7), claimed_at=at(11, 58))  # a late retry, still running
+    hourly.completed(at(11, 52))  # not a scheduled time of the job: never shown
+
+    code, out, err = run_main(str(path), "--last", "6", "--job", "hourly-sync", now=NOW)
+    print(out)
+    assert (code, err) == (0, "")
+    assert "sched-dedup-runs-hourly-sync  (7 * * * *, Europe/Berlin" in out
+    assert "heartbeat" not in out
+    header = next(line for line in out.splitlines() if "SCHEDULED (UTC)" in line).split()
+    assert header == ["SCHEDULED", "(UTC)", "LOCAL", "STATUS", "ATTEMPTS", "DURATION",
+                      "VERDICT"]
+    rows = rows_by_time(out)
+    assert list(rows) == [f"2026-10-16 {h:02d}:07:00Z" for h in (11, 10, 9, 8, 7, 6)]
+    row = rows["2026-10-16 07:07:00Z"]
+    assert row[2:5] == ["2026-10-16", "09:07", "CEST"]  # the job's local time
+    assert row[5:7] == ["completed", "1"] and row[7].endswith("s") and row[8] == "ok"
+    assert rows["2026-10-16 08:07:00Z"][5:] == ["-", "-", "-", "missed"]
+    assert rows["2026-10-16 09:07:00Z"][5:7] == ["failed", "3"]
+    assert rows["2026-10-16 09:07:00Z"][8] == "failed"
+    assert rows["2026-10-16 10:07:00Z"][5:] == ["in_progress", "1", "1h53m+", "overlong"]
+    assert rows["2026-10-16 11:07:00Z"][5:] == ["in_progress", "1", "2m00s+", "running"]
+    assert rows["2026-10-16 06:07:00Z"][5:] == ["-", "-", "-", "before_first_run"]
+
+
+def test_runs_not_yet_due_and_a_job_that_never_ran(tmp_path: Path, collection_name: str) -> None:
+    path = stack_file(tmp_path, collection_name)
+    code, out, _ = run_main(str(path), "--last", "4", now=NOW)
+    assert code == 0
+    # Every job of the stack; heartbeat's latest runs are inside their retry window + grace,
+    # the earlier ones are due and the job has no record at all.
+    start, end = out.index("sched-dedup-runs-heartbeat"), out.index("sched-dedup-runs-hourly")
+    rows = rows_by_time(out[start:end])
+    assert rows["2026-10-16 12:00:00Z"][-1] == "not_due"
+    assert rows["2026-10-16 11:45:00Z"][-1] == "never_ran"
+
+
+def test_unknown_stack_and_unknown_job(tmp_path: Path, collection_name: str) -> None:
+    code, out, err = run_main("no-such-stack")
+    assert code == 2 and out == ""
+    assert err.startswith("make runs: unknown stack 'no-such-stack' (stacks: dev, prod")
+    assert err.count("\n") == 1
+    code, _, err = run_main(str(stack_file(tmp_path, collection_name)), "--job", "nightly")
+    assert code == 2
+    assert err == "make runs: no job 'nightly' in the stack (jobs: heartbeat, hourly-sync)\n"
+
+
+def test_no_credentials_is_one_line_with_the_fix(tmp_path: Path, collection_name: str) -> None:
+    def no_adc(**_: object) -> firestore.Client:
+        raise google.auth.exceptions.DefaultCredentialsError(  # type: ignore[no-untyped-call]
+            "Your default credentials were not found.\nSee https://example.invalid"
+        )
+
+    code, out, err = run_main(str(stack_file(tmp_path, collection_name)),
+                              client_factory=no_adc)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1
+    assert "no Google Cloud credentials (Your default credentials were not found.)" in err
+    assert "gcloud auth application-default login" in err
+    assert "FIRESTORE_EMULATOR_HOST" in err
+
+
+def test_unreachable_firestore_is_one_line(
+    tmp_path: Path, collection_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{port}")
+    code, _, err = run_main(str(stack_file(tmp_path, collection_name)), now=NOW)
+    assert code == 1
+    assert err.count("\n") == 1
+    assert err.startswith(f"make runs: cannot read the runs in database '{DATABASE}' of "
+                          f"project '{PROJECT}': ")
+    assert "gcloud auth application-default login" in err
