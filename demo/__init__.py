@@ -9,3 +9,12 @@ dedup store). `python -m demo --help`.
 
 Kept import-light: the served function imports `demo.ledger_job` from this package.
 """
+
+import sys
+from pathlib import Path
+
+# The function's source root (function/) imports as `dedup` and `jobs`, as on Cloud Run and
+# under pytest; the demo runs the watchdog's own code in-process after the replay.
+_FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
+if _FUNCTION_DIR not in sys.path:
+    sys.path.insert(0, _FUNCTION_DIR)

@@ -14,6 +14,7 @@ from typing import Any
 
 from demo.run import DEFAULT_TICKS, DEFAULT_TIME_SCALE, DemoOptions, DemoOutcome, run_demo
 from demo.store_faults import StoreFaultRecord, struck_run
+from demo.watch import EXPECT_EXHAUSTED, EXPECT_FAILED, EXPECT_MISSED, WatchReport
 from infra.scheduler_rules import fast_failure_retry_span_seconds
 from local_stack import LocalStackError
 from scheduler_emulator.cli import add_replay_arguments, fault_plan, progress_printer
@@ -81,6 +82,8 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
     explained = notes(outcome)
     if explained:
         lines += ["", "notes:"] + [f"  - {note}" for note in explained]
+    if outcome.watch is not None:
+        lines += ["", *watch_lines(outcome.watch)]
     replies = ", ".join(f"{k} x{v}" for k, v in t["replies"].items())
     answered = ", ".join(f"{k} x{v}" for k, v in sorted(outcome.function_outcomes.items()))
     lines += [
@@ -168,6 +171,37 @@ def notes(outcome: DemoOutcome) -> list[str]:
     return out
 
 
+def watch_lines(watch: WatchReport) -> list[str]:
+    """The watchdog section: its findings, each matched against what the demo expected."""
+    lines = [
+        f"watchdog: one tick per job at the end of its window (last replayed run + retry "
+        f"window + {watch.grace_seconds:g} s grace), on the Firestore emulator directly; "
+        f"{watch.checked} runs judged, {len(watch.findings)} finding(s)",
+    ]
+    for f in watch.findings:
+        p = f.problem
+        when = _when(p.schedule_time)
+        detail = ""
+        if p.attempts is not None:
+            detail += f", {p.attempts} attempt(s)"
+        if p.error:
+            detail += f", error {p.error[:80]!r}"
+        verdict = f"matches {f.expected}" if f.expected else "UNEXPECTED: no fault explains it"
+        lines.append(f"  {p.kind:<9} {p.job} @ {when}{detail}: {verdict}")
+    for job, instant, why in watch.unreported:
+        lines.append(f"  NOT REPORTED {job} @ {_when(instant)}: expected ({why})")
+    for job, instant, why in watch.not_judged:
+        lines.append(f"  (missed    {job} @ {_when(instant)}: {why})")
+    unexpected = sum(1 for f in watch.findings if f.expected is None)
+    lines.append(
+        f"  injected: {watch.count(EXPECT_MISSED)} missed and {watch.count(EXPECT_FAILED)} "
+        f"failed run(s) reported; {watch.count(EXPECT_EXHAUSTED)} accounted for (retries "
+        f"exhausted, never completed); {unexpected} unexpected, {len(watch.unreported)} "
+        f"not reported: {'exactly the expected runs' if watch.ok else 'MISMATCH'}"
+    )
+    return lines
+
+
 def verdict_line(outcome: DemoOutcome) -> str:
     t = outcome.totals
     scheduled = [s for s in outcome.summaries if s.scheduled]
@@ -177,6 +211,12 @@ def verdict_line(outcome: DemoOutcome) -> str:
     never = [s for s in scheduled if s.verdict == MISSING]
     if outcome.result.stopped_early:
         return "RESULT: interrupted before every run was delivered"
+    watch = outcome.watch
+    if t["all_ok"] and watch is not None and not watch.ok:
+        return (
+            "RESULT: FAIL: the watchdog's findings differ from the injected missed and failed "
+            "runs (see the watchdog section)"
+        )
     if t["all_ok"]:
         line = (
             f"RESULT: PASS: every run whose retries were not exhausted executed exactly "
@@ -188,6 +228,13 @@ def verdict_line(outcome: DemoOutcome) -> str:
                 f"; {len(exhausted)} run(s) exhausted their retries (executed once: {ran}, "
                 f"never: {len(exhausted) - ran}; listed above as 'retries exhausted')"
             )
+        if watch is not None:
+            line += (
+                f"; the watchdog found exactly the {watch.count(EXPECT_MISSED)} missed and "
+                f"{watch.count(EXPECT_FAILED)} failed run(s) injected"
+            )
+            if watch.count(EXPECT_EXHAUSTED):
+                line += f" (and {watch.count(EXPECT_EXHAUSTED)} exhausted run(s) accounted for)"
         return line
     problems = []
     if twice:
@@ -213,6 +260,27 @@ def outcome_json(outcome: DemoOutcome) -> dict[str, Any]:
         "function_outcomes": dict(sorted(outcome.function_outcomes.items())),
         "store": store_json(outcome),
         "runs": [summary_json(s) for s in outcome.summaries],
+        "watchdog": watch_json(outcome.watch) if outcome.watch is not None else None,
+    }
+
+
+def watch_json(watch: WatchReport) -> dict[str, Any]:
+    return {
+        "ok": watch.ok,
+        "checked": watch.checked,
+        "grace_seconds": watch.grace_seconds,
+        "now": {job: _when(now) for job, now in watch.now.items()},
+        "findings": [
+            {**f.problem.to_json(), "expected": f.expected} for f in watch.findings
+        ],
+        "not_reported": [
+            {"job": job, "schedule_time": _when(when), "expected": why}
+            for job, when, why in watch.unreported
+        ],
+        "not_judged": [
+            {"job": job, "schedule_time": _when(when), "why": why}
+            for job, when, why in watch.not_judged
+        ],
     }
 
 

@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from dedup.settings import Settings
 from demo.ledger import LedgerCounts, count
 from demo.store_faults import (
     StoreFaultInjector,
@@ -35,6 +36,7 @@ from demo.store_faults import (
     mark_exposed,
     store_timing,
 )
+from demo.watch import FLAKY_JOB, WatchReport, run_watchdog, with_flaky_job
 from local_stack import FirestoreEmulator, FunctionServer, StoreFaultProxy, free_port
 from local_stack.processes import REPO_ROOT
 from scheduler_emulator.clock import RealClock
@@ -80,6 +82,10 @@ class DemoOptions:
     missing_schedule_time: str | None = None  # default: the stack's setting
     logs_dir: Path | None = None  # keep the ledger and both processes' logs here
     stack: Stack | None = None  # use this instead of reading stack_path
+    # run_demo adds the demo's flaky job (demo.watch.FLAKY_JOB) to the stack's jobs.
+    flaky_job: bool = True
+    # After the replay, run the watchdog over its window and check its findings.
+    watchdog: bool = True
 
 
 @dataclass
@@ -103,11 +109,15 @@ class DemoOutcome:
     # What the function answered, per outcome, from its own log (this stack's project):
     # also the replies Scheduler never saw (late, or lost).
     function_outcomes: Counter[str]
+    # The watchdog's findings over the replay's window, checked against the faults.
+    watch: WatchReport | None = None
 
     @property
     def ok(self) -> bool:
-        """Every acknowledged run executed exactly once; no run executed twice."""
-        return bool(self.totals["all_ok"]) and not self.result.stopped_early
+        """Every acknowledged run executed exactly once; no run executed twice; the
+        watchdog (if run) found exactly the runs the demo expected."""
+        watch_ok = self.watch is None or self.watch.ok
+        return bool(self.totals["all_ok"]) and not self.result.stopped_early and watch_ok
 
     @property
     def scale(self) -> float:
@@ -146,7 +156,10 @@ def function_env(
         # Every job runs through the ledger wrapper, which calls the job's own logic.
         "DEDUP_JOB": DEMO_JOB,
         "DEDUP_JOB_ROUTES": "{}",
-        "DEMO_JOB_LOGIC": json.dumps({job.name: job.job_logic for job in stack.jobs}),
+        # The demo's flaky job fails its runs in any served function (demo.watch).
+        "DEMO_JOB_LOGIC": json.dumps(
+            {FLAKY_JOB.name: FLAKY_JOB.job_logic, **{j.name: j.job_logic for j in stack.jobs}}
+        ),
         "DEMO_LEDGER": str(ledger),
         "DEMO_WORK_SECONDS": f"{work_seconds:g}",
         "FIRESTORE_EMULATOR_HOST": firestore_host,
@@ -357,6 +370,22 @@ class LocalFunction:
         self.stop()
 
 
+def watch_store_settings(function: LocalFunction, stack: Stack) -> Settings:
+    """The function's own store settings for `stack`'s project, but on the Firestore
+    emulator directly: the watchdog is no part of the replay, no store fault strikes it."""
+    return Settings.from_env(
+        function_env(
+            stack,
+            firestore_host=function.firestore_host,
+            ledger=function.ledger,
+            scale=function.scale,
+            timing=function.timing,
+            collection=function.collection,
+            missing_schedule_time=function.missing_schedule_time,
+        )
+    )
+
+
 def replay(
     function: LocalFunction,
     stack: Stack,
@@ -403,6 +432,13 @@ def replay(
     summaries = summarise(result, counts.executions, counts.starts, counts.unscheduled)
     injected = store_faults.records
     mark_exposed(summaries, injected, function.timing)
+    watch = None
+    if options.watchdog and not result.stopped_early:
+        settings = watch_store_settings(function, stack)
+        watch = run_watchdog(
+            stack, summaries, settings, function.firestore_host, result.started,
+            client_project=function.stack.project,
+        )
     return DemoOutcome(
         stack=stack,
         options=replace(options, stack=None),
@@ -419,6 +455,7 @@ def replay(
         store_faults=injected,
         store_summary=function.proxy.summary(),
         function_outcomes=logged_outcomes(function.log_text, stack.project),
+        watch=watch,
     )
 
 
@@ -450,7 +487,10 @@ def run_demo(
     stack_path = options.stack_path
     if not stack_path.exists() and (REPO_ROOT / stack_path).exists():
         stack_path = REPO_ROOT / stack_path  # `python -m demo` from outside the repository
-    stack = (options.stack or load_stack(stack_path)).only(list(options.jobs))
+    stack = options.stack or load_stack(stack_path)
+    if options.flaky_job:
+        stack = with_flaky_job(stack)
+    stack = stack.only(list(options.jobs))
     scale = 1.0 if options.real_time else options.time_scale
     workdir = Path(tempfile.mkdtemp(prefix="scheduler-demo-"))
     ledger = (options.logs_dir or workdir) / "ledger.jsonl"

@@ -37,6 +37,7 @@ from scheduler_emulator.faults import (
     LOST_ACK,
     MANUAL,
     MANUAL_BARE,
+    MISSED,
     SLOW,
     STORE_OUTAGE,
     STORE_STALL,
@@ -47,6 +48,8 @@ from scheduler_emulator.faults import (
 from scheduler_emulator.stack import Job, Stack
 
 USER_AGENT = "Google-Cloud-Scheduler"
+# The stop reason of a run the `missed` fault struck.
+NEVER_DELIVERED = "never delivered (missed)"
 # Not sent by Scheduler: only with trace_deliveries, so a test target can tell which
 # delivery executed the job.
 DELIVERY_HEADER = "X-Emulator-Delivery"
@@ -434,8 +437,15 @@ class SchedulerEmulator:
                 return
             scheduled, following = following, next(times)
             clock.advance_to(scheduled)
-            workers = 2 if self.faults.hits(CONCURRENT, job.name, tick) else 1
-            self._record(self.deliver_run(job, tick, scheduled, following, clock, workers))
+            if self.faults.hits(MISSED, job.name, tick):
+                # Scheduler never delivers this run: no attempt, no retry.
+                self._record(RunResult(
+                    job.name, tick, scheduled, "scheduled", 0,
+                    stop_reason=NEVER_DELIVERED, faults=(MISSED,),
+                ))
+            else:
+                workers = 2 if self.faults.hits(CONCURRENT, job.name, tick) else 1
+                self._record(self.deliver_run(job, tick, scheduled, following, clock, workers))
             if tick + 1 < self.ticks and not self.stop_event.is_set():
                 # A forced run between this tick and the next: Scheduler stamps it with
                 # the next scheduled time (or, for some clients, with no time at all).

@@ -13,6 +13,8 @@ Faults the emulator itself applies (they need nothing from the target):
 - manual: a forced run (`gcloud scheduler jobs run`) between two ticks; it carries the
   *next* scheduled time, as real Scheduler does (per run).
 - manual-bare: a forced run that carries no X-CloudScheduler-ScheduleTime header at all.
+- missed: Scheduler never delivers the scheduled run at all: no attempt, no retry (per
+  run). Nothing dedup can do; the run watchdog (function/dedup/watchdog.py) reports it.
 
 Faults the target applies when asked through the `X-Emulator-Fault` request header (the
 demo's job honours it; the kit's function knows nothing about it):
@@ -50,11 +52,13 @@ KILL = "kill"
 MANUAL = "manual"
 MANUAL_BARE = "manual-bare"
 CONCURRENT = "concurrent"
+MISSED = "missed"
 STORE_STALL = "store-stall"
 STORE_OUTAGE = "store-outage"
 
 FAULT_NAMES = (
-    LOST_ACK, SLOW, DUPLICATE, KILL, MANUAL, MANUAL_BARE, CONCURRENT, STORE_STALL, STORE_OUTAGE
+    LOST_ACK, SLOW, DUPLICATE, KILL, MANUAL, MANUAL_BARE, CONCURRENT, STORE_STALL, STORE_OUTAGE,
+    MISSED,
 )
 # Faults that only take effect if the target honours X-Emulator-Fault.
 TARGET_FAULTS = (SLOW, KILL)
@@ -67,7 +71,9 @@ STORE_FAULTS = (STORE_STALL, STORE_OUTAGE)
 # and Scheduler then retries those 400s for the job's whole retry window.) Store faults
 # are rarer than the rest: each holds up every delivery in flight and the next store
 # fault (one at a time), so each costs the replay a few seconds of real time; a 20-tick
-# replay of three jobs still sees three or four of them.
+# replay of three jobs still sees three or four of them. Missed runs are rare too: they
+# cost nothing, but each is one run fewer that the dedup is tested on; the demo's watchdog
+# section must report every one of them (and nothing else).
 DEFAULT_MIX: Mapping[str, float] = {
     LOST_ACK: 0.10,
     SLOW: 0.06,
@@ -77,6 +83,7 @@ DEFAULT_MIX: Mapping[str, float] = {
     CONCURRENT: 0.10,
     STORE_STALL: 0.03,
     STORE_OUTAGE: 0.03,
+    MISSED: 0.04,
 }
 
 

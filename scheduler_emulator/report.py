@@ -23,6 +23,7 @@ from scheduler_emulator.emulator import (
     RunResult,
     format_schedule_time,
 )
+from scheduler_emulator.faults import MISSED
 
 # Verdicts
 EXACTLY_ONCE = "exactly once"
@@ -31,6 +32,7 @@ DUPLICATED = "EXECUTED MORE THAN ONCE"
 MISSING = "ACKNOWLEDGED BUT NEVER EXECUTED"
 ACKNOWLEDGED = "acknowledged"
 UNSCHEDULED = "no schedule time"
+NOT_DELIVERED = "never delivered (missed)"  # the `missed` fault: Scheduler sent nothing
 
 
 @dataclass
@@ -86,9 +88,17 @@ class RunSummary:
         return " ".join(r if counts[r] == 1 else f"{r}x{counts[r]}" for r in seen)
 
     @property
+    def missed(self) -> bool:
+        """Struck by the `missed` fault, and no delivery of its key came from elsewhere
+        (a forced manual run that carries this schedule time would be one)."""
+        return not self.deliveries and any(MISSED in run.faults for run in self.runs)
+
+    @property
     def verdict(self) -> str:
         if not self.scheduled:
             return UNSCHEDULED
+        if self.missed and not self.executions:
+            return NOT_DELIVERED
         if self.executions is None:
             return ACKNOWLEDGED if self.acknowledged else EXHAUSTED
         if self.executions > 1:
@@ -100,7 +110,9 @@ class RunSummary:
     @property
     def ok(self) -> bool:
         """Exactly once if acknowledged; at most once if the retries ran out."""
-        return self.verdict in (EXACTLY_ONCE, EXHAUSTED, UNSCHEDULED, ACKNOWLEDGED)
+        return self.verdict in (
+            EXACTLY_ONCE, EXHAUSTED, UNSCHEDULED, ACKNOWLEDGED, NOT_DELIVERED
+        )
 
 
 def summarise(

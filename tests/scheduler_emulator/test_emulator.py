@@ -15,6 +15,7 @@ from scheduler_emulator import ManualClock, SchedulerEmulator
 from scheduler_emulator.emulator import Delivery, EmulatorResult, StoreFaultHook
 from scheduler_emulator.faults import (
     DEFAULT_MIX,
+    MISSED,
     STORE_FAULTS,
     STORE_OUTAGE,
     STORE_STALL,
@@ -310,6 +311,22 @@ def test_lost_ack_discards_a_2xx_and_retries() -> None:
     assert [d.reply for d in result.runs[0].deliveries] == ["200 lost"] * 4
     assert not result.runs[0].acknowledged
     assert len(target.received) == 4
+
+
+def test_a_missed_run_is_never_delivered() -> None:
+    # Scheduler sends nothing for a missed run: no attempt, no retry; the others arrive.
+    plan = FaultPlan.parse(["missed=0.5"], seed=4)
+    struck = [t for t in range(8) if plan.hits(MISSED, RETRYING.name, t)]
+    assert 0 < len(struck) < 8
+    result, target, _ = replay(RETRYING, ticks=8, faults=plan)
+    missed = [r for r in result.runs if MISSED in r.faults]
+    assert [r.tick for r in missed] == struck
+    for run in missed:
+        assert not run.deliveries and not run.acknowledged and run.workers == 0
+        assert run.stop_reason == "never delivered (missed)"
+    delivered = {r.header("X-CloudScheduler-ScheduleTime") for r in target.received}
+    assert len(delivered) == 8 - len(struck)
+    assert all(r.acknowledged for r in result.runs if r.tick not in struck)
 
 
 def test_duplicate_delivery_sends_one_attempt_twice_at_once() -> None:

@@ -17,14 +17,16 @@ from typing import Any
 
 import pytest
 
-from demo.cli import notes, render
-from demo.run import DemoOptions, DemoOutcome, LocalFunction
+from demo.cli import notes, render, verdict_line, watch_lines
+from demo.run import DemoOptions, DemoOutcome, LocalFunction, watch_store_settings
 from demo.run import replay as run_replay
 from demo.store_faults import struck_run
+from demo.watch import EXPECT_FAILED, FLAKY_JOB, run_watchdog, with_flaky_job
+from jobs.flaky import fails
 from local_stack import FirestoreEmulator
 from scheduler_emulator.emulator import fake_oidc_token
-from scheduler_emulator.faults import STORE_OUTAGE, STORE_STALL, FaultPlan
-from scheduler_emulator.report import EXACTLY_ONCE, EXHAUSTED, UNSCHEDULED
+from scheduler_emulator.faults import MISSED, STORE_OUTAGE, STORE_STALL, FaultPlan
+from scheduler_emulator.report import EXACTLY_ONCE, EXHAUSTED, NOT_DELIVERED, UNSCHEDULED
 from scheduler_emulator.stack import Job, Stack, parse_stack_config
 
 pytestmark = pytest.mark.timeout(240)
@@ -379,3 +381,64 @@ def test_the_function_serves_only_the_stacks_invoker_account(function: LocalFunc
 
     assert deliver(f"intruder@{stack.project}.iam.gserviceaccount.com") == 403
     assert deliver(stack.invoker_email) == 200
+
+
+def test_the_watchdog_finds_exactly_the_missed_and_failed_runs(function: LocalFunction) -> None:
+    # Missed runs (Scheduler never delivers them) and the flaky job's failing runs (its
+    # logic fails on every attempt): after the replay, the watchdog's own code over the
+    # replay's window reports exactly those, each with its kind, and nothing else.
+    stack = with_flaky_job(e2e_stack())
+    # Seed 3: hourly's first run is missed (not judged: the job did not exist yet for the
+    # watchdog), flaky-export's run of 00:30 fails, its next three are missed.
+    outcome = replay(function, ["missed=0.15"], ticks=8, stack=stack)
+    assert_exactly_once(outcome)
+    watch = outcome.watch
+    assert watch is not None and watch.ok, "\n".join(watch_lines(watch) if watch else [])
+    # What the test expects, independently of demo.watch: every missed run after the
+    # job's first delivered run (before it, the watchdog takes the job as not yet
+    # existing), and every run the flaky job's rule makes fail.
+    expected: set[tuple[str, datetime, str]] = set()
+    for name in [job.name for job in stack.jobs]:
+        runs = sorted(
+            (s for s in outcome.summaries if s.job == name and s.schedule_time is not None),
+            key=lambda s: s.tick,
+        )
+        delivered = [s.schedule_time for s in runs if s.deliveries]
+        assert delivered, f"{name}: every run missed"
+        for s in runs:
+            assert s.schedule_time is not None
+            if MISSED in s.faults and s.schedule_time > min(t for t in delivered if t):
+                assert s.verdict == NOT_DELIVERED and not s.deliveries
+                expected.add((name, s.schedule_time, "missed"))
+            elif name == FLAKY_JOB.name and fails(s.schedule_time, 7):
+                assert s.executions == 0 and not s.acknowledged
+                expected.add((name, s.schedule_time, "failed"))
+    found = {(f.problem.job, f.problem.schedule_time, f.problem.kind) for f in watch.findings}
+    assert found == expected
+    assert {k for _, _, k in expected} == {"missed", "failed"}  # both kinds shown
+    assert watch.checked == 8 * len(stack.jobs) - len(watch.not_judged)
+    text = "\n".join(render(outcome))
+    assert "exactly the expected runs" in text
+    assert "the watchdog found exactly the" in verdict_line(outcome)
+
+
+def test_a_finding_no_fault_explains_fails_the_demo(function: LocalFunction) -> None:
+    # The flaky job's failing run, but the demo is told it executed once: the watchdog's
+    # `failed` finding is then unexpected, and the verdict fails.
+    stack = with_flaky_job(e2e_stack()).only([FLAKY_JOB.name])
+    options = DemoOptions(ticks=8, start=START, faults=FaultPlan())
+    outcome = run_replay(function, stack, options)
+    assert outcome.ok and outcome.watch is not None and outcome.watch.count(EXPECT_FAILED) == 1
+    told = [replace(s, executions=1) for s in outcome.summaries]
+    settings = watch_store_settings(function, stack)
+    watch = run_watchdog(
+        stack, told, settings, function.firestore_host, outcome.result.started,
+        client_project=function.stack.project,
+    )
+    assert not watch.ok
+    [finding] = watch.findings
+    assert finding.problem.kind == "failed" and finding.expected is None
+    outcome.watch = watch
+    assert not outcome.ok
+    assert verdict_line(outcome).startswith("RESULT: FAIL: the watchdog's findings differ")
+    assert "UNEXPECTED" in "\n".join(watch_lines(watch))
