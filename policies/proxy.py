@@ -149,22 +149,28 @@ def _label(resource: Resource) -> str:
 # --- dedup-proxy-own-service-account ----------------------------------------------------
 
 
-def own_service_account(resources: Sequence[Resource]) -> list[Finding]:
+def functions_own_their_accounts(
+    functions: Sequence[Resource], resources: Sequence[Resource], *, what: str, why: str,
+    invoker_hint: str,
+) -> list[Finding]:
+    """Each of `functions` (the proxy, the watchdog) runs as an account no other function
+    or service runs as and no Scheduler job sends OIDC tokens of. `what` names the function
+    in messages; `why` says why it needs its own account; `invoker_hint` what jobs use."""
     findings: list[Finding] = []
-    for proxy in proxy_functions(resources):
-        email = _runtime_email(proxy)
+    for function in functions:
+        email = _runtime_email(function)
         if email is None:
             continue  # not known yet, or unset (function-dedicated-runtime-service-account)
         for other in resources:
-            if other is proxy or other.urn == proxy.urn:
+            if other is function or other.urn == function.urn:
                 continue
             if _runtime_email(other) == email:
                 findings.append(
                     Finding(
-                        f"the proxy {_label(proxy)} runs as {email}, and so does {_label(other)}: "
-                        "set the proxy's serviceConfig.serviceAccountEmail to an account of its "
-                        "own, so that only the proxy holds the roles that start its targets",
-                        proxy.urn,
+                        f"the {what} {_label(function)} runs as {email}, and so does "
+                        f"{_label(other)}: set the {what}'s serviceConfig.serviceAccountEmail "
+                        f"to an account of its own, {why}",
+                        function.urn,
                     )
                 )
             if other.type == SCHEDULER_JOB:
@@ -172,13 +178,21 @@ def own_service_account(resources: Sequence[Resource]) -> list[Finding]:
                 if oidc and service_account_email(oidc) == email:
                     findings.append(
                         Finding(
-                            f"Scheduler job {_label(other)} sends OIDC tokens of the proxy's own "
-                            f"account {email}: use a dedicated invoker account that holds only "
-                            "roles/run.invoker on the proxy's service",
+                            f"Scheduler job {_label(other)} sends OIDC tokens of the {what}'s "
+                            f"own account {email}: {invoker_hint}",
                             other.urn,
                         )
                     )
     return findings
+
+
+def own_service_account(resources: Sequence[Resource]) -> list[Finding]:
+    return functions_own_their_accounts(
+        proxy_functions(resources), resources, what="proxy",
+        why="so that only the proxy holds the roles that start its targets",
+        invoker_hint="use a dedicated invoker account that holds only roles/run.invoker on "
+        "the proxy's service",
+    )
 
 
 # --- dedup-proxy-least-privilege --------------------------------------------------------

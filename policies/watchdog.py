@@ -15,16 +15,14 @@ from typing import Any
 
 from policies.gcp import (
     FUNCTION_V2,
-    SCHEDULER_JOB,
     WATCH_JOBS_ENV,
     WATCHDOG_ENTRY_POINT,
     iam_kind,
-    service_account_email,
     type_module,
 )
 from policies.iam import DATASTORE_USER, PolicyDataError, datastore_user_single_database, grants
 from policies.model import Finding, Resource
-from policies.proxy import _holds, _label, _runtime_email
+from policies.proxy import _holds, _label, _runtime_email, functions_own_their_accounts
 from policies.values import as_mapping, get, known_str
 
 
@@ -49,36 +47,12 @@ def watchdog_functions(resources: Sequence[Resource]) -> list[Resource]:
 
 
 def own_service_account(resources: Sequence[Resource]) -> list[Finding]:
-    findings: list[Finding] = []
-    for watchdog in watchdog_functions(resources):
-        email = _runtime_email(watchdog)
-        if email is None:
-            continue  # not known yet, or unset (function-dedicated-runtime-service-account)
-        for other in resources:
-            if other is watchdog or other.urn == watchdog.urn:
-                continue
-            if _runtime_email(other) == email:
-                findings.append(
-                    Finding(
-                        f"the watchdog {_label(watchdog)} runs as {email}, and so does "
-                        f"{_label(other)}: set the watchdog's "
-                        "serviceConfig.serviceAccountEmail to an account of its own, which "
-                        "holds only roles/datastore.user on the dedup database",
-                        watchdog.urn,
-                    )
-                )
-            if other.type == SCHEDULER_JOB:
-                oidc = known_str(get(other.props, "httpTarget", "oidcToken", "serviceAccountEmail"))
-                if oidc and service_account_email(oidc) == email:
-                    findings.append(
-                        Finding(
-                            f"Scheduler job {_label(other)} sends OIDC tokens of the watchdog's "
-                            f"own account {email}: use the stack's invoker account, which holds "
-                            "only roles/run.invoker on the kit's services",
-                            other.urn,
-                        )
-                    )
-    return findings
+    return functions_own_their_accounts(
+        watchdog_functions(resources), resources, what="watchdog",
+        why="which holds only roles/datastore.user on the dedup database",
+        invoker_hint="use the stack's invoker account, which holds only roles/run.invoker on "
+        "the kit's services",
+    )
 
 
 # --- dedup-watchdog-least-privilege -----------------------------------------------------
