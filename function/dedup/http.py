@@ -84,6 +84,29 @@ class RunsDeliveries(Protocol):
         ...
 
 
+def refuse_caller(
+    lowered: Mapping[str, str], allowed: frozenset[str],
+    emit: Callable[[Mapping[str, Any]], None], started: float,
+) -> HttpReply | None:
+    """Every entry point's first step: a 403 (and one WARNING line) for a caller not in
+    DEDUP_ALLOWED_CALLERS, before anything is read or written; None to go on."""
+    if not allowed:
+        return None
+    refusal = check_caller(lowered, allowed)
+    if refusal is None:
+        return None
+    # Who, and why: nothing else of the request (no headers, body or token).
+    emit({
+        "severity": "WARNING",
+        "message": f"forbidden caller: {refusal.reason}",
+        "outcome": FORBIDDEN_OUTCOME,
+        "status": FORBIDDEN_STATUS,
+        "caller": refusal.caller,
+        "latency_ms": _ms_since(started),
+    })
+    return HttpReply(FORBIDDEN_STATUS, {"error": refusal.reason})
+
+
 class DedupHandler:
     def __init__(
         self,
@@ -100,19 +123,9 @@ class DedupHandler:
     def handle(self, headers: Mapping[str, str], body: bytes) -> HttpReply:
         started = time.perf_counter()
         lowered = lower_keys(headers)
-        if self._settings.allowed_callers:
-            refusal = check_caller(lowered, self._settings.allowed_callers)
-            if refusal is not None:
-                # Who, and why: nothing else of the request (no headers, body or token).
-                self._emit({
-                    "severity": "WARNING",
-                    "message": f"forbidden caller: {refusal.reason}",
-                    "outcome": FORBIDDEN_OUTCOME,
-                    "status": FORBIDDEN_STATUS,
-                    "caller": refusal.caller,
-                    "latency_ms": _ms_since(started),
-                })
-                return HttpReply(FORBIDDEN_STATUS, {"error": refusal.reason})
+        forbidden = refuse_caller(lowered, self._settings.allowed_callers, self._emit, started)
+        if forbidden is not None:
+            return forbidden
         try:
             parsed = parse_delivery(lowered, self._settings.project, self._settings.location)
             if parsed.schedule_time is None and (

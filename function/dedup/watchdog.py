@@ -34,14 +34,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from google.cloud import firestore
 
-from dedup.callers import check_caller
 from dedup.firestore_store import FirestoreRunStore
-from dedup.http import (
-    FORBIDDEN_OUTCOME,
-    FORBIDDEN_STATUS,
-    HttpReply,
-    emit_log_line,
-)
+from dedup.http import HttpReply, emit_log_line, refuse_caller
 from dedup.keys import RunKey, lower_keys
 from dedup.settings import Settings, SettingsError
 from dedup.store import RunStatus, StoredRun, StoreError, StoreUnavailable
@@ -522,19 +516,11 @@ class WatchdogHandler:
 
     def handle(self, headers: Mapping[str, str], body: bytes) -> HttpReply:
         started = time.perf_counter()
-        allowed = self._settings.store.allowed_callers
-        if allowed:
-            refusal = check_caller(lower_keys(headers), allowed)
-            if refusal is not None:
-                self._emit({
-                    "severity": "WARNING",
-                    "message": f"forbidden caller: {refusal.reason}",
-                    "outcome": FORBIDDEN_OUTCOME,
-                    "status": FORBIDDEN_STATUS,
-                    "caller": refusal.caller,
-                    "latency_ms": _ms_since(started),
-                })
-                return HttpReply(FORBIDDEN_STATUS, {"error": refusal.reason})
+        forbidden = refuse_caller(
+            lower_keys(headers), self._settings.store.allowed_callers, self._emit, started
+        )
+        if forbidden is not None:
+            return forbidden
         try:
             checked, problems, counts = self._watchdog.tick()
         except (StoreUnavailable, StoreError) as exc:
