@@ -34,6 +34,24 @@ class MissingScheduleTime(StrEnum):
     RUN = "run"  # run the job without dedup: every such delivery executes
 
 
+def number_setting(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
+    """A numeric DEDUP_* setting: `default` when unset or empty, else a finite number of at
+    least `minimum`; anything else stops the start-up naming the variable."""
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a number of seconds") from None
+    if not math.isfinite(value):
+        # A NaN lease would never expire: every comparison with it is false.
+        raise SettingsError(f"{name}={raw!r} must be a finite number")
+    if value < minimum:
+        raise SettingsError(f"{name}={raw!r} must be at least {minimum:g}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     project: str
@@ -55,21 +73,6 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
 
-        def number(name: str, default: float, minimum: float) -> float:
-            raw = env.get(name)
-            if raw is None or raw == "":
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                raise SettingsError(f"{name}={raw!r} is not a number of seconds") from None
-            if not math.isfinite(value):
-                # A NaN lease would never expire: every comparison with it is false.
-                raise SettingsError(f"{name}={raw!r} must be a finite number")
-            if value < minimum:
-                raise SettingsError(f"{name}={raw!r} must be at least {minimum:g}")
-            return value
-
         project = env.get("DEDUP_PROJECT") or env.get("GOOGLE_CLOUD_PROJECT") or ""
         if not project:
             raise SettingsError(
@@ -80,8 +83,8 @@ class Settings:
         if not location:
             raise SettingsError("DEDUP_LOCATION is not set: set it to the function's region")
 
-        lease = number("DEDUP_LEASE_SECONDS", cls.lease_seconds, 1)
-        retention = number("DEDUP_RETENTION_SECONDS", cls.retention_seconds, 60)
+        lease = number_setting(env, "DEDUP_LEASE_SECONDS", cls.lease_seconds, 1)
+        retention = number_setting(env, "DEDUP_RETENTION_SECONDS", cls.retention_seconds, 60)
         if retention <= lease:
             raise SettingsError(
                 f"DEDUP_RETENTION_SECONDS={retention:g} is not longer than "
@@ -107,7 +110,7 @@ class Settings:
             raise SettingsError(
                 'DEDUP_JOB_ROUTES must be a JSON object {"job-id": "module:function"}'
             )
-        cache_size = int(number("DEDUP_CACHE_SIZE", cls.cache_size, 0))
+        cache_size = int(number_setting(env, "DEDUP_CACHE_SIZE", cls.cache_size, 0))
         return cls(
             project=project,
             location=location,
@@ -118,8 +121,8 @@ class Settings:
             missing_schedule_time=mode,
             default_job=env.get("DEDUP_JOB") or cls.default_job,
             job_routes=routes,
-            store_timeout_seconds=number(
-                "DEDUP_STORE_TIMEOUT_SECONDS", cls.store_timeout_seconds, 0.1
+            store_timeout_seconds=number_setting(
+                env, "DEDUP_STORE_TIMEOUT_SECONDS", cls.store_timeout_seconds, 0.1
             ),
             cache_size=cache_size,
             allowed_callers=parse_allowed_callers(env.get(ALLOWED_CALLERS_ENV, "")),

@@ -37,7 +37,7 @@ from google.cloud import firestore
 from dedup.firestore_store import FirestoreRunStore
 from dedup.http import HttpReply, emit_log_line, refuse_caller
 from dedup.keys import RunKey, lower_keys
-from dedup.settings import Settings, SettingsError
+from dedup.settings import Settings, SettingsError, number_setting
 from dedup.store import RunStatus, StoredRun, StoreError, StoreUnavailable
 
 JOBS_ENV = "DEDUP_WATCH_JOBS"
@@ -93,8 +93,8 @@ class WatchSettings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WatchSettings:
         env = os.environ if environ is None else environ
         store = Settings.from_env(env)
-        lookback = _seconds(env, LOOKBACK_ENV, DEFAULT_LOOKBACK_SECONDS, minimum=60)
-        grace = _seconds(env, GRACE_ENV, DEFAULT_GRACE_SECONDS, minimum=0)
+        lookback = number_setting(env, LOOKBACK_ENV, DEFAULT_LOOKBACK_SECONDS, minimum=60)
+        grace = number_setting(env, GRACE_ENV, DEFAULT_GRACE_SECONDS, minimum=0)
         if lookback >= store.retention_seconds:
             # TTL deletes records after the retention: a run judged later would look missed.
             raise SettingsError(
@@ -103,19 +103,6 @@ class WatchSettings:
             )
         jobs = parse_watch_jobs(env.get(JOBS_ENV, ""))
         return cls(store, jobs, lookback, grace)
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < minimum:
-        raise SettingsError(f"{name}={raw!r} must be a finite number, at least {minimum:g}")
-    return value
 
 
 def parse_watch_jobs(raw: str) -> tuple[WatchedJob, ...]:
