@@ -3,8 +3,8 @@
 - create: precondition "must not exist" (DocumentReference.create), one Commit.
 - get: one BatchGetDocuments; the snapshot carries update_time (version) and read_time.
 - get_many: the watchdog's batched reads by ID, one BatchGetDocuments per 300 IDs.
-- replace / renew / delete: one Commit each, with a `last_update_time` precondition, so a
-  writer whose claim moved on cannot overwrite or delete the new claim (fencing).
+- replace / renew: one Commit each, with a `last_update_time` precondition, so a writer
+  whose claim moved on cannot overwrite the new claim (fencing).
 No transactions: they would cost BeginTransaction + Commit and contend for the document
 lock under a burst of duplicates.
 """
@@ -210,15 +210,4 @@ class FirestoreRunStore:
         return self._conditional_update(
             run_id, {"renewed_at": datetime.now(UTC), "expire_at": expire_at}, if_version
         )
-
-    def delete(self, run_id: str, if_version: datetime) -> None:
-        def op() -> None:
-            try:
-                self._collection.document(run_id).delete(
-                    option=self._guarded(if_version), retry=self._retry, timeout=self._timeout
-                )
-            except (gexc.FailedPrecondition, gexc.NotFound) as exc:
-                raise RecordChanged(run_id) from exc
-
-        self._call(op)
 

@@ -283,11 +283,7 @@ class Deduplicator:
             finished_at=self._wall_clock(),
             duration_seconds=duration_seconds,
         )
-        held = self._guarded_write(
-            claim,
-            lambda version: self._store.replace(claim.run_id, done, version),
-            already_done=lambda stored: self._is_ours(claim, stored, RunStatus.COMPLETED),
-        )
+        held = self._write_outcome(claim, done)
         if held:
             self._cache.put(claim.run_id, result_json, self._retention)
         return held
@@ -301,10 +297,15 @@ class Deduplicator:
             failed_at=self._wall_clock(),
             error=summarize_error(error),
         )
+        return self._write_outcome(claim, failed)
+
+    def _write_outcome(self, claim: Claim, record: RunRecord) -> bool:
+        """Replace the claim with its outcome (completed or failed), guarded; a retry of a
+        write that landed finds this attempt's record already in that status."""
         return self._guarded_write(
             claim,
-            lambda version: self._store.replace(claim.run_id, failed, version),
-            already_done=lambda stored: self._is_ours(claim, stored, RunStatus.FAILED),
+            lambda version: self._store.replace(claim.run_id, record, version),
+            already_done=lambda stored: self._is_ours(claim, stored, record.status),
         )
 
     def renew(self, claim: Claim) -> bool:
@@ -321,11 +322,11 @@ class Deduplicator:
     def _guarded_write(
         self,
         claim: Claim,
-        write: Callable[[datetime], datetime | None],
+        write: Callable[[datetime], datetime],
         already_done: Callable[[StoredRun | None], bool],
     ) -> bool:
         """One write guarded by the claim's version, with its own unseen writes accounted
-        for. `write(version)` returns the new version (None for a delete). False: another
+        for. `write(version)` returns the new version. False: another
         attempt holds the run (the claim is marked lost). StoreUnavailable: unknown."""
         with claim.lock:
             for _ in range(_ADOPT_ROUNDS):
@@ -346,8 +347,7 @@ class Deduplicator:
                     # renewal reported as failed) landed. Adopt it and write again.
                     claim.version = stored.version
                     continue
-                if version is not None:
-                    claim.version = version
+                claim.version = version
                 claim.held_since = sent
                 return True
         raise StoreUnavailable(f"run {claim.run_id}: the record kept moving under this attempt")

@@ -144,8 +144,3 @@ class RunStore(Protocol):
     def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun]:
         """Read many records by ID (batched); absent ones are left out of the result."""
         ...
-
-    def delete(self, run_id: str, if_version: datetime) -> None:
-        """Delete if still at `if_version`. Raises RecordChanged. (The protocol no longer
-        deletes: a failed attempt marks its record `failed` with replace.)"""
-        ...

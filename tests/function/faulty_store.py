@@ -82,6 +82,3 @@ class FaultyStore:
 
     def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun]:
         return self._call("get_many", lambda: self.inner.get_many(run_ids))
-
-    def delete(self, run_id: str, if_version: datetime) -> None:
-        self._call("delete", lambda: self.inner.delete(run_id, if_version))
