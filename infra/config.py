@@ -200,6 +200,24 @@ def invalid(message: str, fix: str, at: Loc | str = ()) -> Invalid:
     return Invalid([((at,) if isinstance(at, str) else at, message, fix)])
 
 
+def checked_cron(schedule: str, example: str) -> str:
+    """A job's or the watchdog's unix-cron schedule; the fix names `example`."""
+    try:
+        validate_cron(schedule)
+    except ScheduleError as exc:
+        raise invalid(str(exc), "use 5 fields 'minute hour day-of-month month day-of-week' "
+                      f"such as {example}") from None
+    return schedule
+
+
+def checked_time_zone(time_zone: str) -> str:
+    try:
+        validate_time_zone(time_zone)
+    except ScheduleError as exc:
+        raise invalid(str(exc), "use an IANA name such as Etc/UTC or Europe/Berlin") from None
+    return time_zone
+
+
 @dataclass(frozen=True)
 class Hint:
     """A field's `json_schema_extra`: how its invalid values are reported beyond type and
@@ -374,22 +392,13 @@ class JobSettings(_Model):
     @field_validator("schedule")
     @classmethod
     def _unix_cron(cls, schedule: str) -> str:
-        try:
-            validate_cron(schedule)
-        except ScheduleError as exc:
-            raise invalid(str(exc), "use 5 fields 'minute hour day-of-month month day-of-week' "
-                          "such as '0 3 * * *'; the legacy 'every 5 minutes' form gives no "
-                          "reliable schedule time") from None
-        return schedule
+        return checked_cron(schedule, "'0 3 * * *'; the legacy 'every 5 minutes' form gives no "
+                            "reliable schedule time")
 
     @field_validator("time_zone")
     @classmethod
     def _iana(cls, time_zone: str) -> str:
-        try:
-            validate_time_zone(time_zone)
-        except ScheduleError as exc:
-            raise invalid(str(exc), "use an IANA name such as Etc/UTC or Europe/Berlin") from None
-        return time_zone
+        return checked_time_zone(time_zone)
 
     @field_validator("body")
     @classmethod
@@ -607,21 +616,12 @@ class WatchdogSettings(_Model):
     @field_validator("schedule")
     @classmethod
     def _unix_cron(cls, schedule: str) -> str:
-        try:
-            validate_cron(schedule)
-        except ScheduleError as exc:
-            raise invalid(str(exc), "use 5 fields 'minute hour day-of-month month day-of-week' "
-                          "such as '*/10 * * * *'") from None
-        return schedule
+        return checked_cron(schedule, "'*/10 * * * *'")
 
     @field_validator("time_zone")
     @classmethod
     def _iana(cls, time_zone: str) -> str:
-        try:
-            validate_time_zone(time_zone)
-        except ScheduleError as exc:
-            raise invalid(str(exc), "use an IANA name such as Etc/UTC or Europe/Berlin") from None
-        return time_zone
+        return checked_time_zone(time_zone)
 
 
 class AlertSettings(_Model):
