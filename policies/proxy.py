@@ -16,7 +16,7 @@ policy and the jobs' dedup headers.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -239,6 +239,22 @@ def _holds(members: list[Any] | None, email: str) -> bool:
     return False
 
 
+def roles_held(resources: Sequence[Resource], email: str) -> Iterator[tuple[Resource, str]]:
+    """(IAM resource, role) for every known role granted to service account `email`. A
+    malformed policy document is skipped: iam-no-public-members reports it."""
+    for resource in resources:
+        if iam_kind(resource.type) is None:
+            continue
+        try:
+            found = grants(resource.type, resource.props)
+        except PolicyDataError:
+            continue
+        for grant in found:
+            role = known_str(grant.role)
+            if role is not None and _holds(grant.members, email):
+                yield resource, role
+
+
 def _job_target(resource: Resource) -> tuple[str | None, str | None, str | None]:
     """(project, location, job ID) a Cloud Run job IAM resource grants on (None: unknown)."""
     name = known_str(get(resource.props, "name"))
@@ -342,23 +358,13 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
         if email is None:
             continue  # not known yet: the grants cannot be attributed to the proxy
         proxy_targets = targets(proxy)
-        for resource in resources:
-            if iam_kind(resource.type) is None:
-                continue
-            try:
-                found = grants(resource.type, resource.props)
-            except PolicyDataError:
-                continue  # iam-no-public-members reports a malformed policy document
-            for grant in found:
-                role = known_str(grant.role)
-                if role is None or not _holds(grant.members, email):
-                    continue
-                problem = _judge(role, resource, proxy_targets, custom_roles)
-                if problem is not None:
-                    findings.append(
-                        Finding(
-                            f"the proxy's account {email} ({_label(proxy)}): {problem}",
-                            resource.urn,
-                        )
+        for resource, role in roles_held(resources, email):
+            problem = _judge(role, resource, proxy_targets, custom_roles)
+            if problem is not None:
+                findings.append(
+                    Finding(
+                        f"the proxy's account {email} ({_label(proxy)}): {problem}",
+                        resource.urn,
                     )
+                )
     return findings

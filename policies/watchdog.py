@@ -17,13 +17,12 @@ from policies.gcp import (
     FUNCTION_V2,
     WATCH_JOBS_ENV,
     WATCHDOG_ENTRY_POINT,
-    iam_kind,
     type_module,
 )
-from policies.iam import DATASTORE_USER, PolicyDataError, datastore_user_single_database, grants
+from policies.iam import DATASTORE_USER, datastore_user_single_database
 from policies.model import Finding, Resource
-from policies.proxy import _holds, _label, _runtime_email, functions_own_their_accounts
-from policies.values import as_mapping, get, known_str
+from policies.proxy import _label, _runtime_email, functions_own_their_accounts, roles_held
+from policies.values import as_mapping, get
 
 
 def _env(function: Resource) -> Any:
@@ -66,38 +65,28 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
         email = _runtime_email(watchdog)
         if email is None:
             continue  # not known yet: the grants cannot be attributed to the watchdog
-        for resource in resources:
-            if iam_kind(resource.type) is None:
+        prefix = f"the watchdog's account {email} ({_label(watchdog)})"
+        for resource, role in roles_held(resources, email):
+            if role != DATASTORE_USER:
+                findings.append(
+                    Finding(
+                        f"{prefix}: {role} is not a role the watchdog needs: remove it "
+                        f"(allowed: only {DATASTORE_USER}, conditioned to the dedup "
+                        "database)",
+                        resource.urn,
+                    )
+                )
                 continue
-            try:
-                found = grants(resource.type, resource.props)
-            except PolicyDataError:
-                continue  # iam-no-public-members reports a malformed policy document
-            for grant in found:
-                role = known_str(grant.role)
-                if role is None or not _holds(grant.members, email):
-                    continue
-                prefix = f"the watchdog's account {email} ({_label(watchdog)})"
-                if role != DATASTORE_USER:
-                    findings.append(
-                        Finding(
-                            f"{prefix}: {role} is not a role the watchdog needs: remove it "
-                            f"(allowed: only {DATASTORE_USER}, conditioned to the dedup "
-                            "database)",
-                            resource.urn,
-                        )
+            if type_module(resource.type) in ("folder", "organizations"):
+                findings.append(
+                    Finding(
+                        f"{prefix}: {role} is granted at folder or organization level, "
+                        "across every project: grant it in the dedup database's project, "
+                        "conditioned to that database",
+                        resource.urn,
                     )
-                    continue
-                if type_module(resource.type) in ("folder", "organizations"):
-                    findings.append(
-                        Finding(
-                            f"{prefix}: {role} is granted at folder or organization level, "
-                            "across every project: grant it in the dedup database's project, "
-                            "conditioned to that database",
-                            resource.urn,
-                        )
-                    )
-                    continue
-                for problem in datastore_user_single_database(resource.type, resource.props):
-                    findings.append(Finding(f"{prefix}: {problem}", resource.urn))
+                )
+                continue
+            for problem in datastore_user_single_database(resource.type, resource.props):
+                findings.append(Finding(f"{prefix}: {problem}", resource.urn))
     return findings
