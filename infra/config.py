@@ -114,7 +114,8 @@ def kit_key(name: str) -> str:
 
 
 def service_account_id(name_prefix: str, role: str) -> str:
-    """The kit's service account IDs: `<namePrefix>-<role>` (runtime, build, invoker)."""
+    """The kit's service account IDs: `<namePrefix>-<role>` (runtime, build, invoker, proxy,
+    watchdog)."""
     return f"{name_prefix}-{role}"
 
 

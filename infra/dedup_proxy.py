@@ -51,6 +51,7 @@ from infra.config import (
     DedupSettings,
     ProxyTarget,
     StackConfig,
+    service_account_id,
 )
 from infra.dedup_service import (
     REQUIRED_APIS,
@@ -118,7 +119,7 @@ class DedupProxyArgs:
 
     @property
     def account_id(self) -> str:
-        return f"{self.name_prefix}-proxy"
+        return service_account_id(self.name_prefix, "proxy")
 
     @property
     def build_role_id(self) -> str:
