@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STACK ?= dev
 
-.PHONY: demo test lint typecheck workflow-lint unit plan runs policy-check bench clean schema
+.PHONY: demo test lint typecheck workflow-lint unit plan runs policy-check bench clean schema docs docs-serve
 
 # The virtual environment is built from pinned requirements on first use.
 $(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.txt policies/requirements.txt constraints.txt
@@ -16,7 +16,7 @@ $(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.txt p
 demo: $(VENV)/stamp
 	$(BIN)/python -m demo $(DEMO_ARGS)
 
-test: lint typecheck workflow-lint policy-check unit
+test: lint typecheck workflow-lint policy-check docs unit
 
 lint: $(VENV)/stamp
 	$(BIN)/ruff check .
@@ -50,6 +50,14 @@ bench: $(VENV)/stamp
 # regenerated from the config models in infra/config.py (tests/infra/test_schema.py checks).
 schema: $(VENV)/stamp
 	$(BIN)/python -m infra.schema
+
+# The documentation site (docs/, mkdocs.yml): built with --strict, so a broken link or a page
+# missing from the nav fails make test. docs-serve browses it on http://127.0.0.1:8000.
+docs: $(VENV)/stamp
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+docs-serve: $(VENV)/stamp
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -5,7 +5,7 @@ light for the policy pack and the Scheduler emulator):
 
 - `infra.config`: `load_config(mapping)` / `config_from_pulumi()` -> validated `StackConfig`
 - `infra.schema`: `python -m infra.schema` (`make schema`) regenerates Pulumi.yaml's config
-  block, README's configuration reference and schema/stack.schema.json from the config models
+  block, docs/configuration.md's reference and schema/stack.schema.json from the config models
 - `infra.dedup_service`: `DedupService` component (function, identities, Firestore, IAM)
 - `infra.dedup_proxy`: `DedupProxy` component (the idempotent proxy, its account and roles)
 - `infra.cloud_function`: what both declare alike (the function and its invoker grant,

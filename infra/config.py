@@ -3,7 +3,7 @@
 Each setting is one field of a pydantic model below, with its type, bounds, default and a
 one-line description. From these models follow the validation (`load_config`), `DEFAULTS`
 and, through `python -m infra.schema` (`make schema`), the `config:` block of `Pulumi.yaml`,
-README's configuration reference and `schema/stack.schema.json` for editors.
+docs/configuration.md's reference and `schema/stack.schema.json` for editors.
 
 `load_config(values)` is a pure function over a plain mapping of full config keys
 (`"gcp:project"`, `"scheduler-dedup:jobs"`, ...) to values: native YAML values (the `config:`
@@ -995,7 +995,7 @@ def _explain(error: ErrorDetails, loc: Loc) -> tuple[str, str]:
         return f"{value!r} is not a list", advice.fix
     if kind == "string_type":
         return f"{value!r} is not a string", advice.fix or "give a string value"
-    fix = advice.fix or "see README's configuration reference"
+    fix = advice.fix or "see docs/configuration.md"
     return f"{value!r} is not valid ({error['msg']})", fix
 
 

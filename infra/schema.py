@@ -1,5 +1,5 @@
 """What follows from the config models (infra/config.py), generated and checked in: the
-`config:` block of `Pulumi.yaml` and README's configuration reference (each between its
+`config:` block of `Pulumi.yaml` and docs/configuration.md's reference (each between its
 `config-reference` markers), and `schema/stack.schema.json`, the JSON Schema of
 `Pulumi.<stack>.yaml` files that editors use through the files' `yaml-language-server` comment.
 
@@ -35,13 +35,14 @@ from infra.config import (
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 SCHEMA_PATH: Final = Path("schema/stack.schema.json")
-README_MARKERS: Final = ("<!-- config-reference:start -->", "<!-- config-reference:end -->")
+REFERENCE_PATH: Final = Path("docs/configuration.md")
+REFERENCE_MARKERS: Final = ("<!-- config-reference:start -->", "<!-- config-reference:end -->")
 PULUMI_MARKERS: Final = ("# config-reference:start", "# config-reference:end")
 _TYPES: Final[dict[Any, str]] = {str: "string", int: "integer", bool: "boolean"}
 
 
 def documented_keys(model: Any = None, prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
-    """Every key as README names it (`leaseSeconds`, `jobs[].retry.retryCount`), in order."""
+    """Every key as the configuration reference names it (`leaseSeconds`, `jobs[].retry.retryCount`), in order."""
     for key, info in (model_fields(model) if model else stack_fields()).items():
         yield f"{prefix}{key}", info
         if (inner := model_in(info.annotation)) is not None:
@@ -90,7 +91,7 @@ def allowed_text(info: FieldInfo) -> str:
 # --------------------------------------------------------------------------- the artefacts
 
 
-def readme_table() -> str:
+def reference_table() -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
 
@@ -112,7 +113,7 @@ def pulumi_config_block() -> str:
         "is declared. Not declared here, as a declared key without a default is required: "
         f"{', '.join(followers)}; jobs (required), a list of objects, which a project config "
         "schema cannot type; gcp:project and gcp:region (required). Every key, the jobs' too: "
-        f"README's configuration reference; editors check stack files with {SCHEMA_PATH}.",
+        f"docs/configuration.md's reference; editors check stack files with {SCHEMA_PATH}.",
         width=92, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False,
     )
     config = {}
@@ -176,11 +177,12 @@ def _between(text: str, markers: tuple[str, str], body: str, path: Path) -> str:
 
 def generated(root: Path = REPO_ROOT) -> dict[Path, str]:
     """Each generated file's path under `root` and the text it must have."""
-    pulumi_yaml, readme = root / "Pulumi.yaml", root / "README.md"
+    pulumi_yaml, reference = root / "Pulumi.yaml", root / REFERENCE_PATH
     return {
         pulumi_yaml: _between(pulumi_yaml.read_text(), PULUMI_MARKERS, pulumi_config_block(),
                               pulumi_yaml),
-        readme: _between(readme.read_text(), README_MARKERS, readme_table(), readme),
+        reference: _between(reference.read_text(), REFERENCE_MARKERS, reference_table(),
+                            reference),
         root / SCHEMA_PATH: json.dumps(stack_schema(), indent=2, ensure_ascii=False) + "\n",
     }
 
