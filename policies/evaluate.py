@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from policies.model import Enforcement, Policy, Resource, ResourcePolicy
+from policies.model import Enforcement, Policy, Resource, StackPolicy
 from policies.registry import ALL_POLICIES
 
 
@@ -106,13 +106,13 @@ def evaluate(
         enforcement = levels.get(policy.name, policy.enforcement)
         if enforcement is Enforcement.DISABLED:
             continue
-        if isinstance(policy, ResourcePolicy):
-            for resource in resources:
-                for message in policy.check(resource.type, resource.props):
-                    violations.append(Violation(policy.name, enforcement, resource.urn, message))
-        else:
+        if isinstance(policy, StackPolicy):
             for finding in policy.check(stack_view):
                 violations.append(Violation(policy.name, enforcement, finding.urn, finding.message))
+        else:
+            for resource in resources:
+                for message in policy.judge(resource):
+                    violations.append(Violation(policy.name, enforcement, resource.urn, message))
     return violations
 
 

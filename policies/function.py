@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from policies.gcp import (
     CLOUD_RUN_V1_SERVICE,
     CLOUD_RUN_V2_SERVICE,
+    FUNCTION_V1,
     FUNCTION_V2,
     is_default_build_account,
     is_default_runtime_account,
 )
 from policies.values import MISSING, get, is_unknown, known_str
 
-_INTERNAL_V1_INGRESS = frozenset({"internal", "internal-and-cloud-load-balancing"})
+_FUNCTION_INGRESS: Final = ("ALLOW_INTERNAL_ONLY", "ALLOW_INTERNAL_AND_GCLB")
+_RUN_V2_INGRESS: Final = ("INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER")
+_RUN_V1_INGRESS: Final = ("internal", "internal-and-cloud-load-balancing")
+_V1_INGRESS_ANNOTATION: Final = "run.googleapis.com/ingress"
+_INVOKER_IAM_DISABLED: Final = "run.googleapis.com/invoker-iam-disabled"
 
 
 def _account_problem(value: Any, where: str, *, build: bool) -> list[str]:
@@ -45,6 +50,10 @@ def dedicated_runtime_account(resource_type: str, props: Mapping[str, Any]) -> l
             "serviceConfig.serviceAccountEmail",
             build=False,
         )
+    if resource_type == FUNCTION_V1:
+        return _account_problem(
+            get(props, "serviceAccountEmail"), "serviceAccountEmail", build=False
+        )
     if resource_type == CLOUD_RUN_V2_SERVICE:
         if is_unknown(get(props, "template")):
             return []
@@ -72,38 +81,56 @@ def dedicated_build_account(resource_type: str, props: Mapping[str, Any]) -> lis
     )
 
 
+def _ingress_problem(value: Any, where: str, allowed: tuple[str, str], default: str) -> list[str]:
+    """An allow-list: anything but the two internal settings (unset, "", a typo, a value
+    the pack does not know) lets traffic in from the internet or is not judgeable."""
+    if is_unknown(value) or value in allowed:
+        return []
+    shown = f"unset (defaults to {default})" if value is MISSING else repr(value)
+    return [
+        f"{where} is {shown}: set {allowed[0]} (Cloud Scheduler counts as internal) or "
+        f"{allowed[1]}"
+    ]
+
+
 def ingress_not_public(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     if resource_type == FUNCTION_V2:
-        settings = get(props, "serviceConfig", "ingressSettings")
-        if is_unknown(settings):
+        if is_unknown(get(props, "serviceConfig")):
             return []
-        if settings is MISSING or settings == "ALLOW_ALL":
-            shown = "unset (defaults to ALLOW_ALL)" if settings is MISSING else "ALLOW_ALL"
-            return [
-                f"serviceConfig.ingressSettings is {shown}: set ALLOW_INTERNAL_ONLY (Cloud "
-                "Scheduler counts as internal) or ALLOW_INTERNAL_AND_GCLB"
-            ]
-        return []
+        return _ingress_problem(
+            get(props, "serviceConfig", "ingressSettings"), "serviceConfig.ingressSettings",
+            _FUNCTION_INGRESS, "ALLOW_ALL",
+        )
+    if resource_type == FUNCTION_V1:
+        return _ingress_problem(
+            get(props, "ingressSettings"), "ingressSettings", _FUNCTION_INGRESS, "ALLOW_ALL"
+        )
     if resource_type == CLOUD_RUN_V2_SERVICE:
-        ingress = get(props, "ingress")
-        if is_unknown(ingress):
-            return []
-        if ingress is MISSING or ingress == "INGRESS_TRAFFIC_ALL":
-            shown = "unset (defaults to INGRESS_TRAFFIC_ALL)" if ingress is MISSING else ingress
-            return [
-                f"ingress is {shown}: set INGRESS_TRAFFIC_INTERNAL_ONLY or "
-                "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"
-            ]
-        return []
+        return _ingress_problem(
+            get(props, "ingress"), "ingress", _RUN_V2_INGRESS, "INGRESS_TRAFFIC_ALL"
+        )
     if resource_type == CLOUD_RUN_V1_SERVICE:
-        ingress = get(props, "metadata", "annotations", "run.googleapis.com/ingress")
-        if is_unknown(ingress):
-            return []
-        if ingress is MISSING or ingress not in _INTERNAL_V1_INGRESS:
-            shown = "unset (defaults to all)" if ingress is MISSING else repr(ingress)
-            return [
-                f"the run.googleapis.com/ingress annotation is {shown}: set 'internal' or "
-                "'internal-and-cloud-load-balancing'"
-            ]
-        return []
+        return _ingress_problem(
+            get(props, "metadata", "annotations", _V1_INGRESS_ANNOTATION),
+            f"the {_V1_INGRESS_ANNOTATION} annotation", _RUN_V1_INGRESS, "all",
+        )
     return []
+
+
+def invoker_iam_check_enabled(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """Cloud Run's invoker check (run.routes.invoke) must stay on: without it anyone who
+    reaches the service calls it, whatever the IAM grants say."""
+    fix = "remove it (or set false) so Cloud Run checks run.routes.invoke on every request"
+    problems: list[str] = []
+    if resource_type == CLOUD_RUN_V2_SERVICE:
+        if get(props, "invokerIamDisabled") is True:
+            problems.append(f"invokerIamDisabled is true: {fix}")
+        annotations = get(props, "annotations")
+    elif resource_type == CLOUD_RUN_V1_SERVICE:
+        annotations = get(props, "metadata", "annotations")
+    else:
+        return []
+    flag = get(annotations, _INVOKER_IAM_DISABLED)
+    if not is_unknown(flag) and flag is not MISSING and str(flag).strip().lower() != "false":
+        problems.append(f"the {_INVOKER_IAM_DISABLED} annotation is {flag!r}: {fix}")
+    return problems

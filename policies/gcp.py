@@ -7,11 +7,20 @@ from typing import Final
 
 SCHEDULER_JOB: Final = "gcp:cloudscheduler/job:Job"
 FUNCTION_V2: Final = "gcp:cloudfunctionsv2/function:Function"
+FUNCTION_V1: Final = "gcp:cloudfunctions/function:Function"
+WORKFLOWS_WORKFLOW: Final = "gcp:workflows/workflow:Workflow"
 CLOUD_RUN_V2_SERVICE: Final = "gcp:cloudrunv2/service:Service"
 CLOUD_RUN_V1_SERVICE: Final = "gcp:cloudrun/service:Service"
 CLOUD_RUN_V2_JOB: Final = "gcp:cloudrunv2/job:Job"
 PROJECT_CUSTOM_ROLE: Final = "gcp:projects/iAMCustomRole:IAMCustomRole"
 ORGANIZATION_CUSTOM_ROLE: Final = "gcp:organizations/iAMCustomRole:IAMCustomRole"
+CLOUD_BUILD_TRIGGER: Final = "gcp:cloudbuild/trigger:Trigger"
+SERVICE_ACCOUNT: Final = "gcp:serviceaccount/account:Account"
+# IAM resources of one Pub/Sub topic: TopicIAMMember / TopicIAMBinding / TopicIAMPolicy.
+PUBSUB_TOPIC_IAM_PREFIX: Final = "gcp:pubsub/topicIAM"
+# The kit's idempotent proxy component (infra/dedup_proxy.py): the type in its children's
+# URNs, which links them to the proxy before any output (its account's e-mail) is known.
+PROXY_COMPONENT: Final = "scheduler-dedup:index:DedupProxy"
 # IAM resources of one Cloud Run (v2) job: JobIamMember / JobIamBinding / JobIamPolicy.
 CLOUD_RUN_V2_JOB_IAM_PREFIX: Final = "gcp:cloudrunv2/jobIam"
 FIRESTORE_FIELD: Final = "gcp:firestore/field:Field"
@@ -36,7 +45,7 @@ PROXY_RESOURCE_ENV: Final = "DEDUP_PROXY_RESOURCE"
 # The only callers a function serves: e-mails of its Scheduler jobs' OIDC accounts.
 ALLOWED_CALLERS_ENV: Final = "DEDUP_ALLOWED_CALLERS"
 
-# Defaults of the function's environment (SPEC "The function").
+# Defaults of the function's environment (function/dedup/settings.py).
 DEDUP_DEFAULTS: Final = {
     "DEDUP_LEASE_SECONDS": "60",
     "DEDUP_RETENTION_SECONDS": "604800",

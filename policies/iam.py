@@ -1,32 +1,81 @@
-"""Resource policies for IAM members, bindings and policies of any gcp resource.
+"""Resource policies for IAM members, bindings and policies, and ACL-style grants.
 
 IAM resources come in three shapes (`*IamMember`/`*IAMMember` with `role` + `member`,
 `*IamBinding` with `role` + `members`, `*IamPolicy` with a `policyData` JSON document);
-`grants` reads all three into (role, members, condition) triples, leaving unknowns in place.
+ACL-style resources (Cloud Storage access controls and ACLs, BigQuery dataset access)
+grant too. `grants` reads them all into (role, members, condition) triples, leaving
+unknowns in place. A policy document is read by one parser, `policy_document`, the way
+the provider reads it (Go's JSON decoder: keys match case-insensitively), and whatever it
+does not understand raises `PolicyDataError`: the pack fails closed on it.
+
+Grants are judged by what their role allows (policies.permissions), not by its name.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from policies.gcp import HIERARCHY_IAM_MODULES, iam_kind, type_module
+from policies.gcp import (
+    HIERARCHY_IAM_MODULES,
+    ORGANIZATION_CUSTOM_ROLE,
+    PROJECT_CUSTOM_ROLE,
+    iam_kind,
+    type_module,
+)
+from policies.model import Finding, Resource
+from policies.permissions import (
+    DATASTORE_WRITE,
+    ESCALATION,
+    INVOKE,
+    custom_permissions,
+    is_custom_role,
+    predefined_permissions,
+)
 from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known_str
 
 PUBLIC_MEMBERS: Final = frozenset({"allusers", "allauthenticatedusers"})
 PRIMITIVE_ROLES: Final = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
-INVOKER_ROLES: Final = frozenset({"roles/run.invoker", "roles/cloudfunctions.invoker"})
-IMPERSONATION_ROLES: Final = frozenset(
-    {"roles/iam.serviceAccountUser", "roles/iam.serviceAccountTokenCreator"}
-)
 DATASTORE_USER: Final = "roles/datastore.user"
-_DATABASE_EQUALS: Final = re.compile(
-    r"resource\.name\s*==\s*[\"'](projects/[^/\"']+/databases/[^/\"']+)[\"']"
+
+# Cloud Storage and BigQuery grant through access controls as well as IAM.
+ACCESS_CONTROL_TYPES: Final = frozenset(
+    {
+        "gcp:storage/bucketAccessControl:BucketAccessControl",
+        "gcp:storage/defaultObjectAccessControl:DefaultObjectAccessControl",
+        "gcp:storage/objectAccessControl:ObjectAccessControl",
+    }
 )
-_DATABASE_NAMED: Final = re.compile(r"projects/[^/\"'\s]+/databases/[^/\"'\s)]+")
+ACL_TYPES: Final = frozenset(
+    {
+        "gcp:storage/bucketACL:BucketACL",
+        "gcp:storage/defaultObjectACL:DefaultObjectACL",
+        "gcp:storage/objectACL:ObjectACL",
+    }
+)
+DATASET_ACCESS: Final = "gcp:bigquery/datasetAccess:DatasetAccess"
+DATASET: Final = "gcp:bigquery/dataset:Dataset"
+# Canned ACLs that make objects or a bucket readable by anyone (or any Google account).
+_PUBLIC_CANNED: Final = frozenset({"publicread", "publicreadwrite", "authenticatedread"})
+# Type names that suggest access grants the pack may not read (see unknown_grant_types).
+_GRANT_LIKE_SUFFIXES: Final = ("accesscontrol", "acl", "access", "accesses")
+
+# The IAM policy document's keys (google.iam.v1.Policy / Binding / Expr), lower case.
+_POLICY_KEYS: Final = frozenset({"bindings", "etag", "version", "auditconfigs"})
+_BINDING_KEYS: Final = frozenset({"role", "members", "condition"})
+_CONDITION_KEYS: Final = frozenset({"expression", "title", "description", "location"})
+
+# The condition the kit puts on datastore roles (infra/cloud_function.py), and the only
+# other clauses a conjunction with it may hold.
+_DATABASE_CLAUSE: Final = re.compile(
+    r"""resource\.name\s*==\s*(["'])(projects/[^/"']+/databases/[^/"']+)\1"""
+)
+_NARROWING_CLAUSE: Final = re.compile(
+    r"""resource\.(type|service)\s*==\s*(["'])[A-Za-z0-9._/-]+\2"""
+)
 
 
 @dataclass(frozen=True)
@@ -37,60 +86,168 @@ class Grant:
 
 
 class PolicyDataError(ValueError):
-    """An IAM policy document that is not the JSON Google's IAM API accepts."""
+    """An IAM policy document (or grant) the pack cannot read exactly as the provider does."""
 
 
-def grants(resource_type: str, props: Mapping[str, Any]) -> list[Grant]:
-    """The grants an IAM resource makes; [] for other resources or an unknown policy."""
-    kind = iam_kind(resource_type)
-    if kind is None:
-        return []
-    if kind == "member":
-        return [Grant(get(props, "role"), [get(props, "member")], get(props, "condition"))]
-    if kind == "binding":
-        return [Grant(get(props, "role"), as_list(get(props, "members")), get(props, "condition"))]
-    data = get(props, "policyData")
-    if is_unknown(data) or data is MISSING:
-        return []
+# --- reading grants ------------------------------------------------------------------------
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key.lower() in seen:
+            raise PolicyDataError(f"policyData repeats the key {key!r} (keys match in any case)")
+        seen.add(key.lower())
+    return dict(pairs)
+
+
+def _folded(document: Mapping[str, Any], allowed: frozenset[str], where: str) -> dict[str, Any]:
+    """The object with lower-case keys; an unknown key raises (Go's decoder would drop it,
+    or a later API version read it: either way the pack cannot judge it)."""
+    folded: dict[str, Any] = {}
+    for key, value in document.items():
+        if key.lower() not in allowed:
+            raise PolicyDataError(
+                f"policyData {where} has the key {key!r}, which the pack does not understand "
+                f"(known: {', '.join(sorted(allowed))})"
+            )
+        folded[key.lower()] = value
+    return folded
+
+
+def _binding(raw: object, index: int) -> Grant:
+    where = f"binding {index}"
+    if not isinstance(raw, Mapping):
+        raise PolicyDataError(f"policyData {where} is not an object")
+    binding = _folded(raw, _BINDING_KEYS, where)
+    role = binding.get("role")
+    if not isinstance(role, str) or not role:
+        raise PolicyDataError(f"policyData {where} has no role string")
+    members = binding.get("members")
+    if members is None:
+        members = []
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+        raise PolicyDataError(f"policyData {where} members is not a list of strings")
+    condition = binding.get("condition")
+    if condition is None:
+        return Grant(role, list(members), MISSING)
+    if not isinstance(condition, Mapping):
+        raise PolicyDataError(f"policyData {where} condition is not an object")
+    return Grant(role, list(members), _folded(condition, _CONDITION_KEYS, f"{where} condition"))
+
+
+def policy_document(data: object) -> list[Grant]:
+    """The grants of a known `policyData` (a JSON string, or already an object)."""
     try:
-        document = json.loads(data) if isinstance(data, str) else data
+        document = (
+            json.loads(data, object_pairs_hook=_reject_duplicates)
+            if isinstance(data, str)
+            else data
+        )
     except json.JSONDecodeError as exc:
         raise PolicyDataError(f"policyData is not valid JSON: {exc}") from exc
     if not isinstance(document, Mapping):
         raise PolicyDataError("policyData is not a JSON object")
-    bindings = as_list(get(document, "bindings")) or []
-    return [
-        Grant(get(b, "role"), as_list(get(b, "members")), get(b, "condition"))
-        for b in bindings
-        if isinstance(b, Mapping)
-    ]
+    bindings = _folded(document, _POLICY_KEYS, "top level").get("bindings")
+    if bindings is None:
+        return []
+    if not isinstance(bindings, list):
+        raise PolicyDataError("policyData bindings is not a list")
+    return [_binding(b, i) for i, b in enumerate(bindings)]
 
 
-def _grants_or_problem(
+def _acl_member(entity: object) -> Any:
+    """A storage ACL entity (`allUsers`, `user-a@b`, `group-g@b`...) as an IAM member."""
+    name = known_str(entity)
+    if name is None:
+        return entity
+    for prefix, member in (("user-", "user:"), ("group-", "group:"), ("domain-", "domain:")):
+        if name.startswith(prefix):
+            email = name.removeprefix(prefix)
+            kind = "serviceAccount:" if email.endswith(".gserviceaccount.com") else member
+            return kind + email
+    return name
+
+
+def _dataset_access_grant(entry: object) -> Grant:
+    """One BigQuery dataset access entry (DatasetAccess, or an item of Dataset.accesses)."""
+    members: list[Any] = []
+    for key in ("userByEmail", "groupByEmail", "iamMember", "specialGroup", "domain"):
+        value = get(entry, key)
+        if value is MISSING:
+            continue
+        text = known_str(value)
+        if text is not None and key == "userByEmail":
+            kind = "serviceAccount:" if text.endswith(".gserviceaccount.com") else "user:"
+            value = kind + text
+        elif text is not None and key == "groupByEmail":
+            value = "group:" + text
+        members.append(value)
+    return Grant(get(entry, "role"), members, MISSING)
+
+
+def grants(resource_type: str, props: Mapping[str, Any]) -> list[Grant]:
+    """The grants an IAM or ACL-style resource makes; [] for other resources or an unknown
+    policy document. Raises PolicyDataError on a document or shape it cannot read."""
+    kind = iam_kind(resource_type)
+    if kind == "member":
+        return [Grant(get(props, "role"), [get(props, "member")], get(props, "condition"))]
+    if kind == "binding":
+        return [Grant(get(props, "role"), as_list(get(props, "members")), get(props, "condition"))]
+    if kind == "policy":
+        data = get(props, "policyData")
+        if is_unknown(data):
+            return []
+        if data is MISSING:
+            raise PolicyDataError("policyData is not set")
+        return policy_document(data)
+    if resource_type in ACCESS_CONTROL_TYPES:
+        return [Grant(get(props, "role"), [_acl_member(get(props, "entity"))], MISSING)]
+    if resource_type in ACL_TYPES:
+        found = []
+        for entry in as_list(get(props, "roleEntities")) or []:
+            text = known_str(entry)
+            role, _, entity = text.partition(":") if text else ("", "", "")
+            found.append(Grant(role or entry, [_acl_member(entity) if text else entry], MISSING))
+        canned = known_str(get(props, "predefinedAcl"))
+        if canned is not None and canned.lower() in _PUBLIC_CANNED:
+            found.append(Grant(f"predefinedAcl {canned}", ["allUsers"], MISSING))
+        return found
+    if resource_type == DATASET_ACCESS:
+        return [_dataset_access_grant(props)]
+    if resource_type == DATASET:
+        return [_dataset_access_grant(a) for a in as_list(get(props, "accesses")) or []]
+    return []
+
+
+def grants_or_problem(
     resource_type: str, props: Mapping[str, Any], *, report_bad_document: bool = False
 ) -> tuple[list[Grant], list[str]]:
-    """The grants, and (for one policy only, so it is reported once) a malformed document."""
+    """The grants, and (for one policy only, so it is reported once) an unreadable one."""
     try:
         return grants(resource_type, props), []
     except PolicyDataError as exc:
         return [], [f"{exc}: fix the policy document"] if report_bad_document else []
 
 
-def _is_hierarchy_level(resource_type: str) -> bool:
+def is_hierarchy_level(resource_type: str) -> bool:
     return (
         iam_kind(resource_type) is not None and type_module(resource_type) in HIERARCHY_IAM_MODULES
     )
 
 
-def _level(resource_type: str) -> str:
+def level_name(resource_type: str) -> str:
     module = type_module(resource_type)
     return {"projects": "project", "folder": "folder", "organizations": "organization"}.get(
         module, module
     )
 
 
+# --- policies --------------------------------------------------------------------------------
+
+
 def no_public_members(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    found, problems = _grants_or_problem(resource_type, props, report_bad_document=True)
+    found, problems = grants_or_problem(resource_type, props, report_bad_document=True)
     for grant in found:
         for member in grant.members or []:
             name = known_str(member)
@@ -104,7 +261,7 @@ def no_public_members(resource_type: str, props: Mapping[str, Any]) -> list[str]
 
 
 def no_primitive_roles(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    found, problems = _grants_or_problem(resource_type, props)
+    found, problems = grants_or_problem(resource_type, props)
     for grant in found:
         role = known_str(grant.role)
         if role in PRIMITIVE_ROLES:
@@ -116,39 +273,116 @@ def no_primitive_roles(resource_type: str, props: Mapping[str, Any]) -> list[str
 
 
 def _hierarchy_grants(
-    resource_type: str, props: Mapping[str, Any], roles: frozenset[str], fix: str
+    resource_type: str, props: Mapping[str, Any], permissions: frozenset[str], fix: str
 ) -> list[str]:
-    """Problems for each of `roles` granted on a project, folder or organization."""
-    if not _is_hierarchy_level(resource_type):
+    """Problems for each predefined role carrying any of `permissions` granted on a
+    project, folder or organization (custom roles: iam-custom-roles-resolved)."""
+    if not is_hierarchy_level(resource_type):
         return []
-    found, problems = _grants_or_problem(resource_type, props)
+    found, problems = grants_or_problem(resource_type, props)
     for grant in found:
         role = known_str(grant.role)
-        if role in roles:
-            problems.append(f"{role} granted at {_level(resource_type)} level {fix}")
+        if role in PRIMITIVE_ROLES:
+            continue  # iam-no-primitive-roles blocks it already: one violation per grant
+        carried = predefined_permissions(role) if role else None
+        if role and carried and carried & permissions:
+            allows = ", ".join(sorted(carried & permissions))
+            problems.append(
+                f"{role} granted at {level_name(resource_type)} level (it allows {allows}) {fix}"
+            )
     return problems
 
 
+INVOKER_FIX: Final = (
+    "lets the principal invoke every service: grant roles/run.invoker on the one Cloud Run "
+    "service instead (gcp.cloudrunv2.ServiceIamMember)"
+)
+IMPERSONATION_FIX: Final = (
+    "lets the principal act as or mint tokens for every service account (or grant itself "
+    "anything): grant roles on the one service account or resource instead "
+    "(gcp.serviceaccount.IAMMember)"
+)
+
+
 def no_hierarchy_invoker(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    return _hierarchy_grants(
-        resource_type, props, INVOKER_ROLES,
-        "lets the principal invoke every service: grant it on the one Cloud Run service "
-        "instead (gcp.cloudrunv2.ServiceIamMember)",
-    )
+    return _hierarchy_grants(resource_type, props, INVOKE, INVOKER_FIX)
 
 
 def no_hierarchy_impersonation(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    return _hierarchy_grants(
-        resource_type, props, IMPERSONATION_ROLES,
-        "lets the principal act as every service account: grant it on the one service "
-        "account instead (gcp.serviceaccount.IAMMember)",
-    )
+    return _hierarchy_grants(resource_type, props, ESCALATION, IMPERSONATION_FIX)
+
+
+def known_roles_at_hierarchy_level(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """Advisory: a predefined role the pack's permission table does not list, granted on a
+    project, folder or organization, is not judged by what it allows."""
+    if not is_hierarchy_level(resource_type):
+        return []
+    found, problems = grants_or_problem(resource_type, props)
+    for grant in found:
+        role = known_str(grant.role)
+        if role and not is_custom_role(role) and predefined_permissions(role) is None:
+            problems.append(
+                f"{role} is granted at {level_name(resource_type)} level and the pack does not "
+                "know what it allows (policies/permissions.py): check it grants no invoke, "
+                "impersonation or IAM-admin permission, then add it to the table, or grant a "
+                "role the table lists"
+            )
+    return problems
+
+
+def unknown_grant_types(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """A resource whose type or properties look like an access grant the pack cannot read:
+    the other IAM policies cannot judge it."""
+    kind = iam_kind(resource_type)
+    if kind is not None:
+        if kind == "policy":
+            return []  # an unreadable document: iam-no-public-members reports it
+        role = get(props, "role")
+        members = get(props, "member" if kind == "member" else "members")
+        if role is MISSING or members is MISSING:
+            return [
+                f"{resource_type} sets no role or member(s) the pack can read: declare the "
+                "grant with role and member(s)"
+            ]
+        return []
+    known = ACCESS_CONTROL_TYPES | ACL_TYPES | {DATASET_ACCESS, DATASET}
+    if resource_type in known or not resource_type.startswith("gcp:"):
+        return []
+    name = resource_type.rsplit(":", 1)[-1].lower()
+    if name.endswith(_GRANT_LIKE_SUFFIXES) or any(
+        key in props for key in ("accesses", "roleEntities")
+    ):
+        return [
+            f"{resource_type} looks like an access grant (ACL, access entry) that the pack "
+            "cannot read: replace it with an IAM member/binding the pack judges, or add the "
+            "type to policies/iam.py grants()"
+        ]
+    return []
+
+
+def _condition_names_one_database(expression: str) -> bool:
+    """`resource.name == "projects/P/databases/D"`, alone or &&-joined with
+    resource.type / resource.service equalities: nothing that could widen it."""
+    clauses = [c.strip() for c in expression.strip().split("&&")]
+    databases = 0
+    for clause in clauses:
+        if _DATABASE_CLAUSE.fullmatch(clause):
+            databases += 1
+        elif not _NARROWING_CLAUSE.fullmatch(clause):
+            return False
+    return databases == 1
 
 
 def datastore_user_single_database(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    found, problems = _grants_or_problem(resource_type, props)
+    """Roles that write Firestore/Datastore entities (roles/datastore.user and broader)
+    carry the one-database condition."""
+    if iam_kind(resource_type) is None:
+        return []
+    found, problems = grants_or_problem(resource_type, props)
     for grant in found:
-        if known_str(grant.role) != DATASTORE_USER:
+        role = known_str(grant.role)
+        carried = predefined_permissions(role) if role else None
+        if not role or not carried or not carried & DATASTORE_WRITE:
             continue
         condition = grant.condition
         if is_unknown(condition):
@@ -163,12 +397,88 @@ def datastore_user_single_database(resource_type: str, props: Mapping[str, Any])
             "naming the dedup database"
         )
         if text is None:
-            problems.append(f"{DATASTORE_USER} is granted without a condition: {hint}")
-            continue
-        equal = set(_DATABASE_EQUALS.findall(text))
-        named = set(_DATABASE_NAMED.findall(text))
-        if len(equal) != 1 or len(named) != 1:
+            problems.append(f"{role} is granted without a condition: {hint}")
+        elif not _condition_names_one_database(text):
             problems.append(
-                f"{DATASTORE_USER} condition {text!r} does not name exactly one database: {hint}"
+                f"{role} condition {text!r} is not exactly one database (no ||, no other "
+                f"clauses): {hint}"
             )
     return problems
+
+
+# --- custom roles (a stack policy: the role is declared by another resource) ------------
+
+
+@dataclass(frozen=True)
+class CustomRoles:
+    permissions: Mapping[str, Any]
+    """Custom role name (projects/P/roles/R, organizations/O/roles/R) -> its permissions
+    (a list, or UNKNOWN)."""
+    unnamed: bool
+    """Some custom role's name is not known yet: a role not found may be that one."""
+
+
+def custom_roles(resources: Sequence[Resource]) -> CustomRoles:
+    roles: dict[str, Any] = {}
+    unnamed = False
+    for r in resources:
+        if r.type not in (PROJECT_CUSTOM_ROLE, ORGANIZATION_CUSTOM_ROLE):
+            continue
+        permissions = get(r.props, "permissions")
+        names = {known_str(get(r.props, "name")), known_str(get(r.props, "id"))}
+        role_id = known_str(get(r.props, "roleId"))
+        parent = known_str(get(r.props, "project" if r.type == PROJECT_CUSTOM_ROLE else "orgId"))
+        if role_id and parent:
+            prefix = "projects" if r.type == PROJECT_CUSTOM_ROLE else "organizations"
+            names.add(f"{prefix}/{parent}/roles/{role_id}")
+        known = {name for name in names if name}
+        unnamed = unnamed or not known
+        for name in known:
+            roles[name] = permissions
+    return CustomRoles(roles, unnamed)
+
+
+def role_permissions(role: str, declared: CustomRoles) -> frozenset[str] | None:
+    """What `role` allows (sensitive permissions only for predefined roles, all for custom
+    ones); None if not known (an undeclared custom role, unknown permissions)."""
+    if is_custom_role(role):
+        if role not in declared.permissions:
+            return None
+        return custom_permissions(declared.permissions[role])
+    return predefined_permissions(role)
+
+
+def custom_roles_resolved(resources: Sequence[Resource]) -> list[Finding]:
+    """Custom roles granted on a project, folder or organization: declared in the stack
+    (else what they allow is unknown) and holding no invoke or impersonation permission."""
+    declared = custom_roles(resources)
+    findings: list[Finding] = []
+    for resource in resources:
+        if not is_hierarchy_level(resource.type):
+            continue
+        found, _ = grants_or_problem(resource.type, resource.props)
+        level = level_name(resource.type)
+        for grant in found:
+            role = known_str(grant.role)
+            if role is None or not is_custom_role(role):
+                continue
+            if role not in declared.permissions:
+                if not declared.unnamed:
+                    findings.append(Finding(
+                        f"custom role {role} is granted at {level} level but not declared in "
+                        "this stack, so what it allows cannot be checked: declare it "
+                        "(gcp.projects.IAMCustomRole) in the stack, or grant a predefined role",
+                        resource.urn,
+                    ))
+                continue
+            permissions = role_permissions(role, declared)
+            risky = sorted((permissions or frozenset()) & (INVOKE | ESCALATION))
+            if risky:
+                findings.append(Finding(
+                    f"custom role {role} granted at {level} level holds {', '.join(risky)}, "
+                    "which lets the principal invoke every service or act as every service "
+                    "account: remove those permissions, or grant them on the one service or "
+                    "service account instead",
+                    resource.urn,
+                ))
+    return findings

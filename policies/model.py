@@ -25,6 +25,9 @@ class Resource:
     urn: str
     props: Mapping[str, Any] = field(default_factory=dict)
     parent: str | None = None
+    dependencies: tuple[str, ...] = ()
+    """URNs of the resources it depends on (stack policies only: the CLI gives resource
+    policies none)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class Finding:
 
 ResourceCheck = Callable[[str, Mapping[str, Any]], list[str]]
 """(resource type, camelCase props) -> violation messages (empty: compliant or not judgeable)."""
+ResourceGraphCheck = Callable[["Resource"], list[str]]
+"""(the resource with its name, URN and parent) -> violation messages."""
 StackCheck = Callable[[Sequence[Resource]], list[Finding]]
 """(every resource of the stack) -> findings."""
 
@@ -48,6 +53,24 @@ class ResourcePolicy:
     enforcement: Enforcement
     check: ResourceCheck
 
+    def judge(self, resource: Resource) -> list[str]:
+        return self.check(resource.type, resource.props)
+
+
+@dataclass(frozen=True)
+class ResourceGraphPolicy:
+    """A resource policy that also needs where the resource sits in the resource graph
+    (its URN, whose type chain names the components it is declared in, and its parent):
+    it still judges one resource as it is registered, before anything is applied."""
+
+    name: str
+    description: str
+    enforcement: Enforcement
+    check: ResourceGraphCheck
+
+    def judge(self, resource: Resource) -> list[str]:
+        return self.check(resource)
+
 
 @dataclass(frozen=True)
 class StackPolicy:
@@ -57,4 +80,4 @@ class StackPolicy:
     check: StackCheck
 
 
-Policy = ResourcePolicy | StackPolicy
+Policy = ResourcePolicy | ResourceGraphPolicy | StackPolicy

@@ -1,7 +1,9 @@
 """The policy pack without Pulumi's CLI or a cloud account: `python -m policies.offline_check`.
 
-For every `Pulumi.<stack>.yaml` in the repository root (or each `--stack-file`), run the
-kit's Pulumi program under mocks (infra/offline.py), hand each declared resource's
+For every `Pulumi.<stack>.yaml` in the repository root (or each `--stack` / `--stack-file`),
+validate its config and import its job logic as the deployed function would
+(`infra.offline.load_checked_stack`), run the kit's Pulumi program under mocks
+(infra/offline.py), hand each declared resource's
 camelCase inputs to the resource policies and the declared state of the whole stack to
 the stack policies (as `pulumi preview --policy-pack policies` does), print each
 violation with its policy, enforcement, resource and message, and exit non-zero if any
@@ -53,6 +55,8 @@ class Declared(Protocol):
     def parent(self) -> str | None: ...
     @property
     def outputs(self) -> Mapping[str, Any]: ...
+    @property
+    def dependencies(self) -> tuple[str, ...]: ...
 
 
 @dataclass
@@ -69,10 +73,9 @@ class StackReport:
 
 
 def stack_name(path: Path) -> str:
-    name = path.name
-    if name.startswith("Pulumi.") and name.endswith((".yaml", ".yml")):
-        return name[len("Pulumi.") :].rsplit(".", 1)[0]
-    return path.stem
+    from infra.offline import stack_name_of  # the program needs pulumi_gcp
+
+    return stack_name_of(path)
 
 
 def stack_files(directory: Path = REPO_ROOT) -> list[Path]:
@@ -90,15 +93,19 @@ def check_declared(
     """
     items = list(declared)
     inputs = [Resource(d.type, d.name, d.urn, d.props, d.parent) for d in items]
-    state = [Resource(d.type, d.name, d.urn, d.outputs or d.props, d.parent) for d in items]
+    state = [
+        Resource(d.type, d.name, d.urn, d.outputs or d.props, d.parent, tuple(d.dependencies))
+        for d in items
+    ]
     return evaluate(inputs, levels, stack_resources=state)
 
 
 def declare(path: Path) -> list[Declared]:
-    """Run the Pulumi program under mocks with the stack file's config."""
-    from infra.offline import load_stack_config, run_offline  # the program needs pulumi_gcp
+    """Run the Pulumi program under mocks with the stack file's config, once the config is
+    valid and every job's logic imports."""
+    from infra.offline import load_checked_stack, run_offline  # the program needs pulumi_gcp
 
-    run = run_offline(load_stack_config(path), stack=stack_name(path))
+    run = run_offline(load_checked_stack(path), stack=stack_name(path))
     return list(run.resources)
 
 
@@ -118,7 +125,7 @@ def _describe(exc: BaseException) -> str:
     from infra.config import ConfigError
 
     if isinstance(exc, ConfigError):
-        return f"invalid stack config, nothing declared:\n{exc}"
+        return str(exc)  # "invalid stack config: <key>: ...", before any resource
     if isinstance(exc, FileNotFoundError | ValueError):
         return str(exc)
     return "the program failed under mocks:\n" + "".join(traceback.format_exception(exc)).rstrip()
@@ -157,6 +164,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         help="check this stack file instead of every Pulumi.<stack>.yaml (repeatable)",
     )
     parser.add_argument(
+        "--stack",
+        action="append",
+        default=[],
+        help="check Pulumi.<STACK>.yaml of the repository root (repeatable; make "
+        "policy-check STACK=<name>)",
+    )
+    parser.add_argument(
         "--policy-config",
         type=Path,
         help="a --policy-pack-config JSON file (enforcement levels per policy, or 'all')",
@@ -171,7 +185,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             print(f"policy config: {exc}", file=out)
             return EXIT_ERROR
 
-    paths = list(args.stack_file) or stack_files()
+    paths = [*args.stack_file, *(REPO_ROOT / f"Pulumi.{name}.yaml" for name in args.stack)]
+    paths = paths or stack_files()
     if not paths:
         print(f"no Pulumi.<stack>.yaml in {REPO_ROOT}: nothing to check", file=out)
         return EXIT_ERROR

@@ -22,7 +22,13 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import _DictProxy, _ListProxy
 
-from policies.model import Enforcement, Resource, ResourcePolicy, StackPolicy
+from policies.model import (
+    Enforcement,
+    Resource,
+    ResourceGraphPolicy,
+    ResourcePolicy,
+    StackPolicy,
+)
 from policies.registry import ALL_POLICIES
 
 PACK_NAME: Final = "scheduler-dedup"
@@ -45,9 +51,17 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _resource_validator(policy: ResourcePolicy) -> Any:
+def _resource_validator(policy: ResourcePolicy | ResourceGraphPolicy) -> Any:
     def validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
-        for message in policy.check(args.resource_type, plain(args.props)):
+        opts = getattr(args, "opts", None)
+        resource = Resource(
+            type=args.resource_type,
+            name=args.name,
+            urn=args.urn,
+            props=plain(args.props),
+            parent=getattr(opts, "parent", None) or None,
+        )
+        for message in policy.judge(resource):
             report_violation(message, args.urn)
 
     return validate
@@ -62,6 +76,7 @@ def _stack_validator(policy: StackPolicy) -> Any:
                 urn=r.urn,
                 props=plain(r.props),
                 parent=r.parent.urn if r.parent is not None else None,
+                dependencies=tuple(d.urn for d in r.dependencies or ()),
             )
             for r in args.resources
         ]
@@ -75,7 +90,7 @@ def build_policies() -> list[Policy]:
     built: list[Policy] = []
     for policy in ALL_POLICIES:
         level = _LEVELS[policy.enforcement]
-        if isinstance(policy, ResourcePolicy):
+        if not isinstance(policy, StackPolicy):
             built.append(
                 ResourceValidationPolicy(
                     name=policy.name,

@@ -1,5 +1,12 @@
-"""Stack policies for the idempotent proxy (SPEC section 4): it runs as its own service
-account, and that account holds only the roles the proxy's targets need.
+"""Policies for the idempotent proxy (one downstream execution per scheduled run): it runs
+as its own service account, and that account holds only the roles the proxy's targets need.
+
+The proxy is linked by the resource graph, not only by its account's e-mail (unknown at a
+first preview): a resource declared inside the kit's DedupProxy component carries the
+component's type in its URN, which a resource policy sees before anything is applied
+(`dedup-proxy-component-grants`); the stack policies link the proxy's account through the
+Account resource declared in that component (its accountId and project fix the e-mail) and
+through the grants' dependencies on it.
 
 The proxy is the `gcp:cloudfunctionsv2/function:Function` with the entry point
 `proxy_scheduled_job`, or with DEDUP_PROXY_ROUTES / DEDUP_PROXY_TARGET in its environment.
@@ -21,25 +28,36 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from policies.gcp import (
+    CLOUD_BUILD_TRIGGER,
     CLOUD_RUN_V1_SERVICE,
     CLOUD_RUN_V2_JOB,
     CLOUD_RUN_V2_JOB_IAM_PREFIX,
     CLOUD_RUN_V2_SERVICE,
+    FUNCTION_V1,
     FUNCTION_V2,
-    ORGANIZATION_CUSTOM_ROLE,
-    PROJECT_CUSTOM_ROLE,
+    PROXY_COMPONENT,
     PROXY_ENTRY_POINT,
     PROXY_RESOURCE_ENV,
     PROXY_ROUTES_ENV,
     PROXY_TARGET_ENV,
+    PUBSUB_TOPIC_IAM_PREFIX,
     SCHEDULER_JOB,
-    iam_kind,
+    SERVICE_ACCOUNT,
+    WORKFLOWS_WORKFLOW,
     service_account_email,
     type_module,
 )
-from policies.iam import DATASTORE_USER, PolicyDataError, grants
+from policies.iam import (
+    DATASTORE_USER,
+    CustomRoles,
+    PolicyDataError,
+    custom_roles,
+    grants,
+    grants_or_problem,
+)
 from policies.model import Finding, Resource
-from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known_str
+from policies.permissions import custom_permissions, is_custom_role
+from policies.values import MISSING, as_mapping, get, is_unknown, known_str
 
 WORKFLOW: Final = "workflow"
 RUN_JOB: Final = "run_job"
@@ -48,13 +66,25 @@ BUILD_TRIGGER: Final = "build_trigger"
 WORKFLOWS_INVOKER: Final = "roles/workflows.invoker"
 RUN_JOBS_EXECUTOR_WITH_OVERRIDES: Final = "roles/run.jobsExecutorWithOverrides"
 CLOUDBUILD_BUILDS_EDITOR: Final = "roles/cloudbuild.builds.editor"
-BUILD_TRIGGER_PERMISSIONS: Final = frozenset({"cloudbuild.builds.create"})
-"""What running a build trigger checks; the most a custom role for the proxy may hold."""
+PUBSUB_PUBLISHER: Final = "roles/pubsub.publisher"
+RUN_INVOKER: Final = "roles/run.invoker"
+SECRET_ACCESSOR: Final = "roles/secretmanager.secretAccessor"
+SECRET_IAM_PREFIX: Final = "gcp:secretmanager/secretIam"
+WORKFLOW_START_PERMISSIONS: Final = frozenset({"workflows.executions.create"})
+"""What starting a workflow execution checks; the most a custom role for the proxy may
+hold (Workflows has no IAM on one workflow)."""
+BUILDS_CREATE: Final = "cloudbuild.builds.create"
 
 ALLOWED_TEXT: Final = (
-    f"{DATASTORE_USER} (the dedup database) and, per target, {WORKFLOWS_INVOKER} (workflow), "
-    f"{RUN_JOBS_EXECUTOR_WITH_OVERRIDES} on the job (run_job), or a custom role with only "
-    f"cloudbuild.builds.create / {CLOUDBUILD_BUILDS_EDITOR} (build_trigger)"
+    f"{DATASTORE_USER} (the dedup database), {SECRET_ACCESSOR} on the token secret and, per "
+    "target, a custom role with only workflows.executions.create (or "
+    f"{WORKFLOWS_INVOKER}) (workflow), {RUN_JOBS_EXECUTOR_WITH_OVERRIDES} on the job "
+    f"(run_job), {PUBSUB_PUBLISHER} on the trigger's topic (build_trigger)"
+)
+BUILDS_CREATE_FIX: Final = (
+    "project-wide cloudbuild.builds.create lets the proxy create arbitrary builds that run as "
+    "the project's build account (a known escalation path): remove it; start the trigger "
+    f"through its Pub/Sub topic and grant {PUBSUB_PUBLISHER} on that topic"
 )
 
 
@@ -84,13 +114,15 @@ class Target:
     project: str
     location: str
     resource_id: str
+    topic: str | None = None
+    """A build trigger's Pub/Sub topic (projects/P/topics/T) the proxy publishes to."""
 
 
-def _target(kind: Any, resource: Any) -> Target | None:
+def _target(kind: Any, resource: Any, topic: Any = None) -> Target | None:
     parts = resource.split("/") if isinstance(resource, str) else []
     if not isinstance(kind, str) or len(parts) != 6 or parts[0] != "projects":
         return None
-    return Target(kind, parts[1], parts[3], parts[5])
+    return Target(kind, parts[1], parts[3], parts[5], topic if isinstance(topic, str) else None)
 
 
 def targets(function: Resource) -> list[Target] | None:
@@ -112,7 +144,7 @@ def targets(function: Resource) -> list[Target] | None:
         for spec in routes.values():
             if not isinstance(spec, Mapping):
                 return None
-            target = _target(spec.get("target"), spec.get("resource"))
+            target = _target(spec.get("target"), spec.get("resource"), spec.get("topic"))
             if target is None:
                 return None
             found.append(target)
@@ -134,6 +166,9 @@ def _runtime_email(resource: Resource) -> str | None:
         CLOUD_RUN_V2_SERVICE: ("template", "serviceAccount"),
         CLOUD_RUN_V1_SERVICE: ("template", "spec", "serviceAccountName"),
         CLOUD_RUN_V2_JOB: ("template", "template", "serviceAccount"),
+        FUNCTION_V1: ("serviceAccountEmail",),
+        WORKFLOWS_WORKFLOW: ("serviceAccount",),
+        CLOUD_BUILD_TRIGGER: ("serviceAccount",),
     }
     path = paths.get(resource.type)
     if path is None:
@@ -158,7 +193,7 @@ def functions_own_their_accounts(
     in messages; `why` says why it needs its own account; `invoker_hint` what jobs use."""
     findings: list[Finding] = []
     for function in functions:
-        email = _runtime_email(function)
+        email = _runtime_email(function) or _component_account_email(function, resources)
         if email is None:
             continue  # not known yet, or unset (function-dedicated-runtime-service-account)
         for other in resources:
@@ -195,36 +230,78 @@ def own_service_account(resources: Sequence[Resource]) -> list[Finding]:
     )
 
 
-# --- dedup-proxy-least-privilege --------------------------------------------------------
+# --- linking resources to the proxy by the resource graph --------------------------------
+
+
+def in_proxy_component(resource: Resource) -> bool:
+    """Declared inside the kit's DedupProxy component (its URN's type chain names it)."""
+    parts = resource.urn.split("::")
+    return len(parts) >= 4 and f"{PROXY_COMPONENT}$" in parts[2]
+
+
+def _component_prefix(resource: Resource) -> str | None:
+    """The type chain and name prefix shared by children of the same component."""
+    parts = resource.urn.split("::")
+    if len(parts) < 4 or "$" not in parts[2]:
+        return None
+    return parts[2].rsplit("$", 1)[0]
+
+
+def _account_email(account: Resource) -> str | None:
+    """A service account's e-mail: known, or fixed by its accountId and project."""
+    email = known_str(get(account.props, "email"))
+    if email:
+        return email.lower()
+    account_id = known_str(get(account.props, "accountId"))
+    project = known_str(get(account.props, "project"))
+    if account_id and project:
+        return f"{account_id}@{project}.iam.gserviceaccount.com".lower()
+    return None
+
+
+def _proxy_account_resources(proxy: Resource, resources: Sequence[Resource]) -> list[Resource]:
+    """The service accounts declared in the same DedupProxy component as `proxy`."""
+    prefix = _component_prefix(proxy)
+    if prefix is None or not in_proxy_component(proxy):
+        return []
+    return [
+        r for r in resources
+        if r.type == SERVICE_ACCOUNT and in_proxy_component(r) and _component_prefix(r) == prefix
+    ]
+
+
+def _component_account_email(function: Resource, resources: Sequence[Resource]) -> str | None:
+    """The proxy's account e-mail from its component's Account while its output is unknown
+    (a first preview). Only when the function's own setting is unknown, not unset."""
+    if not is_unknown(get(function.props, "serviceConfig", "serviceAccountEmail")):
+        return None
+    emails = {_account_email(a) for a in _proxy_account_resources(function, resources)}
+    emails.discard(None)
+    return emails.pop() if len(emails) == 1 else None
 
 
 @dataclass(frozen=True)
-class CustomRoles:
-    permissions: Mapping[str, Any]
-    """Custom role name (projects/P/roles/R, organizations/O/roles/R) -> its permissions
-    (a list, or UNKNOWN)."""
-    unnamed: bool
-    """Some custom role's name is not known yet: a role not found may be that one."""
+class ProxyAccount:
+    email: str | None
+    account_urns: frozenset[str]
 
 
-def _custom_roles(resources: Sequence[Resource]) -> CustomRoles:
-    roles: dict[str, Any] = {}
-    unnamed = False
-    for r in resources:
-        if r.type not in (PROJECT_CUSTOM_ROLE, ORGANIZATION_CUSTOM_ROLE):
-            continue
-        permissions = get(r.props, "permissions")
-        names = {known_str(get(r.props, "name")), known_str(get(r.props, "id"))}
-        role_id = known_str(get(r.props, "roleId"))
-        parent = known_str(get(r.props, "project" if r.type == PROJECT_CUSTOM_ROLE else "orgId"))
-        if role_id and parent:
-            prefix = "projects" if r.type == PROJECT_CUSTOM_ROLE else "organizations"
-            names.add(f"{prefix}/{parent}/roles/{role_id}")
-        known = {name for name in names if name}
-        unnamed = unnamed or not known
-        for name in known:
-            roles[name] = permissions
-    return CustomRoles(roles, unnamed)
+def proxy_account(proxy: Resource, resources: Sequence[Resource]) -> ProxyAccount:
+    email = _runtime_email(proxy) or _component_account_email(proxy, resources)
+    urns = frozenset(a.urn for a in _proxy_account_resources(proxy, resources))
+    return ProxyAccount(email, urns)
+
+
+def _granted_to(members: list[Any] | None, account: ProxyAccount, resource: Resource) -> bool:
+    """A grant to the proxy's account: by e-mail, or (member not known yet) by the grant's
+    dependency on the proxy's Account resource."""
+    if account.email and _holds(members, account.email):
+        return True
+    unknown_member = members is None or any(is_unknown(m) for m in members)
+    return unknown_member and bool(account.account_urns & set(resource.dependencies))
+
+
+# --- dedup-proxy-component-grants (resource policy), dedup-proxy-least-privilege (stack) ---
 
 
 def _holds(members: list[Any] | None, email: str) -> bool:
@@ -240,11 +317,10 @@ def _holds(members: list[Any] | None, email: str) -> bool:
 
 
 def roles_held(resources: Sequence[Resource], email: str) -> Iterator[tuple[Resource, str]]:
-    """(IAM resource, role) for every known role granted to service account `email`. A
-    malformed policy document is skipped: iam-no-public-members reports it."""
+    """(grant-bearing resource, role) for every known role granted to service account
+    `email`, IAM or ACL-style. An unreadable grant is skipped: iam-no-public-members
+    reports it."""
     for resource in resources:
-        if iam_kind(resource.type) is None:
-            continue
         try:
             found = grants(resource.type, resource.props)
         except PolicyDataError:
@@ -267,24 +343,124 @@ def _job_target(resource: Resource) -> tuple[str | None, str | None, str | None]
     return project, location, name
 
 
-def _judge(
-    role: str,
-    grant_on: Resource,
-    proxy_targets: list[Target] | None,
-    custom_roles: CustomRoles,
-) -> str | None:
-    """Why the proxy's account must not hold `role` on `grant_on`, or None if it may."""
+def _shape_problem(role: str, grant_on: Resource) -> str | None:
+    """What any proxy grant must look like, whatever its targets: at most project level,
+    each role on the narrowest resource that takes it."""
     level = type_module(grant_on.type)
-    kinds = None if proxy_targets is None else {t.kind for t in proxy_targets}
     if level in ("folder", "organizations"):
         return (
             f"{role} is granted at {'organization' if level == 'organizations' else 'folder'} "
             "level, across every project: remove it; grant roles in the target's project or "
             "on the target"
         )
-    if role == DATASTORE_USER:
-        return None  # its database condition: iam-datastore-user-single-database
-    if role == WORKFLOWS_INVOKER:
+    if role in (DATASTORE_USER, WORKFLOWS_INVOKER) or is_custom_role(role):
+        return None  # condition / project / permissions: judged where the facts are
+    if role == CLOUDBUILD_BUILDS_EDITOR:
+        return f"{role}: {BUILDS_CREATE_FIX}"
+    if role == SECRET_ACCESSOR:
+        if not grant_on.type.startswith(SECRET_IAM_PREFIX):
+            return (
+                f"{role} granted outside one secret lets the proxy read every secret: grant it "
+                "on the token secret only (gcp.secretmanager.SecretIamMember)"
+            )
+        return None
+    if role == RUN_JOBS_EXECUTOR_WITH_OVERRIDES:
+        if not grant_on.type.startswith(CLOUD_RUN_V2_JOB_IAM_PREFIX):
+            where = "the project" if level == "projects" else f"a {level or 'other'} resource"
+            return (
+                f"{role} granted on {where} lets the proxy run other jobs (or services) with "
+                "any overrides: grant it on the one Cloud Run job (gcp.cloudrunv2.JobIamMember)"
+            )
+        if get(grant_on.props, "location") is MISSING and not (
+            known_str(get(grant_on.props, "name")) or ""
+        ).startswith("projects/"):
+            return (
+                f"{role} is granted on a job without location, so the provider's default "
+                "region decides which job: set location (and name) to the proxy's job"
+            )
+        return None
+    if role == PUBSUB_PUBLISHER:
+        if not grant_on.type.startswith(PUBSUB_TOPIC_IAM_PREFIX):
+            return (
+                f"{role} granted outside one topic lets the proxy publish to every topic: "
+                "grant it on the build trigger's topic (gcp.pubsub.TopicIAMMember)"
+            )
+        return None
+    return f"{role} is not a role any proxy target needs: remove it (allowed: {ALLOWED_TEXT})"
+
+
+def component_grants(resource: Resource) -> list[str]:
+    """Grants declared in the proxy's component: only the shapes its targets need. The
+    component's invoker binding (roles/run.invoker on its own Cloud Run service, for the
+    jobs' invoker account) is the one grant there that is not to the proxy's account."""
+    if not in_proxy_component(resource):
+        return []
+    found, _ = grants_or_problem(resource.type, resource.props)
+    problems = []
+    for grant in found:
+        role = known_str(grant.role)
+        if role is None:
+            continue  # a custom role's name, not known yet
+        if role == RUN_INVOKER and resource.type.startswith("gcp:cloudrunv2/serviceIam"):
+            continue
+        problem = _shape_problem(role, resource)
+        if problem is not None:
+            problems.append(f"the proxy component grants: {problem}")
+    return problems
+
+
+def _custom_role_problem(role: str, declared: CustomRoles) -> str | None:
+    """A custom role of the proxy's: declared, holding only what starting a workflow needs."""
+    if role not in declared.permissions:
+        if declared.unnamed:
+            return None  # possibly the custom role whose name is not known yet
+        return (
+            f"custom role {role} is not declared in this stack, so what it allows cannot "
+            "be checked: declare it (gcp.projects.IAMCustomRole) with only "
+            "workflows.executions.create"
+        )
+    permissions = custom_permissions(declared.permissions[role])
+    if permissions is None:
+        return None  # not known yet
+    if BUILDS_CREATE in permissions:
+        return f"custom role {role} holds {BUILDS_CREATE}: {BUILDS_CREATE_FIX}"
+    extra = sorted(permissions - WORKFLOW_START_PERMISSIONS)
+    if extra:
+        return (
+            f"custom role {role} also holds {', '.join(extra)}: starting a workflow needs "
+            "only workflows.executions.create; remove the others"
+        )
+    return None
+
+
+def _same_topic(granted: str | None, routed: str | None) -> bool:
+    """`projects/P/topics/T` or `T` (a TopicIAMMember's `topic`) against a route's topic."""
+    if not granted or not routed:
+        return True  # not known: nothing to compare
+    if granted.startswith("projects/"):
+        return granted == routed
+    return routed.rsplit("/", 1)[-1] == granted
+
+
+def _judge(
+    role: str,
+    grant_on: Resource,
+    proxy_targets: list[Target] | None,
+    declared: CustomRoles,
+) -> str | None:
+    """Why the proxy's account must not hold `role` on `grant_on`, or None if it may."""
+    shape = _shape_problem(role, grant_on)
+    if shape is not None:
+        return shape
+    level = type_module(grant_on.type)
+    kinds = None if proxy_targets is None else {t.kind for t in proxy_targets}
+    if role in (DATASTORE_USER, SECRET_ACCESSOR):
+        return None  # the database condition: iam-datastore-user-single-database
+    if role == WORKFLOWS_INVOKER or is_custom_role(role):
+        if is_custom_role(role):
+            problem = _custom_role_problem(role, declared)
+            if problem is not None:
+                return problem
         if kinds is not None and WORKFLOW not in kinds:
             return f"{role} is granted but the proxy routes no workflow: remove it"
         project = known_str(get(grant_on.props, "project"))
@@ -300,12 +476,6 @@ def _judge(
             )
         return None
     if role == RUN_JOBS_EXECUTOR_WITH_OVERRIDES:
-        if not grant_on.type.startswith(CLOUD_RUN_V2_JOB_IAM_PREFIX):
-            where = "the project" if level == "projects" else f"a {level or 'other'} resource"
-            return (
-                f"{role} granted on {where} lets the proxy run other jobs (or services) with "
-                "any overrides: grant it on the one Cloud Run job (gcp.cloudrunv2.JobIamMember)"
-            )
         if kinds is not None and RUN_JOB not in kinds:
             return f"{role} is granted but the proxy routes no Cloud Run job: remove it"
         project, location, job = _job_target(grant_on)
@@ -321,50 +491,42 @@ def _judge(
                     "start: remove it"
                 )
         return None
-    if role == CLOUDBUILD_BUILDS_EDITOR or "/roles/" in role:
-        if kinds is not None and BUILD_TRIGGER not in kinds:
-            return f"{role} is granted but the proxy routes no build trigger: remove it"
-        if role == CLOUDBUILD_BUILDS_EDITOR:
-            return None
-        if role not in custom_roles.permissions:
-            if custom_roles.unnamed:
-                return None  # possibly the custom role whose name is not known yet
-            return (
-                f"custom role {role} is not declared in this stack, so what it allows cannot "
-                "be checked: declare it (gcp.projects.IAMCustomRole) with only "
-                "cloudbuild.builds.create"
-            )
-        permissions = custom_roles.permissions[role]
-        if is_unknown(permissions):
-            return None
-        listed = as_list(permissions) or []
-        if any(is_unknown(p) for p in listed):
-            return None
-        extra = sorted({str(p) for p in listed} - BUILD_TRIGGER_PERMISSIONS)
-        if extra:
-            return (
-                f"custom role {role} also holds {', '.join(extra)}: running a build trigger "
-                "needs only cloudbuild.builds.create; remove the others"
-            )
-        return None
-    return f"{role} is not a role any proxy target needs: remove it (allowed: {ALLOWED_TEXT})"
+    # Publishing to a build trigger's topic.
+    if kinds is not None and BUILD_TRIGGER not in kinds:
+        return f"{role} is granted but the proxy routes no build trigger: remove it"
+    topic = known_str(get(grant_on.props, "topic"))
+    topics = [t.topic for t in proxy_targets or [] if t.kind == BUILD_TRIGGER]
+    if proxy_targets is not None and not any(_same_topic(topic, t) for t in topics):
+        return (
+            f"{role} is granted on topic {topic!r}, which no routed build trigger listens to: "
+            "remove it"
+        )
+    return None
 
 
 def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
+    """Every grant in the stack to the proxy's account (IAM or ACL-style, anywhere),
+    linked by e-mail or, while the member is not known, by the resource graph."""
     findings: list[Finding] = []
-    custom_roles = _custom_roles(resources)
+    declared = custom_roles(resources)
     for proxy in proxy_functions(resources):
-        email = _runtime_email(proxy)
-        if email is None:
-            continue  # not known yet: the grants cannot be attributed to the proxy
+        account = proxy_account(proxy, resources)
+        if account.email is None and not account.account_urns:
+            continue  # nothing links any grant to this proxy yet
         proxy_targets = targets(proxy)
-        for resource, role in roles_held(resources, email):
-            problem = _judge(role, resource, proxy_targets, custom_roles)
-            if problem is not None:
-                findings.append(
-                    Finding(
-                        f"the proxy's account {email} ({_label(proxy)}): {problem}",
-                        resource.urn,
+        who = account.email or "(not known yet)"
+        for resource in resources:
+            found, _ = grants_or_problem(resource.type, resource.props)
+            for grant in found:
+                role = known_str(grant.role)
+                if role is None or not _granted_to(grant.members, account, resource):
+                    continue
+                problem = _judge(role, resource, proxy_targets, declared)
+                if problem is not None:
+                    findings.append(
+                        Finding(
+                            f"the proxy's account {who} ({_label(proxy)}): {problem}",
+                            resource.urn,
+                        )
                     )
-                )
     return findings

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 from typing import Final
 
-from policies import alerting, function, iam, proxy, scheduler, stack, storage, watchdog
-from policies.model import Enforcement, Policy, ResourcePolicy, StackPolicy
+from policies import (
+    accounts,
+    alerting,
+    function,
+    iam,
+    proxy,
+    scheduler,
+    stack,
+    storage,
+    watchdog,
+)
+from policies.model import Enforcement, Policy, ResourceGraphPolicy, ResourcePolicy, StackPolicy
 
 MANDATORY = Enforcement.MANDATORY
 ADVISORY = Enforcement.ADVISORY
 
-RESOURCE_POLICIES: Final[tuple[ResourcePolicy, ...]] = (
+RESOURCE_POLICIES: Final[tuple[ResourcePolicy | ResourceGraphPolicy, ...]] = (
     ResourcePolicy(
         "scheduler-job-unix-cron-schedule",
         "Cloud Scheduler jobs need a 5-field unix-cron schedule (e.g. '0 3 * * *'), not the "
@@ -27,6 +37,15 @@ RESOURCE_POLICIES: Final[tuple[ResourcePolicy, ...]] = (
         "Cloud Scheduler jobs' timeZone must be an IANA name such as 'Etc/UTC' or 'Europe/Berlin'.",
         MANDATORY,
         scheduler.time_zone,
+    ),
+    ResourcePolicy(
+        "scheduler-job-dst-change",
+        "A Cloud Scheduler job in a zone with daylight saving time should not fire at a "
+        "local time that a DST change within the next year skips or repeats (what Scheduler "
+        "does then is not documented): use timeZone Etc/UTC or a time outside the change "
+        "window.",
+        ADVISORY,
+        scheduler.dst_changes,
     ),
     ResourcePolicy(
         "scheduler-job-oidc-auth",
@@ -65,16 +84,27 @@ RESOURCE_POLICIES: Final[tuple[ResourcePolicy, ...]] = (
     ),
     ResourcePolicy(
         "function-ingress-not-public",
-        "Cloud Run functions and services must not accept traffic from the internet: set "
-        "ingressSettings ALLOW_INTERNAL_ONLY (functions) or ingress "
-        "INGRESS_TRAFFIC_INTERNAL_ONLY (Cloud Run), not ALLOW_ALL / INGRESS_TRAFFIC_ALL.",
+        "Cloud Run functions (both generations) and services must not accept traffic from "
+        "the internet: ingressSettings ALLOW_INTERNAL_ONLY or ALLOW_INTERNAL_AND_GCLB "
+        "(functions), ingress INGRESS_TRAFFIC_INTERNAL_ONLY or "
+        "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER (Cloud Run). An allow-list: unset, empty or "
+        "any other value fails.",
         MANDATORY,
         function.ingress_not_public,
     ),
     ResourcePolicy(
+        "run-invoker-iam-check-enabled",
+        "Cloud Run services must keep the invoker IAM check: no invokerIamDisabled: true, no "
+        "run.googleapis.com/invoker-iam-disabled annotation.",
+        MANDATORY,
+        function.invoker_iam_check_enabled,
+    ),
+    ResourcePolicy(
         "iam-no-public-members",
-        "No IAM member, binding or policy may grant a role to allUsers or "
-        "allAuthenticatedUsers (functions, Cloud Run services, buckets, the project, anything).",
+        "No IAM member, binding or policy, and no ACL-style grant (Cloud Storage access "
+        "controls and ACLs, BigQuery dataset access) may grant to allUsers or "
+        "allAuthenticatedUsers. An IAM policy document is read as the provider reads it "
+        "(keys in any case); one the pack cannot read fails.",
         MANDATORY,
         iam.no_public_members,
     ),
@@ -87,24 +117,59 @@ RESOURCE_POLICIES: Final[tuple[ResourcePolicy, ...]] = (
     ),
     ResourcePolicy(
         "iam-no-project-level-invoker",
-        "roles/run.invoker (and roles/cloudfunctions.invoker) must be granted on the one "
-        "Cloud Run service, never on the project, folder or organization.",
+        "No role that allows run.routes.invoke or cloudfunctions.functions.invoke "
+        "(roles/run.invoker, run.developer, run.admin, cloudfunctions.invoker, ...) may be "
+        "granted on the project, folder or organization: grant roles/run.invoker on the one "
+        "Cloud Run service.",
         MANDATORY,
         iam.no_hierarchy_invoker,
     ),
     ResourcePolicy(
         "iam-no-project-level-service-account-impersonation",
-        "roles/iam.serviceAccountUser and roles/iam.serviceAccountTokenCreator must be granted "
-        "on one service account, never on the project, folder or organization.",
+        "No role that lets a principal act as or mint tokens for service accounts, create "
+        "their keys, or change IAM policies (roles/iam.serviceAccountUser, "
+        "serviceAccountTokenCreator, serviceAccountOpenIdTokenCreator, workloadIdentityUser, "
+        "serviceAccountKeyAdmin, resourcemanager.projectIamAdmin, ...) may be granted on the "
+        "project, folder or organization: grant it on the one service account.",
         MANDATORY,
         iam.no_hierarchy_impersonation,
     ),
     ResourcePolicy(
         "iam-datastore-user-single-database",
-        "roles/datastore.user should carry a condition resource.name == "
-        '"projects/P/databases/D" naming the one dedup database.',
+        "Roles that write Firestore entities (roles/datastore.user and broader) should carry "
+        'exactly the condition resource.name == "projects/P/databases/D" (optionally '
+        "&&-joined with resource.type/resource.service equalities; no ||).",
         ADVISORY,
         iam.datastore_user_single_database,
+    ),
+    ResourcePolicy(
+        "iam-known-roles-at-hierarchy-level",
+        "A predefined role granted on the project, folder or organization should be one the "
+        "pack's permission table (policies/permissions.py) lists, so it is judged by what it "
+        "allows.",
+        ADVISORY,
+        iam.known_roles_at_hierarchy_level,
+    ),
+    ResourcePolicy(
+        "iam-grant-types-readable",
+        "Resources that grant access must be ones the pack reads: an IAM member/binding "
+        "without a readable role and member(s), or a type that looks like an ACL or access "
+        "entry the pack does not know, is flagged.",
+        ADVISORY,
+        iam.unknown_grant_types,
+    ),
+    ResourceGraphPolicy(
+        "dedup-proxy-component-grants",
+        "Grants declared in the idempotent proxy's component (linked by its URN, so judged "
+        "before anything is applied, even while the proxy's account is unknown) may only be "
+        "what its targets need: roles/datastore.user, roles/secretmanager.secretAccessor on "
+        "one secret, a custom role (its permissions: dedup-proxy-least-privilege) or "
+        "roles/workflows.invoker on the project, roles/run.jobsExecutorWithOverrides on one "
+        "job with its location, roles/pubsub.publisher on one topic, and the invoker's "
+        "roles/run.invoker on the proxy's own service; nothing at folder or organization "
+        "level, no project-wide cloudbuild.builds.create.",
+        MANDATORY,
+        proxy.component_grants,
     ),
     ResourcePolicy(
         "storage-bucket-uniform-access",
@@ -146,7 +211,7 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "leaseSeconds): max(sum of its retries' backoffs, maxRetryDuration) >= lease. Else a "
         "run whose instance crashed mid-job is skipped (its claim answers 409 until the lease "
         "lapses): raise maxRetryDuration to at least the lease, or accept skipped crashed runs "
-        "(retryCount 0 skips them by design).",
+        "(`retry: none`, retryCount 0, skips them by design).",
         ADVISORY,
         stack.retries_outlast_lease,
     ),
@@ -176,18 +241,52 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     StackPolicy(
         "dedup-proxy-own-service-account",
         "The idempotent proxy (entry point proxy_scheduled_job) must run as its own service "
-        "account: no other function, service, job or Scheduler OIDC token may use it.",
+        "account: no other function (either generation), Cloud Run service or job, workflow, "
+        "build trigger or Scheduler OIDC token may use it. While its e-mail is unknown (a "
+        "first preview) it comes from the Account declared in the proxy's component.",
         MANDATORY,
         proxy.own_service_account,
     ),
     StackPolicy(
         "dedup-proxy-least-privilege",
-        "The proxy's service account may hold only roles/datastore.user and what its targets "
-        "need: roles/workflows.invoker (workflow), roles/run.jobsExecutorWithOverrides on "
-        "the job (run_job), a custom role with only cloudbuild.builds.create or "
-        "roles/cloudbuild.builds.editor (build_trigger).",
+        "Anywhere in the stack, the proxy's service account (linked by e-mail, or by the "
+        "resource graph while the e-mail is unknown) may hold only roles/datastore.user, "
+        "roles/secretmanager.secretAccessor on one secret, and what its routed targets need: "
+        "a custom role with only workflows.executions.create or roles/workflows.invoker in "
+        "the workflow's project (workflow), roles/run.jobsExecutorWithOverrides on the routed "
+        "job (run_job), roles/pubsub.publisher on the routed trigger's topic (build_trigger; "
+        "never project-wide cloudbuild.builds.create). IAM and ACL-style grants (e.g. "
+        "BigQuery dataset access) count.",
         MANDATORY,
         proxy.least_privilege,
+    ),
+    StackPolicy(
+        "dedup-function-invokers",
+        "On the Cloud Run service of a function of the kit (dedup function, proxy, "
+        "watchdog), roles that allow run.routes.invoke / cloudfunctions.functions.invoke "
+        "or changing its IAM policy (roles/run.invoker, run.developer, run.admin, custom "
+        "roles...) go only to the accounts the stack's Scheduler jobs send OIDC tokens of.",
+        MANDATORY,
+        accounts.function_invokers,
+    ),
+    StackPolicy(
+        "dedup-accounts-not-impersonable",
+        "No grant on an account that a function, service or job of the stack runs as, or "
+        "whose OIDC tokens a Scheduler job sends, may allow minting its tokens or keys "
+        "(getOpenIdToken, getAccessToken, signJwt, signBlob, implicitDelegation, "
+        "serviceAccountKeys.create, setIamPolicy): its holders could call the functions as "
+        "the jobs do.",
+        MANDATORY,
+        accounts.accounts_not_impersonable,
+    ),
+    StackPolicy(
+        "iam-custom-roles-resolved",
+        "A custom role granted on the project, folder or organization must be declared in "
+        "the stack (else what it allows is unknown), and must not hold run.routes.invoke, "
+        "cloudfunctions.functions.invoke, service account impersonation or IAM-admin "
+        "permissions.",
+        MANDATORY,
+        iam.custom_roles_resolved,
     ),
     StackPolicy(
         "dedup-watchdog-own-service-account",

@@ -9,6 +9,7 @@ from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_MIN_SECONDS,
     ScheduleError,
+    dst_advisory,
     validate_cron,
     validate_time_zone,
 )
@@ -51,6 +52,23 @@ def time_zone(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     except ScheduleError as exc:
         return [str(exc)]
     return []
+
+
+def dst_changes(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """A schedule that fires at a local time a DST change skips or repeats within the next
+    year (infra.scheduler_rules.dst_advisory, the same as `make plan`'s advisory)."""
+    if resource_type != SCHEDULER_JOB:
+        return []
+    zone = get(props, "timeZone")
+    schedule = known_str(get(props, "schedule"))
+    zone_name = known_str("Etc/UTC" if zone is MISSING else zone)  # Scheduler's default
+    if schedule is None or zone_name is None:
+        return []  # unknown until applied, or another scheduler policy's violation
+    try:
+        advisory = dst_advisory(schedule, zone_name)
+    except ScheduleError:
+        return []  # scheduler-job-unix-cron-schedule / scheduler-job-time-zone report it
+    return [] if advisory is None else [advisory]
 
 
 def oidc_authentication(resource_type: str, props: Mapping[str, Any]) -> list[str]:

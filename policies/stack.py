@@ -5,7 +5,7 @@ kit's entry points (the idempotent proxy is one as well) or reads DEDUP_* settin
 targets it when its httpTarget.uri is the function's URL, a Cloud Run / Cloud Functions
 URL while the function's URL is not known, or not known itself (at preview the job's URI
 is the function's not-yet-known URL).
-Values the function does not set take the function's own defaults (SPEC "The function").
+Values the function does not set take the function's own defaults (function/dedup/settings.py).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from policies.gcp import (
 )
 from policies.model import Finding, Resource
 from policies.values import MISSING, UNKNOWN, as_list, as_mapping, get, is_unknown, known_str
+from policies.watchdog import delivering_accounts
 
 _RUN_HOSTS = (".run.app", ".cloudfunctions.net")
 # What the function accepts as an entry of DEDUP_ALLOWED_CALLERS (function/dedup/settings.py).
@@ -249,6 +250,12 @@ def retention_exceeds_retry_window(resources: Sequence[Resource]) -> list[Findin
 def retries_outlast_lease(resources: Sequence[Resource]) -> list[Finding]:
     """Jobs whose retries, all answered at once, end before a crashed claim's lease lapses.
 
+    The span judged is retryCount's and maxRetryDuration's (Scheduler retries until both
+    are reached). Google also documents retries as ending at the job's next scheduled time
+    (RetryConfig's API reference; its retry guide instead skips that tick): under that
+    reading a job due again before the lease lapses cannot recover a crashed run at all,
+    whatever its retry config, and the message says so.
+
     Judged per job, against the shortest lease of the dedup functions it may target (while
     its URL is unknown, that may be the function and the proxy). Not judged while a lease
     or the retry config is unknown; a malformed lease is
@@ -276,7 +283,8 @@ def retries_outlast_lease(resources: Sequence[Resource]) -> list[Finding]:
             fix += f"; with its deadline and backoffs, {sure:g}s makes sure a retry comes after it"
         if span <= 0:
             message = (
-                f"job {job_label(job)} is not retried (retryCount 0, no maxRetryDuration), so "
+                f"job {job_label(job)} is not retried (retry: none, or retryCount 0 and no "
+                "maxRetryDuration), so "
                 "a run whose instance crashed mid-job is skipped, not recovered: at-most-once "
                 "by design. If such runs must be recovered, a retry has to come after the "
                 f"crashed attempt's lease (DEDUP_LEASE_SECONDS={lease}s) lapses: {fix}"
@@ -287,8 +295,10 @@ def retries_outlast_lease(resources: Sequence[Resource]) -> list[Finding]:
                 "every attempt is answered at once, but a claim whose instance crashed mid-job "
                 f"answers 409 until its lease (DEDUP_LEASE_SECONDS={lease}s) lapses: the "
                 f"retries run out first and the run is skipped, never recovered. To recover it, "
-                f"{fix}; or "
-                "accept that a crashed run is skipped (as retryCount 0 does by design)"
+                f"{fix}, and schedule it less often than every {lease}s (if Scheduler ends "
+                "a run's retries at the job's next scheduled time, as one of its documented "
+                "readings has it); or accept that a crashed run is skipped (as `retry: none` "
+                "does by design)"
             )
         findings.append(Finding(message, job.urn))
     return findings
@@ -439,6 +449,8 @@ def allowed_callers(resources: Sequence[Resource]) -> list[Finding]:
     """
     findings: list[Finding] = []
     oidc, oidc_unknown = _scheduler_oidc_emails(resources)
+    # A watchdog that delivers runs (catch-up, re-runs) calls with its own account's tokens.
+    delivering = delivering_accounts(resources)
     for function in dedup_functions(resources):
         env = _env(function)
         if is_unknown(env):
@@ -481,7 +493,7 @@ def allowed_callers(resources: Sequence[Resource]) -> list[Finding]:
                 )
             )
             continue
-        others = sorted({service_account_email(e) for e in entries} - oidc)
+        others = sorted({service_account_email(e) for e in entries} - oidc - delivering)
         if not others or oidc_unknown:
             continue
         named = ", ".join(others)

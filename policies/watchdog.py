@@ -10,6 +10,7 @@ user role is all it needs. As a function of the kit, the other policies apply to
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,8 +22,17 @@ from policies.gcp import (
 )
 from policies.iam import DATASTORE_USER, datastore_user_single_database
 from policies.model import Finding, Resource
-from policies.proxy import _label, _runtime_email, functions_own_their_accounts, roles_held
+from policies.proxy import (
+    RUN_INVOKER,
+    _label,
+    _runtime_email,
+    functions_own_their_accounts,
+    roles_held,
+)
 from policies.values import as_mapping, get
+
+# Set when the watchdog delivers runs (function/dedup/delivery.py).
+TARGET_URL_ENV = "DEDUP_WATCH_TARGET_URL"
 
 
 def _env(function: Resource) -> Any:
@@ -42,6 +52,28 @@ def watchdog_functions(resources: Sequence[Resource]) -> list[Resource]:
     return [r for r in resources if is_watchdog_function(r)]
 
 
+def delivers_runs(watchdog: Resource) -> bool:
+    """A watchdog that delivers runs itself (catch-up, operator re-runs): infra gives it
+    DEDUP_WATCH_TARGET_URL, or a job its own `url` (the proxy's)."""
+    env = as_mapping(_env(watchdog))
+    if env is None:
+        return False
+    if TARGET_URL_ENV in env:
+        return True
+    try:
+        jobs = json.loads(get(env, WATCH_JOBS_ENV))
+    except (TypeError, ValueError):  # unknown yet, or not JSON: no job of its own URL
+        return False
+    return isinstance(jobs, list) and any(isinstance(j, dict) and "url" in j for j in jobs)
+
+
+def delivering_accounts(resources: Sequence[Resource]) -> set[str]:
+    """The runtime accounts of the watchdogs that deliver runs: allowed callers of the
+    functions they deliver to (dedup-allowed-callers), with run.invoker on those services."""
+    found = {_runtime_email(w) for w in watchdog_functions(resources) if delivers_runs(w)}
+    return {email for email in found if email is not None}
+
+
 # --- dedup-watchdog-own-service-account -------------------------------------------------
 
 
@@ -59,14 +91,20 @@ def own_service_account(resources: Sequence[Resource]) -> list[Finding]:
 
 def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
     """The watchdog's account holds roles/datastore.user, conditioned to one database, and
-    nothing else."""
+    nothing else; a watchdog that delivers runs also roles/run.invoker on Cloud Run
+    services (one service each: iam-no-project-level-invoker covers the rest)."""
     findings: list[Finding] = []
     for watchdog in watchdog_functions(resources):
         email = _runtime_email(watchdog)
         if email is None:
             continue  # not known yet: the grants cannot be attributed to the watchdog
         prefix = f"the watchdog's account {email} ({_label(watchdog)})"
+        delivers = delivers_runs(watchdog)
         for resource, role in roles_held(resources, email):
+            if delivers and role == RUN_INVOKER and resource.type.startswith(
+                "gcp:cloudrunv2/serviceIam"
+            ):
+                continue  # it POSTs caught-up runs and re-runs to the kit's functions
             if role != DATASTORE_USER:
                 findings.append(
                     Finding(

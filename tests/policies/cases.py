@@ -1038,10 +1038,8 @@ STACK_CASES["dedup-proxy-least-privilege"] = [
     stack_case("proxy-preview", preview_proxy_stack(), False),
     stack_case("no-proxy", kit_stack(), False),
     stack_case(
-        "builds-editor-for-the-trigger",
-        replace_named(
-            proxy_stack(), "proxy-trigger-runner", "role", "roles/cloudbuild.builds.editor"
-        ),
+        "workflows-invoker-instead-of-the-custom-role",
+        replace_named(proxy_stack(), "proxy-workflow-starter", "role", "roles/workflows.invoker"),
         False,
     ),
     stack_case(
@@ -1051,7 +1049,7 @@ STACK_CASES["dedup-proxy-least-privilege"] = [
     ),
     stack_case(
         "custom-role-permissions-unknown",
-        replace_named(proxy_stack(), "proxy-trigger-runner-role", "permissions", U),
+        replace_named(proxy_stack(), "proxy-workflow-starter-role", "permissions", U),
         False,
     ),
     stack_case(
@@ -1070,10 +1068,8 @@ STACK_CASES["dedup-proxy-least-privilege"] = [
             replace_named(
                 without_named(
                     without_named(
-                        without_named(
-                            without_named(proxy_stack(), "proxy-run-job"), "proxy-trigger-runner"
-                        ),
-                        "proxy-trigger-runner-role",
+                        without_named(proxy_stack(), "proxy-run-job"),
+                        "proxy-build-publisher-release",
                     ),
                     "job-daily-report",
                 ),
@@ -1151,34 +1147,56 @@ STACK_CASES["dedup-proxy-least-privilege"] = [
     ),
     stack_case(
         "workflows-invoker-in-another-project",
-        replace_named(proxy_stack(), "proxy-workflows-invoker", "project", "acme-other"),
+        replace_named(proxy_stack(), "proxy-workflow-starter", "project", "acme-other"),
         True,
     ),
     stack_case(
-        "trigger-role-with-more-permissions",
+        "workflow-role-with-more-permissions",
         replace_named(
             proxy_stack(),
-            "proxy-trigger-runner-role",
+            "proxy-workflow-starter-role",
             "permissions",
-            ["cloudbuild.builds.create", "cloudbuild.builds.update"],
+            ["workflows.executions.create", "workflows.workflows.update"],
         ),
         True,
     ),
     stack_case(
-        "trigger-role-not-declared",
-        without_named(proxy_stack(), "proxy-trigger-runner-role"),
+        # Project-wide builds.create: arbitrary builds as the project's build account.
+        "custom-role-with-builds-create",
+        replace_named(
+            proxy_stack(), "proxy-workflow-starter-role", "permissions",
+            ["cloudbuild.builds.create"],
+        ),
         True,
     ),
     stack_case(
-        "builds-editor-without-a-trigger",
+        "builds-editor-for-the-trigger",
+        [*proxy_stack(), _proxy_grant("proxy-builds-editor", "roles/cloudbuild.builds.editor")],
+        True,
+    ),
+    stack_case(
+        "workflow-role-not-declared",
+        without_named(proxy_stack(), "proxy-workflow-starter-role"),
+        True,
+    ),
+    stack_case(
+        "publisher-without-a-trigger",
         replace_named(
-            replace_named(
-                proxy_stack(), "proxy-trigger-runner", "role", "roles/cloudbuild.builds.editor"
-            ),
+            proxy_stack(),
             PROXY_FN,
             f"{PROXY_ENV}.DEDUP_PROXY_ROUTES",
             _proxy_routes(**{k: v for k, v in PROXY_ROUTES.items() if k != "release"}),
         ),
+        True,
+    ),
+    stack_case(
+        "publisher-on-another-topic",
+        replace_named(proxy_stack(), "proxy-build-publisher-release", "topic", "audit-log"),
+        True,
+    ),
+    stack_case(
+        "secret-accessor-on-the-project",
+        [*proxy_stack(), _proxy_grant("proxy-secrets", "roles/secretmanager.secretAccessor")],
         True,
     ),
     stack_case(
@@ -1452,4 +1470,29 @@ STACK_CASES["dedup-alerting-notifies"] = [
         replace(UNPROTECTED, gcp.ALERT_POLICY, "notificationChannels", []),
         True,
     ),
+]
+
+
+def scheduled(schedule: object, time_zone: object = "Europe/Berlin") -> dict[str, object]:
+    """A job's props with this schedule and timeZone (DELETE: Scheduler's default)."""
+    return patch(patch(job_props(), "schedule", schedule), "timeZone", time_zone)
+
+
+# Whatever the date the tests run: Europe/Berlin and America/New_York change on Sundays,
+# between 02:00 and 03:00 local time, every year.
+RESOURCE_CASES["scheduler-job-dst-change"] = [
+    one("dst-daily-0300-berlin", JOB, job_props(), False),  # 03:00 exists once every day
+    one("dst-noon-berlin", JOB, scheduled("0 12 * * *"), False),
+    one("dst-every-minute-utc", JOB, scheduled("* * * * *", "Etc/UTC"), False),
+    one("dst-default-zone-is-utc", JOB, scheduled("30 2 * * *", DELETE), False),
+    one("dst-weekdays-0230-berlin", JOB, scheduled("30 2 * * 1-5"), False),
+    one("dst-schedule-unknown", JOB, scheduled(U), False),
+    one("dst-zone-unknown", JOB, scheduled("30 2 * * *", U), False),
+    # The time-zone policy's violation, not advised twice.
+    one("dst-zone-invalid", JOB, scheduled("30 2 * * *", "CEST"), False),
+    one("dst-not-a-job", BUCKET, {"schedule": "30 2 * * *", "timeZone": "Europe/Berlin"},
+        False),
+    one("dst-daily-0230-berlin", JOB, scheduled("30 2 * * *"), True),  # gap and repeat
+    one("dst-hourly-berlin", JOB, scheduled("7 * * * *"), True),
+    one("dst-sunday-0200-new-york", JOB, scheduled("0 2 * * 0", "America/New_York"), True),
 ]

@@ -35,7 +35,9 @@ CHANNEL_ID = f"projects/{PROJECT}/notificationChannels/1234567890"
 WORKFLOW = f"projects/{PROJECT}/locations/{REGION}/workflows/daily-report"
 RUN_JOB = f"projects/{PROJECT}/locations/{REGION}/jobs/reindex"
 TRIGGER = f"projects/{PROJECT}/locations/global/triggers/release"
-TRIGGER_ROLE = f"projects/{PROJECT}/roles/dedup_proxy_trigger_runner"
+WORKFLOW_ROLE = f"projects/{PROJECT}/roles/dedup_proxy_workflow_starter"
+TRIGGER_TOPIC = f"projects/{PROJECT}/topics/dedup-build-release"
+TOKEN_SECRET = "dedup-token-secret"
 COMPUTE_SA = "123456789012-compute@developer.gserviceaccount.com"
 APPSPOT_SA = f"{PROJECT}@appspot.gserviceaccount.com"
 CLOUDBUILD_SA = "123456789012@cloudbuild.gserviceaccount.com"
@@ -55,6 +57,8 @@ ORG_IAM_BINDING = "gcp:organizations/iAMBinding:IAMBinding"
 SERVICE_ACCOUNT = "gcp:serviceaccount/account:Account"
 RUN_JOB_IAM_MEMBER = "gcp:cloudrunv2/jobIamMember:JobIamMember"
 RUN_JOB_IAM_BINDING = "gcp:cloudrunv2/jobIamBinding:JobIamBinding"
+TOPIC_IAM_MEMBER = "gcp:pubsub/topicIAMMember:TopicIAMMember"
+SECRET_IAM_MEMBER = "gcp:secretmanager/secretIamMember:SecretIamMember"
 FIRESTORE_DATABASE = "gcp:firestore/database:Database"
 ALERT_POLICY = "gcp:monitoring/alertPolicy:AlertPolicy"
 NOTIFICATION_CHANNEL = "gcp:monitoring/notificationChannel:NotificationChannel"
@@ -74,6 +78,21 @@ def urn(resource_type: str, name: str) -> str:
 
 def res(resource_type: str, name: str, props: Mapping[str, Any]) -> Resource:
     return Resource(resource_type, name, urn(resource_type, name), copy.deepcopy(dict(props)))
+
+
+PROXY_COMPONENT_URN = urn(gcp.PROXY_COMPONENT, "proxy")
+
+
+def proxy_child(resource_type: str, name: str, props: Mapping[str, Any]) -> Resource:
+    """A resource declared inside the kit's DedupProxy component, as infra/dedup_proxy.py
+    declares them: the component's type leads its URN's type chain."""
+    return Resource(
+        resource_type,
+        name,
+        f"urn:pulumi:{STACK}::scheduler-dedup::{gcp.PROXY_COMPONENT}${resource_type}::{name}",
+        copy.deepcopy(dict(props)),
+        parent=PROXY_COMPONENT_URN,
+    )
 
 
 def patch(props: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -158,7 +177,7 @@ def function_props() -> dict[str, Any]:
 PROXY_ROUTES = {
     "daily-report": {"target": "workflow", "resource": WORKFLOW},
     "reindex": {"target": "run_job", "resource": RUN_JOB, "container": "worker"},
-    "release": {"target": "build_trigger", "resource": TRIGGER},
+    "release": {"target": "build_trigger", "resource": TRIGGER, "topic": TRIGGER_TOPIC},
 }
 
 
@@ -347,9 +366,9 @@ def proxy_stack() -> list[Resource]:
     proxy_member = f"serviceAccount:{PROXY_SA}"
     return [
         *kit_stack(),
-        res(SERVICE_ACCOUNT, "proxy-sa", {"accountId": "dedup-proxy", "project": PROJECT}),
-        res(gcp.FUNCTION_V2, "proxy-function", proxy_function_props()),
-        res(
+        proxy_child(SERVICE_ACCOUNT, "proxy-sa", {"accountId": "dedup-proxy", "project": PROJECT}),
+        proxy_child(gcp.FUNCTION_V2, "proxy-function", proxy_function_props()),
+        proxy_child(
             RUN_SERVICE_IAM_MEMBER,
             "proxy-invoker",
             {
@@ -360,7 +379,7 @@ def proxy_stack() -> list[Resource]:
                 "member": f"serviceAccount:{INVOKER_SA}",
             },
         ),
-        res(
+        proxy_child(
             PROJECT_IAM_MEMBER,
             "proxy-datastore-user",
             {
@@ -370,12 +389,23 @@ def proxy_stack() -> list[Resource]:
                 "condition": dict(DATASTORE_CONDITION),
             },
         ),
-        res(
-            PROJECT_IAM_MEMBER,
-            "proxy-workflows-invoker",
-            {"project": PROJECT, "role": "roles/workflows.invoker", "member": proxy_member},
+        proxy_child(
+            gcp.PROJECT_CUSTOM_ROLE,
+            "proxy-workflow-starter-role",
+            {
+                "project": PROJECT,
+                "roleId": "dedup_proxy_workflow_starter",
+                "title": "start workflow executions",
+                "permissions": ["workflows.executions.create"],
+                "stage": "GA",
+            },
         ),
-        res(
+        proxy_child(
+            PROJECT_IAM_MEMBER,
+            "proxy-workflow-starter",
+            {"project": PROJECT, "role": WORKFLOW_ROLE, "member": proxy_member},
+        ),
+        proxy_child(
             RUN_JOB_IAM_MEMBER,
             "proxy-run-job",
             {
@@ -386,21 +416,17 @@ def proxy_stack() -> list[Resource]:
                 "member": proxy_member,
             },
         ),
-        res(
-            gcp.PROJECT_CUSTOM_ROLE,
-            "proxy-trigger-runner-role",
-            {
-                "project": PROJECT,
-                "roleId": "dedup_proxy_trigger_runner",
-                "title": "run build triggers",
-                "permissions": ["cloudbuild.builds.create"],
-                "stage": "GA",
-            },
+        proxy_child(
+            TOPIC_IAM_MEMBER,
+            "proxy-build-publisher-release",
+            {"project": PROJECT, "topic": "dedup-build-release", "role": "roles/pubsub.publisher",
+             "member": proxy_member},
         ),
-        res(
-            PROJECT_IAM_MEMBER,
-            "proxy-trigger-runner",
-            {"project": PROJECT, "role": TRIGGER_ROLE, "member": proxy_member},
+        proxy_child(
+            SECRET_IAM_MEMBER,
+            "proxy-token-secret-proxy",
+            {"project": PROJECT, "secretId": TOKEN_SECRET,
+             "role": "roles/secretmanager.secretAccessor", "member": proxy_member},
         ),
         res(gcp.SCHEDULER_JOB, "job-daily-report", proxied_job_props()),
     ]
@@ -427,11 +453,14 @@ def _as_preview(resources: Iterable[Resource]) -> list[Resource]:
             props = patch(props, "database", U)
         elif r.type == ALERT_POLICY:
             props = patch(props, "notificationChannels", [U])  # the channels' IDs
-        elif r.type in (RUN_SERVICE_IAM_MEMBER, PROJECT_IAM_MEMBER, RUN_JOB_IAM_MEMBER):
+        elif r.type in (
+            RUN_SERVICE_IAM_MEMBER, PROJECT_IAM_MEMBER, RUN_JOB_IAM_MEMBER, TOPIC_IAM_MEMBER,
+            SECRET_IAM_MEMBER,
+        ):
             props = patch(props, "member", U)
             if str(props.get("role", "")).startswith("projects/"):
                 props = patch(props, "role", U)  # the custom role's name
-        previewed.append(Resource(r.type, r.name, r.urn, props))
+        previewed.append(Resource(r.type, r.name, r.urn, props, r.parent, r.dependencies))
     return previewed
 
 
@@ -453,7 +482,7 @@ def replace(
 ) -> list[Resource]:
     """The stack with `path` set to `value` on every resource of `resource_type`."""
     return [
-        Resource(r.type, r.name, r.urn, patch(r.props, path, value))
+        Resource(r.type, r.name, r.urn, patch(r.props, path, value), r.parent, r.dependencies)
         if r.type == resource_type
         else r
         for r in resources
@@ -467,7 +496,9 @@ def replace_named(
     found = list(resources)
     assert any(r.name == name for r in found), name
     return [
-        Resource(r.type, r.name, r.urn, patch(r.props, path, value)) if r.name == name else r
+        Resource(r.type, r.name, r.urn, patch(r.props, path, value), r.parent, r.dependencies)
+        if r.name == name
+        else r
         for r in found
     ]
 

@@ -27,10 +27,11 @@ from policies import offline_check
 from policies.evaluate import Violation, mandatory
 from policies.model import Enforcement
 from tests.policies.fixtures import APPSPOT_SA, COMPUTE_SA, DELETE, U, patch
+from tests.stacks import FIXTURE_STACKS_DIR, fixture_stack_file
 
 ROOT = Path(__file__).resolve().parents[2]
-DEV = ROOT / "Pulumi.dev.yaml"
-PROD = ROOT / "Pulumi.prod.yaml"
+DEV = fixture_stack_file("dev")
+PROD = fixture_stack_file("prod")
 
 JOB = "gcp:cloudscheduler/job:Job"
 FUNCTION = "gcp:cloudfunctionsv2/function:Function"
@@ -61,14 +62,15 @@ def run_main(*args: str) -> tuple[int, str]:
 
 
 def test_stack_files_are_found() -> None:
-    assert [p.name for p in offline_check.stack_files()] == ["Pulumi.dev.yaml", "Pulumi.prod.yaml"]
+    found = offline_check.stack_files(FIXTURE_STACKS_DIR)
+    assert [p.name for p in found] == ["Pulumi.dev.yaml", "Pulumi.prod.yaml"]
 
 
 def test_kit_stacks_pass_with_no_mandatory_violation() -> None:
-    code, output = run_main()
+    code, output = run_main("--stack-file", str(DEV), "--stack-file", str(PROD))
     assert code == 0, output
-    assert "stack dev (Pulumi.dev.yaml): " in output
-    assert "stack prod (Pulumi.prod.yaml): " in output
+    assert "stack dev (tests/stacks/Pulumi.dev.yaml): " in output
+    assert "stack prod (tests/stacks/Pulumi.prod.yaml): " in output
     assert "0 mandatory violation(s), 0 stack(s) not checkable" in output
 
 
@@ -77,6 +79,11 @@ def test_kit_stacks_pass_with_no_mandatory_violation() -> None:
 HEARTBEAT_ADVISORY = ("dedup-retries-outlast-lease", Enforcement.ADVISORY, "job-heartbeat-job")
 # And dev names no alert e-mail: advisory there, mandatory for a delete-protected stack.
 DEV_ALERTING_ADVISORY = ("dedup-alerting-notifies", Enforcement.ADVISORY, "dedup-function")
+# And dev's Berlin jobs fire at 02:07 (hourly) and 02:30, inside the DST change windows.
+DEV_DST_ADVISORIES = [
+    ("scheduler-job-dst-change", Enforcement.ADVISORY, f"job-{name}-job")
+    for name in ("hourly-sync", "nightly-report")
+]
 
 
 def findings(violations: list[Violation]) -> list[tuple[str, Enforcement, str]]:
@@ -85,14 +92,14 @@ def findings(violations: list[Violation]) -> list[tuple[str, Enforcement, str]]:
 
 @pytest.mark.parametrize(
     ("path", "expected"),
-    [(DEV, [HEARTBEAT_ADVISORY, DEV_ALERTING_ADVISORY]), (PROD, [])],
+    [(DEV, [*DEV_DST_ADVISORIES, HEARTBEAT_ADVISORY, DEV_ALERTING_ADVISORY]), (PROD, [])],
     ids=["dev", "prod"],
 )
 def test_each_stack_has_no_violation_at_all(
     path: Path, expected: list[tuple[str, Enforcement, str]]
 ) -> None:
-    """None but the advisories on dev's deliberately unretried heartbeat and its alert
-    policies without a notification channel."""
+    """None but the advisories on dev's Berlin jobs inside the DST change windows, its
+    deliberately unretried heartbeat and its alert policies without a notification channel."""
     report = offline_check.check_stack_file(path)
     assert report.error is None
     assert report.resources > 20
@@ -701,7 +708,7 @@ def test_unknowns_from_a_preview_do_not_fail_the_check(
     preview = mutate(preview, FIELD, "database", U)
     found = offline_check.check_declared(preview)
     assert found == offline_check.check_declared(dev_declared)
-    assert findings(found) == [HEARTBEAT_ADVISORY, DEV_ALERTING_ADVISORY]
+    assert findings(found) == [*DEV_DST_ADVISORIES, HEARTBEAT_ADVISORY, DEV_ALERTING_ADVISORY]
 
 
 def test_missing_stack_file_is_an_error(tmp_path: Path) -> None:

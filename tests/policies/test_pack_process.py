@@ -25,16 +25,19 @@ from google.protobuf import empty_pb2, struct_pb2  # type: ignore[import-untyped
 from pulumi.runtime.proto import analyzer_pb2 as proto
 from pulumi.runtime.proto import analyzer_pb2_grpc as proto_grpc
 
-from policies.model import Enforcement, Resource, ResourcePolicy
+from policies.model import Enforcement, Resource, StackPolicy
 from policies.registry import ALL_POLICIES
 from tests.policies.fixtures import (
     DELETE,
+    PROJECT,
     U,
     function_props,
     job_props,
     kit_stack,
     patch,
+    preview_proxy_stack,
     preview_stack,
+    proxy_child,
     res,
     without_type,
 )
@@ -126,7 +129,7 @@ def test_the_pack_describes_every_policy(analyzer: Any) -> None:
     for policy in ALL_POLICIES:
         expected = (
             proto.PolicyType.POLICY_TYPE_RESOURCE
-            if isinstance(policy, ResourcePolicy)
+            if not isinstance(policy, StackPolicy)
             else proto.PolicyType.POLICY_TYPE_STACK
         )
         assert kinds[policy.name] == expected
@@ -181,3 +184,52 @@ def test_policy_config_changes_enforcement(analyzer: Any) -> None:
         configure(analyzer, {})
     (diagnostic,) = analyze(analyzer, bad)
     assert LEVELS[diagnostic.enforcementLevel] is Enforcement.MANDATORY
+
+
+def test_a_grant_in_the_proxy_component_is_judged_before_its_member_is_known(
+    analyzer: Any,
+) -> None:
+    """Analyze (one resource, as the engine sends it before creating it): the URN alone
+    links the grant to the proxy, so the first preview blocks it."""
+    grant = proxy_child(
+        "gcp:projects/iAMMember:IAMMember",
+        "proxy-storage-admin",
+        {"project": PROJECT, "role": "roles/storage.admin", "member": U},
+    )
+    diagnostics = analyze(analyzer, grant)
+    assert [(d.policyName, LEVELS[d.enforcementLevel]) for d in diagnostics] == [
+        ("dedup-proxy-component-grants", Enforcement.MANDATORY)
+    ]
+    assert diagnostics[0].urn == grant.urn
+    for resource in preview_proxy_stack():
+        assert analyze(analyzer, resource) == [], resource.name
+
+
+def test_a_grant_is_linked_to_the_proxy_account_by_its_dependencies(analyzer: Any) -> None:
+    """AnalyzeStack at a first preview: the grant's member is unknown, its dependency on the
+    proxy's Account resource links it."""
+    stack = preview_proxy_stack()
+    (account,) = [r for r in stack if r.name == "proxy-sa"]
+    grant = res(
+        "gcp:projects/iAMMember:IAMMember",
+        "someone-elses-grant",
+        {"project": PROJECT, "role": "roles/storage.admin", "member": U},
+    )
+    request = proto.AnalyzeStackRequest(
+        resources=[
+            *(
+                proto.AnalyzerResource(
+                    type=r.type, properties=struct(r.props), urn=r.urn, name=r.name
+                )
+                for r in stack
+            ),
+            proto.AnalyzerResource(
+                type=grant.type, properties=struct(grant.props), urn=grant.urn,
+                name=grant.name, dependencies=[account.urn],
+            ),
+        ]
+    )
+    diagnostics = list(analyzer.AnalyzeStack(request).diagnostics)
+    assert [(d.policyName, d.urn) for d in diagnostics] == [
+        ("dedup-proxy-least-privilege", grant.urn)
+    ]

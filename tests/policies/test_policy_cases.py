@@ -6,25 +6,28 @@ import pytest
 
 from infra.config import ConfigError, load_config
 from policies.gcp import FIRESTORE_FIELD
-from policies.model import ResourcePolicy, StackPolicy
+from policies.model import StackPolicy
 from policies.registry import ALL_POLICIES, by_name
 from policies.stack import (
     allowed_callers,
     lease_survives_missed_renewals,
     ttl_policy_on_expire_at,
 )
+from tests.policies.bypass_cases import BYPASS_CASES
 from tests.policies.cases import RESOURCE_CASES, STACK_CASES, Case
 from tests.policies.fixtures import kit_stack, proxy_stack, replace_named, without_named
 
-ALL_CASES: dict[str, list[Case]] = {**RESOURCE_CASES, **STACK_CASES}
+ALL_CASES: dict[str, list[Case]] = {
+    name: [*RESOURCE_CASES.get(name, []), *STACK_CASES.get(name, []), *BYPASS_CASES.get(name, [])]
+    for name in {*RESOURCE_CASES, *STACK_CASES, *BYPASS_CASES}
+}
 
 
 def violations(policy_name: str, case: Case) -> list[str]:
     policy = by_name(policy_name)
-    if isinstance(policy, ResourcePolicy):
-        return [m for r in case.resources for m in policy.check(r.type, r.props)]
-    assert isinstance(policy, StackPolicy)
-    return [f.message for f in policy.check(case.resources)]
+    if isinstance(policy, StackPolicy):
+        return [f.message for f in policy.check(case.resources)]
+    return [m for r in case.resources for m in policy.judge(r)]
 
 
 def test_every_policy_has_passing_and_failing_fixtures() -> None:

@@ -19,6 +19,7 @@ from policies.evaluate import evaluate, mandatory
 from policies.model import Resource
 from policies.registry import ALL_POLICIES
 from policies.values import UNKNOWN_SENTINELS, UNKNOWN_STRING
+from tests.policies.bypass_cases import BYPASS_CASES
 from tests.policies.cases import RESOURCE_CASES, STACK_CASES
 from tests.policies.fixtures import (
     PROXY_SA,
@@ -116,7 +117,11 @@ def test_any_single_unknown_in_the_kit_stack_is_not_a_violation() -> None:
 
 @pytest.mark.parametrize(
     "case",
-    [c for cases in (*RESOURCE_CASES.values(), *STACK_CASES.values()) for c in cases],
+    [
+        c
+        for cases in (*RESOURCE_CASES.values(), *STACK_CASES.values(), *BYPASS_CASES.values())
+        for c in cases
+    ],
     ids=lambda c: c.name,
 )
 def test_no_policy_crashes_on_any_unknown(case: Any) -> None:
