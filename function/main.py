@@ -2,16 +2,22 @@
 
 - handle_scheduled_job: runs the job logic (DEDUP_JOB / DEDUP_JOB_ROUTES) once per run.
 - proxy_scheduled_job: starts a Workflows / Cloud Run job / Cloud Build execution once
-  per run, with the run's dedup key as idempotency token (DEDUP_PROXY_*).
+  per run, with a token of the run (its dedup key and an HMAC: dedup/tokens.py) as
+  idempotency token (DEDUP_PROXY_*, DEDUP_TOKEN_SECRET).
 - watch_scheduled_runs: the run watchdog (dedup/watchdog.py): reports missed, failed and
   overlong runs of the jobs in DEDUP_WATCH_JOBS; reads run records, writes only its own
-  cursor documents (`<DEDUP_COLLECTION>_watchdog`).
+  cursor documents (`<DEDUP_COLLECTION>_watchdog`) and re-run requests' status; when given
+  DEDUP_WATCH_TARGET_URL, delivers catch-up runs and re-runs (dedup/delivery.py).
+
+Every entry point first refuses a body over DEDUP_MAX_BODY_BYTES (default 1 MiB) with a
+413, before reading the rest of it (dedup/http.py read_bounded_body).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -19,7 +25,15 @@ import flask
 import functions_framework
 
 from dedup.app import build_handler_from_env, build_proxy_handler_from_env
-from dedup.http import HttpReply
+from dedup.http import (
+    BodyTooLarge,
+    HttpReply,
+    emit_log_line,
+    max_body_bytes_setting,
+    read_bounded_body,
+    refuse_body,
+)
+from dedup.logs import configure_logging
 
 
 class _Handler(Protocol):
@@ -52,27 +66,50 @@ def _handler(target: str) -> _Handler:
     return handler
 
 
+# Job code's `logging` output, as JSON lines Cloud Logging reads as structured entries,
+# each with its run's fields (dedup/logs.py); the same line format as the request log.
+configure_logging(emit_log_line)
+
 # Built once per instance, at start-up: a bad DEDUP_* setting fails the deploy, not requests.
 # functions-framework sets FUNCTION_TARGET (from --target) before importing this module.
 _target = os.environ.get("FUNCTION_TARGET", "")
 _handler(_target if _target in _BUILDERS else "handle_scheduled_job")
+_max_body_bytes = max_body_bytes_setting(os.environ)
 
 
-def _serve(target: str, request: flask.Request) -> tuple[str, int, dict[str, str]]:
-    reply = _handler(target).handle(dict(request.headers), request.get_data())
-    return reply.json_text, reply.status, {"Content-Type": "application/json"}
+_JSON = {"Content-Type": "application/json"}
+
+
+_Reply = tuple[str, int, dict[str, str]] | flask.Response
+
+
+def _serve(target: str, request: flask.Request) -> _Reply:
+    # The body cap comes first, for every entry point: an oversized body is refused before
+    # it is read in full, parsed or written anywhere.
+    try:
+        body = read_bounded_body(request.content_length, request.stream, _max_body_bytes)
+    except BodyTooLarge as exc:
+        refused = refuse_body(str(exc), emit_log_line, time.perf_counter())
+        # Streamed, and the connection closed: functions-framework reads the whole request
+        # after any other reply (its `read_request` hook), which would buffer the body.
+        text = refused.json_text.encode()
+        return flask.Response(iter([text]), refused.status, {
+            **_JSON, "Content-Length": str(len(text)), "Connection": "close",
+        })
+    reply = _handler(target).handle(dict(request.headers), body)
+    return reply.json_text, reply.status, _JSON
 
 
 @functions_framework.http
-def handle_scheduled_job(request: flask.Request) -> tuple[str, int, dict[str, str]]:
+def handle_scheduled_job(request: flask.Request) -> _Reply:
     return _serve("handle_scheduled_job", request)
 
 
 @functions_framework.http
-def proxy_scheduled_job(request: flask.Request) -> tuple[str, int, dict[str, str]]:
+def proxy_scheduled_job(request: flask.Request) -> _Reply:
     return _serve("proxy_scheduled_job", request)
 
 
 @functions_framework.http
-def watch_scheduled_runs(request: flask.Request) -> tuple[str, int, dict[str, str]]:
+def watch_scheduled_runs(request: flask.Request) -> _Reply:
     return _serve("watch_scheduled_runs", request)

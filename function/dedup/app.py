@@ -14,9 +14,9 @@ from google.cloud import firestore
 from dedup.cache import CompletedRunCache
 from dedup.firestore_store import FirestoreRunStore
 from dedup.http import DedupHandler, emit_log_line
-from dedup.jobs import JobRegistry
+from dedup.job_logic import JobRegistry
 from dedup.protocol import Deduplicator
-from dedup.proxy import ProxySettings, authorized_sessions, proxy_jobs
+from dedup.proxy import ProxySettings, authorized_sessions, check_body, proxy_jobs
 from dedup.settings import Settings
 from dedup.targets import DownstreamClient, SessionFactory
 
@@ -63,7 +63,9 @@ def build_proxy_handler(
         api_base=proxy.api_base,
     )
     jobs = proxy_jobs(proxy, downstream, emit)
-    return DedupHandler(settings, build_deduplicator(settings, client), jobs, emit)
+    return DedupHandler(
+        settings, build_deduplicator(settings, client), jobs, emit, check_body=check_body
+    )
 
 
 def build_proxy_handler_from_env(environ: Mapping[str, str] | None = None) -> DedupHandler:

@@ -43,7 +43,7 @@ _TRANSIENT = gretry.if_exception_type(
 
 
 def record_to_document(record: RunRecord) -> dict[str, Any]:
-    return {
+    document: dict[str, Any] = {
         "status": record.status.value,
         "attempt_id": record.attempt_id,
         "attempts": record.attempts,
@@ -62,6 +62,14 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
         "failed_at": record.failed_at,
         "error": record.error,
     }
+    if record.forced:
+        # Only forced records carry it: scheduled records keep their fields as they were.
+        # A run_id is forced or not for good, so replace() never needs to clear it.
+        document["forced"] = True
+    if record.generation:
+        # Likewise only re-runs: a run_id's generation never changes.
+        document["generation"] = record.generation
+    return document
 
 
 def document_to_record(data: dict[str, Any]) -> RunRecord:
@@ -82,6 +90,8 @@ def document_to_record(data: dict[str, Any]) -> RunRecord:
         duration_seconds=_optional_float(data.get("duration_seconds")),
         failed_at=data.get("failed_at"),
         error=data.get("error"),
+        forced=bool(data.get("forced", False)),
+        generation=int(data.get("generation", 0)),
     )
 
 

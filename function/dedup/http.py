@@ -17,10 +17,17 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from dedup.callers import check_caller
-from dedup.jobs import JobRegistry
-from dedup.keys import BadDelivery, RunKey, format_instant, lower_keys, parse_delivery
+from dedup.job_logic import JobRegistry
+from dedup.keys import (
+    BadDelivery,
+    RunKey,
+    format_instant,
+    is_forced_run,
+    lower_keys,
+    parse_delivery,
+)
 from dedup.protocol import Delivery, Job, Outcome, RunContext, encode_result
-from dedup.settings import MissingScheduleTime, Settings
+from dedup.settings import MissingScheduleTime, Settings, number_setting
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +62,14 @@ FORBIDDEN_STATUS = 403
 FORBIDDEN_OUTCOME = "forbidden"
 REJECTED_STATUS = 400
 REJECTED_OUTCOME = "rejected"
+# A third comes before everything, even the caller check (main.py, every entry point):
+# - 413 "too_large": the body is over DEDUP_MAX_BODY_BYTES; refused unread.
+TOO_LARGE_STATUS = 413
+TOO_LARGE_OUTCOME = "too_large"
+MAX_BODY_BYTES_ENV = "DEDUP_MAX_BODY_BYTES"
+# 1 MiB: far above any Scheduler job body (a few hundred bytes in the kit's jobs), far below
+# what starves an instance (a 32 MiB JSON body costs about 800 MiB once parsed).
+DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 _stdout_lock = threading.Lock()
 
@@ -75,6 +90,55 @@ class HttpReply:
     @property
     def json_text(self) -> str:
         return json.dumps(self.body, separators=(",", ":"))
+
+
+class BodyTooLarge(Exception):
+    """The request body is over the cap; the message is the 413's one-line reason."""
+
+
+class ReadsBytes(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+def max_body_bytes_setting(env: Mapping[str, str]) -> int:
+    """DEDUP_MAX_BODY_BYTES: the largest request body any entry point reads."""
+    return int(number_setting(env, MAX_BODY_BYTES_ENV, DEFAULT_MAX_BODY_BYTES, 1, "bytes"))
+
+
+def read_bounded_body(declared_length: int | None, stream: ReadsBytes, cap: int) -> bytes:
+    """The body, read only if it fits in `cap` bytes: a declared Content-Length over the cap
+    is refused unread; without one (chunked), at most cap + 1 bytes are read to tell."""
+    too_large = (
+        f"request body over {cap} bytes ({MAX_BODY_BYTES_ENV}): send a smaller body, or "
+        f"raise {MAX_BODY_BYTES_ENV} if the job really needs it"
+    )
+    if declared_length is not None and declared_length > cap:
+        raise BodyTooLarge(too_large.replace("over", f"of {declared_length} bytes, over", 1))
+    chunks: list[bytes] = []
+    received = 0
+    while received <= cap:
+        chunk = stream.read(cap + 1 - received)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        received += len(chunk)
+    if received > cap:
+        raise BodyTooLarge(too_large)
+    return b"".join(chunks)
+
+
+def refuse_body(
+    reason: str, emit: Callable[[Mapping[str, Any]], None], started: float
+) -> HttpReply:
+    """The 413 for a body over the cap, and its one WARNING line (nothing of the body)."""
+    emit({
+        "severity": "WARNING",
+        "message": f"refused request: {reason}",
+        "outcome": TOO_LARGE_OUTCOME,
+        "status": TOO_LARGE_STATUS,
+        "latency_ms": _ms_since(started),
+    })
+    return HttpReply(TOO_LARGE_STATUS, {"error": reason})
 
 
 class RunsDeliveries(Protocol):
@@ -114,11 +178,15 @@ class DedupHandler:
         deduplicator: RunsDeliveries,
         jobs: JobRegistry,
         emit: Callable[[Mapping[str, Any]], None] = emit_log_line,
+        check_body: Callable[[bytes], str | None] | None = None,
     ) -> None:
         self._settings = settings
         self._dedup = deduplicator
         self._jobs = jobs
         self._emit = emit
+        # Entry points that parse the body (the proxy) refuse one they cannot parse safely
+        # with a 400 (check_body's reason) before anything is claimed.
+        self._check_body = check_body
 
     def handle(self, headers: Mapping[str, str], body: bytes) -> HttpReply:
         started = time.perf_counter()
@@ -135,6 +203,9 @@ class DedupHandler:
                     "missing X-CloudScheduler-ScheduleTime header (use a unix-cron schedule; "
                     "set DEDUP_MISSING_SCHEDULE_TIME=run to run such deliveries without dedup)"
                 )
+            body_problem = self._check_body(body) if self._check_body else None
+            if body_problem is not None:
+                raise BadDelivery(body_problem)
         except BadDelivery as exc:
             reason = str(exc)
             self._emit({
@@ -152,7 +223,15 @@ class DedupHandler:
             key = RunKey(parsed.project, parsed.location, parsed.job_id, datetime.now(UTC))
             delivery = _run_without_dedup(key, job, body, lowered)
         else:
-            key = RunKey(parsed.project, parsed.location, parsed.job_id, parsed.schedule_time)
+            # A schedule time ahead of this instance's clock is a forced run ("Run now"):
+            # keyed apart, so the scheduled run of that time still executes at its time.
+            forced = is_forced_run(
+                parsed.schedule_time, datetime.now(UTC), self._settings.forced_run_margin_seconds
+            )
+            key = RunKey(
+                parsed.project, parsed.location, parsed.job_id, parsed.schedule_time, forced,
+                parsed.generation,
+            )
             try:
                 delivery = self._dedup.run(key, job, body, lowered)
             except Exception as exc:  # a bug or an unexpected store error: retryable
@@ -163,8 +242,11 @@ class DedupHandler:
         self._emit({
             "severity": SEVERITY[delivery.outcome],
             "message": f"{key.job_id} @ {format_instant(key.schedule_time)}: "
-            f"{delivery.outcome.value}",
+            f"{delivery.outcome.value}" + (" (forced run)" if key.forced else "")
+            + (f" (re-run, generation {key.generation})" if key.generation else ""),
             "run_id": delivery.run_id,
+            "trigger": key.trigger,
+            "generation": key.generation,
             "job": key.job_id,
             "schedule_time": format_instant(key.schedule_time),
             "project": key.project,
@@ -178,7 +260,11 @@ class DedupHandler:
             "duration_seconds": delivery.duration_seconds,
             "latency_ms": _ms_since(started),
         })
-        reply: dict[str, Any] = {"outcome": delivery.outcome.value, "run_id": delivery.run_id}
+        reply: dict[str, Any] = {
+            "outcome": delivery.outcome.value, "run_id": delivery.run_id, "trigger": key.trigger,
+        }
+        if key.generation:
+            reply["generation"] = key.generation  # a re-run's (the run itself: no key)
         if delivery.result_json is not None:
             reply["result"] = json.loads(delivery.result_json)
         return HttpReply(status, reply)

@@ -18,6 +18,12 @@ never collides with the scheduled run's own record and the same TTL policy remov
     @guard.once(token_param="token")
     def send_invoices(token: str, batch: str) -> dict[str, int]: ...
 
+Tokens are checked as genuine first: from_env reads DEDUP_TOKEN_SECRET (the proxy's token
+secret, required) and run_once raises ForgedToken, before anything is read or written, for a
+token the proxy did not mint (tokens.py), so whoever can start the downstream cannot
+pre-claim a future run's token. A guard built without a secret (token_secret=None: tokens
+of your own, not the proxy's) checks only their shape.
+
 A call made while another holds the token raises StepInProgress (or waits up to
 `wait_seconds` for it to finish). If the step raises, the token is released and the
 exception propagates, so a retry performs the step. StoreUnavailable: nothing ran.
@@ -30,6 +36,7 @@ import hashlib
 import inspect
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -44,6 +51,9 @@ from dedup.keys import RunKey
 from dedup.protocol import Deduplicator, Outcome, RunContext
 from dedup.settings import Settings
 from dedup.store import StoreUnavailable
+from dedup.tokens import ForgedToken, token_secret_setting, verify_token
+
+__all__ = ["ForgedToken", "IdempotencyGuard", "StepInProgress", "StepOutcome", "validate_token"]
 
 log = logging.getLogger(__name__)
 
@@ -104,23 +114,31 @@ class IdempotencyGuard:
         project: str,
         location: str,
         step: str,
+        token_secret: bytes | None,
         poll_seconds: float = 0.5,
     ) -> None:
         self._dedup = deduplicator
         self._project = project
         self._location = location
         self._step = self._valid_step(step)
+        self._secret = token_secret
         self._poll = poll_seconds
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, step: str, client: firestore.Client | None = None
+        cls,
+        settings: Settings,
+        *,
+        step: str,
+        token_secret: bytes | None,
+        client: firestore.Client | None = None,
     ) -> IdempotencyGuard:
         return cls(
             build_deduplicator(settings, client),
             project=settings.project,
             location=settings.location,
             step=step,
+            token_secret=token_secret,
         )
 
     @classmethod
@@ -132,8 +150,13 @@ class IdempotencyGuard:
         client: firestore.Client | None = None,
     ) -> IdempotencyGuard:
         """DEDUP_PROJECT, DEDUP_LOCATION, DEDUP_DATABASE, DEDUP_COLLECTION, DEDUP_LEASE_SECONDS,
-        ... exactly as the kit's function reads them (Settings.from_env)."""
-        return cls.from_settings(Settings.from_env(environ), step=step, client=client)
+        ... exactly as the kit's function reads them (Settings.from_env), and
+        DEDUP_TOKEN_SECRET (required: the proxy's tokens are checked as genuine)."""
+        env = os.environ if environ is None else environ
+        return cls.from_settings(
+            Settings.from_env(env), step=step, client=client,
+            token_secret=token_secret_setting(env, "the idempotency guard"),
+        )
 
     @staticmethod
     def _valid_step(step: str) -> str:
@@ -144,7 +167,15 @@ class IdempotencyGuard:
         return step
 
     def record_id(self, token: str, step: str | None = None) -> str:
-        return self._key(validate_token(token), step).run_id
+        return self._key(self.check_token(token), step).run_id
+
+    def check_token(self, token: object) -> str:
+        """The token if well-formed and (with a secret) minted by the proxy; else ValueError,
+        or its subclass ForgedToken for a well-formed token the proxy did not mint."""
+        valid = validate_token(token)
+        if self._secret is not None:
+            verify_token(self._secret, valid)
+        return valid
 
     def _key(self, token: str, step: str | None) -> TokenKey:
         name = self._valid_step(step) if step else self._step
@@ -160,11 +191,12 @@ class IdempotencyGuard:
     ) -> StepOutcome:
         """Perform `step_fn` unless this (step, token) already completed.
 
-        Raises StepInProgress if another call holds the token after `wait_seconds`,
+        Raises ForgedToken (nothing read or written) for a token the proxy did not mint,
+        StepInProgress if another call holds the token after `wait_seconds`,
         StoreUnavailable if Firestore did not answer (nothing ran), or whatever
         `step_fn` raised (the token is released first, so a retry runs the step).
         """
-        key = self._key(validate_token(token), step)
+        key = self._key(self.check_token(token), step)
         values: list[T] = []
         failures: list[Exception] = []
 
@@ -216,7 +248,7 @@ class IdempotencyGuard:
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> StepOutcome:
                 token = signature.bind(*args, **kwargs).arguments[token_param]
                 return self.run_once(
-                    validate_token(token),
+                    token,
                     lambda _context: func(*args, **kwargs),
                     step=step,
                     wait_seconds=wait_seconds,

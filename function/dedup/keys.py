@@ -8,11 +8,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 JOB_NAME_HEADER = "x-cloudscheduler-jobname"
 SCHEDULE_TIME_HEADER = "x-cloudscheduler-scheduletime"
 PROJECT_HEADER = "x-dedup-project"
 LOCATION_HEADER = "x-dedup-location"
+# A re-run's generation (`make rerun`; the watchdog sends it): absent or 0 is the run itself.
+GENERATION_HEADER = "x-dedup-generation"
+# Generations are counted one re-run at a time: far beyond any real count, short to read.
+MAX_GENERATION = 1_000_000
 
 # Scheduler job IDs: letters, digits, hyphens, underscores, at most 500 characters.
 _JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
@@ -30,23 +35,71 @@ class BadDelivery(ValueError):
     """The delivery cannot identify a scheduled run; the message is the 400's reason."""
 
 
+# Marks a forced run's canonical tuple, so its run_id never equals a scheduled run's.
+_FORCED_MARKER = "forced"
+# Marks a re-run's canonical tuple (["rerun", generation]): each generation its own run_id.
+_RERUN_MARKER = "rerun"
+
+
 @dataclass(frozen=True)
 class RunKey:
-    """One scheduled run: the tuple the dedup key is made of."""
+    """One run: the tuple the dedup key is made of.
+
+    `forced`: a forced run ("Run now", `gcloud scheduler jobs run`), which Scheduler
+    delivers with the *next* scheduled time as its schedule time (see `is_forced_run`).
+    It is deduplicated under its own run_id, so it does not consume that scheduled run.
+    """
 
     project: str
     location: str
     job_id: str
     schedule_time: datetime  # aware, UTC
+    forced: bool = False
+    # A re-run of the same run (`make rerun`): generation g > 0 executes once more, under
+    # its own run_id, and leaves the records of the earlier generations as they are.
+    generation: int = 0
 
     @property
     def run_id(self) -> str:
-        """SHA-256 hex of the canonical tuple: fixed length, evenly spread document IDs."""
-        canonical = json.dumps(
-            [self.project, self.location, self.job_id, format_instant(self.schedule_time)],
-            separators=(",", ":"),
-        )
+        """SHA-256 hex of the canonical tuple: fixed length, evenly spread document IDs.
+        A scheduled run's tuple is unchanged since records were first written (existing
+        records stay valid); a forced run's tuple carries one more element, and so does a
+        re-run's (["rerun", generation]; generation 0 adds nothing)."""
+        parts: list[Any] = [
+            self.project, self.location, self.job_id, format_instant(self.schedule_time)
+        ]
+        if self.forced:
+            parts.append(_FORCED_MARKER)
+        if self.generation:
+            parts.append([_RERUN_MARKER, self.generation])
+        canonical = json.dumps(parts, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+    @property
+    def trigger(self) -> str:
+        """How the run was started, as the reply and the log line say it."""
+        return "forced" if self.forced else "scheduled"
+
+
+def is_forced_run(schedule_time: datetime, now: datetime, margin_seconds: float) -> bool:
+    """A delivery whose schedule time is more than `margin_seconds` ahead of `now` (this
+    instance's clock) is a forced run: Scheduler never delivers a scheduled run early, and
+    a forced run carries the job's next scheduled time.
+
+    Caveats, all from Scheduler's headers alone:
+    - two forced runs before the same next tick carry the same headers: they are one
+      forced run (the second is answered as its duplicate);
+    - a forced run within the margin of the next tick is taken for that scheduled run
+      (the scheduled delivery that follows is then its duplicate);
+    - a retry of a forced run that arrives once its schedule time is within the margin (or
+      past) is taken as the scheduled delivery of that time: whichever of it and
+      Scheduler's own delivery comes first runs the scheduled run, the other is answered
+      as its duplicate (409 while it runs). The job runs once for both; the forced record
+      keeps the outcome its earlier attempts left (e.g. failed);
+    - the margin also absorbs this instance's clock skew: an instance whose clock lags by
+      more than the margin would take scheduled deliveries for forced ones.
+    """
+    return (schedule_time - now).total_seconds() > margin_seconds
 
 
 def format_instant(instant: datetime) -> str:
@@ -101,6 +154,21 @@ class DeliveryHeaders:
     location: str
     job_id: str
     schedule_time: datetime | None
+    generation: int = 0
+
+
+def parse_generation(value: str | None) -> int:
+    """X-Dedup-Generation: absent is 0 (the run itself); else a non-negative integer."""
+    if value is None:
+        return 0
+    text = value.strip()
+    if not text.isdigit() or not text.isascii() or int(text) > MAX_GENERATION:
+        raise BadDelivery(
+            f"X-Dedup-Generation {_shown(value)} is not a whole number from 0 to "
+            f"{MAX_GENERATION}: send the re-run's generation (1 for the first re-run), or "
+            "leave the header out for the scheduled run itself"
+        )
+    return int(text)
 
 
 def parse_delivery(
@@ -149,4 +217,5 @@ def parse_delivery(
     raw_time = lowered.get(SCHEDULE_TIME_HEADER)
     # Absent is a policy question (manual runs); present but malformed is always a 400.
     schedule_time = None if raw_time is None else parse_schedule_time(raw_time)
-    return DeliveryHeaders(project, location, job_id, schedule_time)
+    generation = parse_generation(lowered.get(GENERATION_HEADER))
+    return DeliveryHeaders(project, location, job_id, schedule_time, generation)

@@ -1,4 +1,4 @@
-"""The dedup protocol (SPEC section 2), independent of HTTP and of Firestore.
+"""The dedup protocol: each run's job runs once; independent of HTTP and of Firestore.
 
 claim -> run the job while a heartbeat renews the claim -> complete (success) or
 release (failure: the record is kept, marked `failed`, and the retry claims it at once).
@@ -75,6 +75,11 @@ class RunContext:
     # state-changing step and stops (raises) once it is set.
     claim_lost: threading.Event = field(default_factory=threading.Event)
     deduplicated: bool = True
+    # A forced run ("Run now" in the console, `gcloud scheduler jobs run`): deduplicated
+    # under its own run_id; the scheduled run of `schedule_time` still runs at its time.
+    forced: bool = False
+    # A re-run (`make rerun`): generation g > 0 is the g-th extra execution of this run.
+    generation: int = 0
 
 
 Job = Callable[[RunContext], Any]
@@ -409,6 +414,8 @@ class Deduplicator:
             body=body,
             headers=headers,
             claim_lost=claim.lost,
+            forced=key.forced,
+            generation=key.generation,
         )
         base = Delivery(Outcome.COMPLETED, run_id, claim.attempt_id, claim.attempt)
         started = self._monotonic()

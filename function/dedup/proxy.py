@@ -1,21 +1,29 @@
-"""Idempotent proxy for Google Cloud API targets (SPEC section 4).
+"""Idempotent proxy for Google Cloud API targets: one downstream execution per run.
 
 A Scheduler job calls the proxy instead of `*.googleapis.com`. The proxy applies the same
 claim protocol as any job (protocol.py); its job logic starts one downstream execution
-with the run's dedup key (`run_id`) as the idempotency token and returns the execution's
-name, which the record keeps and replays to duplicates. A retryable downstream failure
-raises (claim released, 500, Scheduler retries); any other failure is returned as the
+with the run's token (tokens.py: the run's dedup key `run_id` and its HMAC under
+DEDUP_TOKEN_SECRET, so the downstream can tell it from a forged one) and returns the
+execution's name, which the record keeps and replays to duplicates. A retryable downstream
+failure raises (claim released, 500, Scheduler retries); any other failure is returned as the
 run's result (record kept as completed, 200, Scheduler stops) and logged as an ERROR.
 
 Settings (read once at start-up):
 - DEDUP_PROXY_TARGET: workflow | run_job | build_trigger, with DEDUP_PROXY_RESOURCE:
-  projects/P/locations/L/{workflows/W | jobs/J | triggers/T}: the default target.
+  projects/P/locations/L/{workflows/W | jobs/J | triggers/T}: the default target
+  (a build_trigger also needs DEDUP_PROXY_TOPIC, projects/P/topics/T: see targets.py).
 - DEDUP_PROXY_TOKEN_NAME: optional; where the token goes (argument key / env var /
-  substitution); defaults dedup_token / DEDUP_TOKEN / _DEDUP_TOKEN.
+  substitution); defaults dedup_token / DEDUP_TOKEN / _DEDUP_TOKEN; never a name the
+  proxy already sends (targets.RESERVED_TOKEN_NAMES).
 - DEDUP_PROXY_ROUTES: optional JSON {"job-id": {"target": ..., "resource": ...,
-  "tokenName": ..., "container": ...}}: per-job targets.
+  "tokenName": ..., "container": ..., "topic": ...}}: per-job targets.
+- DEDUP_TOKEN_SECRET: required; the key of the tokens' HMAC (tokens.py).
 - DEDUP_PROXY_TIMEOUT_SECONDS (default 30): bound on one start request.
-- DEDUP_PROXY_API_BASE: optional base URL replacing every googleapis.com host (tests).
+- DEDUP_PROXY_API_BASE: optional base URL replacing every googleapis.com host: https on
+  `*.googleapis.com`, or loopback (tests).
+
+The proxy parses the Scheduler job's body (a workflow's `payload`): one nested too deeply
+to parse is refused with a 400 before anything is claimed (check_body).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from typing import Any
 import requests
 from google.auth import exceptions as auth_exceptions
 
-from dedup.jobs import JobRegistry
+from dedup.job_logic import JobRegistry
 from dedup.keys import format_instant
 from dedup.protocol import Job, RunContext
 from dedup.settings import SettingsError
@@ -44,10 +52,11 @@ from dedup.targets import (
     api_base_setting,
     parse_target,
 )
+from dedup.tokens import mint_token, token_secret_setting
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 _JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
-_ROUTE_KEYS = {"target", "resource", "tokenName", "container"}
+_ROUTE_KEYS = {"target", "resource", "tokenName", "container", "topic"}
 
 Emit = Callable[[Mapping[str, Any]], None]
 
@@ -55,6 +64,7 @@ Emit = Callable[[Mapping[str, Any]], None]
 @dataclass(frozen=True)
 class ProxySettings:
     default: Target | None
+    token_secret: bytes = field(repr=False)
     routes: Mapping[str, Target] = field(default_factory=dict)
     timeout_seconds: float = 30.0
     api_base: str | None = None
@@ -65,6 +75,7 @@ class ProxySettings:
         kind = env.get("DEDUP_PROXY_TARGET", "")
         resource = env.get("DEDUP_PROXY_RESOURCE", "")
         token_name = env.get("DEDUP_PROXY_TOKEN_NAME") or None
+        topic = env.get("DEDUP_PROXY_TOPIC") or None
         default: Target | None = None
         if kind or resource:
             if not (kind and resource):
@@ -73,7 +84,9 @@ class ProxySettings:
                     f"{missing} is not set: DEDUP_PROXY_TARGET and DEDUP_PROXY_RESOURCE go "
                     "together (e.g. workflow + projects/P/locations/L/workflows/W)"
                 )
-            default = parse_target(kind, resource, token_name, None, "DEDUP_PROXY_TARGET")
+            default = parse_target(
+                kind, resource, token_name, None, "DEDUP_PROXY_TARGET", topic
+            )
         elif token_name:
             raise SettingsError("DEDUP_PROXY_TOKEN_NAME is set but DEDUP_PROXY_TARGET is not")
         routes = _parse_routes(env.get("DEDUP_PROXY_ROUTES", "") or "{}")
@@ -97,6 +110,7 @@ class ProxySettings:
                 )
         return cls(
             default=default,
+            token_secret=token_secret_setting(env, "the proxy"),
             routes=routes,
             timeout_seconds=timeout,
             api_base=api_base_setting(env.get("DEDUP_PROXY_API_BASE"), "DEDUP_PROXY_API_BASE"),
@@ -134,7 +148,7 @@ def _parse_routes(raw: str) -> dict[str, Target]:
             raise SettingsError(f"{setting} needs both 'target' and 'resource'")
         routes[job_id] = parse_target(
             str(values["target"]), str(values["resource"]),
-            values["tokenName"], values["container"], setting,
+            values["tokenName"], values["container"], setting, values["topic"],
         )
     return routes
 
@@ -165,24 +179,43 @@ def authorized_sessions() -> SessionFactory:
     return session
 
 
+def check_body(body: bytes) -> str | None:
+    """The 400's reason for a body the proxy could not parse safely, else None: JSON nested
+    deeper than Python's parser allows (non-JSON bodies are passed on as text)."""
+    try:
+        json.loads(body)
+    except RecursionError:
+        return (
+            "the request body is JSON nested too deeply to parse: flatten the Scheduler "
+            "job's body (the proxy passes it on as the workflow's payload)"
+        )
+    except ValueError:
+        pass  # not JSON: passed on as text
+    return None
+
+
 class ProxyJob:
     """Job logic: start the target's execution with the run's token; return its name."""
 
-    def __init__(self, target: Target, client: DownstreamClient, emit: Emit) -> None:
+    def __init__(
+        self, target: Target, client: DownstreamClient, emit: Emit, token_secret: bytes
+    ) -> None:
         self.target = target
         self._client = client
         self._emit = emit
+        self._secret = token_secret
 
     def __call__(self, context: RunContext) -> dict[str, Any]:
+        token = mint_token(self._secret, context.run_id)
         base: dict[str, Any] = {
             "target": self.target.kind.value,
             "resource": self.target.resource,
-            "token": context.run_id,
+            "token": token,
         }
         if context.claim_lost.is_set():
             raise RuntimeError("claim lost before the start request: not starting anything")
         info = StartInfo(
-            token=context.run_id,
+            token=token,
             job=context.job_name,
             schedule_time=format_instant(context.schedule_time),
             payload=context.body,
@@ -201,7 +234,7 @@ class ProxyJob:
         self._emit({
             "severity": "INFO" if started.note is None else "WARNING",
             "message": f"{context.job_name}: started {self.target.kind.value} execution "
-            f"{started.execution or '(name unknown)'}",
+            f"{started.execution or _message_name(started.message_id)}",
             "component": "proxy",
             "run_id": context.run_id,
             "job": context.job_name,
@@ -209,11 +242,14 @@ class ProxyJob:
             "resource": self.target.resource,
             "execution": started.execution,
             "operation": started.operation,
+            "message_id": started.message_id,
             "detail": started.note,
         })
         result = {**base, "execution": started.execution}
         if started.operation:
             result["operation"] = started.operation
+        if started.message_id:
+            result["message_id"] = started.message_id
         return result
 
     def _log(self, context: RunContext, exc: DownstreamError) -> None:
@@ -241,6 +277,11 @@ class ProxyJob:
         })
 
 
+def _message_name(message_id: str | None) -> str:
+    """A build is known to the proxy only by the Pub/Sub message that starts it."""
+    return f"(started by Pub/Sub message {message_id})" if message_id else "(name unknown)"
+
+
 class UnroutedJob:
     """A job ID with no route and no default target: recorded as an error, not retried."""
 
@@ -260,16 +301,19 @@ class UnroutedJob:
             "job": context.job_name,
             "reason": reason,
         })
-        return {"token": context.run_id, "execution": None,
+        return {"token": None, "execution": None,
                 "error": {"status": None, "reason": reason, "retryable": False}}
 
 
 def proxy_jobs(settings: ProxySettings, client: DownstreamClient, emit: Emit) -> JobRegistry:
     """The proxy's job logic per job ID, in the registry the HTTP handler already uses."""
+    secret = settings.token_secret
     default: Job = (
-        ProxyJob(settings.default, client, emit) if settings.default else UnroutedJob(emit)
+        ProxyJob(settings.default, client, emit, secret) if settings.default
+        else UnroutedJob(emit)
     )
     routes: dict[str, Job] = {
-        job_id: ProxyJob(target, client, emit) for job_id, target in settings.routes.items()
+        job_id: ProxyJob(target, client, emit, secret)
+        for job_id, target in settings.routes.items()
     }
     return JobRegistry(default, routes)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 ALLOWED_CALLERS_ENV = "DEDUP_ALLOWED_CALLERS"
+FORCED_RUN_MARGIN_ENV = "DEDUP_FORCED_RUN_MARGIN_SECONDS"
 # An e-mail address as Google writes service accounts' (and users'): local@domain.tld, no
 # wildcards or other punctuation a reader could take for a pattern.
 _EMAIL = re.compile(
@@ -34,7 +35,9 @@ class MissingScheduleTime(StrEnum):
     RUN = "run"  # run the job without dedup: every such delivery executes
 
 
-def number_setting(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
+def number_setting(
+    env: Mapping[str, str], name: str, default: float, minimum: float, unit: str = "seconds"
+) -> float:
     """A numeric DEDUP_* setting: `default` when unset or empty, else a finite number of at
     least `minimum`; anything else stops the start-up naming the variable."""
     raw = env.get(name)
@@ -43,7 +46,7 @@ def number_setting(env: Mapping[str, str], name: str, default: float, minimum: f
     try:
         value = float(raw)
     except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not a number of seconds") from None
+        raise SettingsError(f"{name}={raw!r} is not a number of {unit}") from None
     if not math.isfinite(value):
         # A NaN lease would never expire: every comparison with it is false.
         raise SettingsError(f"{name}={raw!r} must be a finite number")
@@ -65,6 +68,9 @@ class Settings:
     job_routes: Mapping[str, str] = field(default_factory=dict)
     store_timeout_seconds: float = 10.0
     cache_size: int = 10_000
+    # A delivery whose schedule time is more than this ahead of the instance's clock is a
+    # forced run (keys.is_forced_run): covers clock skew, and Scheduler's own slack.
+    forced_run_margin_seconds: float = 10.0
     allowed_callers: frozenset[str] = frozenset()
     """DEDUP_ALLOWED_CALLERS, lower-cased: the only callers served (callers.py); empty:
     every caller Cloud Run lets through."""
@@ -125,6 +131,9 @@ class Settings:
                 env, "DEDUP_STORE_TIMEOUT_SECONDS", cls.store_timeout_seconds, 0.1
             ),
             cache_size=cache_size,
+            forced_run_margin_seconds=number_setting(
+                env, FORCED_RUN_MARGIN_ENV, cls.forced_run_margin_seconds, 0
+            ),
             allowed_callers=parse_allowed_callers(env.get(ALLOWED_CALLERS_ENV, "")),
         )
 

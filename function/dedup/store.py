@@ -53,6 +53,12 @@ class RunRecord:
     # raised (at most MAX_ERROR_CHARS characters).
     failed_at: datetime | None = None
     error: str | None = None
+    # A forced run's record ("Run now"; keys.RunKey.forced): its own run_id, never the
+    # scheduled run of the same schedule time. Records written before it read as False.
+    forced: bool = False
+    # A re-run's generation (keys.RunKey.generation); 0: the run itself (and every record
+    # written before re-runs existed).
+    generation: int = 0
 
     @classmethod
     def claim(
@@ -71,6 +77,8 @@ class RunRecord:
             project=key.project,
             location=key.location,
             claimed_at=claimed_at,
+            forced=key.forced,
+            generation=key.generation,
         )
 
 

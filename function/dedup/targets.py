@@ -10,10 +10,15 @@ APIs have no request ID of their own and start a new execution on every call:
   body RunJobRequest {"overrides": {"containerOverrides": [{"env": [{name, value}]}]}},
   the token as an environment variable (merged into the container's env);
   answers an Operation whose `metadata` is the Execution (".../jobs/J/executions/ID").
-- Cloud Build triggers: POST {base}/v1/projects/P/locations/L/triggers/T:run
-  body RunBuildTriggerRequest {"projectId", "triggerId", "source": {"substitutions"}},
-  the token as a user substitution (`_DEDUP_TOKEN`); answers an Operation whose
-  `metadata.build` is the Build (id, name).
+- Cloud Build triggers: not through Cloud Build's API (`triggers.run` needs
+  `cloudbuild.builds.create` on the project, which also creates arbitrary builds running
+  as the project's build account). The trigger listens to a Pub/Sub topic of its own
+  (`pubsubConfig`) and the proxy publishes one message to it, holding only
+  `roles/pubsub.publisher` on that topic:
+  POST {base}/v1/projects/P/topics/T:publish body {"messages": [{"data": base64(JSON
+  {"<tokenName>": token, "job", "schedule_time"}), "attributes": {...}}]}; the trigger
+  binds the substitution, e.g. `_DEDUP_TOKEN: $(body.message.data._DEDUP_TOKEN)`;
+  answers {"messageIds": [ID]} (the build's name is not known to the proxy).
 
 No HTTP retries happen here (a retried POST could start a second execution): a failure
 is classified as retryable or not, and the dedup protocol decides what Scheduler sees.
@@ -21,12 +26,15 @@ is classified as retryable or not, and the dedup protocol decides what Scheduler
 
 from __future__ import annotations
 
+import base64
+import ipaddress
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 from google.auth import exceptions as auth_exceptions
@@ -43,7 +51,7 @@ class TargetKind(StrEnum):
 DEFAULT_API_BASE = {
     TargetKind.WORKFLOW: "https://workflowexecutions.googleapis.com",
     TargetKind.RUN_JOB: "https://run.googleapis.com",
-    TargetKind.BUILD_TRIGGER: "https://cloudbuild.googleapis.com",
+    TargetKind.BUILD_TRIGGER: "https://pubsub.googleapis.com",  # the trigger's topic
 }
 DEFAULT_TOKEN_NAME = {
     TargetKind.WORKFLOW: "dedup_token",  # key inside the execution argument
@@ -70,6 +78,15 @@ _RESOURCE = {
 }
 # Cloud Build user substitutions: an underscore, then upper-case letters, digits, underscores.
 _SUBSTITUTION = re.compile(r"_[A-Z0-9_]{1,99}")
+_TOPIC = re.compile(rf"projects/({_PROJECT})/topics/([A-Za-z][A-Za-z0-9._~+%-]{{2,254}})")
+# What the proxy itself puts beside the token in the downstream's input: a token name
+# among them would overwrite (or be overwritten by) it, and every run would then carry the
+# same token. infra/config.py keeps the same table (tests/infra/test_proxy.py compares).
+RESERVED_TOKEN_NAMES: dict[TargetKind, frozenset[str]] = {
+    TargetKind.WORKFLOW: frozenset({"job", "schedule_time", "payload"}),
+    TargetKind.RUN_JOB: frozenset({"DEDUP_SCHEDULE_TIME"}),
+    TargetKind.BUILD_TRIGGER: frozenset({"job", "schedule_time"}),
+}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
 _ARGUMENT_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # Workflows rejects an execution argument over 32 KiB.
@@ -85,6 +102,7 @@ class Target:
     resource: str  # projects/P/locations/L/{workflows|jobs|triggers}/ID
     token_name: str
     container: str | None = None  # run_job: which container gets the env override
+    topic: str | None = None  # build_trigger: projects/P/topics/T the trigger listens to
 
     @property
     def project(self) -> str:
@@ -100,7 +118,8 @@ class Target:
 
 
 def parse_target(
-    kind: str, resource: str, token_name: str | None, container: str | None, setting: str
+    kind: str, resource: str, token_name: str | None, container: str | None, setting: str,
+    topic: str | None = None,
 ) -> Target:
     """Validate a target's settings; every error names `setting` and the expected shape."""
     try:
@@ -124,9 +143,24 @@ def parse_target(
     }[target_kind]
     if not pattern.fullmatch(name):
         raise SettingsError(f"{setting}: token name {name!r} must be {what}")
+    reserved = RESERVED_TOKEN_NAMES[target_kind]
+    if name in reserved:
+        raise SettingsError(
+            f"{setting}: token name {name!r} is reserved: the proxy already sends "
+            f"{', '.join(sorted(reserved))} to a {target_kind.value}; pick another name, "
+            f"e.g. the default {DEFAULT_TOKEN_NAME[target_kind]!r}"
+        )
     if container is not None and target_kind is not TargetKind.RUN_JOB:
         raise SettingsError(f"{setting}: 'container' applies only to target run_job")
-    return Target(target_kind, resource, name, container)
+    if target_kind is TargetKind.BUILD_TRIGGER:
+        if topic is None or not _TOPIC.fullmatch(topic):
+            raise SettingsError(
+                f"{setting}: a build_trigger needs 'topic', the Pub/Sub topic its trigger "
+                f"listens to (projects/PROJECT/topics/TOPIC), not {topic!r}"
+            )
+    elif topic is not None:
+        raise SettingsError(f"{setting}: 'topic' applies only to target build_trigger")
+    return Target(target_kind, resource, name, container, topic)
 
 
 @dataclass(frozen=True)
@@ -141,9 +175,10 @@ class StartInfo:
 
 @dataclass(frozen=True)
 class Started:
-    execution: str | None  # the execution's (or build's) resource name
-    operation: str | None = None  # the long-running operation, for run_job / build_trigger
+    execution: str | None  # the execution's resource name (not known for a build)
+    operation: str | None = None  # the long-running operation, for run_job
     note: str | None = None
+    message_id: str | None = None  # build_trigger: the Pub/Sub message that starts it
 
 
 class DownstreamError(Exception):
@@ -199,10 +234,16 @@ def _start_request(target: Target, info: StartInfo) -> tuple[str, dict[str, Any]
         if target.container:
             container["name"] = target.container
         return f"/v2/{target.resource}:run", {"overrides": {"containerOverrides": [container]}}
-    return f"/v1/{target.resource}:run", {
-        "projectId": target.project,
-        "triggerId": target.resource_id,
-        "source": {"substitutions": {target.token_name: info.token}},
+    message = json.dumps(
+        {target.token_name: info.token, "job": info.job, "schedule_time": info.schedule_time},
+        separators=(",", ":"),
+    )
+    return f"/v1/{target.topic}:publish", {
+        "messages": [{
+            "data": base64.b64encode(message.encode()).decode(),
+            # Also as attributes: a subscription filter or a trigger's filter can use them.
+            "attributes": {"dedup_job": info.job, "dedup_trigger": target.resource},
+        }]
     }
 
 
@@ -223,23 +264,17 @@ def started_from_response(target: Target, body: Any) -> Started:
     if target.kind is TargetKind.WORKFLOW:
         name = body.get("name")
         return Started(name, None) if isinstance(name, str) else Started(None, note=missing)
+    if target.kind is TargetKind.BUILD_TRIGGER:
+        ids = body.get("messageIds")
+        if isinstance(ids, list) and ids and isinstance(ids[0], str):
+            return Started(None, message_id=ids[0])
+        return Started(None, note="published, but the answer named no message ID")
     operation = body.get("name") if isinstance(body.get("name"), str) else None
     metadata = body.get("metadata")
     execution: str | None = None
     if isinstance(metadata, dict):
-        if target.kind is TargetKind.RUN_JOB:
-            candidate = metadata.get("name")
-            execution = candidate if isinstance(candidate, str) else None
-        else:
-            build = metadata.get("build")
-            if isinstance(build, dict):
-                if isinstance(build.get("name"), str):
-                    execution = build["name"]
-                elif isinstance(build.get("id"), str):
-                    execution = (
-                        f"projects/{target.project}/locations/{target.location}"
-                        f"/builds/{build['id']}"
-                    )
+        candidate = metadata.get("name")
+        execution = candidate if isinstance(candidate, str) else None
     return Started(execution, operation, None if execution else missing)
 
 
@@ -339,12 +374,33 @@ def _first_line(exc: BaseException) -> str:
 
 
 def api_base_setting(raw: str | None, setting: str) -> str | None:
-    """An override of every API's base URL (local fakes in tests): scheme://host[:port]."""
+    """An override of every API's base URL: https on a `*.googleapis.com` host (e.g. a
+    regional or private endpoint), or http(s) on a loopback address (local fakes in tests).
+    Any other host would receive the proxy's bearer token, and plain http would expose it."""
     if not raw:
         return None
-    if not re.fullmatch(r"https?://[A-Za-z0-9.-]+(?::[0-9]{1,5})?/?", raw):
-        raise SettingsError(
-            f"{setting}={raw!r} must be a base URL like https://host or http://127.0.0.1:8080"
-        )
+    usage = (
+        f"{setting}={raw!r} must be https://<name>.googleapis.com or a loopback base URL "
+        "like http://127.0.0.1:8080 (the proxy sends its access token there)"
+    )
+    if not re.fullmatch(r"https?://(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]{1,5})?/?", raw):
+        raise SettingsError(usage)
+    parts = urlsplit(raw)
+    host = (parts.hostname or "").lower()
+    if not (_is_loopback(host) or (parts.scheme == "https" and _is_googleapis(host))):
+        raise SettingsError(usage)
     return raw.rstrip("/")
+
+
+def _is_googleapis(host: str) -> bool:
+    return host.endswith(".googleapis.com") and re.fullmatch(r"[a-z0-9.-]+", host) is not None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 

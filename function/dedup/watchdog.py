@@ -12,11 +12,25 @@ point lookup by ID: no query, no index. Each tick, for every job that is not pau
 - runs before the job's first recorded run are not judged (the job did not exist yet); a
   job with no record at all is reported once as `never_ran`.
 
-The watchdog reads run records only; it writes one cursor document per job in
-`<collection>_watchdog` (the last judged schedule time, the in-progress runs it still
-watches, the overlong runs already reported), so each problem is reported once. Problems
+The watchdog never writes run records (the function it delivers to does); it writes one
+cursor document per job in `<collection>_watchdog` (the last judged schedule time, the
+in-progress runs it still watches, the overlong runs already reported), so each problem is
+reported once, and the status of the re-run requests it delivers. Problems
 are logged before the cursor moves: a tick that fails halfway answers 500 and the retry may
 report a problem a second time, never zero times.
+
+Two things it also delivers, when infra gives it a target (DEDUP_WATCH_TARGET_URL, or a
+job's own `url`), through dedup/delivery.py, one way:
+- catch-up: a `missed` run of a job with `catchUp`, scheduled within its
+  `catchUpWithinSeconds`, is POSTed to the job's function with its original schedule time:
+  `caught_up` when the function answers completed/duplicate, watched while it answers
+  in_progress (409), `failed` when it ran late and the job raised, still `missed` (with
+  the error) when the delivery fails;
+- re-runs: the pending requests `make rerun` wrote in `<collection>_reruns`, with
+  X-Dedup-Generation, marked done once the function answered completed/duplicate (failed
+  when the job raised).
+The dedup protocol makes each run (each generation) execute at most once however often it
+is delivered, by this watchdog, a concurrent tick, or Scheduler's own late retry.
 """
 
 from __future__ import annotations
@@ -26,6 +40,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -34,25 +49,60 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from google.cloud import firestore
 
+from dedup.delivery import (
+    TARGET_URL_ENV,
+    DeliversRuns,
+    DeliveryResult,
+    HttpDeliverer,
+    RunDelivery,
+    TargetAuth,
+    target_auth_setting,
+)
 from dedup.firestore_store import FirestoreRunStore
 from dedup.http import HttpReply, emit_log_line, refuse_caller
 from dedup.keys import RunKey, lower_keys
+from dedup.reruns import (
+    DONE,
+    REFUSED,
+    FirestoreRerunQueue,
+    RerunQueue,
+    RerunRequest,
+    reruns_collection,
+)
+from dedup.reruns import (
+    FAILED as RERUN_FAILED,
+)
 from dedup.settings import Settings, SettingsError, number_setting
 from dedup.store import RunStatus, StoredRun, StoreError, StoreUnavailable
 
 JOBS_ENV = "DEDUP_WATCH_JOBS"
 LOOKBACK_ENV = "DEDUP_WATCH_LOOKBACK_SECONDS"
 GRACE_ENV = "DEDUP_WATCH_GRACE_SECONDS"
+DELIVERY_TIMEOUT_ENV = "DEDUP_WATCH_DELIVERY_TIMEOUT_SECONDS"
 CURSOR_SUFFIX = "_watchdog"
 DEFAULT_LOOKBACK_SECONDS = 2 * 24 * 3600.0
 DEFAULT_GRACE_SECONDS = 300.0
+DEFAULT_CATCH_UP_WITHIN_SECONDS = 6 * 3600.0
+# Under the watchdog's own Scheduler attempt deadline (180 s): a delivery that takes longer
+# keeps running on the function's side, and the next tick finds its record.
+DEFAULT_DELIVERY_TIMEOUT_SECONDS = 150.0
+# Deliveries of one tick run side by side (each waits for its job to run).
+MAX_PARALLEL_DELIVERIES = 8
+# Pending re-run requests delivered per tick (the rest wait for the next tick).
+MAX_RERUNS_PER_TICK = 50
 
 MISSED, FAILED, OVERLONG, NEVER_RAN = "missed", "failed", "overlong", "never_ran"
 # Verdicts that are not problems (classify_run; shown by `make runs`).
 FINE, NOT_DUE, RUNNING, BEFORE_FIRST_RUN = "ok", "not_due", "running", "before_first_run"
 PROBLEM_SEVERITY = {MISSED: "ERROR", FAILED: "ERROR", NEVER_RAN: "ERROR", OVERLONG: "WARNING"}
+# Not a problem kind (no `kind` field, so no problem alert): a late run, delivered.
+CAUGHT_UP = "caught_up"
+CAUGHT_UP_SEVERITY = "WARNING"
+RERUN = "rerun"
+JOB_FAILED = "failed"  # the function's outcome when the job raised (dedup.protocol.Outcome)
 _JOB_KEYS = {
     "name", "schedule", "timeZone", "attemptDeadlineSeconds", "retryWindowSeconds", "paused",
+    "catchUp", "catchUpWithinSeconds", "body", "headers", "url",
 }
 
 
@@ -66,6 +116,14 @@ class WatchedJob:
     attempt_deadline_seconds: float = 180.0
     retry_window_seconds: float = 0.0  # after the schedule time, retries may still come
     paused: bool = False
+    # Catch-up: a missed run scheduled at most this long ago is delivered by the watchdog.
+    catch_up: bool = False
+    catch_up_within_seconds: float = DEFAULT_CATCH_UP_WITHIN_SECONDS
+    # What a delivery by the watchdog sends (catch-up and re-runs), as the Scheduler job
+    # does: its body, its headers, and its own target (the proxy's) if not the function's.
+    body: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    url: str | None = None
 
     def schedule_times(self, after: datetime, until: datetime) -> Iterator[datetime]:
         """The scheduled instants in (after, until], aware UTC, as croniter yields them in
@@ -84,10 +142,23 @@ class WatchSettings:
     jobs: tuple[WatchedJob, ...]
     lookback_seconds: float = DEFAULT_LOOKBACK_SECONDS
     grace_seconds: float = DEFAULT_GRACE_SECONDS
+    # DEDUP_WATCH_TARGET_URL: the dedup function, where the watchdog delivers catch-up
+    # and re-runs (a job's own `url` wins); None: the watchdog delivers nothing.
+    target_url: str | None = None
+    target_auth: TargetAuth = TargetAuth.ID_TOKEN
+    delivery_timeout_seconds: float = DEFAULT_DELIVERY_TIMEOUT_SECONDS
 
     @property
     def cursor_collection(self) -> str:
         return self.store.collection + CURSOR_SUFFIX
+
+    @property
+    def delivers(self) -> bool:
+        """Whether this watchdog delivers runs (catch-up, re-runs): infra gave it a target."""
+        return self.target_url is not None or any(job.url for job in self.jobs)
+
+    def delivery_url(self, job: WatchedJob) -> str | None:
+        return job.url or self.target_url
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WatchSettings:
@@ -102,7 +173,31 @@ class WatchSettings:
                 f"{store.retention_seconds:g}: records must outlive the watchdog's lookback"
             )
         jobs = parse_watch_jobs(env.get(JOBS_ENV, ""))
-        return cls(store, jobs, lookback, grace)
+        target_url = (env.get(TARGET_URL_ENV) or "").strip() or None
+        if target_url is not None and not target_url.startswith(("https://", "http://")):
+            raise SettingsError(
+                f"{TARGET_URL_ENV}={target_url[:80]!r} is not a URL: set it to the dedup "
+                "function's URL (https://...run.app)"
+            )
+        for job in jobs:
+            if job.catch_up and target_url is None and job.url is None:
+                raise SettingsError(
+                    f"{JOBS_ENV}: job {job.name!r} has catchUp but no url, and "
+                    f"{TARGET_URL_ENV} is not set: set {TARGET_URL_ENV} to the dedup "
+                    "function's URL (or give the job its own url)"
+                )
+            if job.catch_up and job.catch_up_within_seconds >= lookback:
+                raise SettingsError(
+                    f"{JOBS_ENV}: job {job.name!r} catchUpWithinSeconds="
+                    f"{job.catch_up_within_seconds:g} is not shorter than {LOOKBACK_ENV}="
+                    f"{lookback:g}: a run is judged (and caught up) within the lookback only"
+                )
+        timeout = number_setting(
+            env, DELIVERY_TIMEOUT_ENV, DEFAULT_DELIVERY_TIMEOUT_SECONDS, minimum=1
+        )
+        return cls(
+            store, jobs, lookback, grace, target_url, target_auth_setting(env), timeout
+        )
 
 
 def parse_watch_jobs(raw: str) -> tuple[WatchedJob, ...]:
@@ -149,7 +244,29 @@ def parse_watch_jobs(raw: str) -> tuple[WatchedJob, ...]:
         paused = entry.get("paused", False)
         if not isinstance(paused, bool):
             raise SettingsError(f"{where}.paused must be true or false")
-        job = WatchedJob(name, schedule, zone, deadline, window, paused)
+        catch_up = entry.get("catchUp", False)
+        if not isinstance(catch_up, bool):
+            raise SettingsError(f"{where}.catchUp must be true or false")
+        within = _entry_seconds(
+            entry, "catchUpWithinSeconds", DEFAULT_CATCH_UP_WITHIN_SECONDS, where, positive=True
+        )
+        body = entry.get("body")
+        if body is not None and not isinstance(body, str):
+            raise SettingsError(f"{where}.body must be the job's body as text (or absent)")
+        headers = entry.get("headers", {})
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise SettingsError(f"{where}.headers must be a JSON object of text values")
+        url = entry.get("url")
+        if url is not None and (
+            not isinstance(url, str) or not url.startswith(("https://", "http://"))
+        ):
+            raise SettingsError(f"{where}.url must be the job's target URL (https://...)")
+        job = WatchedJob(
+            name, schedule, zone, deadline, window, paused, catch_up, within, body,
+            tuple(sorted(headers.items())), url,
+        )
         jobs.append(job)
     names = [job.name for job in jobs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -294,11 +411,47 @@ def classify_run(
     return OVERLONG if is_overlong(job, schedule_time, stored, now, grace_seconds) else RUNNING
 
 
+@dataclass(frozen=True)
+class Delivered:
+    """A run the watchdog delivered this tick (catch-up or re-run), and the answer."""
+
+    job: str
+    schedule_time: datetime
+    kind: str  # CAUGHT_UP or RERUN
+    status: str  # the function's outcome (completed, duplicate, in_progress, ...) or error
+    run_id: str
+    generation: int = 0
+    error: str | None = None
+    requested_by: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "job": self.job, "schedule_time": rfc3339(self.schedule_time), "status": self.status,
+        }
+        if self.kind == RERUN:
+            body["generation"] = self.generation
+            body["requested_by"] = self.requested_by
+        if self.error is not None:
+            body["error"] = self.error
+        return body
+
+
 @dataclass
 class JobTick:
     checked: int = 0
     reads: int = 0
     problems: list[Problem] = field(default_factory=list)
+    # Missed runs of a catchUp job, inside its bound: delivered before the cursor moves.
+    to_catch_up: dict[str, datetime] = field(default_factory=dict)
+
+
+@dataclass
+class TickResult:
+    checked: int
+    problems: list[Problem]
+    counts: dict[str, int]
+    caught_up: list[Delivered] = field(default_factory=list)
+    reruns: list[Delivered] = field(default_factory=list)
 
 
 def rfc3339(instant: datetime) -> str:
@@ -314,19 +467,30 @@ class Watchdog:
         settings: WatchSettings,
         store: WatchStore,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        deliverer: DeliversRuns | None = None,
+        reruns: RerunQueue | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
         self._now = wall_clock
+        # Catch-up and re-runs need both a deliverer and a target URL (settings.delivers).
+        self._deliverer = deliverer if settings.delivers else None
+        self._reruns = reruns if self._deliverer is not None else None
 
     def tick(self) -> tuple[int, list[Problem], dict[str, int]]:
         """(runs judged, problems, counts) for every job; StoreUnavailable on an outage."""
+        result = self.run_tick()
+        return result.checked, result.problems, result.counts
+
+    def run_tick(self) -> TickResult:
+        """One tick: judge every job, deliver its catch-up runs and the pending re-runs."""
         now = self._now()
         active = [job for job in self._settings.jobs if not job.paused]
         paused = [job for job in self._settings.jobs if job.paused]
         cursors = self._store.get_cursors([job.name for job in self._settings.jobs])
         counts = {"jobs": len(active), "paused": len(paused), "reads": len(cursors)}
         checked, problems = 0, []
+        judged: list[tuple[WatchedJob, Cursor, JobTick]] = []
         for job in paused:
             # Scheduler delivers nothing while paused: move the cursor past those runs, so
             # that resuming the job does not report them as missed.
@@ -335,17 +499,104 @@ class Watchdog:
             cursor.watch_from = cursor.watch_from or now
             self._store.put_cursor(job.name, cursor, now)
         for job in active:
-            result = self._tick_job(job, cursors.get(job.name, Cursor()), now)
+            cursor = cursors.get(job.name, Cursor())
+            judged.append((job, cursor, self._judge_job(job, cursor, now)))
+        # Deliveries land before any cursor moves: a tick that fails halfway leaves the
+        # runs to the retry, which delivers them again (the dedup protocol runs them once).
+        caught_up = self._catch_up(judged, now)
+        reruns = self._deliver_reruns(now)  # a store error here, too, leaves every cursor
+        for job, cursor, result in judged:
+            self._store.put_cursor(job.name, cursor, now)
             checked += result.checked
             counts["reads"] += result.reads
             problems.extend(result.problems)
-        return checked, problems, counts
+        return TickResult(checked, problems, counts, caught_up, reruns)
+
+    def _delivery(self, job: WatchedJob, t: datetime, generation: int = 0) -> RunDelivery:
+        url = self._settings.delivery_url(job)
+        assert url is not None  # callers deliver only jobs that have one
+        return RunDelivery(
+            url, job.name, t, dict(job.headers), job.body, generation,
+            min(job.attempt_deadline_seconds, self._settings.delivery_timeout_seconds),
+        )
+
+    def _deliver_all(self, deliveries: Sequence[RunDelivery]) -> list[DeliveryResult]:
+        deliverer = self._deliverer
+        if deliverer is None or not deliveries:
+            return []
+        workers = min(MAX_PARALLEL_DELIVERIES, len(deliveries))
+        with ThreadPoolExecutor(workers, thread_name_prefix="watchdog-delivery") as pool:
+            return list(pool.map(deliverer.deliver, deliveries))
+
+    def _catch_up(
+        self, judged: Sequence[tuple[WatchedJob, Cursor, JobTick]], now: datetime
+    ) -> list[Delivered]:
+        """Deliver the missed runs the judging set aside; each ends up `caught_up`,
+        watched (in progress), or reported `missed` with the delivery's error."""
+        wanted = [
+            (job, cursor, tick, run_id, t)
+            for job, cursor, tick in judged for run_id, t in tick.to_catch_up.items()
+        ]
+        results = self._deliver_all([self._delivery(job, t) for job, _, _, _, t in wanted])
+        caught_up: list[Delivered] = []
+        for (job, cursor, tick, run_id, t), result in zip(wanted, results, strict=True):
+            if result.executed:
+                caught_up.append(Delivered(job.name, t, CAUGHT_UP, result.status, run_id))
+                continue
+            if result.status == JOB_FAILED:
+                # It ran late and the job raised: reported as the failed run it now is.
+                error = f"caught up, then failed: {result.error}"
+                tick.problems.append(Problem(job.name, t, FAILED, run_id, error=error))
+                continue
+            # Not (yet) executed by this delivery: watched from now on, so its outcome is
+            # judged at the next ticks (in_progress: it is being executed right now).
+            cursor.watching[run_id] = t
+            if not result.in_progress:
+                error = f"catch-up failed: {result.error or result.status}"
+                tick.problems.append(Problem(job.name, t, MISSED, run_id, error=error))
+        return caught_up
+
+    def _deliver_reruns(self, now: datetime) -> list[Delivered]:
+        """Deliver the pending re-run requests of watched jobs; mark done the executed."""
+        if self._reruns is None:
+            return []
+        jobs = {job.name: job for job in self._settings.jobs}
+        delivered: list[Delivered] = []
+        deliverable: list[tuple[RerunRequest, WatchedJob]] = []
+        for request in self._reruns.pending(MAX_RERUNS_PER_TICK):
+            job = jobs.get(request.job)
+            if job is None or self._settings.delivery_url(job) is None:
+                why = (f"job {request.job!r} is not watched by this watchdog" if job is None
+                       else f"this watchdog has no URL to deliver job {request.job!r} to")
+                self._reruns.finish(request, REFUSED, why, now)
+                delivered.append(Delivered(
+                    request.job, request.schedule_time, RERUN, REFUSED, request.request_id,
+                    request.generation, why, request.requested_by,
+                ))
+            else:
+                deliverable.append((request, job))
+        results = self._deliver_all([
+            self._delivery(job, r.schedule_time, r.generation) for r, job in deliverable
+        ])
+        for (request, _), result in zip(deliverable, results, strict=True):
+            if result.executed:
+                self._reruns.finish(request, DONE, result.status, now)
+            elif result.status == JOB_FAILED:
+                # The job ran and raised: the request is over (no retries every tick); a
+                # new `make rerun` asks for the next generation.
+                self._reruns.finish(request, RERUN_FAILED, result.error or JOB_FAILED, now)
+            delivered.append(Delivered(
+                request.job, request.schedule_time, RERUN, result.status, request.request_id,
+                request.generation, result.error, request.requested_by,
+            ))
+        return delivered
 
     def _horizon(self, job: WatchedJob, now: datetime) -> datetime:
         """Runs scheduled at or before this have had their whole retry window + grace."""
         return now - timedelta(seconds=job.retry_window_seconds + self._settings.grace_seconds)
 
-    def _tick_job(self, job: WatchedJob, cursor: Cursor, now: datetime) -> JobTick:
+    def _judge_job(self, job: WatchedJob, cursor: Cursor, now: datetime) -> JobTick:
+        """Judge the job's due runs and update its cursor (written by the caller)."""
         grace = self._settings.grace_seconds
         lookback_start = now - timedelta(seconds=self._settings.lookback_seconds)
         horizon = self._horizon(job, now)
@@ -387,7 +638,9 @@ class Watchdog:
                 continue  # before the job's first recorded run: it did not exist yet (a due
                 # run is never not_due)
             tick.checked += 1
-            if verdict == MISSED:
+            if verdict == MISSED and self._catches_up(job, t, now):
+                tick.to_catch_up[run_id] = t
+            elif verdict == MISSED:
                 tick.problems.append(Problem(job.name, t, MISSED, run_id))
             elif verdict == FAILED and stored is not None:
                 tick.problems.append(self._failed(job, t, run_id, stored))
@@ -414,8 +667,15 @@ class Watchdog:
         cursor.overlong = {r: t for r, t in cursor.overlong.items() if t >= lookback_start}
         if horizon > start:
             cursor.judged_through = horizon  # every run in (start, horizon] is judged
-        self._store.put_cursor(job.name, cursor, now)
         return tick
+
+    def _catches_up(self, job: WatchedJob, t: datetime, now: datetime) -> bool:
+        return (
+            job.catch_up
+            and self._deliverer is not None
+            and self._settings.delivery_url(job) is not None
+            and (now - t).total_seconds() <= job.catch_up_within_seconds
+        )
 
     def _run_id(self, job: WatchedJob, instant: datetime) -> str:
         return RunKey(self._project, self._location, job.name, instant).run_id
@@ -478,7 +738,10 @@ def build_watchdog_handler(
     client = client or firestore.Client(project=store.project, database=store.database)
     runs = FirestoreRunStore(client, store.collection, store.store_timeout_seconds)
     watch_store = FirestoreWatchStore(runs, settings.cursor_collection)
-    return WatchdogHandler(settings, Watchdog(settings, watch_store, wall_clock), emit)
+    deliverer = HttpDeliverer(settings.target_auth) if settings.delivers else None
+    reruns = FirestoreRerunQueue(runs, reruns_collection(store.collection))
+    watchdog = Watchdog(settings, watch_store, wall_clock, deliverer, reruns)
+    return WatchdogHandler(settings, watchdog, emit)
 
 
 def build_watchdog_handler_from_env(environ: Mapping[str, str] | None = None) -> WatchdogHandler:
@@ -509,7 +772,7 @@ class WatchdogHandler:
         if forbidden is not None:
             return forbidden
         try:
-            checked, problems, counts = self._watchdog.tick()
+            result = self._watchdog.run_tick()
         except (StoreUnavailable, StoreError) as exc:
             detail = str(exc) or repr(exc)
             self._emit({
@@ -521,6 +784,9 @@ class WatchdogHandler:
                 "latency_ms": _ms_since(started),
             })
             return HttpReply(500, {"error": "store_unavailable", "detail": detail})
+        checked, problems, counts = result.checked, result.problems, result.counts
+        for delivered in [*result.caught_up, *result.reruns]:
+            self._emit_delivered(delivered)
         for problem in problems:
             when = "-" if problem.schedule_time is None else rfc3339(problem.schedule_time)
             self._emit({
@@ -539,10 +805,39 @@ class WatchdogHandler:
             "checked": checked,
             "problems": len(problems),
             **by_kind,
+            CAUGHT_UP: len(result.caught_up),
+            "reruns": len(result.reruns),
             **counts,
             "latency_ms": _ms_since(started),
         })
-        return HttpReply(200, {"checked": checked, "problems": [p.to_json() for p in problems]})
+        reply: dict[str, Any] = {
+            "checked": checked, "problems": [p.to_json() for p in problems],
+        }
+        if self._settings.delivers:  # a watchdog given a target delivers, and says what
+            reply[CAUGHT_UP] = [d.to_json() for d in result.caught_up]
+            reply["reruns"] = [d.to_json() for d in result.reruns]
+        return HttpReply(200, reply)
+
+    def _emit_delivered(self, delivered: Delivered) -> None:
+        """One line per delivery: caught_up is WARNING (a run was late); a re-run INFO
+        once executed, WARNING while it could not be (it stays pending)."""
+        when = rfc3339(delivered.schedule_time)
+        if delivered.kind == CAUGHT_UP:
+            severity, what = CAUGHT_UP_SEVERITY, f"watchdog caught_up: {delivered.job} @ {when}"
+        else:
+            ok = delivered.status in ("completed", "duplicate")
+            severity = "INFO" if ok else "WARNING"
+            what = (f"watchdog rerun: {delivered.job} @ {when} generation "
+                    f"{delivered.generation}")
+        self._emit({
+            "severity": severity,
+            "message": f"{what}: {delivered.status}",
+            "component": "watchdog",
+            # `outcome`, not `kind`: the problem metric counts lines with a `kind`.
+            "outcome": delivered.kind,
+            "run_id": delivered.run_id,
+            **delivered.to_json(),
+        })
 
 
 def _ms_since(started: float) -> float:

@@ -1,7 +1,10 @@
-"""The default job: replace it with yours (DEDUP_JOB=module:function).
+"""The default job: replace it with yours, a module of function/jobs/ named by a job's
+`jobLogic: jobs.<module>:<function>` (or the stack's `defaultJobLogic`) in its stack file.
 
 It runs once per scheduled run; whatever it returns (small JSON) is replayed to
-duplicates. Raise to signal a retryable failure.
+duplicates. Raise to signal a retryable failure. What it logs with `logging` is one JSON
+line per record, at the level used, carrying the run's run_id, job, attempt and trigger
+(Cloud Logging's structured entries on Cloud Run; the function's output locally).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dedup.jobs import JobRegistry
+from dedup.job_logic import JobRegistry
 from dedup.settings import MissingScheduleTime, Settings, SettingsError
 from local_stack.deliveries import PROJECT, in_process_function, scheduler_headers
 from local_stack.ledger_job import read_ledger
@@ -117,6 +117,10 @@ BAD_SETTINGS: list[tuple[dict[str, str], str]] = [
     ({"DEDUP_JOB_ROUTES": '["a"]'}, "DEDUP_JOB_ROUTES"),
     ({"DEDUP_STORE_TIMEOUT_SECONDS": "-1"}, "DEDUP_STORE_TIMEOUT_SECONDS"),
     ({"DEDUP_CACHE_SIZE": "many"}, "DEDUP_CACHE_SIZE"),
+    ({"DEDUP_FORCED_RUN_MARGIN_SECONDS": "nan"}, "DEDUP_FORCED_RUN_MARGIN_SECONDS"),
+    ({"DEDUP_FORCED_RUN_MARGIN_SECONDS": "inf"}, "DEDUP_FORCED_RUN_MARGIN_SECONDS"),
+    ({"DEDUP_FORCED_RUN_MARGIN_SECONDS": "-1"}, "DEDUP_FORCED_RUN_MARGIN_SECONDS"),
+    ({"DEDUP_FORCED_RUN_MARGIN_SECONDS": "soon"}, "DEDUP_FORCED_RUN_MARGIN_SECONDS"),
 ]
 
 

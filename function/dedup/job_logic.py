@@ -1,11 +1,19 @@
-"""Job logic is pluggable: `module:function` names a callable, imported once at start-up."""
+"""Job logic is pluggable: `module:function` names a callable in function/ (e.g.
+`jobs.example:run`), imported once at start-up; each call runs with its run's log fields.
+
+`make plan` and `make policy-check` import the same specs offline, in this function's
+environment (infra/job_logic.py), so a typo fails before anything is deployed.
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Mapping
+from typing import Any
 
-from dedup.protocol import Job
+from dedup.logs import run_fields
+from dedup.protocol import Job, RunContext
 from dedup.settings import SettingsError
 
 
@@ -24,8 +32,24 @@ def load_job(spec: str, setting: str) -> Job:
     return job  # type: ignore[no-any-return]
 
 
+def with_run_log_fields(job: Job) -> Job:
+    """`job`, logging with its run's fields (dedup.logs) attached to every line."""
+
+    @functools.wraps(job)
+    def run(context: RunContext) -> Any:
+        with run_fields(
+            run_id=context.run_id,
+            job=context.job_name,
+            attempt=context.attempt,
+            trigger="forced" if context.forced else "scheduled",
+        ):
+            return job(context)
+
+    return run
+
+
 def _resolve(spec: str | Job, setting: str) -> Job:
-    return load_job(spec, setting) if isinstance(spec, str) else spec
+    return with_run_log_fields(load_job(spec, setting) if isinstance(spec, str) else spec)
 
 
 class JobRegistry:
