@@ -2,62 +2,87 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STACK ?= dev
+# STACK=<name> picks one stack (Pulumi.<name>.yaml) for demo, plan, policy-check and runs;
+# unset, plan and policy-check take every stack file and the demo its default stack.
+STACK ?=
+STACKS := $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml))
 
-.PHONY: demo test lint typecheck workflow-lint unit plan runs policy-check bench clean schema docs docs-serve
+.DEFAULT_GOAL := help
+.PHONY: help demo test lint typecheck workflow-lint unit lock plan runs rerun policy-check bench clean schema docs docs-serve
+
+help: ## List the targets, one line each (STACK=<name> picks a stack)
+	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # The virtual environment is built from pinned requirements on first use.
-$(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.txt policies/requirements.txt constraints.txt
+$(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.in policies/requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-dev.txt -c constraints.txt
 	touch $@
 
-demo: $(VENV)/stamp
-	$(BIN)/python -m demo $(DEMO_ARGS)
+demo: $(VENV)/stamp ## Run a stack's jobs locally under faults and report (STACK=, DEMO_ARGS=)
+	$(BIN)/python -m demo $(if $(STACK),--stack $(STACK)) $(DEMO_ARGS)
 
-test: lint typecheck workflow-lint policy-check docs unit
+test: lint typecheck workflow-lint policy-check plan docs unit ## Everything CI runs
 
-lint: $(VENV)/stamp
+lint: $(VENV)/stamp ## ruff over the repository
 	$(BIN)/ruff check .
 
-typecheck: $(VENV)/stamp
+typecheck: $(VENV)/stamp ## mypy
 	$(BIN)/mypy
 
 # The GitHub Actions workflows: zizmor's security audits, offline (no GitHub API calls).
-workflow-lint: $(VENV)/stamp
+workflow-lint: $(VENV)/stamp ## zizmor's audits of the GitHub Actions workflows
 	$(BIN)/zizmor --offline .github/workflows
 
-unit: $(VENV)/stamp
+unit: $(VENV)/stamp ## The kit's tests (pytest; they never read your stack files)
 	$(BIN)/pytest
 
-plan: $(VENV)/stamp
+# function/requirements.txt, what Cloud Build installs for the deployed function: every
+# package of function/requirements.in and their dependencies, at constraints.txt's versions,
+# with the hashes of every file of each (pip then installs in hash-checking mode). For the
+# functions' runtime (python312, infra/cloud_function.py) on Linux. Needs the package index.
+lock: $(VENV)/stamp ## Re-pin function/requirements.txt (with hashes) from function/requirements.in
+	$(BIN)/uv pip compile function/requirements.in --constraint constraints.txt \
+		--generate-hashes --python-version 3.12 --python-platform linux \
+		--custom-compile-command "make lock" --quiet --output-file function/requirements.txt
+
+plan: $(VENV)/stamp ## Offline plan of every stack, or STACK=, job logic imported
 	$(BIN)/python -m infra.plan $(STACK)
 
 # Per job, the last expected runs with status, attempts, duration and the watchdog's verdict,
 # read from the stack's Firestore database (the emulator if FIRESTORE_EMULATOR_HOST is set,
 # else Application Default Credentials). RUNS_ARGS="--last 20 --job hourly-sync".
-runs: $(VENV)/stamp
+runs: $(VENV)/stamp ## A stack's last runs per job from Firestore (STACK= required, RUNS_ARGS=)
+	@test -n "$(STACK)" || { echo "make runs needs a stack: make runs STACK=<name> (stacks: $(STACKS))" >&2; exit 2; }
 	$(BIN)/python -m infra.runs $(STACK) $(RUNS_ARGS)
 
-policy-check: $(VENV)/stamp
-	$(BIN)/python -m policies.offline_check
+# One run executed once more, exactly once: records a re-run request that the watchdog
+# delivers at its next tick (needs watchdog.reruns: true), or at once with NOW=1
+# WATCHDOG_URL=<url> where you can reach the watchdog. REQUESTED_BY= overrides who asks.
+rerun: $(VENV)/stamp ## Ask for one run to execute again (STACK= JOB= TIME= REASON= required)
+	@test -n "$(STACK)" -a -n "$(JOB)" -a -n "$(TIME)" -a -n "$(REASON)" || { echo 'make rerun needs STACK=<name> JOB=<jobs[].name> TIME=<schedule time, e.g. 2026-11-30T09:15:00+01:00> REASON="<why>"' >&2; exit 2; }
+	@test -z "$(NOW)" -o -n "$(WATCHDOG_URL)" || { echo "make rerun NOW=1 needs WATCHDOG_URL=<the watchdog's URL> (one you can reach; else the next tick delivers it)" >&2; exit 2; }
+	$(BIN)/python -m infra.rerun $(STACK) --job "$(JOB)" --time "$(TIME)" --reason "$(REASON)" $(if $(NOW),--now "$(WATCHDOG_URL)")
 
-bench: $(VENV)/stamp
+policy-check: $(VENV)/stamp ## The policy pack over every stack, or STACK=, offline
+	$(BIN)/python -m policies.offline_check $(if $(STACK),--stack $(STACK))
+
+bench: $(VENV)/stamp ## The dedup benchmark (BENCH_ARGS=)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 # Pulumi.yaml's config block, README's configuration reference and schema/stack.schema.json,
 # regenerated from the config models in infra/config.py (tests/infra/test_schema.py checks).
-schema: $(VENV)/stamp
+schema: $(VENV)/stamp ## Regenerate Pulumi.yaml's config block, the config docs and the schema
 	$(BIN)/python -m infra.schema
 
 # The documentation site (docs/, mkdocs.yml): built with --strict, so a broken link or a page
 # missing from the nav fails make test. docs-serve browses it on http://127.0.0.1:8000.
-docs: $(VENV)/stamp
+docs: $(VENV)/stamp ## Build the documentation site (strict)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-docs-serve: $(VENV)/stamp
+docs-serve: $(VENV)/stamp ## Serve the documentation on http://127.0.0.1:8000
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
-clean:
+clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -112,9 +112,12 @@ def declare_function(
     description: str,
     entry_point: str,
     runtime_account_email: pulumi.Input[str],
-    environment: Mapping[str, str],
+    environment: Mapping[str, pulumi.Input[str]],
     allowed_callers: Sequence[pulumi.Input[str]],
     depends_on: Sequence[pulumi.Resource],
+    secret_environment: Sequence[
+        gcp.cloudfunctionsv2.FunctionServiceConfigSecretEnvironmentVariableArgs
+    ] = (),
 ) -> DeclaredFunction:
     """The function `{name}-function`, built as `base` says, with internal-only ingress,
     run as `runtime_account_email` with `environment` plus DEDUP_ALLOWED_CALLERS (the
@@ -159,6 +162,8 @@ def declare_function(
             max_instance_count=settings.max_instances,
             max_instance_request_concurrency=settings.max_request_concurrency,
             environment_variables={**environment, ALLOWED_CALLERS_ENV: callers},
+            # Secret Manager versions Cloud Run reads at instance start (no client library).
+            secret_environment_variables=list(secret_environment) or None,
         ),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
     )

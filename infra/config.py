@@ -27,6 +27,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Final, Literal, get_args, get_origin
+from zoneinfo import available_timezones
 
 from pydantic import (
     BaseModel,
@@ -49,10 +50,8 @@ from infra.scheduler_rules import (
     DURATION_MAX_SECONDS,
     JOB_ID_MAX_LENGTH,
     LEASE_STORE_TIMEOUTS,
-    MAX_BACKOFF_DEFAULT_SECONDS,
     MAX_DOUBLINGS_DEFAULT,
     MAX_DOUBLINGS_MAX,
-    MIN_BACKOFF_DEFAULT_SECONDS,
     RETRY_COUNT_MAX,
     RetrySettings,
     ScheduleError,
@@ -100,6 +99,13 @@ _PROXY_RULES: Final[Mapping[str, tuple[re.Pattern[str], str, re.Pattern[str], st
         "a user substitution: '_' then upper-case letters, digits or underscores, "
         "e.g. _DEDUP_TOKEN",
     ),
+}
+# What the proxy sends beside the token (function/dedup/targets.py RESERVED_TOKEN_NAMES):
+# a tokenName among them would overwrite it, and every run would carry the same token.
+PROXY_RESERVED_TOKEN_NAMES: Final[Mapping[str, frozenset[str]]] = {
+    PROXY_TARGET_WORKFLOW: frozenset({"job", "schedule_time", "payload"}),
+    PROXY_TARGET_RUN_JOB: frozenset({"DEDUP_SCHEDULE_TIME"}),
+    PROXY_TARGET_BUILD_TRIGGER: frozenset({"job", "schedule_time"}),
 }
 _UUID_LIKE = re.compile(r"^[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$")
 _MEMORY = r"^([1-9][0-9]*)(Mi|Gi|M|G)$"
@@ -202,21 +208,103 @@ def invalid(message: str, fix: str, at: Loc | str = ()) -> Invalid:
 
 
 def checked_cron(schedule: str, example: str) -> str:
-    """A job's or the watchdog's unix-cron schedule; the fix names `example`."""
+    """A job's or the watchdog's unix-cron schedule; the fix names `example` (or fits the
+    mistake: a seconds or year field, the legacy "every 5 minutes" form)."""
     try:
         validate_cron(schedule)
     except ScheduleError as exc:
-        raise invalid(str(exc), "use 5 fields 'minute hour day-of-month month day-of-week' "
-                      f"such as {example}") from None
+        raise invalid(str(exc), _cron_fix(schedule, example)) from None
     return schedule
 
 
+def _cron_fix(schedule: str, example: str) -> str:
+    fields = schedule.split()
+    five = "use the 5 fields 'minute hour day-of-month month day-of-week'"
+    if len(fields) in (6, 7):
+        # Quartz/croniter style: seconds first (and a year last): unix-cron has neither.
+        dropped = " ".join(fields[1:6])
+        try:
+            validate_cron(dropped)
+        except ScheduleError:
+            return f"unix-cron has no seconds or year field: {five}, such as {example}"
+        return (f"unix-cron has no seconds or year field: drop the first field ('{dropped}'), "
+                f"or {five}")
+    if schedule.strip().lower().startswith("every"):
+        return (f"the legacy 'every 5 minutes' form gives no reliable schedule time: {five}, "
+                "e.g. '*/5 * * * *'")
+    return f"{five}, such as {example}"
+
+
+# Time zone names that are abbreviations or fixed offsets, not places: EST, MST and HST
+# have no daylight saving time (an "EST" job runs at 07:00 New York time all summer), and
+# the POSIX-style ones are legacy aliases. Each maps to the place most likely meant.
+_ZONE_ABBREVIATIONS: Final[Mapping[str, str]] = {
+    "EST": "America/New_York", "EDT": "America/New_York", "EST5EDT": "America/New_York",
+    "CST": "America/Chicago", "CDT": "America/Chicago", "CST6CDT": "America/Chicago",
+    "MST": "America/Denver", "MDT": "America/Denver", "MST7MDT": "America/Denver",
+    "PST": "America/Los_Angeles", "PDT": "America/Los_Angeles",
+    "PST8PDT": "America/Los_Angeles", "HST": "Pacific/Honolulu",
+    "CET": "Europe/Berlin", "CEST": "Europe/Berlin", "MET": "Europe/Berlin",
+    "EET": "Europe/Athens", "WET": "Europe/Lisbon", "BST": "Europe/London",
+    "IST": "Asia/Kolkata", "JST": "Asia/Tokyo", "AEST": "Australia/Sydney",
+}
+_FIXED_OFFSET_ZONE = re.compile(r"^(?:Etc/)?GMT[+-](?:[1-9]|1[0-4])$")  # not GMT+0: UTC
+
+
 def checked_time_zone(time_zone: str) -> str:
+    """An IANA time zone of a place (or UTC), with a suggestion for a near miss."""
+    place = _ZONE_ABBREVIATIONS.get(time_zone.upper())
+    if place is not None:
+        raise invalid(f"{time_zone!r} is a time zone abbreviation, not a place: it does not "
+                      "follow daylight saving time changes the way the place does",
+                      f"use the IANA name of the place, e.g. {place}")
+    if _FIXED_OFFSET_ZONE.match(time_zone):
+        raise invalid(f"{time_zone!r} is a fixed offset without daylight saving time (and "
+                      "'Etc/GMT+5' means UTC-5: POSIX inverts the sign)",
+                      "use the IANA name of the place, e.g. America/New_York, or Etc/UTC "
+                      "with the schedule's hours in UTC")
     try:
         validate_time_zone(time_zone)
     except ScheduleError as exc:
-        raise invalid(str(exc), "use an IANA name such as Etc/UTC or Europe/Berlin") from None
+        raise invalid(str(exc), _closest("time zone", time_zone, sorted(available_timezones()))
+                      + "use an IANA name such as Etc/UTC or America/New_York") from None
     return time_zone
+
+
+def _closest(what: str, value: str, known: Sequence[str]) -> str:
+    """"did you mean 'X'? " for the closest of `known` (case-insensitive), else ""."""
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(value.lower(), list(by_lower), n=1, cutoff=0.75)
+    return f"did you mean {by_lower[close[0]]!r}? " if close else ""
+
+
+# Firestore's locations (https://cloud.google.com/firestore/docs/locations): its
+# multi-regions and the regions it offers. Google adds regions now and then: a location
+# missing here is rejected with this list; add it here once Firestore offers it.
+FIRESTORE_MULTI_REGIONS: Final = ("eur3", "nam5", "nam7")
+FIRESTORE_REGIONS: Final = (
+    "africa-south1", "asia-east1", "asia-east2", "asia-northeast1", "asia-northeast2",
+    "asia-northeast3", "asia-south1", "asia-south2", "asia-southeast1", "asia-southeast2",
+    "asia-southeast3", "australia-southeast1", "australia-southeast2", "europe-central2",
+    "europe-north1", "europe-north2", "europe-southwest1", "europe-west1", "europe-west10",
+    "europe-west12", "europe-west15", "europe-west2", "europe-west3", "europe-west4",
+    "europe-west6", "europe-west8", "europe-west9", "me-central1", "me-central2", "me-west1",
+    "northamerica-northeast1", "northamerica-northeast2", "northamerica-south1",
+    "southamerica-east1", "southamerica-west1", "us-central1", "us-east1", "us-east4",
+    "us-east5", "us-south1", "us-west1", "us-west2", "us-west3", "us-west4",
+)
+FIRESTORE_LOCATIONS: Final = frozenset((*FIRESTORE_MULTI_REGIONS, *FIRESTORE_REGIONS))
+
+
+def firestore_location_problem(location: str) -> tuple[str, str] | None:
+    """(what is wrong, fix) if `location` is not a Firestore location, else None."""
+    if location in FIRESTORE_LOCATIONS:
+        return None
+    return (f"{location!r} is not a Firestore location",
+            _closest("location", location, sorted(FIRESTORE_LOCATIONS)) + "use a region such "
+            "as europe-west1 or us-central1, or a multi-region: "
+            f"{', '.join(FIRESTORE_MULTI_REGIONS)} (infra/config.py FIRESTORE_REGIONS lists "
+            "the regions)")
 
 
 @dataclass(frozen=True)
@@ -230,11 +318,16 @@ class Hint:
     unset_fix: str = ""
     default: str = ""
     schema: Mapping[str, Any] | None = None
+    also: str | None = None
+    """A value the field accepts besides its type (`retry: none`)."""
 
     def __call__(self, schema: dict[str, Any]) -> None:
         """Pydantic's JSON schema hook: a follower's "" default is no value to suggest."""
         if self.default:
             schema.pop("default", None)
+        if self.also is not None:  # the field's own type, or that one value
+            own = {k: schema.pop(k) for k in ("$ref", "type") if k in schema}
+            schema["anyOf"] = [own, {"const": self.also}]
         schema.update(self.schema or {})
 
 
@@ -253,6 +346,8 @@ def _to_bool(raw: Any) -> Any:
 Int = Annotated[int, Strict(), BeforeValidator(_to_int)]
 Bool = Annotated[bool, Strict(), BeforeValidator(_to_bool)]
 _JOB_LOGIC_FIX = "use 'module:function' of a module inside function/, e.g. jobs.example:run"
+CATCH_UP_WITHIN_DEFAULT_SECONDS: Final = 6 * 3600
+"""jobs[].catchUpWithinSeconds: a missed run is caught up at most six hours late."""
 
 
 class _Model(BaseModel):
@@ -301,6 +396,11 @@ class ProxyTarget(_Model):
         if self.token_name is not None and not token.fullmatch(self.token_name):
             problems.add("tokenName", f"{self.token_name!r} cannot carry the token of a "
                          f"{self.target} target", f"use {token_what}")
+        reserved = PROXY_RESERVED_TOKEN_NAMES[self.target]
+        if self.token_name in reserved:
+            problems.add("tokenName", f"{self.token_name!r} is reserved: the proxy already "
+                         f"sends {', '.join(sorted(reserved))} to a {self.target}",
+                         f"use another name, e.g. {token_what.rsplit('e.g. ', 1)[-1]}")
         if self.container is not None and self.target != PROXY_TARGET_RUN_JOB:
             problems.add("container", f"applies only to target run_job, not {self.target}",
                          "remove container")
@@ -326,19 +426,37 @@ class ProxyTarget(_Model):
 
 # Durations are google.protobuf.Duration values: Scheduler documents no bound of its own,
 # the type's range is the API's (see infra.scheduler_rules.DURATION_MAX_SECONDS).
+# The kit's retry defaults, not Cloud Scheduler's (which never retries): a failed run is
+# retried 30, 60 and 120 s after its failed attempts, so even an attempt whose instance
+# crashed (its claim answers 409 until the 60 s default lease lapses) is taken over by the
+# second retry at the latest (policy dedup-retries-outlast-lease).
+RETRY_COUNT_DEFAULT: Final = 3
+RETRY_MIN_BACKOFF_DEFAULT_SECONDS: Final = 30
+RETRY_MAX_BACKOFF_DEFAULT_SECONDS: Final = 300
+AT_MOST_ONCE: Final = "none"
+"""`retry: none`: the job is never retried (at most once)."""
+
+
 class RetryConfig(_Model):
-    """A job's retryConfig (`jobs[].retry`), with Cloud Scheduler's defaults."""
+    """A job's retryConfig (`jobs[].retry`). Unset, the kit's defaults retry a failed or
+    crashed run until a retry comes after the crashed attempt's lease has lapsed (three
+    retries, 30 s doubling up to 300 s apart), so every run is recovered.
+
+    `retry: none` makes the job at most once: a run whose attempt failed or whose instance
+    crashed is skipped, not retried. Choose it for a job that must never run late, where a
+    late run is worse than none and the next scheduled run does the work anyway (a
+    heartbeat, a time-critical notification)."""
 
     setting_of: ClassVar[str] = "a retry setting"
-    retry_count: Int = Field(default=0, ge=0, le=RETRY_COUNT_MAX,
+    retry_count: Int = Field(default=RETRY_COUNT_DEFAULT, ge=0, le=RETRY_COUNT_MAX,
                              description="Retries of a failed run's attempt")
     max_retry_duration_seconds: Int = Field(
         default=0, ge=0, le=DURATION_MAX_SECONDS, description="How long to keep retrying; 0: "
         "unlimited (Scheduler retries until both this and retryCount are reached)")
-    min_backoff_seconds: Int = Field(default=MIN_BACKOFF_DEFAULT_SECONDS, ge=0,
+    min_backoff_seconds: Int = Field(default=RETRY_MIN_BACKOFF_DEFAULT_SECONDS, ge=0,
                                      le=DURATION_MAX_SECONDS,
                                      description="First wait before a retry; <= maxBackoffSeconds")
-    max_backoff_seconds: Int = Field(default=MAX_BACKOFF_DEFAULT_SECONDS, ge=0,
+    max_backoff_seconds: Int = Field(default=RETRY_MAX_BACKOFF_DEFAULT_SECONDS, ge=0,
                                      le=DURATION_MAX_SECONDS,
                                      description="Longest wait before a retry")
     max_doublings: Int = Field(default=MAX_DOUBLINGS_DEFAULT, ge=0, le=MAX_DOUBLINGS_MAX,
@@ -351,6 +469,13 @@ class RetryConfig(_Model):
                           f"({self.max_backoff_seconds})",
                           "make minBackoffSeconds <= maxBackoffSeconds", "minBackoffSeconds")
         return self
+
+
+def _at_most_once(raw: Any) -> Any:
+    """`retry: none` is a retryConfig without any retry."""
+    if raw == AT_MOST_ONCE:
+        return {"retryCount": 0, "maxRetryDurationSeconds": 0}
+    return raw
 
 
 class JobSettings(_Model):
@@ -372,8 +497,11 @@ class JobSettings(_Model):
         default=ATTEMPT_DEADLINE_DEFAULT_SECONDS, ge=ATTEMPT_DEADLINE_MIN_SECONDS,
         le=ATTEMPT_DEADLINE_MAX_SECONDS,
         description="How long Scheduler waits for one attempt; <= functionTimeoutSeconds")
-    retry_config: RetryConfig = Field(default_factory=RetryConfig, alias="retry",
-                                      description="Scheduler's retryConfig")
+    retry_config: Annotated[RetryConfig, BeforeValidator(_at_most_once)] = Field(
+        default_factory=RetryConfig, alias="retry",
+        description="Scheduler's retryConfig; unset: 3 retries 30..300 s apart; `none`: never "
+        "retried (at most once, for a job that must never run late)",
+        json_schema_extra=Hint(also=AT_MOST_ONCE))
     body: Any = Field(default=None, description="JSON value POSTed as `application/json`")
     job_logic: str = Field(
         default="", pattern=_JOB_LOGIC,
@@ -389,12 +517,18 @@ class JobSettings(_Model):
     proxy: ProxyTarget | None = Field(
         default=None, description="Start a Google Cloud execution once per run through the "
         "idempotent proxy (its own function and account) instead of running jobLogic")
+    catch_up: Bool = Field(
+        default=False, description="The watchdog delivers a missed run itself (late, with its "
+        "original schedule time, exactly once); not for runs that must not execute late")
+    catch_up_within_seconds: Int = Field(
+        default=CATCH_UP_WITHIN_DEFAULT_SECONDS, ge=60, le=DURATION_MAX_SECONDS,
+        description="With catchUp: only a run scheduled at most this long ago is caught up; "
+        "> the job's retry window + watchdog.graceSeconds, < watchdog.lookbackSeconds")
 
     @field_validator("schedule")
     @classmethod
     def _unix_cron(cls, schedule: str) -> str:
-        return checked_cron(schedule, "'0 3 * * *'; the legacy 'every 5 minutes' form gives no "
-                            "reliable schedule time")
+        return checked_cron(schedule, "'0 3 * * *'")
 
     @field_validator("time_zone")
     @classmethod
@@ -533,6 +667,18 @@ class DedupSettings(_Model):
                                        "leaseSeconds / 3")
     cache_size: Int = Field(default=10000, ge=0, description="Completed runs remembered per "
                             "instance (0 turns the cache off)")
+    forced_run_margin_seconds: Int = Field(
+        default=10, ge=0, le=3600,
+        description="A delivery whose schedule time is more than this ahead of the function's "
+        "clock is a forced run (\"Run now\"), deduplicated apart from the scheduled run of "
+        "that time")
+
+    @field_validator("firestore_location")
+    @classmethod
+    def _a_firestore_location(cls, location: str) -> str:
+        if location and (wrong := firestore_location_problem(location)) is not None:
+            raise invalid(*wrong)
+        return location
 
     @field_validator("database_name", mode="before")
     @classmethod
@@ -613,6 +759,9 @@ class WatchdogSettings(_Model):
                                "retentionSeconds / 2)"))
     grace_seconds: Int = Field(default=300, ge=0, le=86400, description="Slack after a run's "
                                "retry window (or attempt deadline) before it is reported")
+    reruns: Bool = Field(default=False, description="The watchdog delivers operator re-runs "
+                         "(`make rerun`): it may then invoke the stack's functions, as for "
+                         "jobs with catchUp")
 
     @field_validator("schedule")
     @classmethod
@@ -683,6 +832,11 @@ class StackConfig(_Model):
                                "the database)"))
     dedup: DedupSettings = Field(default_factory=DedupSettings, alias="<dedup>")
     function: FunctionSettings = Field(default_factory=FunctionSettings, alias="<function>")
+    token_secret_readers: list[EmailAddress] = Field(
+        default=[], description="Service accounts of the downstream services that check the "
+        "proxy's tokens (IdempotencyGuard): each may read the stack's token secret",
+        json_schema_extra=Hint("a service account e-mail", "list the downstream services' "
+                               "runtime accounts, e.g. reports@my-project.iam.gserviceaccount.com"))
     proxy_timeout_seconds: Int = Field(  # le: the proxy's own DEDUP_PROXY_TIMEOUT_SECONDS bound
         default=30, ge=1, le=600, description="Bound on the proxy's one start request to a "
         "workflow, Cloud Run job or build trigger; plus 2 x storeTimeoutSeconds below every "
@@ -749,6 +903,7 @@ class StackConfig(_Model):
         first_index: dict[str, int] = {}
         budget = self.proxy_timeout_seconds + 2 * store_timeout
         for index, job in enumerate(self.jobs):
+            self._check_catch_up(index, job, watchdog, problems)
             if job.name in first_index:
                 problems.add(("jobs", index, "name"), f"{job.name!r} is already the name of "
                              f"jobs[{first_index[job.name]}]", "give every job a unique name "
@@ -796,6 +951,16 @@ class StackConfig(_Model):
                               " or raise " if room > 1 else "lower proxyTimeoutSeconds and "
                               "storeTimeoutSeconds, or raise ")
                              + f"jobs[{index}].attemptDeadlineSeconds above {budget}")
+        if self.token_secret_readers and not any(job.proxy for job in self.jobs):
+            problems.add("tokenSecretReaders", "is set but no job calls the proxy, so the "
+                         "stack has no token secret to read", "remove tokenSecretReaders, or "
+                         "give a job `proxy:`")
+        if not dedup.firestore_location and (
+            wrong := firestore_location_problem(self.region)
+        ) is not None:
+            problems.add("firestoreLocation", f"is unset, so the database would be in gcp:region "
+                         f"{self.region!r}, which is not a Firestore location",
+                         f"set firestoreLocation to a Firestore location near it; {wrong[1]}")
         problems.raise_any()
         derived = {"database_name": database or prefix,
                    "firestore_location": dedup.firestore_location or self.region}
@@ -806,6 +971,47 @@ class StackConfig(_Model):
         object.__setattr__(self, "watchdog", watchdog)
         object.__setattr__(self, "jobs", jobs)
         return self
+
+    @staticmethod
+    def _check_catch_up(
+        index: int, job: JobSettings, watchdog: WatchdogSettings, problems: _Problems
+    ) -> None:
+        """The watchdog catches a run up once its verdict is due (retry window + grace)
+        and while it still judges it (the lookback): the bound must fall in between."""
+        if not job.catch_up:
+            return
+        at: Loc = ("jobs", index, "catchUpWithinSeconds")
+        within, due = job.catch_up_within_seconds, job.retry_window_seconds + watchdog.grace_seconds
+        if not watchdog.enabled:
+            problems.add(("jobs", index, "catchUp"), "needs the watchdog, which delivers the "
+                         "missed runs, but watchdog.enabled is false", "set watchdog.enabled "
+                         "true, or remove catchUp")
+        elif within <= due:
+            problems.add(at, f"{within} s is not longer than the job's retry window plus "
+                         f"watchdog.graceSeconds ({due:.0f} s): a missed run is only known "
+                         "missed after that, so none would ever be caught up",
+                         f"set catchUpWithinSeconds > {due:.0f}")
+        elif within >= watchdog.lookback_seconds:
+            problems.add(at, f"{within} s is not shorter than watchdog.lookbackSeconds "
+                         f"({watchdog.lookback_seconds} s): the watchdog judges runs within "
+                         "its lookback only", f"set catchUpWithinSeconds < "
+                         f"{watchdog.lookback_seconds} (or raise watchdog.lookbackSeconds)")
+
+    def watchdog_delivers_to(self, *, proxied: bool) -> bool:
+        """Whether the watchdog delivers runs (catch-up, re-runs) to the proxy (`proxied`)
+        or to the dedup function: only then is it one of that function's allowed callers,
+        may invoke it, and gets its URL."""
+        jobs = [job for job in self.jobs if (job.proxy is not None) == proxied]
+        return self.watchdog.enabled and bool(jobs) and (
+            self.watchdog.reruns or any(job.catch_up for job in jobs)
+        )
+
+    @property
+    def watchdog_email(self) -> str:
+        """The watchdog's runtime account (its ID tokens' `email` when it delivers runs)."""
+        return service_account_email(
+            self.project, service_account_id(self.name_prefix, WATCHDOG_JOB_NAME)
+        )
 
     @property
     def invoker_email(self) -> str:
@@ -889,11 +1095,14 @@ def load_config(values: Mapping[str, Any]) -> StackConfig:
     """Validate a stack's config mapping and return the typed config.
 
     `values` maps full keys (`"gcp:project"`, `"scheduler-dedup:leaseSeconds"`) to native
-    or string values. Keys of other namespaces (e.g. `gcp:zone`) are ignored. Raises
-    `ConfigError` listing every problem.
+    or string values. Keys of the providers' namespaces (e.g. `gcp:zone`) are left to
+    them; a key in any other namespace, or in none, is a problem (Pulumi would not give it
+    to the program: a typo there would silently keep the default). Raises `ConfigError`
+    listing every problem.
     """
     group_of = {key: group for group, model in GROUPS.items() for key in model_fields(model)}
     data: dict[str, Any] = {group: {} for group in GROUPS}
+    problems = [p for key in values if (p := _namespace_problem(key)) is not None]
     for full_key, value in values.items():
         namespace, _, name = full_key.partition(":")
         if full_key in (GCP_PROJECT_KEY, GCP_REGION_KEY):
@@ -903,9 +1112,36 @@ def load_config(values: Mapping[str, Any]) -> StackConfig:
         elif namespace == PROJECT_NAME:
             (data[group_of[name]] if name in group_of else data)[name] = _parse_structure(value)
     try:
-        return StackConfig.model_validate(data)
+        config = StackConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_problems(exc)) from None
+        raise ConfigError([*problems, *_problems(exc)]) from None
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+PROVIDER_NAMESPACES: Final = ("gcp", "time", "pulumi")
+"""Config namespaces read by others than the kit: the providers the program uses (gcp,
+time) and Pulumi itself (e.g. pulumi:tags)."""
+
+
+def _namespace_problem(full_key: str) -> Problem | None:
+    """A problem if `full_key` is in a namespace nobody reads, with the key likely meant."""
+    namespace, colon, name = full_key.rpartition(":")
+    if colon and namespace in (PROJECT_NAME, *PROVIDER_NAMESPACES):
+        return None
+    meant = name if name in KIT_KEYS else next(
+        iter(difflib.get_close_matches(name, sorted(KIT_KEYS), n=1)), None)
+    if not colon:
+        what = f"has no namespace, so the kit does not read it (it reads {PROJECT_NAME}:<key>)"
+    else:
+        what = (f"is in namespace {namespace!r}, which neither the kit ({PROJECT_NAME}) nor a "
+                f"provider it uses ({', '.join(PROVIDER_NAMESPACES)}) reads")
+    if meant is not None:
+        fix = f"did you mean {kit_key(meant)}? write the kit's settings as {PROJECT_NAME}:<key>"
+    else:
+        fix = f"write the kit's settings as {PROJECT_NAME}:<key>, or remove it"
+    return Problem(full_key, what, fix)
 
 
 def _parse_structure(raw: Any) -> Any:
@@ -973,7 +1209,13 @@ def _explain(error: ErrorDetails, loc: Loc) -> tuple[str, str]:
             f"{guess}known keys: {', '.join(known)}"
         )
     if kind in ("int_type", "int_parsing"):
-        return f"{value!r} is not a whole number", "give an integer, e.g. 600"
+        low, high = bounds(info)
+        span = "" if low is None and high is None else (
+            f" >= {low}" if high is None else f" <= {high}" if low is None else
+            f" from {low} to {high}")
+        example = info.default if info is not None and isinstance(info.default, int) else (
+            low if low is not None else 1)
+        return f"{value!r} is not a whole number", f"give an integer{span}, e.g. {example}"
     if kind in ("greater_than_equal", "less_than_equal"):
         low, high = bounds(info)
         span = f">= {low}" if high is None else f"<= {high}" if low is None else (
@@ -1022,9 +1264,11 @@ def pulumi_config_values() -> dict[str, Any]:
         raw = gcp.get(full_key.split(":", 1)[1])
         if raw is not None:
             values[full_key] = raw
-    # Unknown keys of the kit's namespace (typos) are only visible in the raw config map.
+    # Unknown keys of the kit's namespace (typos), and keys of no known namespace, are only
+    # visible in the raw config map.
     for full_key, raw in _raw_config_map().items():
-        if full_key.startswith(f"{PROJECT_NAME}:") and full_key not in values:
+        namespace = full_key.rpartition(":")[0]
+        if namespace not in PROVIDER_NAMESPACES and full_key not in values:
             values[full_key] = raw
     return values
 

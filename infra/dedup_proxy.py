@@ -1,4 +1,4 @@
-"""DedupProxy: the idempotent proxy for Google Cloud API targets (SPEC section 4).
+"""DedupProxy: the idempotent proxy for Google Cloud API targets (one execution per run).
 
 A Scheduler job with `proxy:` in the stack config calls this function instead of the
 dedup function. It runs the same claim protocol over the same Firestore database and
@@ -9,18 +9,32 @@ idempotency token. It is the same source as the dedup function with the entry po
 
 The proxy runs as its own service account, which holds only what its targets need:
 
-- always `roles/datastore.user`, conditioned to the one dedup database;
-- a workflow: `roles/workflows.invoker` on the project. Google lists the project as the
-  lowest level Workflows roles can be granted on, and pulumi-gcp has no per-workflow IAM
-  resource. It is left unconditioned: IAM Conditions' resource attributes are honoured
-  only by the services Google lists, Workflows could not be confirmed among them, and a
-  `resource.name` condition a service does not fill never matches, which would make
-  every start fail with 403 (recorded as a non-retryable error, so the run is lost);
+- always `roles/datastore.user`, conditioned to the one dedup database, and
+  `roles/secretmanager.secretAccessor` on the stack's token secret only (below);
+- a workflow: a custom project role holding only `workflows.executions.create`, the one
+  permission starting an execution checks (not `roles/workflows.invoker`, which also
+  reads other workflows' executions). Google lists the project as the lowest level
+  Workflows roles can be granted on (no IAM on one workflow, and pulumi-gcp has no
+  per-workflow IAM resource), so the proxy can start any workflow of the project. It is
+  left unconditioned: IAM Conditions' resource attributes are honoured only by the
+  services Google lists, Workflows could not be confirmed among them, and a
+  `resource.name` condition a service does not fill never matches, which would make every
+  start fail with 403 (recorded as a non-retryable error, so the run is lost);
 - a Cloud Run job: `roles/run.jobsExecutorWithOverrides` on that job only: the narrowest
   role that may pass an environment override (the token);
-- a build trigger: a custom project role holding only `cloudbuild.builds.create`, the one
-  permission `triggers.run` checks (Cloud Build has no per-trigger IAM; the predefined
-  `roles/cloudbuild.builds.editor` would add get, list, update and cancel of every build).
+- a build trigger: `roles/pubsub.publisher` on one topic per trigger,
+  `<namePrefix>-build-<trigger>`, which the program declares and the trigger listens to
+  (its `pubsubConfig.topic`, with the substitution `_DEDUP_TOKEN:
+  $(body.message.data._DEDUP_TOKEN)`): nothing on Cloud Build. Running a trigger through
+  Cloud Build's API needs `cloudbuild.builds.create` on the project, which also creates
+  arbitrary builds running as the project's build account (a known escalation path).
+
+The token secret (`<namePrefix>-token-secret`): 64 random letters and digits made by
+pulumi-random's RandomPassword (kept encrypted in the stack's state), one Secret Manager
+version, read by Cloud Run at instance start as DEDUP_TOKEN_SECRET (a secret environment
+variable: no client library, no Secret Manager call in the function). The proxy signs
+each run's token with it (function/dedup/tokens.py); the accounts in `tokenSecretReaders`
+(the downstream services' IdempotencyGuard) get the accessor role on it to check them.
 
 The dedup function's invoker account holds `roles/run.invoker` on the proxy's Cloud Run
 service only, and is the one caller the proxy serves (DEDUP_ALLOWED_CALLERS = its e-mail:
@@ -36,6 +50,7 @@ from typing import Final
 
 import pulumi
 import pulumi_gcp as gcp
+import pulumi_random as random
 
 from infra.cloud_function import (
     FunctionBase,
@@ -63,17 +78,22 @@ from infra.iam_wait import wait_for_iam
 COMPONENT_TYPE: Final = "scheduler-dedup:index:DedupProxy"
 ENTRY_POINT: Final = "proxy_scheduled_job"
 
-ROLE_WORKFLOWS_INVOKER: Final = "roles/workflows.invoker"
+WORKFLOW_START_PERMISSIONS: Final = ("workflows.executions.create",)
+"""Exactly what `projects.locations.workflows.executions.create` checks."""
 ROLE_RUN_JOBS_EXECUTOR_WITH_OVERRIDES: Final = "roles/run.jobsExecutorWithOverrides"
-BUILD_TRIGGER_PERMISSIONS: Final = ("cloudbuild.builds.create",)
-"""Exactly what `projects.locations.triggers.run` checks on the trigger."""
+ROLE_PUBSUB_PUBLISHER: Final = "roles/pubsub.publisher"
+ROLE_SECRET_ACCESSOR: Final = "roles/secretmanager.secretAccessor"
+TOKEN_SECRET_ENV: Final = "DEDUP_TOKEN_SECRET"
+"""function/dedup/tokens.py reads the token secret from this variable."""
+TOKEN_SECRET_LENGTH: Final = 64
+SECRET_APIS: Final = ("secretmanager.googleapis.com",)
 
 # APIs the proxy calls per target, beyond the dedup service's own (run and cloudbuild are
 # among those already). The target itself exists already; its execution API may not be on.
 TARGET_APIS: Final[Mapping[str, tuple[str, ...]]] = {
     PROXY_TARGET_WORKFLOW: ("workflows.googleapis.com", "workflowexecutions.googleapis.com"),
     PROXY_TARGET_RUN_JOB: ("run.googleapis.com",),
-    PROXY_TARGET_BUILD_TRIGGER: ("cloudbuild.googleapis.com",),
+    PROXY_TARGET_BUILD_TRIGGER: ("pubsub.googleapis.com",),  # the trigger's topic
 }
 
 
@@ -98,6 +118,11 @@ class DedupProxyArgs:
     """APIs some other resource of the stack enables already."""
     iam_propagation_seconds: int = int(CONFIG_DEFAULTS["iamPropagationSeconds"])
     """How long the proxy's deployment waits after its account's grants (infra/iam_wait)."""
+    token_secret_readers: tuple[str, ...] = ()
+    """Downstream accounts that check the proxy's tokens: accessor on the token secret."""
+    watchdog_caller: str | None = None
+    """The watchdog's account e-mail when it delivers runs of proxied jobs (catch-up,
+    re-runs): then an allowed caller too (infra/watchdog.py grants it run.invoker)."""
 
     @classmethod
     def from_service(cls, cfg: StackConfig, service: DedupService) -> DedupProxyArgs:
@@ -111,6 +136,10 @@ class DedupProxyArgs:
             function_base=service.function_base,
             depends_on=[*service.apis, *service.build_grants, service.ttl_field],
             iam_propagation_seconds=cfg.iam_propagation_seconds,
+            token_secret_readers=tuple(cfg.token_secret_readers),
+            watchdog_caller=(
+                cfg.watchdog_email if cfg.watchdog_delivers_to(proxied=True) else None
+            ),
         )
 
     @property
@@ -122,9 +151,20 @@ class DedupProxyArgs:
         return service_account_id(self.name_prefix, "proxy")
 
     @property
-    def build_role_id(self) -> str:
+    def workflow_role_id(self) -> str:
         """Custom role IDs allow letters, digits, '_' and '.' only."""
-        return f"{self.name_prefix.replace('-', '_')}_proxy_trigger_runner"
+        return f"{self.name_prefix.replace('-', '_')}_proxy_workflow_starter"
+
+    @property
+    def token_secret_id(self) -> str:
+        return f"{self.name_prefix}-token-secret"
+
+    def build_topic_id(self, target: ProxyTarget) -> str:
+        """The topic one build trigger listens to (IDs: letters first, at most 255)."""
+        return f"{self.name_prefix}-build-{target.resource_id}"[:255]
+
+    def build_topic(self, target: ProxyTarget) -> str:
+        return f"projects/{target.project}/topics/{self.build_topic_id(target)}"
 
     def targets(self, kind: str) -> list[ProxyTarget]:
         """The distinct targets of one kind, by resource name."""
@@ -133,10 +173,18 @@ class DedupProxyArgs:
 
     def apis(self) -> list[str]:
         needed = {api for t in self.routes.values() for api in TARGET_APIS[t.target]}
-        return sorted(needed - self.enabled_apis)
+        return sorted((needed | set(SECRET_APIS)) - self.enabled_apis)
+
+    def route(self, job: str) -> dict[str, str]:
+        """The job's DEDUP_PROXY_ROUTES entry; a build trigger's names the topic to publish to."""
+        target = self.routes[job]
+        route = target.route()
+        if target.target == PROXY_TARGET_BUILD_TRIGGER:
+            route["topic"] = self.build_topic(target)
+        return route
 
     def environment(self) -> dict[str, str]:
-        routes = {job: self.routes[job].route() for job in sorted(self.routes)}
+        routes = {job: self.route(job) for job in sorted(self.routes)}
         return {
             **dedup_environment(self.project, self.region, self.dedup),
             "DEDUP_PROXY_ROUTES": json.dumps(routes, sort_keys=True, separators=(",", ":")),
@@ -155,7 +203,12 @@ class DedupProxy(pulumi.ComponentResource):
     datastore_user: gcp.projects.IAMMember
     invoker_binding: gcp.cloudrunv2.ServiceIamMember
     target_grants: list[pulumi.CustomResource]
-    build_role: gcp.projects.IAMCustomRole | None
+    workflow_role: gcp.projects.IAMCustomRole | None
+    build_topics: list[gcp.pubsub.Topic]
+    """One per build trigger: what the trigger listens to, and the proxy publishes to."""
+    token_secret: gcp.secretmanager.Secret
+    token_secret_version: gcp.secretmanager.SecretVersion
+    token_secret_grants: list[gcp.secretmanager.SecretIamMember]
     apis: list[gcp.projects.Service]
     iam_wait: pulumi.CustomResource
     """The wait for its account and grants to propagate; the function depends on it."""
@@ -199,16 +252,67 @@ class DedupProxy(pulumi.ComponentResource):
             database=args.dedup.database_name,
         )
 
+        # --- the token secret: the proxy signs, the downstream guards check -------------
+        self.token_secret = gcp.secretmanager.Secret(
+            f"{name}-token-secret",
+            project=project,
+            secret_id=args.token_secret_id,
+            labels=dict(args.function_base.labels),
+            replication=gcp.secretmanager.SecretReplicationArgs(
+                auto=gcp.secretmanager.SecretReplicationAutoArgs(),
+            ),
+            opts=after_apis,
+        )
+        token_value = random.RandomPassword(
+            f"{name}-token-secret-value",
+            length=TOKEN_SECRET_LENGTH,
+            special=False,
+            opts=child,
+        )
+        self.token_secret_version = gcp.secretmanager.SecretVersion(
+            f"{name}-token-secret-version",
+            secret=self.token_secret.id,
+            secret_data=token_value.result,
+            opts=child,
+        )
+        readers = {"proxy": member} | {
+            f"reader-{email.lower()}": f"serviceAccount:{email}"
+            for email in args.token_secret_readers
+        }
+        self.token_secret_grants = [
+            gcp.secretmanager.SecretIamMember(
+                f"{name}-token-secret-{who}",
+                project=project,
+                secret_id=self.token_secret.secret_id,
+                role=ROLE_SECRET_ACCESSOR,
+                member=reader,
+                opts=child,
+            )
+            for who, reader in readers.items()
+        ]
+
         # --- the roles its targets need, nothing else ---------------------------------
         self.target_grants = []
-        self.build_role = None
+        self.workflow_role = None
+        self.build_topics = []
         if args.targets(PROXY_TARGET_WORKFLOW):
             # Project level: Workflows IAM has no narrower resource (see module docstring).
+            self.workflow_role = gcp.projects.IAMCustomRole(
+                f"{name}-workflow-starter-role",
+                project=project,
+                role_id=args.workflow_role_id,
+                title="Scheduler dedup proxy: start workflow executions",
+                description="Only workflows.executions.create (Workflows has no IAM on one "
+                "workflow).",
+                permissions=list(WORKFLOW_START_PERMISSIONS),
+                stage="GA",
+                opts=after_apis,
+            )
             self.target_grants.append(
                 gcp.projects.IAMMember(
-                    f"{name}-workflows-invoker",
+                    f"{name}-workflow-starter",
                     project=project,
-                    role=ROLE_WORKFLOWS_INVOKER,
+                    role=self.workflow_role.name,
                     member=member,
                     opts=child,
                 )
@@ -225,23 +329,21 @@ class DedupProxy(pulumi.ComponentResource):
                     opts=child,
                 )
             )
-        if args.targets(PROXY_TARGET_BUILD_TRIGGER):
-            self.build_role = gcp.projects.IAMCustomRole(
-                f"{name}-trigger-runner-role",
-                project=project,
-                role_id=args.build_role_id,
-                title="Scheduler dedup proxy: run build triggers",
-                description="Only cloudbuild.builds.create, which running a build trigger "
-                "needs (Cloud Build has no per-trigger IAM).",
-                permissions=list(BUILD_TRIGGER_PERMISSIONS),
-                stage="GA",
+        for target in args.targets(PROXY_TARGET_BUILD_TRIGGER):
+            topic = gcp.pubsub.Topic(
+                f"{name}-build-topic-{target.resource_id}",
+                project=target.project,
+                name=args.build_topic_id(target),
+                labels=dict(args.function_base.labels),
                 opts=after_apis,
             )
+            self.build_topics.append(topic)
             self.target_grants.append(
-                gcp.projects.IAMMember(
-                    f"{name}-trigger-runner",
-                    project=project,
-                    role=self.build_role.name,
+                gcp.pubsub.TopicIAMMember(
+                    f"{name}-build-publisher-{target.resource_id}",
+                    project=target.project,
+                    topic=topic.name,
+                    role=ROLE_PUBSUB_PUBLISHER,
                     member=member,
                     opts=child,
                 )
@@ -253,7 +355,8 @@ class DedupProxy(pulumi.ComponentResource):
         self.iam_wait = wait_for_iam(
             f"{name}-iam-propagation",
             parent=self,
-            after=[self.account, self.datastore_user, *self.target_grants],
+            after=[self.account, self.datastore_user, *self.token_secret_grants,
+                   *self.target_grants],
             seconds=args.iam_propagation_seconds,
             triggers={"proxy": self.account.email},
         )
@@ -269,9 +372,23 @@ class DedupProxy(pulumi.ComponentResource):
             entry_point=ENTRY_POINT,
             runtime_account_email=self.account.email,
             environment=args.environment(),
-            # The proxied jobs send OIDC tokens of the dedup service's invoker account.
-            allowed_callers=[args.function_base.invoker_email],
+            # The proxied jobs send OIDC tokens of the dedup service's invoker account (and
+            # the watchdog its own, when it delivers their runs).
+            allowed_callers=[
+                args.function_base.invoker_email,
+                *([args.watchdog_caller] if args.watchdog_caller else []),
+            ],
             depends_on=[*args.depends_on, *self.apis, self.datastore_user, self.iam_wait],
+            secret_environment=[
+                gcp.cloudfunctionsv2.FunctionServiceConfigSecretEnvironmentVariableArgs(
+                    key=TOKEN_SECRET_ENV,
+                    project_id=project,
+                    secret=self.token_secret.secret_id,
+                    # The version made here, not "latest": a new value reaches the proxy
+                    # only with a deploy, never half its instances mid-rotation.
+                    version=self.token_secret_version.version,
+                )
+            ],
         )
         self.function, self.function_uri, self.service_name, self.invoker_binding = declared
 
@@ -280,10 +397,13 @@ class DedupProxy(pulumi.ComponentResource):
                 "functionUri": self.function_uri,
                 "serviceName": self.service_name,
                 "serviceAccount": self.account.email,
+                "tokenSecret": self.token_secret.name,
+                "buildTopics": [topic.id for topic in self.build_topics],
             }
         )
 
     @property
     def ready(self) -> Sequence[pulumi.Resource]:
         """What a proxied job waits for: invocable, and able to start its target."""
-        return [*self.apis, self.invoker_binding, self.datastore_user, *self.target_grants]
+        return [*self.apis, self.invoker_binding, self.datastore_user, *self.target_grants,
+                *self.token_secret_grants]

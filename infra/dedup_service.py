@@ -84,6 +84,9 @@ class DedupServiceArgs:
     labels: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_LABELS))
     iam_propagation_seconds: int = int(DEFAULTS["iamPropagationSeconds"])
     """How long the function's deployment waits after the accounts' grants (infra/iam_wait)."""
+    watchdog_caller: str | None = None
+    """The watchdog's account e-mail when it delivers runs (catch-up, re-runs): then an
+    allowed caller too (infra/watchdog.py grants it run.invoker on the service)."""
 
     @classmethod
     def from_config(
@@ -99,6 +102,9 @@ class DedupServiceArgs:
             source_dir=source_dir,
             build_dir=build_dir,
             iam_propagation_seconds=cfg.iam_propagation_seconds,
+            watchdog_caller=(
+                cfg.watchdog_email if cfg.watchdog_delivers_to(proxied=False) else None
+            ),
         )
 
     # Resource names derived from the prefix (all within Google's length limits, see
@@ -140,6 +146,7 @@ def dedup_environment(project: str, region: str, dedup: DedupSettings) -> dict[s
         "DEDUP_MISSING_SCHEDULE_TIME": dedup.missing_schedule_time,
         "DEDUP_STORE_TIMEOUT_SECONDS": str(dedup.store_timeout_seconds),
         "DEDUP_CACHE_SIZE": str(dedup.cache_size),
+        "DEDUP_FORCED_RUN_MARGIN_SECONDS": str(dedup.forced_run_margin_seconds),
     }
 
 
@@ -410,8 +417,12 @@ class DedupService(pulumi.ComponentResource):
             entry_point=ENTRY_POINT,
             runtime_account_email=self.runtime_account.email,
             environment=args.environment(),
-            # Every job of the stack sends OIDC tokens of the invoker account.
-            allowed_callers=[self.function_base.invoker_email],
+            # Every job of the stack sends OIDC tokens of the invoker account (and the
+            # watchdog its own, when it delivers runs).
+            allowed_callers=[
+                self.function_base.invoker_email,
+                *([args.watchdog_caller] if args.watchdog_caller else []),
+            ],
             depends_on=[
                 *self.apis,
                 *self.build_grants,

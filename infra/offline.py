@@ -39,17 +39,43 @@ from pathlib import Path
 from typing import Any, Final
 
 import pulumi
-import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
-from infra.config import GCP_PROJECT_KEY, GCP_REGION_KEY, PROJECT_NAME
-from infra.program import DEFAULT_BUILD_DIR, DEFAULT_SOURCE_DIR, REPO_ROOT, main
+from infra.config import GCP_PROJECT_KEY, GCP_REGION_KEY, PROJECT_NAME, load_config
+from infra.job_logic import check_job_logic
+from infra.program import DEFAULT_BUILD_DIR, DEFAULT_SOURCE_DIR, main
+from infra.stack_files import (
+    STACK_FILE_DIR,
+    StackFileError,
+    load_stack_config,
+    stack_file,
+    stack_name_of,
+    stack_names,
+    stack_path,
+)
+
+__all__ = [
+    "STACK_FILE_DIR",
+    "DeclaredResource",
+    "OfflineRun",
+    "StackFileError",
+    "declare_stack",
+    "engine_config",
+    "iter_stacks",
+    "load_checked_stack",
+    "load_stack_config",
+    "run_offline",
+    "run_stack",
+    "stack_file",
+    "stack_name_of",
+    "stack_names",
+    "stack_path",
+]
 
 STACK_TYPE: Final = "pulumi:pulumi:Stack"
-STACK_FILE_DIR: Final = REPO_ROOT
 MOCK_PROJECT_NUMBER: Final = "123456789012"
 _GCP_ALIAS_WARNING: Final = r"gcp\.storage\.getTransferProjectServieAccount"
 
@@ -110,41 +136,18 @@ class OfflineRun:
 # --------------------------------------------------------------------------- stack files
 
 
-def stack_file(stack: str, directory: Path = STACK_FILE_DIR) -> Path:
-    return directory / f"Pulumi.{stack}.yaml"
-
-
-def stack_names(directory: Path = STACK_FILE_DIR) -> list[str]:
-    """The stacks that have a `Pulumi.<stack>.yaml` file, sorted."""
-    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
-
-
-def load_stack_config(
-    stack_or_path: str | Path, directory: Path = STACK_FILE_DIR
+def load_checked_stack(
+    stack_or_path: str | Path,
+    directory: Path = STACK_FILE_DIR,
+    source_dir: Path = DEFAULT_SOURCE_DIR,
 ) -> dict[str, Any]:
-    """The `config:` mapping of a stack file, by stack name or by path."""
-    path = Path(stack_or_path)
-    if not (path.suffix in (".yaml", ".yml") and path.exists()):
-        path = stack_file(str(stack_or_path), directory)
-    if not path.exists():
-        known = ", ".join(stack_names(directory)) or "none"
-        raise FileNotFoundError(f"no stack file {path} (stacks: {known})")
-    document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(document, Mapping):
-        raise ValueError(f"{path} is not a YAML mapping")
-    config = document.get("config") or {}
-    if not isinstance(config, Mapping):
-        raise ValueError(f"{path}: 'config' is not a mapping")
-    return {str(k): _unwrap_config_value(v) for k, v in config.items()}
-
-
-def _unwrap_config_value(value: Any) -> Any:
-    """Stack files may write `key: {value: ...}`; secrets cannot be decrypted offline."""
-    if isinstance(value, Mapping) and set(value) == {"value"}:
-        return value["value"]
-    if isinstance(value, Mapping) and "secure" in value and len(value) == 1:
-        raise ValueError("secret config values cannot be read offline")
-    return value
+    """`load_stack_config`, then what `pulumi up` and the deployed function would reject:
+    the config validated (`ConfigError`) and every job's `module:function` imported in
+    the function's environment (infra/job_logic.py). What `make plan` and
+    `make policy-check` read a stack with."""
+    values = load_stack_config(stack_or_path, directory)
+    check_job_logic(values, load_config(values), source_dir)
+    return values
 
 
 def engine_config(stack_config: Mapping[str, Any]) -> dict[str, str]:

@@ -1,11 +1,14 @@
 """Offline plan: what `pulumi up` would create for a stack, without Pulumi CLI or cloud.
 
+    python -m infra.plan                # every Pulumi.<stack>.yaml (make plan)
     python -m infra.plan dev            # Pulumi.dev.yaml (make plan STACK=dev)
     python -m infra.plan path/to/Pulumi.test.yaml
 
-Runs the program under Pulumi's mocks with the stack file's config and prints one row per
-resource: type, name and its key settings, then the stack outputs. A config error is
-printed as one message (exit status 2), exactly as `pulumi up` would report it.
+Validates the stack's config, imports every job's `module:function` in the function's own
+environment (infra/job_logic.py), runs the program under Pulumi's mocks and prints one row
+per resource: type, name and its key settings, then the stack outputs. A stack that cannot
+be deployed is one error message naming its file and keys (exit status 2); the other
+stacks are still planned.
 """
 
 from __future__ import annotations
@@ -14,11 +17,22 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from datetime import datetime
 from typing import Any
 
 from infra.config import ConfigError
-from infra.offline import DeclaredResource, OfflineRun, load_stack_config, run_offline, stack_names
+from infra.offline import (
+    STACK_FILE_DIR,
+    DeclaredResource,
+    OfflineRun,
+    StackFileError,
+    load_checked_stack,
+    run_offline,
+    stack_name_of,
+    stack_names,
+    stack_path,
+)
+from infra.scheduler_rules import ScheduleError, dst_advisory
 
 
 def _get(props: Mapping[str, Any], *path: str) -> Any:
@@ -151,8 +165,9 @@ def summarize(resource: DeclaredResource) -> str:
     return json.dumps(resource.props, sort_keys=True, default=str)[:160]
 
 
-def render(run: OfflineRun) -> str:
-    """The plan as text: a header, one row per resource, then the outputs."""
+def render(run: OfflineRun, now: datetime | None = None) -> str:
+    """The plan as text: a header, one row per resource, the outputs, then the advisories
+    (DST changes the jobs' schedules run into within a year of `now`)."""
     rows = [
         (r.type, r.name + (" [protected]" if r.protect else ""), summarize(r))
         for r in run.resources
@@ -169,34 +184,72 @@ def render(run: OfflineRun) -> str:
     lines += [f"{t:<{type_width}}  {n:<{name_width}}  {s}" for t, n, s in rows]
     lines += ["", "Outputs:"]
     lines += [f"  {key}: {json.dumps(value)}" for key, value in sorted(run.outputs.items())]
+    advisories = dst_advisories(run, now)
+    if advisories:
+        lines += ["", "Advisories:"]
+        lines += [f"  [advisory] {name}: {message}" for name, message in advisories]
     return "\n".join(lines)
+
+
+def dst_advisories(run: OfflineRun, now: datetime | None = None) -> list[tuple[str, str]]:
+    """(job resource name, advisory) for each Scheduler job whose schedule runs into a DST
+    change within a year of `now` (as the policy pack's scheduler-job-dst-change)."""
+    found: list[tuple[str, str]] = []
+    for resource in run.resources:
+        if resource.type != "gcp:cloudscheduler/job:Job":
+            continue
+        schedule, zone = resource.props.get("schedule"), resource.props.get("timeZone")
+        if not isinstance(schedule, str):
+            continue
+        try:
+            advisory = dst_advisory(schedule, zone if isinstance(zone, str) else "Etc/UTC", now)
+        except ScheduleError:
+            continue  # the config check refuses such a schedule before the plan runs
+        if advisory is not None:
+            found.append((resource.name, advisory))
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m infra.plan",
-        description="Print what the kit's Pulumi program declares for a stack (offline).",
+        description="Print what the kit's Pulumi program declares for each stack (offline), "
+        "after validating its config and importing its job logic as the function would.",
     )
-    parser.add_argument("stack", help=f"stack name ({', '.join(stack_names())}) or stack file path")
+    parser.add_argument(
+        "stacks",
+        nargs="*",
+        metavar="STACK",
+        help=f"stack name ({', '.join(stack_names()) or 'none yet'}) or stack file path; "
+        "none: every Pulumi.<stack>.yaml",
+    )
     args = parser.parse_args(argv)
-    stack = str(args.stack)
-    try:
-        config = load_stack_config(stack)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    stacks: list[str] = list(args.stacks) or stack_names()
+    if not stacks:
+        print(f"error: no Pulumi.<stack>.yaml in {STACK_FILE_DIR}: nothing to plan. Fix: "
+              "add a stack file (copy tests/stacks/Pulumi.dev.yaml)", file=sys.stderr)
         return 2
-    name = (
-        Path(stack).name.removeprefix("Pulumi.").removesuffix(".yaml")
-        if stack.endswith(".yaml")
-        else stack
-    )
-    try:
-        run = run_offline(config, stack=name)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(render(run))
-    return 0
+    status = 0
+    for index, stack in enumerate(stacks):
+        if index:
+            print()
+        try:
+            path = stack_path(stack)
+            run = run_offline(load_checked_stack(path), stack=stack_name_of(path))
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            status = 2
+            continue
+        except ConfigError as exc:  # names the keys; the file is the reader's context
+            print(f"error: {path}: {exc}", file=sys.stderr)
+            status = 2
+            continue
+        except StackFileError as exc:  # names its file, line and column itself
+            print(f"error: {exc}", file=sys.stderr)
+            status = 2
+            continue
+        print(render(run))
+    return status
 
 
 if __name__ == "__main__":

@@ -68,7 +68,9 @@ def build(
                 ),
             )
         )
-    watchdog_args = WatchdogArgs.from_service(cfg, service) if cfg.watchdog.enabled else None
+    watchdog_args = (
+        WatchdogArgs.from_service(cfg, service, proxy) if cfg.watchdog.enabled else None
+    )
     watchdog = Watchdog(WATCHDOG_NAME, watchdog_args) if watchdog_args is not None else None
     # A 2nd gen function's Cloud Run service carries the function's name: the log filters.
     delivery_services = [service_args.function_name]

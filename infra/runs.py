@@ -38,6 +38,7 @@ warnings.filterwarnings("ignore", category=FutureWarning,
 
 from dedup.firestore_store import FirestoreRunStore  # noqa: E402
 from dedup.keys import RunKey  # noqa: E402
+from dedup.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection  # noqa: E402
 from dedup.settings import SettingsError  # noqa: E402
 from dedup.store import RunStatus, StoredRun, StoreError  # noqa: E402
 from dedup.watchdog import (  # noqa: E402
@@ -188,8 +189,44 @@ def show_runs(
                   f"{job.attempt_deadline_seconds:g}s{paused})\n")
         rows = job_table(job, cfg.project, cfg.region, found, times, now, grace,
                          cursors.get(job.name))
-        for line in format_table(rows):
+        extra = generation_lines(runs, cfg.dedup.collection, job.name, times, now)
+        header, *lines = format_table(rows)
+        out.write(f"  {header}\n")
+        for t, line in zip(times, lines, strict=True):
             out.write(f"  {line}\n")
+            for more in extra.get(t, []):
+                out.write(f"    {more}\n")
+
+
+def generation_lines(
+    runs: FirestoreRunStore, collection: str, job: str, times: Sequence[datetime],
+    now: datetime,
+) -> dict[datetime, list[str]]:
+    """Per run shown, one line per re-run request (`make rerun`): its generation, what
+    became of it, who asked and why."""
+    shown = set(times)
+    queue = FirestoreRerunQueue(runs, reruns_collection(collection))
+    requests = [r for r in queue.for_job(job) if r.schedule_time in shown]
+    records = runs.get_many([r.request_id for r in requests]) if requests else {}
+    lines: dict[datetime, list[str]] = {}
+    for request in requests:
+        lines.setdefault(request.schedule_time, []).append(
+            _generation_line(request, records.get(request.request_id), now)
+        )
+    return lines
+
+
+def _generation_line(request: RerunRequest, stored: StoredRun | None, now: datetime) -> str:
+    if stored is None:
+        state = f"request {request.status}" + (
+            f" ({request.outcome})" if request.outcome else ""
+        )
+    else:
+        record = stored.record
+        state = (f"{record.status}, {record.attempts} attempt(s), "
+                 f"{_duration(request.schedule_time, stored, now)}")
+    return (f"+ generation {request.generation}: {state}; asked by {request.requested_by} "
+            f"at {request.requested_at:%Y-%m-%d %H:%MZ}: {request.reason}")
 
 
 def _first_runs(runs: FirestoreRunStore, collection: str, jobs: Sequence[str]) -> dict[
@@ -220,11 +257,11 @@ def open_store(cfg: StackConfig, client_factory: Callable[..., Any] | None = Non
     try:
         client = factory(project=cfg.project, database=cfg.dedup.database_name)
     except google.auth.exceptions.GoogleAuthError as exc:
-        raise RunsError(f"no Google Cloud credentials ({_first_line(exc)}): {ADC_HINT}") from None
+        raise RunsError(f"no Google Cloud credentials ({first_line(exc)}): {ADC_HINT}") from None
     return FirestoreRunStore(client, cfg.dedup.collection, cfg.dedup.store_timeout_seconds)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
@@ -262,7 +299,7 @@ def main(
         return 2
     except (StoreError, SettingsError, google.auth.exceptions.GoogleAuthError) as exc:
         err.write(f"make runs: cannot read the runs in database {cfg.dedup.database_name!r} "
-                  f"of project {cfg.project!r}: {_first_line(exc)}; {ADC_HINT}\n")
+                  f"of project {cfg.project!r}: {first_line(exc)}; {ADC_HINT}\n")
         return 1
     return 0
 

@@ -31,6 +31,16 @@ def duration(seconds: float) -> str:
     return duration_string(seconds)
 
 
+def job_headers(project: str, region: str) -> dict[str, str]:
+    """The HTTP headers every Scheduler job of the kit sends (the watchdog sends the same
+    when it delivers a run itself: catch-up, re-runs)."""
+    return {
+        "Content-Type": "application/json",
+        HEADER_PROJECT: project,
+        HEADER_LOCATION: region,
+    }
+
+
 def default_description(job: JobSettings) -> str:
     if job.proxy is not None:
         return (
@@ -66,11 +76,7 @@ class ScheduledJobArgs:
         return self.job_id if self.job_id is not None else self.job.name
 
     def headers(self) -> dict[str, str]:
-        return {
-            "Content-Type": "application/json",
-            HEADER_PROJECT: self.project,
-            HEADER_LOCATION: self.region,
-        }
+        return job_headers(self.project, self.region)
 
     def body_base64(self) -> str | None:
         if self.job.body_json is None:

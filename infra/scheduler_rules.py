@@ -2,16 +2,19 @@
 
 One implementation shared by the stack-config validation (infra/config.py), the policy
 pack (policies/) and the local Scheduler emulator, so the three never disagree about what
-Scheduler accepts or how it retries. No Pulumi imports here: this module must load in the
-policy pack's and the emulator's processes too.
+Scheduler accepts, how it retries, or which DST changes a schedule runs into (`dst_hazards`).
+No Pulumi imports here: this module must load in the policy pack's and the emulator's
+processes too.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime, time, timedelta
+from itertools import groupby
+from typing import Final, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import croniter
@@ -199,3 +202,151 @@ def min_lease_seconds(store_timeout_seconds: float) -> float:
     """The shortest lease that survives missed renewals (config leaseSeconds, the policy
     dedup-lease-survives-missed-renewals): LEASE_STORE_TIMEOUTS x the store timeout."""
     return float(LEASE_STORE_TIMEOUTS * store_timeout_seconds)
+
+
+# -- daylight saving time --------------------------------------------------------------------
+# The DST changes a schedule runs into: the one computation behind `make plan`'s and the
+# policy pack's advisory (scheduler-job-dst-change) and the Scheduler emulator's DST ticks.
+#
+# A job whose cron fires at a local wall-clock time that does not exist on a spring-forward
+# day (a "gap": 02:30 in Europe/Berlin on the last Sunday of March) or that occurs twice on a
+# fall-back day (a "repeat": 02:30 on the last Sunday of October) runs at a time Cloud
+# Scheduler does not document: the run may be moved, skipped or doubled.
+#
+# Fast whatever the schedule: the zone's UTC-offset changes in the period are found first (a
+# coarse scan, then a bisection to the second), and croniter is asked only which wall-clock
+# times it fires at inside each change's window (an hour or so), never for a year of ticks.
+GAP: Final = "gap"  # the local time does not exist that day (clocks spring forward)
+REPEAT: Final = "repeat"  # the local time occurs twice that day (clocks fall back)
+HazardKind = Literal["gap", "repeat"]
+# How far ahead `make plan` and the policy pack look.
+ADVISORY_HORIZON: Final = timedelta(days=365)
+# The coarse scan's step: shorter than any interval between two offset changes (zones
+# change at most a few times a year), so no change is stepped over.
+_SCAN_STEP: Final = timedelta(hours=6)
+# Above this many fire times in one change window, the advisory shows the first and last.
+_TIMES_SHOWN: Final = 4
+
+
+@dataclass(frozen=True)
+class DstHazard:
+    """One local wall-clock time a cron fires at that a DST change makes ambiguous."""
+
+    date: date  # the local date of `local_time`
+    local_time: time  # a wall-clock time the cron fires at, in the job's time zone
+    kind: HazardKind  # GAP: does not exist that day; REPEAT: occurs twice that day
+    # The change's window of wall-clock time, [window_start, window_end) local (naive):
+    # skipped for a gap, lived twice for a repeat.
+    window_start: datetime
+    window_end: datetime
+
+
+@dataclass(frozen=True)
+class OffsetChange:
+    """A change of the zone's UTC offset (a DST change, or a change of standard time)."""
+
+    at: datetime  # aware UTC: the first instant of the new offset
+    before: timedelta
+    after: timedelta
+
+    @property
+    def kind(self) -> HazardKind:
+        return GAP if self.after > self.before else REPEAT
+
+    @property
+    def window(self) -> tuple[datetime, datetime]:
+        """The wall-clock times skipped (gap) or lived twice (repeat), naive local."""
+        instant = self.at.replace(tzinfo=None)
+        early, late = sorted((instant + self.before, instant + self.after))
+        return early, late
+
+
+def offset_changes(zone: ZoneInfo, start: datetime, end: datetime) -> Iterator[OffsetChange]:
+    """The zone's UTC-offset changes in [start, end) (aware instants), in order."""
+    cursor = start.astimezone(UTC)
+    end = end.astimezone(UTC)
+    offset = _offset(zone, cursor)
+    while cursor < end:
+        step_end = min(cursor + _SCAN_STEP, end)
+        next_offset = _offset(zone, step_end)
+        if next_offset != offset:
+            # Bisect on whole seconds: zones change offset on a whole second.
+            low, high = int(cursor.timestamp()), int(step_end.timestamp()) + 1
+            while high - low > 1:
+                middle = (low + high) // 2
+                if _offset(zone, datetime.fromtimestamp(middle, UTC)) == offset:
+                    low = middle
+                else:
+                    high = middle
+            at = datetime.fromtimestamp(high, UTC)
+            if start <= at < end:
+                yield OffsetChange(at, offset, _offset(zone, at))
+        cursor, offset = step_end, next_offset
+
+
+def _offset(zone: ZoneInfo, instant: datetime) -> timedelta:
+    offset = instant.astimezone(zone).utcoffset()
+    assert offset is not None  # a ZoneInfo always has one
+    return offset
+
+
+def dst_hazards(cron: str, time_zone: str, start: datetime, end: datetime) -> list[DstHazard]:
+    """Every local time in [start, end) at which `cron` fires in `time_zone` and which does
+    not exist (GAP) or occurs twice (REPEAT), in order. Raises ScheduleError for a schedule
+    or time zone Cloud Scheduler does not accept."""
+    validate_cron(cron)
+    zone = validate_time_zone(time_zone)
+    hazards: list[DstHazard] = []
+    for change in offset_changes(zone, start, end):
+        window_start, window_end = change.window
+        # croniter over naive datetimes walks the wall clock with no zone at all: exactly
+        # the times the cron names, whether or not the zone lives them once.
+        ticks = croniter(cron, window_start - timedelta(seconds=1))
+        while (tick := ticks.get_next(datetime)) < window_end:
+            hazards.append(DstHazard(
+                tick.date(), tick.time(), change.kind, window_start, window_end
+            ))
+    return hazards
+
+
+def dst_advisory(
+    cron: str, time_zone: str, now: datetime | None = None,
+    horizon: timedelta = ADVISORY_HORIZON,
+) -> str | None:
+    """One line for `make plan` and the policy pack: the DST changes of the next year (from
+    `now`) that `cron` in `time_zone` runs into, and what to do; None when there are none.
+    Raises ScheduleError for a schedule or time zone Cloud Scheduler does not accept."""
+    start = now or datetime.now(UTC)
+    hazards = dst_hazards(cron, time_zone, start, start + horizon)
+    if not hazards:
+        return None
+    changes = [
+        _describe_change(list(group))
+        for _, group in groupby(hazards, key=lambda h: (h.window_start, h.kind))
+    ]
+    return (
+        f"schedule {cron!r} in {time_zone} runs into daylight saving time changes in the next "
+        f"year: {'; '.join(changes)}. What Cloud Scheduler does then is not documented (the "
+        "run may be moved, skipped or run twice): use timeZone Etc/UTC with the schedule in "
+        "UTC, or a time outside the change window"
+    )
+
+
+def _describe_change(hazards: Sequence[DstHazard]) -> str:
+    first = hazards[0]
+    times = [_hhmm(h.local_time) for h in hazards]
+    if len(times) > _TIMES_SHOWN:
+        shown = f"{times[0]} ... {times[-1]} ({len(times)} times)"
+    else:
+        shown = ", ".join(times)
+    window = f"{_hhmm(first.window_start.time())}-{_hhmm(first.window_end.time())}"
+    one = len(times) == 1
+    if first.kind == GAP:
+        verb = "does not exist" if one else "do not exist"
+        return f"on {first.date.isoformat()} {shown} {verb} (clocks skip {window})"
+    verb = "occurs twice" if one else "occur twice"
+    return f"on {first.date.isoformat()} {shown} {verb} (clocks repeat {window})"
+
+
+def _hhmm(moment: time) -> str:
+    return moment.strftime("%H:%M")

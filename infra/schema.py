@@ -14,7 +14,7 @@ import sys
 import textwrap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final, get_args, get_origin
+from typing import Annotated, Any, Final, get_args, get_origin
 
 import yaml
 from pydantic.fields import FieldInfo
@@ -23,6 +23,7 @@ from infra.config import (
     DEFAULTS,
     GROUPS,
     PROJECT_NAME,
+    PROVIDER_NAMESPACES,
     StackConfig,
     bounds,
     choices,
@@ -42,7 +43,8 @@ _TYPES: Final[dict[Any, str]] = {str: "string", int: "integer", bool: "boolean"}
 
 
 def documented_keys(model: Any = None, prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
-    """Every key as the configuration reference names it (`leaseSeconds`, `jobs[].retry.retryCount`), in order."""
+    """Every key as the configuration reference names it (`leaseSeconds`,
+    `jobs[].retry.retryCount`), in order."""
     for key, info in (model_fields(model) if model else stack_fields()).items():
         yield f"{prefix}{key}", info
         if (inner := model_in(info.annotation)) is not None:
@@ -103,6 +105,16 @@ def reference_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def pulumi_type(info: FieldInfo) -> dict[str, Any]:
+    """A field's type as a Pulumi project config declares it: string, integer, boolean, or
+    array with its items' type (Pulumi rejects a project file with any other)."""
+    if is_list(info):
+        item = get_args(info.annotation)[0]
+        base = get_args(item)[0] if get_origin(item) is Annotated else item
+        return {"type": "array", "items": {"type": _TYPES[base]}}
+    return {"type": type_text(info)}
+
+
 def pulumi_config_block() -> str:
     followers = [f"{k} (unset: {hint(i).default})" for k, i in stack_fields().items()
                  if hint(i).default]
@@ -121,7 +133,7 @@ def pulumi_config_block() -> str:
         if key in DEFAULTS:
             low, high = bounds(info)
             span = f" ({allowed_text(info)})" if (low, high) != (None, None) else ""
-            config[key] = {"type": type_text(info), "default": DEFAULTS[key],
+            config[key] = {**pulumi_type(info), "default": DEFAULTS[key],
                            "description": f"{info.description}{span}"}
     body = yaml.safe_dump({"config": config}, sort_keys=False, width=92, allow_unicode=True)
     return f"{header}\n{body}"
@@ -129,7 +141,7 @@ def pulumi_config_block() -> str:
 
 def stack_schema() -> dict[str, Any]:
     """JSON Schema of a `Pulumi.<stack>.yaml` file: its `config:` map, the kit's keys
-    namespaced, the groups' keys flat, other namespaces' keys free."""
+    namespaced, the groups' keys flat, the providers' namespaces' keys free."""
     models = StackConfig.model_json_schema(by_alias=True)
     defs: dict[str, Any] = models.pop("$defs")
     keys: dict[str, Any] = {}
@@ -144,7 +156,8 @@ def stack_schema() -> dict[str, Any]:
         "description": f"Stack settings: gcp:project, gcp:region and the {PROJECT_NAME}: keys",
         "properties": keys,
         "required": [k if ":" in k else kit_key(k) for k in models["required"]],
-        "patternProperties": {f"^(?!{PROJECT_NAME}:)": {}},
+        # The providers' namespaces are theirs; any other key is a mistake (load_config).
+        "patternProperties": {f"^({'|'.join(PROVIDER_NAMESPACES)}):": {}},
         "additionalProperties": False,
     }
     return {

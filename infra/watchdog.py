@@ -9,9 +9,10 @@ the dedup service's build account into its repository, internal-only ingress), a
 - runs as its own account `<namePrefix>-watchdog`, which holds only `roles/datastore.user`
   conditioned to the dedup database. It reads the records by ID; it also writes its own
   cursor documents (collection `<collection>_watchdog`, one per job, so a tick judges only
-  the runs whose verdict became due since the previous one). Firestore has no predefined
-  role that reads everything but writes one collection, so the database-conditioned user
-  role is the narrowest grant;
+  the runs whose verdict became due since the previous one), and marks the re-run requests
+  of `make rerun` (`<collection>_reruns`) done. Firestore has no predefined role that reads
+  everything but writes two collections, so the database-conditioned user role is the
+  narrowest grant;
 - is called by its own Scheduler job `<namePrefix>-watchdog`, with OIDC tokens of the
   stack's invoker account: it already holds `roles/run.invoker` on the kit's other services
   and can already trigger every job's delivery, so invoking the read-only watchdog adds
@@ -20,7 +21,13 @@ the dedup service's build account into its repository, internal-only ingress), a
   (DEDUP_ALLOWED_CALLERS);
 - gets the stack's jobs as DEDUP_WATCH_JOBS (deployed job IDs, cron, time zone, attempt
   deadline, retry window, paused), plus DEDUP_WATCH_LOOKBACK_SECONDS and
-  DEDUP_WATCH_GRACE_SECONDS, beside the same DEDUP_* store settings as the dedup function.
+  DEDUP_WATCH_GRACE_SECONDS, beside the same DEDUP_* store settings as the dedup function;
+- only when it delivers runs (some job has `catchUp`, or `watchdog.reruns`): each job's
+  entry also carries `catchUp`/`catchUpWithinSeconds`, its body and its Scheduler headers
+  (and a proxied job its `url`, the proxy's), DEDUP_WATCH_TARGET_URL is the dedup
+  function's URL, and its account is an allowed caller of, and holds `roles/run.invoker`
+  on, the function (and the proxy) it delivers to. It sends ID tokens of its own account:
+  a run it delivers is one Scheduler missed, or one an operator asked for.
 """
 
 from __future__ import annotations
@@ -34,7 +41,12 @@ from typing import Any, Final
 import pulumi
 import pulumi_gcp as gcp
 
-from infra.cloud_function import FunctionBase, declare_function, grant_database_user
+from infra.cloud_function import (
+    FunctionBase,
+    declare_function,
+    grant_database_user,
+    grant_invoker,
+)
 from infra.config import (
     DEFAULTS,
     WATCHDOG_JOB_NAME,
@@ -44,9 +56,10 @@ from infra.config import (
     WatchdogSettings,
     service_account_id,
 )
+from infra.dedup_proxy import DedupProxy
 from infra.dedup_service import DedupService, dedup_environment
 from infra.iam_wait import wait_for_iam
-from infra.scheduled_job import ScheduledJob, ScheduledJobArgs
+from infra.scheduled_job import ScheduledJob, ScheduledJobArgs, job_headers
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:Watchdog"
 ENTRY_POINT: Final = "watch_scheduled_runs"
@@ -55,14 +68,17 @@ ATTEMPT_DEADLINE_SECONDS: Final = 180
 """The watchdog job's attempt deadline (bounded by the function's timeout)."""
 
 
-def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
-    """DEDUP_WATCH_JOBS: every job of the stack (dedup function and proxy), by deployed ID."""
+def watch_jobs(cfg: StackConfig, proxy_url: str | None = None) -> list[dict[str, Any]]:
+    """DEDUP_WATCH_JOBS: every job of the stack (dedup function and proxy), by deployed ID;
+    with what a delivery by the watchdog needs when it delivers that job's runs (a proxied
+    job's `url`: `proxy_url`, the proxy's URL)."""
 
     def seconds(value: float) -> float | int:
         return int(value) if float(value).is_integer() else value
 
-    return [
-        {
+    entries: list[dict[str, Any]] = []
+    for job in sorted(cfg.jobs, key=lambda j: j.name):
+        entry: dict[str, Any] = {
             "name": cfg.job_id(job),
             "schedule": job.schedule,
             "timeZone": job.time_zone,
@@ -70,8 +86,16 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
             "retryWindowSeconds": seconds(job.retry_window_seconds),
             "paused": job.paused,
         }
-        for job in sorted(cfg.jobs, key=lambda j: j.name)
-    ]
+        if job.catch_up:
+            entry.update(catchUp=True, catchUpWithinSeconds=job.catch_up_within_seconds)
+        if cfg.watchdog_delivers_to(proxied=job.proxy is not None):
+            entry["headers"] = job_headers(cfg.project, cfg.region)
+            if job.body_json is not None:
+                entry["body"] = job.body_json
+            if job.proxy is not None and proxy_url is not None:
+                entry["url"] = proxy_url
+        entries.append(entry)
+    return entries
 
 
 def watchdog_job_settings(
@@ -118,9 +142,19 @@ class WatchdogArgs:
     job_depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
     """What its job waits for besides the watchdog's invoker binding (the APIs)."""
     iam_propagation_seconds: int = int(DEFAULTS["iamPropagationSeconds"])
+    config: StackConfig | None = None
+    """The stack config, when the watchdog delivers runs (DEDUP_WATCH_JOBS needs the proxy's
+    URL, known once the proxy exists)."""
+    delivery_targets: Mapping[str, tuple[pulumi.Input[str], pulumi.Input[str]]] = field(
+        default_factory=dict
+    )
+    """What the watchdog delivers runs to: "dedup" and/or "proxy" -> (URL, Cloud Run service
+    name), for DEDUP_WATCH_TARGET_URL, the jobs' `url` and its run.invoker grants."""
 
     @classmethod
-    def from_service(cls, cfg: StackConfig, service: DedupService) -> WatchdogArgs:
+    def from_service(
+        cls, cfg: StackConfig, service: DedupService, proxy: DedupProxy | None = None
+    ) -> WatchdogArgs:
         job = watchdog_job_settings(
             cfg.watchdog,
             function_timeout_seconds=cfg.function.timeout_seconds,
@@ -140,6 +174,8 @@ class WatchdogArgs:
             depends_on=[*service.apis, *service.build_grants, service.ttl_field],
             job_depends_on=list(service.apis),
             iam_propagation_seconds=cfg.iam_propagation_seconds,
+            config=cfg,
+            delivery_targets=_delivery_targets(cfg, service, proxy),
         )
 
     @property
@@ -150,15 +186,36 @@ class WatchdogArgs:
     def account_id(self) -> str:
         return service_account_id(self.name_prefix, WATCHDOG_JOB_NAME)
 
-    def environment(self) -> dict[str, str]:
-        return {
+    def environment(self) -> dict[str, pulumi.Input[str]]:
+        environment: dict[str, pulumi.Input[str]] = {
             **dedup_environment(self.project, self.region, self.dedup),
-            "DEDUP_WATCH_JOBS": json.dumps(
-                list(self.watched_jobs), sort_keys=True, separators=(",", ":")
-            ),
+            "DEDUP_WATCH_JOBS": _jobs_json(self.watched_jobs),
             "DEDUP_WATCH_LOOKBACK_SECONDS": str(self.settings.lookback_seconds),
             "DEDUP_WATCH_GRACE_SECONDS": str(self.settings.grace_seconds),
         }
+        if "dedup" in self.delivery_targets:
+            environment["DEDUP_WATCH_TARGET_URL"] = self.delivery_targets["dedup"][0]
+        if "proxy" in self.delivery_targets and self.config is not None:
+            cfg = self.config  # the proxied jobs' `url`: the proxy's, an output
+            environment["DEDUP_WATCH_JOBS"] = pulumi.Output.from_input(
+                self.delivery_targets["proxy"][0]
+            ).apply(lambda url: _jobs_json(watch_jobs(cfg, proxy_url=url)))
+        return environment
+
+
+def _jobs_json(jobs: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps(list(jobs), sort_keys=True, separators=(",", ":"))
+
+
+def _delivery_targets(
+    cfg: StackConfig, service: DedupService, proxy: DedupProxy | None
+) -> dict[str, tuple[pulumi.Input[str], pulumi.Input[str]]]:
+    targets: dict[str, tuple[pulumi.Input[str], pulumi.Input[str]]] = {}
+    if cfg.watchdog_delivers_to(proxied=False):
+        targets["dedup"] = (service.function_uri, service.service_name)
+    if cfg.watchdog_delivers_to(proxied=True) and proxy is not None:
+        targets["proxy"] = (proxy.function_uri, proxy.service_name)
+    return targets
 
 
 class Watchdog(pulumi.ComponentResource):
@@ -172,6 +229,8 @@ class Watchdog(pulumi.ComponentResource):
     invoker_binding: gcp.cloudrunv2.ServiceIamMember
     iam_wait: pulumi.CustomResource
     scheduled_job: ScheduledJob
+    delivery_grants: list[gcp.cloudrunv2.ServiceIamMember]
+    """roles/run.invoker for its own account on the services it delivers runs to."""
 
     def __init__(
         self, name: str, args: WatchdogArgs, opts: pulumi.ResourceOptions | None = None
@@ -240,6 +299,18 @@ class Watchdog(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
+        # Only when it delivers runs (catch-up, re-runs), on those services only.
+        self.delivery_grants = [
+            grant_invoker(
+                f"{name}-delivers-to-{target}",
+                parent=self,
+                project=project,
+                region=args.region,
+                service_name=service_name,
+                member=self.account.member,
+            )
+            for target, (_, service_name) in sorted(args.delivery_targets.items())
+        ]
         self.register_outputs(
             {
                 "functionUri": self.function_uri,

@@ -1,4 +1,5 @@
-"""Fixtures for the infra tests: each stack file runs once under Pulumi's mocks."""
+"""Fixtures for the infra tests: each fixture stack (tests/stacks/) runs once under Pulumi's
+mocks. The tests never read the team's own stack files in the repository root."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pytest
 from infra.config import load_config
 from infra.offline import load_stack_config, run_offline
 from tests.infra.helpers import StackUnderTest
+from tests.stacks import FIXTURE_STACKS, FIXTURE_STACKS_DIR
 
-STACKS = ("dev", "prod")
+STACKS = FIXTURE_STACKS
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +25,7 @@ def infra_build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def stack_runs(infra_build_dir: Path) -> dict[str, StackUnderTest]:
     runs: dict[str, StackUnderTest] = {}
     for name in STACKS:
-        raw = load_stack_config(name)
+        raw = load_stack_config(name, FIXTURE_STACKS_DIR)
         runs[name] = StackUnderTest(
             name=name,
             raw=raw,

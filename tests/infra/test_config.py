@@ -91,6 +91,9 @@ INVALID: list[tuple[str, Callable[[Config], None], str]] = [
     ("groc-schedule", set_job("schedule", "every 5 minutes"), f"{JOB0}.schedule"),
     ("cron-field-out-of-range", set_job("schedule", "61 * * * *"), f"{JOB0}.schedule"),
     ("bad-time-zone", set_job("timeZone", "Mars/Olympus_Mons"), f"{JOB0}.timeZone"),
+    ("abbreviated-time-zone", set_job("timeZone", "EST"), f"{JOB0}.timeZone"),
+    ("fixed-offset-time-zone", set_job("timeZone", "Etc/GMT+5"), f"{JOB0}.timeZone"),
+    ("retry-neither-mapping-nor-none", set_job("retry", "never"), f"{JOB0}.retry"),
     ("deadline-too-short", set_job("attemptDeadlineSeconds", 14), f"{JOB0}.attemptDeadlineSeconds"),
     (
         "deadline-too-long",
@@ -211,6 +214,22 @@ INVALID: list[tuple[str, Callable[[Config], None], str]] = [
         "bad-database-name",
         set_key("scheduler-dedup:databaseName", "Dedup_DB"),
         "scheduler-dedup:databaseName",
+    ),
+    (
+        "not-a-firestore-location",
+        set_key("scheduler-dedup:firestoreLocation", "us-central"),
+        "scheduler-dedup:firestoreLocation",
+    ),
+    (
+        "region-without-firestore",
+        set_key("gcp:region", "europe-west5"),
+        "scheduler-dedup:firestoreLocation",
+    ),
+    ("key-without-namespace", set_key("maxInstances", 3), "maxInstances"),
+    (
+        "key-in-misspelt-namespace",
+        set_key("scheduler_dedup:functionTimeoutSeconds", 300),
+        "scheduler_dedup:functionTimeoutSeconds",
     ),
     (
         "reserved-collection",
@@ -441,8 +460,9 @@ def test_defaults_apply() -> None:
     ).jobs[0]
     assert job.time_zone == "Etc/UTC"
     assert job.attempt_deadline_seconds == 180
-    assert job.retry.retry_count == 0
-    assert (job.retry.min_backoff_seconds, job.retry.max_backoff_seconds) == (5, 3600)
+    # Retried by default: 3 retries 30, 60 and 120 s after their failed attempts.
+    assert job.retry.retry_count == 3
+    assert (job.retry.min_backoff_seconds, job.retry.max_backoff_seconds) == (30, 300)
     assert job.retry.max_doublings == 5
     assert job.job_logic == "jobs.example:run"
     assert job.body_json is None
@@ -476,10 +496,12 @@ def test_pulumi_yaml_declares_the_same_defaults() -> None:
     schema = project["config"]
     assert set(schema) == set(DEFAULTS)
     assert set(schema) <= KIT_KEYS
-    types = {bool: "boolean", int: "integer", str: "string"}
+    # Pulumi's project config types (its project.json schema): an array names its items'.
+    types = {bool: "boolean", int: "integer", str: "string", list: "array"}
     for key, default in DEFAULTS.items():
         assert schema[key]["default"] == default, key
         assert schema[key]["type"] == types[type(default)], key
+        assert ("items" in schema[key]) == isinstance(default, list), key
         assert schema[key]["description"], key
 
 
@@ -524,3 +546,104 @@ def test_proxied_jobs_and_their_routes() -> None:
     raw["scheduler-dedup:proxyTimeoutSeconds"] = 160
     with pytest.raises(ConfigError, match=r"jobs\[1\] \(report\)"):
         load_config(raw)
+
+
+def problem_of(change: Callable[[Config], None]) -> str:
+    """The one problem `change` makes, as the error prints it."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(invalid_config(change))
+    assert len(caught.value.problems) == 1, str(caught.value)
+    return str(caught.value.problems[0])
+
+
+@pytest.mark.parametrize(
+    ("zone", "suggestion"),
+    [
+        ("EST", "America/New_York"),
+        ("MST", "America/Denver"),
+        ("HST", "Pacific/Honolulu"),
+        ("EST5EDT", "America/New_York"),
+        ("PST", "America/Los_Angeles"),
+        ("Etc/GMT+5", "America/New_York"),
+        ("America/NewYork", "did you mean 'America/New_York'?"),
+        ("europe/berlin", "did you mean 'Europe/Berlin'?"),
+    ],
+)
+def test_time_zones_of_no_place_are_rejected_with_a_suggestion(zone: str, suggestion: str) -> None:
+    problem = problem_of(set_job("timeZone", zone))
+    assert problem.startswith(f"{JOB0}.timeZone: ")
+    assert suggestion in problem.split("Fix: ", 1)[1]
+
+
+@pytest.mark.parametrize(
+    "zone", ["Etc/UTC", "UTC", "Etc/GMT+0", "America/New_York", "Asia/Kolkata"]
+)
+def test_time_zones_of_places_and_utc_are_valid(zone: str) -> None:
+    assert load_config(invalid_config(set_job("timeZone", zone))).jobs[0].time_zone == zone
+
+
+@pytest.mark.parametrize(
+    ("location", "suggestion"),
+    [("us-central", "did you mean 'us-central1'?"), ("nam-5", "did you mean 'nam5'?")],
+)
+def test_firestore_locations_are_checked_against_the_real_list(
+    location: str, suggestion: str
+) -> None:
+    problem = problem_of(set_key("scheduler-dedup:firestoreLocation", location))
+    assert f"'{location}' is not a Firestore location" in problem
+    assert suggestion in problem
+
+
+@pytest.mark.parametrize("location", ["eur3", "nam5", "nam7", "us-central1", "asia-south1"])
+def test_firestore_multi_regions_and_regions_are_valid(location: str) -> None:
+    config = load_config({**base_config(), "scheduler-dedup:firestoreLocation": location})
+    assert config.dedup.firestore_location == location
+
+
+@pytest.mark.parametrize(
+    ("change", "fix"),
+    [
+        (set_retry("retryCount", "five"), "give an integer from 0 to 5, e.g. 3"),
+        (set_key("scheduler-dedup:leaseSeconds", "x"), "give an integer >= 1, e.g. 60"),
+        (set_key("scheduler-dedup:functionTimeoutSeconds", "long"),
+         "give an integer from 1 to 3600, e.g. 540"),
+    ],
+    ids=["retry-count", "lease", "function-timeout"],
+)
+def test_type_errors_give_a_hint_that_fits_the_key(
+    change: Callable[[Config], None], fix: str
+) -> None:
+    assert problem_of(change).endswith(f"Fix: {fix}")
+
+
+def test_a_six_field_cron_error_is_about_the_seconds_field() -> None:
+    problem = problem_of(set_job("schedule", "0 30 2 * * *"))
+    assert "drop the first field ('30 2 * * *')" in problem
+    assert "every 5 minutes" not in problem
+    assert "every 5 minutes" in problem_of(set_job("schedule", "every 5 minutes"))
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("maxInstances", "scheduler-dedup:maxInstances"),
+        ("scheduler_dedup:functionTimeoutSeconds", "scheduler-dedup:functionTimeoutSeconds"),
+        ("schedulerdedup:leaseSecond", "scheduler-dedup:leaseSeconds"),
+    ],
+)
+def test_keys_in_an_unknown_namespace_name_the_key_meant(key: str, meant: str) -> None:
+    problem = problem_of(set_key(key, 3))
+    assert problem.startswith(f"{key}: ")
+    assert f"did you mean {meant}?" in problem
+
+
+def test_keys_of_the_providers_namespaces_are_theirs() -> None:
+    config = {**base_config(), "gcp:zone": "europe-west1-b", "pulumi:tags": {"team": "a"},
+              "time:anything": "x"}
+    assert load_config(config).project == "acme-scheduler-test"
+
+
+def test_retry_none_is_at_most_once() -> None:
+    job = load_config(invalid_config(set_job("retry", "none"))).jobs[0]
+    assert (job.retry.retry_count, job.retry.max_retry_duration_seconds) == (0, 0)
+    assert job.retry_window_seconds == job.attempt_deadline_seconds

@@ -25,6 +25,7 @@ from infra.scheduler_rules import (
     duration_string,
 )
 from tests.infra.helpers import JOB
+from tests.stacks import FIXTURE_STACKS_DIR
 
 # (seconds, what the API gets): the API's maximum is google.protobuf.Duration's.
 DURATIONS = [
@@ -89,7 +90,7 @@ def api_job(props: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def one_job_stack(retry: Mapping[str, Any], **kit: Any) -> dict[str, Any]:
-    config = copy.deepcopy(load_stack_config("dev"))
+    config = copy.deepcopy(load_stack_config("dev", FIXTURE_STACKS_DIR))
     config["scheduler-dedup:jobs"] = [
         {
             "name": "long-retries",
@@ -105,8 +106,8 @@ def one_job_stack(retry: Mapping[str, Any], **kit: Any) -> dict[str, Any]:
 
 
 STACKS: dict[str, dict[str, Any]] = {
-    "dev": load_stack_config("dev"),
-    "prod": load_stack_config("prod"),
+    "dev": load_stack_config("dev", FIXTURE_STACKS_DIR),
+    "prod": load_stack_config("prod", FIXTURE_STACKS_DIR),
     # Retried for 1,000,000 s, backoff up to 1,000,000 s.
     "one-million": one_job_stack(
         {
@@ -155,7 +156,7 @@ def test_declared_jobs_are_valid_google_scheduler_jobs(stack: str, tmp_path: Pat
 
 
 def retry_config(**retry: Any) -> dict[str, Any]:
-    config = copy.deepcopy(load_stack_config("dev"))
+    config = copy.deepcopy(load_stack_config("dev", FIXTURE_STACKS_DIR))
     config["scheduler-dedup:jobs"][1]["retry"].update(retry)
     return config
 
@@ -193,7 +194,7 @@ def test_retry_bounds_match_the_api(field: str, value: int, accepted: bool) -> N
     [(14, False), (15, True), (1800, True), (1801, False)],
 )
 def test_attempt_deadline_bounds_of_http_targets(deadline: int, accepted: bool) -> None:
-    config = copy.deepcopy(load_stack_config("prod"))
+    config = copy.deepcopy(load_stack_config("prod", FIXTURE_STACKS_DIR))
     config["scheduler-dedup:jobs"][1]["attemptDeadlineSeconds"] = deadline
     if accepted:
         load_config(config)

@@ -7,11 +7,12 @@ import pytest
 
 from infra.offline import load_stack_config
 from tests.infra.helpers import run_entrypoint
+from tests.stacks import FIXTURE_STACKS_DIR
 
 
 @pytest.mark.timeout(180)
 def test_main_declares_the_stack_from_infra_dir() -> None:
-    outcome = run_entrypoint(load_stack_config("dev"))
+    outcome = run_entrypoint(load_stack_config("dev", FIXTURE_STACKS_DIR))
     assert outcome["outcome"] == "ok"
     assert "gcp:cloudfunctionsv2/function:Function" in outcome["declared"]
     # The three jobs of the stack file and the run watchdog's own.
@@ -20,7 +21,7 @@ def test_main_declares_the_stack_from_infra_dir() -> None:
 
 @pytest.mark.timeout(180)
 def test_main_reports_a_config_error_without_declaring() -> None:
-    config = load_stack_config("dev")
+    config = load_stack_config("dev", FIXTURE_STACKS_DIR)
     config["scheduler-dedup:jobs"][0]["schedule"] = "every 5 minutes"
     outcome = run_entrypoint(config)
     assert outcome["outcome"].startswith("RunError: invalid stack config")

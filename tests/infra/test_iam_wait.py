@@ -14,6 +14,7 @@ from infra.iam_wait import SLEEP_TYPE
 from infra.offline import load_stack_config, run_offline
 from tests.infra.helpers import FUNCTION, SLEEP, StackUnderTest
 from tests.infra.test_proxy import CONFIGS as PROXY_CONFIGS
+from tests.stacks import FIXTURE_STACKS_DIR
 
 
 def test_sleep_type_token() -> None:
@@ -79,7 +80,7 @@ def test_the_proxy_waits_for_its_own_grants(name: str, tmp_path: Path) -> None:
 
 
 def test_the_wait_follows_iam_propagation_seconds(tmp_path: Path) -> None:
-    raw = copy.deepcopy(load_stack_config("dev"))
+    raw = copy.deepcopy(load_stack_config("dev", FIXTURE_STACKS_DIR))
     raw["scheduler-dedup:iamPropagationSeconds"] = 420
     run = run_offline(raw, build_dir=tmp_path)
     sleeps = run.of_type(SLEEP)  # the dedup service's and the watchdog's
@@ -90,7 +91,7 @@ def test_the_wait_follows_iam_propagation_seconds(tmp_path: Path) -> None:
     ("seconds", "accepted"), [(0, True), (900, True), (-1, False), (901, False)]
 )
 def test_iam_propagation_seconds_bounds(seconds: int, accepted: bool) -> None:
-    raw = copy.deepcopy(load_stack_config("dev"))
+    raw = copy.deepcopy(load_stack_config("dev", FIXTURE_STACKS_DIR))
     raw["scheduler-dedup:iamPropagationSeconds"] = seconds
     if accepted:
         assert load_config(raw).iam_propagation_seconds == seconds

@@ -33,6 +33,7 @@ from tests.infra.helpers import (
     SLEEP,
     StackUnderTest,
 )
+from tests.stacks import FIXTURE_STACKS_DIR
 
 USER_METRIC = "logging.googleapis.com/user/"
 METRIC_SUFFIXES = (
@@ -318,7 +319,7 @@ def test_dashboard_json(stack: StackUnderTest) -> None:
 
 
 def _dev(**kit: Any) -> dict[str, Any]:
-    raw = copy.deepcopy(load_stack_config("dev"))
+    raw = copy.deepcopy(load_stack_config("dev", FIXTURE_STACKS_DIR))
     raw.update({f"scheduler-dedup:{k}": v for k, v in kit.items()})
     return raw
 
@@ -395,7 +396,7 @@ def test_the_watchdog_account_id_fits() -> None:
 
 
 def test_production_stack_without_alert_emails_fails_the_policy_check(tmp_path: Path) -> None:
-    raw = copy.deepcopy(load_stack_config("prod"))
+    raw = copy.deepcopy(load_stack_config("prod", FIXTURE_STACKS_DIR))
     del raw["scheduler-dedup:alerts"]
     run = run_offline(raw, stack="prod", build_dir=tmp_path)
     found = offline_check.check_declared(run.resources)

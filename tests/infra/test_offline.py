@@ -12,6 +12,7 @@ import pytest
 
 from infra.offline import (
     DeclaredResource,
+    StackFileError,
     declare_stack,
     engine_config,
     load_stack_config,
@@ -20,10 +21,11 @@ from infra.offline import (
     stack_names,
 )
 from tests.infra.helpers import FUNCTION, JOB, StackUnderTest
+from tests.stacks import FIXTURE_STACKS_DIR
 
 
 def test_stack_files_are_found() -> None:
-    assert {"dev", "prod"} <= set(stack_names())
+    assert stack_names(FIXTURE_STACKS_DIR) == ["dev", "prod"]
 
 
 def test_records_carry_urn_parent_and_camel_case_props(stack: StackUnderTest) -> None:
@@ -38,9 +40,11 @@ def test_records_carry_urn_parent_and_camel_case_props(stack: StackUnderTest) ->
 
 
 def test_runs_do_not_leak_into_each_other(tmp_path: Path) -> None:
-    dev = declare_stack(load_stack_config("dev"), stack="dev", build_dir=tmp_path)
-    prod = declare_stack(load_stack_config("prod"), stack="prod", build_dir=tmp_path)
-    dev_again = declare_stack(load_stack_config("dev"), stack="dev", build_dir=tmp_path)
+    dev_config = load_stack_config("dev", FIXTURE_STACKS_DIR)
+    prod_config = load_stack_config("prod", FIXTURE_STACKS_DIR)
+    dev = declare_stack(dev_config, stack="dev", build_dir=tmp_path)
+    prod = declare_stack(prod_config, stack="prod", build_dir=tmp_path)
+    dev_again = declare_stack(dev_config, stack="dev", build_dir=tmp_path)
     assert dev == dev_again
     assert {r.urn for r in dev}.isdisjoint({r.urn for r in prod})
     assert [r.props["name"] for r in dev if r.type == JOB] == [
@@ -65,7 +69,7 @@ def test_callers_pulumi_settings_are_left_alone(tmp_path: Path) -> None:
         pulumi.runtime.set_mocks(CallerMocks(), project="caller", stack="callerstack")
         pulumi.runtime.set_all_config({"caller:key": "value"})
         monitor = pulumi.runtime.settings.SETTINGS.monitor
-        run_offline(load_stack_config("dev"), stack="dev", build_dir=tmp_path)
+        run_offline(load_stack_config("dev", FIXTURE_STACKS_DIR), stack="dev", build_dir=tmp_path)
         assert (pulumi.get_project(), pulumi.get_stack()) == ("caller", "callerstack")
         assert pulumi.runtime.settings.SETTINGS.monitor is monitor
         assert pulumi.Config("caller").get("key") == "value"
@@ -79,14 +83,16 @@ def test_program_errors_propagate(tmp_path: Path) -> None:
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
-        run_offline(load_stack_config("dev"), build_dir=tmp_path, program=broken)
+        run_offline(
+            load_stack_config("dev", FIXTURE_STACKS_DIR), build_dir=tmp_path, program=broken
+        )
     # ...and the next run is unaffected.
-    assert declare_stack(load_stack_config("dev"), build_dir=tmp_path)
+    assert declare_stack(load_stack_config("dev", FIXTURE_STACKS_DIR), build_dir=tmp_path)
 
 
 def test_sink_sees_resources_as_they_register(tmp_path: Path) -> None:
     sink: list[DeclaredResource] = []
-    run = run_offline(load_stack_config("dev"), build_dir=tmp_path, sink=sink)
+    run = run_offline(load_stack_config("dev", FIXTURE_STACKS_DIR), build_dir=tmp_path, sink=sink)
     assert sorted(r.urn for r in sink) == sorted(r.urn for r in run.resources)
 
 
@@ -94,12 +100,15 @@ def test_stack_file_values(tmp_path: Path) -> None:
     path = tmp_path / "Pulumi.wrapped.yaml"
     path.write_text("config:\n  gcp:project:\n    value: acme-x\n  gcp:region: us-east1\n")
     assert load_stack_config(path) == {"gcp:project": "acme-x", "gcp:region": "us-east1"}
+    # A provider's secret is not needed offline (the provider is mocked); the kit's would be.
     secret = tmp_path / "Pulumi.secret.yaml"
-    secret.write_text("config:\n  gcp:project:\n    secure: AAABAC==\n")
-    with pytest.raises(ValueError, match="secret"):
+    secret.write_text("config:\n  gcp:project: acme-x\n  gcp:credentials:\n    secure: AAAB==\n")
+    assert load_stack_config(secret) == {"gcp:project": "acme-x"}
+    secret.write_text("config:\n  scheduler-dedup:alerts:\n    secure: AAABAC==\n")
+    with pytest.raises(StackFileError, match="scheduler-dedup:alerts is a secret, which the"):
         load_stack_config(secret)
-    with pytest.raises(FileNotFoundError, match="stacks: "):
-        load_stack_config("no-such-stack")
+    with pytest.raises(FileNotFoundError, match="stacks: dev, prod"):
+        load_stack_config("no-such-stack", FIXTURE_STACKS_DIR)
 
 
 def test_engine_config_strings() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from infra.plan import main, render
 from tests.infra.helpers import StackUnderTest
+from tests.stacks import fixture_stack_file
 
 
 def test_plan_prints_a_row_per_resource(stack: StackUnderTest) -> None:
@@ -29,14 +30,14 @@ def test_plan_shows_the_proxy(stack_runs: dict[str, StackUnderTest]) -> None:
         "routes=scheduler-dedup-daily-report->workflow:projects/acme-scheduler-prod/locations/"
         in text
     )
-    assert "roles/workflows.invoker -> serviceAccount:scheduler-dedup-proxy@" in text
+    assert "scheduler_dedup_proxy_workflow_starter -> serviceAccount:scheduler-dedup-proxy@" in text
     for output in ("proxyUrl", "proxyFunctionName", "proxyServiceAccount"):
         assert f"  {output}: " in text
     assert "proxy" not in render(stack_runs["dev"].run)
 
 
 def test_plan_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["dev"]) == 0
+    assert main([str(fixture_stack_file("dev"))]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Offline plan for stack 'dev'")
     assert "gcp:cloudscheduler/job:Job" in out

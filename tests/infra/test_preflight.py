@@ -21,6 +21,7 @@ from infra.preflight import (
     enable_command,
 )
 from tests.infra.helpers import run_entrypoint
+from tests.stacks import FIXTURE_STACKS_DIR
 
 PROJECT = "acme-scheduler-dev"
 GET_PROJECT = "gcp:organizations/getProject:getProject"
@@ -67,7 +68,7 @@ def run_failing(
     monkeypatch.setattr(offline, "KitMocks", FailingLookup)
     declared: list[DeclaredResource] = []
     with pytest.raises(Exception) as caught:
-        run_offline(load_stack_config("dev"), build_dir=tmp_path, sink=declared)
+        run_offline(load_stack_config("dev", FIXTURE_STACKS_DIR), build_dir=tmp_path, sink=declared)
     return caught.value, declared
 
 
@@ -105,7 +106,7 @@ def test_other_lookup_failures_pass_on_unchanged(
 
 
 def test_the_offline_mocks_pass_the_preflight(tmp_path: Path) -> None:
-    run = run_offline(load_stack_config("dev"), build_dir=tmp_path)
+    run = run_offline(load_stack_config("dev", FIXTURE_STACKS_DIR), build_dir=tmp_path)
     assert run.resources
 
 
@@ -140,7 +141,9 @@ def test_unrelated_errors_are_not_translated() -> None:
 # `pulumi up` runs infra/__main__.py: the message is one RunError, no traceback.
 @pytest.mark.timeout(180)
 def test_pulumi_up_reports_the_preflight_as_one_error() -> None:
-    outcome = run_entrypoint(load_stack_config("dev"), service_lookup_error=SU_DISABLED)
+    outcome = run_entrypoint(
+        load_stack_config("dev", FIXTURE_STACKS_DIR), service_lookup_error=SU_DISABLED
+    )
     assert outcome["outcome"].startswith("RunError: preflight: the Service Usage API")
     assert FIX in outcome["outcome"]
     assert outcome["declared"] == []

@@ -18,7 +18,7 @@ from dedup.proxy import ProxySettings
 from dedup.settings import Settings, SettingsError
 from dedup.targets import parse_target
 from infra.config import ConfigError, load_config
-from infra.dedup_proxy import BUILD_TRIGGER_PERMISSIONS, ENTRY_POINT
+from infra.dedup_proxy import ENTRY_POINT, WORKFLOW_START_PERMISSIONS
 from infra.offline import run_offline
 from policies import offline_check
 from tests.infra.helpers import (
@@ -40,6 +40,10 @@ RUN_JOB = f"projects/{PROJECT}/locations/europe-west4/jobs/reindex"
 RUN_JOB_2 = f"projects/{PROJECT}/locations/{REGION}/jobs/compact"
 TRIGGER = f"projects/{PROJECT}/locations/global/triggers/nightly-release"
 DATABASE_CONDITION = f'resource.name == "projects/{PROJECT}/databases/scheduler-dedup"'
+TOPIC = "gcp:pubsub/topic:Topic"
+TOPIC_IAM = "gcp:pubsub/topicIAMMember:TopicIAMMember"
+SECRET = "gcp:secretmanager/secret:Secret"
+SECRET_IAM = "gcp:secretmanager/secretIamMember:SecretIamMember"
 
 
 def job(name: str, proxy: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
@@ -153,12 +157,17 @@ def test_proxy_environment_is_what_the_proxy_accepts(proxied: StackUnderTest) ->
     shared = {k: v for k, v in dedup_env.items() if k not in ("DEDUP_JOB", "DEDUP_JOB_ROUTES")}
     assert {k: v for k, v in env.items() if not k.startswith("DEDUP_PROXY_")} == shared
     assert set(env) - set(shared) == {"DEDUP_PROXY_ROUTES", "DEDUP_PROXY_TIMEOUT_SECONDS"}
+    # The token secret is no plain variable: Cloud Run reads it from Secret Manager.
+    assert "DEDUP_TOKEN_SECRET" not in env
+    (secret_env,) = proxied.proxy.props["serviceConfig"]["secretEnvironmentVariables"]
+    assert secret_env["key"] == "DEDUP_TOKEN_SECRET"
+    assert secret_env["secret"] == proxied.one(SECRET).props["secretId"]
     assert "DEDUP_PROXY_API_BASE" not in env, "never in a deployed stack"
     assert env["DEDUP_PROXY_TIMEOUT_SECONDS"] == str(proxied.config.proxy_timeout_seconds)
 
     # The function's own parsers accept it and see every proxied job's target.
     Settings.from_env(env)
-    settings = ProxySettings.from_env(env)
+    settings = ProxySettings.from_env({**env, "DEDUP_TOKEN_SECRET": "s" * 64})
     assert settings.default is None
     assert settings.api_base is None
     assert settings.timeout_seconds == proxied.config.proxy_timeout_seconds
@@ -212,15 +221,26 @@ def test_invoker_holds_run_invoker_on_the_proxy_service_only(proxied: StackUnder
     assert all(g.type == RUN_IAM for g in invoker_grants)
 
 
+ALWAYS = {"roles/datastore.user", "roles/secretmanager.secretAccessor"}
+WORKFLOW_STARTER = f"projects/{PROJECT}/roles/scheduler_dedup_proxy_workflow_starter"
+
+
 def test_workflow_target_roles(runs: dict[str, StackUnderTest]) -> None:
     stack = runs["workflow"]
     roles = proxy_roles(stack)
-    assert set(roles) == {"roles/datastore.user", "roles/workflows.invoker"}
-    (invoker,) = roles["roles/workflows.invoker"]
+    role = stack.one(CUSTOM_ROLE)
+    # Only the permission starting an execution checks: no reading other executions.
+    assert role.props["permissions"] == list(WORKFLOW_START_PERMISSIONS) == [
+        "workflows.executions.create"
+    ]
+    assert f"projects/{PROJECT}/roles/{role.props['roleId']}" == WORKFLOW_STARTER
+    assert set(roles) == ALWAYS | {WORKFLOW_STARTER}
+    (starter,) = roles[WORKFLOW_STARTER]
     # Project level: Workflows roles cannot be granted on one workflow.
-    assert invoker.type == PROJECT_IAM
-    assert invoker.props["project"] == PROJECT
-    assert "condition" not in invoker.props
+    assert starter.type == PROJECT_IAM
+    assert starter.props["project"] == PROJECT
+    assert "condition" not in starter.props
+    assert role.urn in starter.dependencies
     apis = {s.props["service"] for s in stack.all(SERVICE)}
     assert {"workflows.googleapis.com", "workflowexecutions.googleapis.com"} <= apis
 
@@ -228,7 +248,7 @@ def test_workflow_target_roles(runs: dict[str, StackUnderTest]) -> None:
 def test_run_job_target_roles(runs: dict[str, StackUnderTest]) -> None:
     stack = runs["run_job"]
     roles = proxy_roles(stack)
-    assert set(roles) == {"roles/datastore.user", "roles/run.jobsExecutorWithOverrides"}
+    assert set(roles) == ALWAYS | {"roles/run.jobsExecutorWithOverrides"}
     (grant,) = roles["roles/run.jobsExecutorWithOverrides"]
     assert grant.type == JOB_IAM, "granted on the job, not the project"
     assert grant.props["project"] == PROJECT
@@ -238,30 +258,35 @@ def test_run_job_target_roles(runs: dict[str, StackUnderTest]) -> None:
 
 
 def test_build_trigger_target_roles(runs: dict[str, StackUnderTest]) -> None:
+    """Nothing on Cloud Build (builds.create would create any build as the project's build
+    account): pubsub.publisher on the one topic the trigger listens to."""
     stack = runs["build_trigger"]
     roles = proxy_roles(stack)
-    role = stack.one(CUSTOM_ROLE)
-    assert role.props["permissions"] == list(BUILD_TRIGGER_PERMISSIONS) == [
-        "cloudbuild.builds.create"
-    ]
-    assert role.props["project"] == PROJECT
-    assert role.props["roleId"] == "scheduler_dedup_proxy_trigger_runner"
-    custom_name = f"projects/{PROJECT}/roles/{role.props['roleId']}"
-    assert set(roles) == {"roles/datastore.user", custom_name}
-    (grant,) = roles[custom_name]
-    assert grant.type == PROJECT_IAM
-    assert role.urn in grant.dependencies
+    assert stack.all(CUSTOM_ROLE) == []
+    assert set(roles) == ALWAYS | {"roles/pubsub.publisher"}
+    (grant,) = roles["roles/pubsub.publisher"]
+    topic = stack.one(TOPIC)
+    assert grant.type == TOPIC_IAM
+    assert topic.props["name"] == grant.props["topic"] == "scheduler-dedup-build-nightly-release"
+    assert topic.props["project"] == grant.props["project"] == PROJECT
+    # The proxy is told that topic; the trigger's own settings say it listens to it.
+    assert stack.proxy is not None
+    routes = json.loads(stack.proxy.props["serviceConfig"]["environmentVariables"][
+        "DEDUP_PROXY_ROUTES"])
+    assert routes["scheduler-dedup-release"]["topic"] == (
+        f"projects/{PROJECT}/topics/scheduler-dedup-build-nightly-release")
+    assert "cloudbuild.builds.create" not in json.dumps([r.props for r in stack.run.resources])
 
 
 def test_every_target_once_and_nothing_more(runs: dict[str, StackUnderTest]) -> None:
     stack = runs["all-three"]
     roles = proxy_roles(stack)
-    custom_name = f"projects/{PROJECT}/roles/scheduler_dedup_proxy_trigger_runner"
     assert {role: len(grants) for role, grants in roles.items()} == {
         "roles/datastore.user": 1,
-        "roles/workflows.invoker": 1,  # two jobs, one workflow, one project grant
+        "roles/secretmanager.secretAccessor": 1,
+        WORKFLOW_STARTER: 1,  # two jobs, one workflow, one project grant
         "roles/run.jobsExecutorWithOverrides": 2,  # one per job
-        custom_name: 1,
+        "roles/pubsub.publisher": 1,  # on the trigger's topic
     }
     jobs = {
         (g.props["location"], g.props["name"])
@@ -347,7 +372,9 @@ def test_config_and_proxy_agree(
     if container is not None:
         proxy["container"] = container
     try:
-        parse_target(target, resource, token, container, "test")
+        # The program adds the topic a build trigger's route publishes to (not config).
+        topic = f"projects/{PROJECT}/topics/builds" if target == "build_trigger" else None
+        parse_target(target, resource, token, container, "test", topic)
         proxy_accepts = True
     except SettingsError:
         proxy_accepts = False
@@ -358,3 +385,59 @@ def test_config_and_proxy_agree(
         assert all(k.startswith("scheduler-dedup:jobs[1].proxy") for k in exc.keys), exc
         config_accepts = False
     assert proxy_accepts is config_accepts is valid
+
+
+def test_the_token_secret_is_readable_by_the_proxy_and_the_listed_readers_only(
+    runs: dict[str, StackUnderTest], tmp_path: Path
+) -> None:
+    stack = runs["workflow"]
+    secret = stack.one(SECRET)
+    assert secret.props["secretId"] == "scheduler-dedup-token-secret"
+    (grant,) = stack.all(SECRET_IAM)
+    assert grant.props == {
+        "project": PROJECT, "secretId": "scheduler-dedup-token-secret",
+        "role": "roles/secretmanager.secretAccessor",
+        "member": f"serviceAccount:{stack.account_email('proxy')}",
+    }
+    (version,) = stack.all("gcp:secretmanager/secretVersion:SecretVersion")
+    (value,) = stack.all("random:index/randomPassword:RandomPassword")
+    assert value.props == {"length": 64, "special": False}
+    assert value.urn in version.dependencies
+
+    reader = f"reports@{PROJECT}.iam.gserviceaccount.com"
+    raw = {**CONFIGS["workflow"], "scheduler-dedup:tokenSecretReaders": [reader]}
+    run = run_offline(raw, stack="test", build_dir=tmp_path)
+    members = {g.props["member"] for g in run.of_type(SECRET_IAM)}
+    assert members == {f"serviceAccount:{stack.account_email('proxy')}",
+                       f"serviceAccount:{reader}"}
+
+
+@pytest.mark.parametrize(
+    ("target", "resource", "token"),
+    [("workflow", WORKFLOW, "job"), ("workflow", WORKFLOW, "payload"),
+     ("workflow", WORKFLOW, "schedule_time"), ("run_job", RUN_JOB, "DEDUP_SCHEDULE_TIME")],
+)
+def test_reserved_token_names_are_config_errors(target: str, resource: str, token: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config(stack_config(job("j", {"target": target, "resource": resource,
+                                           "tokenName": token})))
+    assert "is reserved" in str(raised.value)
+    assert "scheduler-dedup:jobs[1].proxy.tokenName" in raised.value.keys
+
+
+def test_config_and_proxy_reserve_the_same_token_names() -> None:
+    from dedup.targets import RESERVED_TOKEN_NAMES
+    from infra.config import PROXY_RESERVED_TOKEN_NAMES
+
+    assert {k.value: v for k, v in RESERVED_TOKEN_NAMES.items()} == dict(
+        PROXY_RESERVED_TOKEN_NAMES)
+
+
+def test_token_secret_readers_need_a_proxied_job() -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config(stack_config(
+            tokenSecretReaders=[f"reports@{PROJECT}.iam.gserviceaccount.com"]))
+    assert "no job calls the proxy" in str(raised.value)
+    with pytest.raises(ConfigError) as raised:
+        load_config({**CONFIGS["workflow"], "scheduler-dedup:tokenSecretReaders": ["not-mail"]})
+    assert "scheduler-dedup:tokenSecretReaders[0]" in str(raised.value)

@@ -20,6 +20,7 @@ from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator, Outcome, RunContext
 from infra import runs
 from infra.config import StackConfig
+from tests.stacks import FIXTURE_STACKS_DIR
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -74,7 +75,11 @@ class Protocol:
         return RunKey(PROJECT, REGION, self.job_id, t)
 
     def completed(self, t: datetime) -> None:
-        assert self._dedup(t).run(self.key(t), _ok, b"", {}).outcome is Outcome.COMPLETED
+        self.completed_key(self.key(t), t)
+
+    def completed_key(self, key: RunKey, clock: datetime) -> None:
+        """Any run (a re-run's generation too), completed at `clock`."""
+        assert self._dedup(clock).run(key, _ok, b"", {}).outcome is Outcome.COMPLETED
 
     def failed(self, t: datetime, attempts: int) -> None:
         for _ in range(attempts):
@@ -155,8 +160,11 @@ def test_runs_not_yet_due_and_a_job_that_never_ran(tmp_path: Path, collection_na
 def test_unknown_stack_and_unknown_job(tmp_path: Path, collection_name: str) -> None:
     code, out, err = run_main("no-such-stack")
     assert code == 2 and out == ""
-    assert err.startswith("make runs: unknown stack 'no-such-stack' (stacks: dev, prod")
+    assert err.startswith("make runs: unknown stack 'no-such-stack' (stacks: ")
     assert err.count("\n") == 1
+    known = r"unknown stack 'no-such-stack' \(stacks: dev, prod\)"
+    with pytest.raises(runs.RunsError, match=known):
+        runs.stack_config("no-such-stack", FIXTURE_STACKS_DIR)
     code, _, err = run_main(str(stack_file(tmp_path, collection_name)), "--job", "nightly")
     assert code == 2
     assert err == "make runs: no job 'nightly' in the stack (jobs: heartbeat, hourly-sync)\n"

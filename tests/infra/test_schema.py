@@ -18,9 +18,9 @@ from jsonschema import Draft202012Validator
 from infra import schema
 from infra.config import DEFAULTS, ConfigError, load_config
 from infra.program import REPO_ROOT
+from tests.stacks import FIXTURE_STACKS, fixture_stack_file
 
-STACK_FILES = ("Pulumi.dev.yaml", "Pulumi.prod.yaml")
-SCHEMA_COMMENT = "# yaml-language-server: $schema=schema/stack.schema.json"
+SCHEMA_COMMENT = "# yaml-language-server: $schema="
 Stack = dict[str, Any]
 
 
@@ -28,8 +28,8 @@ def validator() -> Draft202012Validator:
     return Draft202012Validator(json.loads((REPO_ROOT / schema.SCHEMA_PATH).read_text()))
 
 
-def stack_file(name: str = "Pulumi.prod.yaml") -> Stack:
-    data: Stack = yaml.safe_load((REPO_ROOT / name).read_text())
+def stack_file(stack: str = "prod") -> Stack:
+    data: Stack = yaml.safe_load(fixture_stack_file(stack).read_text())
     return data
 
 
@@ -42,11 +42,15 @@ def test_the_schema_is_a_valid_json_schema() -> None:
     Draft202012Validator.check_schema(json.loads((REPO_ROOT / schema.SCHEMA_PATH).read_text()))
 
 
-@pytest.mark.parametrize("name", STACK_FILES)
-def test_example_stack_files_name_and_pass_the_schema(name: str) -> None:
-    text = (REPO_ROOT / name).read_text()
-    assert text.splitlines()[0] == SCHEMA_COMMENT
-    assert (REPO_ROOT / name).parent.joinpath(schema.SCHEMA_PATH).is_file()
+@pytest.mark.parametrize("stack", FIXTURE_STACKS)
+def test_example_stack_files_name_and_pass_the_schema(stack: str) -> None:
+    path = fixture_stack_file(stack)
+    text = path.read_text()
+    first = text.splitlines()[0]
+    assert first.startswith(SCHEMA_COMMENT)
+    # The editor resolves the schema's path relative to the stack file.
+    named = (path.parent / first.removeprefix(SCHEMA_COMMENT)).resolve()
+    assert named == (REPO_ROOT / schema.SCHEMA_PATH).resolve()
     errors = [e.message for e in validator().iter_errors(yaml.safe_load(text))]
     assert errors == []
 
@@ -105,12 +109,23 @@ def test_a_broken_stack_file_fails_the_schema_and_the_config(
         load_config(broken.get("config", {}))
 
 
-def test_other_namespaces_and_stack_file_keys_pass() -> None:
-    stack = copy.deepcopy(stack_file("Pulumi.dev.yaml"))
+def test_provider_namespaces_and_stack_file_keys_pass() -> None:
+    stack = copy.deepcopy(stack_file("dev"))
     stack["config"]["gcp:zone"] = "europe-west1-b"
-    stack["config"]["other-project:anything"] = {"nested": [1, 2]}
+    stack["config"]["pulumi:tags"] = {"team": "billing"}
     stack["encryptionsalt"] = "v1:abc"
     assert validator().is_valid(stack)
+    load_config(stack["config"])
+
+
+@pytest.mark.parametrize("key", ["maxInstances", "scheduler_dedup:maxInstances", "other:x"])
+def test_keys_in_no_known_namespace_fail_the_schema_and_the_config(key: str) -> None:
+    stack = copy.deepcopy(stack_file("dev"))
+    stack["config"][key] = 3
+    assert not validator().is_valid(stack)
+    with pytest.raises(ConfigError) as caught:
+        load_config(stack["config"])
+    assert caught.value.keys == (key,)
 
 
 def test_every_setting_has_a_one_line_description() -> None:
@@ -126,34 +141,35 @@ def test_pulumi_yaml_declares_the_defaults_of_the_models() -> None:
 
 def drifted_copy(tmp_path: Path) -> Path:
     """A copy of the generated files' homes, each generated part stale or missing."""
-    for name in ("Pulumi.yaml", "README.md"):
+    (tmp_path / "docs").mkdir()
+    for name in ("Pulumi.yaml", str(schema.REFERENCE_PATH)):
         shutil.copy(REPO_ROOT / name, tmp_path / name)
     pulumi_yaml = tmp_path / "Pulumi.yaml"
     pulumi_yaml.write_text(pulumi_yaml.read_text().replace("default: 604800", "default: 60"))
-    readme = tmp_path / "README.md"
+    readme = tmp_path / schema.REFERENCE_PATH
     readme.write_text(readme.read_text().replace("| `leaseSeconds` |", "| `leaseSecs` |"))
     return tmp_path
 
 
 def test_make_schema_rewrites_what_drifted(tmp_path: Path) -> None:
     root = drifted_copy(tmp_path)
-    assert set(schema.stale(root)) == {root / "Pulumi.yaml", root / "README.md",
+    assert set(schema.stale(root)) == {root / "Pulumi.yaml", root / schema.REFERENCE_PATH,
                                        root / schema.SCHEMA_PATH}
     assert schema.main(["--check"], root=root) == 1
     assert schema.main([], root=root) == 0
     assert schema.stale(root) == {}
-    for name in ("Pulumi.yaml", "README.md", str(schema.SCHEMA_PATH)):
+    for name in ("Pulumi.yaml", str(schema.REFERENCE_PATH), str(schema.SCHEMA_PATH)):
         assert (root / name).read_text() == (REPO_ROOT / name).read_text(), name
     assert schema.main(["--check"], root=root) == 0
 
 
 def test_the_rewrite_keeps_everything_outside_the_markers(tmp_path: Path) -> None:
     root = drifted_copy(tmp_path)
-    readme = root / "README.md"
-    readme.write_text(readme.read_text().replace("### Configuration reference",
-                                                 "### Configuration reference (edited)"))
+    readme = root / schema.REFERENCE_PATH
+    readme.write_text(readme.read_text().replace("## Stack configuration",
+                                                 "## Stack configuration (edited)"))
     schema.main([], root=root)
-    assert "### Configuration reference (edited)" in readme.read_text()
+    assert "## Stack configuration (edited)" in readme.read_text()
     assert "| `leaseSeconds` |" in readme.read_text()
 
 

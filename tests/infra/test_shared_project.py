@@ -40,6 +40,7 @@ from tests.infra.helpers import (
     SERVICE,
     SLEEP,
 )
+from tests.stacks import FIXTURE_STACKS_DIR
 
 SHARED_PROJECT = "acme-scheduler-shared"
 SHARED_REGION = "europe-west1"
@@ -76,10 +77,23 @@ IDENTITIES: dict[str, Callable[[Mapping[str, Any]], Identity]] = {
     ALERT_POLICY: lambda p: ("alert policy", p["displayName"]),
     CHANNEL: lambda p: ("notification channel", p["displayName"]),
     DASHBOARD: lambda p: ("dashboard", json.loads(p["dashboardJson"])["displayName"]),
+    # The proxy's token secret and grants on it; a build trigger's topic and grant on it.
+    "gcp:secretmanager/secret:Secret": lambda p: ("secret", p["secretId"]),
+    "gcp:secretmanager/secretIamMember:SecretIamMember": lambda p: (
+        "secret grant", p["secretId"], p["role"], p["member"]),
+    "gcp:pubsub/topic:Topic": lambda p: ("Pub/Sub topic", p["name"]),
+    "gcp:pubsub/topicIAMMember:TopicIAMMember": lambda p: (
+        "topic grant", p["topic"], p["role"], p["member"]),
 }
-# Not Google Cloud resources: the components, and the wait for IAM propagation (a local
-# timer of the `time` provider).
-NOT_IN_THE_PROJECT = (SLEEP,)
+# Not Google Cloud resources of their own: the components, the wait for IAM propagation (a
+# local timer of the `time` provider), and the two below.
+# The token secret's version is numbered within its secret (classified above), and its
+# value is a local random string of the `random` provider.
+NOT_IN_THE_PROJECT = (
+    SLEEP,
+    "gcp:secretmanager/secretVersion:SecretVersion",
+    "random:index/randomPassword:RandomPassword",
+)
 
 
 def identities(run: OfflineRun) -> dict[Identity, DeclaredResource]:
@@ -114,24 +128,26 @@ def in_shared_project(config: Mapping[str, Any], **kit: Any) -> dict[str, Any]:
     return moved
 
 
+# The fixture stacks (tests/stacks/); in_shared_project copies them.
+DEV = load_stack_config("dev", FIXTURE_STACKS_DIR)
+PROD = load_stack_config("prod", FIXTURE_STACKS_DIR)
+
 PAIRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # The same jobs (same jobs[].name) in two stacks: dev and a staging copy of it whose
     # database defaults to its prefix.
     "dev-and-staging": (
-        in_shared_project(load_stack_config("dev")),
-        in_shared_project(
-            load_stack_config("dev"), namePrefix="sched-dedup-stg", databaseName=None
-        ),
+        in_shared_project(DEV),
+        in_shared_project(DEV, namePrefix="sched-dedup-stg", databaseName=None),
     ),
     # Both example stacks, the proxy (and its custom-role-free workflow grant) included.
     "dev-and-prod": (
-        in_shared_project(load_stack_config("dev")),
-        in_shared_project(load_stack_config("prod")),
+        in_shared_project(DEV),
+        in_shared_project(PROD),
     ),
     # Two stacks that leave every name at its default but the prefix.
     "defaults": (
-        in_shared_project(load_stack_config("dev"), namePrefix="team-a", databaseName=None),
-        in_shared_project(load_stack_config("dev"), namePrefix="team-b", databaseName=None),
+        in_shared_project(DEV, namePrefix="team-a", databaseName=None),
+        in_shared_project(DEV, namePrefix="team-b", databaseName=None),
     ),
 }
 
@@ -190,10 +206,10 @@ def test_the_function_routes_the_job_ids_its_stack_deploys(
 
 def test_names_follow_from_the_prefix() -> None:
     cfg = load_config(
-        in_shared_project(load_stack_config("dev"), namePrefix="team-a", databaseName=None)
+        in_shared_project(DEV, namePrefix="team-a", databaseName=None)
     )
     run = run_offline(
-        in_shared_project(load_stack_config("dev"), namePrefix="team-a", databaseName=None),
+        in_shared_project(DEV, namePrefix="team-a", databaseName=None),
         stack="team-a",
     )
     assert cfg.dedup.database_name == "team-a"
@@ -223,7 +239,7 @@ def test_names_follow_from_the_prefix() -> None:
 
 
 def dev_with(**kit: Any) -> dict[str, Any]:
-    return in_shared_project(load_stack_config("dev"), **kit)
+    return in_shared_project(DEV, **kit)
 
 
 @pytest.mark.parametrize(

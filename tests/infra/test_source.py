@@ -15,6 +15,7 @@ from infra.offline import load_stack_config, run_offline
 from infra.program import DEFAULT_SOURCE_DIR
 from infra.source import ZIP_EPOCH, build_source_archive, source_files, write_source_archive
 from tests.infra.helpers import OBJECT
+from tests.stacks import FIXTURE_STACKS_DIR
 
 
 @pytest.fixture
@@ -112,7 +113,10 @@ def test_missing_source_dir_is_a_clear_error(tmp_path: Path) -> None:
 
 def _object_name(source_dir: Path, build_dir: Path) -> tuple[str, str]:
     run = run_offline(
-        load_stack_config("dev"), stack="dev", source_dir=source_dir, build_dir=build_dir
+        load_stack_config("dev", FIXTURE_STACKS_DIR),
+        stack="dev",
+        source_dir=source_dir,
+        build_dir=build_dir,
     )
     obj = run.one(OBJECT).props["name"]
     build = run.by_name("dedup-function").props["buildConfig"]

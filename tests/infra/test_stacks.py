@@ -1,5 +1,6 @@
-"""The dev and prod stack files, run under Pulumi's mocks: every resource the spec
-(section 3) requires exists with the property values it requires."""
+"""The fixture dev and prod stacks (tests/stacks/), run under Pulumi's mocks: every resource
+the kit needs exists with the property values the dedup guarantee and least privilege
+require."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from collections import Counter
 import pytest
 
 from dedup.settings import Settings
-from infra.config import StackConfig
-from infra.dedup_proxy import TARGET_APIS
+from infra.config import AT_MOST_ONCE, RETRY_COUNT_DEFAULT, StackConfig
+from infra.dedup_proxy import SECRET_APIS, TARGET_APIS
 from infra.dedup_service import REQUIRED_APIS
 from infra.program import DEFAULT_SOURCE_DIR
 from infra.scheduler_rules import (
+    ATTEMPT_DEADLINE_DEFAULT_SECONDS,
     fast_failure_retry_span_seconds,
     retry_duration_to_recover_seconds,
 )
@@ -80,7 +82,10 @@ def expected_counts(cfg: StackConfig) -> Counter[str]:
     targets = list(cfg.proxy_routes().values())
     if targets:
         kinds = {t.target for t in targets}
-        extra_apis = {api for k in kinds for api in TARGET_APIS[k]} - set(REQUIRED_APIS)
+        extra_apis = (
+            {api for k in kinds for api in TARGET_APIS[k]} | set(SECRET_APIS)
+        ) - set(REQUIRED_APIS)
+        triggers = len({t.resource for t in targets if t.target == "build_trigger"})
         counts.update(
             {
                 PROXY_COMPONENT: 1,
@@ -88,10 +93,20 @@ def expected_counts(cfg: StackConfig) -> Counter[str]:
                 ACCOUNT: 1,
                 RUN_IAM: 1,
                 SERVICE: len(extra_apis),
-                # datastore.user, plus workflows.invoker and the trigger-runner role
-                PROJECT_IAM: 1 + ("workflow" in kinds) + ("build_trigger" in kinds),
+                # datastore.user, plus the workflow-starter role (a custom role)
+                PROJECT_IAM: 1 + ("workflow" in kinds),
                 JOB_IAM: len({t.resource for t in targets if t.target == "run_job"}),
-                CUSTOM_ROLE: int("build_trigger" in kinds),
+                CUSTOM_ROLE: int("workflow" in kinds),
+                # A build trigger: its topic, and pubsub.publisher on it (nothing project-wide)
+                "gcp:pubsub/topic:Topic": triggers,
+                "gcp:pubsub/topicIAMMember:TopicIAMMember": triggers,
+                # The token secret, its one version and value, and the proxy's and each
+                # tokenSecretReaders account's accessor grant on it
+                "gcp:secretmanager/secret:Secret": 1,
+                "gcp:secretmanager/secretVersion:SecretVersion": 1,
+                "random:index/randomPassword:RandomPassword": 1,
+                "gcp:secretmanager/secretIamMember:SecretIamMember":
+                    1 + len(cfg.token_secret_readers),
                 SLEEP: 1,  # the proxy's own wait for its account's grants
             }
         )
@@ -162,9 +177,10 @@ def test_children_are_parented_to_their_component(stack: StackUnderTest) -> None
 
 def test_apis_enabled_and_kept_on_destroy(stack: StackUnderTest) -> None:
     services = stack.all(SERVICE)
-    proxy_apis = {
-        api for t in stack.config.proxy_routes().values() for api in TARGET_APIS[t.target]
-    }
+    routes = stack.config.proxy_routes().values()
+    proxy_apis = {api for t in routes for api in TARGET_APIS[t.target]}
+    if routes:  # the proxy's token secret
+        proxy_apis |= set(SECRET_APIS)
     assert {s.props["service"] for s in services} == set(REQUIRED_APIS) | proxy_apis
     for needed in (
         "cloudfunctions.googleapis.com",
@@ -349,6 +365,7 @@ def test_function_environment(stack: StackUnderTest) -> None:
         "DEDUP_JOB_ROUTES": env["DEDUP_JOB_ROUTES"],
         "DEDUP_STORE_TIMEOUT_SECONDS": str(cfg.dedup.store_timeout_seconds),
         "DEDUP_CACHE_SIZE": str(cfg.dedup.cache_size),
+        "DEDUP_FORCED_RUN_MARGIN_SECONDS": str(cfg.dedup.forced_run_margin_seconds),
         "DEDUP_ALLOWED_CALLERS": stack.account_email("invoker"),
     }
     routes = json.loads(env["DEDUP_JOB_ROUTES"])
@@ -462,9 +479,13 @@ def test_scheduler_jobs(stack: StackUnderTest) -> None:
         assert props["timeZone"] == raw.get("timeZone", "Etc/UTC")
         assert props["region"] == cfg.region
         assert props["project"] == cfg.project
-        assert props["attemptDeadline"] == f"{raw['attemptDeadlineSeconds']}s"
+        deadline = raw.get("attemptDeadlineSeconds", ATTEMPT_DEADLINE_DEFAULT_SECONDS)
+        assert props["attemptDeadline"] == f"{deadline}s"
         retry = props["retryConfig"]
-        assert retry["retryCount"] == job.retry.retry_count == raw["retry"].get("retryCount", 0)
+        raw_retry = raw.get("retry") or {}
+        retries = 0 if raw_retry == AT_MOST_ONCE else raw_retry.get("retryCount",
+                                                                    RETRY_COUNT_DEFAULT)
+        assert retry["retryCount"] == job.retry.retry_count == retries
         assert retry["minBackoffDuration"] == f"{job.retry.min_backoff_seconds:g}s"
         assert retry["maxBackoffDuration"] == f"{job.retry.max_backoff_seconds:g}s"
         assert retry["maxRetryDuration"] == f"{job.retry.max_retry_duration_seconds:g}s"
@@ -481,7 +502,10 @@ def test_scheduler_jobs(stack: StackUnderTest) -> None:
             "X-Dedup-Location": cfg.region,
             "Content-Type": "application/json",
         }
-        assert json.loads(base64.b64decode(target["body"])) == raw["body"]
+        if "body" in raw:
+            assert json.loads(base64.b64decode(target["body"])) == raw["body"]
+        else:
+            assert target.get("body") is None
 
 
 def test_audience_is_the_run_app_service_uri(stack: StackUnderTest) -> None:
@@ -571,7 +595,7 @@ def test_dedup_invariants_hold_in_the_stack_files(stack: StackUnderTest) -> None
 
 
 # Jobs that are deliberately at-most-once: not retried, so a crashed run is skipped.
-AT_MOST_ONCE = {"dev": {"heartbeat"}, "prod": set()}
+AT_MOST_ONCE_JOBS = {"dev": {"heartbeat"}, "prod": set()}
 
 
 def test_retried_jobs_recover_crashed_runs(stack: StackUnderTest) -> None:
@@ -586,4 +610,4 @@ def test_retried_jobs_recover_crashed_runs(stack: StackUnderTest) -> None:
         needed = retry_duration_to_recover_seconds(job.attempt_deadline_seconds, lease, job.retry)
         assert job.retry.max_retry_duration_seconds >= needed, job.name
         assert fast_failure_retry_span_seconds(job.retry) >= lease, job.name
-    assert unretried == AT_MOST_ONCE[stack.name]
+    assert unretried == AT_MOST_ONCE_JOBS[stack.name]

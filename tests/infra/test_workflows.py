@@ -75,7 +75,8 @@ def test_deploy_runs_on_push_to_main_test_then_dev_then_prod() -> None:
     assert any(s.get("run") == ".ci/run" for s in steps(jobs["test"]))
     assert jobs["dev"]["needs"] == "test"
     assert jobs["prod"]["needs"] == "dev"
-    assert jobs["dev"]["environment"] == "development"
+    # Only the prod-like stack deploys in an environment (required reviewers, main only).
+    assert "environment" not in jobs["dev"]
     assert jobs["prod"]["environment"] == "production"
 
 
@@ -86,7 +87,6 @@ def test_each_deploy_is_pulumi_up_with_the_policy_pack(stack: str) -> None:
     assert job["permissions"] == {"contents": "read", "id-token": "write"}
     assert job["env"]["STACK"] == "${{ vars.PULUMI_STACK_PREFIX }}" + stack
     assert job["env"]["STACK_FILE"] == stack
-    assert (REPO_ROOT / f"Pulumi.{stack}.yaml").exists()
     auth = step(job, "google-github-actions/auth")["with"]
     assert auth == {
         "workload_identity_provider": "${{ vars.GCP_WORKLOAD_IDENTITY_PROVIDER }}",
@@ -115,3 +115,49 @@ def test_zizmor_finds_nothing() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "No findings to report" in result.stdout + result.stderr
+
+
+def pulumi_step(s: dict[str, Any]) -> bool:
+    """A step that runs pulumi: the action, or a script calling the CLI."""
+    return s.get("uses", "").startswith("pulumi/actions@") or "pulumi " in s.get("run", "")
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_secrets_reach_only_the_steps_that_run_pulumi(path: Path) -> None:
+    """Not the workflow, not the job: checkout, the .venv build (which runs the packages it
+    installs) and the Google sign-in never see them."""
+    workflow = load(path)
+    assert "secrets." not in str(workflow.get("env", {}))
+    for name, job in workflow["jobs"].items():
+        assert "secrets." not in str(job.get("env", {})), f"{name}: secrets in the job's env"
+        for s in steps(job):
+            if "secrets." in str(s):
+                assert pulumi_step(s), f"{name}: a secret on a step that runs no pulumi: {s}"
+                assert set(s["env"]) <= {"PULUMI_ACCESS_TOKEN", "PULUMI_CONFIG_PASSPHRASE"}
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_environments_are_fixed_names_for_prod_like_deploys_only(path: Path) -> None:
+    """An `environment:` per matrix entry would create unprotected environments on demand."""
+    for name, job in load(path)["jobs"].items():
+        if "environment" in job:
+            assert job["environment"] == "production", name
+            assert any(pulumi_step(s) and s.get("with", {}).get("command") == "up"
+                       for s in steps(job)), name
+
+
+def test_the_preview_installs_before_any_credential_and_reads_only() -> None:
+    job = load(WORKFLOWS / "ci.yml")["jobs"]["preview"]
+    names = [s.get("uses", s.get("run", "")).split("@")[0] for s in steps(job)]
+    build = names.index("make .venv/stamp")
+    auth = names.index("google-github-actions/auth")
+    preview = names.index("pulumi/actions")
+    assert build < auth < preview
+    assert step(job, "google-github-actions/auth")["with"]["service_account"] == (
+        "${{ vars.GCP_SERVICE_ACCOUNT }}")  # the read-only account, not the deployer
+    up = steps(job)[preview]
+    assert up["with"]["command"] == "preview"
+    # Its own Pulumi token (read-only where the backend allows), never the deploy's.
+    assert up["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_PREVIEW_ACCESS_TOKEN }}"
+    assert "PULUMI_ACCESS_TOKEN }}" not in (WORKFLOWS / "ci.yml").read_text("utf-8").replace(
+        "PULUMI_PREVIEW_ACCESS_TOKEN }}", "")

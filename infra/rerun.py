@@ -1,0 +1,313 @@
+"""`make rerun STACK=prod JOB=invoice-sync TIME=2026-11-30T09:15:00+01:00 REASON="..."`:
+ask for one run of a job to be executed once more.
+
+    python -m infra.rerun STACK --job NAME --time RFC3339 --reason TEXT [--requested-by WHO]
+
+TIME must be one of the job's scheduled times (its cron in its time zone, as the watchdog
+computes them) and not in the future. The run's records are read by ID (generation 0, the
+run itself, and every re-run generation after it); the request is refused while the latest
+generation is in progress or an earlier request is still pending. Otherwise a request for
+generation latest + 1 is created (a conditional create in `<collection>_reruns`, its ID the
+new generation's run_id) with who asked and why, and the watchdog delivers it at its next
+tick, exactly once however often it is delivered (the dedup protocol); the records of the
+earlier generations are kept. A run that never ran at all (missed) gets generation 0: it is
+delivered late, once, as catch-up would.
+
+With `--now WATCHDOG_URL` (`make rerun ... NOW=1 WATCHDOG_URL=...`) the watchdog is asked
+for a tick right away, where the operator can reach it: a local or demo watchdog over
+plain http (no token), or one that accepts the ID token of the operator's credentials. A
+deployed watchdog serves only its Scheduler job's account (and internal traffic): there
+the request simply waits for the next tick.
+
+Firestore is the emulator when FIRESTORE_EMULATOR_HOST is set, otherwise the stack's
+database with Application Default Credentials (as `make runs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TextIO
+from zoneinfo import ZoneInfo
+
+from croniter import croniter
+
+# The function's source root imports as `dedup` (as in infra/runs.py).
+_FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
+if _FUNCTION_DIR not in sys.path:
+    sys.path.insert(0, _FUNCTION_DIR)
+
+from dedup.firestore_store import FirestoreRunStore  # noqa: E402
+from dedup.keys import RunKey  # noqa: E402
+from dedup.reruns import (  # noqa: E402
+    PENDING,
+    FirestoreRerunQueue,
+    RerunRequest,
+    reruns_collection,
+)
+from dedup.store import RecordExists, RunStatus, StoredRun, StoreError  # noqa: E402
+from dedup.watchdog import WatchedJob  # noqa: E402
+from infra.config import StackConfig  # noqa: E402
+from infra.runs import (  # noqa: E402
+    ADC_HINT,
+    RunsError,
+    first_line,
+    open_store,
+    stack_config,
+    watched_jobs,
+)
+
+# Generations read per batch while looking for the latest one.
+_GENERATION_BATCH = 16
+
+
+class RerunRefused(Exception):
+    """A one-line reason the re-run cannot be requested (and what to do instead)."""
+
+
+@dataclass(frozen=True)
+class Requested:
+    request: RerunRequest
+    previous: StoredRun | None  # the latest generation's record before this request
+
+
+def parse_time(text: str) -> datetime:
+    """TIME: an RFC 3339 instant with its UTC offset (Z or +01:00)."""
+    try:
+        instant = datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError:
+        raise RerunRefused(
+            f"TIME {text!r} is not an RFC 3339 time: give the run's schedule time with its "
+            "offset, e.g. 2026-11-30T09:15:00+01:00 or 2026-11-30T08:15:00Z"
+        ) from None
+    if instant.tzinfo is None:
+        raise RerunRefused(
+            f"TIME {text!r} has no UTC offset: add it (e.g. {text.strip()}+01:00 or "
+            f"{text.strip()}Z), so the instant is unambiguous"
+        )
+    return instant.astimezone(UTC)
+
+
+def check_scheduled(job: WatchedJob, instant: datetime, now: datetime) -> None:
+    """TIME is one of the job's scheduled times, at or before now."""
+    scheduled = list(job.schedule_times(instant - timedelta(seconds=1), instant))
+    if scheduled != [instant]:
+        zone = ZoneInfo(job.time_zone)
+        it = croniter(job.schedule, instant.astimezone(zone))
+        before: datetime = it.get_prev(datetime)
+        after: datetime = croniter(job.schedule, instant.astimezone(zone)).get_next(datetime)
+        raise RerunRefused(
+            f"{_both(instant, zone)} is not a scheduled time of job {job.name} "
+            f"({job.schedule!r} in {job.time_zone}): the nearest are {_both(before, zone)} "
+            f"and {_both(after, zone)}"
+        )
+    if instant > now:
+        raise RerunRefused(
+            f"{_both(instant, ZoneInfo(job.time_zone))} is in the future: only a run that "
+            "was due can be re-run"
+        )
+
+
+def _both(instant: datetime, zone: ZoneInfo) -> str:
+    local = instant.astimezone(zone).isoformat(timespec="minutes")
+    return f"{local} ({instant.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')})"
+
+
+def generations(
+    runs: FirestoreRunStore, project: str, location: str, job: str, instant: datetime
+) -> dict[int, StoredRun]:
+    """Every generation of the run that has a record, by generation (0: the run itself)."""
+    found: dict[int, StoredRun] = {}
+    start = 0
+    while True:
+        keys = {
+            g: RunKey(project, location, job, instant, generation=g)
+            for g in range(start, start + _GENERATION_BATCH)
+        }
+        records = runs.get_many([k.run_id for k in keys.values()])
+        batch = {g: records[k.run_id] for g, k in keys.items() if k.run_id in records}
+        found.update(batch)
+        if max(batch, default=-1) < start + _GENERATION_BATCH - 1:
+            return found
+        start += _GENERATION_BATCH
+
+
+def request_rerun(
+    cfg: StackConfig,
+    runs: FirestoreRunStore,
+    *,
+    job_name: str,
+    time_text: str,
+    reason: str,
+    requested_by: str,
+    now: datetime | None = None,
+) -> Requested:
+    """Validate and record one re-run request; RerunRefused says why not."""
+    now = now or datetime.now(UTC)
+    if not reason.strip():
+        raise RerunRefused('REASON is required: say why the run must execute again, e.g. '
+                           'REASON="invoice import fixed, re-sync 09:15"')
+    [job] = watched_jobs(cfg, job_name)
+    settings = next(j for j in cfg.jobs if cfg.job_id(j) == job.name)
+    if not cfg.watchdog_delivers_to(proxied=settings.proxy is not None):
+        raise RerunRefused(
+            f"stack {cfg.name_prefix!r}'s watchdog does not deliver re-runs: set "
+            "watchdog.reruns: true in the stack file (and `pulumi up`), so the watchdog may "
+            "call the job's function"
+        )
+    instant = parse_time(time_text)
+    check_scheduled(job, instant, now)
+    project, location = cfg.project, cfg.region
+    found = generations(runs, project, location, job.name, instant)
+    latest = max(found, default=-1)
+    queue = FirestoreRerunQueue(runs, reruns_collection(cfg.dedup.collection))
+    ids = {
+        RunKey(project, location, job.name, instant, generation=g).run_id: g
+        for g in range(0, latest + 2)
+    }
+    pending = sorted(
+        (r for r in queue.get_many(list(ids)).values() if r.status == PENDING),
+        key=lambda r: r.generation,
+    )
+    when = _both(instant, ZoneInfo(job.time_zone))
+    if pending:
+        first = pending[0]
+        raise RerunRefused(
+            f"a re-run of {job.name} @ {when} (generation {first.generation}, asked by "
+            f"{first.requested_by} at {first.requested_at:%Y-%m-%d %H:%M}Z) is still pending: "
+            "the watchdog delivers it at its next tick; see `make runs`"
+        )
+    previous = found.get(latest)
+    if previous is not None and previous.record.status is RunStatus.IN_PROGRESS and not (
+        previous.lease_expired
+    ):
+        raise RerunRefused(
+            f"generation {latest} of {job.name} @ {when} is in progress (attempt "
+            f"{previous.record.attempts}): wait until it has finished (see `make runs`), "
+            "then ask again"
+        )
+    request = RerunRequest(
+        project=project, location=location, job=job.name, schedule_time=instant,
+        generation=latest + 1, requested_by=requested_by, reason=reason.strip(),
+        requested_at=now,
+    )
+    try:
+        queue.create(request)
+    except RecordExists:
+        raise RerunRefused(
+            f"a re-run request for generation {request.generation} of {job.name} @ {when} "
+            "was created a moment ago by someone else: see `make runs`"
+        ) from None
+    return Requested(request, previous)
+
+
+def tick_now(url: str, timeout_seconds: float = 300) -> str:
+    """Ask the watchdog at `url` for a tick now; one line saying what became of it. Over
+    https with an ID token for `url` from the operator's credentials; over http (a local
+    watchdog) without one."""
+    import requests
+
+    from dedup.delivery import fetch_id_token
+
+    headers: dict[str, str] = {}
+    if url.startswith("https://"):
+        try:
+            headers["Authorization"] = f"Bearer {fetch_id_token(url)}"
+        except Exception as exc:  # user credentials cannot mint ID tokens, no ADC, ...
+            return (f"no tick now: no ID token for {url} ({first_line(exc)}); the watchdog "
+                    "delivers the request at its next tick")
+    try:
+        reply = requests.post(url, headers=headers, timeout=timeout_seconds)
+    except requests.RequestException as exc:
+        return f"no tick now: POST {url} failed ({first_line(exc)}); it waits for the next tick"
+    if reply.status_code != 200:
+        return (f"no tick now: the watchdog answered HTTP {reply.status_code} "
+                f"({reply.text[:200].strip()}); the request waits for its next tick")
+    delivered = reply.json().get("reruns", [])
+    shown = ", ".join(
+        f"{d['job']} @ {d['schedule_time']} generation {d['generation']}: {d['status']}"
+        for d in delivered
+    )
+    return f"tick now: the watchdog delivered {len(delivered)} re-run(s)" + (
+        f": {shown}" if shown else ""
+    )
+
+
+def who_asks(explicit: str | None) -> str:
+    """REQUESTED_BY, else the Application Default Credentials' account, else $USER."""
+    if explicit and explicit.strip():
+        return explicit.strip()
+    if not os.environ.get("FIRESTORE_EMULATOR_HOST"):
+        try:
+            import google.auth
+
+            credentials, _ = google.auth.default()
+            email = getattr(credentials, "service_account_email", None)
+            if isinstance(email, str) and "@" in email:
+                return email
+        except Exception:  # no ADC: the store open below says so, with the fix
+            pass
+    return os.environ.get("USER") or "unknown"
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    now: datetime | None = None,
+    client_factory: Callable[..., Any] | None = None,
+) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.rerun", description="Ask for one run of a job to be executed "
+        "once more (the watchdog delivers it, exactly once).")
+    parser.add_argument("stack", help="stack name (Pulumi.<stack>.yaml) or stack file path")
+    parser.add_argument("--job", required=True, help="the job (jobs[].name)")
+    parser.add_argument("--time", required=True, metavar="RFC3339",
+                        help="the run's schedule time, e.g. 2026-11-30T09:15:00+01:00")
+    parser.add_argument("--reason", required=True, help="why the run must execute again")
+    parser.add_argument("--requested-by", default=os.environ.get("REQUESTED_BY"),
+                        help="who asks (default: REQUESTED_BY, the ADC account or $USER)")
+    parser.add_argument("--now", metavar="WATCHDOG_URL",
+                        help="then ask the watchdog at this URL for a tick right away")
+    args = parser.parse_args(argv)
+    import google.auth.exceptions
+
+    try:
+        cfg = stack_config(args.stack)
+        runs = open_store(cfg, client_factory)
+        done = request_rerun(
+            cfg, runs, job_name=args.job, time_text=args.time, reason=args.reason,
+            requested_by=who_asks(args.requested_by), now=now,
+        )
+    except (RunsError, RerunRefused) as exc:
+        err.write(f"make rerun: {exc}\n")
+        return 2
+    except (StoreError, google.auth.exceptions.GoogleAuthError) as exc:
+        err.write(f"make rerun: cannot read or write the runs in database "
+                  f"{cfg.dedup.database_name!r} of project {cfg.project!r}: "
+                  f"{first_line(exc)}; {ADC_HINT}\n")
+        return 1
+    request = done.request
+    before = ("no record (never ran)" if done.previous is None
+              else f"{done.previous.record.status}")
+    out.write(
+        f"re-run requested: {request.job} @ "
+        f"{request.schedule_time.strftime('%Y-%m-%dT%H:%M:%SZ')}, generation "
+        f"{request.generation} (run_id {request.request_id}); latest before: {before}; "
+        f"asked by {request.requested_by}: {request.reason}\n"
+        f"The watchdog delivers it at its next tick (schedule {cfg.watchdog.schedule!r}, "
+        f"{cfg.watchdog.time_zone}); `make runs STACK={args.stack}` shows it.\n"
+    )
+    if args.now:
+        out.write(tick_now(args.now) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

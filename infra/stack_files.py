@@ -1,0 +1,115 @@
+"""The team's stack files: `Pulumi.<stack>.yaml` next to `Pulumi.yaml`, read as the Pulumi
+engine would hand their `config:` to the program.
+
+A light module (YAML only, no Pulumi SDK): the offline plan, the policy check, the infra
+tests (on their fixture stacks, tests/stacks/) and the Scheduler emulator read stack files
+with it, so a file that is not valid YAML is one line everywhere: file, line, column, fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from infra.config import PROVIDER_NAMESPACES
+
+STACK_FILE_DIR: Final = Path(__file__).resolve().parent.parent
+"""Where the team's stack files live: the repository root, next to Pulumi.yaml."""
+
+
+class StackFileError(ValueError):
+    """A stack file that cannot be read: the file, where, what is wrong and the fix."""
+
+
+def stack_file(stack: str, directory: Path = STACK_FILE_DIR) -> Path:
+    return directory / f"Pulumi.{stack}.yaml"
+
+
+def stack_names(directory: Path = STACK_FILE_DIR) -> list[str]:
+    """The stacks that have a `Pulumi.<stack>.yaml` file, sorted."""
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
+
+
+def stack_name_of(path: Path) -> str:
+    """`Pulumi.<stack>.yaml` (or `.yml`) -> the stack's name; any other file: its stem."""
+    name = path.name
+    if name.startswith("Pulumi.") and name.endswith((".yaml", ".yml")):
+        return name[len("Pulumi.") :].rsplit(".", 1)[0]
+    return path.stem
+
+
+def stack_path(stack_or_path: str | Path, directory: Path = STACK_FILE_DIR) -> Path:
+    """The stack file of a stack name (`Pulumi.<stack>.yaml` in `directory`) or a path."""
+    path = Path(stack_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = stack_file(str(stack_or_path), directory)
+    if not path.exists():
+        known = ", ".join(stack_names(directory)) or "none"
+        raise FileNotFoundError(f"no stack file {path} (stacks: {known})")
+    return path
+
+
+def load_stack_config(
+    stack_or_path: str | Path, directory: Path = STACK_FILE_DIR
+) -> dict[str, Any]:
+    """The `config:` mapping of a stack file, by stack name or by path.
+
+    Raises FileNotFoundError, or `StackFileError` (one line: file, line, column, fix) for a
+    file that is not valid YAML or has no `config:` mapping.
+    """
+    path = stack_path(stack_or_path, directory)
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise StackFileError(_yaml_error(path, exc)) from None
+    if not isinstance(document, Mapping):
+        raise StackFileError(f"{path} is not a YAML mapping. Fix: start it with 'config:'")
+    config = document.get("config") or {}
+    if not isinstance(config, Mapping):
+        raise StackFileError(f"{path}: 'config' is not a mapping. Fix: indent the settings "
+                             "under 'config:' as 'key: value' lines")
+    values: dict[str, Any] = {}
+    for key, value in config.items():
+        if _is_secret(value):
+            if str(key).rpartition(":")[0] in PROVIDER_NAMESPACES:
+                continue  # the providers are mocked offline: their secrets are not needed
+            raise StackFileError(
+                f"{path}: {key} is a secret, which the offline plan and policy check cannot "
+                "decrypt. Fix: give the kit's settings in plain text (none of them is secret)"
+            )
+        values[str(key)] = _unwrap_config_value(value)
+    return values
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """One line for a YAML syntax error: where, what, and how to fix it."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    what = f"{context}, {problem}" if context else problem
+    opened = getattr(exc, "context_mark", None)
+    if opened is not None and mark is not None and opened.line != mark.line:
+        what += f" (the construct starts at line {opened.line + 1}, column {opened.column + 1})"
+    if "\\t" in problem or "tab" in problem:
+        fix = "indent with spaces, not tabs"
+    else:
+        fix = ("check that line and the one before: indent with spaces as the lines around it, "
+               "put a space after each ':', and quote values that contain ': ' or '#' or start "
+               "with '*', '&', '{' or '['")
+    return f"{where}: not valid YAML: {what}. Fix: {fix}"
+
+
+def _unwrap_config_value(value: Any) -> Any:
+    """Stack files may write `key: {value: ...}`."""
+    if isinstance(value, Mapping) and set(value) == {"value"}:
+        return value["value"]
+    return value
+
+
+def _is_secret(value: Any) -> bool:
+    """`key: {secure: <ciphertext>}`: only the Pulumi CLI can decrypt it."""
+    return isinstance(value, Mapping) and set(value) == {"secure"}

@@ -1,0 +1,218 @@
+"""Job logic resolved offline: `make plan` and `make policy-check` import every job's
+`module:function` in the function's environment and fail naming the key, what is missing
+and the closest match; stack files that are not valid YAML are one clear line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.config import ConfigError, load_config
+from infra.job_logic import check_job_logic, job_logic_uses, job_modules
+from infra.offline import load_stack_config
+from infra.program import REPO_ROOT
+from tests.stacks import FIXTURE_STACKS, FIXTURE_STACKS_DIR, fixture_stack_file
+
+JOBS = "scheduler-dedup:jobs"
+
+
+def dev_with(change: Callable[[dict[str, Any]], None], tmp_path: Path) -> Path:
+    """The fixture dev stack with `change` made to its config, as Pulumi.broken.yaml."""
+    document = yaml.safe_load(fixture_stack_file("dev").read_text(encoding="utf-8"))
+    change(document["config"])
+    path = tmp_path / "Pulumi.broken.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    return path
+
+
+def job_logic(index: int, spec: str) -> Callable[[dict[str, Any]], None]:
+    def change(config: dict[str, Any]) -> None:
+        config[JOBS][index]["jobLogic"] = spec
+
+    return change
+
+
+def default_job_logic(spec: str) -> Callable[[dict[str, Any]], None]:
+    def change(config: dict[str, Any]) -> None:
+        config["scheduler-dedup:defaultJobLogic"] = spec
+
+    return change
+
+
+# Each entry point as `make plan` / `make policy-check` runs it: a fresh interpreter in
+# the repository root (the same venv's python), one stack file.
+ENTRY_POINTS: dict[str, Callable[[Path], list[str]]] = {
+    "plan": lambda path: ["-m", "infra.plan", str(path)],
+    "policy-check": lambda path: ["-m", "policies.offline_check", "--stack-file", str(path)],
+}
+
+
+def run_entry_point(name: str, path: Path) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, *ENTRY_POINTS[name](path)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+MISTAKES = {
+    # (change, the key named, what is missing, the suggestion)
+    "missing-module": (
+        job_logic(2, "jobs.exampel:run"),
+        f"{JOBS}[2].jobLogic",
+        "'jobs.exampel:run': no module 'jobs.exampel' in function/",
+        "did you mean jobs.example:run?",
+    ),
+    "missing-attribute": (
+        job_logic(2, "jobs.example:runn"),
+        f"{JOBS}[2].jobLogic",
+        "'jobs.example:runn': module jobs.example has no attribute 'runn'",
+        "did you mean jobs.example:run?",
+    ),
+    "missing-default": (
+        default_job_logic("jobs.flaky:rn"),
+        "scheduler-dedup:defaultJobLogic",
+        "'jobs.flaky:rn': module jobs.flaky has no attribute 'rn'",
+        "did you mean jobs.flaky:run?",
+    ),
+}
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("entry_point", sorted(ENTRY_POINTS))
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_a_job_logic_typo_fails_plan_and_policy_check_naming_the_key(
+    entry_point: str, mistake: str, tmp_path: Path
+) -> None:
+    change, key, missing, suggestion = MISTAKES[mistake]
+    code, output = run_entry_point(entry_point, dev_with(change, tmp_path))
+    assert code == 2, output
+    assert f"{key}: {missing}" in output
+    assert suggestion in output
+    assert "Traceback" not in output
+
+
+@pytest.mark.parametrize("stack", FIXTURE_STACKS)
+def test_the_fixture_stacks_job_logic_resolves(stack: str) -> None:
+    values = load_stack_config(stack, FIXTURE_STACKS_DIR)
+    config = load_config(values)
+    check_job_logic(values, config)  # raises on any problem
+    assert job_logic_uses(values, config)
+
+
+def test_a_job_uses_its_own_key_and_the_rest_the_default() -> None:
+    values = load_stack_config("dev", FIXTURE_STACKS_DIR)
+    uses = job_logic_uses(values, load_config(values))
+    # dev: nightly-report names its own jobLogic; heartbeat and hourly-sync take the default.
+    assert [(u.key, u.spec) for u in uses] == [
+        (f"{JOBS}[2].jobLogic", "jobs.example:run"),
+        ("scheduler-dedup:defaultJobLogic", "jobs.example:run"),
+    ]
+
+
+def test_proxied_jobs_run_no_job_logic() -> None:
+    values = load_stack_config("prod", FIXTURE_STACKS_DIR)
+    values["scheduler-dedup:defaultJobLogic"] = "jobs.nothing:here"
+    values[JOBS] = [job for job in values[JOBS] if "proxy" in job]
+    assert job_logic_uses(values, load_config(values)) == []
+
+
+def function_dir(tmp_path: Path, modules: dict[str, str]) -> Path:
+    """A function/ with `jobs/<name>.py` of the given source each."""
+    jobs = tmp_path / "function" / "jobs"
+    jobs.mkdir(parents=True)
+    (jobs / "__init__.py").write_text("")
+    for name, source in modules.items():
+        (jobs / f"{name}.py").write_text(source)
+    return tmp_path / "function"
+
+
+def stack_naming(spec: str) -> dict[str, Any]:
+    return {
+        "gcp:project": "acme-scheduler-test",
+        "gcp:region": "europe-west1",
+        JOBS: [{"name": "send", "schedule": "0 3 * * *", "jobLogic": spec}],
+    }
+
+
+def check(spec: str, source_dir: Path) -> ConfigError:
+    values = stack_naming(spec)
+    with pytest.raises(ConfigError) as caught:
+        check_job_logic(values, load_config(values), source_dir)
+    return caught.value
+
+
+def test_a_job_modules_missing_dependency_is_named(tmp_path: Path) -> None:
+    source = function_dir(tmp_path, {"invoices": "import no_such_package_xyz\ndef send(c): ...\n"})
+    error = check("jobs.invoices:send", source)
+    assert error.keys == (f"{JOBS}[0].jobLogic",)
+    assert "needs 'no_such_package_xyz', which is not installed" in str(error)
+
+
+def test_a_module_that_fails_to_import_is_named(tmp_path: Path) -> None:
+    source = function_dir(tmp_path, {"invoices": "raise KeyError('API_KEY')\n"})
+    assert "importing jobs.invoices failed (KeyError: 'API_KEY')" in str(
+        check("jobs.invoices:send", source)
+    )
+
+
+def test_a_non_callable_is_not_job_logic(tmp_path: Path) -> None:
+    source = function_dir(tmp_path, {"invoices": "send = 3\ndef send_all(c): ...\n"})
+    message = str(check("jobs.invoices:send", source))
+    assert "module jobs.invoices has a non-callable 'send'" in message
+    assert "did you mean jobs.invoices:send_all?" in message
+
+
+def test_the_function_environment_is_function_dir_not_the_repository(tmp_path: Path) -> None:
+    """The repository root (infra, tests, ...) is not importable where the function runs."""
+    source = function_dir(tmp_path, {"ok": "def run(c): ...\n"})
+    assert "no module 'infra'" in str(check("infra.config:load_config", source))
+    assert job_modules(source) == ["jobs.ok"]
+    (source / "jobs" / "billing").mkdir()
+    (source / "jobs" / "billing" / "__init__.py").write_text("")
+    (source / "jobs" / "billing" / "invoices.py").write_text("def send(c): ...\n")
+    assert job_modules(source) == ["jobs.billing", "jobs.billing.invoices", "jobs.ok"]
+    assert "did you mean jobs.billing.invoices:send?" in str(
+        check("jobs.billing.invoice:send", source)
+    )
+    values = stack_naming("jobs.ok:run")
+    check_job_logic(values, load_config(values), source)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("entry_point", sorted(ENTRY_POINTS))
+def test_a_yaml_syntax_error_is_one_line_with_file_line_and_fix(
+    entry_point: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "Pulumi.broken.yaml"
+    path.write_text("config:\n  gcp:project: acme-x\n\tgcp:region: europe-west1\n")
+    code, output = run_entry_point(entry_point, path)
+    assert code == 2, output
+    assert f"{path}:3:1: not valid YAML: " in output
+    assert "Fix: indent with spaces, not tabs" in output
+    assert "Traceback" not in output
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("entry_point", sorted(ENTRY_POINTS))
+def test_a_key_without_namespace_fails_plan_and_policy_check(
+    entry_point: str, tmp_path: Path
+) -> None:
+    path = dev_with(lambda config: config.update({"maxInstances": 3}), tmp_path)
+    code, output = run_entry_point(entry_point, path)
+    assert code == 2, output
+    assert "maxInstances: has no namespace" in output
+    assert "did you mean scheduler-dedup:maxInstances?" in output

@@ -1,0 +1,71 @@
+"""The Makefile: one spelling for the stack (STACK=<name>), every stack when it is
+omitted, and `make help` listing every target."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from infra.program import REPO_ROOT
+
+MAKEFILE = REPO_ROOT / "Makefile"
+
+
+def make(*args: str, dry_run: bool = True) -> subprocess.CompletedProcess[str]:
+    """`make` in the repository; the virtualenv's stamp is taken as current (-o)."""
+    env = {k: v for k, v in os.environ.items() if k != "STACK"}
+    return subprocess.run(
+        ["make", "--no-print-directory", "-o", ".venv/stamp", *(["-n"] if dry_run else []),
+         *args],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def phony_targets() -> list[str]:
+    text = MAKEFILE.read_text()
+    return [t for line in re.findall(r"^\.PHONY:(.*)$", text, re.M) for t in line.split()]
+
+
+def test_help_lists_every_target_with_one_line() -> None:
+    result = make("help", dry_run=False)
+    assert result.returncode == 0, result.stderr
+    listed = dict(re.findall(r"^  make (\S+) +(.+)$", result.stdout, re.M))
+    assert set(listed) == set(phony_targets())
+    assert all(description.strip() for description in listed.values())
+
+
+def test_help_is_what_a_bare_make_prints() -> None:
+    assert make(dry_run=False).stdout == make("help", dry_run=False).stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "command"),
+    [
+        (["plan"], "-m infra.plan \n"),
+        (["plan", "STACK=staging"], "-m infra.plan staging\n"),
+        (["policy-check"], "-m policies.offline_check \n"),
+        (["policy-check", "STACK=staging"], "-m policies.offline_check --stack staging\n"),
+        (["demo", "STACK=staging"], "-m demo --stack staging "),
+        (["runs", "STACK=staging"], "-m infra.runs staging "),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_stack_picks_one_stack_and_none_means_every_stack(args: list[str], command: str) -> None:
+    result = make(*args)
+    assert result.returncode == 0, result.stderr
+    assert command in result.stdout + "\n"
+
+
+def test_runs_without_a_stack_says_how_to_name_one() -> None:
+    result = make("runs", dry_run=False)
+    assert result.returncode != 0
+    assert "make runs needs a stack: make runs STACK=<name>" in result.stderr
+
+
+def test_make_test_runs_the_plan_and_the_policy_check() -> None:
+    prerequisites = re.search(r"^test:([^#\n]*)", MAKEFILE.read_text(), re.M)
+    assert prerequisites is not None
+    assert {"plan", "policy-check", "unit"} <= set(prerequisites.group(1).split())
