@@ -1,6 +1,6 @@
 """`make bench`: the kit's dedup protocol against the textbook transactional version.
 
-textbook.py       the comparator (SPEC section 2, "What the kit does better")
+textbook.py       the comparator: the usual transactional dedup handler
 textbook_main.py  its functions-framework entry point, served like function/main.py
 servers.py        both handlers served the same way (local_stack.FunctionServer)
 scenarios.py      the six scenarios, each run for both handlers, interleaved

@@ -1,4 +1,4 @@
-"""The comparator: the textbook transactional dedup handler (SPEC section 2).
+"""The comparator: the textbook transactional dedup handler, as the usual sample has it.
 
 What the usual sample does, implemented correctly:
 1. claim in one read-write transaction: read the record; `completed` -> 200 duplicate;
@@ -34,7 +34,7 @@ from google.cloud import firestore
 
 from dedup.firestore_store import document_to_record, record_to_document
 from dedup.http import DedupHandler, emit_log_line
-from dedup.jobs import JobRegistry
+from dedup.job_logic import JobRegistry
 from dedup.keys import RunKey
 from dedup.protocol import Delivery, Job, Outcome, RunContext, encode_result
 from dedup.settings import Settings

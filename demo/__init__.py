@@ -7,7 +7,7 @@ deliver a run twice, and reports, per scheduled run, the deliveries, the replies
 many times the job logic really executed (counted in a ledger file, independently of the
 dedup store). `python -m demo --help`.
 
-Kept import-light: the served function imports `demo.ledger_job` from this package.
+Kept import-light: the served function imports `demo.job_wrapper` from this package.
 """
 
 import sys

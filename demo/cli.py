@@ -23,9 +23,12 @@ from scheduler_emulator.faults import KILL, SLOW, STORE_FAULTS, STORE_OUTAGE, Fa
 from scheduler_emulator.report import (
     DUPLICATED,
     EXHAUSTED,
+    FORCED_ONCE,
+    FORCED_TOOK_NEXT,
     MISSING,
     answers_text,
     format_table,
+    job_result_json,
     summary_json,
 )
 from scheduler_emulator.stack import StackError
@@ -36,10 +39,11 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
     o = outcome.options
     t = outcome.totals
     st = outcome.timing
+    jobs = len(outcome.stack.active_jobs)
     lines = [
         f"stack {outcome.stack.source}: project {outcome.stack.project}, "
-        f"region {outcome.stack.region}, {len(outcome.stack.active_jobs)} "
-        f"jobs x {outcome.result.ticks} scheduled runs",
+        f"region {outcome.stack.region}, {jobs} job{'' if jobs == 1 else 's'} x "
+        f"{outcome.result.ticks} scheduled runs",
         f"function {outcome.function_url} ({o.workers} worker processes), Firestore emulator "
         f"{outcome.firestore_host} behind a store-fault proxy on {outcome.store_host}",
         "time: "
@@ -56,6 +60,13 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
         f"faults: {o.faults.describe()} (seed "
         + ", ".join(sorted({str(f.seed) for f in o.faults.faults}) or ["-"])
         + ")",
+        "retries: "
+        + (
+            "stop at the job's next scheduled time (--retries-stop-at-next-run)"
+            if o.retries_stop_at_next_run
+            else "go on until retryCount and maxRetryDuration are both used up; a tick "
+            "that comes meanwhile is skipped (--no-retries-stop-at-next-run)"
+        ),
     ]
     for job in outcome.stack.active_jobs:
         r = job.retry
@@ -67,10 +78,12 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
             f"x{r.max_doublings} doublings"
         )
         lines.append(
-            f"  {job.name}: '{job.schedule}' {job.time_zone}, "
+            f"  {job.name} (job ID {job.job_id}): '{job.schedule}' {job.time_zone}, "
             f"deadline {job.attempt_deadline_seconds:g}s, {retry}"
         )
-    lines += format_table(outcome.summaries, show_all=show_all)
+    lines += format_table(outcome.summaries, show_all=show_all, results=outcome.jobs)
+    if outcome.result.dst:
+        lines += ["", *(note.text for note in outcome.result.dst)]
     struck = store_fault_lines(outcome)
     if struck:
         lines += [
@@ -204,11 +217,14 @@ def watch_lines(watch: WatchReport) -> list[str]:
 
 def verdict_line(outcome: DemoOutcome) -> str:
     t = outcome.totals
-    scheduled = [s for s in outcome.summaries if s.scheduled]
+    scheduled = [s for s in outcome.summaries if s.scheduled and not s.forced]
+    forced = [s for s in outcome.summaries if s.forced]
+    failed_jobs = [r for r in outcome.jobs if not r.ok]
     acked = [s for s in scheduled if s.acknowledged]
     exhausted = [s for s in scheduled if s.verdict == EXHAUSTED]
     twice = [s for s in outcome.summaries if s.verdict == DUPLICATED]
-    never = [s for s in scheduled if s.verdict == MISSING]
+    never = [s for s in outcome.summaries if s.verdict == MISSING]
+    took_place = [s for s in forced if s.verdict == FORCED_TOOK_NEXT]
     if outcome.result.stopped_early:
         return "RESULT: interrupted before every run was delivered"
     watch = outcome.watch
@@ -228,6 +244,15 @@ def verdict_line(outcome: DemoOutcome) -> str:
                 f"; {len(exhausted)} run(s) exhausted their retries (executed once: {ran}, "
                 f"never: {len(exhausted) - ran}; listed above as 'retries exhausted')"
             )
+        if forced:
+            once = sum(1 for s in forced if s.verdict == FORCED_ONCE)
+            line += (
+                f"; {len(forced)} forced run(s) ({once} executed once, every next scheduled "
+                "run unaffected)"
+            )
+        skipped = sum(1 for s in scheduled if s.skipped)
+        if skipped:
+            line += f"; {skipped} tick(s) skipped while the job was still retrying"
         if watch is not None:
             line += (
                 f"; the watchdog found exactly the {watch.count(EXPECT_MISSED)} missed and "
@@ -236,11 +261,15 @@ def verdict_line(outcome: DemoOutcome) -> str:
             if watch.count(EXPECT_EXHAUSTED):
                 line += f" (and {watch.count(EXPECT_EXHAUSTED)} exhausted run(s) accounted for)"
         return line
-    problems = []
+    problems = [f"job {r.job} {r.problem}" for r in failed_jobs if r.problem]
     if twice:
         problems.append(f"{len(twice)} run(s) executed more than once")
     if never:
         problems.append(f"{len(never)} acknowledged run(s) never executed")
+    if took_place:
+        problems.append(
+            f"{len(took_place)} forced run(s) executed in place of the next scheduled run"
+        )
     return "RESULT: FAIL: " + "; ".join(problems) + " (see above)"
 
 
@@ -256,7 +285,10 @@ def outcome_json(outcome: DemoOutcome) -> dict[str, Any]:
         "workers": o.workers,
         "workers_replaced": outcome.workers_replaced,
         "real_seconds": round(outcome.real_seconds, 2),
+        "retries_stop_at_next_run": o.retries_stop_at_next_run,
         "totals": outcome.totals,
+        "jobs": [job_result_json(r) for r in outcome.jobs],
+        "dst": [note.to_json() for note in outcome.result.dst],
         "function_outcomes": dict(sorted(outcome.function_outcomes.items())),
         "store": store_json(outcome),
         "runs": [summary_json(s) for s in outcome.summaries],
@@ -344,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         options = DemoOptions(
-            stack_path=Path(args.stack),
+            stack_path=args.stack,
             jobs=tuple(args.job),
             ticks=args.ticks,
             start=args.start,
@@ -358,7 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             function_port=args.function_port,
             header_case=args.header_case,
             time_style=args.schedule_time_style,
-            full_job_name=args.full_job_name,
+            job_name_style=args.job_name_style,
+            retries_stop_at_next_run=args.retries_stop_at_next_run,
             logs_dir=args.logs,
         )
     except FaultSpecError as exc:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dedup.settings import Settings
+from demo.job_wrapper import OTHER_JOBS
 from demo.ledger import LedgerCounts, count
 from demo.store_faults import (
     StoreFaultInjector,
@@ -36,33 +37,45 @@ from demo.store_faults import (
     mark_exposed,
     store_timing,
 )
-from demo.watch import FLAKY_JOB, WatchReport, run_watchdog, with_flaky_job
+from demo.watch import WatchReport, run_watchdog, with_flaky_job
 from local_stack import FirestoreEmulator, FunctionServer, StoreFaultProxy, free_port
+from local_stack.deliveries import scheduler_headers
 from local_stack.processes import REPO_ROOT
 from scheduler_emulator.clock import RealClock
 from scheduler_emulator.emulator import (
+    DEADLINE_EXCEEDED,
     EmulatorResult,
     HeaderCase,
+    JobNameStyle,
     Progress,
     SchedulerEmulator,
     TimeStyle,
-    fake_oidc_token,
     format_schedule_time,
 )
-from scheduler_emulator.faults import DEFAULT_MIX, FaultPlan
-from scheduler_emulator.report import RunSummary, summarise, totals
-from scheduler_emulator.stack import Stack, load_stack
+from scheduler_emulator.faults import DEFAULT_MIX, STORE_OUTAGE, FaultPlan
+from scheduler_emulator.oidc import scheduler_token
+from scheduler_emulator.report import JobResult, RunSummary, job_results, summarise, totals
+from scheduler_emulator.stack import Stack, load_stack, resolve_stack
 
 DEFAULT_TICKS = 20
 # 1 s of schedule time = 20 ms: the dev stack's shortest deadline (30 s) lasts 0.6 s,
 # well above the function's latency even on a busy 2-core machine.
 DEFAULT_TIME_SCALE = 0.02
-DEMO_JOB = "demo.ledger_job:run"
+DEMO_JOB = "demo.job_wrapper:run"
+SERVED_FUNCTION = REPO_ROOT / "demo" / "served_function.py"
+# The warm-up's throw-away job (its own project too).
+WARMUP_JOB = "warmup"
+# What jobs DEMO_JOB_LOGIC does not name run: the warm-up's, and, on a function served for
+# one stack, jobs of another (the tests' replays share one function).
+OTHER_JOBS_LOGIC = "jobs.example:run"
+# After the replay, how long (real seconds) the demo waits at most for job logic that
+# Scheduler hung up on at the deadline to end, on top of the longest slow attempt.
+SETTLE_SECONDS = 10.0
 
 
 @dataclass
 class DemoOptions:
-    stack_path: Path = Path("Pulumi.dev.yaml")
+    stack_path: str | Path = "dev"  # a stack name (Pulumi.<name>.yaml) or a stack file
     jobs: tuple[str, ...] = ()
     ticks: int = DEFAULT_TICKS
     start: datetime | None = None
@@ -75,14 +88,17 @@ class DemoOptions:
     firestore_port: int | None = None
     function_port: int | None = None
     header_case: HeaderCase = "canonical"
-    time_style: TimeStyle = "utc"
-    full_job_name: bool = False
+    time_style: TimeStyle = "offset"
+    job_name_style: JobNameStyle = "full"
+    # Off: retries go on until both retry limits are used up, skipping ticks meanwhile
+    # (scheduler_emulator.emulator explains both readings).
+    retries_stop_at_next_run: bool = False
     work_seconds: float = 0.005  # how long the demo job's own work takes (real seconds)
     collection: str | None = None  # default: the stack's collection
     missing_schedule_time: str | None = None  # default: the stack's setting
     logs_dir: Path | None = None  # keep the ledger and both processes' logs here
     stack: Stack | None = None  # use this instead of reading stack_path
-    # run_demo adds the demo's flaky job (demo.watch.FLAKY_JOB) to the stack's jobs.
+    # run_demo adds the demo's flaky job (demo.watch.flaky_job) to the stack's jobs.
     flaky_job: bool = True
     # After the replay, run the watchdog over its window and check its findings.
     watchdog: bool = True
@@ -107,15 +123,18 @@ class DemoOutcome:
     # over this one replay in the demo, over all of them where replays share a function.
     store_summary: str
     # What the function answered, per outcome, from its own log (this stack's project):
-    # also the replies Scheduler never saw (late, or lost).
+    # also for the deliveries Scheduler hung up on, or whose reply was lost.
     function_outcomes: Counter[str]
     # The watchdog's findings over the replay's window, checked against the faults.
     watch: WatchReport | None = None
+    # Per job: did it ever execute, did any attempt succeed, its last error.
+    jobs: list[JobResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """Every acknowledged run executed exactly once; no run executed twice; the
-        watchdog (if run) found exactly the runs the demo expected."""
+        """Every acknowledged run executed exactly once; no run executed twice; every job
+        executed (a job that failed every attempt fails the demo); the watchdog (if run)
+        found exactly the runs the demo expected."""
         watch_ok = self.watch is None or self.watch.ok
         return bool(self.totals["all_ok"]) and not self.result.stopped_early and watch_ok
 
@@ -150,16 +169,22 @@ def function_env(
         "DEDUP_MISSING_SCHEDULE_TIME": missing_schedule_time or stack.missing_schedule_time,
         "DEDUP_STORE_TIMEOUT_SECONDS": f"{timing.store_timeout:g}",
         "DEDUP_CACHE_SIZE": str(stack.cache_size),
+        # As deployed: the served function runs on the replay's simulated clock
+        # (demo/served_function.py), so a forced run ("Run now", the manual faults) is told
+        # from a scheduled one by the stack's own margin, in schedule seconds.
+        "DEDUP_FORCED_RUN_MARGIN_SECONDS": f"{stack.forced_run_margin_seconds:g}",
         # As deployed: the function serves only the jobs' invoker account, read from the
         # OIDC token the Scheduler emulator sends (shaped as Cloud Run forwards it).
         "DEDUP_ALLOWED_CALLERS": stack.invoker_email,
         # Every job runs through the ledger wrapper, which calls the job's own logic.
         "DEDUP_JOB": DEMO_JOB,
         "DEDUP_JOB_ROUTES": "{}",
-        # The demo's flaky job fails its runs in any served function (demo.watch).
-        "DEMO_JOB_LOGIC": json.dumps(
-            {FLAKY_JOB.name: FLAKY_JOB.job_logic, **{j.name: j.job_logic for j in stack.jobs}}
-        ),
+        # Keyed by the deployed job ID, as the function names the job (RunContext.job_name);
+        # the demo's flaky job fails its runs in any served function (demo.watch).
+        "DEMO_JOB_LOGIC": json.dumps({
+            OTHER_JOBS: OTHER_JOBS_LOGIC,
+            **{j.job_id: j.job_logic for j in with_flaky_job(stack).jobs},
+        }),
         "DEMO_LEDGER": str(ledger),
         "DEMO_WORK_SECONDS": f"{work_seconds:g}",
         "FIRESTORE_EMULATOR_HOST": firestore_host,
@@ -176,15 +201,13 @@ def warm_up(url: str, stack: Stack, requests: int = 8, rounds: int = 4) -> None:
 
         def one(i: int, round_no: int = round_no) -> float:
             when = base + timedelta(minutes=round_no * 1000 + i)
-            headers = {
-                "X-CloudScheduler": "true",
-                "X-CloudScheduler-JobName": "warmup",
-                "X-CloudScheduler-ScheduleTime": format_schedule_time(when),
-                "X-Dedup-Project": project,
-                "X-Dedup-Location": stack.region,
-                "User-Agent": "Google-Cloud-Scheduler",
-                "Authorization": f"Bearer {fake_oidc_token(url, stack.invoker_email)}",
-            }
+            headers = scheduler_headers(
+                WARMUP_JOB,
+                format_schedule_time(when),
+                project=project,
+                location=stack.region,
+                authorization=f"Bearer {scheduler_token(url, stack.invoker_email)}",
+            )
             started = time.monotonic()
             with contextlib.suppress(OSError, http.client.HTTPException):
                 _post(url, headers, timeout=30)
@@ -346,6 +369,8 @@ class LocalFunction:
                 port=self.port,
                 workers=self.workers,
                 threads=self.threads,
+                # The kit's function on the replay's simulated clock (see that file).
+                source=SERVED_FUNCTION,
                 extra_pythonpath=[REPO_ROOT],
             )
             self._server.start(timeout_seconds=60)
@@ -408,7 +433,7 @@ def replay(
         stack,
         # The identity the served function admits (DEDUP_ALLOWED_CALLERS): its stack's
         # invoker account, as the deployed jobs' OIDC tokens carry it.
-        token=fake_oidc_token(function.url, function.stack.invoker_email),
+        token=scheduler_token(function.url, function.stack.invoker_email),
         ticks=options.ticks,
         start=options.start,
         time_scale=function.scale,
@@ -416,7 +441,8 @@ def replay(
         faults=options.faults,
         header_case=options.header_case,
         time_style=options.time_style,
-        full_job_name=options.full_job_name,
+        job_name_style=options.job_name_style,
+        retries_stop_at_next_run=options.retries_stop_at_next_run,
         trace_deliveries=True,
         progress=progress,
         store_faults=store_faults,
@@ -427,9 +453,12 @@ def replay(
         emulator.stop()
         store_faults.close()
         raise
+    names = {job.job_id: job.name for job in stack.jobs}
+    settle_for_hung_up_jobs(function, stack, result, names)
     workers_after = function.worker_pids()
-    counts = count(function.ledger, project=stack.project)
+    counts = count(function.ledger, project=stack.project, job_names=names)
     summaries = summarise(result, counts.executions, counts.starts, counts.unscheduled)
+    errors = logged_errors(function.log_text, stack.project, names)
     injected = store_faults.records
     mark_exposed(summaries, injected, function.timing)
     watch = None
@@ -444,7 +473,7 @@ def replay(
         options=replace(options, stack=None),
         result=result,
         summaries=summaries,
-        totals=totals(summaries),
+        totals=totals(summaries, errors),
         ledger=counts,
         function_url=function.url,
         firestore_host=function.firestore_host,
@@ -456,20 +485,84 @@ def replay(
         store_summary=function.proxy.summary(),
         function_outcomes=logged_outcomes(function.log_text, stack.project),
         watch=watch,
+        jobs=job_results(summaries, errors),
     )
 
 
-def logged_outcomes(log_text: str, project: str) -> Counter[str]:
-    """Outcomes of the function's JSON log lines for `project` (one line per delivery)."""
-    outcomes: Counter[str] = Counter()
+def settle_for_hung_up_jobs(
+    function: LocalFunction, stack: Stack, result: EmulatorResult, names: dict[str, str]
+) -> None:
+    """Wait (bounded) until the job logic of every attempt Scheduler hung up on has ended.
+
+    At the deadline Scheduler closes the connection, but the function's job goes on (a
+    slow attempt, or one held up by a store fault) and may still execute: executions are
+    counted once every job logic start in the ledger has its end (or its process is gone:
+    a killed instance), and the function has logged every delivery, or has logged nothing
+    for longer than a store fault can hold a request (a killed instance never logs its
+    requests in flight)."""
+    hung_up = [
+        d for run in result.runs for d in run.deliveries if d.error == DEADLINE_EXCEEDED
+    ]
+    if not hung_up:
+        return
+    # Deliveries the function logs under this project: all but those it refused (400,
+    # 403: logged without one) and those whose connection dropped (a killed instance).
+    expected = sum(
+        1
+        for run in result.runs
+        for d in run.deliveries
+        if d.error == DEADLINE_EXCEEDED or (d.status is not None and d.status not in (400, 403))
+    )
+    timing = function.timing
+    quiet_for = max(timing.stall, timing.away(STORE_OUTAGE), timing.store_timeout) + 0.5
+    slowest = max((d.real_seconds for d in hung_up), default=0.0)
+    limit = time.monotonic() + SETTLE_SECONDS + slowest
+    logged, quiet_since = -1, time.monotonic()
+    while time.monotonic() < limit:
+        alive = function.worker_pids()
+        counts = count(function.ledger, project=stack.project, job_names=names)
+        running = any(n > 0 and pid in alive for pid, n in counts.open_starts.items())
+        now_logged = sum(logged_outcomes(function.log_text, stack.project).values())
+        if now_logged != logged:
+            logged, quiet_since = now_logged, time.monotonic()
+        quiet = time.monotonic() - quiet_since >= quiet_for
+        if not running and (logged >= expected or quiet):
+            return
+        time.sleep(0.05)
+
+
+def logged_errors(log_text: str, project: str, names: dict[str, str]) -> dict[str, str]:
+    """Per job (the stack's name), the last error the function logged for it: its
+    outcome and detail, e.g. "failed: KeyError('customer')"."""
+    errors: dict[str, str] = {}
+    for entry in _log_entries(log_text):
+        if entry.get("project") != project or entry.get("status", 200) < 300:
+            continue
+        job = str(entry.get("job"))
+        detail = entry.get("detail")
+        text = f"{entry.get('status')} {entry.get('outcome')}"
+        errors[names.get(job, job)] = f"{text}: {detail}" if detail else text
+    return errors
+
+
+def _log_entries(log_text: str) -> Iterator[dict[str, Any]]:
+    """The function's JSON log lines."""
     for line in log_text.splitlines():
         if not line.startswith("{"):
             continue
         with contextlib.suppress(ValueError):
             entry = json.loads(line)
-            if isinstance(entry, dict) and entry.get("project") == project:
-                outcomes[str(entry.get("outcome"))] += 1
-    return outcomes
+            if isinstance(entry, dict):
+                yield entry
+
+
+def logged_outcomes(log_text: str, project: str) -> Counter[str]:
+    """Outcomes of the function's JSON log lines for `project` (one line per delivery)."""
+    return Counter(
+        str(entry.get("outcome"))
+        for entry in _log_entries(log_text)
+        if entry.get("project") == project
+    )
 
 
 def run_demo(
@@ -484,10 +577,7 @@ def run_demo(
     def log(line: str) -> None:
         status(f"[{time.monotonic() - started:5.1f}s] {line}")
 
-    stack_path = options.stack_path
-    if not stack_path.exists() and (REPO_ROOT / stack_path).exists():
-        stack_path = REPO_ROOT / stack_path  # `python -m demo` from outside the repository
-    stack = options.stack or load_stack(stack_path)
+    stack = options.stack or load_stack(resolve_stack(options.stack_path))
     if options.flaky_job:
         stack = with_flaky_job(stack)
     stack = stack.only(list(options.jobs))
@@ -522,9 +612,10 @@ def run_demo(
                     f"function serving on {function.url}, reaching its store through the "
                     f"store-fault proxy on {function.store_host}"
                 )
+                jobs = len(stack.active_jobs)
                 log(
-                    f"replaying {options.ticks} scheduled runs of {len(stack.active_jobs)} "
-                    f"jobs ({options.faults.describe()}) ..."
+                    f"replaying {options.ticks} scheduled runs of {jobs} "
+                    f"job{'' if jobs == 1 else 's'} ({options.faults.describe()}) ..."
                 )
                 outcome = replay(function, stack, options, progress=progress)
                 log("replay finished; stopping everything ...")

@@ -2,18 +2,20 @@
 
 The demo runs the watchdog's own code (dedup.watchdog.Watchdog, one tick) in-process
 against the demo's store: the Firestore emulator directly, not through the fault proxy.
-Its jobs are the replayed jobs under the names the emulator sent in
-X-CloudScheduler-JobName, its project and location the function's. Each job gets its own
-"now": its last replayed schedule time + its retry window + the grace, so every replayed
-run's verdict is due and no run after the replay (never delivered, since the replay ended)
-is judged. A fresh cursor per job (the demo's cursors are deleted first), and a lookback
-that starts just before the replay's first run.
+Its jobs are the replayed jobs under their deployed IDs (`<namePrefix>-<name>`, the ID the
+function receives and keys its records by), its project and location the function's.
+Each job gets its own "now": its last replayed schedule time + its retry window + the
+grace, so every replayed run's verdict is due and no run after the replay (never
+delivered, since the replay ended) is judged. A fresh cursor per job (the demo's cursors
+are deleted first), and a lookback that starts just before the replay's first run.
 
 What the findings must be, from what the demo knows on its own (the faults it injected,
 the flaky job's rule, the emulator's deliveries and the ledger), never from the store:
-- a run the `missed` fault struck (nothing delivered for its schedule time): `missed`,
-  unless it comes before the job's first recorded run (the watchdog judges a job from its
-  first recorded run on: before it, the job did not exist yet), then nothing;
+- a run the `missed` fault struck (nothing delivered for its schedule time), or one
+  Scheduler skipped because the job was still being retried then (retries not stopped at
+  the next run): `missed`, unless it comes before the job's first recorded run (the
+  watchdog judges a job from its first recorded run on: before it, the job did not exist
+  yet), then nothing;
 - a run of the flaky job whose rule makes it fail, and whose last answer was the
   function's `failed`: `failed`;
 - a run that ran out of retries without its job logic completing for another reason (an
@@ -23,7 +25,8 @@ the flaky job's rule, the emulator's deliveries and the ledger), never from the 
   for, not injected. (Not required to be reported: a claim's time is the function's wall
   clock, the schedule times simulated, so whether an abandoned claim already counts as
   overlong at the simulated "now" depends on where the replay's window lies);
-- every other run (its job logic completed once): nothing.
+- every other run (its job logic completed once): nothing. Forced runs ("Run now") are no
+  scheduled runs: the watchdog does not judge them.
 Any finding outside these, or an injected missed or failed run not found, fails the demo.
 """
 
@@ -51,44 +54,55 @@ from dedup.watchdog import (
     WatchedJob,
     WatchSettings,
 )
-from infra.scheduler_rules import RetrySettings, retry_window_seconds
+from infra.config import JobSettings
+from infra.scheduler_rules import retry_window_seconds
 from jobs.flaky import fail_every, fails
 from scheduler_emulator.report import RunSummary, reply_outcome
-from scheduler_emulator.stack import Job, Stack
+from scheduler_emulator.stack import Job, Stack, job_from_settings
 
 FLAKY_LOGIC = "jobs.flaky:run"
-FLAKY_JOB = Job(
-    name="flaky-export",
-    schedule="*/10 * * * *",
-    time_zone="Etc/UTC",
-    attempt_deadline_seconds=60,
+# Declared like a stack file's job, so it is delivered as the Pulumi program would
+# declare it (headers, body, `<namePrefix>-<name>` ID).
+FLAKY_SETTINGS = JobSettings.model_validate({
+    "name": "flaky-export",
+    "schedule": "*/10 * * * *",
+    "timeZone": "Etc/UTC",
+    "attemptDeadlineSeconds": 60,
     # Quick retries (10 s, then 20 s): a failing run is given up within ~4 minutes.
-    retry=RetrySettings(
-        retry_count=2, min_backoff_seconds=10, max_backoff_seconds=20, max_doublings=1
-    ),
-    body=b'{"failEvery": 7}',
-    content_type="application/json",
-    job_logic=FLAKY_LOGIC,
-)
+    "retry": {
+        "retryCount": 2, "minBackoffSeconds": 10, "maxBackoffSeconds": 20, "maxDoublings": 1,
+    },
+    "body": {"failEvery": 7},
+    "jobLogic": FLAKY_LOGIC,
+})
 
 # Expectations
 EXPECT_MISSED = "injected: missed"
+EXPECT_SKIPPED = "skipped by Scheduler: the job was still being retried"
 EXPECT_FAILED = "injected: the flaky job fails this run"
 EXPECT_EXHAUSTED = "accounted: retries exhausted, job never completed"
 NOT_JUDGED = "not judged: before the job's first recorded run"
 # The kinds of finding each expectation admits.
 KINDS = {
     EXPECT_MISSED: (MISSED,),
+    EXPECT_SKIPPED: (MISSED,),
     EXPECT_FAILED: (FAILED,),
     EXPECT_EXHAUSTED: (MISSED, FAILED, OVERLONG),
 }
 
 
+def flaky_job(stack: Stack) -> Job:
+    """The demo's flaky job, as `stack` would deploy it."""
+    return job_from_settings(
+        FLAKY_SETTINGS, project=stack.project, region=stack.region, name_prefix=stack.name_prefix
+    )
+
+
 def with_flaky_job(stack: Stack) -> Stack:
     """The stack plus the demo's flaky job (unless it has a job of that name already)."""
-    if any(job.name == FLAKY_JOB.name for job in stack.jobs):
+    if any(job.name == FLAKY_SETTINGS.name for job in stack.jobs):
         return stack
-    return replace(stack, jobs=(*stack.jobs, FLAKY_JOB))
+    return replace(stack, jobs=(*stack.jobs, flaky_job(stack)))
 
 
 @dataclass
@@ -137,7 +151,7 @@ def _fixed(instant: datetime) -> datetime:
 def watched_job(job: Job) -> WatchedJob:
     """The job as DEDUP_WATCH_JOBS lists it (infra.watchdog.watch_jobs)."""
     return WatchedJob(
-        name=job.name,
+        name=job.job_id,
         schedule=job.schedule,
         time_zone=job.time_zone,
         attempt_deadline_seconds=job.attempt_deadline_seconds,
@@ -152,7 +166,7 @@ def expectations(
     """(run key -> why a finding is expected, runs not judged by design)."""
     expected: dict[tuple[str, datetime], str] = {}
     not_judged: list[tuple[str, datetime, str]] = []
-    scheduled = [s for s in summaries if s.schedule_time is not None]
+    scheduled = [s for s in summaries if s.schedule_time is not None and not s.forced]
     first_recorded: dict[str, datetime] = {}
     for s in scheduled:
         assert s.schedule_time is not None
@@ -166,11 +180,11 @@ def expectations(
         if s.executions:
             continue  # completed: the watchdog finds it fine
         first = first_recorded.get(s.job)
-        if s.missed:
+        if s.missed or s.skipped:
             if first is None or s.schedule_time < first:
                 not_judged.append((s.job, s.schedule_time, NOT_JUDGED))
             else:
-                expected[key] = EXPECT_MISSED
+                expected[key] = EXPECT_MISSED if s.missed else EXPECT_SKIPPED
             continue
         job = stack.job(s.job)
         if job.job_logic == FLAKY_LOGIC and fails(s.schedule_time, fail_every(job.body)):
@@ -208,6 +222,7 @@ def run_watchdog(
     cursor_collection = store_settings.collection + "_watchdog"
     findings: list[Finding] = []
     found: set[tuple[str, datetime]] = set()
+    names = {job.job_id: job.name for job in stack.jobs}  # the watchdog knows deployed IDs
     nows: dict[str, datetime] = {}
     checked = 0
     try:
@@ -223,13 +238,14 @@ def run_watchdog(
             # earlier replay on a reused emulator) are none of this replay's business.
             lookback = (now - started).total_seconds() + 1
             settings = WatchSettings(store_settings, (watched,), lookback, grace_seconds)
-            client.collection(cursor_collection).document(job.name).delete()  # fresh cursor
+            client.collection(cursor_collection).document(job.job_id).delete()  # fresh cursor
             store = FirestoreWatchStore(runs, cursor_collection)
             watchdog = Watchdog(settings, store, functools.partial(_fixed, now))
             tick_checked, problems, _ = watchdog.tick()
             checked += tick_checked
             for problem in problems:
-                key = (problem.job, problem.schedule_time) if problem.schedule_time else None
+                job_name = names.get(problem.job, problem.job)
+                key = (job_name, problem.schedule_time) if problem.schedule_time else None
                 why = expected.get(key) if key else None
                 if why is not None and problem.kind not in KINDS[why]:
                     why = None  # a finding on the right run, but of the wrong kind

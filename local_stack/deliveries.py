@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,44 +15,16 @@ from dedup.http import DedupHandler
 from dedup.settings import Settings
 from local_stack.rpc_counter import RpcCounter
 
+# One builder of forwarded OIDC tokens, shared with the Scheduler emulator; re-exported here.
+from scheduler_emulator.oidc import SIGNATURE_REMOVED as SIGNATURE_REMOVED
+from scheduler_emulator.oidc import forwarded_token as forwarded_token
+from scheduler_emulator.oidc import oidc_claims as oidc_claims
+
 PROJECT = "dedup-kit-test"
 LOCATION = "europe-west1"
 TEST_JOB = "local_stack.ledger_job:run"
 # The Scheduler jobs' OIDC account in the tests (DEDUP_ALLOWED_CALLERS when a test sets it).
 INVOKER = f"scheduler-invoker@{PROJECT}.iam.gserviceaccount.com"
-SIGNATURE_REMOVED = "SIGNATURE_REMOVED_BY_GOOGLE"
-
-
-def _b64url_json(value: object) -> str:
-    raw = json.dumps(value, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def oidc_claims(
-    email: str | None, audience: str = "https://dedup.example.run.app"
-) -> dict[str, Any]:
-    """The claims of a Google-signed OIDC token of service account `email` (no `email`
-    claim when None), as Cloud Scheduler's tokens carry them."""
-    now = int(time.time())
-    claims: dict[str, Any] = {
-        "aud": audience,
-        "azp": "100000000000000000001",
-        "exp": now + 3600,
-        "iat": now,
-        "iss": "https://accounts.google.com",
-        "sub": "100000000000000000001",
-    }
-    if email is not None:
-        claims["email"] = email
-        claims["email_verified"] = True
-    return claims
-
-
-def forwarded_token(claims: Mapping[str, Any]) -> str:
-    """A token as Cloud Run forwards it to the container once it has verified it:
-    `header.payload.SIGNATURE_REMOVED_BY_GOOGLE`."""
-    header = {"alg": "RS256", "kid": "0123456789abcdef", "typ": "JWT"}
-    return f"{_b64url_json(header)}.{_b64url_json(dict(claims))}.{SIGNATURE_REMOVED}"
 
 
 def bearer(email: str | None) -> str:

@@ -22,6 +22,8 @@ def record_execution(context: RunContext, ledger_path: str) -> None:
         "job": context.job_name,
         "schedule_time": context.schedule_time.isoformat(),
         "project": context.project,
+        "forced": context.forced,
+        "generation": context.generation,
         "pid": os.getpid(),
     })
     # One write of a short line with O_APPEND: atomic across processes.

@@ -1,15 +1,17 @@
 """A local Cloud Scheduler emulator with fault injection.
 
 Reads a stack file's jobs, computes their scheduled times from the unix-cron schedule and
-time zone, and delivers each run over HTTP with Scheduler's headers, attempt deadline and
-retry rules, optionally injecting the faults that make Scheduler deliver a run twice (and,
-through a hook, faults of the target's store).
+time zone, and delivers each run over HTTP as the deployed job would be (its ID, headers,
+body and an OIDC token), with Scheduler's attempt deadline and retry rules, optionally
+injecting the faults that make Scheduler deliver a run twice or force a run (and, through
+a hook, faults of the target's store).
 `python -m scheduler_emulator --help` for the command line.
 """
 
 from scheduler_emulator.clock import Clock, ManualClock, RealClock, ScaledClock
 from scheduler_emulator.emulator import (
     Delivery,
+    DstNote,
     EmulatorResult,
     Progress,
     RunResult,
@@ -19,7 +21,14 @@ from scheduler_emulator.emulator import (
     retry_refusal,
 )
 from scheduler_emulator.faults import DEFAULT_MIX, FAULT_NAMES, STORE_FAULTS, FaultPlan
-from scheduler_emulator.stack import Job, Stack, StackError, load_stack
+from scheduler_emulator.stack import (
+    Job,
+    Stack,
+    StackError,
+    job_from_settings,
+    load_stack,
+    resolve_stack,
+)
 
 __all__ = [
     "DEFAULT_MIX",
@@ -27,6 +36,7 @@ __all__ = [
     "STORE_FAULTS",
     "Clock",
     "Delivery",
+    "DstNote",
     "EmulatorResult",
     "FaultPlan",
     "Job",
@@ -40,6 +50,8 @@ __all__ = [
     "StackError",
     "StoreFaultHook",
     "format_schedule_time",
+    "job_from_settings",
     "load_stack",
+    "resolve_stack",
     "retry_refusal",
 ]

@@ -18,17 +18,28 @@ from scheduler_emulator.faults import (
     FaultPlan,
     FaultSpecError,
 )
-from scheduler_emulator.report import format_table, summarise, summary_json, totals
-from scheduler_emulator.stack import StackError, load_stack
+from scheduler_emulator.report import (
+    format_table,
+    job_result_json,
+    job_results,
+    summarise,
+    summary_json,
+    totals,
+)
+from scheduler_emulator.stack import StackError, load_stack, resolve_stack
 
-DEFAULT_STACK = "Pulumi.dev.yaml"
+DEFAULT_STACK = "dev"
 DEFAULT_TIME_SCALE = 0.02
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser, default_ticks: int) -> None:
     """Options shared by the emulator and the demo: stack, jobs, time, faults."""
     parser.add_argument(
-        "--stack", default=DEFAULT_STACK, help=f"stack file with the jobs (default {DEFAULT_STACK})"
+        "--stack",
+        default=DEFAULT_STACK,
+        metavar="NAME|PATH",
+        help="the stack with the jobs: a name (staging: Pulumi.staging.yaml) or a stack "
+        f"file's path (default {DEFAULT_STACK})",
     )
     parser.add_argument(
         "--job", action="append", default=[], metavar="NAME", help="only this job (repeatable)"
@@ -82,15 +93,26 @@ def add_replay_arguments(parser: argparse.ArgumentParser, default_ticks: int) ->
     )
     parser.add_argument(
         "--schedule-time-style",
-        choices=("utc", "offset", "mixed"),
-        default="utc",
-        help="spell X-CloudScheduler-ScheduleTime in UTC with Z (default), with the job's "
-        "UTC offset, or alternately per attempt (one instant, two spellings)",
+        choices=("offset", "utc", "mixed"),
+        default="offset",
+        help="spell X-CloudScheduler-ScheduleTime with the job's own UTC offset, as "
+        "Scheduler does (default, e.g. 2026-03-29T03:30:00+02:00), in UTC with Z, or "
+        "alternately per attempt (one instant, two spellings)",
     )
     parser.add_argument(
-        "--full-job-name",
-        action="store_true",
-        help="send projects/P/locations/L/jobs/J instead of the short job ID",
+        "--job-name-style",
+        choices=("full", "id"),
+        default="full",
+        help="X-CloudScheduler-JobName: the deployed job's full name "
+        "projects/P/locations/L/jobs/<namePrefix>-<name> (default) or its bare ID",
+    )
+    parser.add_argument(
+        "--retries-stop-at-next-run",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="on: a run's retries end at the job's next scheduled time (RetryConfig's API "
+        "reference); off (default): they go on until retryCount and maxRetryDuration are "
+        "both used up, and a tick that comes meanwhile is skipped (the retry guide)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable report on stdout")
 
@@ -149,7 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="A local Cloud Scheduler: delivers a stack's jobs to an HTTP target with "
         "Scheduler's headers, attempt deadline and retry rules, and can inject the faults "
         "that make Scheduler deliver a run twice. Exit status 0 if every run was "
-        "acknowledged, 1 if some ran out of retries, 2 on a usage error.",
+        "acknowledged, 1 if some ran out of retries or a job failed every attempt, 2 on a "
+        "usage error.",
     )
     parser.add_argument(
         "--target", required=True, help="URL of the function, e.g. http://127.0.0.1:8080/"
@@ -158,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_replay_arguments(parser, default_ticks=10)
     args = parser.parse_args(argv)
     try:
-        stack = load_stack(args.stack).only(args.job)
+        stack = load_stack(resolve_stack(args.stack)).only(args.job)
         faults = fault_plan(args, default_mix=False)
         emulator = SchedulerEmulator(
             args.target,
@@ -171,7 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             token=args.token,
             header_case=args.header_case,
             time_style=args.schedule_time_style,
-            full_job_name=args.full_job_name,
+            job_name_style=args.job_name_style,
+            retries_stop_at_next_run=args.retries_stop_at_next_run,
             progress=None if args.json else progress_printer(),
         )
     except (StackError, FaultSpecError, ValueError) as exc:
@@ -190,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "target": args.target,
                 "faults": faults.describe(),
                 "totals": total,
+                "jobs": [job_result_json(r) for r in job_results(summaries)],
+                "dst": [note.to_json() for note in result.dst],
                 "runs": [summary_json(s) for s in summaries],
             },
             sys.stdout,
@@ -197,16 +223,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print()
     else:
+        jobs = len(stack.active_jobs)
         print(
-            f"replayed {args.ticks} ticks of {len(stack.jobs)} job(s) against {args.target} "
+            f"replayed {args.ticks} ticks of {jobs} job{'' if jobs == 1 else 's'} against "
+            f"{args.target} "
             f"({faults.describe()}) in {result.real_seconds:.1f} s"
         )
         for line in format_table(summaries):
             print(line)
+        if result.dst:
+            print()
+            for note in result.dst:
+                print(note.text)
         print()
         print(
             f"{total['acknowledged_runs']} of {total['scheduled_runs']} scheduled runs "
             f"acknowledged, {total['exhausted_runs']} ran out of retries; replies: "
             + ", ".join(f"{k} x{v}" for k, v in total["replies"].items())
         )
-    return 0 if total["exhausted_runs"] == 0 else 1
+    return 0 if total["exhausted_runs"] == 0 and not total["failed_jobs"] else 1

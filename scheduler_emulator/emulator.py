@@ -1,12 +1,27 @@
 """A local Cloud Scheduler: delivers a stack's jobs over HTTP the way Scheduler does.
 
-For each job and scheduled time it sends an HTTP request with Scheduler's headers, waits
-at most the job's attempt deadline for a reply (a slower target keeps running; its late
-reply is recorded but does not count), treats any 2xx as success and anything else as a
-failed attempt, and retries with the job's retry config: the wait follows
-`scheduler_rules.backoff_seconds`, retries continue until both `retryCount` and
-`maxRetryDuration` are used up (0 = no duration limit), and never start at or after the
-job's next scheduled time. All timing goes through an injectable `Clock`.
+For each job and scheduled time it sends an HTTP request with Scheduler's headers and the
+job's own httpTarget headers and body, follows redirects (a few hops), waits at most the
+job's attempt deadline for a reply and then closes the connection, as Scheduler cancels
+the request (the target may keep running; the attempt counts as failed, deadline
+exceeded), treats any 2xx as success and anything else as a failed attempt, and retries
+with the job's retry config: the wait follows `scheduler_rules.backoff_seconds`, retries
+continue until both `retryCount` and `maxRetryDuration` are used up (0 = no duration
+limit). All timing goes through an injectable `Clock`.
+
+Google documents the end of a run's retries two ways, so both are a switch
+(`retries_stop_at_next_run`):
+- on: retries never start at or after the job's next scheduled time (RetryConfig's API
+  reference: "retry_count times, or until the next scheduled execution time, whichever
+  comes first");
+- off (the default): retries go on until both limits are reached, and a scheduled time
+  that passes while the job is still being retried is skipped: not delivered late, not
+  queued (the retry guide: "the next scheduled execution time might be skipped if the
+  retries continue through that time"). The emulator's model: a job is one sequence of
+  runs; a tick whose time comes while an earlier run (scheduled or forced) of the job is
+  still in an attempt or a backoff wait is skipped; the next tick after it is delivered.
+Off is the default: it is the reading of the current user guide, and the stricter one for
+dedup (a retry may outlive the next tick, and skipped ticks must show up as missed runs).
 
 Faults of the target's store (store-stall, store-outage) are beyond its reach: whoever
 runs it and its store passes a `store_faults` hook, called just before a struck attempt
@@ -15,19 +30,27 @@ is sent (see faults.py).
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import http.client
 import itertools
-import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
+from zoneinfo import ZoneInfo
 
-from infra.scheduler_rules import RetrySettings, backoff_seconds, schedule_times
+from infra.scheduler_rules import (
+    GAP,
+    DstHazard,
+    RetrySettings,
+    backoff_seconds,
+    dst_hazards,
+    schedule_times,
+)
 from scheduler_emulator.clock import Clock, ScaledClock
 from scheduler_emulator.faults import (
     CONCURRENT,
@@ -37,6 +60,7 @@ from scheduler_emulator.faults import (
     LOST_ACK,
     MANUAL,
     MANUAL_BARE,
+    MANUAL_OVERLAP,
     MISSED,
     SLOW,
     STORE_OUTAGE,
@@ -45,50 +69,42 @@ from scheduler_emulator.faults import (
     StoreFaultsUnsupported,
     fault_header,
 )
+from scheduler_emulator.oidc import scheduler_token
 from scheduler_emulator.stack import Job, Stack
 
 USER_AGENT = "Google-Cloud-Scheduler"
 # The stop reason of a run the `missed` fault struck.
 NEVER_DELIVERED = "never delivered (missed)"
+# The stop reason of a tick that came while the job was still being retried (retries not
+# stopped at the next run): Scheduler skips it.
+SKIPPED = "skipped: the job was still being retried at this time"
+DEADLINE_EXCEEDED = "deadline exceeded"
+# Redirects (3xx with Location) followed per attempt, as Scheduler follows them.
+MAX_REDIRECTS = 5
+_REDIRECTS = (301, 302, 303, 307, 308)
 # Not sent by Scheduler: only with trace_deliveries, so a test target can tell which
-# delivery executed the job.
+# delivery executed the job, and (CLOCK_HEADER) the simulated instant it was sent at, the
+# served function's "now" in the demo (demo/served_function.py).
 DELIVERY_HEADER = "X-Emulator-Delivery"
+CLOCK_HEADER = "X-Emulator-Now"
 RunKind = Literal["scheduled", "manual", "manual-bare"]
 HeaderCase = Literal["canonical", "lower"]
-# How the schedule time is spelled: UTC with Z (what Scheduler sends), with the job's own
-# UTC offset (the same instant, as some deliveries show it), or alternating per attempt.
-TimeStyle = Literal["utc", "offset", "mixed"]
+# How the schedule time is spelled: with the job's own UTC offset (what Scheduler sends,
+# e.g. 2026-03-29T03:30:00+02:00 for Europe/Berlin), in UTC with Z (the same instant, as
+# other clients spell it), or alternating per attempt (one instant, two spellings).
+TimeStyle = Literal["offset", "utc", "mixed"]
+# X-CloudScheduler-JobName: the deployed job's full name projects/P/locations/L/jobs/ID
+# (the default), or its bare ID.
+JobNameStyle = Literal["full", "id"]
 
 
-def format_schedule_time(when: datetime, style: str = "utc") -> str:
-    """RFC 3339 to the second: in UTC with a Z, as Scheduler sends it, or (style "offset")
-    in the instant's own zone with its UTC offset, e.g. 2026-10-16T03:00:00+02:00."""
+def format_schedule_time(when: datetime, style: str = "utc", time_zone: str | None = None) -> str:
+    """RFC 3339 to the second: in UTC with a Z, or (style "offset") in `time_zone` (else
+    the instant's own zone) with its UTC offset, e.g. 2026-10-16T03:00:00+02:00."""
     if style == "offset":
-        return when.replace(microsecond=0).isoformat()
+        local = when.astimezone(ZoneInfo(time_zone)) if time_zone else when
+        return local.replace(microsecond=0).isoformat()
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def fake_oidc_token(audience: str, email: str) -> str:
-    """A token shaped as Cloud Run forwards Scheduler's OIDC token to the container once
-    it has verified it: the signature replaced by SIGNATURE_REMOVED_BY_GOOGLE. Nothing
-    local verifies it; the function reads its `email` claim (DEDUP_ALLOWED_CALLERS)."""
-
-    def part(obj: object) -> str:
-        raw = json.dumps(obj, separators=(",", ":")).encode()
-        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-    now = int(time.time())
-    claims = {
-        "aud": audience,
-        "email": email,
-        "email_verified": True,
-        "iss": "https://accounts.google.com",
-        "iat": now,
-        "exp": now + 3600,
-        "sub": "local-scheduler-emulator",
-    }
-    header = {"alg": "RS256", "kid": "local-scheduler-emulator", "typ": "JWT"}
-    return f"{part(header)}.{part(claims)}.SIGNATURE_REMOVED_BY_GOOGLE"
 
 
 @dataclass
@@ -106,11 +122,11 @@ class Delivery:
     faults: tuple[str, ...] = ()
     status: int | None = None  # reply within the deadline
     error: str | None = None  # "deadline exceeded" or the connection error
-    late_status: int | None = None  # reply that arrived after the deadline
     ack_lost: bool = False  # a 2xx that the lost-ack fault discarded
-    reply_body: str = ""  # the reply's body (first 500 characters), in time or late
+    reply_body: str = ""  # the reply's body (first 500 characters)
     real_seconds: float = 0.0  # from sending the request to its reply (or error)
     sent_real: float | None = None  # time.monotonic() when the request was sent
+    redirects: tuple[str, ...] = ()  # the Location URLs followed, in order
 
     @property
     def id(self) -> str:
@@ -135,7 +151,7 @@ class Delivery:
         """Short label: "200", "409", "500", "timeout", "dropped", "200 lost"."""
         if self.status is not None:
             return f"{self.status} lost" if self.ack_lost else str(self.status)
-        if self.error == "deadline exceeded":
+        if self.error == DEADLINE_EXCEEDED:
             return "timeout"
         if self.error is None:
             return "pending"
@@ -171,6 +187,37 @@ class Progress:
     exhausted: int
 
 
+@dataclass(frozen=True)
+class DstNote:
+    """A replayed tick at a local time a DST change makes ambiguous (infra.scheduler_rules
+    .dst_hazards): the emulator places it as croniter does, but what Cloud Scheduler does
+    then is not documented (the run may be moved, skipped or run twice)."""
+
+    job: str
+    time_zone: str
+    hazard: DstHazard
+
+    @property
+    def text(self) -> str:
+        h = self.hazard
+        what = "does not exist" if h.kind == GAP else "occurs twice"
+        return (
+            f"DST: job {self.job}: {h.date.isoformat()} {h.local_time.strftime('%H:%M')} "
+            f"{what} in {self.time_zone} ({h.kind}); replayed where croniter puts it, but "
+            "Cloud Scheduler may move, skip or double this run"
+        )
+
+    def to_json(self) -> dict[str, str]:
+        h = self.hazard
+        return {
+            "job": self.job,
+            "time_zone": self.time_zone,
+            "date": h.date.isoformat(),
+            "local_time": h.local_time.strftime("%H:%M"),
+            "kind": h.kind,
+        }
+
+
 @dataclass
 class EmulatorResult:
     runs: list[RunResult]
@@ -179,16 +226,20 @@ class EmulatorResult:
     started: datetime
     real_seconds: float
     stopped_early: bool = False
+    # Replayed ticks at non-existent or repeated local times, per job, in order.
+    dst: list[DstNote] = field(default_factory=list)
 
 
 class _Call:
-    """An HTTP request in its own thread, so the emulator can stop waiting for it."""
+    """An HTTP request in its own thread, so the emulator can stop waiting for it and, at
+    the attempt deadline, close its connection as Scheduler cancels the request."""
 
     def __init__(self, delivery: Delivery) -> None:
         self.delivery = delivery
         self.done = threading.Event()
         self._lock = threading.Lock()
         self._abandoned = False
+        self._conn: http.client.HTTPConnection | None = None
         self.thread: threading.Thread | None = None
 
     def start(
@@ -208,13 +259,17 @@ class _Call:
         self.thread.start()
 
     def abandon(self) -> bool:
-        """Stop waiting (deadline passed). False if the reply came in at the same moment."""
+        """The deadline passed: close the connection (the target sees the client go) and
+        count the attempt as failed. False if the reply came in at the same moment."""
         with self._lock:
             if self.done.is_set():
                 return False
             self._abandoned = True
-            self.delivery.error = "deadline exceeded"
-            return True
+            self.delivery.error = DEADLINE_EXCEEDED
+            conn = self._conn
+        if conn is not None:
+            _close(conn)
+        return True
 
     def _run(
         self,
@@ -230,43 +285,71 @@ class _Call:
         status: int | None = None
         text = ""
         error: str | None = None
+        followed: list[str] = []
         try:
-            status, text = _http_request(url, method, headers, body, socket_timeout)
+            for _ in range(MAX_REDIRECTS + 1):
+                status, location, text = self._request(url, method, headers, body, socket_timeout)
+                if status not in _REDIRECTS or not location:
+                    break
+                if len(followed) == MAX_REDIRECTS:
+                    status, error = None, f"more than {MAX_REDIRECTS} redirects"
+                    break
+                url = urljoin(url, location)
+                followed.append(url)
+                if status == 303 or (status in (301, 302) and method == "POST"):
+                    # As HTTP clients generally do: 303 (and 301/302 after a POST) becomes
+                    # a GET without the body; 307/308 repeat the request as it was.
+                    method, body = "GET", None
+                    headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
         except (OSError, http.client.HTTPException) as exc:
-            error = f"{type(exc).__name__}: {exc}".strip()
+            status, error = None, f"{type(exc).__name__}: {exc}".strip()
         with self._lock:
             d = self.delivery
             d.real_seconds = time.monotonic() - started
-            # Kept for late replies too: what the target answered after the deadline
-            # explains a timeout (e.g. a store fault made it slow).
-            d.reply_body = text
-            if self._abandoned:
-                d.late_status = status
-            else:
+            d.redirects = tuple(followed)
+            if not self._abandoned:  # else: Scheduler has hung up; nothing more is seen
                 d.status = status
                 d.error = error
+                d.reply_body = text
             self.done.set()
 
+    def _request(
+        self, url: str, method: str, headers: dict[str, str], body: bytes | None, timeout: float
+    ) -> tuple[int, str | None, str]:
+        """One HTTP exchange: (status, Location header, first 500 characters of the body)."""
+        parts = urlsplit(url)
+        conn: http.client.HTTPConnection
+        if parts.scheme == "https":
+            conn = http.client.HTTPSConnection(parts.netloc, timeout=timeout)
+        else:
+            conn = http.client.HTTPConnection(parts.netloc, timeout=timeout)
+        with self._lock:
+            if self._abandoned:
+                raise ConnectionAbortedError("deadline exceeded before the request was sent")
+            self._conn = conn
+        path = parts.path or "/"
+        if parts.query:
+            path = f"{path}?{parts.query}"
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+            return response.status, response.getheader("Location"), data[:500].decode(
+                "utf-8", "replace"
+            )
+        finally:
+            with self._lock:
+                self._conn = None
+            conn.close()
 
-def _http_request(
-    url: str, method: str, headers: dict[str, str], body: bytes | None, timeout: float
-) -> tuple[int, str]:
-    parts = urlsplit(url)
-    conn: http.client.HTTPConnection
-    if parts.scheme == "https":
-        conn = http.client.HTTPSConnection(parts.netloc, timeout=timeout)
-    else:
-        conn = http.client.HTTPConnection(parts.netloc, timeout=timeout)
-    path = parts.path or "/"
-    if parts.query:
-        path = f"{path}?{parts.query}"
-    try:
-        conn.request(method, path, body=body, headers=headers)
-        response = conn.getresponse()
-        data = response.read()
-        return response.status, data[:500].decode("utf-8", "replace")
-    finally:
-        conn.close()
+
+def _close(conn: http.client.HTTPConnection) -> None:
+    """Hang up a connection another thread is blocked on: shutdown wakes its recv(), and
+    that thread closes it."""
+    sock = conn.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 class SchedulerEmulator:
@@ -292,8 +375,9 @@ class SchedulerEmulator:
         faults: FaultPlan | None = None,
         token: str | None = None,
         header_case: HeaderCase = "canonical",
-        time_style: TimeStyle = "utc",
-        full_job_name: bool = False,
+        time_style: TimeStyle = "offset",
+        job_name_style: JobNameStyle = "full",
+        retries_stop_at_next_run: bool = False,
         trace_deliveries: bool = False,
         progress: Callable[[Progress], None] | None = None,
         store_faults: StoreFaultHook | None = None,
@@ -311,20 +395,20 @@ class SchedulerEmulator:
         self.clock_factory = clock_factory or (lambda: ScaledClock(self.start, time_scale))
         self.faults = plan
         self.store_faults = store_faults
-        self.token = token or fake_oidc_token(
+        self.token = token or scheduler_token(
             target_url,
             stack.invoker_email or f"scheduler-invoker@{stack.project}.iam.gserviceaccount.com",
         )
         self.header_case = header_case
         self.time_style = time_style
-        self.full_job_name = full_job_name
+        self.job_name_style = job_name_style
+        self.retries_stop_at_next_run = retries_stop_at_next_run
         self.trace_deliveries = trace_deliveries
         self.progress = progress
         self.stop_event = threading.Event()
         self._lock = threading.Lock()
         self._results: list[RunResult] = []
         self._calls: list[_Call] = []
-        self._max_wait_real = 0.0
         self._errors: list[BaseException] = []
 
     # -- what Scheduler sends -------------------------------------------------------
@@ -335,6 +419,23 @@ class SchedulerEmulator:
         times = schedule_times(job.schedule, job.time_zone, self.start)
         return list(itertools.islice(times, self.ticks + 1))
 
+    def dst_notes(self) -> list[DstNote]:
+        """The ticks of this replay that fall on a DST change's ambiguous local times."""
+        notes = []
+        for job in self.jobs:
+            last = self.schedule(job)[self.ticks - 1]
+            end = last + timedelta(seconds=1)  # the last tick included
+            hazards = dst_hazards(job.schedule, job.time_zone, self.start, end)
+            notes += [DstNote(job.name, job.time_zone, h) for h in hazards]
+        return notes
+
+    def job_name(self, job: Job) -> str:
+        """X-CloudScheduler-JobName: the deployed job's name (its ID carries the stack's
+        namePrefix), in full or as the bare ID."""
+        if self.job_name_style == "id":
+            return job.job_id
+        return f"projects/{self.stack.project}/locations/{self.stack.region}/jobs/{job.job_id}"
+
     def headers(
         self,
         job: Job,
@@ -342,29 +443,34 @@ class SchedulerEmulator:
         fault: str | None = None,
         delivery: str | None = None,
         attempt: int = 1,
+        sent_at: datetime | None = None,
     ) -> dict[str, str]:
-        """The request headers Scheduler sends for `job` (plus a fault request, if any)."""
-        name = job.name
-        if self.full_job_name:
-            name = f"projects/{self.stack.project}/locations/{self.stack.region}/jobs/{job.name}"
+        """The request headers Scheduler sends for `job`: its own, then the job's httpTarget
+        headers as declared (plus a fault request and a delivery id, if any)."""
         headers = {
             "X-CloudScheduler": "true",
-            "X-CloudScheduler-JobName": name,
+            "X-CloudScheduler-JobName": self.job_name(job),
             "User-Agent": USER_AGENT,
-            "X-Dedup-Project": self.stack.project,
-            "X-Dedup-Location": self.stack.region,
-            "Content-Type": job.content_type or "application/octet-stream",
             "Authorization": f"Bearer {self.token}",
         }
+        headers.update(job.http_headers)
+        declared = {name.lower() for name in headers}
+        if job.body and "content-type" not in declared:
+            # Scheduler's default for a body without a declared Content-Type.
+            headers["Content-Type"] = "application/octet-stream"
         if schedule_time is not None:
             style = self.time_style
             if style == "mixed":
-                style = "utc" if attempt % 2 else "offset"
-            headers["X-CloudScheduler-ScheduleTime"] = format_schedule_time(schedule_time, style)
+                style = "offset" if attempt % 2 else "utc"
+            headers["X-CloudScheduler-ScheduleTime"] = format_schedule_time(
+                schedule_time, style, job.time_zone
+            )
         if fault:
             headers[FAULT_HEADER] = fault
         if delivery and self.trace_deliveries:
             headers[DELIVERY_HEADER] = delivery
+            if sent_at is not None:
+                headers[CLOCK_HEADER] = sent_at.astimezone(UTC).isoformat()
         if self.header_case == "lower":
             headers = {k.lower(): v for k, v in headers.items()}
         return headers
@@ -408,15 +514,16 @@ class SchedulerEmulator:
             started=self.start,
             real_seconds=time.monotonic() - started_real,
             stopped_early=self.stop_event.is_set(),
+            dst=self.dst_notes(),
         )
 
-    def wait_for_stragglers(self, limit: float | None = None) -> None:
-        """Wait (bounded) for requests Scheduler stopped waiting for, so late replies
-        and the job executions behind them are complete before anyone counts them."""
+    def wait_for_stragglers(self, limit: float = 5.0) -> None:
+        """Wait (bounded) for the request threads to end: each one ends at its reply or,
+        at the latest, when its connection is closed at the deadline. (What a target does
+        after Scheduler hung up is the target's business: the demo waits for its job.)"""
         with self._lock:
             calls = list(self._calls)
-            bound = limit if limit is not None else self._max_wait_real + 5.0
-        deadline = time.monotonic() + bound
+        deadline = time.monotonic() + limit
         for call in calls:
             call.done.wait(max(deadline - time.monotonic(), 0.0))
 
@@ -436,7 +543,17 @@ class SchedulerEmulator:
             if self.stop_event.is_set():
                 return
             scheduled, following = following, next(times)
+            if not self.retries_stop_at_next_run and tick > 0 and clock.now() > scheduled:
+                # An earlier run of the job was still being retried at this tick's time.
+                self._record(RunResult(
+                    job.name, tick, scheduled, "scheduled", 0, stop_reason=SKIPPED,
+                ))
+                continue
             clock.advance_to(scheduled)
+            more = tick + 1 < self.ticks  # a forced run needs its next tick replayed
+            overlap = None
+            if more and self.faults.hits(MANUAL_OVERLAP, job.name, tick):
+                overlap = _ForcedRun(self, job, tick, following, clock)
             if self.faults.hits(MISSED, job.name, tick):
                 # Scheduler never delivers this run: no attempt, no retry.
                 self._record(RunResult(
@@ -445,8 +562,14 @@ class SchedulerEmulator:
                 ))
             else:
                 workers = 2 if self.faults.hits(CONCURRENT, job.name, tick) else 1
-                self._record(self.deliver_run(job, tick, scheduled, following, clock, workers))
-            if tick + 1 < self.ticks and not self.stop_event.is_set():
+                self._record(
+                    self.deliver_run(job, tick, scheduled, following, clock, workers,
+                                     overlap=overlap)
+                )
+            if overlap is not None:
+                overlap.fire()  # if the run gave it no moment (e.g. missed), now
+                overlap.join()
+            if more and not self.stop_event.is_set():
                 # A forced run between this tick and the next: Scheduler stamps it with
                 # the next scheduled time (or, for some clients, with no time at all).
                 if self.faults.hits(MANUAL, job.name, tick):
@@ -481,11 +604,17 @@ class SchedulerEmulator:
         clock: Clock,
         workers: int = 1,
         kind: RunKind = "scheduled",
+        *,
+        overlap: _ForcedRun | None = None,
+        forced_fault: str = MANUAL,
     ) -> RunResult:
-        """Deliver one run until acknowledged or out of retries, by `workers` workers."""
+        """Deliver one run until acknowledged or out of retries, by `workers` workers.
+        `overlap`: a forced run that worker 0 fires during its first attempt or backoff."""
         result = RunResult(job.name, tick, schedule_time, kind, workers)
         if workers == 1:
-            outcomes = [self._worker(job, tick, schedule_time, next_time, clock, 0, kind, result)]
+            outcomes = [
+                self._worker(job, tick, schedule_time, next_time, clock, 0, kind, result, overlap)
+            ]
         else:
             outcomes = [("", False)] * workers
             threads = []
@@ -493,7 +622,8 @@ class SchedulerEmulator:
 
                 def work(w: int = w) -> None:
                     outcomes[w] = self._worker(
-                        job, tick, schedule_time, next_time, clock, w, kind, result
+                        job, tick, schedule_time, next_time, clock, w, kind, result,
+                        overlap if w == 0 else None,
                     )
 
                 threads.append(threading.Thread(target=work, daemon=True))
@@ -507,7 +637,7 @@ class SchedulerEmulator:
         if workers > 1:
             faults.add(CONCURRENT)
         if kind == "manual":
-            faults.add(MANUAL)
+            faults.add(forced_fault)
         elif kind == "manual-bare":
             faults.add(MANUAL_BARE)
         result.faults = tuple(sorted(faults))
@@ -524,12 +654,16 @@ class SchedulerEmulator:
         worker: int,
         kind: RunKind,
         result: RunResult,
+        overlap: _ForcedRun | None = None,
     ) -> tuple[str, bool]:
         first_attempt = clock.now()
         retries = 0
+        cut_off = next_time if self.retries_stop_at_next_run else None
         while True:
             attempt = retries + 1
-            deliveries = self._attempt(job, tick, schedule_time, clock, worker, attempt, kind)
+            deliveries = self._attempt(
+                job, tick, schedule_time, clock, worker, attempt, kind, overlap
+            )
             with self._lock:
                 result.deliveries.extend(deliveries)
             if deliveries[0].acknowledged:
@@ -538,10 +672,12 @@ class SchedulerEmulator:
                 return "emulator stopped", False
             wait = backoff_seconds(job.retry, retries)
             reason = retry_refusal(
-                job.retry, retries, first_attempt, clock.now() + timedelta(seconds=wait), next_time
+                job.retry, retries, first_attempt, clock.now() + timedelta(seconds=wait), cut_off
             )
             if reason:
                 return reason, False
+            if overlap is not None and overlap.phase == "backoff":
+                overlap.fire()
             clock.sleep(wait)
             retries += 1
 
@@ -554,6 +690,7 @@ class SchedulerEmulator:
         worker: int,
         attempt: int,
         kind: RunKind,
+        overlap: _ForcedRun | None = None,
     ) -> list[Delivery]:
         name = job.name
         first = kind == "scheduled" and worker == 0 and attempt == 1
@@ -570,8 +707,8 @@ class SchedulerEmulator:
             tags.append(store)
         fault = fault_header(slow_real, kill)
         sent_at = clock.now()
-        deadline_real = clock.real_seconds(deadline)
-        socket_timeout = deadline_real + (slow_real or 0.0) + 30.0
+        # The socket never outlives the deadline by much: the connection is closed then.
+        socket_timeout = clock.real_seconds(deadline) + 5.0
         calls = []
         for copy in range(2 if duplicate else 1):
             delivery = Delivery(
@@ -595,13 +732,15 @@ class SchedulerEmulator:
             clock.exclude(time.monotonic() - asked)
         with self._lock:
             self._calls.extend(calls)
-            self._max_wait_real = max(self._max_wait_real, deadline_real + (slow_real or 0.0))
         for call in calls:
-            headers = self.headers(job, schedule_time, fault, call.delivery.id, attempt)
+            headers = self.headers(job, schedule_time, fault, call.delivery.id, attempt, sent_at)
             call.start(self.target_url, job.http_method, headers, job.body, socket_timeout)
+        if overlap is not None and overlap.phase == "attempt" and attempt == 1:
+            overlap.fire()  # "Run now" while this attempt is in flight
         primary = calls[0]
         if not clock.wait(primary.done, deadline):
-            primary.abandon()
+            for call in calls:
+                call.abandon()
         delivery = primary.delivery
         if delivery.acknowledged and lost_ack:
             # The target answered 2xx, but the answer never reached Scheduler.
@@ -617,19 +756,69 @@ class SchedulerEmulator:
         return None
 
 
+class _ForcedRun:
+    """A forced run ("Run now") pressed while a scheduled run is still being delivered
+    (the manual-overlap fault): it carries the next scheduled time, like every forced run,
+    and is delivered in its own thread, with its own retries, alongside the scheduled run.
+
+    Its moment is drawn per run: during the scheduled run's first attempt (in flight), or
+    during its first backoff wait; a run that never waits gets it once it is over."""
+
+    def __init__(
+        self, emulator: SchedulerEmulator, job: Job, tick: int, next_time: datetime, clock: Clock
+    ) -> None:
+        self.emulator = emulator
+        self.job = job
+        self.tick = tick
+        self.next_time = next_time
+        self.clock = clock
+        self.phase = emulator.faults.overlap_phase(job.name, tick)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def fire(self) -> None:
+        """Deliver the forced run now (once; later calls do nothing)."""
+        with self._lock:
+            if self._thread is not None or self.emulator.stop_event.is_set():
+                return
+            self._thread = threading.Thread(
+                target=self._deliver, name=f"forced-{self.job.name}-{self.tick}", daemon=True
+            )
+            self._thread.start()
+
+    def join(self) -> None:
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _deliver(self) -> None:
+        emulator = self.emulator
+        try:
+            emulator._record(emulator.deliver_run(
+                self.job, self.tick, self.next_time, self.next_time, self.clock, 1, "manual",
+                forced_fault=MANUAL_OVERLAP,
+            ))
+        except BaseException as exc:
+            with emulator._lock:
+                emulator._errors.append(exc)
+            emulator.stop()
+
+
 def retry_refusal(
     retry: RetrySettings,
     retries_done: int,
     first_attempt: datetime,
     next_attempt: datetime,
-    next_scheduled: datetime,
+    next_scheduled: datetime | None,
 ) -> str | None:
     """Why Scheduler would not make the retry starting at `next_attempt`, or None.
 
     Scheduler retries until both retryCount and maxRetryDuration (measured from the first
-    attempt; 0 = no limit) are used up, and never past the next scheduled time.
+    attempt; 0 = no limit) are used up, and, if `next_scheduled` is given (retries stop at
+    the next run), never at or past the next scheduled time.
     """
-    if next_attempt >= next_scheduled:
+    if next_scheduled is not None and next_attempt >= next_scheduled:
         return "next scheduled time reached"
     count_left = retries_done < retry.retry_count
     duration = retry.max_retry_duration_seconds

@@ -10,8 +10,13 @@ Faults the emulator itself applies (they need nothing from the target):
 - duplicate: one attempt is delivered twice at the same moment (per attempt).
 - concurrent: two emulator workers both deliver the same scheduled run, each with its
   own attempts and retries (per run).
-- manual: a forced run (`gcloud scheduler jobs run`) between two ticks; it carries the
-  *next* scheduled time, as real Scheduler does (per run).
+- manual: a forced run (`gcloud scheduler jobs run`, "Run now") between two ticks, once
+  the scheduled run is over; it carries the *next* scheduled time, as real Scheduler does
+  (per run). The function tells it from the scheduled run of that time (its schedule time
+  lies in the future) and runs it under its own key.
+- manual-overlap: the same forced run, fired while the scheduled run is still being
+  delivered: during its first attempt (in flight, possibly a slow one) or during its
+  first backoff wait, as a "Run now" pressed at any moment would (per run).
 - manual-bare: a forced run that carries no X-CloudScheduler-ScheduleTime header at all.
 - missed: Scheduler never delivers the scheduled run at all: no attempt, no retry (per
   run). Nothing dedup can do; the run watchdog (function/dedup/watchdog.py) reports it.
@@ -51,15 +56,18 @@ DUPLICATE = "duplicate"
 KILL = "kill"
 MANUAL = "manual"
 MANUAL_BARE = "manual-bare"
+MANUAL_OVERLAP = "manual-overlap"
 CONCURRENT = "concurrent"
 MISSED = "missed"
 STORE_STALL = "store-stall"
 STORE_OUTAGE = "store-outage"
 
 FAULT_NAMES = (
-    LOST_ACK, SLOW, DUPLICATE, KILL, MANUAL, MANUAL_BARE, CONCURRENT, STORE_STALL, STORE_OUTAGE,
-    MISSED,
+    LOST_ACK, SLOW, DUPLICATE, KILL, MANUAL, MANUAL_OVERLAP, MANUAL_BARE, CONCURRENT,
+    STORE_STALL, STORE_OUTAGE, MISSED,
 )
+# Forced runs ("Run now"): each carries the next scheduled time.
+FORCED_FAULTS = (MANUAL, MANUAL_OVERLAP)
 # Faults that only take effect if the target honours X-Emulator-Fault.
 TARGET_FAULTS = (SLOW, KILL)
 # Faults that only a store-fault hook can inject (the emulator has no way to).
@@ -80,6 +88,7 @@ DEFAULT_MIX: Mapping[str, float] = {
     DUPLICATE: 0.10,
     KILL: 0.04,
     MANUAL: 0.06,
+    MANUAL_OVERLAP: 0.06,
     CONCURRENT: 0.10,
     STORE_STALL: 0.03,
     STORE_OUTAGE: 0.03,
@@ -183,8 +192,18 @@ class FaultPlan:
             return False
         if fault.rate >= 1:
             return True
-        draw = random.Random(f"{fault.seed}/{name}/{job}/{tick}/{worker}/{attempt}").random()
-        return draw < fault.rate
+        return self.draw(name, job, tick, worker, attempt) < fault.rate
+
+    def draw(self, name: str, job: str, tick: int, worker: int = 0, attempt: int = 1) -> float:
+        """A number in [0, 1) fixed by (seed, name, job, tick, worker, attempt) alone."""
+        fault = self._by_name.get(name)
+        seed = fault.seed if fault is not None else 0
+        return random.Random(f"{seed}/{name}/{job}/{tick}/{worker}/{attempt}").random()
+
+    def overlap_phase(self, job: str, tick: int) -> str:
+        """When a manual-overlap forced run is fired: "attempt" (while the scheduled run's
+        first attempt is in flight) or "backoff" (during its first backoff wait)."""
+        return "attempt" if self.draw(MANUAL_OVERLAP, job, tick, attempt=0) < 0.5 else "backoff"
 
     def describe(self) -> str:
         if not self.faults:

@@ -1,11 +1,16 @@
 """Per-run summaries of an emulator replay, as text or JSON.
 
-A scheduled run is identified by (job, schedule time); a forced manual run that carries
-the next scheduled time is folded into that run, since the function sees the same key.
-Manual runs without a schedule time are listed on their own. When the caller can count
-how often the job logic really executed (the demo's ledger), each run gets a verdict.
+A scheduled run is identified by (job, schedule time). A forced run ("Run now", the
+manual and manual-overlap faults) carries the next scheduled time but is a run of its
+own, as the function keys it: it is listed on its own line, and its verdict also checks
+that the scheduled run of that time still executed. Manual runs without a schedule time
+are listed on their own. When the caller can count how often the job logic really
+executed, and on behalf of which delivery (the demo's ledger), each run gets a verdict.
 A store fault holds up every delivery in flight, not only the run it was injected for:
 the caller may note such bystanders in `exposed_to`, listed in parentheses.
+
+Per job, a result: a job that never executed, or whose every attempt failed, fails the
+replay whatever its runs' verdicts (a broken jobLogic must not pass for "at most once").
 """
 
 from __future__ import annotations
@@ -18,12 +23,18 @@ from datetime import datetime
 from typing import Any
 
 from scheduler_emulator.emulator import (
+    DEADLINE_EXCEEDED,
+    SKIPPED,
     Delivery,
     EmulatorResult,
     RunResult,
     format_schedule_time,
 )
 from scheduler_emulator.faults import MISSED
+
+# Executions are counted per (job, schedule instant, forced): a forced run and the
+# scheduled run of the same time are two runs.
+ExecutionKey = tuple[str, datetime, bool]
 
 # Verdicts
 EXACTLY_ONCE = "exactly once"
@@ -33,6 +44,10 @@ MISSING = "ACKNOWLEDGED BUT NEVER EXECUTED"
 ACKNOWLEDGED = "acknowledged"
 UNSCHEDULED = "no schedule time"
 NOT_DELIVERED = "never delivered (missed)"  # the `missed` fault: Scheduler sent nothing
+SKIPPED_RUN = "skipped (the job was still retrying)"  # retries ran through this tick
+FORCED_ONCE = "forced run, executed once, next scheduled run unaffected"
+FORCED_ACKNOWLEDGED = "forced run, acknowledged"
+FORCED_TOOK_NEXT = "FORCED RUN TOOK THE SCHEDULED RUN'S PLACE"
 
 
 @dataclass
@@ -45,6 +60,9 @@ class RunSummary:
     starts: int | None = None  # job logic starts, including killed ones
     # Faults injected for other runs that this run's deliveries were in flight during.
     exposed_to: tuple[str, ...] = ()
+    # A forced run: it carries `schedule_time`, the time of the scheduled run `scheduled_run`.
+    forced: bool = False
+    scheduled_run: RunSummary | None = None
 
     @property
     def deliveries(self) -> list[Delivery]:
@@ -61,9 +79,8 @@ class RunSummary:
 
     @property
     def faults(self) -> tuple[str, ...]:
-        faults = {f for run in self.runs for f in run.faults}
-        faults.update(run.kind for run in self.runs if run.kind != "scheduled")
-        return tuple(sorted(faults))
+        # A forced run's own fault (manual, manual-overlap, manual-bare) is among them.
+        return tuple(sorted({f for run in self.runs for f in run.faults}))
 
     @property
     def fault_text(self) -> str:
@@ -89,16 +106,27 @@ class RunSummary:
 
     @property
     def missed(self) -> bool:
-        """Struck by the `missed` fault, and no delivery of its key came from elsewhere
-        (a forced manual run that carries this schedule time would be one)."""
+        """Struck by the `missed` fault: nothing was delivered for it."""
         return not self.deliveries and any(MISSED in run.faults for run in self.runs)
+
+    @property
+    def skipped(self) -> bool:
+        """Skipped by Scheduler: the job was still being retried at its time."""
+        return not self.deliveries and any(run.stop_reason == SKIPPED for run in self.runs)
 
     @property
     def verdict(self) -> str:
         if not self.scheduled:
             return UNSCHEDULED
+        if self.forced:
+            return self._forced_verdict()
         if self.missed and not self.executions:
             return NOT_DELIVERED
+        if self.executions is not None and self.executions > 1:
+            return DUPLICATED
+        if self.skipped:
+            # Executed at most once, by a forced run's retry taken for it once its time came.
+            return SKIPPED_RUN
         if self.executions is None:
             return ACKNOWLEDGED if self.acknowledged else EXHAUSTED
         if self.executions > 1:
@@ -107,26 +135,51 @@ class RunSummary:
             return EXACTLY_ONCE if self.executions == 1 else MISSING
         return EXHAUSTED
 
+    def _forced_verdict(self) -> str:
+        if self.executions is not None and self.executions > 1:
+            return DUPLICATED
+        if not self.acknowledged:
+            return EXHAUSTED
+        if self.executions is None:
+            return FORCED_ACKNOWLEDGED
+        if self.executions == 1:
+            return FORCED_ONCE
+        following = self.scheduled_run
+        if following is not None and following.executions:
+            # Acknowledged, yet its own key never executed, while the scheduled run of its
+            # time did: the forced run was keyed as that run and executed it early (its
+            # scheduled delivery was then answered as a duplicate).
+            return FORCED_TOOK_NEXT
+        return MISSING
+
     @property
     def ok(self) -> bool:
         """Exactly once if acknowledged; at most once if the retries ran out."""
         return self.verdict in (
-            EXACTLY_ONCE, EXHAUSTED, UNSCHEDULED, ACKNOWLEDGED, NOT_DELIVERED
+            EXACTLY_ONCE, EXHAUSTED, UNSCHEDULED, ACKNOWLEDGED, NOT_DELIVERED, SKIPPED_RUN,
+            FORCED_ONCE, FORCED_ACKNOWLEDGED,
         )
+
+    @property
+    def last_failure(self) -> Delivery | None:
+        """The last attempt that was not acknowledged, if any."""
+        failed = [d for d in self.deliveries if d.copy == 0 and not d.acknowledged]
+        return failed[-1] if failed else None
 
 
 def summarise(
     result: EmulatorResult,
-    executions: Mapping[tuple[str, datetime], int] | None = None,
-    starts: Mapping[tuple[str, datetime], int] | None = None,
+    executions: Mapping[ExecutionKey, int] | None = None,
+    starts: Mapping[ExecutionKey, int] | None = None,
     unscheduled_executions: Mapping[str, int] | None = None,
 ) -> list[RunSummary]:
     """Group deliveries per run key; attach execution counts if given.
 
-    `executions` / `starts` map (job, schedule instant) to counts; `unscheduled_executions`
+    `executions` / `starts` map (job, schedule instant, forced) to counts, where forced
+    says the execution was on behalf of a forced run's delivery; `unscheduled_executions`
     maps a delivery id to executions of runs that had no schedule time.
     """
-    by_key: dict[tuple[str, datetime], RunSummary] = {}
+    by_key: dict[ExecutionKey, RunSummary] = {}
     out: list[RunSummary] = []
     for run in result.runs:
         if run.schedule_time is None:
@@ -136,13 +189,18 @@ def summarise(
                 summary.executions = sum(unscheduled_executions.get(i, 0) for i in ids)
             out.append(summary)
             continue
-        key = (run.job, run.schedule_time)
+        forced = run.kind != "scheduled"
+        key = (run.job, run.schedule_time, forced)
         found = by_key.get(key)
         if found is None:
-            tick = run.tick if run.kind == "scheduled" else run.tick + 1
-            found = by_key[key] = RunSummary(run.job, tick, run.schedule_time)
+            # A forced run is listed with the tick whose time it carries (the next one).
+            tick = run.tick + 1 if forced else run.tick
+            found = by_key[key] = RunSummary(run.job, tick, run.schedule_time, forced=forced)
             out.append(found)
         found.runs.append(run)
+    for (job, when, forced), summary in by_key.items():
+        if forced:
+            summary.scheduled_run = by_key.get((job, when, False))
     if executions is not None:
         for key, summary in by_key.items():
             summary.executions = executions.get(key, 0)
@@ -150,27 +208,120 @@ def summarise(
     order: dict[str, int] = {}
     for run in result.runs:
         order.setdefault(run.job, len(order))
-    out.sort(key=lambda s: (order[s.job], s.tick, s.schedule_time is None))
+    out.sort(key=lambda s: (order[s.job], s.tick, s.schedule_time is None, s.forced))
     return out
 
 
-def totals(summaries: list[RunSummary]) -> dict[str, Any]:
-    scheduled = [s for s in summaries if s.scheduled]
+@dataclass
+class JobResult:
+    """One job over the whole replay: did it ever execute, did any attempt succeed?"""
+
+    job: str
+    runs: int  # runs delivered (scheduled or forced, with at least one delivery)
+    acknowledged: int
+    executed: int | None  # runs whose job logic completed; None: not counted
+    runs_ok: bool  # no run's verdict failed
+    last_error: str | None  # what the last failed attempt was answered (or the target's log)
+
+    @property
+    def problem(self) -> str | None:
+        """Why the job as a whole is broken (whatever its runs' verdicts), or None."""
+        if not self.runs:
+            return None  # nothing was delivered (every run missed): nothing to judge
+        if self.executed == 0:
+            if self.acknowledged:
+                return "never executed, though runs were acknowledged"
+            return "never executed: every attempt failed"
+        if self.executed is None and not self.acknowledged:
+            # Executions not counted: no 2xx at all is all there is to tell by. (Counted,
+            # a job that executed is not broken, even if every 2xx was lost on the way.)
+            return "failed every attempt"
+        return None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None and self.runs_ok
+
+    @property
+    def text(self) -> str:
+        """E.g. 'PASS: 20 run(s), 20 acknowledged, 20 executed' or 'FAIL: never executed:
+        every attempt failed (... last error: 500 failed: KeyError('x'))'."""
+        executed = "" if self.executed is None else f", {self.executed} executed"
+        counts = f"{self.runs} run(s), {self.acknowledged} acknowledged{executed}"
+        error = f"; last error: {_shortened(self.last_error)}" if self.last_error else ""
+        problem = self.problem or (None if self.runs_ok else "a run failed its verdict (above)")
+        if problem is None:
+            return f"PASS: {counts}{error}"
+        return f"FAIL: {problem} ({counts}{error})"
+
+
+def _shortened(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def job_results(
+    summaries: list[RunSummary], errors: Mapping[str, str] | None = None
+) -> list[JobResult]:
+    """Per job, in table order. `errors`: the last error per job as the target logged it
+    (e.g. the demo function's log); else the answer to the job's last failed attempt."""
+    jobs: dict[str, list[RunSummary]] = {}
+    for s in summaries:
+        jobs.setdefault(s.job, []).append(s)
+    out = []
+    for job, runs in jobs.items():
+        delivered = [s for s in runs if s.deliveries]
+        counted = [s.executions for s in delivered if s.executions is not None]
+        failures = [d for s in delivered if (d := s.last_failure) is not None]
+        failures.sort(key=lambda d: d.sent_at)
+        last_error = (errors or {}).get(job)
+        if last_error is None and failures:
+            last_error = answer_text(failures[-1])
+        out.append(JobResult(
+            job=job,
+            runs=len(delivered),
+            acknowledged=sum(1 for s in delivered if s.acknowledged),
+            executed=sum(1 for n in counted if n) if len(counted) == len(delivered) else None,
+            runs_ok=all(s.ok for s in runs),
+            last_error=last_error,
+        ))
+    return out
+
+
+def job_result_json(r: JobResult) -> dict[str, Any]:
+    return {
+        "job": r.job,
+        "ok": r.ok,
+        "result": r.text,
+        "problem": r.problem,
+        "runs": r.runs,
+        "acknowledged": r.acknowledged,
+        "executed": r.executed,
+        "last_error": r.last_error,
+    }
+
+
+def totals(
+    summaries: list[RunSummary], errors: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    scheduled = [s for s in summaries if s.scheduled and not s.forced]
     replies: Counter[str] = Counter()
     for s in summaries:
         replies.update(s.replies())
     verdicts = Counter(s.verdict for s in summaries)
     executions = [s.executions for s in summaries if s.executions is not None]
+    jobs = job_results(summaries, errors)
     return {
         "scheduled_runs": len(scheduled),
-        "manual_runs_without_schedule_time": len(summaries) - len(scheduled),
+        "forced_runs": sum(1 for s in summaries if s.forced),
+        "manual_runs_without_schedule_time": sum(1 for s in summaries if not s.scheduled),
         "deliveries": sum(replies.values()),
         "replies": dict(sorted(replies.items())),
         "acknowledged_runs": sum(1 for s in scheduled if s.acknowledged),
         "exhausted_runs": sum(1 for s in scheduled if not s.acknowledged),
         "executions": sum(executions) if executions else None,
         "verdicts": dict(sorted(verdicts.items())),
-        "all_ok": all(s.ok for s in summaries),
+        "failed_jobs": [r.job for r in jobs if not r.ok],
+        "all_ok": all(s.ok for s in summaries) and all(r.ok for r in jobs),
     }
 
 
@@ -182,6 +333,7 @@ def summary_json(s: RunSummary) -> dict[str, Any]:
         "acknowledged": s.acknowledged,
         "executions": s.executions,
         "job_starts": s.starts,
+        "forced": s.forced,
         "verdict": s.verdict,
         "ok": s.ok,
         "faults": list(s.faults),
@@ -197,8 +349,8 @@ def summary_json(s: RunSummary) -> dict[str, Any]:
                 "sent_at": d.sent_at.isoformat(),
                 "reply": d.reply,
                 "status": d.status,
-                "late_status": d.late_status,
                 "error": d.error,
+                "redirects": list(d.redirects),
                 "outcome": reply_outcome(d),
                 "real_ms": round(d.real_seconds * 1000, 1),
                 "faults": list(d.faults),
@@ -208,38 +360,49 @@ def summary_json(s: RunSummary) -> dict[str, Any]:
     }
 
 
-def format_table(summaries: list[RunSummary], show_all: bool = True) -> list[str]:
-    """Text lines: one block per job, one line per run."""
+def format_table(
+    summaries: list[RunSummary],
+    show_all: bool = True,
+    results: list[JobResult] | None = None,
+) -> list[str]:
+    """Text lines: one block per job, one line per run, then the job's result."""
     lines: list[str] = []
-    current = None
     with_exec = any(s.executions is not None for s in summaries)
-    # Wide enough for the longest list of faults, with a space before the result.
-    width = max([28, *(len(s.fault_text) + 2 for s in summaries)])
+    by_job = {r.job: r for r in (results if results is not None else job_results(summaries))}
+    # The faults column is as wide as its longest entry, and always followed by a gap.
+    width = max([len("faults"), *(len(s.fault_text) for s in summaries)]) + 2
+    jobs: dict[str, list[RunSummary]] = {}
     for s in summaries:
-        if s.job != current:
-            current = s.job
-            lines.append("")
-            lines.append(f"job {s.job}")
-            head = f"  {'schedule time (UTC)':<22}{'deliv':>6}  {'replies':<26}"
-            if with_exec:
-                head += f"{'exec':>4}  "
-            head += f"{'faults':<{width}}result"
-            lines.append(head)
-        quiet = not s.faults and not s.exposed_to
-        if not show_all and quiet and s.ok and s.verdict != EXHAUSTED:
-            continue
-        when = format_schedule_time(s.schedule_time) if s.schedule_time else "(manual, no time)"
-        replies = s.reply_text()
-        if len(replies) > 26:
-            replies = replies[:23] + "..."
-        line = f"  {when:<22}{len(s.deliveries):>6}  {replies:<26}"
+        jobs.setdefault(s.job, []).append(s)
+    for job, runs in jobs.items():
+        lines.append("")
+        lines.append(f"job {job}")
+        head = f"  {'schedule time (UTC)':<22}{'deliv':>6}  {'replies':<26}"
         if with_exec:
-            line += f"{'-' if s.executions is None else s.executions:>4}  "
-        verdict = s.verdict
-        if verdict == EXHAUSTED and s.stop_reason:
-            verdict = f"{verdict} ({s.stop_reason})"
-        line += f"{s.fault_text:<{width}}{verdict}"
-        lines.append(line)
+            head += f"{'exec':>4}  "
+        head += f"{'faults':<{width}}result"
+        lines.append(head)
+        for s in runs:
+            quiet = not s.faults and not s.exposed_to
+            if not show_all and quiet and s.ok and s.verdict != EXHAUSTED:
+                continue
+            when = (
+                format_schedule_time(s.schedule_time) if s.schedule_time else "(manual, no time)"
+            )
+            replies = s.reply_text()
+            if len(replies) > 26:
+                replies = replies[:23] + "..."
+            line = f"  {when:<22}{len(s.deliveries):>6}  {replies:<26}"
+            if with_exec:
+                line += f"{'-' if s.executions is None else s.executions:>4}  "
+            verdict = s.verdict
+            if verdict == EXHAUSTED and s.stop_reason:
+                verdict = f"{verdict} ({s.stop_reason})"
+            line += f"{s.fault_text:<{width}}{verdict}"
+            lines.append(line)
+        result = by_job.get(job)
+        if result is not None:
+            lines.append(f"  result: {result.text}")
     return lines
 
 
@@ -249,26 +412,22 @@ _OUTCOME = re.compile(r'"outcome"\s*:\s*"([A-Za-z_]+)"')
 
 
 def reply_outcome(d: Delivery) -> str | None:
-    """The outcome the target named in its reply (in time or late), if it named one."""
+    """The outcome the target named in its reply, if it named one."""
     found = _OUTCOME.search(d.reply_body)
     return found.group(1) if found else None
 
 
 def answer_text(d: Delivery, *, timed: bool = False) -> str:
     """What one delivery was answered: '200 completed' ('... after 1.6 s' if `timed`),
-    '500 store_unavailable', 'timeout (200 completed, late)', 'connection dropped'."""
+    '500 store_unavailable', 'timeout' (no answer within the deadline: Scheduler closed
+    the connection), 'connection dropped'."""
     outcome = reply_outcome(d)
     took = f" after {d.real_seconds:.1f} s" if timed else ""
     if d.status is not None:
         text = f"{d.status} {outcome}" if outcome else str(d.status)
         return f"{text}{took}" + (" (lost on the way back)" if d.ack_lost else "")
-    if d.error == "deadline exceeded":
-        if d.late_status is None:
-            return "no answer within the deadline" if timed else "timeout"
-        late = f"{d.late_status} {outcome}" if outcome else str(d.late_status)
-        if timed:
-            return f"no answer within the deadline ({late}{took}, late)"
-        return f"timeout ({late}, late)"
+    if d.error == DEADLINE_EXCEEDED:
+        return "no answer within the deadline (connection closed)" if timed else "timeout"
     return "connection dropped" if d.error else "no answer"
 
 

@@ -1,13 +1,16 @@
 """The jobs the emulator delivers, read from a Pulumi stack file.
 
 The stack file is parsed and validated by the kit's own config loader
-(`infra.config.load_config`), the same one the Pulumi program uses, so the emulator
+(`infra.config.load_config`), the same one the Pulumi program uses, and each job's
+deployed ID, httpTarget headers and body come from the Pulumi program's own code
+(`infra.config.scheduler_job_id`, `infra.scheduled_job.ScheduledJobArgs`), so the emulator
 delivers exactly the jobs a `pulumi up` would create. `Stack` and `Job` are the
 emulator's small view of that config.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -15,7 +18,8 @@ from typing import Any
 
 import yaml
 
-from infra.config import ConfigError, StackConfig, load_config
+from infra.config import ConfigError, JobSettings, StackConfig, load_config, scheduler_job_id
+from infra.scheduled_job import ScheduledJobArgs
 from infra.scheduler_rules import ATTEMPT_DEADLINE_DEFAULT_SECONDS, RetrySettings
 
 
@@ -27,16 +31,24 @@ class StackError(ValueError):
 class Job:
     """One Cloud Scheduler job, as the emulator needs it."""
 
-    name: str
+    name: str  # the stack's `jobs[].name`
     schedule: str
     time_zone: str = "Etc/UTC"
     attempt_deadline_seconds: float = ATTEMPT_DEADLINE_DEFAULT_SECONDS
     retry: RetrySettings = field(default_factory=RetrySettings)
     body: bytes | None = None
-    content_type: str | None = None
+    # The httpTarget's own headers (Content-Type, X-Dedup-*), as the job is declared.
+    http_headers: tuple[tuple[str, str], ...] = ()
     http_method: str = "POST"
     job_logic: str = "jobs.example:run"
     paused: bool = False
+    # The deployed Scheduler job ID (`<namePrefix>-<name>`); empty: `name` (a bare job).
+    deployed_id: str = ""
+
+    @property
+    def job_id(self) -> str:
+        """The Scheduler job ID: what the function receives and keys its runs by."""
+        return self.deployed_id or self.name
 
 
 @dataclass(frozen=True)
@@ -54,9 +66,12 @@ class Stack:
     function_timeout_seconds: float = 540
     store_timeout_seconds: float = 10
     cache_size: int = 10000
+    # A delivery whose schedule time is further ahead of the function's clock is forced.
+    forced_run_margin_seconds: float = 10
     # The Scheduler jobs' OIDC identity (the invoker account): the emulator's token carries
     # it, and the local function serves only it (DEDUP_ALLOWED_CALLERS), as deployed.
     invoker_email: str = ""
+    name_prefix: str = ""
     source: str = ""
 
     def job(self, name: str) -> Job:
@@ -76,6 +91,41 @@ class Stack:
     def active_jobs(self) -> tuple[Job, ...]:
         """Jobs Scheduler delivers: a paused job sends nothing."""
         return tuple(job for job in self.jobs if not job.paused)
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def stack_files(directory: Path) -> dict[str, Path]:
+    """The stacks in `directory`: name -> Pulumi.<name>.yaml."""
+    return {
+        path.name[len("Pulumi."):-len(".yaml")]: path
+        for path in sorted(directory.glob("Pulumi.*.yaml"))
+    }
+
+
+def resolve_stack(choice: str | Path, directories: tuple[Path, ...] | None = None) -> Path:
+    """The stack file `choice` names: a stack name (`staging` -> Pulumi.staging.yaml, looked
+    up in the working directory, then the repository) or a path to a stack file."""
+    text = str(choice)
+    places = directories if directories is not None else (Path(), REPO_ROOT)
+    looks_like_path = "/" in text or text.endswith((".yaml", ".yml"))
+    candidates = [Path(text)] if looks_like_path else []
+    if not looks_like_path:
+        candidates += [place / f"Pulumi.{text}.yaml" for place in places]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    known: dict[str, Path] = {}
+    for place in places:
+        for name, path in stack_files(place).items():
+            known.setdefault(name, path)
+    listed = ", ".join(known) or "none found"
+    what = f"stack file {text}" if looks_like_path else f"stack {text!r} (no Pulumi.{text}.yaml)"
+    raise StackError(
+        f"{what} not found; stacks: {listed} (give --stack NAME, e.g. --stack dev, or a path "
+        "to a stack file)"
+    )
 
 
 def load_stack(path: str | Path) -> Stack:
@@ -107,20 +157,36 @@ def parse_stack_config(config: Mapping[str, Any], source: str = "stack") -> Stac
     return from_stack_config(validated, source)
 
 
+def job_from_settings(
+    job: JobSettings, *, project: str, region: str, name_prefix: str
+) -> Job:
+    """The emulator's view of one job, its headers and body built by the Pulumi program's
+    own ScheduledJobArgs (the httpTarget it declares), its ID by `scheduler_job_id`."""
+    job_id = scheduler_job_id(name_prefix, job.name) if name_prefix else job.name
+    target = ScheduledJobArgs(
+        job=job, project=project, region=region, target_uri="", invoker_email="", job_id=job_id
+    )
+    body = target.body_base64()
+    return Job(
+        name=job.name,
+        schedule=job.schedule,
+        time_zone=job.time_zone,
+        attempt_deadline_seconds=float(job.attempt_deadline_seconds),
+        retry=job.retry,
+        body=base64.b64decode(body) if body is not None else None,
+        http_headers=tuple(target.headers().items()),
+        job_logic=job.job_logic,
+        paused=job.paused,
+        deployed_id=target.scheduler_job_id,
+    )
+
+
 def from_stack_config(config: StackConfig, source: str = "stack") -> Stack:
     # Jobs with `proxy:` call the idempotent proxy, which starts Google Cloud executions:
     # nothing local can serve them, so the emulator replays the dedup function's jobs only.
     jobs = tuple(
-        Job(
-            name=job.name,
-            schedule=job.schedule,
-            time_zone=job.time_zone,
-            attempt_deadline_seconds=float(job.attempt_deadline_seconds),
-            retry=job.retry,
-            body=job.body_json.encode() if job.body_json is not None else None,
-            content_type="application/json" if job.body_json is not None else None,
-            job_logic=job.job_logic,
-            paused=job.paused,
+        job_from_settings(
+            job, project=config.project, region=config.region, name_prefix=config.name_prefix
         )
         for job in config.jobs
         if job.proxy is None
@@ -138,6 +204,8 @@ def from_stack_config(config: StackConfig, source: str = "stack") -> Stack:
         function_timeout_seconds=float(config.function.timeout_seconds),
         store_timeout_seconds=float(dedup.store_timeout_seconds),
         cache_size=dedup.cache_size,
+        forced_run_margin_seconds=float(dedup.forced_run_margin_seconds),
         invoker_email=config.invoker_email,
+        name_prefix=config.name_prefix,
         source=source,
     )

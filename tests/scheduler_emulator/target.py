@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +20,8 @@ class Received:
     headers: list[tuple[str, str]]  # as sent, names in their original case
     body: bytes
     at: datetime | None  # the emulator clock's time on arrival, if a clock was given
+    # Set once answered: had the client closed the connection before the answer was due?
+    hung_up: bool | None = None
 
     def header(self, name: str) -> str | None:
         for key, value in self.headers:
@@ -30,11 +34,29 @@ class Received:
 Responder = Callable[[Received], tuple[int, float]]
 
 
+def _peer_closed(conn: socket.socket) -> bool:
+    """Has the client closed its side (EOF waiting to be read)?"""
+    readable, _, _ = select.select([conn], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
 class RecordingTarget:
+    """Records each request; answers per `responder`. `redirects` maps a path to (3xx
+    status, Location) answered at once, before the responder is asked."""
+
     def __init__(
-        self, responder: Responder | None = None, now: Callable[[], datetime] | None = None
+        self,
+        responder: Responder | None = None,
+        now: Callable[[], datetime] | None = None,
+        redirects: dict[str, tuple[int, str]] | None = None,
     ):
         self.responder: Responder = responder or (lambda r: (200, 0.0))
+        self.redirects = redirects or {}
         self.now = now
         self.received: list[Received] = []
         self.completed: list[Received] = []
@@ -54,14 +76,21 @@ class RecordingTarget:
                 )
                 with target._lock:
                     target.received.append(rec)
-                status, delay = target.responder(rec)
+                location = None
+                if self.path in target.redirects:
+                    (status, location), delay = target.redirects[self.path], 0.0
+                else:
+                    status, delay = target.responder(rec)
                 if delay:
                     time.sleep(delay)
+                rec.hung_up = _peer_closed(self.connection)
                 with target._lock:
                     target.completed.append(rec)
                 payload = b'{"outcome": "test"}'
                 try:
                     self.send_response(status)
+                    if location is not None:
+                        self.send_header("Location", location)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()

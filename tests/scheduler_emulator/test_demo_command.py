@@ -17,13 +17,18 @@ from pathlib import Path
 import pytest
 
 from local_stack import FirestoreEmulator
+from tests.stacks import fixture_stack_file
 
 REPO = Path(__file__).resolve().parents[2]
+# The kit's own dev stack for its tests (never the repository's Pulumi.dev.yaml).
+DEV_STACK = str(fixture_stack_file("dev"))
 
 
 def demo(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`python -m demo` on the fixture dev stack unless `args` name another."""
+    stack = [] if "--stack" in args else ["--stack", DEV_STACK]
     return subprocess.Popen(
-        [sys.executable, "-m", "demo", *args],
+        [sys.executable, "-m", "demo", *stack, *args],
         cwd=REPO,
         env=env or dict(os.environ),
         stdout=subprocess.PIPE,
@@ -63,7 +68,13 @@ def test_missing_stack_file_is_a_clear_error() -> None:
     proc = demo("--stack", "Pulumi.nope.yaml")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
-    assert "stack file Pulumi.nope.yaml not found" in err
+    assert "stack file Pulumi.nope.yaml not found; stacks: " in err
+    # A stack name that no Pulumi.<name>.yaml has: one error, listing the stacks there are.
+    proc = demo("--stack", "nope")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert err.count("error:") == 1
+    assert "stack 'nope' (no Pulumi.nope.yaml) not found; stacks: " in err
 
 
 def test_missing_gcloud_names_how_to_install_it(tmp_path: Path) -> None:
@@ -143,3 +154,40 @@ def test_the_default_mix_runs_every_run_once_through_store_faults(
     answered = outage["answered"]
     assert answered.startswith(("500 store_unavailable after ", "200 completed after ")), answered
     assert answered.endswith(("200 completed on retry 1", "s")), answered
+
+
+def test_a_job_that_never_executes_fails_the_demo(
+    firestore_emulator: FirestoreEmulator, tmp_path: Path
+) -> None:
+    # A jobLogic whose module does not exist: every attempt fails. Each run alone would
+    # pass as "retries exhausted" (at most once); the job as a whole fails the demo.
+    stack = tmp_path / "Pulumi.broken.yaml"
+    stack.write_text(json.dumps({"config": {
+        "gcp:project": "acme-broken-demo",
+        "gcp:region": "europe-west1",
+        "scheduler-dedup:jobs": [{
+            "name": "broken",
+            "schedule": "*/5 * * * *",
+            "attemptDeadlineSeconds": 30,
+            "retry": {"retryCount": 1, "minBackoffSeconds": 5},
+            "jobLogic": "jobs.no_such_module:run",
+        }],
+    }}))
+    host = firestore_emulator.host
+    args = ["--stack", str(stack), "--job", "broken", "--ticks", "3", "--no-faults"]
+    proc = demo(*args, "--firestore-host", host)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1, err
+    assert "  result: FAIL: never executed: every attempt failed (3 run(s), 0 acknowledged, " \
+        "0 executed; last error: 500 failed: ModuleNotFoundError" in out
+    assert out.rstrip().splitlines()[-1].startswith(
+        "RESULT: FAIL: job broken never executed: every attempt failed"
+    )
+    proc = demo(*args, "--firestore-host", host, "--json")
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1, err
+    report = json.loads(out)
+    assert not report["ok"] and report["totals"]["failed_jobs"] == ["broken"]
+    [job] = report["jobs"]
+    assert job["problem"] == "never executed: every attempt failed"
+    assert "No module named 'jobs.no_such_module'" in job["last_error"]

@@ -3,18 +3,23 @@ local HTTP target and a deterministic clock (no function, no Firestore)."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from infra.config import JobSettings
+from infra.scheduled_job import ScheduledJobArgs
 from infra.scheduler_rules import RetrySettings
 from scheduler_emulator import ManualClock, SchedulerEmulator
 from scheduler_emulator.emulator import Delivery, EmulatorResult, StoreFaultHook
 from scheduler_emulator.faults import (
     DEFAULT_MIX,
+    MANUAL_OVERLAP,
     MISSED,
     STORE_FAULTS,
     STORE_OUTAGE,
@@ -22,16 +27,32 @@ from scheduler_emulator.faults import (
     FaultPlan,
     StoreFaultsUnsupported,
 )
-from scheduler_emulator.stack import Job, Stack
+from scheduler_emulator.stack import Job, Stack, job_from_settings
 from tests.scheduler_emulator.target import Received, RecordingTarget, Responder
 
 START = datetime(2026, 10, 16, 0, 0, tzinfo=UTC)
 PROJECT = "acme-billing-dev"
 REGION = "europe-west1"
+PREFIX = "billing-dev"
 
 
 def stack_of(*jobs: Job) -> Stack:
-    return Stack(project=PROJECT, region=REGION, jobs=jobs)
+    return Stack(project=PROJECT, region=REGION, jobs=jobs, name_prefix=PREFIX)
+
+
+def deployed(**settings: Any) -> Job:
+    """A job declared as in a stack file (camelCase keys), as the Pulumi program deploys it."""
+    return job_from_settings(
+        JobSettings.model_validate(settings), project=PROJECT, region=REGION, name_prefix=PREFIX
+    )
+
+
+def utc(r: Received) -> str | None:
+    """The schedule time a request carried, spelled in UTC (one spelling per instant)."""
+    value = r.header("X-CloudScheduler-ScheduleTime")
+    if value is None:
+        return None
+    return datetime.fromisoformat(value).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def replay(
@@ -68,23 +89,26 @@ def offsets(received: list[Received]) -> list[float]:
 # -- what each delivery carries ------------------------------------------------------
 
 
+NIGHTLY = {
+    "name": "nightly-export", "schedule": "0 3 * * *", "timeZone": "Europe/Berlin",
+    "body": {"report": "daily"},
+}
+
+
 def test_headers_are_exactly_schedulers() -> None:
-    job = Job(
-        "nightly-export",
-        "0 3 * * *",
-        "Europe/Berlin",
-        body=json.dumps({"report": "daily"}).encode(),
-        content_type="application/json",
-    )
+    job = deployed(**NIGHTLY)
     result, target, _ = replay(job, token="tok-123")
     [request] = target.received
     headers = dict(request.headers)
     sent = {k: v for k, v in headers.items() if k not in ("Host", "Accept-Encoding")}
     assert sent == {
         "X-CloudScheduler": "true",
-        "X-CloudScheduler-JobName": "nightly-export",
-        # 03:00 in Berlin on 16 October (CEST, UTC+2) is 01:00 UTC.
-        "X-CloudScheduler-ScheduleTime": "2026-10-16T01:00:00Z",
+        # The deployed job's full name: its ID carries the stack's namePrefix.
+        "X-CloudScheduler-JobName": (
+            f"projects/{PROJECT}/locations/{REGION}/jobs/{PREFIX}-nightly-export"
+        ),
+        # 03:00 in Berlin on 16 October (CEST, UTC+2), with the job's own offset.
+        "X-CloudScheduler-ScheduleTime": "2026-10-16T03:00:00+02:00",
         "User-Agent": "Google-Cloud-Scheduler",
         "X-Dedup-Project": PROJECT,
         "X-Dedup-Location": REGION,
@@ -98,21 +122,55 @@ def test_headers_are_exactly_schedulers() -> None:
     assert run.acknowledged and run.stop_reason == "acknowledged"
 
 
-def test_default_token_is_a_bearer_jwt_shaped_token() -> None:
-    _, target, _ = replay(Job("j", "*/5 * * * *"))
+def test_the_jobs_headers_and_body_are_the_pulumi_programs_own() -> None:
+    # Whatever ScheduledJobArgs declares as the httpTarget is what arrives.
+    settings = JobSettings.model_validate(NIGHTLY)
+    args = ScheduledJobArgs(
+        job=settings, project=PROJECT, region=REGION, target_uri="", invoker_email=""
+    )
+    _, target, _ = replay(deployed(**NIGHTLY))
+    [request] = target.received
+    for name, value in args.headers().items():
+        assert request.header(name) == value
+    assert request.body == base64.b64decode(args.body_base64() or "")
+    # No body declared: infra still declares application/json; nothing is sent.
+    _, target, _ = replay(deployed(name="bare", schedule="*/5 * * * *"))
+    assert target.received[0].body == b""
+    assert target.received[0].header("Content-Type") == "application/json"
+
+
+def test_default_token_is_an_oidc_token_as_cloud_run_forwards_it() -> None:
+    stack = Stack(PROJECT, REGION, (Job("j", "*/5 * * * *"),), invoker_email="inv@x.iam")
+    target = RecordingTarget()
+    with target.serving():
+        SchedulerEmulator(target.url, stack, ticks=1, start=START).run()
     auth = target.received[0].header("Authorization")
     assert auth is not None and auth.startswith("Bearer ")
-    assert auth.removeprefix("Bearer ").count(".") == 2
+    header_b64, claims_b64, signature = auth.removeprefix("Bearer ").split(".")
+
+    def decoded(part: str) -> dict[str, Any]:
+        return dict(json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))))
+
+    assert decoded(header_b64)["alg"] == "RS256"
+    claims = decoded(claims_b64)
+    assert claims["iss"] == "https://accounts.google.com"
+    assert claims["aud"] == target.url  # the audience is the target's URL
+    assert claims["email"] == "inv@x.iam" and claims["email_verified"] is True
+    assert claims["exp"] > claims["iat"]
+    assert signature == "SIGNATURE_REMOVED_BY_GOOGLE"
 
 
 def test_schedule_times_follow_the_cron_in_its_time_zone_across_dst() -> None:
     # Berlin leaves summer time on 25 October 2026: 03:00 local moves from 01:00Z to 02:00Z.
     job = Job("nightly", "0 3 * * *", "Europe/Berlin")
     _, target, _ = replay(job, ticks=12)
-    times = [r.header("X-CloudScheduler-ScheduleTime") for r in target.received]
+    times = [utc(r) for r in target.received]
     assert times[:2] == ["2026-10-16T01:00:00Z", "2026-10-17T01:00:00Z"]
     assert times[8:11] == ["2026-10-24T01:00:00Z", "2026-10-25T02:00:00Z", "2026-10-26T02:00:00Z"]
     assert len(set(times)) == 12
+    # Spelled with the job's own offset: the local time stays 03:00 across the change.
+    spelled = [r.header("X-CloudScheduler-ScheduleTime") for r in target.received]
+    assert spelled[8:10] == ["2026-10-24T03:00:00+02:00", "2026-10-25T03:00:00+01:00"]
 
 
 def test_schedule_time_spellings_name_one_instant() -> None:
@@ -121,30 +179,50 @@ def test_schedule_time_spellings_name_one_instant() -> None:
     )
     _, target, _ = replay(job, lambda r: (500, 0.0), time_style="mixed")
     assert [r.header("X-CloudScheduler-ScheduleTime") for r in target.received] == [
-        "2026-10-16T01:00:00Z",
         "2026-10-16T03:00:00+02:00",
         "2026-10-16T01:00:00Z",
+        "2026-10-16T03:00:00+02:00",
     ]
-    _, target, _ = replay(job, time_style="offset")
-    assert target.received[0].header("X-CloudScheduler-ScheduleTime") == (
-        "2026-10-16T03:00:00+02:00"
-    )
+    _, target, _ = replay(job, time_style="utc")
+    assert target.received[0].header("X-CloudScheduler-ScheduleTime") == "2026-10-16T01:00:00Z"
 
 
-def test_without_body_nothing_is_sent_and_content_type_is_octet_stream() -> None:
+def test_the_default_spelling_has_the_jobs_offset_on_a_dst_day() -> None:
+    # 29 March 2026, Berlin springs forward at 02:00: 03:30 that day is CEST (+02:00).
+    job = Job("j", "30 3 * * *", "Europe/Berlin")
+    start = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)
+    clock = ManualClock(start)
+    target = RecordingTarget(now=clock.now)
+    with target.serving():
+        SchedulerEmulator(
+            target.url, stack_of(job), ticks=2, start=start, clock_factory=lambda: clock
+        ).run()
+    assert [r.header("X-CloudScheduler-ScheduleTime") for r in target.received] == [
+        "2026-03-29T03:30:00+02:00",
+        "2026-03-30T03:30:00+02:00",
+    ]
+
+
+def test_content_type_only_with_a_body_unless_declared() -> None:
+    # No body, no declared Content-Type: none is sent (no forced octet-stream).
     _, target, _ = replay(Job("j", "*/5 * * * *"))
     [request] = target.received
-    assert request.body == b""
-    assert request.header("Content-Type") == "application/octet-stream"
+    assert request.body == b"" and request.header("Content-Type") is None
+    # A body without a declared Content-Type: Scheduler's default.
+    _, target, _ = replay(Job("j", "*/5 * * * *", body=b"raw"))
+    assert target.received[0].header("Content-Type") == "application/octet-stream"
 
 
-def test_http2_style_lower_case_headers_and_full_job_name() -> None:
-    _, target, _ = replay(Job("j", "*/5 * * * *"), header_case="lower", full_job_name=True)
+def test_http2_style_lower_case_headers_and_job_name_styles() -> None:
+    job = deployed(name="j", schedule="*/5 * * * *")
+    _, target, _ = replay(job, header_case="lower")
     names = [k for k, _ in target.received[0].headers]
     assert "x-cloudscheduler-jobname" in names and "X-CloudScheduler-JobName" not in names
     assert target.received[0].header("x-cloudscheduler-jobname") == (
-        f"projects/{PROJECT}/locations/{REGION}/jobs/j"
+        f"projects/{PROJECT}/locations/{REGION}/jobs/{PREFIX}-j"
     )
+    _, target, _ = replay(job, job_name_style="id")
+    assert target.received[0].header("X-CloudScheduler-JobName") == f"{PREFIX}-j"
 
 
 def test_paused_jobs_are_not_delivered() -> None:
@@ -176,19 +254,30 @@ def test_any_other_status_is_a_failed_attempt(status: int) -> None:
     assert [d.reply for d in result.runs[0].deliveries] == [str(status)] * 3
 
 
-def test_deadline_gives_up_while_the_target_keeps_running() -> None:
+def test_the_connection_is_closed_at_the_deadline() -> None:
     # 15 s deadline = 0.15 s real on the test clock; the target answers after 0.6 s.
     job = Job("j", "*/5 * * * *", attempt_deadline_seconds=15)
     result, target, clock = replay(job, lambda r: (200, 0.6))
     [run] = result.runs
     [delivery] = run.deliveries
     assert delivery.reply == "timeout" and delivery.status is None
+    assert delivery.error == "deadline exceeded"
     assert not run.acknowledged and run.stop_reason == "no retries configured"
-    # The target was not cut off: it finished, and its late 200 is on record.
-    assert len(target.completed) == 1
-    assert delivery.late_status == 200
+    # Scheduler hung up at the deadline, as it cancels the request: the request ended
+    # well before the target's answer, and the target found the connection closed.
+    assert delivery.real_seconds < 0.45
+    waited = time.monotonic() + 3
+    while not target.completed and time.monotonic() < waited:
+        time.sleep(0.02)  # the target's handler goes on after the hang-up
+    [answered] = target.completed
+    assert answered.hung_up is True
     # Simulated time moved on by exactly the deadline.
     assert clock.now() == datetime(2026, 10, 16, 0, 5, 15, tzinfo=UTC)
+
+
+def test_a_timely_answer_finds_the_connection_open() -> None:
+    _, target, _ = replay(Job("j", "*/5 * * * *", attempt_deadline_seconds=15))
+    assert [r.hung_up for r in target.completed] == [False]
 
 
 def test_deadline_then_retry_succeeds_with_the_same_schedule_time() -> None:
@@ -213,7 +302,7 @@ def test_deadline_then_retry_succeeds_with_the_same_schedule_time() -> None:
     result, target, _ = replay(job, responder)
     assert [d.reply for d in result.runs[0].deliveries] == ["timeout", "409", "200"]
     assert result.runs[0].acknowledged
-    assert len({r.header("X-CloudScheduler-ScheduleTime") for r in target.received}) == 1
+    assert len({utc(r) for r in target.received}) == 1
     # First attempt at :00, gives up at :15, waits 10 s, 409 at :25, waits 20 s, 200 at :45.
     assert offsets(target.received) == [25.0, 20.0]
 
@@ -278,24 +367,46 @@ def test_max_retry_duration_counts_attempt_time_too() -> None:
     assert result.runs[0].stop_reason == "retryCount and maxRetryDuration used up"
 
 
-def test_retries_stop_at_the_next_scheduled_time() -> None:
+FIVE_MINUTELY_RETRYING = Job(
+    "j", "*/5 * * * *",
+    retry=RetrySettings(retry_count=5, min_backoff_seconds=60, max_backoff_seconds=3600),
+)
+
+
+def test_retries_stop_at_the_next_scheduled_time_when_switched_on() -> None:
     # Every 5 minutes; waits 60, 120, then 240 would start after the next tick (300 s).
-    retry = RetrySettings(retry_count=5, min_backoff_seconds=60, max_backoff_seconds=3600)
-    result, target, _ = replay(Job("j", "*/5 * * * *", retry=retry), lambda r: (500, 0.0), ticks=2)
-    first = [
-        r
-        for r in target.received
-        if r.header("X-CloudScheduler-ScheduleTime") == "2026-10-16T00:05:00Z"
-    ]
+    result, target, _ = replay(
+        FIVE_MINUTELY_RETRYING, lambda r: (500, 0.0), ticks=2, retries_stop_at_next_run=True
+    )
+    first = [r for r in target.received if utc(r) == "2026-10-16T00:05:00Z"]
     assert offsets(first) == [60, 120]
     assert result.runs[0].stop_reason == "next scheduled time reached"
     # The next tick is delivered at its own time, with its own schedule time.
-    second = [
-        r
-        for r in target.received
-        if r.header("X-CloudScheduler-ScheduleTime") == "2026-10-16T00:10:00Z"
-    ]
+    second = [r for r in target.received if utc(r) == "2026-10-16T00:10:00Z"]
     assert second[0].at == datetime(2026, 10, 16, 0, 10, tzinfo=UTC)
+
+
+def test_switched_off_retries_run_through_the_next_tick_which_is_skipped() -> None:
+    # The default: 5 retries (60, 120, 240, 480, 960 s) whatever the schedule, so the
+    # run is retried until 00:05 + 1860 s = 00:36; the ticks 00:10 ... 00:35 come while
+    # it is still being retried and are skipped; the 00:40 tick is delivered again (and
+    # fails alike, so 00:45 is skipped too).
+    result, target, _ = replay(FIVE_MINUTELY_RETRYING, lambda r: (500, 0.0), ticks=9)
+    first = [r for r in target.received if utc(r) == "2026-10-16T00:05:00Z"]
+    assert offsets(first) == [60, 120, 240, 480, 960]
+    assert result.runs[0].stop_reason == "retryCount used up"
+    skipped = [r for r in result.runs if r.stop_reason.startswith("skipped")]
+    assert [r.schedule_time.astimezone(UTC).strftime("%H:%M") for r in skipped
+            if r.schedule_time] == ["00:10", "00:15", "00:20", "00:25", "00:30", "00:35", "00:45"]
+    assert all(not r.deliveries and r.kind == "scheduled" for r in skipped)
+    after = [r for r in target.received if utc(r) == "2026-10-16T00:40:00Z"]
+    assert after[0].at == datetime(2026, 10, 16, 0, 40, tzinfo=UTC)
+
+
+def test_a_run_that_ends_before_the_next_tick_skips_nothing_either_way() -> None:
+    for stop in (True, False):
+        result, _, _ = replay(FIVE_MINUTELY_RETRYING, ticks=4, retries_stop_at_next_run=stop)
+        assert [r.stop_reason for r in result.runs] == ["acknowledged"] * 4
 
 
 # -- fault injection -----------------------------------------------------------------
@@ -324,7 +435,7 @@ def test_a_missed_run_is_never_delivered() -> None:
     for run in missed:
         assert not run.deliveries and not run.acknowledged and run.workers == 0
         assert run.stop_reason == "never delivered (missed)"
-    delivered = {r.header("X-CloudScheduler-ScheduleTime") for r in target.received}
+    delivered = {utc(r) for r in target.received}
     assert len(delivered) == 8 - len(struck)
     assert all(r.acknowledged for r in result.runs if r.tick not in struck)
 
@@ -351,7 +462,7 @@ def test_concurrent_workers_each_deliver_the_run() -> None:
 def test_manual_run_carries_the_next_scheduled_time() -> None:
     job = Job("j", "*/5 * * * *")
     result, target, _ = replay(job, ticks=3, faults=FaultPlan.parse(["manual=1"]))
-    sent = [(r.header("X-CloudScheduler-ScheduleTime")) for r in target.received]
+    sent = [utc(r) for r in target.received]
     assert sent == [
         "2026-10-16T00:05:00Z",
         "2026-10-16T00:10:00Z",  # forced run between ticks 1 and 2, stamped with tick 2
@@ -375,7 +486,7 @@ def test_bare_manual_run_has_no_schedule_time_header() -> None:
     result, target, _ = replay(
         Job("j", "*/5 * * * *"), ticks=2, faults=FaultPlan.parse(["manual-bare=1"])
     )
-    assert [r.header("X-CloudScheduler-ScheduleTime") for r in target.received] == [
+    assert [utc(r) for r in target.received] == [
         "2026-10-16T00:05:00Z",
         None,
         "2026-10-16T00:10:00Z",
@@ -424,11 +535,7 @@ def test_next_tick_of_the_schedule_is_independent_of_run_duration() -> None:
         retry=RetrySettings(retry_count=2, min_backoff_seconds=30),
     )
     _, target, _ = replay(job, lambda r: (200, 0.3), ticks=2)
-    second = [
-        r
-        for r in target.received
-        if r.header("X-CloudScheduler-ScheduleTime") == "2026-10-16T00:10:00Z"
-    ]
+    second = [r for r in target.received if utc(r) == "2026-10-16T00:10:00Z"]
     assert second[0].at == START + timedelta(minutes=10)
 
 
@@ -437,7 +544,6 @@ def test_next_tick_of_the_schedule_is_independent_of_run_duration() -> None:
 
 def test_scaled_clock_jumps_to_scheduled_times_and_scales_durations() -> None:
     import threading
-    import time
 
     from scheduler_emulator import RealClock, ScaledClock
 
@@ -561,3 +667,150 @@ def test_a_failing_store_fault_hook_voids_the_replay() -> None:
 
     with pytest.raises(RuntimeError, match="the fault proxy is gone"):
         replay(RETRYING, ticks=3, faults=FaultPlan.parse(["store-outage=1"]), store_faults=hook)
+
+
+# -- forced runs at any moment (manual-overlap) ------------------------------------------
+
+
+def overlap_plan(phase: str) -> FaultPlan:
+    """manual-overlap on every run, with a seed whose draw fires it in `phase` at tick 0."""
+    for seed in range(100):
+        plan = FaultPlan.parse(["manual-overlap=1"], seed=seed)
+        if plan.overlap_phase("j", 0) == phase:
+            return plan
+    raise AssertionError(f"no seed below 100 draws {phase!r}")
+
+
+def test_a_forced_run_fired_during_a_long_first_attempt() -> None:
+    # The first attempt takes 0.2 s real (20 s of a 60 s deadline at scale 0.01): "Run now"
+    # is pressed while it is in flight; the forced run carries the next scheduled time.
+    job = Job("j", "*/5 * * * *", attempt_deadline_seconds=60)
+
+    def responder(r: Received) -> tuple[int, float]:
+        return (200, 0.2 if utc(r) == "2026-10-16T00:05:00Z" else 0.0)
+
+    result, target, _ = replay(job, responder, ticks=2, faults=overlap_plan("attempt"))
+    order = [(utc(r), "in") for r in target.received]
+    assert order[:2] == [("2026-10-16T00:05:00Z", "in"), ("2026-10-16T00:10:00Z", "in")]
+    # The forced run arrived and was answered while the scheduled attempt was in flight.
+    assert [utc(r) for r in target.completed][:2] == [
+        "2026-10-16T00:10:00Z", "2026-10-16T00:05:00Z",
+    ]
+    forced = [r for r in result.runs if r.kind == "manual"]
+    assert len(forced) == 1 and forced[0].acknowledged
+    assert MANUAL_OVERLAP in forced[0].faults
+    # The next scheduled run is still delivered at its own time.
+    assert [r.kind for r in result.runs] == ["scheduled", "manual", "scheduled"]
+
+
+def test_a_forced_run_fired_during_a_backoff_wait() -> None:
+    job = Job("j", "*/5 * * * *", retry=RetrySettings(retry_count=2, min_backoff_seconds=30))
+    answers = iter([500, 200, 200, 200, 200])
+
+    def responder(r: Received) -> tuple[int, float]:
+        return (next(answers), 0.0)
+
+    result, target, _ = replay(job, responder, ticks=2, faults=overlap_plan("backoff"))
+    # First attempt fails; while Scheduler waits 30 s to retry, the forced run comes in.
+    assert [utc(r) for r in target.received] == [
+        "2026-10-16T00:05:00Z",  # attempt 1: 500
+        "2026-10-16T00:10:00Z",  # the forced run, during the backoff
+        "2026-10-16T00:05:00Z",  # retry 1
+        "2026-10-16T00:10:00Z",  # the scheduled run of 00:10, at its time
+    ]
+    scheduled = result.runs[0]
+    forced = next(r for r in result.runs if r.kind == "manual")
+    # Sent once the first attempt had failed, before the retry (the test clock stands
+    # still until the backoff sleep, so the real send order tells).
+    assert forced.deliveries[0].sent_at < scheduled.deliveries[1].sent_at
+    sent = [d.sent_real or 0.0 for d in (scheduled.deliveries[0], forced.deliveries[0])]
+    assert sent[0] < sent[1]
+    assert scheduled.deliveries[0].reply == "500"
+
+
+def test_overlap_moments_are_drawn_per_run_and_reproducible() -> None:
+    plan = FaultPlan.parse(["manual-overlap=1"], seed=3)
+    phases = [plan.overlap_phase("j", t) for t in range(200)]
+    assert phases == [FaultPlan.parse(["manual-overlap=1"], seed=3).overlap_phase("j", t)
+                      for t in range(200)]
+    assert 60 < phases.count("attempt") < 140  # about half each
+    assert DEFAULT_MIX[MANUAL_OVERLAP] > 0  # in the demo's default mix
+
+
+# -- redirects ---------------------------------------------------------------------------
+
+
+def test_a_307_redirect_is_followed_with_the_same_method_and_body() -> None:
+    clock = ManualClock(START)
+    target = RecordingTarget(redirects={"/": (307, "/moved")}, now=clock.now)
+    job = deployed(**NIGHTLY)
+    with target.serving():
+        result = SchedulerEmulator(
+            target.url, stack_of(job), ticks=1, start=START, clock_factory=lambda: clock
+        ).run()
+    first, moved = target.received
+    assert (first.path, moved.path) == ("/", "/moved")
+    assert moved.method == "POST" and moved.body == first.body
+    assert moved.header("X-CloudScheduler-ScheduleTime") == first.header(
+        "X-CloudScheduler-ScheduleTime"
+    )
+    [delivery] = result.runs[0].deliveries
+    assert delivery.acknowledged and delivery.redirects == (target.url + "moved",)
+
+
+def test_a_303_redirect_becomes_a_get_and_a_loop_fails_the_attempt() -> None:
+    clock = ManualClock(START)
+    target = RecordingTarget(redirects={"/": (303, "/result")}, now=clock.now)
+    with target.serving():
+        SchedulerEmulator(
+            target.url, stack_of(deployed(**NIGHTLY)), ticks=1, start=START,
+            clock_factory=lambda: clock,
+        ).run()
+    assert [(r.method, r.body) for r in target.received][1] == ("GET", b"")
+    loop = RecordingTarget(redirects={"/": (302, "/a"), "/a": (301, "/")})
+    with loop.serving():
+        result = SchedulerEmulator(loop.url, stack_of(Job("j", "*/5 * * * *")), ticks=1,
+                                   start=START, clock_factory=lambda: ManualClock(START)).run()
+    [delivery] = result.runs[0].deliveries
+    assert not delivery.acknowledged and delivery.error == "more than 5 redirects"
+    assert len(loop.received) == 6  # the request and 5 redirects followed
+
+
+# -- DST: ticks at local times that do not exist or occur twice -------------------------
+
+
+def dst_replay(start: datetime, job: Job, ticks: int = 4) -> EmulatorResult:
+    clock = ManualClock(start)
+    target = RecordingTarget(now=clock.now)
+    with target.serving():
+        return SchedulerEmulator(
+            target.url, stack_of(job), ticks=ticks, start=start, clock_factory=lambda: clock
+        ).run()
+
+
+def test_ticks_at_non_existent_or_repeated_local_times_are_reported() -> None:
+    # 2027 in Berlin: 02:00 -> 03:00 on 28 March (02:07 does not exist), 03:00 -> 02:00 on
+    # 31 October (02:07 occurs twice). An hourly job at :07 meets both.
+    hourly = Job("hourly", "7 * * * *", "Europe/Berlin")
+    spring = dst_replay(datetime(2027, 3, 27, 23, 30, tzinfo=UTC), hourly)
+    assert [n.to_json() for n in spring.dst] == [{
+        "job": "hourly", "time_zone": "Europe/Berlin", "date": "2027-03-28",
+        "local_time": "02:07", "kind": "gap",
+    }]
+    assert spring.dst[0].text.startswith(
+        "DST: job hourly: 2027-03-28 02:07 does not exist in Europe/Berlin (gap)"
+    )
+    autumn = dst_replay(datetime(2027, 10, 30, 23, 30, tzinfo=UTC), hourly)
+    assert [(n.hazard.local_time.isoformat(), n.hazard.kind) for n in autumn.dst] == [
+        ("02:07:00", "repeat"),
+    ]
+    assert "occurs twice in Europe/Berlin (repeat)" in autumn.dst[0].text
+
+
+def test_no_dst_line_outside_a_change_or_in_utc() -> None:
+    # Before the change only (two ticks: 00:07 and 01:07 local), and a UTC job on the day.
+    start = datetime(2027, 3, 27, 22, 30, tzinfo=UTC)
+    assert dst_replay(start, Job("hourly", "7 * * * *", "Europe/Berlin"), ticks=2).dst == []
+    # A third tick comes after the gap (03:07): the window spans the change, 02:07 is named.
+    assert len(dst_replay(start, Job("hourly", "7 * * * *", "Europe/Berlin"), ticks=3).dst) == 1
+    assert dst_replay(start, Job("utc", "7 * * * *", "Etc/UTC")).dst == []

@@ -21,12 +21,19 @@ from demo.cli import notes, render, verdict_line, watch_lines
 from demo.run import DemoOptions, DemoOutcome, LocalFunction, watch_store_settings
 from demo.run import replay as run_replay
 from demo.store_faults import struck_run
-from demo.watch import EXPECT_FAILED, FLAKY_JOB, run_watchdog, with_flaky_job
+from demo.watch import EXPECT_FAILED, FLAKY_SETTINGS, run_watchdog, with_flaky_job
 from jobs.flaky import fails
 from local_stack import FirestoreEmulator
-from scheduler_emulator.emulator import fake_oidc_token
 from scheduler_emulator.faults import MISSED, STORE_OUTAGE, STORE_STALL, FaultPlan
-from scheduler_emulator.report import EXACTLY_ONCE, EXHAUSTED, NOT_DELIVERED, UNSCHEDULED
+from scheduler_emulator.oidc import scheduler_token
+from scheduler_emulator.report import (
+    EXACTLY_ONCE,
+    EXHAUSTED,
+    FORCED_ONCE,
+    NOT_DELIVERED,
+    SKIPPED_RUN,
+    UNSCHEDULED,
+)
 from scheduler_emulator.stack import Job, Stack, parse_stack_config
 
 pytestmark = pytest.mark.timeout(240)
@@ -151,7 +158,7 @@ def assert_exactly_once(outcome: DemoOutcome) -> None:
             assert s.executions == 1
         if s.scheduled:
             assert s.executions is not None and s.executions <= 1
-    assert outcome.ok
+    assert outcome.ok, verdict_line(outcome)
 
 
 def replies(outcome: DemoOutcome) -> Counter[str]:
@@ -187,9 +194,9 @@ def test_slow_attempts_outlive_the_deadline(function: LocalFunction) -> None:
     assert len(slow) >= 4
     for s in slow:
         first = s.deliveries[0]
-        assert first.reply == "timeout"
-        # The slow attempt kept running and finished after Scheduler gave up on it.
-        assert first.late_status == 200
+        assert first.reply == "timeout" and first.error == "deadline exceeded"
+        # Scheduler hung up at the deadline; the slow attempt's job started all the same.
+        assert s.starts is not None and s.starts >= 1
     # While it ran, retries were told 409 (in progress), or 200 once it had completed.
     assert any("409" in s.replies() for s in slow)
     assert all(set(s.replies()) <= {"timeout", "409", "200"} for s in slow)
@@ -219,17 +226,30 @@ def test_instance_killed_mid_job(function: LocalFunction) -> None:
     assert all(s.executions == 1 and "409" in s.replies() for s in recovered)
 
 
-def test_forced_manual_runs_carry_the_next_schedule_time(function: LocalFunction) -> None:
-    outcome = replay(function, ["manual=0.5"])
+@pytest.mark.parametrize("stop_at_next_run", [True, False])
+def test_forced_runs_execute_once_and_leave_the_next_scheduled_run_alone(
+    function: LocalFunction, stop_at_next_run: bool
+) -> None:
+    # "Run now" between ticks (manual), and while a run is still in its first attempt or
+    # backoff (manual-overlap, with slow attempts and lost replies to make those long).
+    outcome = replay(
+        function,
+        ["manual=0.4", "manual-overlap=0.4", "slow=0.3", "lost-ack=0.3"],
+        retries_stop_at_next_run=stop_at_next_run,
+    )
     assert_exactly_once(outcome)
-    forced = [s for s in outcome.summaries if "manual" in s.faults]
-    assert len(forced) >= 5
+    forced = [s for s in outcome.summaries if s.forced]
+    assert {"manual", "manual-overlap"} <= {f for s in forced for f in s.faults}
+    assert len(forced) >= 8
     for s in forced:
-        kinds = [d.kind for d in s.deliveries]
-        # The forced run executed the upcoming run early; the scheduled delivery of that
-        # run later got 200 without executing it again.
-        assert kinds[0] == "manual" and "scheduled" in kinds
-        assert s.executions == 1
+        assert all(d.kind == "manual" for d in s.deliveries)
+        assert s.verdict in (FORCED_ONCE, EXHAUSTED), s.verdict
+        # The scheduled run of the time it carries executed on its own, once.
+        assert s.scheduled_run is not None and s.scheduled_run.executions == 1
+    assert all(s.executions == 1 for s in forced if s.acknowledged)
+    # The function keyed every execution as the kind of delivery it ran for: forced runs
+    # apart (RunContext.forced), scheduled runs as scheduled.
+    assert not outcome.ledger.forced_mismatch
 
 
 def test_bare_manual_runs_are_rejected_by_default(function: LocalFunction) -> None:
@@ -270,7 +290,7 @@ def test_header_spellings_do_not_split_a_run(function: LocalFunction) -> None:
         ["lost-ack=0.5", "duplicate=0.3"],
         ticks=6,
         header_case="lower",
-        full_job_name=True,
+        job_name_style="id",
         time_style="mixed",
     )
     assert_exactly_once(outcome)
@@ -307,6 +327,7 @@ def test_all_faults_together_over_200_runs(function: LocalFunction) -> None:
             "duplicate=0.1",
             "kill=0.03",
             "manual=0.06",
+            "manual-overlap=0.06",
             "manual-bare=0.02",
             "concurrent=0.1",
         ],
@@ -315,7 +336,9 @@ def test_all_faults_together_over_200_runs(function: LocalFunction) -> None:
     assert_exactly_once(outcome)
     assert outcome.totals["scheduled_runs"] == 210
     seen = {f for s in outcome.summaries for f in s.faults}
-    assert seen >= {"lost-ack", "slow", "duplicate", "kill", "manual", "concurrent"}
+    assert seen >= {
+        "lost-ack", "slow", "duplicate", "kill", "manual", "manual-overlap", "concurrent",
+    }
     verdicts = Counter(s.verdict for s in outcome.summaries if s.scheduled)
     assert verdicts[EXACTLY_ONCE] >= 200
 
@@ -370,7 +393,7 @@ def test_the_function_serves_only_the_stacks_invoker_account(function: LocalFunc
             headers={
                 "X-CloudScheduler-JobName": "hourly",
                 "X-CloudScheduler-ScheduleTime": "2031-01-01T00:05:00Z",
-                "Authorization": f"Bearer {fake_oidc_token(function.url, email)}",
+                "Authorization": f"Bearer {scheduler_token(function.url, email)}",
             },
         )
         try:
@@ -410,10 +433,14 @@ def test_the_watchdog_finds_exactly_the_missed_and_failed_runs(function: LocalFu
             if MISSED in s.faults and s.schedule_time > min(t for t in delivered if t):
                 assert s.verdict == NOT_DELIVERED and not s.deliveries
                 expected.add((name, s.schedule_time, "missed"))
-            elif name == FLAKY_JOB.name and fails(s.schedule_time, 7):
+            elif name == FLAKY_SETTINGS.name and fails(s.schedule_time, 7):
                 assert s.executions == 0 and not s.acknowledged
                 expected.add((name, s.schedule_time, "failed"))
-    found = {(f.problem.job, f.problem.schedule_time, f.problem.kind) for f in watch.findings}
+    # The watchdog names jobs by their deployed IDs (<namePrefix>-<name>).
+    names = {job.job_id: job.name for job in stack.jobs}
+    found = {
+        (names[f.problem.job], f.problem.schedule_time, f.problem.kind) for f in watch.findings
+    }
     assert found == expected
     assert {k for _, _, k in expected} == {"missed", "failed"}  # both kinds shown
     assert watch.checked == 8 * len(stack.jobs) - len(watch.not_judged)
@@ -425,7 +452,7 @@ def test_the_watchdog_finds_exactly_the_missed_and_failed_runs(function: LocalFu
 def test_a_finding_no_fault_explains_fails_the_demo(function: LocalFunction) -> None:
     # The flaky job's failing run, but the demo is told it executed once: the watchdog's
     # `failed` finding is then unexpected, and the verdict fails.
-    stack = with_flaky_job(e2e_stack()).only([FLAKY_JOB.name])
+    stack = with_flaky_job(e2e_stack()).only([FLAKY_SETTINGS.name])
     options = DemoOptions(ticks=8, start=START, faults=FaultPlan())
     outcome = run_replay(function, stack, options)
     assert outcome.ok and outcome.watch is not None and outcome.watch.count(EXPECT_FAILED) == 1
@@ -442,3 +469,26 @@ def test_a_finding_no_fault_explains_fails_the_demo(function: LocalFunction) -> 
     assert not outcome.ok
     assert verdict_line(outcome).startswith("RESULT: FAIL: the watchdog's findings differ")
     assert "UNEXPECTED" in "\n".join(watch_lines(watch))
+
+
+def test_retries_through_the_next_tick_skip_it_and_the_watchdog_reports_it(
+    function: LocalFunction,
+) -> None:
+    # Retries not stopped at the next run: every 2xx lost, 5 retries of 60-120 s outlast
+    # the 5-minute interval, so Scheduler skips the tick that comes meanwhile; the
+    # watchdog reports the skipped run as missed, and the demo expected exactly that.
+    job = {
+        "name": "long-retries",
+        "schedule": "*/5 * * * *",
+        "attemptDeadlineSeconds": 15,
+        "retry": {"retryCount": 5, "minBackoffSeconds": 60, "maxBackoffSeconds": 120},
+    }
+    stack = e2e_stack(**{"scheduler-dedup:jobs": [job]})
+    outcome = replay(function, ["lost-ack=1"], ticks=4, stack=stack)
+    assert_exactly_once(outcome)
+    verdicts = [s.verdict for s in outcome.summaries]
+    assert verdicts == [EXHAUSTED, SKIPPED_RUN, EXHAUSTED, SKIPPED_RUN], verdicts
+    assert outcome.watch is not None and outcome.watch.ok
+    assert {f.problem.kind for f in outcome.watch.findings} == {"missed"}
+    assert "tick(s) skipped while the job was still retrying" in verdict_line(outcome)
+

@@ -1,13 +1,21 @@
-"""The demo's job logic: counts every real execution in a ledger file.
+"""The demo's job wrapper: runs each job's own logic and counts every real execution.
 
-The function under test is the kit's real one; only its job logic is this wrapper
-(DEDUP_JOB=demo.ledger_job:run). It runs the job logic the stack configures for the job
-(DEMO_JOB_LOGIC, JSON {"job": "module:function"}; jobs.example:run by default), and
-appends JSON lines to the file named by DEMO_LEDGER:
+(Not to be confused with local_stack/ledger_job.py, the tests' and benchmark's job whose
+behaviour the request body steers.) The function under test is the kit's real one; only
+its job logic is this wrapper (DEDUP_JOB=demo.job_wrapper:run). It runs the job logic the
+stack configures for the job (DEMO_JOB_LOGIC, JSON {"<deployed job ID>": "module:function"},
+keyed by the job ID the function receives, RunContext.job_name; "*": any other job), and
+appends JSON lines to
+the file named by DEMO_LEDGER:
 
 - {"event": "start", ...} when the job logic starts (also for attempts killed mid-job),
 - {"event": "commit", ...} when it finishes: the job's side effect, counted as one
-  execution.
+  execution;
+- {"event": "end", ...} when the wrapper returns or raises (not for a killed attempt): the
+  demo waits for every start to end before it counts, since Scheduler hangs up at the
+  attempt deadline while the function's job goes on.
+Each line says whether the run was forced ("Run now"; RunContext.forced) and which
+emulator delivery it ran for (X-Emulator-Delivery).
 
 It also plays the target's side of the emulator's faults (header X-Emulator-Fault):
 - slow=<seconds>: the job runs that long (longer than the attempt deadline);
@@ -15,7 +23,7 @@ It also plays the target's side of the emulator's faults (header X-Emulator-Faul
   replaces, exactly as Cloud Run loses an instance. Before dying it waits (at most
   DEMO_KILL_SETTLE_LIMIT seconds) until no other job in this process is between its
   commit and the function's completion write: no dedup scheme can cover a crash in that
-  window (that is what the downstream idempotency check of SPEC section 4 is for), and
+  window (that is what a downstream idempotency check of the run's token is for), and
   the demo measures the kit, not that window. Requests that are only claiming, or
   running pre-commit, in the same process die with it, like on a real instance.
 """
@@ -36,6 +44,9 @@ if TYPE_CHECKING:
     from dedup import RunContext
 
 FAULT_HEADER = "x-emulator-fault"
+# DEMO_JOB_LOGIC's entry for jobs it does not name (the warm-up's; a test's own jobs on a
+# function served for another stack).
+OTHER_JOBS = "*"
 DELIVERY_HEADER = "x-emulator-delivery"
 
 _lock = threading.Lock()
@@ -64,6 +75,7 @@ def run(context: RunContext) -> Any:
         with _lock:
             _running -= 1
             _last_finished = time.monotonic()
+        _record("end", context)
 
 
 def _fault(headers: Mapping[str, str]) -> tuple[float | None, bool]:
@@ -98,7 +110,12 @@ def _job_logic(job_name: str) -> Callable[[Any], Any]:
         logic = _logic.get(job_name)
         if logic is None:
             routes = json.loads(os.environ.get("DEMO_JOB_LOGIC", "{}") or "{}")
-            spec = routes.get(job_name) or "jobs.example:run"
+            spec = routes.get(job_name) or routes.get(OTHER_JOBS)
+            if spec is None:
+                raise LookupError(
+                    f"no job logic for job {job_name!r} in DEMO_JOB_LOGIC (jobs: "
+                    f"{', '.join(routes) or 'none'}): the demo keys it by deployed job ID"
+                )
             module_name, _, attribute = spec.partition(":")
             logic = getattr(importlib.import_module(module_name), attribute)
             _logic[job_name] = logic
@@ -112,6 +129,7 @@ def _record(event: str, context: RunContext) -> None:
             "job": context.job_name,
             "schedule_time": context.schedule_time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "deduplicated": context.deduplicated,
+            "forced": context.forced,
             "project": context.project,
             "location": context.location,
             "run_id": context.run_id,
