@@ -9,12 +9,18 @@ Scheduler dedup).
 Request: POST {"dedup_token": "<token>", "payload": {...}}
 Replies: 200 {"outcome": "applied" | "already_applied", "result": ...}
          409 {"outcome": "in_progress"}  (another attempt holds the token: retry later)
-         400 {"error": "..."}            (no or malformed token: retrying cannot help)
+         400 {"error": "..."}            (no or malformed token, or a body that is not a
+                                          JSON object: retrying cannot help)
+         403 {"error": "..."}            (a token the proxy did not mint: forged)
+         413 {"error": "..."}            (a body over EXAMPLE_MAX_BODY_BYTES, default 64 KiB)
          500 {"outcome": "failed" | "store_unavailable"}  (nothing recorded: retry)
 
 Settings: the kit's DEDUP_PROJECT, DEDUP_LOCATION, DEDUP_DATABASE, DEDUP_COLLECTION,
-DEDUP_LEASE_SECONDS, ... (see the kit's README); EXAMPLE_LEDGER: file the example's
-"state change" appends to (stands in for your database write, payment or e-mail).
+DEDUP_LEASE_SECONDS, ... (see the kit's README); DEDUP_TOKEN_SECRET, the proxy's token
+secret (mount the stack's `<namePrefix>-token-secret` as this environment variable; the
+stack grants its accessor role to the accounts in `tokenSecretReaders`); DEDUP_DATABASE
+should be a database of the downstream's own (see docs/security.md); EXAMPLE_LEDGER: file
+the example's "state change" appends to (stands in for your database write, payment or e-mail).
 Serve locally: functions-framework --target apply_daily_report (with `dedup` importable).
 """
 
@@ -28,7 +34,8 @@ from typing import Any
 import flask
 import functions_framework
 
-from dedup.idempotency import IdempotencyGuard, StepInProgress, validate_token
+from dedup.http import BodyTooLarge, read_bounded_body
+from dedup.idempotency import ForgedToken, IdempotencyGuard, StepInProgress
 from dedup.protocol import RunContext
 from dedup.store import StoreUnavailable
 
@@ -37,6 +44,9 @@ log = logging.getLogger(__name__)
 STEP = "apply-daily-report"
 # Built at start-up: a bad DEDUP_* setting fails the deploy, not requests.
 guard = IdempotencyGuard.from_env(step=STEP)
+# The workflow posts a token and a Scheduler job's small payload: refuse anything larger
+# unread, so one oversized request cannot exhaust the instance.
+MAX_BODY_BYTES = int(os.environ.get("EXAMPLE_MAX_BODY_BYTES") or 64 * 1024)
 
 
 def apply_report(token: str, payload: Any, context: RunContext) -> dict[str, Any]:
@@ -59,7 +69,10 @@ def handle(body: Any) -> tuple[dict[str, Any], int]:
     if not isinstance(body, dict):
         return {"error": "the body must be a JSON object with a dedup_token"}, 400
     try:
-        token = validate_token(body.get("dedup_token"))
+        token = guard.check_token(body.get("dedup_token"))
+    except ForgedToken as exc:
+        log.warning("refused a forged token: %s", exc)
+        return {"error": str(exc)}, 403
     except ValueError as exc:
         return {"error": str(exc)}, 400
     payload = body.get("payload")
@@ -79,7 +92,22 @@ def handle(body: Any) -> tuple[dict[str, Any], int]:
     }, 200
 
 
+def parse_body(raw: bytes) -> Any:
+    """The JSON body, or None if it is not JSON (or nests too deeply to parse)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
 @functions_framework.http
 def apply_daily_report(request: flask.Request) -> tuple[str, int, dict[str, str]]:
-    body, status = handle(request.get_json(silent=True))
-    return json.dumps(body), status, {"Content-Type": "application/json"}
+    try:
+        raw = read_bounded_body(request.content_length, request.stream, MAX_BODY_BYTES)
+    except BodyTooLarge:
+        reply: tuple[dict[str, Any], int] = (
+            {"error": f"request body over {MAX_BODY_BYTES} bytes (EXAMPLE_MAX_BODY_BYTES)"}, 413
+        )
+    else:
+        reply = handle(parse_body(raw))
+    return json.dumps(reply[0]), reply[1], {"Content-Type": "application/json"}

@@ -1,15 +1,17 @@
 """A local stand-in for the Google Cloud APIs the proxy calls, on 127.0.0.1.
 
 One threaded HTTP server answers the three start methods with the real paths and
-response shapes (Workflows executions.create, Cloud Run v2 jobs.run, Cloud Build
-triggers.run) plus an OAuth token endpoint for service-account credentials. It records
-every request, and can be scripted to fail with a status, answer slowly (past the
-proxy's timeout: a lost reply), or drop the connection; `starts` says whether the
+response shapes (Workflows executions.create, Cloud Run v2 jobs.run, and Pub/Sub
+topics.publish to the topic a Cloud Build trigger listens to) plus an OAuth token
+endpoint for service-account credentials. It records every request, and can be
+scripted to fail with a status, answer slowly (past the proxy's timeout: a lost reply),
+or drop the connection; `starts` says whether the
 scripted request still started an execution (a slow or dropped answer usually has).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
 import json
@@ -32,7 +34,8 @@ BUILD_TRIGGER = "build_trigger"
 _PATHS = [
     (WORKFLOW, re.compile(r"/v1/(projects/[^/]+/locations/[^/]+/workflows/[^/:]+)/executions")),
     (RUN_JOB, re.compile(r"/v2/(projects/[^/]+/locations/[^/]+/jobs/[^/:]+):run")),
-    (BUILD_TRIGGER, re.compile(r"/v1/(projects/[^/]+/locations/[^/]+/triggers/[^/:]+):run")),
+    # A build trigger starts on a message to its topic: the resource seen is the topic.
+    (BUILD_TRIGGER, re.compile(r"/v1/(projects/[^/]+/topics/[^/:]+):publish")),
 ]
 _GOOGLE_STATUS = {
     400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
@@ -80,7 +83,9 @@ def token_of(kind: str, body: Any, names: dict[str, str]) -> str | None:
                     if env["name"] == names[RUN_JOB]:
                         return env["value"]  # type: ignore[no-any-return]
             return None
-        return body["source"]["substitutions"].get(names[BUILD_TRIGGER])  # type: ignore[no-any-return]
+        (message,) = body["messages"]
+        data = json.loads(base64.b64decode(message["data"], validate=True))
+        return data.get(names[BUILD_TRIGGER])  # type: ignore[no-any-return]
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -149,8 +154,12 @@ class FakeGoogleApis:
             self.requests.append(request)
 
     def _start(self, request: StartRequest) -> dict[str, Any]:
-        project, location = request.resource.split("/")[1], request.resource.split("/")[3]
         n = next(self._counter)
+        if request.kind == BUILD_TRIGGER:
+            # What the trigger then starts is not the publisher's to see: the message ID.
+            request.execution = str(10**15 + n)
+            return {"messageIds": [request.execution]}
+        project, location = request.resource.split("/")[1], request.resource.split("/")[3]
         if request.kind == WORKFLOW:
             request.execution = f"{request.resource}/executions/{uuid.uuid4()}"
             return {
@@ -158,26 +167,13 @@ class FakeGoogleApis:
                 "argument": request.body.get("argument"), "workflowRevisionId": "000001-fake",
             }
         operation = f"projects/{project}/locations/{location}/operations/{uuid.uuid4()}"
-        if request.kind == RUN_JOB:
-            job = request.resource.rsplit("/", 1)[1]
-            request.execution = f"{request.resource}/executions/{job}-{n:05d}"
-            return {
-                "name": operation,
-                "metadata": {
-                    "@type": "type.googleapis.com/google.cloud.run.v2.Execution",
-                    "name": request.execution, "job": job,
-                },
-            }
-        build_id = str(uuid.uuid4())
-        request.execution = f"projects/{project}/locations/{location}/builds/{build_id}"
+        job = request.resource.rsplit("/", 1)[1]
+        request.execution = f"{request.resource}/executions/{job}-{n:05d}"
         return {
             "name": operation,
             "metadata": {
-                "@type": "type.googleapis.com/google.devtools.cloudbuild.v1.BuildOperationMetadata",
-                "build": {
-                    "id": build_id, "name": request.execution, "status": "QUEUED",
-                    "substitutions": request.body.get("source", {}).get("substitutions", {}),
-                },
+                "@type": "type.googleapis.com/google.cloud.run.v2.Execution",
+                "name": request.execution, "job": job,
             },
         }
 

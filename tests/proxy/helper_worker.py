@@ -11,7 +11,9 @@ from typing import Any
 
 from dedup.idempotency import IdempotencyGuard
 from dedup.protocol import RunContext
+from dedup.tokens import TOKEN_SECRET_ENV
 from local_stack.deliveries import LOCATION, PROJECT
+from tests.proxy.support import TOKEN_SECRET
 
 
 def append_line(ledger: str, entry: dict[str, Any]) -> None:
@@ -26,7 +28,7 @@ def append_line(ledger: str, entry: dict[str, Any]) -> None:
 def charge(collection: str, token: str, ledger: str, barrier: Barrier, out: Queue[Any]) -> None:
     guard = IdempotencyGuard.from_env(step="charge", environ={
         "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION, "DEDUP_COLLECTION": collection,
-        "DEDUP_STORE_TIMEOUT_SECONDS": "20",
+        "DEDUP_STORE_TIMEOUT_SECONDS": "20", TOKEN_SECRET_ENV: TOKEN_SECRET,
     })
 
     def step(context: RunContext) -> dict[str, Any]:
@@ -44,6 +46,7 @@ def hold(collection: str, token: str, ledger: str) -> None:
     guard = IdempotencyGuard.from_env(step="charge", environ={
         "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION, "DEDUP_COLLECTION": collection,
         "DEDUP_LEASE_SECONDS": "2", "DEDUP_RETENTION_SECONDS": "60",
+        TOKEN_SECRET_ENV: TOKEN_SECRET,
     })
 
     def step(context: RunContext) -> None:

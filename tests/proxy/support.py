@@ -20,6 +20,7 @@ from dedup.app import build_proxy_handler
 from dedup.keys import RunKey, parse_schedule_time
 from dedup.proxy import ProxySettings
 from dedup.targets import SessionFactory, Target, TargetKind
+from dedup.tokens import TOKEN_SECRET_ENV, mint_token
 from local_stack.deliveries import LOCATION, PROJECT, InProcessFunction, settings_for
 from local_stack.rpc_counter import RpcCounter
 from tests.proxy.fake_apis import BUILD_TRIGGER, RUN_JOB, WORKFLOW
@@ -29,6 +30,12 @@ RESOURCES = {
     RUN_JOB: f"projects/{PROJECT}/locations/{LOCATION}/jobs/export-job",
     BUILD_TRIGGER: f"projects/{PROJECT}/locations/{LOCATION}/triggers/release-trigger",
 }
+# The Pub/Sub topic the build trigger listens to: what the proxy publishes to.
+BUILD_TOPIC = f"projects/{PROJECT}/topics/dedup-build-release-trigger"
+# What each start request names: the topic, for a build trigger.
+STARTED_RESOURCES = {**RESOURCES, BUILD_TRIGGER: BUILD_TOPIC}
+# The stack's token secret (DEDUP_TOKEN_SECRET) shared by the proxy and downstream guards.
+TOKEN_SECRET = "test-token-secret-0123456789abcdefghijklmnop"
 # One Scheduler job per target kind, routed by DEDUP_PROXY_ROUTES.
 JOBS = {WORKFLOW: "export-workflow", RUN_JOB: "export-run-job", BUILD_TRIGGER: "export-build"}
 KINDS = (WORKFLOW, RUN_JOB, BUILD_TRIGGER)
@@ -39,17 +46,32 @@ def target(kind: str) -> Target:
     from dedup.targets import DEFAULT_TOKEN_NAME
 
     target_kind = TargetKind(kind)
-    return Target(target_kind, RESOURCES[kind], DEFAULT_TOKEN_NAME[target_kind])
+    topic = BUILD_TOPIC if target_kind is TargetKind.BUILD_TRIGGER else None
+    return Target(target_kind, RESOURCES[kind], DEFAULT_TOKEN_NAME[target_kind], topic=topic)
+
+
+def route(kind: str) -> dict[str, str]:
+    """One DEDUP_PROXY_ROUTES entry, as infra/dedup_proxy.py writes it."""
+    entry = {"target": kind, "resource": RESOURCES[kind]}
+    return {**entry, "topic": BUILD_TOPIC} if kind == BUILD_TRIGGER else entry
 
 
 def routes_json() -> str:
-    return json.dumps(
-        {JOBS[kind]: {"target": kind, "resource": RESOURCES[kind]} for kind in KINDS}
-    )
+    return json.dumps({JOBS[kind]: route(kind) for kind in KINDS})
 
 
 def run_id(job: str, schedule_time: str = SCHEDULE) -> str:
     return RunKey(PROJECT, LOCATION, job, parse_schedule_time(schedule_time)).run_id
+
+
+def token_for(job: str, schedule_time: str = SCHEDULE) -> str:
+    """The token the proxy sends downstream for one run: its run ID and HMAC."""
+    return mint_token(TOKEN_SECRET.encode(), run_id(job, schedule_time))
+
+
+def started_name(result: Mapping[str, Any]) -> str | None:
+    """What names the start in a run's result: the execution, or a build's Pub/Sub message."""
+    return result.get("message_id") or result["execution"]  # type: ignore[no-any-return]
 
 
 def anonymous_sessions() -> SessionFactory:
@@ -79,8 +101,8 @@ def in_process_proxy(
     if routes is None and default is None:
         routes = {JOBS[kind]: target(kind) for kind in KINDS}
     proxy = ProxySettings(
-        default=default, routes=dict(routes or {}), timeout_seconds=timeout_seconds,
-        api_base=api_base,
+        default=default, token_secret=TOKEN_SECRET.encode(), routes=dict(routes or {}),
+        timeout_seconds=timeout_seconds, api_base=api_base,
     )
     client = firestore.Client(project=PROJECT)
     counter = RpcCounter(client)
@@ -124,6 +146,7 @@ def proxy_env(
         "DEDUP_PROXY_ROUTES": routes_json(),
         "DEDUP_PROXY_API_BASE": api_base,
         "DEDUP_PROXY_TIMEOUT_SECONDS": "5",
+        TOKEN_SECRET_ENV: TOKEN_SECRET,
         "GOOGLE_APPLICATION_CREDENTIALS": str(credentials),
         "FIRESTORE_EMULATOR_HOST": os.environ["FIRESTORE_EMULATOR_HOST"],
         "GOOGLE_CLOUD_PROJECT": PROJECT,

@@ -14,23 +14,27 @@ from typing import Any
 import pytest
 from google.cloud import firestore
 
-from dedup.idempotency import IdempotencyGuard, StepInProgress, StepOutcome
+from dedup.idempotency import ForgedToken, IdempotencyGuard, StepInProgress, StepOutcome
 from dedup.protocol import Outcome, RunContext
+from dedup.settings import SettingsError
+from dedup.tokens import TOKEN_SECRET_ENV, mint_token
 from local_stack.deliveries import PROJECT, settings_for
 from local_stack.ledger_job import read_ledger
 from local_stack.rpc_counter import RpcCounter
 from tests.proxy import helper_worker
-from tests.proxy.support import run_id
+from tests.proxy.support import TOKEN_SECRET, run_id, token_for
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
-TOKEN = run_id("export-workflow")  # what the proxy sends: the run's dedup key
+TOKEN = token_for("export-workflow")  # what the proxy sends: the run's key and its HMAC
+OTHER_TOKEN = token_for("export-run-job")
 
 
 def guard(collection: str, step: str = "charge", **overrides: Any) -> IdempotencyGuard:
     settings = settings_for(collection, **overrides)
     return IdempotencyGuard.from_settings(
-        settings, step=step, client=firestore.Client(project=PROJECT)
+        settings, step=step, client=firestore.Client(project=PROJECT),
+        token_secret=TOKEN_SECRET.encode(),
     )
 
 
@@ -168,7 +172,7 @@ def test_steps_and_tokens_are_independent_and_records_use_the_protocol_format(
     ledger = Ledger()
     assert charge.run_once(TOKEN, ledger.step).ran
     assert notify.run_once(TOKEN, ledger.step).ran  # another step, same token
-    assert charge.run_once("another-token", ledger.step).ran
+    assert charge.run_once(OTHER_TOKEN, ledger.step).ran
     assert not charge.run_once(TOKEN, ledger.step).ran
     assert len(ledger.entries) == 3
     client = firestore.Client(project=PROJECT)
@@ -189,7 +193,7 @@ def test_a_duplicate_costs_at_most_two_rpcs_on_another_instance(collection_name:
     client = firestore.Client(project=PROJECT)
     counter = RpcCounter(client)
     other = IdempotencyGuard.from_settings(settings_for(collection_name), step="charge",
-                                           client=client)
+                                           client=client, token_secret=TOKEN_SECRET.encode())
     assert other.run_once(TOKEN, Ledger().step).ran is False
     assert counter.counts == Counter({"commit": 1, "batch_get_documents": 1})
     counter.reset()
@@ -215,3 +219,39 @@ def test_decorator_form(collection_name: str) -> None:
         send_invoice("acme", "has space")
     with pytest.raises(TypeError, match="has no parameter 'token'"):
         helper.once()(lambda other: other)
+
+
+def test_a_forged_token_is_refused_before_anything_is_read_or_written(
+    collection_name: str,
+) -> None:
+    """The bare run ID (computable from the stack file) and a token under another secret
+    are refused; the genuine token of the same run is then accepted."""
+    helper = guard(collection_name)
+    client = firestore.Client(project=PROJECT)
+    counter = RpcCounter(client)
+    ledger = Ledger()
+    for forged in (run_id("export-workflow"), mint_token(b"k" * 40, run_id("export-workflow"))):
+        with pytest.raises(ForgedToken) as raised:
+            helper.run_once(forged, ledger.step)
+        assert "\n" not in str(raised.value)
+    assert ledger.entries == [] and counter.total == 0
+    assert list(client.collection(collection_name).stream()) == []
+    assert helper.run_once(TOKEN, ledger.step).ran and len(ledger.entries) == 1
+
+
+def test_from_env_requires_the_token_secret(collection_name: str) -> None:
+    env = {"DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": "europe-west1",
+           "DEDUP_COLLECTION": collection_name}
+    with pytest.raises(SettingsError, match="DEDUP_TOKEN_SECRET is not set"):
+        IdempotencyGuard.from_env(step="charge", environ=env)
+    with pytest.raises(SettingsError, match="at least 32"):
+        IdempotencyGuard.from_env(step="charge", environ={**env, TOKEN_SECRET_ENV: "short"})
+
+
+def test_a_guard_without_a_secret_checks_only_the_shape(collection_name: str) -> None:
+    """For tokens of the caller's own (not the proxy's): token_secret=None, stated."""
+    unsigned = IdempotencyGuard.from_settings(
+        settings_for(collection_name), step="own", token_secret=None,
+        client=firestore.Client(project=PROJECT),
+    )
+    assert unsigned.run_once("order-42", Ledger().step).ran

@@ -3,6 +3,7 @@ exact requests, Firestore RPC counts, failure handling, concurrent instances."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,17 @@ import pytest
 from local_stack import free_port
 from local_stack.deliveries import INVOKER, PROJECT, InProcessFunction, bearer, scheduler_headers
 from tests.proxy.fake_apis import BUILD_TRIGGER, RUN_JOB, WORKFLOW, Behaviour, FakeGoogleApis
-from tests.proxy.support import JOBS, KINDS, RESOURCES, SCHEDULE, in_process_proxy, run_id
+from tests.proxy.support import (
+    BUILD_TOPIC,
+    JOBS,
+    KINDS,
+    SCHEDULE,
+    STARTED_RESOURCES,
+    in_process_proxy,
+    run_id,
+    started_name,
+    token_for,
+)
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -39,13 +50,14 @@ def test_a_run_starts_one_execution_with_the_token_in_two_rpcs_and_replays_its_n
     status, body = proxy.deliver(headers, b'{"report": "daily"}')
     assert (status, body["outcome"]) == (200, "completed")
     [start] = fake.received()
-    assert (start.kind, start.resource, start.token) == (kind, RESOURCES[kind], run_id(job))
-    assert body["result"]["execution"] == start.execution
-    assert body["result"]["token"] == run_id(job)
+    assert (start.kind, start.resource, start.token) == (kind, STARTED_RESOURCES[kind],
+                                                         token_for(job))
+    assert started_name(body["result"]) == start.execution
+    assert body["result"]["token"] == token_for(job)
     assert proxy.rpcs.counts == Counter({"commit": 2})  # create, then complete
     stored = record(proxy, collection_name, job)
     assert stored is not None and stored["status"] == "completed"
-    assert json.loads(stored["result_json"])["execution"] == start.execution
+    assert started_name(json.loads(stored["result_json"])) == start.execution
 
     proxy.rpcs.reset()
     status, again = proxy.deliver(headers)  # this instance remembers: no RPC
@@ -63,15 +75,17 @@ def test_start_request_bodies_on_the_wire(proxy: InProcessFunction, fake: FakeGo
         proxy.deliver(scheduler_headers(JOBS[kind], SCHEDULE), b'{"report": "daily"}')
     by_kind = {r.kind: r for r in fake.received()}
     argument = json.loads(by_kind[WORKFLOW].body["argument"])
-    assert argument == {"dedup_token": run_id(JOBS[WORKFLOW]), "job": JOBS[WORKFLOW],
+    assert argument == {"dedup_token": token_for(JOBS[WORKFLOW]), "job": JOBS[WORKFLOW],
                         "schedule_time": "2026-10-16T12:00:00.000000Z",
                         "payload": {"report": "daily"}}
     assert by_kind[RUN_JOB].body == {"overrides": {"containerOverrides": [{"env": [
-        {"name": "DEDUP_TOKEN", "value": run_id(JOBS[RUN_JOB])},
+        {"name": "DEDUP_TOKEN", "value": token_for(JOBS[RUN_JOB])},
         {"name": "DEDUP_SCHEDULE_TIME", "value": "2026-10-16T12:00:00.000000Z"}]}]}}
-    assert by_kind[BUILD_TRIGGER].body == {
-        "projectId": "dedup-kit-test", "triggerId": "release-trigger",
-        "source": {"substitutions": {"_DEDUP_TOKEN": run_id(JOBS[BUILD_TRIGGER])}}}
+    [message] = by_kind[BUILD_TRIGGER].body["messages"]
+    assert json.loads(base64.b64decode(message["data"])) == {
+        "_DEDUP_TOKEN": token_for(JOBS[BUILD_TRIGGER]), "job": JOBS[BUILD_TRIGGER],
+        "schedule_time": "2026-10-16T12:00:00.000000Z"}
+    assert by_kind[BUILD_TRIGGER].resource == BUILD_TOPIC
     assert all(r.headers["content-type"] == "application/json" for r in fake.received())
 
 
@@ -87,9 +101,9 @@ def test_concurrent_deliveries_to_several_instances_start_one_execution_per_api(
     assert {status for _, status, _ in replies} <= {200, 409}
     for kind in KINDS:
         [start] = fake.received(kind)
-        assert start.token == run_id(JOBS[kind])
+        assert start.token == token_for(JOBS[kind])
         names = {
-            b["result"]["execution"] for job, s, b in replies if job == JOBS[kind] and s == 200
+            started_name(b["result"]) for job, s, b in replies if job == JOBS[kind] and s == 200
         }
         assert names == {start.execution}
 
@@ -128,7 +142,7 @@ def test_retryable_failure_releases_the_claim_and_the_retry_starts_once(
     assert (status, body["outcome"]) == (200, "completed")
     requests_seen = fake.received()
     assert len(requests_seen) == 2
-    assert {r.token for r in requests_seen} == {run_id(job)}  # the retry carries the token
+    assert {r.token for r in requests_seen} == {token_for(job)}  # the retry carries the token
     assert body["result"]["execution"] == requests_seen[1].execution is not None
     # An execution whose answer was lost also started: same token, so the downstream
     # helper (tests/proxy/test_idempotency.py, test_example.py) makes it a no-op.
@@ -156,7 +170,8 @@ def test_non_retryable_failure_keeps_the_record_so_scheduler_stops(
     assert "rejected the start request" in line["message"]
 
     again = in_process_proxy(collection_name, fake.url).deliver(headers)
-    assert again == (200, {"outcome": "duplicate", "run_id": run_id(job), "result": body["result"]})
+    assert again == (200, {"outcome": "duplicate", "run_id": run_id(job), "trigger": "scheduled",
+                           "result": body["result"]})
     assert len(fake.received()) == 1
 
 
@@ -180,20 +195,24 @@ def test_a_job_without_a_route_is_recorded_as_an_error_and_nothing_starts(
     assert fake.received() == []
 
 
-def test_a_body_nested_too_deep_for_json_is_recorded_as_an_error_not_retried(
-    proxy: InProcessFunction, fake: FakeGoogleApis, collection_name: str
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_body_nested_too_deep_for_json_is_a_400_that_claims_and_starts_nothing(
+    kind: str, proxy: InProcessFunction, fake: FakeGoogleApis, collection_name: str
 ) -> None:
-    """json.loads raises RecursionError (not ValueError) on deep nesting: the start request
-    can never be built, so retrying it forever would be wrong."""
-    job = JOBS[WORKFLOW]
+    """json.loads raises RecursionError (not ValueError) on deep nesting: refused before
+    the claim, so nothing is recorded, nothing starts and the reply says what to fix."""
+    job = JOBS[kind]
     deep = b"[" * 100_000 + b"]" * 100_000
     status, body = proxy.deliver(scheduler_headers(job, SCHEDULE), deep)
-    assert (status, body["outcome"]) == (200, "completed")
-    assert body["result"]["error"]["retryable"] is False
-    assert "nests too deeply" in body["result"]["error"]["reason"]
+    assert status == 400
+    assert "nested too deeply" in body["error"] and "\n" not in body["error"]
     assert fake.received() == []
-    stored = record(proxy, collection_name, job)
-    assert stored is not None and stored["status"] == "completed"
+    assert record(proxy, collection_name, job) is None
+    [line] = [e for e in proxy.logs if e.get("outcome") == "rejected"]
+    assert line["severity"] == "WARNING" and "nested too deeply" in line["message"]
+    # A body that is not JSON at all is still passed on as text.
+    status, body = proxy.deliver(scheduler_headers(job, SCHEDULE), b"[[[ not json")
+    assert (status, body["outcome"]) == (200, "completed")
 
 
 def test_the_proxy_serves_only_its_allowed_callers(

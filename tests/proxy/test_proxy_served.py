@@ -18,8 +18,17 @@ from google.cloud import firestore
 
 from local_stack import FunctionServer, LocalStackError
 from local_stack.deliveries import PROJECT, scheduler_headers
+from tests.function.test_body_limits import post_declaring
 from tests.proxy.fake_apis import RUN_JOB, WORKFLOW, Behaviour, FakeGoogleApis, StartRequest
-from tests.proxy.support import JOBS, KINDS, proxy_env, run_id, service_account_file
+from tests.proxy.support import (
+    JOBS,
+    KINDS,
+    proxy_env,
+    run_id,
+    service_account_file,
+    started_name,
+    token_for,
+)
 
 PROXY_TIMEOUT = 2.0
 
@@ -56,7 +65,7 @@ def post(server: FunctionServer, job: str, schedule: str, timeout: float = 30) -
 
 
 def for_run(apis: FakeGoogleApis, job: str, schedule: str) -> list[StartRequest]:
-    token = run_id(job, schedule)
+    token = token_for(job, schedule)
     return [r for r in apis.received() if r.token == token]
 
 
@@ -75,12 +84,12 @@ def test_concurrent_deliveries_start_exactly_one_execution_per_api(
         [start] = for_run(apis, job, schedule)
         assert start.kind == kind
         assert start.headers["authorization"].startswith("Bearer fake-token-")  # ADC
-        names = {r.json()["result"]["execution"] for j, r in replies
+        names = {started_name(r.json()["result"]) for j, r in replies
                  if j == job and r.status_code == 200}
         assert names == {start.execution}
         after = post(server, job, schedule)  # a later retry: replayed, nothing started
         assert (after.status_code, after.json()["outcome"]) == (200, "duplicate")
-        assert after.json()["result"]["execution"] == start.execution
+        assert started_name(after.json()["result"]) == start.execution
         assert len(for_run(apis, job, schedule)) == 1
     assert apis.token_requests >= 1 and apis.bad_paths == []
 
@@ -126,7 +135,7 @@ def test_a_retryable_downstream_failure_leads_to_one_successful_start_after_the_
     retry = post(server, job, schedule)
     assert (retry.status_code, retry.json()["outcome"]) == (200, "completed")
     seen = for_run(apis, job, schedule)
-    assert len(seen) == 2 and all(r.token == run_id(job, schedule) for r in seen)
+    assert len(seen) == 2 and all(r.token == token_for(job, schedule) for r in seen)
     # Nothing started on the failed attempt: the retry's start is the only execution.
     assert [r.execution for r in seen if r.execution] == [retry.json()["result"]["execution"]]
     again = post(server, job, schedule)
@@ -170,3 +179,20 @@ def test_served_proxy_refuses_to_start_without_a_target(
     with pytest.raises(LocalStackError) as raised:
         FunctionServer(env, workers=1, target="proxy_scheduled_job").start(timeout_seconds=20)
     assert "the proxy has no target" in str(raised.value)
+
+
+def test_a_huge_body_is_a_413_before_anything_is_claimed_or_started(
+    server: FunctionServer, apis: FakeGoogleApis, collection: str
+) -> None:
+    """The body cap (DEDUP_MAX_BODY_BYTES, default 1 MiB) guards the proxy's entry point."""
+    job, schedule = JOBS[WORKFLOW], "2026-10-16T05:00:00Z"
+    status, body = post_declaring(
+        server.url, scheduler_headers(job, schedule), 32 * 1024 * 1024, b"[{}," * 1000
+    )
+    assert status == 413 and "over 1048576 bytes" in body
+    assert for_run(apis, job, schedule) == []
+    snapshot: Any = (
+        firestore.Client(project=PROJECT).collection(collection)
+        .document(run_id(job, schedule)).get()
+    )
+    assert not snapshot.exists

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -19,7 +20,8 @@ from dedup.targets import (
     start_request,
     started_from_response,
 )
-from tests.proxy.support import RESOURCES, target
+from dedup.tokens import TOKEN_SECRET_ENV
+from tests.proxy.support import BUILD_TOPIC, RESOURCES, TOKEN_SECRET, target
 
 TOKEN = "a" * 64
 INFO = StartInfo(TOKEN, "nightly-export", "2026-10-16T12:00:00.000000Z", b'{"report":"daily"}')
@@ -59,13 +61,17 @@ def test_run_job_start_request_overrides_the_container_env() -> None:
     assert container["name"] == "worker" and container["env"][0]["name"] == "RUN_TOKEN"
 
 
-def test_build_trigger_start_request_passes_the_token_as_a_substitution() -> None:
+def test_build_trigger_start_request_publishes_the_token_to_the_triggers_topic() -> None:
     path, body = start_request(target("build_trigger"), INFO)
-    assert path == f"/v1/{RESOURCES['build_trigger']}:run"
-    assert body == {
-        "projectId": "dedup-kit-test",
-        "triggerId": "release-trigger",
-        "source": {"substitutions": {"_DEDUP_TOKEN": TOKEN}},
+    assert path == f"/v1/{BUILD_TOPIC}:publish"
+    (message,) = body["messages"]
+    # The trigger binds `_DEDUP_TOKEN: $(body.message.data._DEDUP_TOKEN)`.
+    assert json.loads(base64.b64decode(message["data"])) == {
+        "_DEDUP_TOKEN": TOKEN, "job": "nightly-export",
+        "schedule_time": "2026-10-16T12:00:00.000000Z",
+    }
+    assert message["attributes"] == {
+        "dedup_job": "nightly-export", "dedup_trigger": RESOURCES["build_trigger"],
     }
 
 
@@ -77,11 +83,6 @@ def test_build_trigger_start_request_passes_the_token_as_a_substitution() -> Non
         ("run_job", {"name": "projects/p/locations/l/operations/o1",
                      "metadata": {"name": "projects/p/locations/l/jobs/j/executions/j-abc"}},
          "projects/p/locations/l/jobs/j/executions/j-abc", "projects/p/locations/l/operations/o1"),
-        ("build_trigger", {"name": "projects/p/locations/l/operations/o2", "metadata": {
-            "build": {"id": "b1", "name": "projects/p/locations/l/builds/b1"}}},
-         "projects/p/locations/l/builds/b1", "projects/p/locations/l/operations/o2"),
-        ("build_trigger", {"name": "op", "metadata": {"build": {"id": "b2"}}},
-         "projects/dedup-kit-test/locations/europe-west1/builds/b2", "op"),
     ],
 )
 def test_execution_names_are_read_from_each_api_answer(
@@ -91,11 +92,16 @@ def test_execution_names_are_read_from_each_api_answer(
     assert (started.execution, started.operation, started.note) == (execution, operation, None)
 
 
+def test_a_build_trigger_start_is_known_by_its_message_id() -> None:
+    started = started_from_response(target("build_trigger"), {"messageIds": ["1234"]})
+    assert (started.execution, started.message_id, started.note) == (None, "1234", None)
+
+
 @pytest.mark.parametrize("answer", [None, [], "text", {}, {"metadata": "x"}])
 def test_a_2xx_answer_without_a_name_is_still_a_start(answer: Any) -> None:
     for kind in ("workflow", "run_job", "build_trigger"):
         started = started_from_response(target(kind), answer)
-        assert started.execution is None and started.note
+        assert started.execution is None and started.message_id is None and started.note
 
 
 @pytest.mark.parametrize(
@@ -121,7 +127,8 @@ def test_failure_classes(status: int, google_status: str | None, retryable: bool
         assert error.reason == f"HTTP {status} {google_status}: why"
 
 
-ENV_OK = {"DEDUP_PROXY_TARGET": "workflow", "DEDUP_PROXY_RESOURCE": RESOURCES["workflow"]}
+SECRET = {TOKEN_SECRET_ENV: TOKEN_SECRET}
+ENV_OK = {**SECRET, "DEDUP_PROXY_TARGET": "workflow", "DEDUP_PROXY_RESOURCE": RESOURCES["workflow"]}
 
 
 def test_proxy_settings_from_env() -> None:
@@ -129,7 +136,7 @@ def test_proxy_settings_from_env() -> None:
         **ENV_OK,
         "DEDUP_PROXY_ROUTES": json.dumps({
             "build": {"target": "build_trigger", "resource": RESOURCES["build_trigger"],
-                      "tokenName": "_RUN_TOKEN"},
+                      "tokenName": "_RUN_TOKEN", "topic": BUILD_TOPIC},
             "job": {"target": "run_job", "resource": RESOURCES["run_job"], "container": "c"},
         }),
         "DEDUP_PROXY_TIMEOUT_SECONDS": "12.5",
@@ -137,9 +144,11 @@ def test_proxy_settings_from_env() -> None:
     })
     assert settings.default is not None and settings.default.kind is TargetKind.WORKFLOW
     assert settings.routes["build"].token_name == "_RUN_TOKEN"
+    assert settings.routes["build"].topic == BUILD_TOPIC
+    assert settings.token_secret == TOKEN_SECRET.encode()
     assert settings.routes["job"].container == "c"
     assert (settings.timeout_seconds, settings.api_base) == (12.5, "http://127.0.0.1:8085")
-    only_routes = ProxySettings.from_env({"DEDUP_PROXY_ROUTES": json.dumps(
+    only_routes = ProxySettings.from_env({**SECRET, "DEDUP_PROXY_ROUTES": json.dumps(
         {"j": {"target": "workflow", "resource": RESOURCES["workflow"]}})})
     assert only_routes.default is None and set(only_routes.routes) == {"j"}
 
@@ -157,11 +166,37 @@ def test_proxy_settings_from_env() -> None:
         ({**ENV_OK, "DEDUP_PROXY_RESOURCE": "projects/p/workflows/w"},
          "is not a workflow name"),
         ({"DEDUP_PROXY_TARGET": "build_trigger", "DEDUP_PROXY_RESOURCE": RESOURCES["build_trigger"],
-          "DEDUP_PROXY_TOKEN_NAME": "dedup_token"}, "must be a user substitution"),
+          "DEDUP_PROXY_TOPIC": BUILD_TOPIC, "DEDUP_PROXY_TOKEN_NAME": "dedup_token"},
+         "must be a user substitution"),
+        ({"DEDUP_PROXY_TARGET": "build_trigger",
+          "DEDUP_PROXY_RESOURCE": RESOURCES["build_trigger"]}, "a build_trigger needs 'topic'"),
+        ({"DEDUP_PROXY_TARGET": "build_trigger", "DEDUP_PROXY_RESOURCE": RESOURCES["build_trigger"],
+          "DEDUP_PROXY_TOPIC": "my-topic"}, "a build_trigger needs 'topic'"),
+        ({**ENV_OK, "DEDUP_PROXY_TOPIC": BUILD_TOPIC}, "'topic' applies only to target"),
+        # Reserved token names: each would overwrite what the proxy sends beside the token.
+        ({**ENV_OK, "DEDUP_PROXY_TOKEN_NAME": "job"}, "token name 'job' is reserved"),
+        ({**ENV_OK, "DEDUP_PROXY_TOKEN_NAME": "payload"}, "token name 'payload' is reserved"),
+        ({**ENV_OK, "DEDUP_PROXY_TOKEN_NAME": "schedule_time"},
+         "token name 'schedule_time' is reserved"),
+        ({"DEDUP_PROXY_ROUTES": json.dumps({"j": {"target": "run_job", "resource":
+          RESOURCES["run_job"], "tokenName": "DEDUP_SCHEDULE_TIME"}})},
+         "token name 'DEDUP_SCHEDULE_TIME' is reserved"),
+        # The token secret: required, and long enough.
+        ({**ENV_OK, TOKEN_SECRET_ENV: ""}, "DEDUP_TOKEN_SECRET is not set"),
+        ({**ENV_OK, TOKEN_SECRET_ENV: "short"}, "use at least 32 random"),
         ({"DEDUP_PROXY_TOKEN_NAME": "X"}, "DEDUP_PROXY_TOKEN_NAME is set but"),
         ({**ENV_OK, "DEDUP_PROXY_TIMEOUT_SECONDS": "soon"}, "is not a number of seconds"),
         ({**ENV_OK, "DEDUP_PROXY_TIMEOUT_SECONDS": "0"}, "must be between 0.1 and 600"),
-        ({**ENV_OK, "DEDUP_PROXY_API_BASE": "ftp://x"}, "must be a base URL"),
+        ({**ENV_OK, "DEDUP_PROXY_API_BASE": "ftp://x"}, "must be https://<name>.googleapis.com"),
+        # The bearer token must never go to a foreign host, nor over plain http off-host.
+        ({**ENV_OK, "DEDUP_PROXY_API_BASE": "http://evil.example.com"}, "must be https://"),
+        ({**ENV_OK, "DEDUP_PROXY_API_BASE": "https://evil.example.com"}, "must be https://"),
+        ({**ENV_OK, "DEDUP_PROXY_API_BASE": "http://workflowexecutions.googleapis.com"},
+         "must be https://"),
+        ({**ENV_OK, "DEDUP_PROXY_API_BASE": "https://googleapis.com.evil.example"},
+         "must be https://"),
+        ({**ENV_OK, "DEDUP_PROXY_API_BASE": "http://10.0.0.1:8080"}, "must be https://"),
+        ({**ENV_OK, "DEDUP_PROXY_API_BASE": "https://user@x.googleapis.com"}, "must be https://"),
         ({"DEDUP_PROXY_ROUTES": "{"}, "DEDUP_PROXY_ROUTES is not valid JSON"),
         ({"DEDUP_PROXY_ROUTES": "[]"}, "must be a JSON object"),
         ({"DEDUP_PROXY_ROUTES": '{"a/b": {}}'}, "is not a Cloud Scheduler job ID"),
@@ -180,5 +215,16 @@ def test_bad_proxy_settings_fail_start_up_with_a_clear_message(
     env: dict[str, str], message: str
 ) -> None:
     with pytest.raises(SettingsError) as raised:
-        ProxySettings.from_env(env)
+        ProxySettings.from_env({**SECRET, **env})
     assert message in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "base",
+    ["https://workflowexecutions.googleapis.com", "https://europe-west1-run.googleapis.com/",
+     "http://127.0.0.1:8085", "http://localhost:9", "https://127.0.0.1", "http://[::1]:8080"],
+)
+def test_api_base_accepts_googleapis_over_https_and_loopback(base: str) -> None:
+    settings = ProxySettings.from_env({**ENV_OK, "DEDUP_PROXY_API_BASE": base})
+    assert settings.api_base == base.rstrip("/")
