@@ -71,14 +71,16 @@ def watched() -> WatchedJob:
 
 
 _MINUTES_BACK = itertools.count(3)
+# Counted back from one instant for the whole module: counting from each test's own "now"
+# would give two tests the same minute when a minute boundary passes between them.
+_MODULE_MINUTE = datetime.now(UTC).replace(second=0, microsecond=0)
 
 
 @pytest.fixture
 def recent() -> datetime:
     """A real minute in the past (the served function never takes it for a forced run),
     another one for each test: the served function caches completed runs in memory."""
-    back = next(_MINUTES_BACK)
-    return datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=back)
+    return _MODULE_MINUTE - timedelta(minutes=next(_MINUTES_BACK))
 
 
 @pytest.fixture

@@ -712,12 +712,17 @@ def test_a_forced_run_fired_during_a_backoff_wait() -> None:
 
     result, target, _ = replay(job, responder, ticks=2, faults=overlap_plan("backoff"))
     # First attempt fails; while Scheduler waits 30 s to retry, the forced run comes in.
-    assert [utc(r) for r in target.received] == [
-        "2026-10-16T00:05:00Z",  # attempt 1: 500
+    # The forced run and retry 1 are sent from different threads and the test clock's
+    # sleep returns at once, so which reaches the target first is a race: the send times
+    # below are what show the forced run came during the backoff.
+    received = [utc(r) for r in target.received]
+    assert received[0] == "2026-10-16T00:05:00Z"  # attempt 1: 500
+    assert sorted(received) == sorted([
+        "2026-10-16T00:05:00Z",  # attempt 1
         "2026-10-16T00:10:00Z",  # the forced run, during the backoff
         "2026-10-16T00:05:00Z",  # retry 1
         "2026-10-16T00:10:00Z",  # the scheduled run of 00:10, at its time
-    ]
+    ])
     scheduled = result.runs[0]
     forced = next(r for r in result.runs if r.kind == "manual")
     # Sent once the first attempt had failed, before the retry (the test clock stands
