@@ -50,8 +50,8 @@ from local_stack.deliveries import (
     scheduler_headers,
     settings_for,
 )
-from local_stack.ledger_job import read_ledger
 from local_stack.rpc_counter import RpcCounter
+from local_stack.steered_job import read_ledger
 
 # Every run of the whole benchmark gets its own schedule time: run IDs never collide. In
 # the past: a schedule time ahead of the function's clock is a forced run ("Run now"),
@@ -158,7 +158,7 @@ class Bench:
         self.local: dict[str, tuple[Instance, Instance]] = {}
         self._stack = contextlib.ExitStack()
         self._client = firestore.Client(project=PROJECT)
-        # In-process deliveries record their executions here (local_stack.ledger_job).
+        # In-process deliveries record their executions here (local_stack.steered_job).
         os.environ["TEST_LEDGER"] = str(workdir / "in-process.jsonl")
 
     # -- set-up ----------------------------------------------------------------------

@@ -29,7 +29,7 @@ def serve(
 ) -> FunctionServer:
     """A server for `handler` (not started: use it as a context manager or .start())."""
     # REPO_ROOT on the path: the comparator (bench.textbook) and the job that records
-    # executions (local_stack.ledger_job) import from the repository root.
+    # executions (local_stack.steered_job) import from the repository root.
     return FunctionServer(
         env, source=handler.source, workers=workers, threads=threads,
         extra_pythonpath=[REPO_ROOT],

@@ -2,9 +2,10 @@
 
 Shared by the test fixtures, `make demo` and `make bench`, so all three start and stop
 things the same way. Also here, for the tests and the benchmark alike: deliveries.py
-(Scheduler-style headers, in-process function instances), ledger_job.py (a job that logs
-each execution to a file), rpc_counter.py (counts a Firestore client's RPCs) and
-store_faults.py (a TCP proxy in front of the emulator that stalls or cuts the store).
+(Scheduler-style headers, in-process function instances), steered_job.py (a job the
+request body steers, which logs each execution to a ledger file), rpc_counter.py (counts a
+Firestore client's RPCs) and store_faults.py (a TCP proxy in front of the emulator that
+stalls or cuts the store).
 """
 
 from local_stack.processes import (

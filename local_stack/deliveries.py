@@ -22,7 +22,7 @@ from scheduler_emulator.oidc import oidc_claims as oidc_claims
 
 PROJECT = "dedup-kit-test"
 LOCATION = "europe-west1"
-TEST_JOB = "local_stack.ledger_job:run"
+TEST_JOB = "local_stack.steered_job:run"
 # The Scheduler jobs' OIDC account in the tests (DEDUP_ALLOWED_CALLERS when a test sets it).
 INVOKER = f"scheduler-invoker@{PROJECT}.iam.gserviceaccount.com"
 

@@ -26,8 +26,8 @@ from local_stack.deliveries import (
     scheduler_headers,
     settings_for,
 )
-from local_stack.ledger_job import read_ledger
 from local_stack.rpc_counter import RpcCounter
+from local_stack.steered_job import read_ledger
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 

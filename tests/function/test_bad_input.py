@@ -9,7 +9,7 @@ import pytest
 from dedup.job_logic import JobRegistry
 from dedup.settings import MissingScheduleTime, Settings, SettingsError
 from local_stack.deliveries import PROJECT, in_process_function, scheduler_headers
-from local_stack.ledger_job import read_ledger
+from local_stack.steered_job import read_ledger
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 

@@ -24,8 +24,8 @@ from dedup.http import (
 from dedup.settings import SettingsError
 from local_stack import FunctionServer
 from local_stack.deliveries import PROJECT, function_env, scheduler_headers
-from local_stack.ledger_job import read_ledger
 from local_stack.processes import REPO_ROOT
+from local_stack.steered_job import read_ledger
 
 CAP = 4096
 THIRTY_TWO_MIB = 32 * 1024 * 1024

@@ -30,7 +30,7 @@ from local_stack.deliveries import (
     oidc_claims,
     scheduler_headers,
 )
-from local_stack.ledger_job import read_ledger
+from local_stack.steered_job import read_ledger
 
 OTHER = f"ci-deployer@{PROJECT}.iam.gserviceaccount.com"
 SECOND = f"watchdog-invoker@{PROJECT}.iam.gserviceaccount.com"

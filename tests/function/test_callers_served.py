@@ -29,8 +29,8 @@ from local_stack.deliveries import (
     function_env,
     scheduler_headers,
 )
-from local_stack.ledger_job import read_ledger
 from local_stack.processes import REPO_ROOT
+from local_stack.steered_job import read_ledger
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 

@@ -22,7 +22,7 @@ from local_stack.deliveries import (
     in_process_function,
     scheduler_headers,
 )
-from local_stack.ledger_job import read_ledger
+from local_stack.steered_job import read_ledger
 from tests.function.test_watchdog import TEN_MINUTES, Runs, Watch, at, problems
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")

@@ -18,8 +18,8 @@ import requests
 from dedup.keys import RunKey, format_instant
 from local_stack import FunctionServer
 from local_stack.deliveries import LOCATION, PROJECT, function_env, scheduler_headers
-from local_stack.ledger_job import read_ledger
 from local_stack.processes import REPO_ROOT
+from local_stack.steered_job import read_ledger
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 

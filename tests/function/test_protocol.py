@@ -27,8 +27,8 @@ from local_stack.deliveries import (
     in_process_function,
     scheduler_headers,
 )
-from local_stack.ledger_job import read_ledger
 from local_stack.rpc_counter import RpcCounter
+from local_stack.steered_job import read_ledger
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 

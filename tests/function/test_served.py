@@ -17,12 +17,12 @@ import requests
 
 from local_stack import FunctionServer
 from local_stack.deliveries import function_env, scheduler_headers
-from local_stack.ledger_job import read_ledger
 from local_stack.processes import REPO_ROOT
+from local_stack.steered_job import read_ledger
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
-# The served function imports the test job (local_stack.ledger_job) from the repository root.
+# The served function imports the test job (local_stack.steered_job) from the repository root.
 TESTS_IMPORTABLE = [REPO_ROOT]
 
 

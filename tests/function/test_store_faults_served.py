@@ -22,8 +22,8 @@ from google.cloud import firestore
 
 from local_stack import FirestoreEmulator, FunctionServer
 from local_stack.deliveries import PROJECT, function_env, scheduler_headers
-from local_stack.ledger_job import read_ledger
 from local_stack.processes import REPO_ROOT
+from local_stack.steered_job import read_ledger
 from local_stack.store_faults import FaultKind, FaultSchedule, StoreFaultProxy
 
 RUNS = 50

@@ -19,8 +19,8 @@ from dedup.protocol import Outcome, RunContext
 from dedup.settings import SettingsError
 from dedup.tokens import TOKEN_SECRET_ENV, mint_token
 from local_stack.deliveries import PROJECT, settings_for
-from local_stack.ledger_job import read_ledger
 from local_stack.rpc_counter import RpcCounter
+from local_stack.steered_job import read_ledger
 from tests.proxy import helper_worker
 from tests.proxy.support import TOKEN_SECRET, run_id, token_for
 
