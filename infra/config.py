@@ -429,7 +429,10 @@ class ProxyTarget(_Model):
 # The kit's retry defaults, not Cloud Scheduler's (which never retries): a failed run is
 # retried 30, 60 and 120 s after its failed attempts, so even an attempt whose instance
 # crashed (its claim answers 409 until the 60 s default lease lapses) is taken over by the
-# second retry at the latest (policy dedup-retries-outlast-lease).
+# second retry at the latest (policy dedup-retries-outlast-lease). Google documents two
+# readings of where retries stop: RetryConfig's API reference says at the next scheduled
+# time, the retry guide says only at both limits. Under the first, that holds only for a job
+# whose interval is longer than its retries take (90 s to the second retry, by default).
 RETRY_COUNT_DEFAULT: Final = 3
 RETRY_MIN_BACKOFF_DEFAULT_SECONDS: Final = 30
 RETRY_MAX_BACKOFF_DEFAULT_SECONDS: Final = 300
@@ -440,7 +443,10 @@ AT_MOST_ONCE: Final = "none"
 class RetryConfig(_Model):
     """A job's retryConfig (`jobs[].retry`). Unset, the kit's defaults retry a failed or
     crashed run until a retry comes after the crashed attempt's lease has lapsed (three
-    retries, 30 s doubling up to 300 s apart), so every run is recovered.
+    retries, 30 s doubling up to 300 s apart), so every run is recovered. (If Scheduler stops
+    retrying at the next scheduled time, as RetryConfig's API reference says, that holds
+    only for a job whose interval is longer than those retries take; the retry guide says
+    retries go on past it.)
 
     `retry: none` makes the job at most once: a run whose attempt failed or whose instance
     crashed is skipped, not retried. Choose it for a job that must never run late, where a

@@ -1,10 +1,11 @@
 """The jobs the emulator delivers, read from a Pulumi stack file.
 
-The stack file is parsed and validated by the kit's own config loader
-(`infra.config.load_config`), the same one the Pulumi program uses, and each job's
-deployed ID, httpTarget headers and body come from the Pulumi program's own code
-(`infra.config.scheduler_job_id`, `infra.scheduled_job.ScheduledJobArgs`), so the emulator
-delivers exactly the jobs a `pulumi up` would create. `Stack` and `Job` are the
+The stack file is read by `infra.stack_files` (as `make plan` and the policy check read it)
+and validated by the kit's own config loader (`infra.config.load_config`), the same one the
+Pulumi program uses, and each job's deployed ID, httpTarget headers and body come from the
+Pulumi program's own code (`infra.config.scheduler_job_id`,
+`infra.scheduled_job.ScheduledJobArgs`), so the emulator delivers exactly the jobs a
+`pulumi up` would create. `Stack` and `Job` are the
 emulator's small view of that config.
 """
 
@@ -16,11 +17,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from infra.config import ConfigError, JobSettings, StackConfig, load_config, scheduler_job_id
 from infra.scheduled_job import ScheduledJobArgs
 from infra.scheduler_rules import ATTEMPT_DEADLINE_DEFAULT_SECONDS, RetrySettings
+from infra.stack_files import (
+    STACK_FILE_DIR,
+    StackFileError,
+    load_stack_config,
+    stack_file,
+    stack_names,
+)
 
 
 class StackError(ValueError):
@@ -73,6 +79,9 @@ class Stack:
     invoker_email: str = ""
     name_prefix: str = ""
     source: str = ""
+    # The validated stack config it was built from (None: a hand-built Stack): what
+    # infra derives from it (the watchdog's jobs, `make rerun`), for the demo.
+    config: StackConfig | None = field(default=None, compare=False, repr=False)
 
     def job(self, name: str) -> Job:
         for job in self.jobs:
@@ -93,33 +102,17 @@ class Stack:
         return tuple(job for job in self.jobs if not job.paused)
 
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def stack_files(directory: Path) -> dict[str, Path]:
-    """The stacks in `directory`: name -> Pulumi.<name>.yaml."""
-    return {
-        path.name[len("Pulumi."):-len(".yaml")]: path
-        for path in sorted(directory.glob("Pulumi.*.yaml"))
-    }
-
-
 def resolve_stack(choice: str | Path, directories: tuple[Path, ...] | None = None) -> Path:
     """The stack file `choice` names: a stack name (`staging` -> Pulumi.staging.yaml, looked
     up in the working directory, then the repository) or a path to a stack file."""
     text = str(choice)
-    places = directories if directories is not None else (Path(), REPO_ROOT)
+    places = directories if directories is not None else (Path(), STACK_FILE_DIR)
     looks_like_path = "/" in text or text.endswith((".yaml", ".yml"))
-    candidates = [Path(text)] if looks_like_path else []
-    if not looks_like_path:
-        candidates += [place / f"Pulumi.{text}.yaml" for place in places]
+    candidates = [Path(text)] if looks_like_path else [stack_file(text, p) for p in places]
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    known: dict[str, Path] = {}
-    for place in places:
-        for name, path in stack_files(place).items():
-            known.setdefault(name, path)
+    known = dict.fromkeys(name for place in places for name in stack_names(place))
     listed = ", ".join(known) or "none found"
     what = f"stack file {text}" if looks_like_path else f"stack {text!r} (no Pulumi.{text}.yaml)"
     raise StackError(
@@ -129,23 +122,25 @@ def resolve_stack(choice: str | Path, directories: tuple[Path, ...] | None = Non
 
 
 def load_stack(path: str | Path) -> Stack:
-    """Read and validate a stack file (e.g. Pulumi.dev.yaml); raise `StackError`."""
+    """Read and validate a stack file (e.g. Pulumi.dev.yaml); raise `StackError`.
+
+    The file is read by `infra.stack_files` (as `make plan` and the policy check read it),
+    so a broken file gives the same one-line error (file, line, column, fix) everywhere.
+    """
     path = Path(path)
+    if path.suffix not in (".yaml", ".yml"):
+        raise StackError(f"{path}: not a stack file (give a Pulumi.<stack>.yaml file)")
     try:
-        text = path.read_text(encoding="utf-8")
+        config = load_stack_config(path)
     except FileNotFoundError as exc:
         raise StackError(
             f"stack file {path} not found (give one with --stack, e.g. Pulumi.dev.yaml)"
         ) from exc
+    except StackFileError as exc:
+        raise StackError(str(exc)) from None
     except OSError as exc:
         raise StackError(f"cannot read stack file {path}: {exc.strerror or exc}") from exc
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise StackError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, Mapping) or not isinstance(data.get("config") or {}, Mapping):
-        raise StackError(f"{path}: expected a mapping with a 'config:' mapping")
-    return parse_stack_config(data.get("config") or {}, source=str(path))
+    return parse_stack_config(config, source=str(path))
 
 
 def parse_stack_config(config: Mapping[str, Any], source: str = "stack") -> Stack:
@@ -208,4 +203,5 @@ def from_stack_config(config: StackConfig, source: str = "stack") -> Stack:
         invoker_email=config.invoker_email,
         name_prefix=config.name_prefix,
         source=source,
+        config=config,
     )

@@ -12,6 +12,8 @@ import pytest
 import yaml
 
 from demo import job_wrapper
+from demo.cli import retry_text
+from infra.scheduler_rules import RetrySettings
 from scheduler_emulator.cli import main as emulator_main
 from scheduler_emulator.emulator import Delivery, EmulatorResult, RunResult
 from scheduler_emulator.faults import fault_header
@@ -147,6 +149,17 @@ def test_table_lists_replies_in_order_and_marks_exhausted_runs() -> None:
     assert any(
         "200 lost" in line and "retries exhausted (retryCount used up)" in line for line in lines
     )
+
+
+def test_the_demo_header_shows_a_never_retried_job_as_no_retries() -> None:
+    """`retry: none` has retryCount 0 and no maxRetryDuration: its backoff never applies."""
+    heartbeat = load_stack(fixture_stack_file("dev")).job("heartbeat")
+    assert retry_text(heartbeat.retry) == "no retries"
+    # retryCount 0 with a maxRetryDuration still retries (for that long): shown as such.
+    timed = RetrySettings(max_retry_duration_seconds=60, min_backoff_seconds=10)
+    assert retry_text(timed) == "retryCount 0, maxRetryDuration 60s, backoff 10-3600s x5 doublings"
+    hourly = load_stack(fixture_stack_file("dev")).job("hourly-sync")
+    assert retry_text(hourly.retry).startswith("retryCount 3, maxRetryDuration 600s, backoff ")
 
 
 def test_the_demo_job_reads_the_fault_header_the_emulator_writes() -> None:
@@ -301,6 +314,22 @@ def test_cli_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
         == 2
     )
     assert "unknown fault 'bogus'" in capsys.readouterr().err
+
+
+def test_a_stack_file_that_is_not_yaml_is_one_line_naming_where_and_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The emulator reads stack files with infra.stack_files, as `make plan` does: the same
+    one-line error (file:line:column, what, fix), not a multi-line PyYAML dump."""
+    broken = tmp_path / "Pulumi.broken.yaml"
+    broken.write_text("config:\n  gcp:project: acme-x\n   gcp:region: europe-west1\n")
+    code = emulator_main(["--target", "http://127.0.0.1:9/", "--stack", str(broken)])
+    err = capsys.readouterr().err
+    assert code == 2
+    [line] = err.strip().splitlines()
+    assert f"{broken}:3:" in line and "not valid YAML" in line and "Fix: " in line
+    with pytest.raises(StackError, match=r"Pulumi\.broken\.yaml:3:\d+: not valid YAML"):
+        load_stack(broken)
 
 
 def test_an_unreachable_target_is_a_failed_attempt(tmp_path: Path) -> None:
