@@ -14,8 +14,15 @@ from typing import Any
 
 from demo.run import DEFAULT_TICKS, DEFAULT_TIME_SCALE, DemoOptions, DemoOutcome, run_demo
 from demo.store_faults import StoreFaultRecord, struck_run
-from demo.watch import EXPECT_EXHAUSTED, EXPECT_FAILED, EXPECT_MISSED, WatchReport
-from infra.scheduler_rules import fast_failure_retry_span_seconds
+from demo.watch import (
+    EXPECT_EXHAUSTED,
+    EXPECT_FAILED,
+    EXPECT_MISSED,
+    CaughtUp,
+    Rerun,
+    WatchReport,
+)
+from infra.scheduler_rules import RetrySettings, fast_failure_retry_span_seconds
 from local_stack import LocalStackError
 from scheduler_emulator.cli import add_replay_arguments, fault_plan, progress_printer
 from scheduler_emulator.emulator import format_schedule_time
@@ -32,6 +39,19 @@ from scheduler_emulator.report import (
     summary_json,
 )
 from scheduler_emulator.stack import StackError
+
+
+def retry_text(retry: RetrySettings) -> str:
+    """A job's retry settings in the header: its retryConfig, or "no retries"."""
+    if not retry.retry_count and not retry.max_retry_duration_seconds:
+        return "no retries"  # `retry: none`: its backoff settings never apply
+    text = f"retryCount {retry.retry_count}"
+    if retry.max_retry_duration_seconds:
+        text += f", maxRetryDuration {retry.max_retry_duration_seconds:g}s"
+    return text + (
+        f", backoff {retry.min_backoff_seconds:g}-{retry.max_backoff_seconds:g}s "
+        f"x{retry.max_doublings} doublings"
+    )
 
 
 def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
@@ -69,17 +89,9 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
         ),
     ]
     for job in outcome.stack.active_jobs:
-        r = job.retry
-        retry = f"retryCount {r.retry_count}"
-        if r.max_retry_duration_seconds:
-            retry += f", maxRetryDuration {r.max_retry_duration_seconds:g}s"
-        retry += (
-            f", backoff {r.min_backoff_seconds:g}-{r.max_backoff_seconds:g}s "
-            f"x{r.max_doublings} doublings"
-        )
         lines.append(
             f"  {job.name} (job ID {job.job_id}): '{job.schedule}' {job.time_zone}, "
-            f"deadline {job.attempt_deadline_seconds:g}s, {retry}"
+            f"deadline {job.attempt_deadline_seconds:g}s, {retry_text(job.retry)}"
         )
     lines += format_table(outcome.summaries, show_all=show_all, results=outcome.jobs)
     if outcome.result.dst:
@@ -188,8 +200,10 @@ def watch_lines(watch: WatchReport) -> list[str]:
     """The watchdog section: its findings, each matched against what the demo expected."""
     lines = [
         f"watchdog: one tick per job at the end of its window (last replayed run + retry "
-        f"window + {watch.grace_seconds:g} s grace), on the Firestore emulator directly; "
-        f"{watch.checked} runs judged, {len(watch.findings)} finding(s)",
+        f"window + {watch.grace_seconds:g} s grace"
+        + ("; a job with catchUp once each of its runs is due" if watch.delivers else "")
+        + f"), on the Firestore emulator directly; {watch.checked} runs judged, "
+        f"{len(watch.findings)} finding(s)",
     ]
     for f in watch.findings:
         p = f.problem
@@ -205,14 +219,57 @@ def watch_lines(watch: WatchReport) -> list[str]:
         lines.append(f"  NOT REPORTED {job} @ {_when(instant)}: expected ({why})")
     for job, instant, why in watch.not_judged:
         lines.append(f"  (missed    {job} @ {_when(instant)}: {why})")
-    unexpected = sum(1 for f in watch.findings if f.expected is None)
+    unexpected = sum(1 for f in watch.findings if f.expected is None) + sum(
+        1 for c in watch.caught_up if c.expected is None
+    )
+    matched = not watch.unreported and not unexpected
     lines.append(
         f"  injected: {watch.count(EXPECT_MISSED)} missed and {watch.count(EXPECT_FAILED)} "
-        f"failed run(s) reported; {watch.count(EXPECT_EXHAUSTED)} accounted for (retries "
-        f"exhausted, never completed); {unexpected} unexpected, {len(watch.unreported)} "
-        f"not reported: {'exactly the expected runs' if watch.ok else 'MISMATCH'}"
+        f"failed run(s) reported, {len(watch.caught_up)} caught up; "
+        f"{watch.count(EXPECT_EXHAUSTED)} accounted for (retries exhausted, never "
+        f"completed); {unexpected} unexpected, {len(watch.unreported)} not reported: "
+        f"{'exactly the expected runs' if matched else 'MISMATCH'}"
     )
+    if watch.delivers:
+        lines += [
+            "",
+            "catch-up and re-run: the watchdog delivers to the served function (as deployed: "
+            "an ID token of its own account), on the replay's clock",
+            *(caught_up_line(c) for c in watch.caught_up),
+        ]
+        if not watch.caught_up:
+            lines.append("  caught up: none (no missed run of a job with catchUp)")
+        lines.append(rerun_line(watch.rerun))
     return lines
+
+
+def _times(n: int) -> str:
+    return {0: "never executed", 1: "executed once"}.get(n, f"EXECUTED {n} TIMES")
+
+
+def caught_up_line(c: CaughtUp) -> str:
+    """`caught up: <job> @ <time>: executed once` (the ledger's count, replay included)."""
+    line = f"  caught up: {c.job} @ {_when(c.schedule_time)}: {_times(c.executions)}"
+    if c.status != "completed":
+        line += f" (the function answered {c.status})"
+    if c.expected is None:
+        line += ": UNEXPECTED: the demo expected no catch-up of this run"
+    return line if c.ok or c.expected is None else line + ": FAIL"
+
+
+def rerun_line(r: Rerun | None) -> str:
+    """`re-run: <job> @ <time>: generation 1 executed once, original record kept`."""
+    if r is None:
+        return "  re-run: none (no completed run to re-run)"
+    line = f"  re-run: {r.job} @ {_when(r.schedule_time)}: "
+    if r.status.startswith("refused"):
+        return line + f"FAIL: {r.status}"
+    line += f"generation {r.generation} {_times(r.executions)}, original record " + (
+        "kept" if r.original_kept else "NOT KEPT"
+    )
+    if not r.recorded:
+        line += f", generation {r.generation} NOT RECORDED completed ({r.status})"
+    return line if r.ok else line + ": FAIL"
 
 
 def verdict_line(outcome: DemoOutcome) -> str:
@@ -231,7 +288,8 @@ def verdict_line(outcome: DemoOutcome) -> str:
     if t["all_ok"] and watch is not None and not watch.ok:
         return (
             "RESULT: FAIL: the watchdog's findings differ from the injected missed and failed "
-            "runs (see the watchdog section)"
+            "runs, or a run it caught up or re-ran did not execute exactly once (see the "
+            "watchdog section)"
         )
     if t["all_ok"]:
         line = (
@@ -260,6 +318,10 @@ def verdict_line(outcome: DemoOutcome) -> str:
             )
             if watch.count(EXPECT_EXHAUSTED):
                 line += f" (and {watch.count(EXPECT_EXHAUSTED)} exhausted run(s) accounted for)"
+            if watch.caught_up:
+                line += f"; {len(watch.caught_up)} missed run(s) caught up, each executed once"
+            if watch.rerun is not None:
+                line += "; 1 completed run re-run once (generation 1), its record kept"
         return line
     problems = [f"job {r.job} {r.problem}" for r in failed_jobs if r.problem]
     if twice:
@@ -313,6 +375,17 @@ def watch_json(watch: WatchReport) -> dict[str, Any]:
             {"job": job, "schedule_time": _when(when), "why": why}
             for job, when, why in watch.not_judged
         ],
+        "delivers": watch.delivers,
+        "caught_up": [
+            {"job": c.job, "schedule_time": _when(c.schedule_time), "status": c.status,
+             "executions": c.executions, "expected": c.expected, "ok": c.ok}
+            for c in watch.caught_up
+        ],
+        "rerun": None if (r := watch.rerun) is None else {
+            "job": r.job, "schedule_time": _when(r.schedule_time), "generation": r.generation,
+            "status": r.status, "executions": r.executions, "original_kept": r.original_kept,
+            "recorded": r.recorded, "ok": r.ok,
+        },
     }
 
 

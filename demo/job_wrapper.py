@@ -1,6 +1,6 @@
 """The demo's job wrapper: runs each job's own logic and counts every real execution.
 
-(Not to be confused with local_stack/ledger_job.py, the tests' and benchmark's job whose
+(Not to be confused with local_stack/steered_job.py, the tests' and benchmark's job whose
 behaviour the request body steers.) The function under test is the kit's real one; only
 its job logic is this wrapper (DEDUP_JOB=demo.job_wrapper:run). It runs the job logic the
 stack configures for the job (DEMO_JOB_LOGIC, JSON {"<deployed job ID>": "module:function"},

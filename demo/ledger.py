@@ -79,3 +79,14 @@ def count(
         elif event == "start":
             counts.starts[key] += 1
     return counts
+
+
+def commits_by_run_id(path: Path, project: str) -> Counter[str]:
+    """Executions (commits) per run_id, for one project: a re-run's generation has a run_id
+    of its own, which `count` (keyed by schedule time) does not tell from the run's."""
+    return Counter(
+        str(entry["run_id"])
+        for entry in read_ledger(path)
+        if entry.get("project") == project and entry["event"] == "commit"
+        and entry.get("deduplicated", True)
+    )

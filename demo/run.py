@@ -37,7 +37,7 @@ from demo.store_faults import (
     mark_exposed,
     store_timing,
 )
-from demo.watch import WatchReport, run_watchdog, with_flaky_job
+from demo.watch import WatchReport, run_watchdog, watchdog_caller, with_flaky_job
 from local_stack import FirestoreEmulator, FunctionServer, StoreFaultProxy, free_port
 from local_stack.deliveries import scheduler_headers
 from local_stack.processes import REPO_ROOT
@@ -174,8 +174,11 @@ def function_env(
         # from a scheduled one by the stack's own margin, in schedule seconds.
         "DEDUP_FORCED_RUN_MARGIN_SECONDS": f"{stack.forced_run_margin_seconds:g}",
         # As deployed: the function serves only the jobs' invoker account, read from the
-        # OIDC token the Scheduler emulator sends (shaped as Cloud Run forwards it).
-        "DEDUP_ALLOWED_CALLERS": stack.invoker_email,
+        # OIDC token the Scheduler emulator sends (shaped as Cloud Run forwards it), and
+        # the watchdog's where it delivers runs (catch-up, re-runs: demo.watch).
+        "DEDUP_ALLOWED_CALLERS": ",".join(
+            [stack.invoker_email, *filter(None, [watchdog_caller(stack)])]
+        ),
         # Every job runs through the ledger wrapper, which calls the job's own logic.
         "DEDUP_JOB": DEMO_JOB,
         "DEDUP_JOB_ROUTES": "{}",
@@ -467,6 +470,7 @@ def replay(
         watch = run_watchdog(
             stack, summaries, settings, function.firestore_host, result.started,
             client_project=function.stack.project,
+            function_url=function.url, ledger=function.ledger,
         )
     return DemoOutcome(
         stack=stack,

@@ -28,6 +28,20 @@ the flaky job's rule, the emulator's deliveries and the ledger), never from the 
 - every other run (its job logic completed once): nothing. Forced runs ("Run now") are no
   scheduled runs: the watchdog does not judge them.
 Any finding outside these, or an injected missed or failed run not found, fails the demo.
+
+Catch-up and re-runs, where the stack's watchdog delivers runs (a job with `catchUp`, or
+`watchdog.reruns`: infra then gives it the function's URL, and the function admits its
+account): the watchdog gets the jobs exactly as infra lists them (DEDUP_WATCH_JOBS), and
+delivers to the served function with an OIDC-shaped token of the watchdog's account, as
+deployed, and the replay's clock (X-Emulator-Now: the tick's "now", as the emulator sends
+its own; on the real clock a schedule time ahead of it would look forced). A job with
+`catchUp` is ticked as its Scheduler-driven watchdog would be: once each of its runs'
+verdict is due (its retry window + the grace after it), so each missed run is judged, and
+caught up, within `catchUpWithinSeconds`. A run the `missed` fault struck (or Scheduler
+skipped) of such a job is then expected `caught_up`, and the ledger must show it executed
+exactly once. Then one completed run is re-run through `make rerun`'s code path
+(infra.rerun.request_rerun) and one more watchdog tick: its generation 1 must execute
+exactly once (the ledger, by the generation's run_id) and the run's original record stay.
 """
 
 from __future__ import annotations
@@ -35,28 +49,40 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from google.cloud import firestore
 
+from dedup.delivery import DeliveryResult, HttpDeliverer, RunDelivery, TargetAuth
 from dedup.firestore_store import FirestoreRunStore
+from dedup.keys import RunKey
+from dedup.reruns import FirestoreRerunQueue, RerunQueue, reruns_collection
 from dedup.settings import Settings
+from dedup.store import RunStatus
 from dedup.watchdog import (
+    CAUGHT_UP,
     DEFAULT_GRACE_SECONDS,
     FAILED,
     MISSED,
     OVERLONG,
+    Delivered,
     FirestoreWatchStore,
     Problem,
+    TickResult,
     Watchdog,
     WatchedJob,
     WatchSettings,
+    rfc3339,
 )
-from infra.config import JobSettings
+from demo.ledger import commits_by_run_id
+from infra.config import JobSettings, StackConfig
 from infra.scheduler_rules import retry_window_seconds
 from jobs.flaky import fail_every, fails
+from scheduler_emulator.emulator import CLOCK_HEADER
+from scheduler_emulator.oidc import scheduler_token
 from scheduler_emulator.report import RunSummary, reply_outcome
 from scheduler_emulator.stack import Job, Stack, job_from_settings
 
@@ -81,14 +107,20 @@ EXPECT_MISSED = "injected: missed"
 EXPECT_SKIPPED = "skipped by Scheduler: the job was still being retried"
 EXPECT_FAILED = "injected: the flaky job fails this run"
 EXPECT_EXHAUSTED = "accounted: retries exhausted, job never completed"
+EXPECT_CAUGHT_UP = "injected: missed, and the job has catchUp"
 NOT_JUDGED = "not judged: before the job's first recorded run"
-# The kinds of finding each expectation admits.
+# The kinds of finding each expectation admits (a caught-up run is no problem, but is
+# matched like one: CAUGHT_UP). An exhausted run without a record is missed, so caught up
+# if its job has catchUp.
 KINDS = {
     EXPECT_MISSED: (MISSED,),
     EXPECT_SKIPPED: (MISSED,),
     EXPECT_FAILED: (FAILED,),
-    EXPECT_EXHAUSTED: (MISSED, FAILED, OVERLONG),
+    EXPECT_EXHAUSTED: (MISSED, FAILED, OVERLONG, CAUGHT_UP),
+    EXPECT_CAUGHT_UP: (CAUGHT_UP,),
 }
+RERUN_REASON = "make demo: re-run one completed run"
+RERUN_REQUESTED_BY = "make demo"
 
 
 def flaky_job(stack: Stack) -> Job:
@@ -112,6 +144,38 @@ class Finding:
 
 
 @dataclass
+class CaughtUp:
+    """A missed run the watchdog delivered (catch-up), and what the ledger says of it."""
+
+    job: str  # the stack's job name
+    schedule_time: datetime
+    status: str  # the function's answer to the watchdog's delivery
+    executions: int  # the run's job logic commits in the ledger, replay and catch-up
+    expected: str | None  # why the demo expected it; None: it did not
+
+    @property
+    def ok(self) -> bool:
+        return self.expected is not None and self.executions == 1
+
+
+@dataclass
+class Rerun:
+    """The completed run the demo re-ran through `make rerun`'s code path."""
+
+    job: str
+    schedule_time: datetime
+    generation: int
+    status: str  # the function's answer to the watchdog's delivery of it
+    executions: int  # the generation's job logic commits in the ledger
+    original_kept: bool  # the run's own record still there, completed
+    recorded: bool  # the generation's own record, completed
+
+    @property
+    def ok(self) -> bool:
+        return self.executions == 1 and self.original_kept and self.recorded
+
+
+@dataclass
 class WatchReport:
     grace_seconds: float
     now: dict[str, datetime]  # per job: the watchdog's "now"
@@ -121,10 +185,20 @@ class WatchReport:
     unreported: list[tuple[str, datetime, str]]
     # Runs not judged by design (a missed run before the job's first recorded run).
     not_judged: list[tuple[str, datetime, str]] = field(default_factory=list)
+    # Where the stack's watchdog delivers runs: what it caught up, and the re-run (None:
+    # it delivers nothing; or no completed run to re-run).
+    delivers: bool = False
+    caught_up: list[CaughtUp] = field(default_factory=list)
+    rerun: Rerun | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.unreported and all(f.expected is not None for f in self.findings)
+        return (
+            not self.unreported
+            and all(f.expected is not None for f in self.findings)
+            and all(c.ok for c in self.caught_up)
+            and (self.rerun is None or self.rerun.ok)
+        )
 
     def count(self, expectation: str) -> int:
         return sum(1 for f in self.findings if f.expected == expectation)
@@ -149,7 +223,8 @@ def _fixed(instant: datetime) -> datetime:
 
 
 def watched_job(job: Job) -> WatchedJob:
-    """The job as DEDUP_WATCH_JOBS lists it (infra.watchdog.watch_jobs)."""
+    """The job as DEDUP_WATCH_JOBS lists it (infra.watchdog.watch_jobs), from the
+    emulator's view of it."""
     return WatchedJob(
         name=job.job_id,
         schedule=job.schedule,
@@ -160,10 +235,56 @@ def watched_job(job: Job) -> WatchedJob:
     )
 
 
+def watched_jobs_of(stack: Stack) -> dict[str, WatchedJob]:
+    """Per active job (the stack's name): the job as the deployed watchdog gets it. A job
+    of the stack's config: infra's own DEDUP_WATCH_JOBS entry (with catchUp, body and
+    headers where the watchdog delivers); another (the demo's flaky job): watched_job."""
+    infra_jobs: dict[str, WatchedJob] = {}
+    if stack.config is not None:
+        from infra.runs import watched_jobs  # imports the Pulumi program: only when needed
+
+        infra_jobs = {w.name: w for w in watched_jobs(stack.config)}
+    return {
+        job.name: infra_jobs.get(job.job_id) or watched_job(job) for job in stack.active_jobs
+    }
+
+
+def delivering_config(stack: Stack) -> StackConfig | None:
+    """The stack's config if its watchdog delivers runs to the dedup function (a job with
+    catchUp, or watchdog.reruns), else None."""
+    cfg = stack.config
+    return cfg if cfg is not None and cfg.watchdog_delivers_to(proxied=False) else None
+
+
+def watchdog_caller(stack: Stack) -> str | None:
+    """The watchdog's account, where the function admits it (as infra sets
+    DEDUP_ALLOWED_CALLERS): when the watchdog delivers runs to it."""
+    cfg = delivering_config(stack)
+    return cfg.watchdog_email if cfg is not None else None
+
+
+class ReplayDeliverer:
+    """The watchdog's HttpDeliverer as deployed (an ID token of its own account: here the
+    OIDC-shaped token the emulator sends, of the watchdog's account), on the replay's
+    clock: X-Emulator-Now is the tick's "now" (demo/served_function.py)."""
+
+    def __init__(self, watchdog_email: str) -> None:
+        self._http = HttpDeliverer(
+            TargetAuth.ID_TOKEN, fetch_token=lambda url: scheduler_token(url, watchdog_email)
+        )
+        self.now: datetime | None = None
+
+    def deliver(self, delivery: RunDelivery) -> DeliveryResult:
+        assert self.now is not None, "set the tick's now before the tick"
+        headers = {**delivery.headers, CLOCK_HEADER: self.now.isoformat()}
+        return self._http.deliver(replace(delivery, headers=headers))
+
+
 def expectations(
-    stack: Stack, summaries: list[RunSummary]
+    stack: Stack, summaries: list[RunSummary], catching_up: frozenset[str] = frozenset()
 ) -> tuple[dict[tuple[str, datetime], str], list[tuple[str, datetime, str]]]:
-    """(run key -> why a finding is expected, runs not judged by design)."""
+    """(run key -> why a finding is expected, runs not judged by design); `catching_up`:
+    the jobs whose missed runs the watchdog catches up."""
     expected: dict[tuple[str, datetime], str] = {}
     not_judged: list[tuple[str, datetime, str]] = []
     scheduled = [s for s in summaries if s.schedule_time is not None and not s.forced]
@@ -183,6 +304,8 @@ def expectations(
         if s.missed or s.skipped:
             if first is None or s.schedule_time < first:
                 not_judged.append((s.job, s.schedule_time, NOT_JUDGED))
+            elif s.job in catching_up:
+                expected[key] = EXPECT_CAUGHT_UP
             else:
                 expected[key] = EXPECT_MISSED if s.missed else EXPECT_SKIPPED
             continue
@@ -205,58 +328,160 @@ def run_watchdog(
     started: datetime,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     client_project: str | None = None,
+    *,
+    function_url: str | None = None,
+    ledger: Path | None = None,
 ) -> WatchReport:
-    """One watchdog tick per replayed job, its "now" at the end of its window.
+    """One watchdog tick per replayed job, its "now" at the end of its window; where the
+    stack's watchdog delivers runs (and `function_url`, the served function, and `ledger`,
+    its ledger, are given): a tick once each run of a catchUp job is due, then a re-run.
 
     `client_project`: the project of the function's Firestore client, where it differs
     from the run keys' (a served function replaying several stacks' projects)."""
-    expected, not_judged = expectations(stack, summaries)
-    last: dict[str, datetime] = {}
+    cfg = delivering_config(stack) if function_url is not None and ledger is not None else None
+    watched = watched_jobs_of(stack)
+    catching_up = frozenset(n for n, w in watched.items() if cfg is not None and w.catch_up)
+    expected, not_judged = expectations(stack, summaries, catching_up)
+    times: dict[str, set[datetime]] = {}
     for s in summaries:
-        if s.schedule_time is not None and (s.job not in last or s.schedule_time > last[s.job]):
-            last[s.job] = s.schedule_time
+        if s.schedule_time is not None:
+            times.setdefault(s.job, set()).add(s.schedule_time)
     st = store_settings
     with _emulator_env(firestore_host):
         client = firestore.Client(project=client_project or st.project, database=st.database)
     runs = FirestoreRunStore(client, st.collection, st.store_timeout_seconds)
     cursor_collection = store_settings.collection + "_watchdog"
-    findings: list[Finding] = []
+    store = FirestoreWatchStore(runs, cursor_collection)
+    deliverer = ReplayDeliverer(cfg.watchdog_email) if cfg is not None else None
+    report = WatchReport(grace_seconds, {}, 0, [], [], not_judged, delivers=cfg is not None)
     found: set[tuple[str, datetime]] = set()
     names = {job.job_id: job.name for job in stack.jobs}  # the watchdog knows deployed IDs
-    nows: dict[str, datetime] = {}
-    checked = 0
+    caught_up: list[tuple[Delivered, str | None]] = []
+
+    def tick(job: WatchedJob, now: datetime, reruns: RerunQueue | None = None) -> TickResult:
+        # The lookback starts just before the replay's first run: earlier runs (of an
+        # earlier replay on a reused emulator) are none of this replay's business.
+        lookback = (now - started).total_seconds() + 1
+        settings = WatchSettings(
+            store_settings, (job,), lookback, grace_seconds,
+            target_url=function_url if deliverer is not None else None,
+            target_auth=TargetAuth.ID_TOKEN,
+        )
+        if deliverer is not None:
+            deliverer.now = now
+        watchdog = Watchdog(settings, store, functools.partial(_fixed, now), deliverer, reruns)
+        result = watchdog.run_tick()
+        report.checked += result.checked
+        for problem in result.problems:
+            key, why = _matched(expected, names, problem.job, problem.schedule_time, problem.kind)
+            report.findings.append(Finding(problem, why))
+            if key is not None and why is not None:
+                found.add(key)
+        for delivered in result.caught_up:
+            key, why = _matched(expected, names, delivered.job, delivered.schedule_time, CAUGHT_UP)
+            caught_up.append((delivered, why))
+            if key is not None and why is not None:
+                found.add(key)
+        return result
+
     try:
         for job in stack.active_jobs:
-            if job.name not in last:
+            if job.name not in times:
                 continue
-            watched = watched_job(job)
-            now = last[job.name] + timedelta(
-                seconds=watched.retry_window_seconds + grace_seconds
-            )
-            nows[job.name] = now
-            # The lookback starts just before the replay's first run: earlier runs (of an
-            # earlier replay on a reused emulator) are none of this replay's business.
-            lookback = (now - started).total_seconds() + 1
-            settings = WatchSettings(store_settings, (watched,), lookback, grace_seconds)
+            due = timedelta(seconds=watched[job.name].retry_window_seconds + grace_seconds)
+            now = max(times[job.name]) + due
+            report.now[job.name] = now
             client.collection(cursor_collection).document(job.job_id).delete()  # fresh cursor
-            store = FirestoreWatchStore(runs, cursor_collection)
-            watchdog = Watchdog(settings, store, functools.partial(_fixed, now))
-            tick_checked, problems, _ = watchdog.tick()
-            checked += tick_checked
-            for problem in problems:
-                job_name = names.get(problem.job, problem.job)
-                key = (job_name, problem.schedule_time) if problem.schedule_time else None
-                why = expected.get(key) if key else None
-                if why is not None and problem.kind not in KINDS[why]:
-                    why = None  # a finding on the right run, but of the wrong kind
-                findings.append(Finding(problem, why))
-                if key is not None and why is not None:
-                    found.add(key)
+            # A catchUp job is ticked once each run's verdict is due, as its watchdog
+            # (every few minutes) would: each missed run is caught up within its bound.
+            ticks = sorted({t + due for t in times[job.name]}) if job.name in catching_up else [
+                now
+            ]
+            for at in ticks:
+                tick(watched[job.name], at)
+        if cfg is not None and ledger is not None:
+            report.rerun = _rerun_one(
+                cfg, stack, summaries, runs, st.collection, watched, report.now, tick, ledger
+            )
     finally:
         client.close()  # type: ignore[no-untyped-call]
-    unreported = [
+    if ledger is not None and caught_up:
+        commits = commits_by_run_id(ledger, stack.project)
+        report.caught_up = [
+            CaughtUp(names.get(d.job, d.job), d.schedule_time, d.status, commits[d.run_id], why)
+            for d, why in caught_up
+        ]
+    report.unreported = [
         (job, when, why) for (job, when), why in sorted(expected.items())
-        if (job, when) not in found and job in nows and why != EXPECT_EXHAUSTED
+        if (job, when) not in found and job in report.now and why != EXPECT_EXHAUSTED
     ]
-    findings.sort(key=lambda f: (f.problem.job, f.problem.schedule_time or started))
-    return WatchReport(grace_seconds, nows, checked, findings, unreported, not_judged)
+    report.findings.sort(key=lambda f: (f.problem.job, f.problem.schedule_time or started))
+    return report
+
+
+def _matched(
+    expected: dict[tuple[str, datetime], str],
+    names: dict[str, str],
+    job_id: str,
+    schedule_time: datetime | None,
+    kind: str,
+) -> tuple[tuple[str, datetime] | None, str | None]:
+    """(the run's key, why the demo expected this finding on it, or None)."""
+    key = (names.get(job_id, job_id), schedule_time) if schedule_time else None
+    why = expected.get(key) if key else None
+    if why is not None and kind not in KINDS[why]:
+        why = None  # a finding on the right run, but of the wrong kind
+    return key, why
+
+
+def _rerun_one(
+    cfg: StackConfig,
+    stack: Stack,
+    summaries: list[RunSummary],
+    runs: FirestoreRunStore,
+    collection: str,
+    watched: dict[str, WatchedJob],
+    nows: dict[str, datetime],
+    tick: Callable[[WatchedJob, datetime, RerunQueue | None], TickResult],
+    ledger: Path,
+) -> Rerun | None:
+    """Re-run the first completed run through `make rerun`'s code path, then one tick of
+    its job's watchdog; None if no run completed."""
+    from infra.rerun import RerunRefused, request_rerun  # imports the Pulumi program
+
+    in_config = {job.name for job in cfg.jobs}
+    completed = sorted(
+        (s for s in summaries if s.schedule_time is not None and not s.forced
+         and s.executions == 1 and s.acknowledged and s.job in in_config and s.job in nows),
+        key=lambda s: (s.schedule_time, s.job),
+    )
+    if not completed:
+        return None
+    run = completed[0]
+    assert run.schedule_time is not None
+    job, now = watched[run.job], nows[run.job]
+    if cfg.dedup.collection != collection:  # the demo's own collection (--collection)
+        dedup = cfg.dedup.model_copy(update={"collection": collection})
+        cfg = cfg.model_copy(update={"dedup": dedup})
+    base = RunKey(cfg.project, cfg.region, job.name, run.schedule_time)
+    try:
+        requested = request_rerun(
+            cfg, runs, job_name=run.job, time_text=rfc3339(run.schedule_time),
+            reason=RERUN_REASON, requested_by=RERUN_REQUESTED_BY, now=now,
+        )
+    except RerunRefused as exc:
+        return Rerun(run.job, run.schedule_time, 0, f"refused: {exc}", 0, False, False)
+    request = requested.request
+    result = tick(job, now, FirestoreRerunQueue(runs, reruns_collection(collection)))
+    answers = [d.status for d in result.reruns if d.run_id == request.request_id]
+    records = runs.get_many([base.run_id, request.request_id])
+    original, again = records.get(base.run_id), records.get(request.request_id)
+    return Rerun(
+        run.job,
+        run.schedule_time,
+        request.generation,
+        answers[-1] if answers else "not delivered",
+        commits_by_run_id(ledger, stack.project)[request.request_id],
+        original_kept=original is not None and original.record.status is RunStatus.COMPLETED,
+        recorded=again is not None and again.record.status is RunStatus.COMPLETED,
+    )

@@ -90,13 +90,22 @@ def test_the_watchdog_may_call_the_function_and_the_proxy(catch_up: StackUnderTe
 def test_without_catch_up_or_reruns_the_watchdog_delivers_nothing(
     stack: StackUnderTest,
 ) -> None:
+    """Each fixture stack: a watchdog that delivers (dev: a job with catchUp, for `make
+    demo`) may call the dedup function; one that does not gets no target and no grant."""
     assert stack.watchdog is not None
     env = env_of(stack.watchdog)
+    email = stack.account_email("watchdog")
+    if stack.config.watchdog_delivers_to(proxied=False):
+        assert stack.proxy is None  # dev: no proxied job, the dedup function only
+        assert env["DEDUP_WATCH_TARGET_URL"] == stack.service_uri
+        invokes = [g for g in stack.grants_to(email) if g.props["role"] == INVOKER_ROLE]
+        assert [g.props["name"] for g in invokes] == [stack.service_name]
+        assert email in env_of(stack.function)["DEDUP_ALLOWED_CALLERS"]
+        return
     assert "DEDUP_WATCH_TARGET_URL" not in env
     assert all(set(e) == {"name", "schedule", "timeZone", "attemptDeadlineSeconds",
                           "retryWindowSeconds", "paused"}
                for e in json.loads(env["DEDUP_WATCH_JOBS"]))
-    email = stack.account_email("watchdog")
     assert [g for g in stack.grants_to(email) if g.props["role"] == INVOKER_ROLE] == []
     assert email not in env_of(stack.function)["DEDUP_ALLOWED_CALLERS"]
 

@@ -80,7 +80,8 @@ def test_watchdog_function_identity_and_settings(stack: StackUnderTest) -> None:
     env = service["environmentVariables"]
     dedup_env = stack.function.props["serviceConfig"]["environmentVariables"]
     for key, value in dedup_env.items():
-        if key not in ("DEDUP_JOB", "DEDUP_JOB_ROUTES"):
+        # (The dedup function also serves the watchdog, where it delivers runs to it.)
+        if key not in ("DEDUP_JOB", "DEDUP_JOB_ROUTES", "DEDUP_ALLOWED_CALLERS"):
             assert env[key] == value, key
     assert env["DEDUP_ALLOWED_CALLERS"] == stack.account_email("invoker")
     assert Settings.from_env(env).allowed_callers == frozenset({stack.account_email("invoker")})
@@ -103,7 +104,7 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
     deployed = {j.props["name"]: j.props for j in stack.config_jobs()}
     for job in cfg.jobs:
         entry = next(w for w in watched if w["name"] == cfg.job_id(job))
-        assert entry == {
+        judged = {
             "name": cfg.job_id(job),
             "schedule": job.schedule,
             "timeZone": job.time_zone,
@@ -111,6 +112,11 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
             "retryWindowSeconds": retry_window_seconds(job.attempt_deadline_seconds, job.retry),
             "paused": job.paused,
         }
+        assert {k: v for k, v in entry.items() if k in judged} == judged
+        # A delivering watchdog's extra keys are checked in tests/infra/test_catch_up.py.
+        delivers = cfg.watchdog_delivers_to(proxied=job.proxy is not None)
+        extra = {"catchUp", "catchUpWithinSeconds", "headers", "body", "url"}
+        assert set(entry) - set(judged) <= (extra if delivers else set())
         props = deployed[entry["name"]]
         assert (props["schedule"], props["timeZone"]) == (entry["schedule"], entry["timeZone"])
         assert props["attemptDeadline"] == f"{entry['attemptDeadlineSeconds']}s"
@@ -123,7 +129,9 @@ def test_watchdog_account_holds_only_the_database_role(stack: StackUnderTest) ->
     email = stack.account_email("watchdog")
     assert email == f"{stack.config.name_prefix}-watchdog@{stack.config.project}" \
         ".iam.gserviceaccount.com"
-    (grant,) = stack.grants_to(email)
+    # Besides run.invoker on the services it delivers runs to (tests/infra/test_catch_up.py).
+    (grant,) = [g for g in stack.grants_to(email)
+                if not g.name.startswith("watchdog-delivers-to-")]
     assert grant.name == "watchdog-datastore-user"
     assert grant.props["role"] == "roles/datastore.user"
     assert grant.props["condition"]["expression"] == (
@@ -324,9 +332,16 @@ def _dev(**kit: Any) -> dict[str, Any]:
     return raw
 
 
+def _no_catch_up(raw: dict[str, Any]) -> dict[str, Any]:
+    """`raw` with no job's catchUp (dev's hourly-sync has it): a stack without the
+    watchdog cannot have it (tests/infra/test_catch_up.py)."""
+    jobs = [{k: v for k, v in job.items() if k != "catchUp"} for job in raw["scheduler-dedup:jobs"]]
+    return {**raw, "scheduler-dedup:jobs": jobs}
+
+
 def test_watchdog_can_be_turned_off(tmp_path: Path) -> None:
     run = run_offline(
-        _dev(watchdog={"enabled": False, "lookbackSeconds": 43200}), stack="dev",
+        _no_catch_up(_dev(watchdog={"enabled": False, "lookbackSeconds": 43200})), stack="dev",
         build_dir=tmp_path,
     )
     assert [f.name for f in run.of_type(FUNCTION)] == ["dedup-function"]
@@ -363,10 +378,10 @@ def test_alert_emails_listed_twice_are_rejected() -> None:
 
 
 def test_engine_strings_are_read() -> None:
-    cfg = load_config(_dev(
+    cfg = load_config(_no_catch_up(_dev(
         watchdog=json.dumps({"enabled": "false", "lookbackSeconds": "7200"}),
         alerts=json.dumps({"emails": ["oncall@example.com"]}),
-    ))
+    )))
     assert cfg.watchdog.enabled is False
     assert cfg.watchdog.lookback_seconds == 7200
     assert cfg.alerts.emails == ("oncall@example.com",)
@@ -378,7 +393,7 @@ def test_job_named_watchdog_is_rejected_while_the_watchdog_runs() -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(raw)
     assert caught.value.keys == ("scheduler-dedup:jobs[0].name",)
-    assert load_config({**raw, "scheduler-dedup:watchdog": {"enabled": False}})
+    assert load_config({**_no_catch_up(raw), "scheduler-dedup:watchdog": {"enabled": False}})
 
 
 def test_the_watchdog_account_id_fits() -> None:
@@ -389,7 +404,7 @@ def test_the_watchdog_account_id_fits() -> None:
         load_config(raw)
     assert caught.value.keys == ("scheduler-dedup:namePrefix",)
     assert "at most 21" in str(caught.value)
-    assert load_config({**raw, "scheduler-dedup:watchdog": {"enabled": False}})
+    assert load_config({**_no_catch_up(raw), "scheduler-dedup:watchdog": {"enabled": False}})
 
 
 # --- the policy pack on these stacks ------------------------------------------------------
@@ -444,4 +459,4 @@ def test_the_lookback_must_fit_in_the_records_retention() -> None:
         load_config(_dev(watchdog={"lookbackSeconds": 86400}))  # dev keeps records a day
     assert caught.value.keys == ("scheduler-dedup:watchdog.lookbackSeconds",)
     assert "retentionSeconds" in str(caught.value)
-    assert load_config(_dev(watchdog={"enabled": False, "lookbackSeconds": 86400}))
+    assert load_config(_no_catch_up(_dev(watchdog={"enabled": False, "lookbackSeconds": 86400})))

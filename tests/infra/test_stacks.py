@@ -15,6 +15,7 @@ from dedup.settings import Settings
 from infra.config import AT_MOST_ONCE, RETRY_COUNT_DEFAULT, StackConfig
 from infra.dedup_proxy import SECRET_APIS, TARGET_APIS
 from infra.dedup_service import REQUIRED_APIS
+from infra.offline import DeclaredResource
 from infra.program import DEFAULT_SOURCE_DIR
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
@@ -125,7 +126,11 @@ def monitoring_counts(cfg: StackConfig) -> Counter[str]:
             FUNCTION: int(watchdog),
             ACCOUNT: int(watchdog),
             PROJECT_IAM: int(watchdog),
-            RUN_IAM: int(watchdog),
+            # Its own invoker grant, and one per service it delivers runs to (catch-up,
+            # re-runs): the dedup function's, the proxy's.
+            RUN_IAM: int(watchdog) + sum(
+                cfg.watchdog_delivers_to(proxied=proxied) for proxied in (False, True)
+            ),
             SLEEP: int(watchdog),
             JOB_COMPONENT: int(watchdog),
             JOB: int(watchdog),
@@ -334,19 +339,29 @@ def test_dedicated_runtime_and_build_accounts(stack: StackUnderTest) -> None:
 def test_every_function_serves_only_the_invoker_account(stack: StackUnderTest) -> None:
     """DEDUP_ALLOWED_CALLERS of every function the program declares (the dedup function,
     and the proxy when a job has `proxy:`) is exactly the e-mail of the account every job's
-    OIDC token is sent as: the invoker account, an output of the same program."""
+    OIDC token is sent as: the invoker account, an output of the same program; plus the
+    watchdog's account on the services it delivers runs to (catch-up, re-runs)."""
     invoker = stack.account_email("invoker")
     functions = stack.all(FUNCTION)
     assert len(functions) == 1 + (stack.proxy is not None) + (stack.watchdog is not None)
     for function in functions:
         env = function.props["serviceConfig"]["environmentVariables"]
-        assert env["DEDUP_ALLOWED_CALLERS"] == invoker, function.name
-        # The function's own parser accepts it, as the one caller it serves.
-        assert Settings.from_env(env).allowed_callers == frozenset({invoker})
+        callers = [invoker, *watchdog_caller(stack, function)]
+        assert env["DEDUP_ALLOWED_CALLERS"] == ",".join(callers), function.name
+        # The function's own parser accepts it, as the callers it serves.
+        assert Settings.from_env(env).allowed_callers == frozenset(callers)
     jobs = stack.all(JOB)
     assert {j.props["httpTarget"]["oidcToken"]["serviceAccountEmail"] for j in jobs} == {
         invoker
     }
+
+
+def watchdog_caller(stack: StackUnderTest, function: DeclaredResource) -> list[str]:
+    """[the watchdog's account] if `function` is a service the watchdog delivers runs to."""
+    cfg = stack.config
+    proxied = {"dedup-function": False, "proxy-function": True}.get(function.name)
+    delivers = proxied is not None and cfg.watchdog_delivers_to(proxied=proxied)
+    return [stack.account_email("watchdog")] if delivers else []
 
 
 def test_function_environment(stack: StackUnderTest) -> None:
@@ -366,7 +381,9 @@ def test_function_environment(stack: StackUnderTest) -> None:
         "DEDUP_STORE_TIMEOUT_SECONDS": str(cfg.dedup.store_timeout_seconds),
         "DEDUP_CACHE_SIZE": str(cfg.dedup.cache_size),
         "DEDUP_FORCED_RUN_MARGIN_SECONDS": str(cfg.dedup.forced_run_margin_seconds),
-        "DEDUP_ALLOWED_CALLERS": stack.account_email("invoker"),
+        "DEDUP_ALLOWED_CALLERS": ",".join(
+            [stack.account_email("invoker"), *watchdog_caller(stack, stack.function)]
+        ),
     }
     routes = json.loads(env["DEDUP_JOB_ROUTES"])
     raw_jobs = stack.raw["scheduler-dedup:jobs"]
@@ -406,8 +423,17 @@ def test_invoker_on_the_service_not_the_project(stack: StackUnderTest) -> None:
         )
         bindings.append(watchdog_binding)
     invoker_grants = [g for g in stack.iam_grants() if g.props["role"] == "roles/run.invoker"]
-    assert invoker_grants == bindings or sorted(g.name for g in invoker_grants) == sorted(
-        g.name for g in bindings
+    # The watchdog's own, on the services it delivers runs to (catch-up, re-runs) only.
+    deliveries = [g for g in invoker_grants if g.name.startswith("watchdog-delivers-to-")]
+    watchdog = f"serviceAccount:{stack.account_email('watchdog')}"
+    assert all(g.props["member"] == watchdog for g in deliveries)
+    assert sorted(g.name for g in deliveries) == sorted(
+        f"watchdog-delivers-to-{target}"
+        for target, proxied in (("dedup", False), ("proxy", True))
+        if stack.config.watchdog_delivers_to(proxied=proxied)
+    )
+    assert sorted(g.name for g in invoker_grants) == sorted(
+        g.name for g in [*bindings, *deliveries]
     )
     assert all(g.props["member"] != invoker for g in stack.iam_grants() if g not in bindings)
 

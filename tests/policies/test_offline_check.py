@@ -317,6 +317,9 @@ BROKEN: list[Broken] = [
         "function serves every caller (program)",
         "dedup-allowed-callers",
         lambda d: mutate(d, FUNCTION, f"{ENV}.DEDUP_ALLOWED_CALLERS", DELETE),
+        # Dev's watchdog delivers runs (catchUp): its invoker grant on the function is
+        # then for a caller the function does not name.
+        also=frozenset({"dedup-function-invokers"}),
     ),
     Broken(
         "function also serves an account no job uses (program)",
@@ -328,6 +331,9 @@ BROKEN: list[Broken] = [
             "sched-dedup-dev-invoker@acme-scheduler-dev.iam.gserviceaccount.com,"
             "ci-deployer@acme-scheduler-dev.iam.gserviceaccount.com",
         ),
+        # The list no longer names dev's watchdog, which delivers runs (catchUp): its
+        # invoker grant on the function is then for a caller the function does not name.
+        also=frozenset({"dedup-function-invokers"}),
     ),
     Broken(
         "job with an OAuth token",
@@ -427,13 +433,17 @@ BROKEN: list[Broken] = [
         "default runtime service account",
         "function-dedicated-runtime-service-account",
         lambda d: mutate(d, FUNCTION, "serviceConfig.serviceAccountEmail", COMPUTE_SA),
-        # The watchdog then shares that account with the dedup function.
-        also=frozenset({"dedup-watchdog-own-service-account"}),
+        # The watchdog then shares that account with the dedup function; and the function
+        # names dev's watchdog account (it delivers runs: catchUp), which nothing runs as.
+        also=frozenset({"dedup-watchdog-own-service-account", "dedup-allowed-callers"}),
     ),
     Broken(
         "no runtime service account",
         "function-dedicated-runtime-service-account",
         lambda d: mutate(d, FUNCTION, "serviceConfig.serviceAccountEmail", DELETE),
+        # The function names dev's watchdog account (it delivers runs: catchUp), which
+        # nothing runs as any more.
+        also=frozenset({"dedup-allowed-callers"}),
     ),
     Broken(
         "App Engine default build account",

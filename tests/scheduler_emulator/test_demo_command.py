@@ -191,3 +191,40 @@ def test_a_job_that_never_executes_fails_the_demo(
     [job] = report["jobs"]
     assert job["problem"] == "never executed: every attempt failed"
     assert "No module named 'jobs.no_such_module'" in job["last_error"]
+
+
+def test_the_default_demo_catches_up_the_missed_run_and_re_runs_one_once() -> None:
+    # `make demo` as is (its own Firestore emulator, so no other test's runs share its
+    # keys): the dev stack's hourly-sync has catchUp, and the default mix's `missed` fault
+    # (seed 1) strikes it; the watchdog delivers that run, and re-runs one completed run
+    # through `make rerun`'s code path. The ledger shows each executed exactly once.
+    proc = demo("--json")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    report = json.loads(out)
+    assert report["ok"], report["watchdog"]
+    watch = report["watchdog"]
+    assert watch["delivers"] is True
+    missed = {
+        (run["job"], run["schedule_time"]) for run in report["runs"]
+        if "missed" in run["faults"] and run["job"] == "hourly-sync"
+    }
+    assert missed, "the default mix no longer strikes hourly-sync with `missed`"
+    caught_up = {(c["job"], c["schedule_time"]) for c in watch["caught_up"]}
+    assert caught_up == missed
+    assert all(c["executions"] == 1 and c["ok"] for c in watch["caught_up"]), watch
+    # Caught up, so no longer reported missed; jobs without catchUp still are.
+    found = {(f["job"].removeprefix("sched-dedup-dev-"), f["kind"]) for f in watch["findings"]}
+    assert ("hourly-sync", "missed") not in found
+    assert ("heartbeat", "missed") in found
+    rerun = watch["rerun"]
+    assert rerun is not None, "no completed run was re-run"
+    assert (rerun["generation"], rerun["executions"]) == (1, 1), rerun
+    assert rerun["original_kept"] and rerun["recorded"] and rerun["status"] == "completed"
+    # The re-run run executed once in the replay too (its generation 0).
+    [original] = [
+        run for run in report["runs"]
+        if (run["job"], run["schedule_time"]) == (rerun["job"], rerun["schedule_time"])
+    ]
+    assert original["executions"] == 1
+    assert report["real_seconds"] < 60

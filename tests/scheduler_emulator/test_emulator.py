@@ -715,7 +715,7 @@ def test_a_forced_run_fired_during_a_backoff_wait() -> None:
     # The forced run and retry 1 are sent from different threads and the test clock's
     # sleep returns at once, so which reaches the target first is a race: the send times
     # below are what show the forced run came during the backoff.
-    received = [utc(r) for r in target.received]
+    received = [str(utc(r)) for r in target.received]
     assert received[0] == "2026-10-16T00:05:00Z"  # attempt 1: 500
     assert sorted(received) == sorted([
         "2026-10-16T00:05:00Z",  # attempt 1
