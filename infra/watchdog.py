@@ -257,10 +257,23 @@ class Watchdog(pulumi.ComponentResource):
             member=self.account.member,
             database=args.database,
         )
+        # Only when it delivers runs (catch-up, re-runs), on those services only; its wait
+        # covers them, so the first delivery does not meet a grant still propagating.
+        self.delivery_grants = [
+            grant_invoker(
+                f"{name}-delivers-to-{target}",
+                parent=self,
+                project=project,
+                region=args.region,
+                service_name=service_name,
+                member=self.account.member,
+            )
+            for target, (_, service_name) in sorted(args.delivery_targets.items())
+        ]
         self.iam_wait = wait_for_iam(
             f"{name}-iam-propagation",
             parent=self,
-            after=[self.account, self.datastore_user],
+            after=[self.account, self.datastore_user, *self.delivery_grants],
             seconds=args.iam_propagation_seconds,
             triggers={"watchdog": self.account.email},
         )
@@ -299,18 +312,6 @@ class Watchdog(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        # Only when it delivers runs (catch-up, re-runs), on those services only.
-        self.delivery_grants = [
-            grant_invoker(
-                f"{name}-delivers-to-{target}",
-                parent=self,
-                project=project,
-                region=args.region,
-                service_name=service_name,
-                member=self.account.member,
-            )
-            for target, (_, service_name) in sorted(args.delivery_targets.items())
-        ]
         self.register_outputs(
             {
                 "functionUri": self.function_uri,
