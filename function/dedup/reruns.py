@@ -146,7 +146,11 @@ class FirestoreRerunQueue:
         return self._runs.call(op) if request_ids else {}
 
     def create(self, request: RerunRequest) -> None:
-        """Write the request if no request for that generation exists (RecordExists)."""
+        """Write the request if no request for that generation exists (RecordExists).
+
+        A create can land while its reply is lost: the client's (or the caller's) retry
+        then meets the document it wrote itself. Found with this request's own asker,
+        reason and instant, it is this request, and the create has succeeded."""
 
         def op() -> None:
             try:
@@ -156,7 +160,12 @@ class FirestoreRerunQueue:
             except gexc.AlreadyExists as exc:
                 raise RecordExists(request.request_id) from exc
 
-        self._runs.call(op)
+        try:
+            self._runs.call(op)
+        except RecordExists:
+            found = self.get_many([request.request_id]).get(request.request_id)
+            if found is None or _asked(found) != _asked(request):
+                raise
 
     def finish(self, request: RerunRequest, status: str, outcome: str, now: datetime) -> None:
         # Two ticks finishing the same request write the same status: no guard needed.
@@ -167,3 +176,8 @@ class FirestoreRerunQueue:
             )
 
         self._runs.call(op)
+
+
+def _asked(request: RerunRequest) -> tuple[str, str, datetime]:
+    """What tells one operator's request from another's for the same generation."""
+    return (request.requested_by, request.reason, request.requested_at)

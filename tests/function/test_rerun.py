@@ -21,7 +21,7 @@ from google.cloud import firestore
 from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
 from dedup.reruns import DONE, FAILED, PENDING, FirestoreRerunQueue, reruns_collection
-from dedup.store import RunStatus
+from dedup.store import RecordExists, RunStatus
 from dedup.watchdog import WatchedJob
 from infra.config import StackConfig, load_config
 from infra.rerun import RerunRefused, request_rerun, tick_now
@@ -218,6 +218,24 @@ def test_a_second_request_while_one_is_pending_is_refused(
     with pytest.raises(RerunRefused, match=r"\(generation 1, asked by alice@example.com .*"
                        "is still pending"):
         ask(cfg, store, recent)
+
+
+def test_a_request_whose_create_landed_unseen_is_adopted_not_refused(
+    served: Served, store: FirestoreRunStore, recent: datetime,
+) -> None:
+    # The create landed and its reply was lost: the retry meets the request it wrote and
+    # succeeds; another operator's request for the same generation is still refused.
+    clean(served)
+    cfg = stack(served.collection)
+    Runs(served.collection).completed(JOB_ID, recent)
+    request = ask(cfg, store, recent).request
+    queue = FirestoreRerunQueue(store, reruns_collection(served.collection))
+    queue.create(request)  # the retry of a create that landed
+    assert queue.get_many([request.request_id])[request.request_id] == request
+    with pytest.raises(RecordExists):
+        queue.create(replace(request, requested_by="bob@example.com"))
+    with pytest.raises(RecordExists):
+        queue.create(replace(request, requested_at=request.requested_at + timedelta(seconds=1)))
 
 
 def test_a_missed_run_is_requested_as_generation_zero(
