@@ -448,6 +448,7 @@ def _rerun_one(
     """Re-run the first completed run through `make rerun`'s code path, then one tick of
     its job's watchdog; None if no run completed."""
     from infra.rerun import RerunRefused, request_rerun  # imports the Pulumi program
+    from infra.runs import RunStores
 
     in_config = {job.name for job in cfg.jobs}
     completed = sorted(
@@ -466,7 +467,7 @@ def _rerun_one(
     base = RunKey(cfg.project, cfg.region, job.name, run.schedule_time)
     try:
         requested = request_rerun(
-            cfg, runs, job_name=run.job, time_text=rfc3339(run.schedule_time),
+            cfg, RunStores(runs), job_name=run.job, time_text=rfc3339(run.schedule_time),
             reason=RERUN_REASON, requested_by=RERUN_REQUESTED_BY, now=now,
         )
     except RerunRefused as exc:

@@ -27,6 +27,7 @@ FUNCTION_RUNTIME: Final = "python312"
 INGRESS: Final = "ALLOW_INTERNAL_ONLY"
 ROLE_RUN_INVOKER: Final = "roles/run.invoker"
 ROLE_DATASTORE_USER: Final = "roles/datastore.user"
+ROLE_DATASTORE_VIEWER: Final = "roles/datastore.viewer"
 ALLOWED_CALLERS_ENV: Final = "DEDUP_ALLOWED_CALLERS"
 """The function's setting listing the only accounts it serves (function/dedup/settings.py)."""
 
@@ -209,15 +210,17 @@ def grant_database_user(
     project: str,
     member: pulumi.Input[str],
     database: pulumi.Input[str],
+    read_only: bool = False,
 ) -> gcp.projects.IAMMember:
-    """roles/datastore.user for `member`, conditioned to the one dedup `database`.
+    """roles/datastore.user (`read_only`: roles/datastore.viewer) for `member`, conditioned
+    to the one `database`.
 
     The role can only be granted on the project; the condition narrows it to the database.
     """
     return gcp.projects.IAMMember(
         resource_name,
         project=project,
-        role=ROLE_DATASTORE_USER,
+        role=ROLE_DATASTORE_VIEWER if read_only else ROLE_DATASTORE_USER,
         member=member,
         condition=gcp.projects.IAMMemberConditionArgs(
             title="dedup-database-only",

@@ -625,6 +625,10 @@ class FunctionSettings(_Model):
         return None
 
 
+PROXY_DATABASE_SUFFIX: Final = "-proxy"
+DATABASE_ID_MAX_LENGTH: Final = 63
+
+
 class DedupSettings(_Model):
     """The dedup records: where they live and how long leases and records last."""
 
@@ -678,6 +682,13 @@ class DedupSettings(_Model):
         description="A delivery whose schedule time is more than this ahead of the function's "
         "clock is a forced run (\"Run now\"), deduplicated apart from the scheduled run of "
         "that time")
+
+    @property
+    def proxy_database_name(self) -> str:
+        """The idempotent proxy's own database: `<databaseName>-proxy`. Firestore IAM
+        conditions name databases, not collections, so only a database of its own keeps the
+        dedup function's job code from writing (forging) a proxied job's records."""
+        return f"{self.database_name}{PROXY_DATABASE_SUFFIX}"
 
     @field_validator("firestore_location")
     @classmethod
@@ -957,6 +968,14 @@ class StackConfig(_Model):
                               " or raise " if room > 1 else "lower proxyTimeoutSeconds and "
                               "storeTimeoutSeconds, or raise ")
                              + f"jobs[{index}].attemptDeadlineSeconds above {budget}")
+        proxy_database = f"{database or prefix}{PROXY_DATABASE_SUFFIX}"
+        if self.proxied_jobs and len(proxy_database) > DATABASE_ID_MAX_LENGTH:
+            longest = DATABASE_ID_MAX_LENGTH - len(PROXY_DATABASE_SUFFIX)
+            problems.add("databaseName" if database else "namePrefix", f"makes the proxy's "
+                         f"database ID {proxy_database!r} {len(proxy_database)} characters "
+                         f"long (at most {DATABASE_ID_MAX_LENGTH})", f"shorten "
+                         f"{'databaseName' if database else 'namePrefix'} to at most "
+                         f"{longest} characters")
         if self.token_secret_readers and not any(job.proxy for job in self.jobs):
             problems.add("tokenSecretReaders", "is set but no job calls the proxy, so the "
                          "stack has no token secret to read", "remove tokenSecretReaders, or "

@@ -1,15 +1,18 @@
 """DedupProxy: the idempotent proxy for Google Cloud API targets (one execution per run).
 
 A Scheduler job with `proxy:` in the stack config calls this function instead of the
-dedup function. It runs the same claim protocol over the same Firestore database and
-collection, then starts the job's downstream execution once (a Workflows execution, a
-Cloud Run job execution or a Cloud Build trigger run) with the run's dedup key as
-idempotency token. It is the same source as the dedup function with the entry point
-`proxy_scheduled_job`, built by the same build account into the same repository.
+dedup function. It runs the same claim protocol over a Firestore database of its own,
+`<databaseName>-proxy` (same collection, TTL policy and settings as the dedup database;
+infra/records_database.py says why it is not shared), then starts the job's downstream
+execution once (a Workflows execution, a Cloud Run job execution or a Cloud Build trigger
+run) with the run's dedup key as idempotency token. It is the same source as the dedup
+function with the entry point `proxy_scheduled_job`, built by the same build account into
+the same repository.
 
 The proxy runs as its own service account, which holds only what its targets need:
 
-- always `roles/datastore.user`, conditioned to the one dedup database, and
+- always `roles/datastore.user`, conditioned to its own database (nothing on the dedup
+  database, and nobody but it, bar the watchdog's read-only viewer role, on its own), and
   `roles/secretmanager.secretAccessor` on the stack's token secret only (below);
 - a workflow: a custom project role holding only `workflows.executions.create`, the one
   permission starting an execution checks (not `roles/workflows.invoker`, which also
@@ -74,6 +77,7 @@ from infra.dedup_service import (
     dedup_environment,
 )
 from infra.iam_wait import wait_for_iam
+from infra.records_database import declare_records_database
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:DedupProxy"
 ENTRY_POINT: Final = "proxy_scheduled_job"
@@ -186,7 +190,9 @@ class DedupProxyArgs:
     def environment(self) -> dict[str, str]:
         routes = {job: self.route(job) for job in sorted(self.routes)}
         return {
-            **dedup_environment(self.project, self.region, self.dedup),
+            **dedup_environment(
+                self.project, self.region, self.dedup, self.dedup.proxy_database_name
+            ),
             "DEDUP_PROXY_ROUTES": json.dumps(routes, sort_keys=True, separators=(",", ":")),
             "DEDUP_PROXY_TIMEOUT_SECONDS": str(self.timeout_seconds),
         }
@@ -200,6 +206,9 @@ class DedupProxy(pulumi.ComponentResource):
     """The proxy's run.app URL: the proxied jobs' target and OIDC audience."""
     service_name: pulumi.Output[str]
     account: gcp.serviceaccount.Account
+    database: gcp.firestore.Database
+    """Its own records (`<databaseName>-proxy`), which only its account may write."""
+    ttl_field: gcp.firestore.Field
     datastore_user: gcp.projects.IAMMember
     invoker_binding: gcp.cloudrunv2.ServiceIamMember
     target_grants: list[pulumi.CustomResource]
@@ -238,18 +247,25 @@ class DedupProxy(pulumi.ComponentResource):
             project=project,
             account_id=args.account_id,
             display_name="Scheduler dedup proxy (runtime)",
-            description="Runs the idempotent proxy: the dedup database, and starting only "
+            description="Runs the idempotent proxy: its own records database, and starting only "
             "its configured workflows, Cloud Run jobs or build triggers.",
             opts=after_apis,
         )
         member = self.account.member
 
+        # --- its own records: a database the dedup function's account cannot write ------
+        records = declare_records_database(
+            name, parent=self, project=project,
+            database_name=args.dedup.proxy_database_name, dedup=args.dedup,
+            depends_on=[*args.depends_on, *self.apis],
+        )
+        self.database, self.ttl_field = records.database, records.ttl_field
         self.datastore_user = grant_database_user(
             f"{name}-datastore-user",
             parent=self,
             project=project,
             member=member,
-            database=args.dedup.database_name,
+            database=self.database.name,
         )
 
         # --- the token secret: the proxy signs, the downstream guards check -------------
@@ -378,7 +394,9 @@ class DedupProxy(pulumi.ComponentResource):
                 args.function_base.invoker_email,
                 *([args.watchdog_caller] if args.watchdog_caller else []),
             ],
-            depends_on=[*args.depends_on, *self.apis, self.datastore_user, self.iam_wait],
+            depends_on=[
+                *args.depends_on, *self.apis, self.datastore_user, self.ttl_field, self.iam_wait
+            ],
             secret_environment=[
                 gcp.cloudfunctionsv2.FunctionServiceConfigSecretEnvironmentVariableArgs(
                     key=TOKEN_SECRET_ENV,
@@ -397,6 +415,7 @@ class DedupProxy(pulumi.ComponentResource):
                 "functionUri": self.function_uri,
                 "serviceName": self.service_name,
                 "serviceAccount": self.account.email,
+                "databaseName": self.database.name,
                 "tokenSecret": self.token_secret.name,
                 "buildTopics": [topic.id for topic in self.build_topics],
             }

@@ -35,12 +35,11 @@ from infra.config import (
     service_account_id,
 )
 from infra.iam_wait import wait_for_iam
+from infra.records_database import declare_records_database
 from infra.source import write_source_archive
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:DedupService"
 ENTRY_POINT: Final = "handle_scheduled_job"
-TTL_FIELD: Final = "expire_at"
-SCHEDULE_TIME_FIELD: Final = "schedule_time"
 
 # Every API the stack uses (enabled with disable_on_destroy=False, see enable_apis).
 REQUIRED_APIS: Final = (
@@ -133,13 +132,16 @@ class DedupServiceArgs:
         }
 
 
-def dedup_environment(project: str, region: str, dedup: DedupSettings) -> dict[str, str]:
-    """The claim protocol's DEDUP_* settings, shared by the dedup function and the proxy:
-    same database and collection (so the one TTL policy covers both), lease, retention."""
+def dedup_environment(
+    project: str, region: str, dedup: DedupSettings, database: str | None = None
+) -> dict[str, str]:
+    """The claim protocol's DEDUP_* settings, shared by the dedup function, the proxy and
+    the watchdog: collection, lease, retention; the records' database is the dedup
+    database unless `database` names another (the proxy's own)."""
     return {
         "DEDUP_PROJECT": project,
         "DEDUP_LOCATION": region,
-        "DEDUP_DATABASE": dedup.database_name,
+        "DEDUP_DATABASE": database or dedup.database_name,
         "DEDUP_COLLECTION": dedup.collection,
         "DEDUP_LEASE_SECONDS": str(dedup.lease_seconds),
         "DEDUP_RETENTION_SECONDS": str(dedup.retention_seconds),
@@ -225,55 +227,13 @@ class DedupService(pulumi.ComponentResource):
         )
 
         # --- Firestore: the dedup records -------------------------------------------
-        d = args.dedup
-        self.database = gcp.firestore.Database(
-            f"{name}-database",
-            project=project,
-            name=d.database_name,
-            location_id=d.firestore_location,
-            type="FIRESTORE_NATIVE",
-            app_engine_integration_mode="DISABLED",
-            delete_protection_state=(
-                "DELETE_PROTECTION_ENABLED" if d.delete_protection else "DELETE_PROTECTION_DISABLED"
-            ),
-            point_in_time_recovery_enablement=(
-                "POINT_IN_TIME_RECOVERY_ENABLED"
-                if d.point_in_time_recovery
-                else "POINT_IN_TIME_RECOVERY_DISABLED"
-            ),
-            # Let `pulumi destroy` delete an unprotected database; a protected one is also
-            # `protect`ed in Pulumi, so destroy refuses before touching anything.
-            deletion_policy="DELETE",
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=list(self.apis), protect=d.delete_protection
-            ),
+        records = declare_records_database(
+            name, parent=self, project=project, database_name=args.dedup.database_name,
+            dedup=args.dedup, depends_on=self.apis,
         )
-        # Firestore indexes every field by default; the records are only ever read by
-        # document ID. expire_at carries the TTL policy (Firestore deletes expired records,
-        # typically within a day) and, like schedule_time, is exempt from indexing: both
-        # keep increasing across documents, and a field indexed in sequence writes each new
-        # entry next to the previous one, which caps the collection at about 500 writes per
-        # second and costs an index write per record.
-        def unindexed_field(
-            suffix: str, field_name: str, *, ttl: bool, after: Sequence[pulumi.Resource] = ()
-        ) -> gcp.firestore.Field:
-            return gcp.firestore.Field(
-                f"{name}-{suffix}",
-                project=project,
-                database=self.database.name,
-                collection=d.collection,
-                field=field_name,
-                ttl_config=gcp.firestore.FieldTtlConfigArgs() if ttl else None,
-                index_config=gcp.firestore.FieldIndexConfigArgs(),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)),
-            )
-
-        self.ttl_field = unindexed_field("ttl-field", TTL_FIELD, ttl=True)
-        # After the TTL field, not beside it: Firestore has answered field operations run
-        # side by side on a new database with 409 ("underlying data changed").
-        self.schedule_time_field = unindexed_field(
-            "schedule-time-field", SCHEDULE_TIME_FIELD, ttl=False, after=[self.ttl_field]
-        )
+        self.database = records.database
+        self.ttl_field = records.ttl_field
+        self.schedule_time_field = records.schedule_time_field
 
         # --- source: private bucket, content-hashed object ----------------------------
         self.bucket = gcp.storage.Bucket(

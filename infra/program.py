@@ -103,6 +103,7 @@ def build(
         outputs["proxyUrl"] = proxy.function_uri
         outputs["proxyFunctionName"] = proxy.function.name
         outputs["proxyServiceAccount"] = proxy.account.email
+        outputs["proxyDatabaseName"] = proxy.database.name
     if watchdog is not None:
         outputs["watchdogUrl"] = watchdog.function_uri
         outputs["watchdogFunctionName"] = watchdog.function.name

@@ -56,6 +56,7 @@ from infra.config import StackConfig  # noqa: E402
 from infra.runs import (  # noqa: E402
     ADC_HINT,
     RunsError,
+    RunStores,
     first_line,
     open_store,
     stack_config,
@@ -139,7 +140,7 @@ def generations(
 
 def request_rerun(
     cfg: StackConfig,
-    runs: FirestoreRunStore,
+    stores: RunStores,
     *,
     job_name: str,
     time_text: str,
@@ -163,9 +164,9 @@ def request_rerun(
     instant = parse_time(time_text)
     check_scheduled(job, instant, now)
     project, location = cfg.project, cfg.region
-    found = generations(runs, project, location, job.name, instant)
+    found = generations(stores.records(job), project, location, job.name, instant)
     latest = max(found, default=-1)
-    queue = FirestoreRerunQueue(runs, reruns_collection(cfg.dedup.collection))
+    queue = FirestoreRerunQueue(stores.dedup, reruns_collection(cfg.dedup.collection))
     ids = {
         RunKey(project, location, job.name, instant, generation=g).run_id: g
         for g in range(0, latest + 2)
@@ -280,9 +281,9 @@ def main(
 
     try:
         cfg = stack_config(args.stack)
-        runs = open_store(cfg, client_factory)
+        stores = open_store(cfg, client_factory)
         done = request_rerun(
-            cfg, runs, job_name=args.job, time_text=args.time, reason=args.reason,
+            cfg, stores, job_name=args.job, time_text=args.time, reason=args.reason,
             requested_by=who_asks(args.requested_by), now=now,
         )
     except (RunsError, RerunRefused) as exc:

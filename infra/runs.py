@@ -66,6 +66,38 @@ class RunsError(Exception):
     """A one-line reason `make runs` cannot show the runs."""
 
 
+class RunStores:
+    """The stack's records, where each kind lives: the dedup database (the dedup
+    function's records, the watchdog's cursors, the re-run requests) and, for a job whose
+    records are elsewhere (a proxied job: the proxy's own database, its WatchedJob's
+    `database`), a store on that database, opened on first use by `open_database`."""
+
+    def __init__(
+        self,
+        dedup: FirestoreRunStore,
+        open_database: Callable[[str], FirestoreRunStore] | None = None,
+    ) -> None:
+        self.dedup = dedup
+        self._open = open_database or self._on_the_same_client
+        self._opened: dict[str, FirestoreRunStore] = {}
+
+    def records(self, job: WatchedJob) -> FirestoreRunStore:
+        """Where `job`'s run records are."""
+        if job.database is None:
+            return self.dedup
+        if job.database not in self._opened:
+            self._opened[job.database] = self._open(job.database)
+        return self._opened[job.database]
+
+    def _on_the_same_client(self, database: str) -> FirestoreRunStore:
+        """Same project (and ambient credentials or emulator) and collection as the dedup
+        store, other database."""
+        from google.cloud import firestore
+
+        other = firestore.Client(project=self.dedup.client.project, database=database)
+        return FirestoreRunStore(other, self.dedup.collection, self.dedup.timeout)
+
+
 def stack_config(stack: str, directory: Path | None = None) -> StackConfig:
     """The validated config of a stack, by name or stack-file path."""
     try:
@@ -164,7 +196,7 @@ def format_table(rows: Sequence[tuple[str, ...]]) -> list[str]:
 
 def show_runs(
     cfg: StackConfig,
-    runs: FirestoreRunStore,
+    stores: RunStores,
     *,
     last: int = DEFAULT_LAST,
     only: str | None = None,
@@ -175,21 +207,24 @@ def show_runs(
     now = now or datetime.now(UTC)
     grace = float(cfg.watchdog.grace_seconds)
     jobs = watched_jobs(cfg, only)
-    cursors = _first_runs(runs, cfg.dedup.collection + CURSOR_SUFFIX, [j.name for j in jobs])
+    cursors = _first_runs(
+        stores.dedup, cfg.dedup.collection + CURSOR_SUFFIX, [j.name for j in jobs]
+    )
     out.write(f"project {cfg.project}, database {cfg.dedup.database_name}, collection "
               f"{cfg.dedup.collection}; now {now.strftime('%Y-%m-%d %H:%M:%SZ')}, watchdog "
               f"grace {grace:g}s\n")
     for job in jobs:
         times = expected_runs(job, now, last)
         ids = [RunKey(cfg.project, cfg.region, job.name, t).run_id for t in times]
-        found = runs.get_many(ids) if ids else {}
+        found = stores.records(job).get_many(ids) if ids else {}
         paused = ", paused" if job.paused else ""
+        elsewhere = f", records in database {job.database}" if job.database else ""
         out.write(f"\n{job.name}  ({job.schedule}, {job.time_zone}, retry window "
                   f"{job.retry_window_seconds:g}s, attempt deadline "
-                  f"{job.attempt_deadline_seconds:g}s{paused})\n")
+                  f"{job.attempt_deadline_seconds:g}s{paused}{elsewhere})\n")
         rows = job_table(job, cfg.project, cfg.region, found, times, now, grace,
                          cursors.get(job.name))
-        extra = generation_lines(runs, cfg.dedup.collection, job.name, times, now)
+        extra = generation_lines(stores, job, times, now)
         header, *lines = format_table(rows)
         out.write(f"  {header}\n")
         for t, line in zip(times, lines, strict=True):
@@ -199,15 +234,15 @@ def show_runs(
 
 
 def generation_lines(
-    runs: FirestoreRunStore, collection: str, job: str, times: Sequence[datetime],
-    now: datetime,
+    stores: RunStores, job: WatchedJob, times: Sequence[datetime], now: datetime,
 ) -> dict[datetime, list[str]]:
     """Per run shown, one line per re-run request (`make rerun`): its generation, what
     became of it, who asked and why."""
     shown = set(times)
-    queue = FirestoreRerunQueue(runs, reruns_collection(collection))
-    requests = [r for r in queue.for_job(job) if r.schedule_time in shown]
-    records = runs.get_many([r.request_id for r in requests]) if requests else {}
+    queue = FirestoreRerunQueue(stores.dedup, reruns_collection(stores.dedup.collection))
+    requests = [r for r in queue.for_job(job.name) if r.schedule_time in shown]
+    records = (stores.records(job).get_many([r.request_id for r in requests])
+               if requests else {})
     lines: dict[datetime, list[str]] = {}
     for request in requests:
         lines.setdefault(request.schedule_time, []).append(
@@ -247,18 +282,24 @@ def _first_runs(runs: FirestoreRunStore, collection: str, jobs: Sequence[str]) -
 
 
 def open_store(cfg: StackConfig, client_factory: Callable[..., Any] | None = None) -> (
-    FirestoreRunStore
+    RunStores
 ):
     """The stack's run records: the emulator if FIRESTORE_EMULATOR_HOST is set, else ADC."""
     import google.auth.exceptions
     from google.cloud import firestore
 
     factory = client_factory or firestore.Client
-    try:
-        client = factory(project=cfg.project, database=cfg.dedup.database_name)
-    except google.auth.exceptions.GoogleAuthError as exc:
-        raise RunsError(f"no Google Cloud credentials ({first_line(exc)}): {ADC_HINT}") from None
-    return FirestoreRunStore(client, cfg.dedup.collection, cfg.dedup.store_timeout_seconds)
+
+    def open_database(database: str) -> FirestoreRunStore:
+        try:
+            client = factory(project=cfg.project, database=database)
+        except google.auth.exceptions.GoogleAuthError as exc:
+            raise RunsError(
+                f"no Google Cloud credentials ({first_line(exc)}): {ADC_HINT}"
+            ) from None
+        return FirestoreRunStore(client, cfg.dedup.collection, cfg.dedup.store_timeout_seconds)
+
+    return RunStores(open_database(cfg.dedup.database_name), open_database)
 
 
 def first_line(exc: BaseException) -> str:
@@ -288,12 +329,12 @@ def main(
 
     try:
         cfg = stack_config(args.stack)
-        runs = open_store(cfg, client_factory)
+        stores = open_store(cfg, client_factory)
     except RunsError as exc:
         err.write(f"make runs: {exc}\n")
         return 2
     try:
-        show_runs(cfg, runs, last=args.last, only=args.job, now=now, out=out)
+        show_runs(cfg, stores, last=args.last, only=args.job, now=now, out=out)
     except RunsError as exc:
         err.write(f"make runs: {exc}\n")
         return 2

@@ -7,7 +7,9 @@ turns into metrics and alerts. It is a 2nd gen function of the kit like the othe
 the dedup service's build account into its repository, internal-only ingress), and:
 
 - runs as its own account `<namePrefix>-watchdog`, which holds only `roles/datastore.user`
-  conditioned to the dedup database. It reads the records by ID; it also writes its own
+  conditioned to the dedup database and, when the stack has a proxy, `roles/datastore.viewer`
+  conditioned to the proxy's own database (it reads a proxied job's records there, by the
+  job's `database` in DEDUP_WATCH_JOBS). It reads the records by ID; it also writes its own
   cursor documents (collection `<collection>_watchdog`, one per job, so a tick judges only
   the runs whose verdict became due since the previous one), and marks the re-run requests
   of `make rerun` (`<collection>_reruns`) done. Firestore has no predefined role that reads
@@ -20,8 +22,9 @@ the dedup service's build account into its repository, internal-only ingress), a
   project-unique name) for no narrower privilege. The watchdog serves only that account
   (DEDUP_ALLOWED_CALLERS);
 - gets the stack's jobs as DEDUP_WATCH_JOBS (deployed job IDs, cron, time zone, attempt
-  deadline, retry window, paused), plus DEDUP_WATCH_LOOKBACK_SECONDS and
-  DEDUP_WATCH_GRACE_SECONDS, beside the same DEDUP_* store settings as the dedup function;
+  deadline, retry window, paused; a proxied job the proxy's `database`), plus
+  DEDUP_WATCH_LOOKBACK_SECONDS and DEDUP_WATCH_GRACE_SECONDS, beside the same DEDUP_*
+  store settings as the dedup function;
 - only when it delivers runs (some job has `catchUp`, or `watchdog.reruns`): each job's
   entry also carries `catchUp`/`catchUpWithinSeconds`, its body and its Scheduler headers
   (and a proxied job its `url`, the proxy's), DEDUP_WATCH_TARGET_URL is the dedup
@@ -86,6 +89,8 @@ def watch_jobs(cfg: StackConfig, proxy_url: str | None = None) -> list[dict[str,
             "retryWindowSeconds": seconds(job.retry_window_seconds),
             "paused": job.paused,
         }
+        if job.proxy is not None:
+            entry["database"] = cfg.dedup.proxy_database_name  # the proxy's own records
         if job.catch_up:
             entry.update(catchUp=True, catchUpWithinSeconds=job.catch_up_within_seconds)
         if cfg.watchdog_delivers_to(proxied=job.proxy is not None):
@@ -137,6 +142,8 @@ class WatchdogArgs:
     """DEDUP_WATCH_JOBS."""
     function_base: FunctionBase
     database: pulumi.Input[str]
+    read_databases: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    """Other components' records databases it reads, by component ("proxy"): viewer only."""
     depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
     """What the function's deployment waits for (APIs, build grants, TTL field)."""
     job_depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
@@ -171,6 +178,7 @@ class WatchdogArgs:
             watched_jobs=watch_jobs(cfg),
             function_base=service.function_base,
             database=service.database.name,
+            read_databases={"proxy": proxy.database.name} if proxy is not None else {},
             depends_on=[*service.apis, *service.build_grants, service.ttl_field],
             job_depends_on=list(service.apis),
             iam_propagation_seconds=cfg.iam_propagation_seconds,
@@ -226,6 +234,8 @@ class Watchdog(pulumi.ComponentResource):
     service_name: pulumi.Output[str]
     account: gcp.serviceaccount.Account
     datastore_user: gcp.projects.IAMMember
+    datastore_viewers: list[gcp.projects.IAMMember]
+    """roles/datastore.viewer on each database of other components' records it reads."""
     invoker_binding: gcp.cloudrunv2.ServiceIamMember
     iam_wait: pulumi.CustomResource
     scheduled_job: ScheduledJob
@@ -244,7 +254,7 @@ class Watchdog(pulumi.ComponentResource):
             account_id=args.account_id,
             display_name="Scheduler dedup run watchdog (runtime)",
             description="Runs the run watchdog: reads the dedup records and writes its own "
-            "cursors, in the dedup database only.",
+            "cursors, in the dedup database only (and reads the proxy's records).",
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
         # roles/datastore.user conditioned to the dedup database: the watchdog reads the
@@ -257,6 +267,18 @@ class Watchdog(pulumi.ComponentResource):
             member=self.account.member,
             database=args.database,
         )
+        # Read only, the other databases of run records (the proxy's): it never writes them.
+        self.datastore_viewers = [
+            grant_database_user(
+                f"{name}-reads-{component}-database",
+                parent=self,
+                project=project,
+                member=self.account.member,
+                database=database,
+                read_only=True,
+            )
+            for component, database in sorted(args.read_databases.items())
+        ]
         # Only when it delivers runs (catch-up, re-runs), on those services only; its wait
         # covers them, so the first delivery does not meet a grant still propagating.
         self.delivery_grants = [
@@ -273,7 +295,8 @@ class Watchdog(pulumi.ComponentResource):
         self.iam_wait = wait_for_iam(
             f"{name}-iam-propagation",
             parent=self,
-            after=[self.account, self.datastore_user, *self.delivery_grants],
+            after=[self.account, self.datastore_user, *self.datastore_viewers,
+                   *self.delivery_grants],
             seconds=args.iam_propagation_seconds,
             triggers={"watchdog": self.account.email},
         )
@@ -294,7 +317,8 @@ class Watchdog(pulumi.ComponentResource):
             environment=args.environment(),
             # Its job sends OIDC tokens of the stack's invoker account (see the docstring).
             allowed_callers=[args.function_base.invoker_email],
-            depends_on=[*args.depends_on, self.datastore_user, self.iam_wait],
+            depends_on=[*args.depends_on, self.datastore_user, *self.datastore_viewers,
+                        self.iam_wait],
         )
         self.function, self.function_uri, self.service_name, self.invoker_binding = declared
 

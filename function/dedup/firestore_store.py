@@ -118,6 +118,10 @@ class FirestoreRunStore:
         return self._client
 
     @property
+    def collection(self) -> str:
+        return str(self._collection.id)
+
+    @property
     def retry(self) -> gretry.Retry:
         return self._retry
 

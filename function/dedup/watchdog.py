@@ -12,7 +12,10 @@ point lookup by ID: no query, no index. Each tick, for every job that is not pau
 - runs before the job's first recorded run are not judged (the job did not exist yet); a
   job with no record at all is reported once as `never_ran`.
 
-The watchdog never writes run records (the function it delivers to does); it writes one
+A job's records are in the watchdog's own database (DEDUP_DATABASE, the dedup function's)
+unless its entry names another `database`: a proxied job's, in the proxy's own database,
+which the watchdog may only read. The watchdog never writes run records (the function it
+delivers to does); it writes one
 cursor document per job in `<collection>_watchdog` (the last judged schedule time, the
 in-progress runs it still watches, the overlong runs already reported), so each problem is
 reported once, and the status of the re-run requests it delivers. Problems
@@ -38,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -102,8 +106,10 @@ RERUN = "rerun"
 JOB_FAILED = "failed"  # the function's outcome when the job raised (dedup.protocol.Outcome)
 _JOB_KEYS = {
     "name", "schedule", "timeZone", "attemptDeadlineSeconds", "retryWindowSeconds", "paused",
-    "catchUp", "catchUpWithinSeconds", "body", "headers", "url",
+    "catchUp", "catchUpWithinSeconds", "body", "headers", "url", "database",
 }
+# Firestore database IDs (the same rule as infra's databaseName).
+_DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,8 @@ class WatchedJob:
     body: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     url: str | None = None
+    # Where its records are, if not in DEDUP_DATABASE (a proxied job: the proxy's database).
+    database: str | None = None
 
     def schedule_times(self, after: datetime, until: datetime) -> Iterator[datetime]:
         """The scheduled instants in (after, until], aware UTC, as croniter yields them in
@@ -151,6 +159,12 @@ class WatchSettings:
     @property
     def cursor_collection(self) -> str:
         return self.store.collection + CURSOR_SUFFIX
+
+    @property
+    def other_databases(self) -> tuple[str, ...]:
+        """The databases of records besides DEDUP_DATABASE that its jobs name."""
+        named = {job.database for job in self.jobs if job.database is not None}
+        return tuple(sorted(named - {self.store.database}))
 
     @property
     def delivers(self) -> bool:
@@ -263,9 +277,18 @@ def parse_watch_jobs(raw: str) -> tuple[WatchedJob, ...]:
             not isinstance(url, str) or not url.startswith(("https://", "http://"))
         ):
             raise SettingsError(f"{where}.url must be the job's target URL (https://...)")
+        database = entry.get("database")
+        if database is not None and (
+            not isinstance(database, str) or not _DATABASE_ID.fullmatch(database)
+        ):
+            raise SettingsError(
+                f"{where}.database {str(database)[:80]!r} is not a Firestore database ID: "
+                "give the database of the job's records (4-63 lowercase letters, digits or "
+                "hyphens), or leave it out for DEDUP_DATABASE's"
+            )
         job = WatchedJob(
             name, schedule, zone, deadline, window, paused, catch_up, within, body,
-            tuple(sorted(headers.items())), url,
+            tuple(sorted(headers.items())), url, database,
         )
         jobs.append(job)
     names = [job.name for job in jobs]
@@ -328,9 +351,12 @@ class Cursor:
 
 
 class WatchStore(Protocol):
-    """What the watchdog needs: records by ID (read only) and its own cursor documents."""
+    """What the watchdog needs: records by ID (read only), in its own database or in the
+    job's `database`, and its own cursor documents."""
 
-    def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun]:
+    def get_many(
+        self, run_ids: Sequence[str], database: str | None = None
+    ) -> dict[str, StoredRun]:
         ...
 
     def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
@@ -618,7 +644,7 @@ class Watchdog:
             ids += list(early)
         watching = {r: t for r, t in cursor.watching.items() if t >= lookback_start}
         ids += [r for r in watching if r not in due_ids and r not in early]
-        found = self._store.get_many(ids) if ids else {}
+        found = self._store.get_many(ids, job.database) if ids else {}
         tick = JobTick(reads=len(ids))
 
         if cursor.first_run is None:
@@ -695,15 +721,27 @@ class Watchdog:
 
 # -- Firestore ---------------------------------------------------------------------------------
 class FirestoreWatchStore:
-    """The watchdog's store: run records by ID through the RunStore (read only), and its own
-    cursor documents, one per job, in `<collection>_watchdog` (the only thing it writes)."""
+    """The watchdog's store: run records by ID through the RunStore (read only), in its own
+    database or another (`other_databases`: a RunStore per database ID, e.g. the proxy's),
+    and its own cursor documents, one per job, in `<collection>_watchdog` (the only thing
+    it writes)."""
 
-    def __init__(self, runs: FirestoreRunStore, cursor_collection: str) -> None:
+    def __init__(
+        self,
+        runs: FirestoreRunStore,
+        cursor_collection: str,
+        other_databases: Mapping[str, FirestoreRunStore] | None = None,
+    ) -> None:
         self._runs = runs
+        self._others = dict(other_databases or {})
         self._cursors = runs.client.collection(cursor_collection)
 
-    def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun]:
-        return self._runs.get_many(run_ids)
+    def get_many(
+        self, run_ids: Sequence[str], database: str | None = None
+    ) -> dict[str, StoredRun]:
+        if database is None:
+            return self._runs.get_many(run_ids)
+        return self._others[database].get_many(run_ids)
 
     def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
         def op() -> dict[str, Cursor]:
@@ -737,7 +775,16 @@ def build_watchdog_handler(
     store = settings.store
     client = client or firestore.Client(project=store.project, database=store.database)
     runs = FirestoreRunStore(client, store.collection, store.store_timeout_seconds)
-    watch_store = FirestoreWatchStore(runs, settings.cursor_collection)
+    # A client per other database its jobs name (the proxy's), on the same project and
+    # credentials (and emulator, in tests).
+    others = {
+        database: FirestoreRunStore(
+            firestore.Client(project=client.project, database=database),
+            store.collection, store.store_timeout_seconds,
+        )
+        for database in settings.other_databases
+    }
+    watch_store = FirestoreWatchStore(runs, settings.cursor_collection, others)
     deliverer = HttpDeliverer(settings.target_auth) if settings.delivers else None
     reruns = FirestoreRerunQueue(runs, reruns_collection(store.collection))
     watchdog = Watchdog(settings, watch_store, wall_clock, deliverer, reruns)

@@ -25,6 +25,7 @@ from dedup.store import RecordExists, RunStatus
 from dedup.watchdog import WatchedJob
 from infra.config import StackConfig, load_config
 from infra.rerun import RerunRefused, request_rerun, tick_now
+from infra.runs import RunStores
 from local_stack import FunctionServer
 from local_stack.deliveries import (
     INVOKER,
@@ -90,7 +91,7 @@ def store(served: Served) -> Iterator[FirestoreRunStore]:
 
 def ask(cfg: StackConfig, store: FirestoreRunStore, t: datetime, reason: str = "fixed") -> Any:
     return request_rerun(
-        cfg, store, job_name=JOB, time_text=t.isoformat(), reason=reason,
+        cfg, RunStores(store), job_name=JOB, time_text=t.isoformat(), reason=reason,
         requested_by="alice@example.com", now=t + timedelta(minutes=2),
     )
 
@@ -260,7 +261,7 @@ def test_time_must_be_a_scheduled_time_with_an_offset_and_not_in_the_future(
 
     def refused(config: StackConfig, text: str, reason: str = "why") -> str:
         with pytest.raises(RerunRefused) as caught:
-            request_rerun(config, store, job_name=JOB, time_text=text, reason=reason,
+            request_rerun(config, RunStores(store), job_name=JOB, time_text=text, reason=reason,
                           requested_by="bob", now=now)
         return str(caught.value)
 

@@ -91,8 +91,8 @@ def at(hour: int, minute: int, day: int = 16, month: int = 10) -> datetime:
 class Runs:
     """Records written by the real protocol, with its wall clock set to the run's time."""
 
-    def __init__(self, collection: str) -> None:
-        self.client = firestore.Client(project=PROJECT)
+    def __init__(self, collection: str, database: str | None = None) -> None:
+        self.client = firestore.Client(project=PROJECT, database=database)
         self.collection = collection
         self.store = FirestoreRunStore(self.client, collection, timeout_seconds=5)
 
@@ -221,6 +221,31 @@ def test_each_kind_of_run_is_judged_and_each_problem_reported_once(
     assert (status, body["problems"], body["checked"]) == (200, [], 2)
     status, body = watch.tick(at(12, 12))
     assert (status, body["problems"], body["checked"]) == (200, [], 0)
+
+
+def test_a_proxied_job_is_judged_by_the_records_in_its_own_database(
+    collection_name: str,
+) -> None:
+    """A job whose entry names a `database` (a proxied job: the proxy's own) is judged by
+    the records there only: a record of the same run in the watchdog's database (where the
+    dedup function's job code could write one) neither hides a missed run nor counts."""
+    proxy_database = f"proxy-{collection_name[-8:]}"
+    in_proxy_db, in_dedup_db = Runs(collection_name, proxy_database), Runs(collection_name)
+    proxied = replace(TEN_MINUTES, name="proxied", database=proxy_database)
+    in_proxy_db.completed("proxied", at(11, 0), at(11, 10), at(11, 30))
+    in_dedup_db.completed("proxied", at(11, 20))  # not where the proxy keeps its records
+    in_dedup_db.completed(TEN_MINUTES.name, at(11, 0), at(11, 10), at(11, 30))
+    in_proxy_db.completed(TEN_MINUTES.name, at(11, 20))  # nor for a dedup function's job
+    watch = Watch(collection_name, [TEN_MINUTES, proxied], now=at(11, 50))
+    assert watch.settings().other_databases == (proxy_database,)
+
+    status, body = watch.tick()
+    assert status == 200
+    assert problems(body) == [
+        ("missed", TEN_MINUTES.name, "2026-10-16T11:20:00Z"),
+        ("missed", "proxied", "2026-10-16T11:20:00Z"),
+    ]
+    assert body["checked"] == 8
 
 
 def test_an_in_progress_run_that_then_fails_is_reported_failed(collection_name: str) -> None:
@@ -384,7 +409,9 @@ class BrokenStore:
 
     inner: FirestoreWatchStore
 
-    def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun]:
+    def get_many(
+        self, run_ids: Sequence[str], database: str | None = None
+    ) -> dict[str, StoredRun]:
         raise StoreUnavailable("Firestore did not answer within 5s")
 
     def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
@@ -468,6 +495,8 @@ def test_settings_from_the_environment() -> None:
     ({"DEDUP_WATCH_JOBS": json.dumps([{**JOB_ENTRY, "paused": "no"}])},
      r"DEDUP_WATCH_JOBS\[0\].paused"),
     ({"DEDUP_WATCH_JOBS": json.dumps([JOB_ENTRY, JOB_ENTRY])}, "more than once"),
+    ({"DEDUP_WATCH_JOBS": json.dumps([{**JOB_ENTRY, "database": "(default)"}])},
+     r"DEDUP_WATCH_JOBS\[0\].database '\(default\)' is not a Firestore database ID"),
     ({"DEDUP_WATCH_JOBS": "[]", "DEDUP_WATCH_LOOKBACK_SECONDS": "soon"},
      "DEDUP_WATCH_LOOKBACK_SECONDS"),
     ({"DEDUP_WATCH_JOBS": "[]", "DEDUP_WATCH_GRACE_SECONDS": "-1"}, "DEDUP_WATCH_GRACE_SECONDS"),

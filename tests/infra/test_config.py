@@ -318,6 +318,15 @@ INVALID: list[tuple[str, Callable[[Config], None], str]] = [
         f"{JOB0}.proxy.container",
     ),
     (
+        # <databaseName>-proxy, the proxy's own database, must be a database ID too
+        "proxy-database-id-too-long",
+        several(
+            set_job("proxy", {"target": "workflow", "resource": WORKFLOW}),
+            set_key("scheduler-dedup:databaseName", "scheduler-dedup-" + "r" * 43),
+        ),
+        "scheduler-dedup:databaseName",
+    ),
+    (
         "proxy-timeout-beyond-limit",
         set_key("scheduler-dedup:proxyTimeoutSeconds", 601),
         "scheduler-dedup:proxyTimeoutSeconds",

@@ -112,6 +112,8 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
             "retryWindowSeconds": retry_window_seconds(job.attempt_deadline_seconds, job.retry),
             "paused": job.paused,
         }
+        if job.proxy is not None:  # its records are in the proxy's own database
+            judged["database"] = cfg.dedup.proxy_database_name
         assert {k: v for k, v in entry.items() if k in judged} == judged
         # A delivering watchdog's extra keys are checked in tests/infra/test_catch_up.py.
         delivers = cfg.watchdog_delivers_to(proxied=job.proxy is not None)
@@ -125,19 +127,28 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
         assert {cfg.job_id(j) for j in cfg.proxied_jobs} <= {w["name"] for w in watched}
 
 
-def test_watchdog_account_holds_only_the_database_role(stack: StackUnderTest) -> None:
+def test_watchdog_account_holds_only_the_database_roles(stack: StackUnderTest) -> None:
+    """datastore.user on the dedup database (records, its cursors, re-run requests) and,
+    with a proxy, datastore.viewer on the proxy's own database: it reads, never writes,
+    the proxy's records."""
     email = stack.account_email("watchdog")
     assert email == f"{stack.config.name_prefix}-watchdog@{stack.config.project}" \
         ".iam.gserviceaccount.com"
+    d = stack.config.dedup
+    expected = {"watchdog-datastore-user": ("roles/datastore.user", d.database_name)}
+    if stack.proxy is not None:
+        expected["watchdog-reads-proxy-database"] = (
+            "roles/datastore.viewer", d.proxy_database_name)
     # Besides run.invoker on the services it delivers runs to (tests/infra/test_catch_up.py).
-    (grant,) = [g for g in stack.grants_to(email)
-                if not g.name.startswith("watchdog-delivers-to-")]
-    assert grant.name == "watchdog-datastore-user"
-    assert grant.props["role"] == "roles/datastore.user"
-    assert grant.props["condition"]["expression"] == (
-        f'resource.name == "projects/{stack.config.project}/databases/'
-        f'{stack.config.dedup.database_name}"'
-    )
+    grants = {g.name: g for g in stack.grants_to(email)
+              if not g.name.startswith("watchdog-delivers-to-")}
+    assert {
+        name: (g.props["role"], g.props["condition"]["expression"])
+        for name, g in grants.items()
+    } == {
+        name: (role, f'resource.name == "projects/{stack.config.project}/databases/{db}"')
+        for name, (role, db) in expected.items()
+    }
     # Nothing else runs as it, and no job sends its tokens.
     runners = [f for f in stack.all(FUNCTION)
                if f.props["serviceConfig"]["serviceAccountEmail"] == email]

@@ -39,7 +39,14 @@ WORKFLOW = f"projects/{PROJECT}/locations/{REGION}/workflows/daily-report"
 RUN_JOB = f"projects/{PROJECT}/locations/europe-west4/jobs/reindex"
 RUN_JOB_2 = f"projects/{PROJECT}/locations/{REGION}/jobs/compact"
 TRIGGER = f"projects/{PROJECT}/locations/global/triggers/nightly-release"
-DATABASE_CONDITION = f'resource.name == "projects/{PROJECT}/databases/scheduler-dedup"'
+DEDUP_DATABASE = "scheduler-dedup"
+PROXY_DATABASE = "scheduler-dedup-proxy"
+
+
+def database_condition(database: str) -> str:
+    return f'resource.name == "projects/{PROJECT}/databases/{database}"'
+
+
 TOPIC = "gcp:pubsub/topic:Topic"
 TOPIC_IAM = "gcp:pubsub/topicIAMMember:TopicIAMMember"
 SECRET = "gcp:secretmanager/secret:Secret"
@@ -152,9 +159,13 @@ def test_proxy_environment_is_what_the_proxy_accepts(proxied: StackUnderTest) ->
     assert proxied.proxy is not None
     env = proxied.proxy.props["serviceConfig"]["environmentVariables"]
     dedup_env = proxied.function.props["serviceConfig"]["environmentVariables"]
-    # The claim protocol's settings are the dedup function's: same database, collection
-    # (one TTL policy covers both), lease and retention.
+    # The claim protocol's settings are the dedup function's (collection, lease,
+    # retention), but the records are in the proxy's own database.
     shared = {k: v for k, v in dedup_env.items() if k not in ("DEDUP_JOB", "DEDUP_JOB_ROUTES")}
+    assert (dedup_env["DEDUP_DATABASE"], env["DEDUP_DATABASE"]) == (
+        DEDUP_DATABASE, PROXY_DATABASE
+    )
+    shared["DEDUP_DATABASE"] = PROXY_DATABASE
     assert {k: v for k, v in env.items() if not k.startswith("DEDUP_PROXY_")} == shared
     assert set(env) - set(shared) == {"DEDUP_PROXY_ROUTES", "DEDUP_PROXY_TIMEOUT_SECONDS"}
     # The token secret is no plain variable: Cloud Run reads it from Secret Manager.
@@ -295,10 +306,37 @@ def test_every_target_once_and_nothing_more(runs: dict[str, StackUnderTest]) -> 
     assert jobs == {("europe-west4", "reindex"), (REGION, "compact")}
 
 
-def test_proxy_account_reads_only_the_dedup_database(proxied: StackUnderTest) -> None:
+def test_proxy_records_are_in_a_database_only_the_proxy_writes(
+    proxied: StackUnderTest,
+) -> None:
+    """Firestore IAM conditions name databases: the proxy's records are in a database of
+    its own, which the dedup function's account (running the team's job code) cannot
+    write, and the watchdog's may only read."""
     (grant,) = proxy_roles(proxied)["roles/datastore.user"]
     assert grant.type == PROJECT_IAM
-    assert grant.props["condition"]["expression"] == DATABASE_CONDITION
+    assert grant.props["condition"]["expression"] == database_condition(PROXY_DATABASE)
+    database = proxied.run.by_name("proxy-database")
+    assert database.props["name"] == PROXY_DATABASE
+    assert database.props["locationId"] == proxied.run.by_name("dedup-database").props[
+        "locationId"]
+    ttl = proxied.run.by_name("proxy-ttl-field").props
+    assert (ttl["database"], ttl["collection"], ttl["field"]) == (
+        PROXY_DATABASE, proxied.config.dedup.collection, "expire_at")
+    assert proxied.run.outputs["proxyDatabaseName"] == PROXY_DATABASE
+    writers = {
+        g.props["member"]
+        for g in proxied.iam_grants()
+        if g.props.get("condition", {}).get("expression") == database_condition(PROXY_DATABASE)
+        and g.props["role"] != "roles/datastore.viewer"
+    }
+    assert writers == {f"serviceAccount:{proxied.account_email('proxy')}"}
+    (viewer,) = [g for g in proxied.iam_grants() if g.props["role"] == "roles/datastore.viewer"]
+    assert viewer.props["member"] == f"serviceAccount:{proxied.account_email('watchdog')}"
+    assert viewer.props["condition"]["expression"] == database_condition(PROXY_DATABASE)
+    for account in ("runtime", "watchdog"):
+        (user,) = [g for g in proxied.grants_to(proxied.account_email(account))
+                   if g.props["role"] == "roles/datastore.user"]
+        assert user.props["condition"]["expression"] == database_condition(DEDUP_DATABASE)
     for role, grants in proxy_roles(proxied).items():
         assert role not in ("roles/owner", "roles/editor", "roles/viewer", "roles/run.invoker")
         for g in grants:
@@ -315,7 +353,7 @@ def test_proxy_function_waits_for_its_database_role(proxied: StackUnderTest) -> 
     assert proxied.proxy is not None
     deps = set(proxied.proxy.dependencies)
     assert proxied.run.by_name("proxy-datastore-user").urn in deps
-    assert proxied.run.by_name("dedup-ttl-field").urn in deps
+    assert proxied.run.by_name("proxy-ttl-field").urn in deps
 
 
 def test_outputs_name_the_proxy(proxied: StackUnderTest) -> None:

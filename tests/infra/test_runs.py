@@ -34,8 +34,8 @@ def at(hour: int, minute: int) -> datetime:
     return datetime(2026, 10, 16, hour, minute, tzinfo=UTC)
 
 
-def stack_file(tmp_path: Path, collection: str) -> Path:
-    config = {
+def stack_file(tmp_path: Path, collection: str, *, proxied: bool = False) -> Path:
+    config: dict[str, object] = {
         "gcp:project": PROJECT,
         "gcp:region": REGION,
         "scheduler-dedup:namePrefix": "sched-dedup-runs",
@@ -52,6 +52,13 @@ def stack_file(tmp_path: Path, collection: str) -> Path:
              "attemptDeadlineSeconds": 30, "retry": {"retryCount": 0}},
         ],
     }
+    if proxied:  # a third job, started through the idempotent proxy
+        config["scheduler-dedup:jobs"] = [*config["scheduler-dedup:jobs"], {  # type: ignore[misc]
+            "name": "report", "schedule": "0 * * * *", "attemptDeadlineSeconds": 120,
+            "retry": {"retryCount": 0},
+            "proxy": {"target": "workflow", "resource":
+                      f"projects/{PROJECT}/locations/{REGION}/workflows/daily-report"},
+        }]
     path = tmp_path / "Pulumi.runs-test.yaml"
     path.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
     return path
@@ -60,8 +67,8 @@ def stack_file(tmp_path: Path, collection: str) -> Path:
 class Protocol:
     """Records written through the real protocol, with its wall clock set per step."""
 
-    def __init__(self, cfg: StackConfig, job: str) -> None:
-        client = firestore.Client(project=PROJECT, database=DATABASE)
+    def __init__(self, cfg: StackConfig, job: str, database: str = DATABASE) -> None:
+        client = firestore.Client(project=PROJECT, database=database)
         self.store = FirestoreRunStore(client, cfg.dedup.collection, timeout_seconds=5)
         self.job_id = f"{cfg.name_prefix}-{job}"
 
@@ -155,6 +162,23 @@ def test_runs_not_yet_due_and_a_job_that_never_ran(tmp_path: Path, collection_na
     rows = rows_by_time(out[start:end])
     assert rows["2026-10-16 12:00:00Z"][-1] == "not_due"
     assert rows["2026-10-16 11:45:00Z"][-1] == "never_ran"
+
+
+def test_a_proxied_jobs_runs_are_read_from_the_proxys_own_database(
+    tmp_path: Path, collection_name: str
+) -> None:
+    path = stack_file(tmp_path, collection_name, proxied=True)
+    cfg = runs.stack_config(str(path))
+    assert cfg.dedup.proxy_database_name == f"{DATABASE}-proxy"
+    Protocol(cfg, "report", cfg.dedup.proxy_database_name).completed(at(10, 0))
+    Protocol(cfg, "report").completed(at(9, 0))  # the dedup database: not the proxy's record
+
+    code, out, err = run_main(str(path), "--last", "4", "--job", "report", now=NOW)
+    assert (code, err) == (0, "")
+    assert f"records in database {DATABASE}-proxy" in out
+    rows = rows_by_time(out)
+    assert rows["2026-10-16 10:00:00Z"][5:7] == ["completed", "1"]
+    assert rows["2026-10-16 09:00:00Z"][5:] == ["-", "-", "-", "before_first_run"]
 
 
 def test_unknown_stack_and_unknown_job(tmp_path: Path, collection_name: str) -> None:

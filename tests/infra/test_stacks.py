@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from dedup.settings import Settings
-from infra.config import AT_MOST_ONCE, RETRY_COUNT_DEFAULT, StackConfig
+from infra.config import AT_MOST_ONCE, RETRY_COUNT_DEFAULT, DedupSettings, StackConfig
 from infra.dedup_proxy import SECRET_APIS, TARGET_APIS
 from infra.dedup_service import REQUIRED_APIS
 from infra.offline import DeclaredResource
@@ -94,8 +94,13 @@ def expected_counts(cfg: StackConfig) -> Counter[str]:
                 ACCOUNT: 1,
                 RUN_IAM: 1,
                 SERVICE: len(extra_apis),
-                # datastore.user, plus the workflow-starter role (a custom role)
-                PROJECT_IAM: 1 + ("workflow" in kinds),
+                # Its own records database (TTL field and schedule_time field), which
+                # only its account writes and the watchdog's may read
+                DATABASE: 1,
+                FIELD: 2,
+                # datastore.user on it, the workflow-starter role (a custom role), and the
+                # watchdog's datastore.viewer on it
+                PROJECT_IAM: 1 + ("workflow" in kinds) + int(cfg.watchdog.enabled),
                 JOB_IAM: len({t.resource for t in targets if t.target == "run_job"}),
                 CUSTOM_ROLE: int("workflow" in kinds),
                 # A build trigger: its topic, and pubsub.publisher on it (nothing project-wide)
@@ -224,9 +229,18 @@ def test_resources_wait_for_their_apis(stack: StackUnderTest) -> None:
 
 
 def test_named_firestore_database(stack: StackUnderTest) -> None:
+    """The dedup database, and the proxy's own beside it (same settings) when it has one."""
     d = stack.config.dedup
-    db = stack.one(DATABASE)
-    assert db.props["name"] == d.database_name != "(default)"
+    names = {"dedup-database": d.database_name}
+    if stack.proxy is not None:
+        names["proxy-database"] = d.proxy_database_name
+    assert sorted(db.name for db in stack.all(DATABASE)) == sorted(names)
+    for resource_name, database_name in names.items():
+        check_database(stack.run.by_name(resource_name), database_name, d)
+
+
+def check_database(db: DeclaredResource, name: str, d: DedupSettings) -> None:
+    assert db.props["name"] == name != "(default)"
     assert db.props["type"] == "FIRESTORE_NATIVE"
     assert db.props["locationId"] == d.firestore_location
     assert db.props["deleteProtectionState"] == (
@@ -273,10 +287,18 @@ def test_record_fields_exempt_from_indexing(
 
 
 def test_only_the_ttl_field_has_a_ttl_and_goes_first(stack: StackUnderTest) -> None:
-    assert sorted(f.props["field"] for f in stack.all(FIELD)) == ["expire_at", "schedule_time"]
-    # One field operation at a time on the database.
-    schedule_time = stack.run.by_name("dedup-schedule-time-field")
-    assert stack.run.by_name("dedup-ttl-field").urn in schedule_time.dependencies
+    components = ["dedup"] + (["proxy"] if stack.proxy is not None else [])
+    assert len(stack.all(FIELD)) == 2 * len(components)
+    for component in components:
+        ttl = stack.run.by_name(f"{component}-ttl-field")
+        schedule_time = stack.run.by_name(f"{component}-schedule-time-field")
+        assert (ttl.props["field"], schedule_time.props["field"]) == (
+            "expire_at", "schedule_time")
+        assert "ttlConfig" in ttl.props and "ttlConfig" not in schedule_time.props
+        database = stack.run.by_name(f"{component}-database").props["name"]
+        assert ttl.props["database"] == schedule_time.props["database"] == database
+        # One field operation at a time on the database.
+        assert ttl.urn in schedule_time.dependencies
 
 
 def test_private_source_bucket_and_content_hashed_object(stack: StackUnderTest) -> None:
@@ -439,16 +461,23 @@ def test_invoker_on_the_service_not_the_project(stack: StackUnderTest) -> None:
 
 
 def test_datastore_role_is_conditioned_to_the_database(stack: StackUnderTest) -> None:
+    """Each account that writes records, on its own database only: the proxy on its own,
+    the others on the dedup database."""
+    d = stack.config.dedup
     grants = [g for g in stack.all(PROJECT_IAM) if g.props["role"] == "roles/datastore.user"]
-    accounts = ["runtime"] + (["proxy"] if stack.proxy is not None else [])
-    accounts += ["watchdog"] if stack.watchdog is not None else []
-    assert sorted(g.props["member"] for g in grants) == sorted(
-        f"serviceAccount:{stack.account_email(a)}" for a in accounts
-    )
+    databases = {"runtime": d.database_name}
+    if stack.proxy is not None:
+        databases["proxy"] = d.proxy_database_name
+    if stack.watchdog is not None:
+        databases["watchdog"] = d.database_name
+    expected = {
+        f"serviceAccount:{stack.account_email(a)}": database for a, database in databases.items()
+    }
+    assert sorted(g.props["member"] for g in grants) == sorted(expected)
     for grant in grants:
         assert grant.props["condition"]["expression"] == (
             f'resource.name == "projects/{stack.config.project}/databases/'
-            f'{stack.config.dedup.database_name}"'
+            f'{expected[grant.props["member"]]}"'
         )
         assert grant.props["condition"]["title"]
 
@@ -585,6 +614,7 @@ def test_stack_outputs(stack: StackUnderTest) -> None:
                 "proxyUrl": stack.proxy_uri,
                 "proxyFunctionName": f"{cfg.name_prefix}-proxy",
                 "proxyServiceAccount": stack.account_email("proxy"),
+                "proxyDatabaseName": cfg.dedup.proxy_database_name,
             }
             if stack.proxy is not None
             else {}
