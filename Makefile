@@ -8,10 +8,10 @@ STACK ?=
 STACKS := $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml))
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint typecheck workflow-lint unit lock plan runs rerun policy-check bench clean schema docs docs-serve
+.PHONY: help demo test lint typecheck workflow-lint unit lock plan runs rerun migrate-proxy-records policy-check bench clean schema docs docs-serve
 
 help: ## List the targets, one line each (STACK=<name> picks a stack)
-	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z-]+:.*## / {printf "  make %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # The virtual environment is built from pinned requirements on first use.
 $(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.in policies/requirements.txt constraints.txt
@@ -64,6 +64,12 @@ rerun: $(VENV)/stamp ## Ask for one run to execute again (STACK= JOB= TIME= REAS
 	@test -n "$(STACK)" -a -n "$(JOB)" -a -n "$(TIME)" -a -n "$(REASON)" || { echo 'make rerun needs STACK=<name> JOB=<jobs[].name> TIME=<schedule time, e.g. 2026-11-30T09:15:00+01:00> REASON="<why>"' >&2; exit 2; }
 	@test -z "$(NOW)" -o -n "$(WATCHDOG_URL)" || { echo "make rerun NOW=1 needs WATCHDOG_URL=<the watchdog's URL> (one you can reach; else the next tick delivers it)" >&2; exit 2; }
 	$(BIN)/python -m infra.rerun $(STACK) --job "$(JOB)" --time "$(TIME)" --reason "$(REASON)" $(if $(NOW),--now "$(WATCHDOG_URL)")
+
+# Once, when upgrading a stack whose proxy kept its records in the dedup database (see
+# docs/deploy.md, "Upgrading"): copies them into the proxy's own database; safe to repeat.
+migrate-proxy-records: $(VENV)/stamp ## Copy proxied jobs' records into the proxy's database (STACK= required)
+	@test -n "$(STACK)" || { echo "make migrate-proxy-records needs a stack: make migrate-proxy-records STACK=<name> (stacks: $(STACKS))" >&2; exit 2; }
+	$(BIN)/python -m infra.migrate_records $(STACK)
 
 policy-check: $(VENV)/stamp ## The policy pack over every stack, or STACK=, offline
 	$(BIN)/python -m policies.offline_check $(if $(STACK),--stack $(STACK))
