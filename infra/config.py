@@ -635,7 +635,8 @@ class DedupSettings(_Model):
     database_name: str = Field(
         default="", pattern=r"^[a-z][a-z0-9-]{2,61}[a-z0-9]$",
         description="Firestore database ID of the records (4-63 lowercase): `namePrefix` or "
-        "`<namePrefix>-…`, not `(default)`",
+        "`<namePrefix>-…`, not `(default)`; the proxy's own records are in "
+        "`<databaseName>-proxy` (then at most 57)",
         json_schema_extra=Hint("a valid Firestore database ID", "use 4-63 lowercase letters, "
                                "digits or hyphens, starting with a letter and not UUID-like, "
                                "e.g. scheduler-dedup", default="namePrefix"))
