@@ -28,7 +28,8 @@ job's own `url`), through dedup/delivery.py, one way:
   `catchUpWithinSeconds`, is POSTed to the job's function with its original schedule time:
   `caught_up` when the function answers completed/duplicate, watched while it answers
   in_progress (409), `failed` when it ran late and the job raised, still `missed` (with
-  the error) when the delivery fails;
+  the error) when the delivery fails and no record shows it landed (a reply lost or late
+  is judged by the run's record, read right after);
 - re-runs: the pending requests `make rerun` wrote in `<collection>_reruns`, with
   X-Dedup-Generation, marked done once the function answered completed/duplicate (failed
   when the job raised).
@@ -564,23 +565,49 @@ class Watchdog:
             for job, cursor, tick in judged for run_id, t in tick.to_catch_up.items()
         ]
         results = self._deliver_all([self._delivery(job, t) for job, _, _, _, t in wanted])
+        # No usable answer is not "not executed": the run may have landed while its reply
+        # was lost or late. Its record says which, before anything is reported.
+        unanswered = [
+            (job, run_id) for (job, _, _, run_id, _), result in zip(wanted, results, strict=True)
+            if not (result.executed or result.in_progress or result.status == JOB_FAILED)
+        ]
+        landed = self._records(unanswered)
         caught_up: list[Delivered] = []
         for (job, cursor, tick, run_id, t), result in zip(wanted, results, strict=True):
-            if result.executed:
-                caught_up.append(Delivered(job.name, t, CAUGHT_UP, result.status, run_id))
+            stored = landed.get(run_id)
+            status = stored.record.status if stored is not None else None
+            if result.executed or status is RunStatus.COMPLETED:
+                error = None if result.executed else (
+                    f"no answer ({result.error or result.status}), but its record is completed")
+                caught_up.append(Delivered(
+                    job.name, t, CAUGHT_UP, "completed" if error else result.status, run_id,
+                    error=error,
+                ))
                 continue
-            if result.status == JOB_FAILED:
+            if result.status == JOB_FAILED or status is RunStatus.FAILED:
                 # It ran late and the job raised: reported as the failed run it now is.
-                error = f"caught up, then failed: {result.error}"
+                why = result.error if result.status == JOB_FAILED else (
+                    stored.record.error if stored is not None else None)
+                error = f"caught up, then failed: {why}"
                 tick.problems.append(Problem(job.name, t, FAILED, run_id, error=error))
                 continue
             # Not (yet) executed by this delivery: watched from now on, so its outcome is
             # judged at the next ticks (in_progress: it is being executed right now).
             cursor.watching[run_id] = t
-            if not result.in_progress:
+            if not result.in_progress and stored is None:
                 error = f"catch-up failed: {result.error or result.status}"
                 tick.problems.append(Problem(job.name, t, MISSED, run_id, error=error))
         return caught_up
+
+    def _records(self, runs: Sequence[tuple[WatchedJob, str]]) -> dict[str, StoredRun]:
+        """The records of these runs, read in each job's database."""
+        by_database: dict[str | None, list[str]] = {}
+        for job, run_id in runs:
+            by_database.setdefault(job.database, []).append(run_id)
+        found: dict[str, StoredRun] = {}
+        for database, run_ids in by_database.items():
+            found.update(self._store.get_many(run_ids, database))
+        return found
 
     def _deliver_reruns(self, now: datetime) -> list[Delivered]:
         """Deliver the pending re-run requests of watched jobs; mark done the executed."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,7 +25,7 @@ import pytest
 import requests
 from google.cloud import firestore
 
-from dedup.delivery import HttpDeliverer, RunDelivery, TargetAuth
+from dedup.delivery import DeliversRuns, DeliveryResult, HttpDeliverer, RunDelivery, TargetAuth
 from dedup.firestore_store import FirestoreRunStore
 from dedup.reruns import FirestoreRerunQueue, reruns_collection
 from dedup.settings import Settings, SettingsError
@@ -107,6 +108,8 @@ class Watch:
     now: datetime
     grace_seconds: float = 30
     logs: list[Mapping[str, Any]] = field(default_factory=list)
+    delivery_timeout_seconds: float = 20
+    deliverer: DeliversRuns | None = None  # default: HttpDeliverer, no token
 
     def settings(self) -> WatchSettings:
         store = Settings(
@@ -115,7 +118,8 @@ class Watch:
         )
         return WatchSettings(
             store, tuple(self.jobs), lookback_seconds=3600, grace_seconds=self.grace_seconds,
-            target_url=self.url, target_auth=TargetAuth.NONE, delivery_timeout_seconds=20,
+            target_url=self.url, target_auth=TargetAuth.NONE,
+            delivery_timeout_seconds=self.delivery_timeout_seconds,
         )
 
     def handler(self) -> WatchdogHandler:
@@ -125,7 +129,7 @@ class Watch:
         runs = FirestoreRunStore(client, self.collection, 5)
         watchdog = Watchdog(
             settings, FirestoreWatchStore(runs, settings.cursor_collection), lambda: self.now,
-            HttpDeliverer(TargetAuth.NONE),
+            self.deliverer or HttpDeliverer(TargetAuth.NONE),
             FirestoreRerunQueue(runs, reruns_collection(self.collection)),
         )
         return WatchdogHandler(settings, watchdog, self.logs.append)
@@ -259,6 +263,53 @@ def test_a_failed_catch_up_is_still_reported_missed_with_the_error(served: Serve
     assert served.executions(job.name) == []
     # Watched, not delivered again: the next tick finds no record and stays quiet.
     assert watch.tick()["problems"] == []
+
+
+@dataclass
+class LostReplies:
+    """Delivers for real, then loses the function's answer: the run landed, and the
+    watchdog is told the delivery failed."""
+
+    inner: DeliversRuns
+
+    def deliver(self, delivery: RunDelivery) -> DeliveryResult:
+        self.inner.deliver(delivery)
+        return DeliveryResult("error", error="connection reset by peer")
+
+
+def test_a_catch_up_whose_reply_is_lost_is_caught_up_not_missed(served: Served) -> None:
+    job = minutely(f"lost-{uuid.uuid4().hex[:6]}")
+    now, times = recent_minutes(4)
+    Runs(served.collection).completed(job.name, *(t for t in times if t != times[1]))
+    watch = Watch(served.collection, [job], served.server.url, now=now,
+                  deliverer=LostReplies(HttpDeliverer(TargetAuth.NONE)))
+    body = watch.tick()
+    assert body["problems"] == []  # no false alarm: its record says it ran
+    [caught] = body[CAUGHT_UP]
+    assert (caught["schedule_time"], caught["status"]) == (z(times[1]), "completed")
+    assert caught["error"] == (
+        "no answer (connection reset by peer), but its record is completed")
+    assert len(served.executions(job.name)) == 1
+    assert watch.tick()["problems"] == []
+    assert len(served.executions(job.name)) == 1
+
+
+def test_a_catch_up_answered_too_late_is_watched_not_missed(served: Served) -> None:
+    """The watchdog stops waiting before the run ends (its 0.6 s job outlasts a 0.2 s
+    delivery timeout): the run is in progress, watched, and ends quietly."""
+    job = minutely(f"late-{uuid.uuid4().hex[:6]}")
+    now, times = recent_minutes(4)
+    Runs(served.collection).completed(job.name, *(t for t in times if t != times[1]))
+    watch = Watch(served.collection, [job], served.server.url, now=now,
+                  delivery_timeout_seconds=0.2)
+    body = watch.tick()
+    assert (body["problems"], body[CAUGHT_UP]) == ([], [])
+    deadline = time.monotonic() + 10
+    while not served.executions(job.name) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.3)  # the record's completion follows the ledger line
+    assert watch.tick()["problems"] == []
+    assert len(served.executions(job.name)) == 1
 
 
 # -- settings -------------------------------------------------------------------------------
