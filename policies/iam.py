@@ -35,11 +35,20 @@ from policies.permissions import (
     is_custom_role,
     predefined_permissions,
 )
-from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known_str
+from policies.values import (
+    MISSING,
+    UNKNOWN,
+    as_list,
+    as_mapping,
+    get,
+    is_unknown,
+    known_str,
+)
 
 PUBLIC_MEMBERS: Final = frozenset({"allusers", "allauthenticatedusers"})
 PRIMITIVE_ROLES: Final = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
 DATASTORE_USER: Final = "roles/datastore.user"
+DATASTORE_VIEWER: Final = "roles/datastore.viewer"
 
 # Cloud Storage and BigQuery grant through access controls as well as IAM.
 ACCESS_CONTROL_TYPES: Final = frozenset(
@@ -360,17 +369,66 @@ def unknown_grant_types(resource_type: str, props: Mapping[str, Any]) -> list[st
     return []
 
 
-def _condition_names_one_database(expression: str) -> bool:
-    """`resource.name == "projects/P/databases/D"`, alone or &&-joined with
-    resource.type / resource.service equalities: nothing that could widen it."""
+def _condition_names_one_database(expression: str) -> str | None:
+    """The `projects/P/databases/D` of `resource.name == "projects/P/databases/D"`, alone
+    or &&-joined with resource.type / resource.service equalities (nothing that could widen
+    it); None for any other expression."""
     clauses = [c.strip() for c in expression.strip().split("&&")]
-    databases = 0
+    databases = []
     for clause in clauses:
-        if _DATABASE_CLAUSE.fullmatch(clause):
-            databases += 1
+        match = _DATABASE_CLAUSE.fullmatch(clause)
+        if match:
+            databases.append(match.group(2))
         elif not _NARROWING_CLAUSE.fullmatch(clause):
-            return False
-    return databases == 1
+            return None
+    return databases[0] if len(databases) == 1 else None
+
+
+def _condition_expression(condition: Any) -> Any:
+    """A grant condition's expression: a string, UNKNOWN, or MISSING (no condition)."""
+    if is_unknown(condition):
+        return UNKNOWN
+    mapping = as_mapping(condition)
+    return get(mapping, "expression") if mapping is not None else MISSING
+
+
+def writes_datastore(role: str) -> bool:
+    """A predefined role that writes Firestore/Datastore entities (roles/datastore.user and
+    broader)."""
+    carried = predefined_permissions(role)
+    return bool(carried and carried & DATASTORE_WRITE)
+
+
+def condition_database(condition: Any) -> Any:
+    """The one database (`projects/P/databases/D`) a grant's condition limits it to;
+    UNKNOWN while the condition is not known; None without a condition, or for one that
+    is not exactly one database (it may reach any database of the project)."""
+    expression = _condition_expression(condition)
+    if is_unknown(expression):
+        return UNKNOWN
+    text = known_str(expression)
+    return _condition_names_one_database(text) if text is not None else None
+
+
+def single_database_problem(role: str, condition: Any, database: str) -> str | None:
+    """Why the grant of `role` with `condition` is not limited to exactly one database
+    (`database` says which one it should name); None if it is, or is not known yet."""
+    expression = _condition_expression(condition)
+    if is_unknown(expression):
+        return None
+    text = known_str(expression)
+    hint = (
+        'add condition {title, expression: resource.name == "projects/P/databases/D"} '
+        f"naming {database}"
+    )
+    if text is None:
+        return f"{role} is granted without a condition: {hint}"
+    if _condition_names_one_database(text) is None:
+        return (
+            f"{role} condition {text!r} is not exactly one database (no ||, no other "
+            f"clauses): {hint}"
+        )
+    return None
 
 
 def datastore_user_single_database(resource_type: str, props: Mapping[str, Any]) -> list[str]:
@@ -381,28 +439,10 @@ def datastore_user_single_database(resource_type: str, props: Mapping[str, Any])
     found, problems = grants_or_problem(resource_type, props)
     for grant in found:
         role = known_str(grant.role)
-        carried = predefined_permissions(role) if role else None
-        if not role or not carried or not carried & DATASTORE_WRITE:
-            continue
-        condition = grant.condition
-        if is_unknown(condition):
-            continue
-        mapping = as_mapping(condition)
-        expression = get(mapping, "expression") if mapping is not None else MISSING
-        if is_unknown(expression):
-            continue
-        text = known_str(expression)
-        hint = (
-            'add condition {title, expression: resource.name == "projects/P/databases/D"} '
-            "naming the dedup database"
-        )
-        if text is None:
-            problems.append(f"{role} is granted without a condition: {hint}")
-        elif not _condition_names_one_database(text):
-            problems.append(
-                f"{role} condition {text!r} is not exactly one database (no ||, no other "
-                f"clauses): {hint}"
-            )
+        if role and writes_datastore(role):
+            problem = single_database_problem(role, grant.condition, "the dedup database")
+            if problem is not None:
+                problems.append(problem)
     return problems
 
 

@@ -14,10 +14,15 @@ Its targets come from those settings (function/dedup/proxy.py reads the same one
 DEDUP_PROXY_ROUTES = {"job-id": {"target": ..., "resource": "projects/P/locations/L/..."}}
 and DEDUP_PROXY_TARGET + DEDUP_PROXY_RESOURCE.
 
+Its records live in a Firestore database of its own (its DEDUP_DATABASE): its
+roles/datastore.user is conditioned to that database (dedup-proxy-least-privilege), and no
+one else writes it (dedup-proxy-own-database, in policies/stack.py), since the dedup
+function's job code could otherwise forge a proxied job's record.
+
 The other policies apply to the proxy as to any function: dedicated runtime and build
 accounts, internal ingress, no public members, run.invoker on its service only, the
 database condition on datastore.user, and (as a dedup function) lease, retention, TTL
-policy and the jobs' dedup headers.
+policy (in its own database) and the jobs' dedup headers.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from policies.function import RecordsDatabase, records_database
 from policies.gcp import (
     CLOUD_BUILD_TRIGGER,
     CLOUD_RUN_V1_SERVICE,
@@ -50,7 +56,9 @@ from policies.gcp import (
 from policies.iam import (
     DATASTORE_USER,
     CustomRoles,
+    Grant,
     PolicyDataError,
+    condition_database,
     custom_roles,
     grants,
     grants_or_problem,
@@ -76,8 +84,8 @@ hold (Workflows has no IAM on one workflow)."""
 BUILDS_CREATE: Final = "cloudbuild.builds.create"
 
 ALLOWED_TEXT: Final = (
-    f"{DATASTORE_USER} (the dedup database), {SECRET_ACCESSOR} on the token secret and, per "
-    "target, a custom role with only workflows.executions.create (or "
+    f"{DATASTORE_USER} (its own database, DEDUP_DATABASE), {SECRET_ACCESSOR} on the token "
+    "secret and, per target, a custom role with only workflows.executions.create (or "
     f"{WORKFLOWS_INVOKER}) (workflow), {RUN_JOBS_EXECUTOR_WITH_OVERRIDES} on the job "
     f"(run_job), {PUBSUB_PUBLISHER} on the trigger's topic (build_trigger)"
 )
@@ -292,6 +300,14 @@ def proxy_account(proxy: Resource, resources: Sequence[Resource]) -> ProxyAccoun
     return ProxyAccount(email, urns)
 
 
+def own_account_emails(proxy: Resource, resources: Sequence[Resource]) -> frozenset[str]:
+    """The known e-mails of the proxy's accounts: the one it runs as and the ones declared
+    in its component (meant to hold its grants)."""
+    emails = {_account_email(a) for a in _proxy_account_resources(proxy, resources)}
+    emails.add(proxy_account(proxy, resources).email)
+    return frozenset(e for e in emails if e is not None)
+
+
 def _granted_to(members: list[Any] | None, account: ProxyAccount, resource: Resource) -> bool:
     """A grant to the proxy's account: by e-mail, or (member not known yet) by the grant's
     dependency on the proxy's Account resource."""
@@ -316,10 +332,12 @@ def _holds(members: list[Any] | None, email: str) -> bool:
     return False
 
 
-def roles_held(resources: Sequence[Resource], email: str) -> Iterator[tuple[Resource, str]]:
-    """(grant-bearing resource, role) for every known role granted to service account
-    `email`, IAM or ACL-style. An unreadable grant is skipped: iam-no-public-members
-    reports it."""
+def roles_held(
+    resources: Sequence[Resource], email: str
+) -> Iterator[tuple[Resource, str, Grant]]:
+    """(grant-bearing resource, role, grant) for every known role granted to service
+    account `email`, IAM or ACL-style. An unreadable grant is skipped:
+    iam-no-public-members reports it."""
     for resource in resources:
         try:
             found = grants(resource.type, resource.props)
@@ -328,7 +346,7 @@ def roles_held(resources: Sequence[Resource], email: str) -> Iterator[tuple[Reso
         for grant in found:
             role = known_str(grant.role)
             if role is not None and _holds(grant.members, email):
-                yield resource, role
+                yield resource, role, grant
 
 
 def _job_target(resource: Resource) -> tuple[str | None, str | None, str | None]:
@@ -442,20 +460,41 @@ def _same_topic(granted: str | None, routed: str | None) -> bool:
     return routed.rsplit("/", 1)[-1] == granted
 
 
+def own_database_problem(condition: Any, own: RecordsDatabase | None) -> str | None:
+    """Why the proxy's roles/datastore.user with `condition` is not limited to its own
+    database `own`; None if it is, or is not known yet. A grant without a one-database
+    condition is iam-datastore-user-single-database's."""
+    named = condition_database(condition)
+    if own is None or not isinstance(named, str) or own.named_by(named):
+        return None
+    wanted = own.resource_name(default_project=named.split("/")[1])
+    return (
+        f"{DATASTORE_USER} names database {named!r}, not its own database {str(own)!r} "
+        f'(DEDUP_DATABASE): set its condition to resource.name == "{wanted}"; '
+        "the proxy's records must not share a database with the dedup function, whose job "
+        "code could forge them"
+    )
+
+
 def _judge(
     role: str,
     grant_on: Resource,
+    grant: Grant,
+    proxy: Resource,
     proxy_targets: list[Target] | None,
     declared: CustomRoles,
 ) -> str | None:
-    """Why the proxy's account must not hold `role` on `grant_on`, or None if it may."""
+    """Why the proxy's account must not hold `role` (in `grant`) on `grant_on`, or None if
+    it may."""
     shape = _shape_problem(role, grant_on)
     if shape is not None:
         return shape
     level = type_module(grant_on.type)
     kinds = None if proxy_targets is None else {t.kind for t in proxy_targets}
-    if role in (DATASTORE_USER, SECRET_ACCESSOR):
-        return None  # the database condition: iam-datastore-user-single-database
+    if role == DATASTORE_USER:
+        return own_database_problem(grant.condition, records_database(proxy))
+    if role == SECRET_ACCESSOR:
+        return None
     if role == WORKFLOWS_INVOKER or is_custom_role(role):
         if is_custom_role(role):
             problem = _custom_role_problem(role, declared)
@@ -521,7 +560,7 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
                 role = known_str(grant.role)
                 if role is None or not _granted_to(grant.members, account, resource):
                     continue
-                problem = _judge(role, resource, proxy_targets, declared)
+                problem = _judge(role, resource, grant, proxy, proxy_targets, declared)
                 if problem is not None:
                     findings.append(
                         Finding(

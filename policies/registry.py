@@ -250,7 +250,8 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     StackPolicy(
         "dedup-proxy-least-privilege",
         "Anywhere in the stack, the proxy's service account (linked by e-mail, or by the "
-        "resource graph while the e-mail is unknown) may hold only roles/datastore.user, "
+        "resource graph while the e-mail is unknown) may hold only roles/datastore.user "
+        "conditioned to its own database (its DEDUP_DATABASE), "
         "roles/secretmanager.secretAccessor on one secret, and what its routed targets need: "
         "a custom role with only workflows.executions.create or roles/workflows.invoker in "
         "the workflow's project (workflow), roles/run.jobsExecutorWithOverrides on the routed "
@@ -259,6 +260,17 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "BigQuery dataset access) count.",
         MANDATORY,
         proxy.least_privilege,
+    ),
+    StackPolicy(
+        "dedup-proxy-own-database",
+        "The idempotent proxy keeps its run records in a Firestore database of its own: its "
+        "DEDUP_DATABASE differs from every dedup function's (whose job code could otherwise "
+        "write, and so forge, a proxied job's record: IAM conditions name databases, not "
+        "collections), and no member but the proxy's account holds a role that writes it "
+        "(conditioned to it, or without a one-database condition on its project, folder or "
+        "organization).",
+        MANDATORY,
+        stack.proxy_own_database,
     ),
     StackPolicy(
         "dedup-function-invokers",
@@ -297,8 +309,10 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     ),
     StackPolicy(
         "dedup-watchdog-least-privilege",
-        "The run watchdog's service account may hold only roles/datastore.user, conditioned "
-        "to the one dedup database (it reads the records and writes its own cursors there).",
+        "The run watchdog's service account may hold only roles/datastore.user on the dedup "
+        "database (it reads the records and writes its cursors and re-run queue there) and, "
+        "in a stack with the proxy, roles/datastore.viewer on the proxy's database (it reads "
+        "the proxy's records), each conditioned to that one database.",
         MANDATORY,
         watchdog.least_privilege,
     ),

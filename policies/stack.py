@@ -1,4 +1,5 @@
-"""Stack policies: rules that hold between the dedup function, its jobs and Firestore.
+"""Stack policies: rules that hold between the dedup function, its jobs and Firestore
+(including the idempotent proxy's records in a database of its own).
 
 The dedup function is the `gcp:cloudfunctionsv2/function:Function` that runs one of the
 kit's entry points (the idempotent proxy is one as well) or reads DEDUP_* settings; a job
@@ -24,9 +25,15 @@ from infra.scheduler_rules import (
     retry_duration_to_recover_seconds,
     retry_window_seconds,
 )
+from policies.function import (
+    DEFAULT_DATABASE,
+    RecordsDatabase,
+    database_id,
+    records_database,
+    setting,
+)
 from policies.gcp import (
     ALLOWED_CALLERS_ENV,
-    DEDUP_DEFAULTS,
     DEDUP_ENTRY_POINT,
     DEDUP_TTL_FIELD,
     FIRESTORE_FIELD,
@@ -38,9 +45,23 @@ from policies.gcp import (
     parse_seconds,
     service_account_email,
 )
+from policies.iam import (
+    DATASTORE_USER,
+    DATASTORE_VIEWER,
+    PRIMITIVE_ROLES,
+    CustomRoles,
+    condition_database,
+    custom_roles,
+    grants_or_problem,
+    is_hierarchy_level,
+    level_name,
+    role_permissions,
+)
 from policies.model import Finding, Resource
-from policies.values import MISSING, UNKNOWN, as_list, as_mapping, get, is_unknown, known_str
-from policies.watchdog import delivering_accounts
+from policies.permissions import DATASTORE_WRITE
+from policies.proxy import is_proxy_function, own_account_emails, proxy_functions
+from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known_str
+from policies.watchdog import delivering_accounts, is_watchdog_function
 
 _RUN_HOSTS = (".run.app", ".cloudfunctions.net")
 # What the function accepts as an entry of DEDUP_ALLOWED_CALLERS (function/dedup/settings.py).
@@ -69,17 +90,6 @@ def is_dedup_function(resource: Resource) -> bool:
 
 def dedup_functions(resources: Sequence[Resource]) -> list[Resource]:
     return [r for r in resources if is_dedup_function(r)]
-
-
-def setting(function: Resource, key: str) -> Any:
-    """The function's DEDUP_* value (a string), its default, or UNKNOWN."""
-    env = _env(function)
-    if is_unknown(env):
-        return UNKNOWN
-    value = get(env, key)
-    if value is MISSING:
-        return DEDUP_DEFAULTS[key]
-    return value
 
 
 def job_targets(job: Resource, function: Resource) -> bool:
@@ -311,14 +321,6 @@ def _same(actual: Any, expected: Any) -> bool:
     return bool(actual == expected)
 
 
-def _database_id(value: Any) -> Any:
-    if value is MISSING:
-        return "(default)"
-    if isinstance(value, str) and "/databases/" in value:
-        return value.rsplit("/databases/", 1)[1]
-    return value
-
-
 def _field_defects(field: Resource) -> list[str]:
     defects: list[str] = []
     if get(field.props, "ttlConfig") is MISSING:
@@ -344,13 +346,13 @@ def ttl_policy_on_expire_at(resources: Sequence[Resource]) -> list[Finding]:
     fields = [r for r in resources if r.type == FIRESTORE_FIELD]
     for function in dedup_functions(resources):
         collection = setting(function, "DEDUP_COLLECTION")
-        database = _database_id(setting(function, "DEDUP_DATABASE"))
+        database = database_id(setting(function, "DEDUP_DATABASE"))
         candidates = [
             f
             for f in fields
             if _same(get(f.props, "collection"), collection)
             and _same(get(f.props, "field"), DEDUP_TTL_FIELD)
-            and _same(_database_id(get(f.props, "database")), database)
+            and _same(database_id(get(f.props, "database")), database)
         ]
         if not candidates:
             findings.append(
@@ -368,6 +370,116 @@ def ttl_policy_on_expire_at(resources: Sequence[Resource]) -> list[Finding]:
             continue
         for urn, problems in defects.items():
             findings.extend(Finding(p, urn) for p in problems)
+    return findings
+
+
+# --- dedup-proxy-own-database -----------------------------------------------------------
+
+
+def _job_code_functions(resources: Sequence[Resource]) -> list[Resource]:
+    """The dedup functions that run the team's job code: neither a proxy nor a watchdog."""
+    return [
+        f
+        for f in dedup_functions(resources)
+        if not is_proxy_function(f) and not is_watchdog_function(f)
+    ]
+
+
+def _reach(grant_on: Resource, condition: Any, database: RecordsDatabase) -> str | None:
+    """How a grant on `grant_on` with `condition` reaches `database`, or None if it does
+    not (or is not known yet): its one-database condition names it, or it has no such
+    condition and is granted on the database's project, a folder or the organization."""
+    if not is_hierarchy_level(grant_on.type):
+        return None  # Firestore roles act on databases through the project only
+    named = condition_database(condition)
+    if is_unknown(named):
+        return None
+    if isinstance(named, str):
+        return "its condition names it" if database.named_by(named) else None
+    level = level_name(grant_on.type)
+    if level != "project":
+        return f"granted at {level} level without a one-database condition"
+    project = get(grant_on.props, "project")
+    if is_unknown(project):
+        return None
+    text = known_str(project)  # unset: the provider's default project, the stack's own
+    if text is None or database.project is None or text == database.project:
+        return "granted on its project without a one-database condition"
+    return None
+
+
+def _database_writers(
+    proxy: Resource,
+    database: RecordsDatabase,
+    resources: Sequence[Resource],
+    declared: CustomRoles,
+) -> list[Finding]:
+    """Members other than the proxy's accounts whose grants write `database`."""
+    own = own_account_emails(proxy, resources)
+    if not own:
+        return []  # not known yet: no member can be told apart from the proxy's account
+    findings: list[Finding] = []
+    for resource in resources:
+        found, _ = grants_or_problem(resource.type, resource.props)
+        for grant in found:
+            role = known_str(grant.role)
+            if role is None or role in PRIMITIVE_ROLES:
+                continue  # iam-no-primitive-roles blocks those: one violation per grant
+            if not (role_permissions(role, declared) or frozenset()) & DATASTORE_WRITE:
+                continue
+            how = _reach(resource, grant.condition, database)
+            if how is None:
+                continue
+            for member in grant.members or []:
+                name = known_str(member)
+                if name is None or (
+                    name.startswith("serviceAccount:") and service_account_email(name) in own
+                ):
+                    continue
+                findings.append(
+                    Finding(
+                        f"{name} holds {role}, which writes the proxy's database "
+                        f"{str(database)!r} ({how}): remove it, or set its condition to "
+                        'resource.name == "projects/P/databases/D" naming another database '
+                        f"(the watchdog reads the proxy's records with {DATASTORE_VIEWER}); "
+                        f"only the proxy's own account ({', '.join(sorted(own))}) may write "
+                        "them, else whoever holds the grant (e.g. the dedup function's job "
+                        "code) could forge a proxied job's record and suppress its run",
+                        resource.urn,
+                    )
+                )
+    return findings
+
+
+def proxy_own_database(resources: Sequence[Resource]) -> list[Finding]:
+    """Every proxy keeps its records in a database of its own: not the database of a dedup
+    function that runs job code (Firestore IAM conditions name databases, not
+    collections), and no one but the proxy's account holds a role that writes it. Not
+    judged while the databases, or the members and conditions of grants, are unknown."""
+    findings: list[Finding] = []
+    declared = custom_roles(resources)
+    for proxy in proxy_functions(resources):
+        database = records_database(proxy)
+        if database is None:
+            continue
+        for function in _job_code_functions(resources):
+            shared = records_database(function)
+            if shared is None or not database.same_as(shared):
+                continue
+            own = "dedup" if database.database == DEFAULT_DATABASE else database.database
+            findings.append(
+                Finding(
+                    f"the proxy {_function_label(proxy)} keeps its records in database "
+                    f"{str(database)!r} (DEDUP_DATABASE), the database of the dedup function "
+                    f"{_function_label(function)}, whose job code could write (forge) a "
+                    "proxied job's record there and suppress the run: set the proxy's "
+                    f"DEDUP_DATABASE to a database of its own (e.g. '{own}-proxy', with its "
+                    f"own TTL field on expire_at), and condition the proxy's {DATASTORE_USER} "
+                    "to it",
+                    proxy.urn,
+                )
+            )
+        findings.extend(_database_writers(proxy, database, resources, declared))
     return findings
 
 

@@ -1,32 +1,42 @@
 """Stack policies for the run watchdog: it runs as its own service account, and that account
-holds no more than `roles/datastore.user` conditioned to the dedup database.
+holds no more than `roles/datastore.user` conditioned to the dedup database and, in a stack
+with the idempotent proxy, `roles/datastore.viewer` conditioned to the proxy's database.
 
 The watchdog is the `gcp:cloudfunctionsv2/function:Function` with the entry point
 `watch_scheduled_runs`, or with DEDUP_WATCH_JOBS in its environment. It reads the dedup
-records and writes its own cursor documents in the same database, so the database-conditioned
-user role is all it needs. As a function of the kit, the other policies apply to it as well
-(dedicated accounts, internal ingress, DEDUP_ALLOWED_CALLERS, invoker on its service only).
+records and writes its own cursor documents and re-run queue in the same database, so the
+database-conditioned user role is all it needs there; the proxy keeps its records in a
+database of its own, which the watchdog only reads. As a function of the kit, the other
+policies apply to it as well (dedicated accounts, internal ingress, DEDUP_ALLOWED_CALLERS,
+invoker on its service only).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
+from policies.function import records_database
 from policies.gcp import (
     FUNCTION_V2,
     WATCH_JOBS_ENV,
     WATCHDOG_ENTRY_POINT,
     type_module,
 )
-from policies.iam import DATASTORE_USER, datastore_user_single_database
+from policies.iam import (
+    DATASTORE_USER,
+    DATASTORE_VIEWER,
+    condition_database,
+    single_database_problem,
+)
 from policies.model import Finding, Resource
 from policies.proxy import (
     RUN_INVOKER,
     _label,
     _runtime_email,
     functions_own_their_accounts,
+    proxy_functions,
     roles_held,
 )
 from policies.values import as_mapping, get
@@ -80,7 +90,8 @@ def delivering_accounts(resources: Sequence[Resource]) -> set[str]:
 def own_service_account(resources: Sequence[Resource]) -> list[Finding]:
     return functions_own_their_accounts(
         watchdog_functions(resources), resources, what="watchdog",
-        why="which holds only roles/datastore.user on the dedup database",
+        why="which holds only roles/datastore.user on the dedup database (and "
+        "roles/datastore.viewer on the proxy's)",
         invoker_hint="use the stack's invoker account, which holds only roles/run.invoker on "
         "the kit's services",
     )
@@ -88,29 +99,55 @@ def own_service_account(resources: Sequence[Resource]) -> list[Finding]:
 
 # --- dedup-watchdog-least-privilege -----------------------------------------------------
 
+ALLOWED_TEXT: Final = (
+    f"{DATASTORE_USER} on the dedup database, {DATASTORE_VIEWER} on the proxy's database, "
+    "each conditioned to that one database"
+)
+
+
+def _viewer_problem(named: Any, proxies: Sequence[Resource]) -> str | None:
+    """Why the watchdog's roles/datastore.viewer, conditioned to database `named`, reads no
+    proxy's records; None if it does, or is not known yet."""
+    if not proxies:
+        return (
+            f"{DATASTORE_VIEWER} is granted but the stack has no proxy, whose records it "
+            "reads: remove it"
+        )
+    databases = [records_database(p) for p in proxies]
+    if not isinstance(named, str) or any(d is None or d.named_by(named) for d in databases):
+        return None
+    return (
+        f"{DATASTORE_VIEWER} names database {named!r}, which is no proxy's database "
+        f"({', '.join(str(d) for d in databases)}): remove it, or set its condition to the "
+        "proxy's database"
+    )
+
 
 def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
-    """The watchdog's account holds roles/datastore.user, conditioned to one database, and
-    nothing else; a watchdog that delivers runs also roles/run.invoker on Cloud Run
-    services (one service each: iam-no-project-level-invoker covers the rest)."""
+    """The watchdog's account holds roles/datastore.user on the dedup database (its cursors
+    and re-run queue live there) and, in a stack with a proxy, roles/datastore.viewer on
+    the proxy's database (it reads the proxy's records), each conditioned to one database,
+    and nothing else; a watchdog that delivers runs also roles/run.invoker on Cloud Run
+    services (one service each: iam-no-project-level-invoker covers the rest). Which
+    database datastore.user names: dedup-proxy-own-database."""
     findings: list[Finding] = []
+    proxies = proxy_functions(resources)
     for watchdog in watchdog_functions(resources):
         email = _runtime_email(watchdog)
         if email is None:
             continue  # not known yet: the grants cannot be attributed to the watchdog
         prefix = f"the watchdog's account {email} ({_label(watchdog)})"
         delivers = delivers_runs(watchdog)
-        for resource, role in roles_held(resources, email):
+        for resource, role, grant in roles_held(resources, email):
             if delivers and role == RUN_INVOKER and resource.type.startswith(
                 "gcp:cloudrunv2/serviceIam"
             ):
                 continue  # it POSTs caught-up runs and re-runs to the kit's functions
-            if role != DATASTORE_USER:
+            if role not in (DATASTORE_USER, DATASTORE_VIEWER):
                 findings.append(
                     Finding(
                         f"{prefix}: {role} is not a role the watchdog needs: remove it "
-                        f"(allowed: only {DATASTORE_USER}, conditioned to the dedup "
-                        "database)",
+                        f"(allowed: only {ALLOWED_TEXT})",
                         resource.urn,
                     )
                 )
@@ -119,12 +156,17 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
                 findings.append(
                     Finding(
                         f"{prefix}: {role} is granted at folder or organization level, "
-                        "across every project: grant it in the dedup database's project, "
+                        "across every project: grant it in the database's project, "
                         "conditioned to that database",
                         resource.urn,
                     )
                 )
                 continue
-            for problem in datastore_user_single_database(resource.type, resource.props):
+            viewer = role == DATASTORE_VIEWER
+            database = "the proxy's database" if viewer else "the dedup database"
+            problem = single_database_problem(role, grant.condition, database)
+            if problem is None and viewer:
+                problem = _viewer_problem(condition_database(grant.condition), proxies)
+            if problem is not None:
                 findings.append(Finding(f"{prefix}: {problem}", resource.urn))
     return findings

@@ -1,5 +1,6 @@
 """Pass/fail fixtures for the walk-arounds of issue #15 ("The policy pack can be walked
-around", items 1-4), in the pattern of cases.py: every failing case here was a bypass the
+around", items 1-4, and the security hardening's last gap: the proxy's records in the dedup
+function's database), in the pattern of cases.py: every failing case here was a bypass the
 pack before the fix let through (no violation at all), and each policy judged here has a
 passing case next to it. test_policy_cases.py runs them with cases.py's.
 """
@@ -11,14 +12,26 @@ from dataclasses import replace
 
 from policies import gcp
 from policies.model import Resource
-from tests.policies.cases import PROXY, SA, Case, member, one, stack_case
+from tests.policies.cases import (
+    PROXY,
+    PROXY_DB_ENV,
+    SA,
+    Case,
+    member,
+    on_proxy_database,
+    one,
+    stack_case,
+)
 from tests.policies.fixtures import (
     DATABASE,
     DATASTORE_CONDITION,
     INVOKER_SA,
     PROJECT,
+    PROJECT_IAM_BINDING,
     PROJECT_IAM_MEMBER,
     PROJECT_IAM_POLICY,
+    PROXY_DATABASE,
+    PROXY_DATASTORE_CONDITION,
     PROXY_SA,
     REGION,
     RUN_JOB_IAM_MEMBER,
@@ -27,12 +40,16 @@ from tests.policies.fixtures import (
     SA_IAM_MEMBER,
     TRIGGER_TOPIC,
     U,
+    database_condition,
     function_props,
     kit_stack,
     patch,
     preview_proxy_stack,
+    preview_proxy_watchdog_stack,
     proxy_child,
     proxy_stack,
+    proxy_watchdog_stack,
+    replace_named,
     res,
 )
 
@@ -96,6 +113,15 @@ def on_dedup_service(role: str, who: str, name: str = "extra-invoker") -> Resour
 def in_proxy(resource: Resource) -> Resource:
     """`resource` declared inside the proxy's component."""
     return proxy_child(resource.type, resource.name, resource.props)
+
+
+def shared_database() -> list[Resource]:
+    """The layout before the fix: the proxy keeps its records in the dedup database, its
+    roles/datastore.user conditioned to it (and no database of its own)."""
+    stack = replace_named(proxy_stack(), "proxy-function", PROXY_DB_ENV, DATABASE)
+    stack = replace_named(stack, "proxy-datastore-user", "condition", DATASTORE_CONDITION)
+    return [r for r in stack if r.name not in {"proxy-database", "proxy-ttl-field",
+                                               "proxy-schedule-time-field"}]
 
 
 def depends_on_proxy_account(resource: Resource) -> Resource:
@@ -320,6 +346,18 @@ BYPASS_CASES: dict[str, list[Case]] = {
             *preview_proxy_stack(),
             res(PROJECT_IAM_MEMBER, "proxy-storage", member("roles/storage.admin", PROXY))],
             True),
+        # The proxy's records in a database of its own: its roles/datastore.user names it.
+        stack_case("proxy-datastore-user-own-database-unknown", replace_named(
+            replace_named(proxy_stack(), "proxy-function", PROXY_DB_ENV, U),
+            "proxy-datastore-user", "condition", DATASTORE_CONDITION), False),
+        stack_case("proxy-datastore-user-condition-unknown", replace_named(
+            proxy_stack(), "proxy-datastore-user", "condition", U), False),
+        stack_case("proxy-datastore-user-on-the-dedup-database", replace_named(
+            proxy_stack(), "proxy-datastore-user", "condition", DATASTORE_CONDITION), True),
+        stack_case("proxy-datastore-user-in-a-policy-on-the-dedup-database", [
+            *proxy_stack(), res(PROJECT_IAM_POLICY, "project-policy", document({"bindings": [{
+                "role": "roles/datastore.user", "members": [PROXY],
+                "condition": database_condition(DATABASE)}]}))], True),
     ],
     "dedup-proxy-own-service-account": [
         stack_case("other-workflow-account", [*proxy_stack(), res(
@@ -330,5 +368,43 @@ BYPASS_CASES: dict[str, list[Case]] = {
             FN1, "legacy", v1_function(serviceAccountEmail=PROXY_SA))], True),
         stack_case("preview-function-as-proxy-account", [*preview_proxy_stack(), res(
             FN1, "legacy", v1_function(serviceAccountEmail=PROXY_SA))], True),
+    ],
+    # --- the proxy's records in a database of its own -------------------------------------
+    "dedup-proxy-own-database": [
+        stack_case("proxy-kit", proxy_stack(), False),
+        stack_case("proxy-preview", preview_proxy_stack(), False),
+        stack_case("no-proxy", kit_stack(), False),
+        stack_case("proxy-and-watchdog", proxy_watchdog_stack(), False),
+        stack_case("proxy-and-watchdog-preview", preview_proxy_watchdog_stack(), False),
+        stack_case("proxy-database-unknown",
+                   replace_named(proxy_stack(), "proxy-function", PROXY_DB_ENV, U), False),
+        stack_case("grant-member-unknown", [
+            *proxy_stack(), on_proxy_database("other-writer", "roles/datastore.user", U)], False),
+        stack_case("grant-condition-unknown", [*proxy_stack(), res(
+            PROJECT_IAM_MEMBER, "runtime-writer", member("roles/datastore.user",
+                                                         condition=U))], False),
+        stack_case("unconditioned-writer-in-another-project", [*proxy_stack(), res(
+            PROJECT_IAM_MEMBER, "elsewhere", {**member("roles/datastore.user"),
+                                              "project": "acme-other"})], False),
+        stack_case("writer-of-the-same-database-id-in-another-project", [*proxy_stack(), res(
+            PROJECT_IAM_MEMBER, "elsewhere", member("roles/datastore.user", condition={
+                "title": "t", "expression":
+                f'resource.name == "projects/acme-other/databases/{PROXY_DATABASE}"'}))],
+            False),
+        stack_case("proxy-shares-the-dedup-database", shared_database(), True),
+        stack_case("proxy-database-by-full-name-is-the-dedup-database", replace_named(
+            proxy_stack(), "proxy-function", PROXY_DB_ENV,
+            f"projects/{PROJECT}/databases/{DATABASE}"), True),
+        stack_case("runtime-datastore-user-on-the-proxy-database", replace_named(
+            proxy_stack(), "runtime-datastore-user", "condition", PROXY_DATASTORE_CONDITION),
+            True),
+        stack_case("datastore-owner-for-a-group-on-the-proxy-database", [
+            *proxy_stack(), res(PROJECT_IAM_BINDING, "owners", {
+                "project": PROJECT, "role": "roles/datastore.owner",
+                "members": ["group:dbas@example.com"],
+                "condition": PROXY_DATASTORE_CONDITION})], True),
+        stack_case("custom-role-writing-entities-unconditioned", [
+            *proxy_stack(), custom_role(["datastore.entities.update"]),
+            res(PROJECT_IAM_MEMBER, "runtime-custom", member(CUSTOM_ROLE))], True),
     ],
 }

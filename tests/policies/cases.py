@@ -29,6 +29,8 @@ from tests.policies.fixtures import (
     PROJECT_IAM_BINDING,
     PROJECT_IAM_MEMBER,
     PROJECT_IAM_POLICY,
+    PROXY_DATABASE,
+    PROXY_DATASTORE_CONDITION,
     PROXY_ROUTES,
     PROXY_SA,
     REGION,
@@ -43,15 +45,18 @@ from tests.policies.fixtures import (
     U,
     alert_policy_props,
     bucket_props,
+    database_condition,
     database_props,
     function_props,
     job_props,
     kit_stack,
     patch,
     preview_proxy_stack,
+    preview_proxy_watchdog_stack,
     preview_stack,
     preview_watchdog_stack,
     proxy_stack,
+    proxy_watchdog_stack,
     replace,
     replace_named,
     res,
@@ -513,6 +518,8 @@ RESOURCE_CASES: dict[str, list[Case]] = {
         one(
             "other-role-unconditioned", PROJECT_IAM_MEMBER, member("roles/logging.logWriter"), False
         ),
+        # A read-only role is the watchdog policy's to condition, not this advisory's.
+        one("viewer-unconditioned", PROJECT_IAM_MEMBER, member("roles/datastore.viewer"), False),
         one("datastore-unconditioned", PROJECT_IAM_MEMBER, member("roles/datastore.user"), True),
         one(
             "datastore-two-databases",
@@ -836,6 +843,14 @@ STACK_CASES: dict[str, list[Case]] = {
         stack_case("proxy-kit", proxy_stack(), False),
         stack_case("proxy-preview", preview_proxy_stack(), False),
         stack_case(
+            "proxy-ttl-field-by-full-database-name",
+            replace_named(
+                proxy_stack(), "proxy-ttl-field", "database",
+                f"projects/{PROJECT}/databases/{PROXY_DATABASE}",
+            ),
+            False,
+        ),
+        stack_case(
             # The schedule_time exemption is not the TTL policy's business.
             "schedule-time-indexed",
             replace_named(kit_stack(), "runs-schedule-time", "indexConfig", DELETE),
@@ -867,6 +882,17 @@ STACK_CASES: dict[str, list[Case]] = {
                 "ttlConfig",
                 {},
             ),
+            True,
+        ),
+        stack_case(
+            # The proxy's own database needs a TTL field of its own.
+            "proxy-database-without-ttl-field",
+            without_named(proxy_stack(), "proxy-ttl-field"),
+            True,
+        ),
+        stack_case(
+            "proxy-ttl-field-in-the-dedup-database",
+            replace_named(proxy_stack(), "proxy-ttl-field", "database", DATABASE),
             True,
         ),
         stack_case(
@@ -1081,6 +1107,7 @@ STACK_CASES["dedup-proxy-least-privilege"] = [
             PROXY_ENV,
             {
                 **function_props()["serviceConfig"]["environmentVariables"],
+                "DEDUP_DATABASE": PROXY_DATABASE,
                 "DEDUP_PROXY_TARGET": "workflow",
                 "DEDUP_PROXY_RESOURCE": WORKFLOW,
             },
@@ -1242,6 +1269,46 @@ STACK_CASES["dedup-proxy-least-privilege"] = [
     ),
 ]
 
+PROXY_DB_ENV = f"{PROXY_ENV}.DEDUP_DATABASE"
+
+
+def on_proxy_database(name: str, role: str, who: str) -> Resource:
+    """`role` for `who`, conditioned to the proxy's database."""
+    return res(PROJECT_IAM_MEMBER, name, member(role, who, condition=PROXY_DATASTORE_CONDITION))
+
+
+# The proxy's records in a database of its own. Grants the previous pack already flagged
+# (an advisory iam-datastore-user-single-database, or a watchdog role it did not allow);
+# the walk-arounds it let through are in bypass_cases.py.
+STACK_CASES["dedup-proxy-own-database"] = [
+    stack_case(
+        "proxy-and-function-on-the-default-database",
+        replace_named(
+            replace_named(proxy_stack(), PROXY_FN, PROXY_DB_ENV, DELETE),
+            "dedup-function", PROXY_DB_ENV, DELETE,
+        ),
+        True,
+    ),
+    stack_case(
+        "runtime-datastore-user-unconditioned",
+        replace_named(proxy_stack(), "runtime-datastore-user", "condition", DELETE),
+        True,
+    ),
+    stack_case(
+        "runtime-datastore-user-two-databases",
+        replace_named(proxy_stack(), "runtime-datastore-user", "condition", {
+            "title": "t", "expression": f'{DATASTORE_CONDITION["expression"]} || '
+            f'{PROXY_DATASTORE_CONDITION["expression"]}'}),
+        True,
+    ),
+    stack_case(
+        "runtime-datastore-user-on-a-folder",
+        [*proxy_stack(), res(FOLDER_IAM_MEMBER, "folder-writer", {
+            "folder": "folders/1", "role": "roles/datastore.user", "member": SA})],
+        True,
+    ),
+]
+
 CALLERS = f"{PROXY_ENV}.DEDUP_ALLOWED_CALLERS"
 OTHER_SA = f"ci-deployer@{PROJECT}.iam.gserviceaccount.com"
 
@@ -1334,6 +1401,7 @@ STACK_CASES["dedup-allowed-callers"] = [
 
 WATCHDOG_FN = "watchdog-function"
 WATCHDOG = f"serviceAccount:{WATCHDOG_SA}"
+VIEWER = "watchdog-proxy-datastore-viewer"
 
 
 def _watchdog_grant(name: str, role: str, **extra: object) -> Resource:
@@ -1418,7 +1486,65 @@ STACK_CASES["dedup-watchdog-least-privilege"] = [
              "project": PROJECT, "role": "roles/datastore.user", "members": [WATCHDOG]})],
         True,
     ),
+    # With the proxy: roles/datastore.viewer on the proxy's own database, read-only.
+    stack_case("watchdog-and-proxy", proxy_watchdog_stack(), False),
+    stack_case("watchdog-and-proxy-preview", preview_proxy_watchdog_stack(), False),
+    stack_case(
+        "watchdog-viewer-condition-unknown",
+        replace_named(proxy_watchdog_stack(), VIEWER, "condition", U),
+        False,
+    ),
+    stack_case(
+        "watchdog-viewer-proxy-database-unknown",
+        replace_named(
+            replace_named(proxy_watchdog_stack(), VIEWER, "condition", DATASTORE_CONDITION),
+            PROXY_FN, f"{PROXY_ENV}.DEDUP_DATABASE", U,
+        ),
+        False,
+    ),
+    stack_case(
+        "watchdog-viewer-unconditioned",
+        replace_named(proxy_watchdog_stack(), VIEWER, "condition", DELETE),
+        True,
+    ),
+    stack_case(
+        "watchdog-viewer-on-two-databases",
+        replace_named(proxy_watchdog_stack(), VIEWER, "condition", {
+            "title": "t", "expression": f'{PROXY_DATASTORE_CONDITION["expression"]} || true'}),
+        True,
+    ),
+    stack_case(
+        "watchdog-viewer-on-another-database",
+        replace_named(
+            proxy_watchdog_stack(), VIEWER, "condition", database_condition("(default)")
+        ),
+        True,
+    ),
+    stack_case(
+        "watchdog-viewer-without-a-proxy",
+        [*watchdog_stack(), _watchdog_grant(VIEWER, "roles/datastore.viewer",
+                                            condition=PROXY_DATASTORE_CONDITION)],
+        True,
+    ),
+    stack_case(
+        "watchdog-viewer-on-a-folder",
+        [*without_named(proxy_watchdog_stack(), VIEWER), res(FOLDER_IAM_MEMBER, VIEWER, {
+            "folder": "folders/1", "role": "roles/datastore.viewer", "member": WATCHDOG,
+            "condition": PROXY_DATASTORE_CONDITION})],
+        True,
+    ),
 ]
+
+
+STACK_CASES["dedup-proxy-own-database"].append(
+    stack_case(
+        # The watchdog only reads the proxy's records: roles/datastore.viewer.
+        "watchdog-datastore-user-on-the-proxy-database",
+        [*proxy_watchdog_stack(),
+         on_proxy_database("watchdog-proxy-writer", "roles/datastore.user", WATCHDOG)],
+        True,
+    )
+)
 
 
 # --- alerting -----------------------------------------------------------------------------

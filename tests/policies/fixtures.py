@@ -3,7 +3,9 @@
 `kit_stack()` is a compliant stack shaped like the kit's program; `preview_stack()` is the
 same stack during a first `pulumi preview`, where outputs of resources not created yet
 (URLs, service account e-mails, database names) are unknown sentinels. `proxy_stack()` and
-`preview_proxy_stack()` add the idempotent proxy with one target of each kind.
+`preview_proxy_stack()` add the idempotent proxy with one target of each kind and its
+records in a database of its own; `watchdog_stack()` adds the run watchdog, and
+`proxy_watchdog_stack()` both (the watchdog then also reads the proxy's database).
 """
 
 from __future__ import annotations
@@ -62,10 +64,19 @@ SECRET_IAM_MEMBER = "gcp:secretmanager/secretIamMember:SecretIamMember"
 FIRESTORE_DATABASE = "gcp:firestore/database:Database"
 ALERT_POLICY = "gcp:monitoring/alertPolicy:AlertPolicy"
 NOTIFICATION_CHANNEL = "gcp:monitoring/notificationChannel:NotificationChannel"
-DATASTORE_CONDITION = {
-    "title": "dedup-database-only",
-    "expression": f'resource.name == "projects/{PROJECT}/databases/{DATABASE}"',
-}
+PROXY_DATABASE = f"{DATABASE}-proxy"  # the proxy's records: a database of its own
+
+
+def database_condition(database: str = DATABASE) -> dict[str, str]:
+    """The condition the kit puts on datastore roles: one database."""
+    return {
+        "title": "dedup-database-only",
+        "expression": f'resource.name == "projects/{PROJECT}/databases/{database}"',
+    }
+
+
+DATASTORE_CONDITION = database_condition()
+PROXY_DATASTORE_CONDITION = database_condition(PROXY_DATABASE)
 
 
 DELETE = object()
@@ -191,6 +202,7 @@ def proxy_function_props() -> dict[str, Any]:
     service["uri"] = PROXY_URL
     env = service["environmentVariables"]
     del env["DEDUP_JOB"]
+    env["DEDUP_DATABASE"] = PROXY_DATABASE
     env["DEDUP_PROXY_ROUTES"] = json.dumps(PROXY_ROUTES)
     env["DEDUP_PROXY_TIMEOUT_SECONDS"] = "30"
     return props
@@ -203,10 +215,10 @@ def proxied_job_props() -> dict[str, Any]:
     return props
 
 
-def field_props() -> dict[str, Any]:
+def field_props(database: str = DATABASE) -> dict[str, Any]:
     return {
         "project": PROJECT,
-        "database": DATABASE,
+        "database": database,
         "collection": COLLECTION,
         "field": "expire_at",
         "ttlConfig": {},
@@ -214,9 +226,9 @@ def field_props() -> dict[str, Any]:
     }
 
 
-def schedule_time_field_props() -> dict[str, Any]:
+def schedule_time_field_props(database: str = DATABASE) -> dict[str, Any]:
     """The records' schedule_time, exempt from indexing like expire_at, with no TTL."""
-    props = field_props()
+    props = field_props(database)
     props["field"] = "schedule_time"
     del props["ttlConfig"]
     return props
@@ -293,9 +305,9 @@ def alert_policy_props(*channels: Any) -> dict[str, Any]:
     }
 
 
-def database_props(protected: bool) -> dict[str, Any]:
+def database_props(protected: bool, name: str = DATABASE) -> dict[str, Any]:
     state = "DELETE_PROTECTION_ENABLED" if protected else "DELETE_PROTECTION_DISABLED"
-    return {"project": PROJECT, "name": DATABASE, "locationId": "eur3",
+    return {"project": PROJECT, "name": name, "locationId": "eur3",
             "type": "FIRESTORE_NATIVE", "deleteProtectionState": state}
 
 
@@ -361,12 +373,20 @@ def watchdog_stack() -> list[Resource]:
 
 
 def proxy_stack() -> list[Resource]:
-    """kit_stack plus the proxy: its account, function, invoker binding, database role,
-    one role per kind of target, and a job that calls it."""
+    """kit_stack plus the proxy: its account, its own records database (with the TTL
+    field), function, invoker binding, database role (on its own database), one role per
+    kind of target, and a job that calls it."""
     proxy_member = f"serviceAccount:{PROXY_SA}"
     return [
         *kit_stack(),
         proxy_child(SERVICE_ACCOUNT, "proxy-sa", {"accountId": "dedup-proxy", "project": PROJECT}),
+        proxy_child(FIRESTORE_DATABASE, "proxy-database", database_props(False, PROXY_DATABASE)),
+        proxy_child(gcp.FIRESTORE_FIELD, "proxy-ttl-field", field_props(PROXY_DATABASE)),
+        proxy_child(
+            gcp.FIRESTORE_FIELD,
+            "proxy-schedule-time-field",
+            schedule_time_field_props(PROXY_DATABASE),
+        ),
         proxy_child(gcp.FUNCTION_V2, "proxy-function", proxy_function_props()),
         proxy_child(
             RUN_SERVICE_IAM_MEMBER,
@@ -386,7 +406,7 @@ def proxy_stack() -> list[Resource]:
                 "project": PROJECT,
                 "role": "roles/datastore.user",
                 "member": proxy_member,
-                "condition": dict(DATASTORE_CONDITION),
+                "condition": dict(PROXY_DATASTORE_CONDITION),
             },
         ),
         proxy_child(
@@ -429,6 +449,26 @@ def proxy_stack() -> list[Resource]:
              "role": "roles/secretmanager.secretAccessor", "member": proxy_member},
         ),
         res(gcp.SCHEDULER_JOB, "job-daily-report", proxied_job_props()),
+    ]
+
+
+def proxy_watchdog_stack() -> list[Resource]:
+    """proxy_stack plus the watchdog (as watchdog_stack adds it), which also reads the
+    proxy's records: roles/datastore.viewer conditioned to the proxy's database."""
+    kit = {r.name for r in kit_stack()}
+    return [
+        *proxy_stack(),
+        *[r for r in watchdog_stack() if r.name not in kit],
+        res(
+            PROJECT_IAM_MEMBER,
+            "watchdog-proxy-datastore-viewer",
+            {
+                "project": PROJECT,
+                "role": "roles/datastore.viewer",
+                "member": f"serviceAccount:{WATCHDOG_SA}",
+                "condition": dict(PROXY_DATASTORE_CONDITION),
+            },
+        ),
     ]
 
 
@@ -475,6 +515,10 @@ def preview_proxy_stack() -> list[Resource]:
 
 def preview_watchdog_stack() -> list[Resource]:
     return _as_preview(watchdog_stack())
+
+
+def preview_proxy_watchdog_stack() -> list[Resource]:
+    return _as_preview(proxy_watchdog_stack())
 
 
 def replace(

@@ -203,7 +203,8 @@ def extra_resource_program(declare_extra: Callable[[str], None]) -> Callable[[Pa
 
 
 PROD_PROXY_SA = "scheduler-dedup-proxy@acme-scheduler-prod.iam.gserviceaccount.com"
-PROD_RUNTIME_SA = "scheduler-dedup-runtime@acme-scheduler-prod.iam.gserviceaccount.com"
+PROD_PROJECT = "acme-scheduler-prod"
+PROD_RUNTIME_SA = f"scheduler-dedup-runtime@{PROD_PROJECT}.iam.gserviceaccount.com"
 
 
 def _proxy_member(role: str) -> Callable[[str], None]:
@@ -522,6 +523,33 @@ BROKEN: list[Broken] = [
         lambda d: mutate_named(
             d, "proxy-function", "serviceConfig.serviceAccountEmail", PROD_RUNTIME_SA
         ),
+        # The proxy's account then holds roles/datastore.user on the dedup database.
+        also=frozenset({"dedup-proxy-least-privilege"}),
+        stack=PROD,
+    ),
+    # The proxy's records in a database of its own (only the proxy's account writes it).
+    Broken(
+        "proxy keeps its records in the dedup database",
+        "dedup-proxy-own-database",
+        lambda d: mutate_named(d, "proxy-function", f"{ENV}.DEDUP_DATABASE", "scheduler-dedup"),
+        # Its roles/datastore.user then names another database than its own, and the
+        # watchdog's read-only role a database that is no proxy's.
+        also=frozenset({"dedup-proxy-least-privilege", "dedup-watchdog-least-privilege"}),
+        stack=PROD,
+    ),
+    Broken(
+        "dedup function's account writes the proxy's database",
+        "dedup-proxy-own-database",
+        lambda d: mutate_named(
+            d, "dedup-runtime-datastore-user", "condition.expression",
+            f'resource.name == "projects/{PROD_PROJECT}/databases/scheduler-dedup-proxy"',
+        ),
+        stack=PROD,
+    ),
+    Broken(
+        "watchdog writes the proxy's database",
+        "dedup-proxy-own-database",
+        lambda d: mutate_named(d, "watchdog-reads-proxy-database", "role", "roles/datastore.user"),
         stack=PROD,
     ),
     Broken(

@@ -11,11 +11,23 @@ from policies.registry import ALL_POLICIES, by_name
 from policies.stack import (
     allowed_callers,
     lease_survives_missed_renewals,
+    proxy_own_database,
     ttl_policy_on_expire_at,
 )
 from tests.policies.bypass_cases import BYPASS_CASES
 from tests.policies.cases import RESOURCE_CASES, STACK_CASES, Case
-from tests.policies.fixtures import kit_stack, proxy_stack, replace_named, without_named
+from tests.policies.fixtures import (
+    DATABASE,
+    PROJECT,
+    PROXY_DATABASE,
+    PROXY_DATASTORE_CONDITION,
+    PROXY_SA,
+    RUNTIME_SA,
+    kit_stack,
+    proxy_stack,
+    replace_named,
+    without_named,
+)
 
 ALL_CASES: dict[str, list[Case]] = {
     name: [*RESOURCE_CASES.get(name, []), *STACK_CASES.get(name, []), *BYPASS_CASES.get(name, [])]
@@ -118,3 +130,26 @@ def test_allowed_callers_names_the_function_that_serves_everyone() -> None:
         "function 'scheduler-dedup'",
         "function 'scheduler-dedup-proxy'",
     ]
+
+
+def test_proxy_own_database_names_the_database_the_member_and_the_fix() -> None:
+    env = "serviceConfig.environmentVariables.DEDUP_DATABASE"
+    assert proxy_own_database(proxy_stack()) == []
+    (shared,) = [
+        f for f in proxy_own_database(replace_named(proxy_stack(), "proxy-function", env, DATABASE))
+        if f.urn is not None and f.urn.endswith("::proxy-function")
+    ]
+    assert f"'projects/{PROJECT}/databases/{DATABASE}' (DEDUP_DATABASE)" in shared.message
+    assert "function 'scheduler-dedup'" in shared.message
+    assert f"e.g. '{DATABASE}-proxy'" in shared.message
+    writer = replace_named(
+        proxy_stack(), "runtime-datastore-user", "condition", PROXY_DATASTORE_CONDITION
+    )
+    (finding,) = proxy_own_database(writer)
+    assert finding.message.startswith(
+        f"serviceAccount:{RUNTIME_SA} holds roles/datastore.user, which writes the proxy's "
+        f"database 'projects/{PROJECT}/databases/{PROXY_DATABASE}' (its condition names it): "
+        "remove it"
+    )
+    assert f"only the proxy's own account ({PROXY_SA})" in finding.message
+    assert finding.urn is not None and finding.urn.endswith("::runtime-datastore-user")

@@ -25,8 +25,10 @@ from tests.policies.fixtures import (
     PROXY_SA,
     kit_stack,
     preview_proxy_stack,
+    preview_proxy_watchdog_stack,
     preview_stack,
     proxy_stack,
+    proxy_watchdog_stack,
     replace,
     res,
 )
@@ -155,6 +157,21 @@ def test_any_single_unknown_in_the_proxy_stack_is_not_a_violation() -> None:
         assert found == [], (label, found)
         checked += 1
     assert checked > 190
+
+
+def test_proxy_and_watchdog_stack_has_no_violation() -> None:
+    """The proxy's records in a database of its own, which the watchdog only reads."""
+    assert evaluate(proxy_watchdog_stack()) == []
+    assert evaluate(preview_proxy_watchdog_stack()) == []
+
+
+def test_any_single_unknown_in_the_proxy_and_watchdog_stack_is_not_a_violation() -> None:
+    checked = 0
+    for label, resources in variants(proxy_watchdog_stack()):
+        found = evaluate(resources)
+        assert found == [], (label, found)
+        checked += 1
+    assert checked > 250
 
 
 def test_a_proxy_violation_survives_unknowns_elsewhere() -> None:
