@@ -586,8 +586,9 @@ class FunctionSettings(_Model):
         description="Memory per instance, 128Mi..32Gi (unit Mi or Gi)",
         json_schema_extra=Hint("a memory size", "use a size with a unit Mi or Gi, e.g. 256Mi, "
                                "512Mi or 1Gi"))
-    min_instances: Int = Field(default=0, ge=0, le=1000, description="Minimum instances (0 "
-                               "scales to zero); <= maxInstances")
+    min_instances: Int = Field(default=0, ge=0, le=1000, description="Minimum instances of "
+                               "the dedup function (0 scales to zero; the proxy and the "
+                               "watchdog always do); <= maxInstances")
     max_instances: Int = Field(default=10, ge=1, le=1000, description="Maximum instances")
     max_request_concurrency: Int = Field(
         default=1, ge=1, le=1000,

@@ -39,6 +39,9 @@ variable: no client library, no Secret Manager call in the function). The proxy 
 each run's token with it (function/dedup/tokens.py); the accounts in `tokenSecretReaders`
 (the downstream services' IdempotencyGuard) get the accessor role on it to check them.
 
+It takes the dedup function's memory, timeout and instance settings, but never keeps an
+instance warm (minInstances 0 whatever the stack says: see `scaled_to_zero_base`).
+
 The dedup function's invoker account holds `roles/run.invoker` on the proxy's Cloud Run
 service only, and is the one caller the proxy serves (DEDUP_ALLOWED_CALLERS = its e-mail:
 the proxied jobs send its OIDC tokens); ingress is internal-only; nothing is public.
@@ -46,6 +49,7 @@ the proxied jobs send its OIDC tokens); ingress is internal-only; nothing is pub
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -149,6 +153,13 @@ class DedupProxyArgs:
     @property
     def function_name(self) -> str:
         return f"{self.name_prefix}-proxy"
+
+    def scaled_to_zero_base(self) -> FunctionBase:
+        """The dedup function's base without warm instances: the stack's minInstances is for
+        its jobs' latency, while a proxied run only starts an execution that itself takes
+        seconds to start, so an instance kept warm all month for it buys nothing."""
+        settings = self.function_base.settings.model_copy(update={"min_instances": 0})
+        return dataclasses.replace(self.function_base, settings=settings)
 
     @property
     def account_id(self) -> str:
@@ -381,7 +392,7 @@ class DedupProxy(pulumi.ComponentResource):
         declared = declare_function(
             name,
             parent=self,
-            base=args.function_base,
+            base=args.scaled_to_zero_base(),
             function_name=args.function_name,
             description="Starts workflows, Cloud Run jobs or build triggers once per "
             "scheduled run, with the run's dedup key as idempotency token.",

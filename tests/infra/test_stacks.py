@@ -335,6 +335,19 @@ def test_function_settings(stack: StackUnderTest) -> None:
         assert service["availableCpu"] == "1"
 
 
+def test_the_proxy_keeps_no_instance_warm(stack_runs: dict[str, StackUnderTest]) -> None:
+    """The proxy takes the function's settings but scales to zero: prod's minInstances 1
+    is for its jobs' latency, not for starting a workflow once a day."""
+    prod = stack_runs["prod"]
+    assert prod.proxy is not None
+    function, proxy = prod.function.props["serviceConfig"], prod.proxy.props["serviceConfig"]
+    assert function["minInstanceCount"] == prod.config.function.min_instances >= 1
+    assert proxy["minInstanceCount"] == 0
+    for same in ("availableMemory", "timeoutSeconds", "maxInstanceCount",
+                 "maxInstanceRequestConcurrency"):
+        assert proxy[same] == function[same], same
+
+
 def test_dedicated_runtime_and_build_accounts(stack: StackUnderTest) -> None:
     props = stack.function.props
     runtime = stack.account_email("runtime")
