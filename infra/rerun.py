@@ -195,7 +195,7 @@ def request_rerun(
     request = RerunRequest(
         project=project, location=location, job=job.name, schedule_time=instant,
         generation=latest + 1, requested_by=requested_by, reason=reason.strip(),
-        requested_at=now,
+        requested_at=now, expire_at=now + timedelta(seconds=cfg.dedup.retention_seconds),
     )
     try:
         queue.create(request)

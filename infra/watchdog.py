@@ -12,7 +12,7 @@ the dedup service's build account into its repository, internal-only ingress), a
   job's `database` in DEDUP_WATCH_JOBS). It reads the records by ID; it also writes its own
   cursor documents (collection `<collection>_watchdog`, one per job, so a tick judges only
   the runs whose verdict became due since the previous one), and marks the re-run requests
-  of `make rerun` (`<collection>_reruns`) done. Firestore has no predefined role that reads
+  of `make rerun` (`<collection>_reruns`, with a TTL policy on their expire_at) done. Firestore has no predefined role that reads
   everything but writes two collections, so the database-conditioned user role is the
   narrowest grant;
 - is called by its own Scheduler job `<namePrefix>-watchdog`, with OIDC tokens of the
@@ -62,11 +62,13 @@ from infra.config import (
 from infra.dedup_proxy import DedupProxy
 from infra.dedup_service import DedupService, dedup_environment
 from infra.iam_wait import wait_for_iam
+from infra.records_database import TTL_FIELD
 from infra.scheduled_job import ScheduledJob, ScheduledJobArgs, job_headers
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:Watchdog"
 ENTRY_POINT: Final = "watch_scheduled_runs"
-CURSOR_COLLECTION_SUFFIX: Final = "_watchdog"
+RERUNS_COLLECTION_SUFFIX: Final = "_reruns"
+"""`make rerun`'s requests, `<collection>_reruns` (function/dedup/reruns.py)."""
 ATTEMPT_DEADLINE_SECONDS: Final = 180
 """The watchdog job's attempt deadline (bounded by the function's timeout)."""
 
@@ -148,6 +150,9 @@ class WatchdogArgs:
     """What the function's deployment waits for (APIs, build grants, TTL field)."""
     job_depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
     """What its job waits for besides the watchdog's invoker binding (the APIs)."""
+    last_field_operation: Sequence[pulumi.Resource] = field(default_factory=tuple)
+    """The dedup database's last field resource: its own field operation waits for it
+    (Firestore refuses field operations run side by side on one database)."""
     iam_propagation_seconds: int = int(DEFAULTS["iamPropagationSeconds"])
     config: StackConfig | None = None
     """The stack config, when the watchdog delivers runs (DEDUP_WATCH_JOBS needs the proxy's
@@ -181,6 +186,7 @@ class WatchdogArgs:
             read_databases={"proxy": proxy.database.name} if proxy is not None else {},
             depends_on=[*service.apis, *service.build_grants, service.ttl_field],
             job_depends_on=list(service.apis),
+            last_field_operation=[service.schedule_time_field],
             iam_propagation_seconds=cfg.iam_propagation_seconds,
             config=cfg,
             delivery_targets=_delivery_targets(cfg, service, proxy),
@@ -234,6 +240,8 @@ class Watchdog(pulumi.ComponentResource):
     service_name: pulumi.Output[str]
     account: gcp.serviceaccount.Account
     datastore_user: gcp.projects.IAMMember
+    reruns_ttl_field: gcp.firestore.Field
+    """TTL policy on the re-run requests' expire_at (exempt from indexing)."""
     datastore_viewers: list[gcp.projects.IAMMember]
     """roles/datastore.viewer on each database of other components' records it reads."""
     invoker_binding: gcp.cloudrunv2.ServiceIamMember
@@ -266,6 +274,18 @@ class Watchdog(pulumi.ComponentResource):
             project=project,
             member=self.account.member,
             database=args.database,
+        )
+        # `make rerun`'s requests carry expire_at (requested + retention): Firestore deletes
+        # them with the runs they asked for, as it does the run records.
+        self.reruns_ttl_field = gcp.firestore.Field(
+            f"{name}-reruns-ttl-field",
+            project=project,
+            database=args.database,
+            collection=f"{args.dedup.collection}{RERUNS_COLLECTION_SUFFIX}",
+            field=TTL_FIELD,
+            ttl_config=gcp.firestore.FieldTtlConfigArgs(),
+            index_config=gcp.firestore.FieldIndexConfigArgs(),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.last_field_operation)),
         )
         # Read only, the other databases of run records (the proxy's): it never writes them.
         self.datastore_viewers = [

@@ -9,6 +9,8 @@ writes it `pending`; the watchdog delivers every pending request at each tick an
 many deliveries execute that generation once), `failed` when the job ran and raised (not
 retried at every tick: a new request asks for the next generation), `refused` when it
 cannot deliver it. The original record, and those of earlier generations, are kept.
+A request carries `expire_at` (when asked + the stack's retention), which the TTL policy
+infra declares on this collection honours, as it does the run records'.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class RerunRequest:
     status: str = PENDING
     outcome: str | None = None  # the function's answer that finished it
     finished_at: datetime | None = None
+    # When Firestore's TTL policy on the requests' collection may delete it (infra sets
+    # requested_at + the stack's retention: the records of the run are gone by then too).
+    expire_at: datetime | None = None
 
     @property
     def key(self) -> RunKey:
@@ -76,6 +81,7 @@ class RerunRequest:
             "status": self.status,
             "outcome": self.outcome,
             "finished_at": self.finished_at,
+            "expire_at": self.expire_at,
         }
 
     @classmethod
@@ -92,6 +98,7 @@ class RerunRequest:
             status=str(data.get("status") or PENDING),
             outcome=data.get("outcome"),
             finished_at=data.get("finished_at"),
+            expire_at=data.get("expire_at"),
         )
 
 

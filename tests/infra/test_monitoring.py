@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dedup.reruns import RERUNS_SUFFIX
 from dedup.settings import Settings
 from infra.config import ConfigError, load_config
 from infra.monitoring import (
@@ -125,6 +126,19 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
         assert props["paused"] is entry["paused"]
     if cfg.proxied_jobs:
         assert {cfg.job_id(j) for j in cfg.proxied_jobs} <= {w["name"] for w in watched}
+
+
+def test_rerun_requests_expire_with_the_runs(stack: StackUnderTest) -> None:
+    """`make rerun`'s requests (function/dedup/reruns.py's collection) carry expire_at, and
+    the watchdog's component declares the TTL policy on it, after the dedup database's last
+    field operation (one at a time on a database)."""
+    field = stack.run.by_name("watchdog-reruns-ttl-field")
+    cfg = stack.config
+    assert field.props["database"] == cfg.dedup.database_name
+    assert field.props["collection"] == cfg.dedup.collection + RERUNS_SUFFIX
+    assert field.props["field"] == "expire_at"
+    assert "ttlConfig" in field.props and field.props["indexConfig"] == {}
+    assert stack.run.by_name("dedup-schedule-time-field").urn in field.dependencies
 
 
 def test_watchdog_account_holds_only_the_database_roles(stack: StackUnderTest) -> None:

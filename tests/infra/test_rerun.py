@@ -4,7 +4,7 @@ real Firestore emulator with records written by the real protocol."""
 from __future__ import annotations
 
 import io
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,8 @@ def test_a_rerun_is_recorded_refused_while_pending_and_shown_by_make_runs(
     hourly.completed_key(rerun_key, at(12, 1))
     queue = FirestoreRerunQueue(hourly.store, reruns_collection(collection_name))
     [request] = queue.for_job(hourly.job_id)
+    # Deleted by the TTL policy with the runs it asked for (the stack's retention).
+    assert request.expire_at == NOW + timedelta(seconds=cfg.dedup.retention_seconds)
     queue.finish(request, DONE, "completed", at(12, 1))
     code, out, _ = run_main(str(path), "--last", "3", "--job", JOB, now=NOW)
     [line] = [line for line in out.splitlines() if "+ generation 1" in line]
