@@ -12,9 +12,9 @@ the dedup service's build account into its repository, internal-only ingress), a
   job's `database` in DEDUP_WATCH_JOBS). It reads the records by ID; it also writes its own
   cursor documents (collection `<collection>_watchdog`, one per job, so a tick judges only
   the runs whose verdict became due since the previous one), and marks the re-run requests
-  of `make rerun` (`<collection>_reruns`, with a TTL policy on their expire_at) done. Firestore has no predefined role that reads
-  everything but writes two collections, so the database-conditioned user role is the
-  narrowest grant;
+  of `make rerun` (`<collection>_reruns`, with a TTL policy on their expire_at) done.
+  Firestore has no predefined role that reads everything but writes two collections, so
+  the database-conditioned user role is the narrowest grant;
 - is called by its own Scheduler job `<namePrefix>-watchdog`, with OIDC tokens of the
   stack's invoker account: it already holds `roles/run.invoker` on the kit's other services
   and can already trigger every job's delivery, so invoking the read-only watchdog adds
