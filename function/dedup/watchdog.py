@@ -749,26 +749,25 @@ class Watchdog:
 # -- Firestore ---------------------------------------------------------------------------------
 class FirestoreWatchStore:
     """The watchdog's store: run records by ID through the RunStore (read only), in its own
-    database or another (`other_databases`: a RunStore per database ID, e.g. the proxy's),
-    and its own cursor documents, one per job, in `<collection>_watchdog` (the only thing
-    it writes)."""
+    database or the one a job names (`by_database`: a RunStore per database ID a job may
+    name, its own included), and its own cursor documents, one per job, in
+    `<collection>_watchdog` (the only thing it writes)."""
 
     def __init__(
         self,
         runs: FirestoreRunStore,
         cursor_collection: str,
-        other_databases: Mapping[str, FirestoreRunStore] | None = None,
+        by_database: Mapping[str, FirestoreRunStore] | None = None,
     ) -> None:
         self._runs = runs
-        self._others = dict(other_databases or {})
+        self._by_database = dict(by_database or {})
         self._cursors = runs.client.collection(cursor_collection)
 
     def get_many(
         self, run_ids: Sequence[str], database: str | None = None
     ) -> dict[str, StoredRun]:
-        if database is None:
-            return self._runs.get_many(run_ids)
-        return self._others[database].get_many(run_ids)
+        store = self._runs if database is None else self._by_database[database]
+        return store.get_many(run_ids)
 
     def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
         def op() -> dict[str, Cursor]:
@@ -803,15 +802,15 @@ def build_watchdog_handler(
     client = client or firestore.Client(project=store.project, database=store.database)
     runs = FirestoreRunStore(client, store.collection, store.store_timeout_seconds)
     # A client per other database its jobs name (the proxy's), on the same project and
-    # credentials (and emulator, in tests).
-    others = {
+    # credentials (and emulator, in tests); a job may name its own database too.
+    by_database = {store.database: runs} | {
         database: FirestoreRunStore(
             firestore.Client(project=client.project, database=database),
             store.collection, store.store_timeout_seconds,
         )
         for database in settings.other_databases
     }
-    watch_store = FirestoreWatchStore(runs, settings.cursor_collection, others)
+    watch_store = FirestoreWatchStore(runs, settings.cursor_collection, by_database)
     deliverer = HttpDeliverer(settings.target_auth) if settings.delivers else None
     reruns = FirestoreRerunQueue(runs, reruns_collection(store.collection))
     watchdog = Watchdog(settings, watch_store, wall_clock, deliverer, reruns)

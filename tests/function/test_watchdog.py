@@ -248,6 +248,25 @@ def test_a_proxied_job_is_judged_by_the_records_in_its_own_database(
     assert body["checked"] == 8
 
 
+def test_a_job_naming_the_watchdogs_own_database_is_read_there(collection_name: str) -> None:
+    """DEDUP_WATCH_JOBS may name DEDUP_DATABASE itself: the records are read there (not a
+    failing tick for a database it opened no client for)."""
+    own = f"own-{collection_name[-8:]}"
+    runs = Runs(collection_name, own)
+    named = replace(TEN_MINUTES, database=own)
+    runs.completed(named.name, at(11, 0), at(11, 10), at(11, 30))
+    watch = Watch(collection_name, [named], now=at(11, 50))
+    settings = replace(watch.settings(), store=replace(watch.settings().store, database=own))
+    assert settings.other_databases == ()
+    handler = build_watchdog_handler(
+        settings, firestore.Client(project=PROJECT, database=own), watch.logs.append,
+        wall_clock=lambda: watch.now,
+    )
+    reply = handler.handle({}, b"")
+    assert reply.status == 200
+    assert problems(dict(reply.body)) == [("missed", named.name, "2026-10-16T11:20:00Z")]
+
+
 def test_an_in_progress_run_that_then_fails_is_reported_failed(collection_name: str) -> None:
     runs = Runs(collection_name)
     job = TEN_MINUTES.name
