@@ -68,30 +68,47 @@ def declare_records_database(
         ),
     )
 
-    # Firestore indexes every field by default; the records are only ever read by
-    # document ID. expire_at carries the TTL policy (Firestore deletes expired records,
-    # typically within a day) and, like schedule_time, is exempt from indexing: both keep
-    # increasing across documents, and a field indexed in sequence writes each new entry
-    # next to the previous one, which caps the collection at about 500 writes per second
-    # and costs an index write per record.
-    def unindexed_field(
-        suffix: str, field_name: str, *, ttl: bool, after: Sequence[pulumi.Resource] = ()
-    ) -> gcp.firestore.Field:
-        return gcp.firestore.Field(
-            f"{name}-{suffix}",
-            project=project,
-            database=database.name,
-            collection=dedup.collection,
-            field=field_name,
-            ttl_config=gcp.firestore.FieldTtlConfigArgs() if ttl else None,
-            index_config=gcp.firestore.FieldIndexConfigArgs(),
-            opts=pulumi.ResourceOptions(parent=parent, depends_on=list(after)),
-        )
-
-    ttl_field = unindexed_field("ttl-field", TTL_FIELD, ttl=True)
+    ttl_field = declare_unindexed_field(
+        f"{name}-ttl-field", parent=parent, project=project, database=database.name,
+        collection=dedup.collection, field_name=TTL_FIELD, ttl=True,
+    )
     # After the TTL field, not beside it: Firestore has answered field operations run side
     # by side on a new database with 409 ("underlying data changed").
-    schedule_time_field = unindexed_field(
-        "schedule-time-field", SCHEDULE_TIME_FIELD, ttl=False, after=[ttl_field]
+    schedule_time_field = declare_unindexed_field(
+        f"{name}-schedule-time-field", parent=parent, project=project, database=database.name,
+        collection=dedup.collection, field_name=SCHEDULE_TIME_FIELD, ttl=False,
+        after=[ttl_field],
     )
     return RecordsDatabase(database, ttl_field, schedule_time_field)
+
+
+def declare_unindexed_field(
+    resource_name: str,
+    *,
+    parent: pulumi.Resource,
+    project: str,
+    database: pulumi.Input[str],
+    collection: str,
+    field_name: str,
+    ttl: bool,
+    after: Sequence[pulumi.Resource] = (),
+) -> gcp.firestore.Field:
+    """One field of a records collection, exempt from indexing, with the TTL policy if
+    `ttl`; declared after `after` (one field operation at a time on a database).
+
+    Firestore indexes every field by default; the records are only ever read by document
+    ID. expire_at carries the TTL policy (Firestore deletes expired records, typically
+    within a day) and, like schedule_time, is exempt from indexing: both keep increasing
+    across documents, and a field indexed in sequence writes each new entry next to the
+    previous one, which caps the collection at about 500 writes per second and costs an
+    index write per record."""
+    return gcp.firestore.Field(
+        resource_name,
+        project=project,
+        database=database,
+        collection=collection,
+        field=field_name,
+        ttl_config=gcp.firestore.FieldTtlConfigArgs() if ttl else None,
+        index_config=gcp.firestore.FieldIndexConfigArgs(),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(after)),
+    )

@@ -62,7 +62,7 @@ from infra.config import (
 from infra.dedup_proxy import DedupProxy
 from infra.dedup_service import DedupService, dedup_environment
 from infra.iam_wait import wait_for_iam
-from infra.records_database import TTL_FIELD
+from infra.records_database import TTL_FIELD, declare_unindexed_field
 from infra.scheduled_job import ScheduledJob, ScheduledJobArgs, job_headers
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:Watchdog"
@@ -277,15 +277,10 @@ class Watchdog(pulumi.ComponentResource):
         )
         # `make rerun`'s requests carry expire_at (requested + retention): Firestore deletes
         # them with the runs they asked for, as it does the run records.
-        self.reruns_ttl_field = gcp.firestore.Field(
-            f"{name}-reruns-ttl-field",
-            project=project,
-            database=args.database,
+        self.reruns_ttl_field = declare_unindexed_field(
+            f"{name}-reruns-ttl-field", parent=self, project=project, database=args.database,
             collection=f"{args.dedup.collection}{RERUNS_COLLECTION_SUFFIX}",
-            field=TTL_FIELD,
-            ttl_config=gcp.firestore.FieldTtlConfigArgs(),
-            index_config=gcp.firestore.FieldIndexConfigArgs(),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.last_field_operation)),
+            field_name=TTL_FIELD, ttl=True, after=args.last_field_operation,
         )
         # Read only, the other databases of run records (the proxy's): it never writes them.
         self.datastore_viewers = [
