@@ -43,11 +43,10 @@ if _FUNCTION_DIR not in sys.path:
 from dedup.firestore_store import FirestoreRunStore  # noqa: E402
 from dedup.store import RunStatus, StoreError  # noqa: E402
 from infra.runs import (  # noqa: E402
-    ADC_HINT,
     RunsError,
-    first_line,
     open_store,
     stack_config,
+    store_failure,
     watched_jobs,
 )
 
@@ -153,10 +152,10 @@ def main(
         err.write(f"make migrate-proxy-records: {exc}\n")
         return 2
     except (StoreError, google.auth.exceptions.GoogleAuthError) as exc:
-        err.write(f"make migrate-proxy-records: cannot copy from database "
-                  f"{cfg.dedup.database_name!r} to {cfg.dedup.proxy_database_name!r} of "
-                  f"project {cfg.project!r}: {first_line(exc)}; {ADC_HINT} (and that "
-                  "`pulumi up` has created the proxy's database)\n")
+        err.write(store_failure(
+            "make migrate-proxy-records", "copy the proxied jobs' records", cfg, exc,
+            " (and that `pulumi up` has created the proxy's database)",
+        ))
         return 1
     out.write(
         f"proxied jobs {', '.join(j.name for j in proxied)}: {len(done.copied)} record(s) "

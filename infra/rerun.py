@@ -54,12 +54,12 @@ from dedup.store import RecordExists, RunStatus, StoredRun, StoreError  # noqa: 
 from dedup.watchdog import WatchedJob  # noqa: E402
 from infra.config import StackConfig  # noqa: E402
 from infra.runs import (  # noqa: E402
-    ADC_HINT,
     RunsError,
     RunStores,
     first_line,
     open_store,
     stack_config,
+    store_failure,
     watched_jobs,
 )
 
@@ -290,9 +290,7 @@ def main(
         err.write(f"make rerun: {exc}\n")
         return 2
     except (StoreError, google.auth.exceptions.GoogleAuthError) as exc:
-        err.write(f"make rerun: cannot read or write the runs in database "
-                  f"{cfg.dedup.database_name!r} of project {cfg.project!r}: "
-                  f"{first_line(exc)}; {ADC_HINT}\n")
+        err.write(store_failure("make rerun", "read or write the runs", cfg, exc))
         return 1
     request = done.request
     before = ("no record (never ran)" if done.previous is None

@@ -307,6 +307,21 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
+def store_failure(
+    command: str, action: str, cfg: StackConfig, exc: BaseException, hint: str = ""
+) -> str:
+    """The one line a command prints when Firestore failed it: what it could not do, in
+    which of the stack's databases (the proxy's too, where its jobs' records are), the
+    error's first line and how to get access."""
+    databases = [cfg.dedup.database_name]
+    if cfg.proxied_jobs:
+        databases.append(cfg.dedup.proxy_database_name)
+    where = f"database{'s' if len(databases) > 1 else ''} " + " and ".join(
+        repr(d) for d in databases)
+    return (f"{command}: cannot {action} in {where} of project {cfg.project!r}: "
+            f"{first_line(exc)}; {ADC_HINT}{hint}\n")
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -339,8 +354,7 @@ def main(
         err.write(f"make runs: {exc}\n")
         return 2
     except (StoreError, SettingsError, google.auth.exceptions.GoogleAuthError) as exc:
-        err.write(f"make runs: cannot read the runs in database {cfg.dedup.database_name!r} "
-                  f"of project {cfg.project!r}: {first_line(exc)}; {ADC_HINT}\n")
+        err.write(store_failure("make runs", "read the runs", cfg, exc))
         return 1
     return 0
 

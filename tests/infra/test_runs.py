@@ -222,3 +222,19 @@ def test_unreachable_firestore_is_one_line(
     assert err.startswith(f"make runs: cannot read the runs in database '{DATABASE}' of "
                           f"project '{PROJECT}': ")
     assert "gcloud auth application-default login" in err
+
+
+def test_unreachable_firestore_names_the_proxys_database_too(
+    tmp_path: Path, collection_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stack with proxied jobs reads two databases: the line names both."""
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{port}")
+    path = stack_file(tmp_path, collection_name, proxied=True)
+    code, _, err = run_main(str(path), "--job", "report", now=NOW)
+    assert code == 1
+    assert err.count("\n") == 1
+    assert err.startswith(f"make runs: cannot read the runs in databases '{DATABASE}' and "
+                          f"'{DATABASE}-proxy' of project '{PROJECT}': ")
