@@ -630,6 +630,11 @@ PROXY_DATABASE_SUFFIX: Final = "-proxy"
 DATABASE_ID_MAX_LENGTH: Final = 63
 
 
+def proxy_database_of(database_name: str) -> str:
+    """The proxy's own database beside the dedup database `database_name`."""
+    return f"{database_name}{PROXY_DATABASE_SUFFIX}"
+
+
 class DedupSettings(_Model):
     """The dedup records: where they live and how long leases and records last."""
 
@@ -690,7 +695,7 @@ class DedupSettings(_Model):
         """The idempotent proxy's own database: `<databaseName>-proxy`. Firestore IAM
         conditions name databases, not collections, so only a database of its own keeps the
         dedup function's job code from writing (forging) a proxied job's records."""
-        return f"{self.database_name}{PROXY_DATABASE_SUFFIX}"
+        return proxy_database_of(self.database_name)
 
     @field_validator("firestore_location")
     @classmethod
@@ -970,7 +975,7 @@ class StackConfig(_Model):
                               " or raise " if room > 1 else "lower proxyTimeoutSeconds and "
                               "storeTimeoutSeconds, or raise ")
                              + f"jobs[{index}].attemptDeadlineSeconds above {budget}")
-        proxy_database = f"{database or prefix}{PROXY_DATABASE_SUFFIX}"
+        proxy_database = proxy_database_of(database or prefix)
         if self.proxied_jobs and len(proxy_database) > DATABASE_ID_MAX_LENGTH:
             longest = DATABASE_ID_MAX_LENGTH - len(PROXY_DATABASE_SUFFIX)
             problems.add("databaseName" if database else "namePrefix", f"makes the proxy's "
