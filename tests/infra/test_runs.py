@@ -209,13 +209,17 @@ def test_no_credentials_is_one_line_with_the_fix(tmp_path: Path, collection_name
     assert "FIRESTORE_EMULATOR_HOST" in err
 
 
-def test_unreachable_firestore_is_one_line(
-    tmp_path: Path, collection_name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with socket.socket() as sock:  # a port nobody listens on
+@pytest.fixture
+def unreachable_firestore(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FIRESTORE_EMULATOR_HOST set to a port nobody listens on."""
+    with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{port}")
+
+
+@pytest.mark.usefixtures("unreachable_firestore")
+def test_unreachable_firestore_is_one_line(tmp_path: Path, collection_name: str) -> None:
     code, _, err = run_main(str(stack_file(tmp_path, collection_name)), now=NOW)
     assert code == 1
     assert err.count("\n") == 1
@@ -224,14 +228,11 @@ def test_unreachable_firestore_is_one_line(
     assert "gcloud auth application-default login" in err
 
 
+@pytest.mark.usefixtures("unreachable_firestore")
 def test_unreachable_firestore_names_the_proxys_database_too(
-    tmp_path: Path, collection_name: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, collection_name: str
 ) -> None:
     """A stack with proxied jobs reads two databases: the line names both."""
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{port}")
     path = stack_file(tmp_path, collection_name, proxied=True)
     code, _, err = run_main(str(path), "--job", "report", now=NOW)
     assert code == 1
