@@ -1,6 +1,7 @@
 """Wiring: settings -> Firestore client -> store -> protocol -> HTTP handler.
 
-Two handlers share it: the scheduled-job function (job logic from DEDUP_JOB) and the
+Two handlers share it: the scheduled-job function (job logic from DEDUP_JOB_ROUTES, or
+DEDUP_JOB when there are none: dedup/job_logic.py scheduled_jobs) and the
 idempotent proxy (job logic = start a downstream execution, from DEDUP_PROXY_*).
 """
 
@@ -14,7 +15,7 @@ from google.cloud import firestore
 from dedup.cache import CompletedRunCache
 from dedup.firestore_store import FirestoreRunStore
 from dedup.http import DedupHandler, emit_log_line
-from dedup.job_logic import JobRegistry
+from dedup.job_logic import scheduled_jobs
 from dedup.protocol import Deduplicator
 from dedup.proxy import ProxySettings, authorized_sessions, check_body, proxy_jobs
 from dedup.settings import Settings
@@ -41,7 +42,7 @@ def build_handler(
     emit: Callable[[Mapping[str, Any]], None] = emit_log_line,
 ) -> DedupHandler:
     """Everything one instance needs; client and log sink may be injected (tests)."""
-    jobs = JobRegistry(settings.default_job, settings.job_routes)
+    jobs = scheduled_jobs(settings.default_job, settings.job_routes)
     return DedupHandler(settings, build_deduplicator(settings, client), jobs, emit)
 
 

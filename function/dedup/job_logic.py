@@ -1,8 +1,11 @@
 """Job logic is pluggable: `module:function` names a callable in function/ (e.g.
 `jobs.example:run`), imported once at start-up; each call runs with its run's log fields.
 
-`make plan` and `make policy-check` import the same specs offline, in this function's
-environment (infra/job_logic.py), so a typo fails before anything is deployed.
+Only what can run is imported: with routes (a deployed stack routes every job it declares,
+its `defaultJobLogic` already filled in), the routes' specs and nothing else; with none,
+DEDUP_JOB. `make plan` and `make policy-check` start each declared function offline, in an
+environment of function/requirements.txt alone (infra/job_logic.py), so what they accept
+starts.
 """
 
 from __future__ import annotations
@@ -52,6 +55,21 @@ def _resolve(spec: str | Job, setting: str) -> Job:
     return with_run_log_fields(load_job(spec, setting) if isinstance(spec, str) else spec)
 
 
+class UnroutedJob(LookupError):
+    """A delivery for a job the routes do not list: nothing of it runs."""
+
+
+def refuse_unrouted(context: RunContext) -> Any:
+    """The job logic of a job the routes do not list."""
+    # Raised, so the run is recorded failed and released: Scheduler's retry may reach a
+    # newer revision whose routes list the job (one deployed after this instance started).
+    raise UnroutedJob(
+        f"job {context.job_name!r} is not in this function's routes (DEDUP_JOB_ROUTES), "
+        "which list every job of the stack that deployed it: declare the job in that stack "
+        "(its retries reach the new revision once deployed)"
+    )
+
+
 class JobRegistry:
     """The job logic for each job ID: a per-job route, else the default. Each is a
     `module:function` spec, imported here, or a callable (the proxy builds its own)."""
@@ -65,3 +83,13 @@ class JobRegistry:
 
     def for_job(self, job_id: str) -> Job:
         return self._routes.get(job_id, self._default)
+
+
+def scheduled_jobs(default: str, routes: Mapping[str, str]) -> JobRegistry:
+    """The dedup function's job logic: DEDUP_JOB (`default`) for every job when there are
+    no routes (a function deployed by hand, the local servers); with routes, the routes
+    alone. A deployed stack routes every job it declares, its `defaultJobLogic` already
+    filled in, so a default that no route names is never imported (a fork may have deleted
+    it), and a job without a route is refused (`refuse_unrouted`) rather than run with
+    some other job's logic."""
+    return JobRegistry(refuse_unrouted if routes else default, routes)
