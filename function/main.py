@@ -1,13 +1,16 @@
 """Cloud Run functions entry points: thin by design; the protocol lives in dedup/.
 
-- handle_scheduled_job: runs the job logic (DEDUP_JOB / DEDUP_JOB_ROUTES) once per run.
+- handle_scheduled_job: runs the job logic (DEDUP_JOB_ROUTES; DEDUP_JOB when there are no
+  routes: dedup/job_logic.py scheduled_jobs) once per run.
 - proxy_scheduled_job: starts a Workflows / Cloud Run job / Cloud Build execution once
   per run, with a token of the run (its dedup key and an HMAC: dedup/tokens.py) as
   idempotency token (DEDUP_PROXY_*, DEDUP_TOKEN_SECRET).
 - watch_scheduled_runs: the run watchdog (dedup/watchdog.py): reports missed, failed and
   overlong runs of the jobs in DEDUP_WATCH_JOBS; reads run records, writes only its own
   cursor documents (`<DEDUP_COLLECTION>_watchdog`) and re-run requests' status; when given
-  DEDUP_WATCH_TARGET_URL, delivers catch-up runs and re-runs (dedup/delivery.py).
+  DEDUP_WATCH_TARGET_URL, delivers catch-up runs and re-runs (dedup/delivery.py). A tick
+  runs on POST only (what its Scheduler job sends); any other method (a probe's GET) gets
+  a 405 and reads nothing.
 
 Every entry point first refuses a body over DEDUP_MAX_BODY_BYTES (default 1 MiB) with a
 413, before reading the rest of it (dedup/http.py read_bounded_body).
@@ -32,6 +35,7 @@ from dedup.http import (
     max_body_bytes_setting,
     read_bounded_body,
     refuse_body,
+    refuse_method,
 )
 from dedup.logs import configure_logging
 
@@ -83,19 +87,23 @@ _JSON = {"Content-Type": "application/json"}
 _Reply = tuple[str, int, dict[str, str]] | flask.Response
 
 
+def _unread_body_reply(reply: HttpReply, headers: Mapping[str, str] | None = None) -> _Reply:
+    """A refusal sent without reading the request's body: streamed, and the connection
+    closed, because functions-framework reads the whole request after any other reply (its
+    `read_request` hook), which would buffer the body."""
+    text = reply.json_text.encode()
+    return flask.Response(iter([text]), reply.status, {
+        **_JSON, **(headers or {}), "Content-Length": str(len(text)), "Connection": "close",
+    })
+
+
 def _serve(target: str, request: flask.Request) -> _Reply:
     # The body cap comes first, for every entry point: an oversized body is refused before
     # it is read in full, parsed or written anywhere.
     try:
         body = read_bounded_body(request.content_length, request.stream, _max_body_bytes)
     except BodyTooLarge as exc:
-        refused = refuse_body(str(exc), emit_log_line, time.perf_counter())
-        # Streamed, and the connection closed: functions-framework reads the whole request
-        # after any other reply (its `read_request` hook), which would buffer the body.
-        text = refused.json_text.encode()
-        return flask.Response(iter([text]), refused.status, {
-            **_JSON, "Content-Length": str(len(text)), "Connection": "close",
-        })
+        return _unread_body_reply(refuse_body(str(exc), emit_log_line, time.perf_counter()))
     reply = _handler(target).handle(dict(request.headers), body)
     return reply.json_text, reply.status, _JSON
 
@@ -110,6 +118,15 @@ def proxy_scheduled_job(request: flask.Request) -> _Reply:
     return _serve("proxy_scheduled_job", request)
 
 
+_WATCHDOG_METHOD = "POST"
+
+
 @functions_framework.http
 def watch_scheduled_runs(request: flask.Request) -> _Reply:
+    # A tick reads every watched job's records and may deliver runs: only the watchdog's
+    # Scheduler job (a POST) starts one, never a probe or a browser's GET, HEAD or OPTIONS.
+    if request.method != _WATCHDOG_METHOD:
+        started = time.perf_counter()
+        refused = refuse_method(request.method, _WATCHDOG_METHOD, emit_log_line, started)
+        return _unread_body_reply(refused, {"Allow": _WATCHDOG_METHOD})
     return _serve("watch_scheduled_runs", request)

@@ -67,6 +67,10 @@ REJECTED_OUTCOME = "rejected"
 TOO_LARGE_STATUS = 413
 TOO_LARGE_OUTCOME = "too_large"
 MAX_BODY_BYTES_ENV = "DEDUP_MAX_BODY_BYTES"
+# And, for the watchdog only (main.py), before the body is read:
+# - 405 "method_not_allowed": a method other than POST (a health probe's GET) runs no tick.
+METHOD_NOT_ALLOWED_STATUS = 405
+METHOD_NOT_ALLOWED_OUTCOME = "method_not_allowed"
 # 1 MiB: far above any Scheduler job body (a few hundred bytes in the kit's jobs), far below
 # what starves an instance (a 32 MiB JSON body costs about 800 MiB once parsed).
 DEFAULT_MAX_BODY_BYTES = 1 << 20
@@ -139,6 +143,21 @@ def refuse_body(
         "latency_ms": _ms_since(started),
     })
     return HttpReply(TOO_LARGE_STATUS, {"error": reason})
+
+
+def refuse_method(
+    method: str, allowed: str, emit: Callable[[Mapping[str, Any]], None], started: float
+) -> HttpReply:
+    """The 405 for a method the entry point does not serve, and its one WARNING line."""
+    reason = f"method {method} not allowed: only {allowed} runs this entry point"
+    emit({
+        "severity": "WARNING",
+        "message": f"refused request: {reason}",
+        "outcome": METHOD_NOT_ALLOWED_OUTCOME,
+        "status": METHOD_NOT_ALLOWED_STATUS,
+        "latency_ms": _ms_since(started),
+    })
+    return HttpReply(METHOD_NOT_ALLOWED_STATUS, {"error": reason})
 
 
 class RunsDeliveries(Protocol):
