@@ -268,6 +268,8 @@ class ReplayDeliverer:
     OIDC-shaped token the emulator sends, of the watchdog's account), on the replay's
     clock: X-Emulator-Now is the tick's "now" (demo/served_function.py)."""
 
+    asynchronous = False  # POSTs and reads the answer (deployed, the watchdog queues)
+
     def __init__(self, watchdog_email: str) -> None:
         self._http = HttpDeliverer(
             TargetAuth.ID_TOKEN, fetch_token=lambda url: scheduler_token(url, watchdog_email)

@@ -29,6 +29,8 @@ TARGET_AUTH_ENV = "DEDUP_WATCH_TARGET_AUTH"
 # function answers them with a 2xx.
 EXECUTED = frozenset({"completed", "duplicate", "completed_unrecorded", "claim_lost"})
 IN_PROGRESS = "in_progress"
+# Handed to a queue that delivers it (dedup/cloud_tasks.py): the outcome is the run's record.
+QUEUED = "queued"
 ERROR = "error"
 
 
@@ -57,6 +59,8 @@ class RunDelivery:
     body: str | None = None
     generation: int = 0
     timeout_seconds: float = 180.0
+    run_id: str = ""  # the run_id of this generation (keys.RunKey): a queued task's name
+    attempt_deadline_seconds: float = 180.0  # the job's: how long a queue waits for a reply
 
     def request_headers(self) -> dict[str, str]:
         headers = {
@@ -90,8 +94,19 @@ class DeliveryResult:
     def in_progress(self) -> bool:
         return self.status == IN_PROGRESS
 
+    @property
+    def queued(self) -> bool:
+        return self.status == QUEUED
+
 
 class DeliversRuns(Protocol):
+    """The one seam for deliveries: a direct POST (HttpDeliverer: the demo, tests) or a
+    queue that POSTs with its own retries (dedup/cloud_tasks.py: what infra deploys)."""
+
+    # True when `deliver` only hands the run over (answers QUEUED): what became of it is
+    # read from the run's record at the next ticks, while the queue may still retry it.
+    asynchronous: bool
+
     def deliver(self, delivery: RunDelivery) -> DeliveryResult:
         ...
 
@@ -116,6 +131,7 @@ class HttpDeliverer:
     (google-auth's tokens live an hour; a watchdog instance refetches after 45 minutes)."""
 
     TOKEN_REUSE_SECONDS = 45 * 60
+    asynchronous = False
 
     def __init__(
         self,
@@ -147,7 +163,9 @@ class HttpDeliverer:
         try:
             headers = {**delivery.request_headers(), **self._authorization(delivery.url)}
         except Exception as exc:  # google.auth errors: no credentials, metadata server down
-            return DeliveryResult(ERROR, error=f"no ID token for {delivery.url}: {_brief(exc)}")
+            return DeliveryResult(
+                ERROR, error=f"no ID token for {delivery.url}: {brief_error(exc)}"
+            )
         try:
             reply = self._session.post(
                 delivery.url, headers=headers,
@@ -159,8 +177,8 @@ class HttpDeliverer:
                 "still be executing: its record tells)",
             )
         except requests.RequestException as exc:
-            return DeliveryResult(ERROR, error=f"POST {delivery.url} failed: {_brief(exc)}")
-        body = _json_or_none(reply)
+            return DeliveryResult(ERROR, error=f"POST {delivery.url} failed: {brief_error(exc)}")
+        body = json_or_none(reply)
         outcome = body.get("outcome") if isinstance(body, dict) else None
         if isinstance(outcome, str) and (reply.ok or outcome == IN_PROGRESS):
             return DeliveryResult(outcome, reply.status_code)
@@ -171,13 +189,13 @@ class HttpDeliverer:
         )
 
 
-def _json_or_none(reply: requests.Response) -> Any:
+def json_or_none(reply: requests.Response) -> Any:
     try:
         return reply.json()
     except ValueError:
         return None
 
 
-def _brief(exc: BaseException) -> str:
+def brief_error(exc: BaseException) -> str:
     text = str(exc).strip()
     return (text.splitlines()[0][:300] if text else type(exc).__name__)

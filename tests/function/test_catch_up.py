@@ -271,6 +271,7 @@ class LostReplies:
     watchdog is told the delivery failed."""
 
     inner: DeliversRuns
+    asynchronous = False
 
     def deliver(self, delivery: RunDelivery) -> DeliveryResult:
         self.inner.deliver(delivery)

@@ -1,0 +1,273 @@
+"""The watchdog's deliveries through Cloud Tasks, end to end against a local fake of its API.
+
+Cloud Run admits a Cloud Tasks HTTP task from the same project on an internal-only
+function's run.app URL, not a POST from another function without VPC egress: the deployed
+watchdog hands each catch-up and re-run to a queue (dedup/cloud_tasks.py). Here the fake
+(tests/function/fake_cloud_tasks.py, checked with Google's own CloudTasksClient) dispatches
+the tasks to the served function with OIDC tokens of the watchdog's account, against the
+real Firestore emulator; the watchdog runs in-process on a clock the test sets.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from google.api_core import exceptions
+from google.api_core.client_options import ClientOptions
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import tasks_v2
+
+from dedup.cloud_tasks import CloudTasksDeliverer, TaskQueue, task_of
+from dedup.delivery import QUEUED, RunDelivery
+from dedup.firestore_store import FirestoreRunStore
+from dedup.reruns import DONE, FirestoreRerunQueue, RerunRequest, reruns_collection
+from dedup.settings import SettingsError
+from dedup.watchdog import CAUGHT_UP, QUEUE_MAX_BACKOFF_SECONDS
+from local_stack import FunctionServer, free_port
+from local_stack.deliveries import INVOKER, LOCATION, PROJECT, function_env
+from local_stack.processes import REPO_ROOT
+from scheduler_emulator.oidc import forwarded_token, oidc_claims
+from tests.function.fake_cloud_tasks import FakeCloudTasks, QueueRetry, decoded_body
+from tests.function.test_catch_up import (
+    JOB_HEADERS,
+    SLOW_BODY,
+    Served,
+    Watch,
+    minutely,
+    recent_minutes,
+    z,
+)
+from tests.function.test_watchdog import Runs
+
+pytestmark = pytest.mark.usefixtures("firestore_emulator")
+
+QUEUE = f"projects/{PROJECT}/locations/{LOCATION}/queues/scheduler-dedup-deliveries"
+WATCHDOG = f"scheduler-dedup-watchdog@{PROJECT}.iam.gserviceaccount.com"
+
+
+def mint(account: str, audience: str) -> str:
+    """The token Cloud Tasks would attach (oidcToken), as the local stack forwards them."""
+    return forwarded_token(oidc_claims(account, audience))
+
+
+@pytest.fixture(scope="module")
+def served(firestore_emulator: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The dedup function, serving the invoker and the watchdog's account only."""
+    collection = f"runs_{uuid.uuid4().hex[:12]}"
+    ledger = tmp_path_factory.mktemp("cloud-tasks") / "ledger.jsonl"
+    env = function_env(collection, ledger, DEDUP_ALLOWED_CALLERS=f"{INVOKER},{WATCHDOG}")
+    with FunctionServer(env, workers=2, threads=8, extra_pythonpath=[REPO_ROOT]) as server:
+        yield Served(server, collection, ledger)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeCloudTasks]:
+    with FakeCloudTasks(QUEUE, mint, QueueRetry(max_attempts=3)) as tasks:
+        yield tasks
+
+
+def queued_watch(served: Served, fake: FakeCloudTasks, job: Any, now: datetime) -> Watch:
+    deliverer = CloudTasksDeliverer(TaskQueue(QUEUE, WATCHDOG, fake.url), requests.Session())
+    return Watch(served.collection, [job], served.server.url, now=now, deliverer=deliverer)
+
+
+# -- the fake speaks the API, as Google's own client reads it -------------------------------
+def test_googles_client_creates_a_task_and_meets_already_exists_on_the_same_name(
+    fake: FakeCloudTasks,
+) -> None:
+    client = tasks_v2.CloudTasksClient(
+        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+        transport="rest",
+        client_options=ClientOptions(api_endpoint=fake.url),
+    )
+    nobody = f"http://127.0.0.1:{free_port()}/"
+    task = tasks_v2.Task(
+        name=f"{QUEUE}/tasks/{uuid.uuid4().hex}",
+        http_request=tasks_v2.HttpRequest(
+            url=nobody, http_method=tasks_v2.HttpMethod.POST, body=b"{}",
+            oidc_token=tasks_v2.OidcToken(service_account_email=WATCHDOG),
+        ),
+    )
+    created = client.create_task(parent=QUEUE, task=task)
+    assert created.name == task.name
+    with pytest.raises(exceptions.Conflict, match="existed too recently"):
+        client.create_task(parent=QUEUE, task=task)
+    with pytest.raises(exceptions.NotFound):
+        client.create_task(parent=QUEUE.replace("deliveries", "other"), task=task)
+    fake.wait_until_settled()
+    assert fake.tasks[task.name].statuses == [None, None, None]  # retried, then given up
+
+
+def test_an_unknown_field_or_a_bad_deadline_is_invalid_argument(fake: FakeCloudTasks) -> None:
+    url = f"{fake.url}/v2/{QUEUE}/tasks"
+    good = task_of(TaskQueue(QUEUE, WATCHDOG), _delivery("http://127.0.0.1:1/"))
+    unknown = requests.post(url, json={"task": {**good, "retries": 3}}, timeout=5)
+    assert (unknown.status_code, unknown.json()["error"]["status"]) == (400, "INVALID_ARGUMENT")
+    early = requests.post(url, json={"task": {**good, "dispatchDeadline": "5s"}}, timeout=5)
+    assert early.status_code == 400 and "15 seconds" in early.json()["error"]["message"]
+    assert fake.tasks == {}
+
+
+def _delivery(url: str, **changes: Any) -> RunDelivery:
+    delivery = RunDelivery(
+        url, "nightly", datetime(2026, 11, 30, 9, 15, tzinfo=UTC), dict(JOB_HEADERS),
+        '{"x": 1}', generation=2, run_id="ab" * 32, attempt_deadline_seconds=600,
+    )
+    return replace(delivery, **changes)
+
+
+def test_the_task_is_what_the_api_accepts_with_the_runs_headers_and_a_clamped_deadline() -> None:
+    queue = TaskQueue(QUEUE, WATCHDOG)
+    task = tasks_v2.Task.from_json(
+        json.dumps(task_of(queue, _delivery("https://f-abc-ew.a.run.app"))),
+        ignore_unknown_fields=False,
+    )
+    assert task.name == f"{QUEUE}/tasks/{'ab' * 32}"
+    assert task.dispatch_deadline.total_seconds() == 600
+    http = task.http_request
+    assert (http.url, http.http_method, http.body) == (
+        "https://f-abc-ew.a.run.app", tasks_v2.HttpMethod.POST, b'{"x": 1}')
+    assert (http.oidc_token.service_account_email, http.oidc_token.audience) == (
+        WATCHDOG, "https://f-abc-ew.a.run.app")
+    assert http.headers["X-CloudScheduler-JobName"] == "nightly"
+    assert http.headers["X-CloudScheduler-ScheduleTime"] == "2026-11-30T09:15:00.000000Z"
+    assert http.headers["X-Dedup-Generation"] == "2"
+    assert "User-Agent" not in http.headers  # Cloud Tasks replaces it
+    for seconds, expected in ((5, 15), (3600, 1800)):
+        clamped = task_of(queue, _delivery("https://x", attempt_deadline_seconds=seconds))
+        assert clamped["dispatchDeadline"] == f"{expected}s"
+    with pytest.raises(ValueError, match="run_id"):
+        task_of(queue, _delivery("https://x", run_id=""))
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"DEDUP_WATCH_QUEUE": "my-queue", "DEDUP_WATCH_TASK_ACCOUNT": WATCHDOG},
+     "is not a queue name"),
+    ({"DEDUP_WATCH_QUEUE": QUEUE}, "DEDUP_WATCH_TASK_ACCOUNT=''"),
+])
+def test_bad_queue_settings_stop_the_start_up_naming_the_variable(
+    env: dict[str, str], message: str,
+) -> None:
+    with pytest.raises(SettingsError, match=message):
+        TaskQueue.from_env(env)
+    assert TaskQueue.from_env({}) is None
+    assert TaskQueue.from_env(
+        {"DEDUP_WATCH_QUEUE": QUEUE, "DEDUP_WATCH_TASK_ACCOUNT": WATCHDOG}
+    ) == TaskQueue(QUEUE, WATCHDOG)
+
+
+# -- catch-up through the queue -------------------------------------------------------------
+def test_a_missed_run_is_caught_up_through_the_queue_once(
+    served: Served, fake: FakeCloudTasks,
+) -> None:
+    job = minutely(f"queued-{uuid.uuid4().hex[:6]}")
+    now, times = recent_minutes(4)
+    Runs(served.collection).completed(job.name, *(t for t in times if t != times[1]))
+    watch = queued_watch(served, fake, job, now)
+    first = watch.tick()
+    assert first["problems"] == []
+    assert [(c["schedule_time"], c["status"]) for c in first[CAUGHT_UP]] == [
+        (z(times[1]), QUEUED)]
+    watch.tick()  # before or after it landed: the same task (ALREADY_EXISTS), or nothing
+    fake.wait_until_settled()
+    [task] = fake.tasks.values()
+    assert task.succeeded and json.loads(decoded_body(task)) == json.loads(SLOW_BODY)
+    assert [e["schedule_time"] for e in served.executions(job.name)] == [times[1].isoformat()]
+    later = watch.tick()
+    assert (later["problems"], later[CAUGHT_UP]) == ([], [])
+    assert len(fake.tasks) == 1 and len(served.executions(job.name)) == 1
+
+
+def test_a_lost_create_reply_is_asked_again_and_is_still_one_task(
+    served: Served, fake: FakeCloudTasks,
+) -> None:
+    job = minutely(f"lost-{uuid.uuid4().hex[:6]}")
+    now, times = recent_minutes(3)
+    Runs(served.collection).completed(job.name, *(t for t in times if t != times[1]))
+    fake.drop_create_replies = 1
+    body = queued_watch(served, fake, job, now).tick()
+    assert body["problems"] == [] and body[CAUGHT_UP][0]["status"] == QUEUED
+    [name] = fake.tasks
+    assert fake.create_calls == [(name, None), (name, 409)]  # created unseen, then found
+    fake.wait_until_settled()
+    assert len(served.executions(job.name)) == 1
+
+
+def test_a_failing_caught_up_run_is_reported_failed_once_the_queue_has_settled(
+    served: Served, fake: FakeCloudTasks,
+) -> None:
+    job = replace(minutely(f"fails-{uuid.uuid4().hex[:6]}"), body=json.dumps({"fail": True}))
+    now, times = recent_minutes(3)
+    Runs(served.collection).completed(job.name, *(t for t in times if t != times[1]))
+    watch = queued_watch(served, fake, job, now)
+    assert watch.tick()["problems"] == []
+    fake.wait_until_settled()
+    [task] = fake.tasks.values()
+    assert task.statuses == [500, 500, 500]  # each attempt ran the job and it raised
+    assert watch.tick()["problems"] == []  # the queue could still be retrying it
+    watch.now = datetime.now(UTC) + timedelta(
+        seconds=QUEUE_MAX_BACKOFF_SECONDS + job.attempt_deadline_seconds + watch.grace_seconds)
+    [problem] = watch.tick()["problems"]
+    assert (problem["kind"], problem["schedule_time"]) == ("failed", z(times[1]))
+    assert watch.tick()["problems"] == []  # once
+
+
+def test_a_catch_up_that_never_reaches_the_function_is_missed_after_its_bound(
+    served: Served, fake: FakeCloudTasks,
+) -> None:
+    job = minutely(f"down-{uuid.uuid4().hex[:6]}", within=240)
+    now, times = recent_minutes(3)
+    Runs(served.collection).completed(job.name, times[0], times[2])
+    nobody = f"http://127.0.0.1:{free_port()}/"  # the function is unreachable
+    watch = queued_watch(served, fake, job, now)
+    watch.url = nobody
+    assert watch.tick()["problems"] == []
+    fake.wait_until_settled()
+    assert watch.tick()["problems"] == []  # handed again (the same task): still inside
+    assert len(fake.tasks) == 1
+    watch.now = now + timedelta(
+        seconds=240 + QUEUE_MAX_BACKOFF_SECONDS + job.attempt_deadline_seconds + 31)
+    # (the minutes after `now` are due by then too: only the caught-up run's is looked at)
+    [problem] = [p for p in watch.tick()["problems"] if p["schedule_time"] == z(times[1])]
+    assert problem["kind"] == "missed"
+    assert "no attempt reached the function" in problem["error"]
+    assert [p for p in watch.tick()["problems"] if p["schedule_time"] == z(times[1])] == []
+    assert served.executions(job.name) == []
+
+
+# -- re-runs through the queue ---------------------------------------------------------------
+def test_a_rerun_through_the_queue_is_done_by_its_record_without_a_second_task(
+    served: Served, fake: FakeCloudTasks, tmp_path: Path,
+) -> None:
+    job = minutely(f"rerun-{uuid.uuid4().hex[:6]}", catch_up=False)
+    now, times = recent_minutes(2)
+    Runs(served.collection).completed(job.name, *times)
+    store = FirestoreRunStore(_client(), served.collection, 5)
+    queue = FirestoreRerunQueue(store, reruns_collection(served.collection))
+    request = RerunRequest(PROJECT, LOCATION, job.name, times[0], 1, "ops@example.com",
+                           "fixed the export", now)
+    queue.create(request)
+    watch = queued_watch(served, fake, job, now)
+    first = watch.tick()
+    assert [(r["generation"], r["status"]) for r in first["reruns"]] == [(1, QUEUED)]
+    fake.wait_until_settled()
+    assert [e["schedule_time"] for e in served.executions(job.name)] == [times[0].isoformat()]
+    second = watch.tick()
+    assert [(r["generation"], r["status"]) for r in second["reruns"]] == [(1, "completed")]
+    assert [r.status for r in queue.for_job(job.name)] == [DONE]
+    assert watch.tick()["reruns"] == [] and len(fake.tasks) == 1
+
+
+def _client() -> Any:
+    from google.cloud import firestore
+
+    return firestore.Client(project=PROJECT)
+
