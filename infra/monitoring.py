@@ -30,6 +30,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra.config import WatchdogSettings
+from infra.contracts.limits import MISSING_DATA_MIN_DURATION_SECONDS
 from infra.scheduler_rules import duration_string, schedule_times
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:Monitoring"
@@ -45,6 +46,20 @@ of the same job and kind notifies again instead of joining a stale incident."""
 ABSENCE_MIN_SECONDS: Final = 120
 ABSENCE_MAX_SECONDS: Final = 84600  # Cloud Monitoring's longest absence duration: 23.5 h
 PROBLEM_KINDS: Final = ("missed", "failed", "overlong", "never_ran")
+CONDITION_DURATION_SECONDS: Final = MISSING_DATA_MIN_DURATION_SECONDS
+"""How long a threshold condition must hold before it alerts: the shortest duration the
+Monitoring API accepts on a condition that sets evaluationMissingData (a "0s" duration is
+refused with 400 "Conditions setting evaluation_missing_data must have a non-zero
+duration"; Cloud Monitoring API, projects.alertPolicies, MetricThreshold.duration and
+evaluationMissingData, https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.alertPolicies).
+Durations are multiples of 60 s, so 60 s is also the least delay an alert can have."""
+WATCHDOG_PROBLEM_WINDOW_SECONDS: Final = CONDITION_DURATION_SECONDS + 60
+"""The watchdog-problem condition's alignment period. Monitoring evaluates a sliding window
+("Behavior of metric-based alerting policies",
+https://cloud.google.com/monitoring/alerts/concepts-indepth), so one logged problem keeps the
+window's sum above 0 for the whole period: a period longer than the condition's duration
+lets a single problem (each is logged once) still hold the condition for its full
+duration and alert, instead of sliding out just as the duration is reached."""
 
 
 def schedule_period_seconds(schedule: str, time_zone: str) -> int:
@@ -278,7 +293,10 @@ class Monitoring(pulumi.ComponentResource):
                     'metric.label.outcome="store_unavailable"',
                     comparison="COMPARISON_GT",
                     threshold_value=STORE_UNAVAILABLE_THRESHOLD,
-                    duration="0s",
+                    # A burst stays in the 5-minute sliding window for up to 5 minutes, so
+                    # holding for CONDITION_DURATION_SECONDS delays the alert by about a
+                    # minute and keeps its meaning: more than the threshold in 5 minutes.
+                    duration=duration_string(CONDITION_DURATION_SECONDS),
                     # No deliveries failing is no problem: the incident closes.
                     evaluation_missing_data="EVALUATION_MISSING_DATA_INACTIVE",
                     aggregations=[
@@ -309,13 +327,16 @@ class Monitoring(pulumi.ComponentResource):
                         'resource.type="cloud_run_revision"',
                         comparison="COMPARISON_GT",
                         threshold_value=0,
-                        duration="0s",
-                        # Each problem is logged once (the watchdog's cursors): the next
-                        # minute without one closes the incident.
+                        duration=duration_string(CONDITION_DURATION_SECONDS),
+                        # Each problem is logged once (the watchdog's cursors): it holds the
+                        # condition for the whole window, so it alerts after the duration, and
+                        # the window passing without another closes the incident.
                         evaluation_missing_data="EVALUATION_MISSING_DATA_INACTIVE",
                         aggregations=[
                             gcp.monitoring.AlertPolicyConditionConditionThresholdAggregationArgs(
-                                alignment_period="60s",
+                                alignment_period=duration_string(
+                                    WATCHDOG_PROBLEM_WINDOW_SECONDS
+                                ),
                                 per_series_aligner="ALIGN_SUM",
                                 cross_series_reducer="REDUCE_SUM",
                                 group_by_fields=["metric.label.job", "metric.label.kind"],

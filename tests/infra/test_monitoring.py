@@ -14,6 +14,7 @@ import pytest
 from dedup.reruns import RERUNS_SUFFIX
 from dedup.settings import Settings
 from infra.config import ConfigError, load_config
+from infra.contracts import check_resources
 from infra.monitoring import (
     ABSENT_PERIODS,
     STORE_UNAVAILABLE_THRESHOLD,
@@ -294,6 +295,22 @@ def test_alert_policies(stack: StackUnderTest) -> None:
     store = found["store-unavailable"].props["conditions"][0]["conditionThreshold"]
     assert 'metric.label.outcome="store_unavailable"' in store["filter"]
     assert store["thresholdValue"] == STORE_UNAVAILABLE_THRESHOLD
+    # evaluationMissingData needs a non-zero duration (the API refuses "0s" with a 400):
+    # the smallest valid one, 60 s, on both threshold conditions.
+    assert problem["duration"] == store["duration"] == "60s"
+    assert store["aggregations"][0]["alignmentPeriod"] == "300s"
+    # One logged problem stays in the sliding window longer than the duration, so it
+    # still holds the condition for the whole minute and alerts.
+    problem_window = problem["aggregations"][0]["alignmentPeriod"]
+    assert problem_window == "120s"
+    assert int(problem_window[:-1]) > int(problem["duration"][:-1])
+
+
+def test_alert_policies_meet_the_monitoring_api_contract(stack: StackUnderTest) -> None:
+    """Google's AlertPolicy type and the documented duration rules accept all three."""
+    found = stack.all(ALERT_POLICY)
+    assert len(found) == 3
+    assert check_resources(found) == []
 
 
 def test_the_watchdog_is_watched_by_absence(stack: StackUnderTest) -> None:

@@ -1,0 +1,427 @@
+"""Each declared resource as the request Google's API would receive, parsed strictly with
+Google's own client type.
+
+pulumi-gcp's property names are Terraform's, camelCased; most nested names equal the
+REST API's JSON names, some do not (a Secret's `replication.auto` is the API's
+`replication.automatic`, a Firestore field's `indexConfig.indexes[]` are the API's
+`Index` messages with a field path). A `Contract` says, per resource type, which
+top-level properties go into the request body under the same name (their nested keys
+are then judged by the strict parse), which are the provider's own settings or the
+request's path parameters (not in the body), and how the rest is built. A property in
+none of these is a finding: the converter fails closed, so a new pulumi-gcp property
+cannot slip past it unchecked.
+
+Google's client modules are imported on first use, once per process (they cost about
+a second together, mostly google.api_core's start-up).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import importlib
+import re
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from infra.contracts import sources
+from infra.contracts.findings import Finding, Rule, Source
+
+Props = Mapping[str, Any]
+
+# How the offline mocks (and the engine) show a secret input: the value under "value".
+PULUMI_SECRET_SIGNATURE: Final = "4dabf18193072939515e22adb298388d"
+
+
+@dataclass(frozen=True)
+class ApiType:
+    """A Google client message type, named so that its module loads only when used."""
+
+    module: str
+    name: str
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.module}.{self.name}"
+
+    def message_class(self) -> Any:
+        """The protobuf message class (proto-plus types give their `pb()` class)."""
+        return _message_class(self.module, self.name)
+
+
+@functools.cache
+def _message_class(module: str, name: str) -> Any:
+    with warnings.catch_warnings():
+        # google.api_core warns about the Python version on import; not the plan's news.
+        warnings.simplefilter("ignore", FutureWarning)
+        loaded = importlib.import_module(module)
+    cls = getattr(loaded, name)
+    pb = getattr(cls, "pb", None)
+    return pb() if callable(pb) else cls
+
+
+def _no_extra_fields(props: Props) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Contract:
+    """How one pulumi-gcp resource type becomes one API request body."""
+
+    resource_type: str
+    api_type: ApiType
+    source: Source
+    same_names: frozenset[str]
+    """Properties that are request-body fields of the same name (nested keys included)."""
+    provider_only: frozenset[str] = frozenset()
+    """The provider's own settings and the request's path or query parameters (e.g.
+    project, location, deletionPolicy, a create call's resource ID)."""
+    built_from: frozenset[str] = frozenset()
+    """Properties `build` turns into differently named or shaped body fields."""
+    build: Callable[[Props], dict[str, Any]] = field(default=_no_extra_fields)
+
+    def known(self) -> frozenset[str]:
+        return self.same_names | self.provider_only | self.built_from
+
+
+def api_value(value: Any) -> Any:
+    """A props value as JSON for the API: secrets unwrapped, unset (None) entries dropped."""
+    if isinstance(value, Mapping):
+        if PULUMI_SECRET_SIGNATURE in value:
+            return api_value(value.get("value"))
+        return {k: api_value(v) for k, v in value.items() if api_value(v) is not None}
+    if isinstance(value, list | tuple):
+        return [api_value(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def _full_name(template: str, *keys: str) -> Callable[[Props], dict[str, Any]]:
+    """A builder giving the body's `name` from props, e.g. projects/{project}/..."""
+
+    def build(props: Props) -> dict[str, Any]:
+        return {"name": template.format(*(props.get(key, "-") for key in keys))}
+
+    return build
+
+
+def _function(props: Props) -> dict[str, Any]:
+    body = _full_name("projects/{}/locations/{}/functions/{}", "project", "location", "name")(
+        props
+    )
+    service = props.get("serviceConfig")
+    if isinstance(service, Mapping):
+        # pulumi-gcp's list directVpcNetworkInterfaces is the API's repeated
+        # directVpcNetworkInterface; every other key has the API's name.
+        renamed = {
+            ("directVpcNetworkInterface" if key == "directVpcNetworkInterfaces" else key): value
+            for key, value in service.items()
+        }
+        body["serviceConfig"] = renamed
+    return body
+
+
+def _firestore_field(props: Props) -> dict[str, Any]:
+    body = _full_name(
+        "projects/{}/databases/{}/collectionGroups/{}/fields/{}",
+        "project", "database", "collection", "field",
+    )(props)
+    index_config = props.get("indexConfig")
+    if isinstance(index_config, Mapping):
+        # Terraform's index entry {queryScope, order | arrayConfig} is the API's Index
+        # {queryScope, fields: [{fieldPath, order | arrayConfig}]} on this one field.
+        indexes = []
+        for index in index_config.get("indexes") or []:
+            entry = dict(index) if isinstance(index, Mapping) else {"invalid": index}
+            scope = entry.pop("queryScope", None)
+            api_index: dict[str, Any] = {"fields": [{"fieldPath": props.get("field"), **entry}]}
+            if scope is not None:
+                api_index["queryScope"] = scope
+            indexes.append(api_index)
+        rest = {k: v for k, v in index_config.items() if k != "indexes"}
+        body["indexConfig"] = {**rest, "indexes": indexes}
+    ttl = props.get("ttlConfig")
+    if isinstance(ttl, Mapping):
+        # expirationOffset is a newer TTL setting; the rest (state) has the API's name.
+        body["ttlConfig"] = {k: v for k, v in ttl.items() if k != "expirationOffset"}
+    return body
+
+
+def _secret(props: Props) -> dict[str, Any]:
+    body = _full_name("projects/{}/secrets/{}", "project", "secretId")(props)
+    replication = props.get("replication")
+    if isinstance(replication, Mapping):
+        # Terraform's replication.auto is the API's replication.automatic.
+        body["replication"] = {
+            ("automatic" if key == "auto" else key): value for key, value in replication.items()
+        }
+    return body
+
+
+def _secret_payload(props: Props) -> dict[str, Any]:
+    """AddSecretVersion's payload; empty while the data is unknown (an output)."""
+    data = api_value(props.get("secretData"))
+    if not isinstance(data, str):
+        return {}
+    encoded = data if props.get("isSecretDataBase64") else base64.b64encode(
+        data.encode()
+    ).decode()
+    return {"data": encoded}
+
+
+def _notification_channel(props: Props) -> dict[str, Any]:
+    sensitive = props.get("sensitiveLabels")
+    if not isinstance(sensitive, Mapping):
+        return {}
+    # Terraform keeps the channel's secret labels apart; the API has them in labels.
+    names = {"authToken": "auth_token", "password": "password", "serviceKey": "service_key"}
+    labels = dict(props.get("labels") or {})
+    labels.update({names.get(k, k): v for k, v in sensitive.items()})
+    return {"labels": labels}
+
+
+def _service_account(props: Props) -> dict[str, Any]:
+    account = {
+        key: props[key] for key in ("displayName", "description", "disabled") if key in props
+    }
+    return {"name": f"projects/{props.get('project', '-')}", "accountId": props.get("accountId"),
+            "serviceAccount": account}
+
+
+def _custom_role(props: Props) -> dict[str, Any]:
+    role = {key: props[key] for key in ("title", "description", "stage") if key in props}
+    if "permissions" in props:
+        role["includedPermissions"] = props["permissions"]
+    return {"parent": f"projects/{props.get('project', '-')}", "roleId": props.get("roleId"),
+            "role": role}
+
+
+def _binding(props: Props) -> dict[str, Any]:
+    body: dict[str, Any] = {"role": props.get("role"), "members": [props.get("member")]}
+    if "condition" in props:
+        body["condition"] = props["condition"]
+    return body
+
+
+# --------------------------------------------------------------------------- contracts
+
+_BINDING: Final = ApiType("google.iam.v1.policy_pb2", "Binding")
+_BINDING_FIELDS: Final = frozenset({"role", "member", "condition"})
+
+
+def _iam_member(resource_type: str, *locator: str) -> Contract:
+    """An `*IamMember`: one binding of one member (the resource it is on: `locator`)."""
+    return Contract(resource_type, _BINDING, sources.IAM_POLICY_BINDING, frozenset(),
+                    frozenset(locator), _BINDING_FIELDS, _binding)
+
+
+CONTRACTS: Final[Mapping[str, Contract]] = {
+    contract.resource_type: contract
+    for contract in (
+        Contract(
+            "gcp:cloudscheduler/job:Job",
+            ApiType("google.cloud.scheduler_v1.types", "Job"),
+            sources.SCHEDULER_JOBS_API,
+            frozenset({"description", "schedule", "timeZone", "attemptDeadline", "retryConfig",
+                       "httpTarget", "pubsubTarget", "appEngineHttpTarget"}),
+            # paused: the API pauses with a method of its own (state is output only).
+            frozenset({"project", "region", "paused", "deletionPolicy"}),
+            frozenset({"name"}),
+            _full_name("projects/{}/locations/{}/jobs/{}", "project", "region", "name"),
+        ),
+        Contract(
+            "gcp:cloudfunctionsv2/function:Function",
+            ApiType("google.cloud.functions_v2.types", "Function"),
+            sources.FUNCTIONS_API,
+            frozenset({"description", "buildConfig", "eventTrigger", "labels", "kmsKeyName"}),
+            frozenset({"project", "location", "deletionPolicy"}),
+            frozenset({"name", "serviceConfig"}),
+            _function,
+        ),
+        Contract(
+            "gcp:monitoring/alertPolicy:AlertPolicy",
+            ApiType("google.cloud.monitoring_v3.types", "AlertPolicy"),
+            sources.MONITORING_ALERT_POLICIES_API,
+            frozenset({"displayName", "combiner", "conditions", "alertStrategy",
+                       "documentation", "enabled", "notificationChannels", "severity",
+                       "userLabels"}),
+            frozenset({"project", "deletionPolicy"}),
+        ),
+        Contract(
+            "gcp:monitoring/notificationChannel:NotificationChannel",
+            ApiType("google.cloud.monitoring_v3.types", "NotificationChannel"),
+            sources.MONITORING_NOTIFICATION_CHANNELS_API,
+            frozenset({"type", "displayName", "description", "enabled", "userLabels"}),
+            frozenset({"project", "deletionPolicy", "forceDelete"}),
+            frozenset({"labels", "sensitiveLabels"}),
+            lambda props: {"labels": props.get("labels") or {}} | _notification_channel(props),
+        ),
+        Contract(
+            "gcp:logging/metric:Metric",
+            ApiType("google.cloud.logging_v2.types", "LogMetric"),
+            sources.LOGGING_METRICS_API,
+            frozenset({"name", "description", "filter", "metricDescriptor", "labelExtractors",
+                       "valueExtractor", "bucketOptions", "disabled", "bucketName"}),
+            frozenset({"project", "deletionPolicy"}),
+        ),
+        Contract(
+            "gcp:firestore/database:Database",
+            ApiType("google.cloud.firestore_admin_v1.types", "Database"),
+            sources.FIRESTORE_DATABASES_API,
+            frozenset({"locationId", "type", "concurrencyMode", "appEngineIntegrationMode",
+                       "pointInTimeRecoveryEnablement", "deleteProtectionState", "cmekConfig",
+                       "databaseEdition", "tags", "firestoreDataAccessMode",
+                       "mongodbCompatibleDataAccessMode", "realtimeUpdatesMode"}),
+            frozenset({"project", "deletionPolicy"}),
+            frozenset({"name"}),
+            _full_name("projects/{}/databases/{}", "project", "name"),
+        ),
+        Contract(
+            "gcp:firestore/field:Field",
+            ApiType("google.cloud.firestore_admin_v1.types", "Field"),
+            sources.FIRESTORE_FIELDS_API,
+            frozenset(),
+            frozenset({"project", "database", "collection", "field", "deletionPolicy",
+                       "skipWait"}),
+            frozenset({"indexConfig", "ttlConfig"}),
+            _firestore_field,
+        ),
+        Contract(
+            "gcp:secretmanager/secret:Secret",
+            ApiType("google.cloud.secretmanager_v1.types", "Secret"),
+            sources.SECRETS_API,
+            frozenset({"labels", "annotations", "expireTime", "ttl", "rotation", "topics",
+                       "versionAliases", "versionDestroyTtl", "tags"}),
+            frozenset({"project", "deletionPolicy", "deletionProtection"}),
+            frozenset({"secretId", "replication"}),
+            _secret,
+        ),
+        Contract(
+            "gcp:secretmanager/secretVersion:SecretVersion",
+            ApiType("google.cloud.secretmanager_v1.types", "SecretPayload"),
+            sources.SECRET_PAYLOAD_API,
+            frozenset(),
+            # secret: AddSecretVersion's parent; enabled: a later enable/disable call.
+            frozenset({"secret", "project", "enabled", "deletionPolicy",
+                       "isSecretDataBase64"}),
+            frozenset({"secretData"}),
+            _secret_payload,
+        ),
+        Contract(
+            "gcp:serviceaccount/account:Account",
+            ApiType("google.cloud.iam_admin_v1.types", "CreateServiceAccountRequest"),
+            sources.IAM_SERVICE_ACCOUNTS_API,
+            frozenset(),
+            frozenset({"project", "createIgnoreAlreadyExists", "deletionPolicy"}),
+            frozenset({"accountId", "displayName", "description", "disabled"}),
+            _service_account,
+        ),
+        Contract(
+            "gcp:projects/iAMCustomRole:IAMCustomRole",
+            ApiType("google.cloud.iam_admin_v1.types", "CreateRoleRequest"),
+            sources.IAM_ROLES_API,
+            frozenset(),
+            frozenset({"project", "deletionPolicy"}),
+            frozenset({"roleId", "title", "description", "stage", "permissions"}),
+            _custom_role,
+        ),
+        Contract(
+            "gcp:cloudtasks/queue:Queue",
+            ApiType("google.cloud.tasks_v2.types", "Queue"),
+            sources.TASKS_QUEUES_API,
+            frozenset({"appEngineRoutingOverride", "httpTarget", "rateLimits", "retryConfig",
+                       "stackdriverLoggingConfig"}),
+            # desiredState: the API pauses and resumes with methods (state is output only).
+            frozenset({"project", "location", "deletionPolicy", "desiredState"}),
+            frozenset({"name"}),
+            _full_name("projects/{}/locations/{}/queues/{}", "project", "location", "name"),
+        ),
+        _iam_member("gcp:projects/iAMMember:IAMMember", "project"),
+        _iam_member("gcp:cloudrunv2/serviceIamMember:ServiceIamMember",
+                    "project", "location", "name"),
+        _iam_member("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember",
+                    "project", "location", "repository"),
+        _iam_member("gcp:secretmanager/secretIamMember:SecretIamMember", "project", "secretId"),
+        _iam_member("gcp:cloudtasks/queueIamMember:QueueIamMember",
+                    "project", "location", "name"),
+    )
+}
+
+UNKNOWN_PROPERTY_RULE_TEXT: Final = (
+    "a property the contract converter does not know (it fails closed): map it to the "
+    "API's request in infra/contracts/convert.py"
+)
+
+
+class Declared(Protocol):
+    """What a check reads of a declared resource (infra.offline.DeclaredResource has it)."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def props(self) -> Props: ...
+
+
+def request_body(contract: Contract, props: Props) -> dict[str, Any]:
+    """The API request body of a declaration (unknown properties are left out)."""
+    body = {key: props[key] for key in contract.same_names if key in props}
+    body.update(contract.build(props))
+    cleaned = api_value(body)
+    assert isinstance(cleaned, dict)
+    return cleaned
+
+
+def unknown_properties(contract: Contract, resource: Declared) -> Iterator[Finding]:
+    rule = Rule(UNKNOWN_PROPERTY_RULE_TEXT, contract.source)
+    for key in sorted(set(resource.props) - contract.known()):
+        yield Finding(resource.type, resource.name, key, resource.props[key], rule)
+
+
+# 'Failed to parse retryConfig field: ... at Job.retryConfig.minBackoffDuration.' or
+# 'Message type "..." has no field named "foo" at "Job.retryConfig".'
+_PARSE_ERROR_PATH: Final = re.compile(r'(?:has no field named "(?P<field>[^"]+)" )?at "?'
+                                      r'(?P<path>[A-Za-z_][\w.\[\]]*?)"?\.*$', re.S)
+
+
+def parse_strictly(contract: Contract, resource: Declared) -> Iterator[Finding]:
+    """Parse the request body with Google's client type, unknown fields refused."""
+    from google.protobuf import json_format  # type: ignore[import-untyped]
+
+    body = request_body(contract, resource.props)
+    try:
+        json_format.ParseDict(body, contract.api_type.message_class()(),
+                              ignore_unknown_fields=False)
+    except json_format.ParseError as error:
+        detail = str(error).splitlines()[0]
+        path = _error_property(detail)
+        rule = Rule(f"{contract.api_type.full_name} refuses it: {detail}", contract.source)
+        yield Finding(resource.type, resource.name, path or "(request)",
+                      _lookup(body, path), rule)
+
+
+def _error_property(detail: str) -> str:
+    """The property path a ParseError names, without the message type's own name."""
+    match = _PARSE_ERROR_PATH.search(detail.split(" Available Fields")[0].strip())
+    if match is None:
+        return ""
+    parts = match.group("path").split(".")[1:]
+    if match.group("field"):
+        parts.append(match.group("field"))
+    return ".".join(parts)
+
+
+def _lookup(body: Mapping[str, Any], path: str) -> Any:
+    current: Any = body
+    for key in path.split(".") if path else []:
+        if not isinstance(current, Mapping) or key not in current:
+            return None
+        current = current[key]
+    return current if path else body

@@ -1,0 +1,487 @@
+"""Google's documented limits that no client type encodes: name patterns and lengths,
+minimum and multiple-of durations, sizes. Each limit is declared once, here (Cloud
+Scheduler's own bounds come from infra/scheduler_rules.py, which the config validation
+and the policy pack share), with the page that documents it (infra/contracts/sources.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Final
+
+from infra.contracts import sources
+from infra.contracts.convert import Declared, api_value
+from infra.contracts.findings import Finding, Rule, Source
+from infra.scheduler_rules import (
+    ATTEMPT_DEADLINE_MAX_SECONDS,
+    ATTEMPT_DEADLINE_MIN_SECONDS,
+    JOB_ID_MAX_LENGTH,
+    RETRY_COUNT_MAX,
+)
+
+LimitCheck = Callable[[Declared], Iterator[Finding]]
+
+# --- Cloud Run functions and Cloud Run -------------------------------------------------
+FUNCTION_ENV_VARS_MAX_BYTES: Final = 32 * 1024
+"""A function's runtime environment variables, names and values together (UTF-8)."""
+ENV_VAR_VALUE_MAX_BYTES: Final = 32_768
+ENV_VARS_MAX_COUNT: Final = 1000
+RESERVED_ENV_VAR_NAMES: Final = frozenset(
+    {"PORT", "K_SERVICE", "K_REVISION", "K_CONFIGURATION", "FUNCTION_TARGET",
+     "FUNCTION_SIGNATURE_TYPE"}
+)
+FUNCTION_ID: Final = re.compile(r"[a-z0-9-]{4,63}")
+
+# --- Cloud Scheduler ---------------------------------------------------------------------
+SCHEDULER_HEADERS_MAX_BYTES: Final = 80_000
+"""The headers' total size must be less than this ("80KB", read as the smaller 80,000)."""
+SCHEDULER_JOB_MAX_BYTES: Final = 1_000_000
+"""A job (its body with it) is at most 1 MB."""
+SCHEDULER_DESCRIPTION_MAX_CHARS: Final = 500
+SCHEDULER_JOB_ID: Final = re.compile(rf"[A-Za-z0-9_-]{{1,{JOB_ID_MAX_LENGTH}}}")
+SCHEDULER_BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
+
+# --- Cloud Monitoring --------------------------------------------------------------------
+CONDITION_DURATION_STEP_SECONDS: Final = 60
+MISSING_DATA_MIN_DURATION_SECONDS: Final = 60
+ABSENT_MIN_DURATION_SECONDS: Final = 120
+ALIGNMENT_PERIOD_MIN_SECONDS: Final = 60
+ALERT_ALIGNMENT_PERIOD_MAX_SECONDS: Final = 90_000
+
+# --- Cloud Logging -----------------------------------------------------------------------
+LOG_METRIC_NAME: Final = re.compile(r"[A-Za-z0-9_\-.,+!*',()%][A-Za-z0-9_\-.,+!*',()%/]{0,99}")
+LOG_METRIC_DESCRIPTION_MAX_CHARS: Final = 8000
+LOG_METRIC_FILTER_MAX_CHARS: Final = 20_000
+
+# --- Firestore, Secret Manager, Cloud Tasks, IAM, Cloud Storage ------------------------
+FIRESTORE_DATABASE_ID: Final = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]|\(default\)")
+UUID_LIKE: Final = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+SECRET_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,255}")
+SECRET_PAYLOAD_MAX_BYTES: Final = 64 * 1024
+QUEUE_ID: Final = re.compile(r"[A-Za-z0-9-]{1,100}")
+QUEUE_MAX_DISPATCHES_PER_SECOND: Final = 500
+QUEUE_MAX_CONCURRENT_DISPATCHES: Final = 5000
+QUEUE_MAX_ATTEMPTS_MIN: Final = -1
+SERVICE_ACCOUNT_ID: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])")
+SERVICE_ACCOUNT_ID_LENGTH: Final = range(6, 31)
+SERVICE_ACCOUNT_DISPLAY_NAME_MAX_BYTES: Final = 100
+SERVICE_ACCOUNT_DESCRIPTION_MAX_BYTES: Final = 256
+CUSTOM_ROLE_ID: Final = re.compile(r"[A-Za-z0-9_.]{3,64}")
+CUSTOM_ROLE_TITLE_MAX_BYTES: Final = 100
+IAM_ROLE: Final = re.compile(
+    r"roles/[A-Za-z0-9_.]+|(projects/[^/\s]+|organizations/[0-9]+)/roles/[A-Za-z0-9_.]{3,64}"
+)
+IAM_MEMBER: Final = re.compile(
+    r"allUsers|allAuthenticatedUsers"
+    r"|(user|serviceAccount|group):[^@\s:]+@[^@\s]+"
+    r"|deleted:(user|serviceAccount|group):[^@\s:]+@[^@\s?]+\?uid=[0-9]+"
+    r"|domain:[A-Za-z0-9.-]+\.[A-Za-z]{2,}"
+    r"|principal(Set)?://\S+"
+)
+BUCKET_NAME_PART: Final = re.compile(r"[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?")
+BUCKET_NAME_MAX_CHARS: Final = 222
+OBJECT_NAME_MAX_BYTES: Final = 1024
+
+
+def _rule(text: str, source: Source) -> Rule:
+    return Rule(text, source)
+
+
+R_FUNCTION_ID: Final = _rule(
+    "a function ID is 4-63 characters of lowercase letters, digits and hyphens",
+    sources.FUNCTIONS_API)
+R_ENV_TOTAL: Final = _rule(
+    f"a function's runtime environment variables, names and values together, are at "
+    f"most {FUNCTION_ENV_VARS_MAX_BYTES // 1024} KiB", sources.FUNCTIONS_ENV_VARS)
+R_ENV_VALUE: Final = _rule(
+    f"an environment variable's value is at most {ENV_VAR_VALUE_MAX_BYTES:,} bytes",
+    sources.RUN_ENV_VAR_API)
+R_ENV_COUNT: Final = _rule(
+    f"a service has at most {ENV_VARS_MAX_COUNT:,} environment variables", sources.RUN_ENV_VARS)
+R_ENV_RESERVED: Final = _rule(
+    f"reserved environment variable names ({', '.join(sorted(RESERVED_ENV_VAR_NAMES))}) "
+    "are set by Cloud Run and cannot be declared", sources.RUN_ENV_VARS)
+R_JOB_ID: Final = _rule(
+    f"a job ID has only letters, digits, hyphens and underscores, at most "
+    f"{JOB_ID_MAX_LENGTH} characters", sources.SCHEDULER_JOBS_API)
+R_JOB_DESCRIPTION: Final = _rule(
+    f"a job's description has at most {SCHEDULER_DESCRIPTION_MAX_CHARS} characters",
+    sources.SCHEDULER_JOBS_API)
+R_JOB_DEADLINE: Final = _rule(
+    f"an HTTP target's attemptDeadline lies within {ATTEMPT_DEADLINE_MIN_SECONDS} s .. "
+    f"{ATTEMPT_DEADLINE_MAX_SECONDS // 60} min", sources.SCHEDULER_JOBS_API)
+R_JOB_RETRY_COUNT: Final = _rule(
+    f"retryCount lies within 0..{RETRY_COUNT_MAX} (greater and negative values are not "
+    "allowed)", sources.SCHEDULER_JOBS_API)
+R_JOB_HEADERS: Final = _rule(
+    "the total size of an HTTP target's headers must be less than 80KB",
+    sources.SCHEDULER_JOBS_API)
+R_JOB_BODY: Final = _rule(
+    "a job, its body included, is at most 1 MB", sources.SCHEDULER_QUOTAS)
+R_JOB_BODY_METHOD: Final = _rule(
+    "a request body is allowed only with HTTP method POST, PUT or PATCH",
+    sources.SCHEDULER_JOBS_API)
+R_DURATION_STEP: Final = _rule(
+    "a condition's duration is a multiple of 60 s (0, 60, 120, ...)",
+    sources.MONITORING_ALERT_POLICIES_API)
+R_MISSING_DATA: Final = _rule(
+    "a condition that sets evaluationMissingData needs a duration of at least 60 s (else the "
+    "API answers 400 \"Conditions setting evaluation_missing_data must have a non-zero "
+    "duration\", as in terraform-provider-google#16892)", sources.MONITORING_ALERT_POLICIES_API)
+R_ABSENT_DURATION: Final = _rule(
+    "an absence condition's duration is at least 120 s", sources.MONITORING_ALERT_POLICIES_API)
+R_ALIGNMENT: Final = _rule(
+    f"an alerting policy's alignmentPeriod lies within {ALIGNMENT_PERIOD_MIN_SECONDS} s .. "
+    f"{ALERT_ALIGNMENT_PERIOD_MAX_SECONDS:,} s", sources.MONITORING_ALERT_POLICIES_API)
+R_LOG_METRIC_NAME: Final = _rule(
+    "a log metric name is at most 100 characters of A-Z a-z 0-9 _-.,+!*',()%/ and does not "
+    "start with /", sources.LOGGING_METRICS_API)
+R_LOG_METRIC_DESCRIPTION: Final = _rule(
+    f"a log metric's description has at most {LOG_METRIC_DESCRIPTION_MAX_CHARS:,} characters",
+    sources.LOGGING_METRICS_API)
+R_LOG_METRIC_FILTER: Final = _rule(
+    f"a log metric's filter has at most {LOG_METRIC_FILTER_MAX_CHARS:,} characters",
+    sources.LOGGING_METRICS_API)
+R_DATABASE_ID: Final = _rule(
+    "a database ID is 4-63 characters of a-z 0-9 -, starts with a letter, ends with a letter "
+    "or digit, is not UUID-like (or is \"(default)\")", sources.FIRESTORE_DATABASES_API)
+R_SECRET_ID: Final = _rule(
+    "a secret ID is at most 255 letters, digits, hyphens and underscores", sources.SECRETS_API)
+R_SECRET_PAYLOAD: Final = _rule(
+    f"a secret version's data is no larger than {SECRET_PAYLOAD_MAX_BYTES // 1024}KiB",
+    sources.SECRET_PAYLOAD_API)
+R_QUEUE_ID: Final = _rule(
+    "a queue ID has only letters, digits and hyphens, at most 100 characters",
+    sources.TASKS_QUEUES_API)
+R_QUEUE_RATE: Final = _rule(
+    f"rateLimits.maxDispatchesPerSecond is at most {QUEUE_MAX_DISPATCHES_PER_SECOND}",
+    sources.TASKS_QUEUES_API)
+R_QUEUE_CONCURRENCY: Final = _rule(
+    f"rateLimits.maxConcurrentDispatches is at most {QUEUE_MAX_CONCURRENT_DISPATCHES:,}",
+    sources.TASKS_QUEUES_API)
+R_QUEUE_ATTEMPTS: Final = _rule(
+    "retryConfig.maxAttempts is -1 (unlimited) or more", sources.TASKS_QUEUES_API)
+R_QUEUE_SAMPLING: Final = _rule(
+    "stackdriverLoggingConfig.samplingRatio lies within 0.0..1.0", sources.TASKS_QUEUES_API)
+R_ACCOUNT_ID: Final = _rule(
+    "a service account ID is 6-30 characters matching [a-z]([-a-z0-9]*[a-z0-9])",
+    sources.IAM_SERVICE_ACCOUNTS_API)
+R_ACCOUNT_DISPLAY_NAME: Final = _rule(
+    f"a service account's displayName is at most {SERVICE_ACCOUNT_DISPLAY_NAME_MAX_BYTES} "
+    "UTF-8 bytes", sources.IAM_SERVICE_ACCOUNTS_API)
+R_ACCOUNT_DESCRIPTION: Final = _rule(
+    f"a service account's description is at most {SERVICE_ACCOUNT_DESCRIPTION_MAX_BYTES} "
+    "UTF-8 bytes", sources.IAM_SERVICE_ACCOUNTS_API)
+R_ROLE_ID: Final = _rule(
+    "a custom role ID is 3-64 letters, digits, underscores and periods", sources.IAM_ROLES_API)
+R_ROLE_TITLE: Final = _rule(
+    f"a role's title is limited to {CUSTOM_ROLE_TITLE_MAX_BYTES} UTF-8 bytes",
+    sources.IAM_ROLES_API)
+R_IAM_ROLE: Final = _rule(
+    "a binding's role is roles/<name>, projects/<project>/roles/<id> or "
+    "organizations/<number>/roles/<id>", sources.IAM_POLICY_BINDING)
+R_IAM_MEMBER: Final = _rule(
+    "a member is allUsers, allAuthenticatedUsers, user:/serviceAccount:/group:<email>, "
+    "deleted:<kind>:<email>?uid=<id>, domain:<domain>, or a principal:// or principalSet:// "
+    "identifier", sources.IAM_PRINCIPAL_IDENTIFIERS)
+R_BUCKET_NAME: Final = _rule(
+    "a bucket name is 3-63 characters of a-z 0-9 - _ (up to 222 with dots, each dot-separated "
+    "part at most 63), starts and ends with a letter or digit, is not an IP address, does not "
+    "start with \"goog\" and does not contain \"google\"", sources.STORAGE_BUCKET_NAMES)
+R_OBJECT_NAME: Final = _rule(
+    f"an object name is 1-{OBJECT_NAME_MAX_BYTES} UTF-8 bytes without carriage returns or line "
+    "feeds, and is not \".\" or \"..\"", sources.STORAGE_OBJECT_NAMES)
+
+
+def _finding(resource: Declared, prop: str, value: Any, rule: Rule) -> Finding:
+    return Finding(resource.type, resource.name, prop, value, rule)
+
+
+def duration_seconds(value: Any) -> float | None:
+    """A google.protobuf.Duration JSON string ("180s") in seconds; None if not one (the
+    strict parse reports that)."""
+    from google.protobuf import duration_pb2  # type: ignore[import-untyped]
+
+    if not isinstance(value, str):
+        return None
+    duration = duration_pb2.Duration()
+    try:
+        duration.FromJsonString(value)
+    except ValueError:
+        return None
+    return float(duration.ToTimedelta().total_seconds())
+
+
+def _utf8_len(text: Any) -> int:
+    return len(str(text).encode())
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _matches(pattern: re.Pattern[str], value: Any) -> bool:
+    return isinstance(value, str) and pattern.fullmatch(value) is not None
+
+
+# --------------------------------------------------------------------------- functions
+
+
+def function_limits(resource: Declared) -> Iterator[Finding]:
+    name = resource.props.get("name")
+    if not _matches(FUNCTION_ID, name):
+        yield _finding(resource, "name", name, R_FUNCTION_ID)
+    service = resource.props.get("serviceConfig")
+    env = api_value(service.get("environmentVariables")) if isinstance(service, Mapping) else None
+    if not isinstance(env, Mapping):
+        return
+    prop = "serviceConfig.environmentVariables"
+    total = sum(_utf8_len(key) + _utf8_len(value) for key, value in env.items())
+    if total > FUNCTION_ENV_VARS_MAX_BYTES:
+        sizes = sorted(((_utf8_len(k) + _utf8_len(v), k) for k, v in env.items()), reverse=True)
+        largest = ", ".join(f"{key} {size:,} B" for size, key in sizes[:3])
+        yield _finding(resource, prop, f"{total:,} bytes (largest: {largest})", R_ENV_TOTAL)
+    if len(env) > ENV_VARS_MAX_COUNT:
+        yield _finding(resource, prop, f"{len(env):,} variables", R_ENV_COUNT)
+    for key, value in env.items():
+        if _utf8_len(value) > ENV_VAR_VALUE_MAX_BYTES:
+            yield _finding(resource, f"{prop}.{key}", value, R_ENV_VALUE)
+        if key in RESERVED_ENV_VAR_NAMES:
+            yield _finding(resource, f"{prop}.{key}", value, R_ENV_RESERVED)
+
+
+# --------------------------------------------------------------------------- Scheduler
+
+
+def scheduler_job_limits(resource: Declared) -> Iterator[Finding]:
+    props = resource.props
+    if not _matches(SCHEDULER_JOB_ID, props.get("name")):
+        yield _finding(resource, "name", props.get("name"), R_JOB_ID)
+    description = props.get("description")
+    if isinstance(description, str) and len(description) > SCHEDULER_DESCRIPTION_MAX_CHARS:
+        yield _finding(resource, "description", description, R_JOB_DESCRIPTION)
+    retry = props.get("retryConfig")
+    count = retry.get("retryCount") if isinstance(retry, Mapping) else None
+    if isinstance(count, int | float) and not 0 <= count <= RETRY_COUNT_MAX:
+        yield _finding(resource, "retryConfig.retryCount", count, R_JOB_RETRY_COUNT)
+    target = props.get("httpTarget")
+    if not isinstance(target, Mapping):
+        return
+    deadline = duration_seconds(props.get("attemptDeadline"))
+    if deadline is not None and not (
+        ATTEMPT_DEADLINE_MIN_SECONDS <= deadline <= ATTEMPT_DEADLINE_MAX_SECONDS
+    ):
+        yield _finding(resource, "attemptDeadline", props.get("attemptDeadline"), R_JOB_DEADLINE)
+    headers = target.get("headers")
+    if isinstance(headers, Mapping):
+        size = sum(_utf8_len(k) + _utf8_len(v) for k, v in headers.items())
+        if size >= SCHEDULER_HEADERS_MAX_BYTES:
+            yield _finding(resource, "httpTarget.headers", f"{size:,} bytes", R_JOB_HEADERS)
+    body = target.get("body")
+    if isinstance(body, str) and body:
+        try:
+            body_size: int | None = len(base64.b64decode(body, validate=True))
+        except (binascii.Error, ValueError):
+            body_size = None  # not base64: the strict parse reports it
+        if body_size is not None and body_size > SCHEDULER_JOB_MAX_BYTES:
+            yield _finding(resource, "httpTarget.body", f"{body_size:,} bytes", R_JOB_BODY)
+        method = target.get("httpMethod", "POST")
+        if method not in SCHEDULER_BODY_METHODS:
+            yield _finding(resource, "httpTarget.httpMethod", method, R_JOB_BODY_METHOD)
+
+
+# --------------------------------------------------------------------------- Monitoring
+
+_THRESHOLD_CONDITIONS: Final = (
+    "conditionThreshold", "conditionMonitoringQueryLanguage", "conditionPrometheusQueryLanguage",
+)
+
+
+def alert_policy_limits(resource: Declared) -> Iterator[Finding]:
+    conditions = resource.props.get("conditions")
+    for index, condition in enumerate(conditions if isinstance(conditions, Sequence) else []):
+        if not isinstance(condition, Mapping):
+            continue
+        for kind in (*_THRESHOLD_CONDITIONS, "conditionAbsent"):
+            spec = condition.get(kind)
+            if isinstance(spec, Mapping):
+                yield from _condition_limits(resource, f"conditions[{index}].{kind}", kind, spec)
+
+
+def _condition_limits(
+    resource: Declared, prop: str, kind: str, spec: Mapping[str, Any]
+) -> Iterator[Finding]:
+    raw = spec.get("duration")
+    seconds = duration_seconds(raw)
+    if seconds is not None:
+        if seconds % CONDITION_DURATION_STEP_SECONDS:
+            yield _finding(resource, f"{prop}.duration", raw, R_DURATION_STEP)
+        if kind == "conditionAbsent" and seconds < ABSENT_MIN_DURATION_SECONDS:
+            yield _finding(resource, f"{prop}.duration", raw, R_ABSENT_DURATION)
+    if spec.get("evaluationMissingData") and (seconds or 0) < MISSING_DATA_MIN_DURATION_SECONDS:
+        yield _finding(resource, f"{prop}.duration", raw, R_MISSING_DATA)
+    for key in ("aggregations", "denominatorAggregations"):
+        aggregations = spec.get(key)
+        for index, aggregation in enumerate(
+            aggregations if isinstance(aggregations, Sequence) else []
+        ):
+            period_raw = aggregation.get("alignmentPeriod") if isinstance(
+                aggregation, Mapping) else None
+            period = duration_seconds(period_raw)
+            if period is not None and not (
+                ALIGNMENT_PERIOD_MIN_SECONDS <= period <= ALERT_ALIGNMENT_PERIOD_MAX_SECONDS
+            ):
+                yield _finding(resource, f"{prop}.{key}[{index}].alignmentPeriod", period_raw,
+                               R_ALIGNMENT)
+
+
+# --------------------------------------------------------------------------- the rest
+
+
+def log_metric_limits(resource: Declared) -> Iterator[Finding]:
+    props = resource.props
+    if not _matches(LOG_METRIC_NAME, props.get("name")):
+        yield _finding(resource, "name", props.get("name"), R_LOG_METRIC_NAME)
+    if len(str(props.get("description") or "")) > LOG_METRIC_DESCRIPTION_MAX_CHARS:
+        yield _finding(resource, "description", props.get("description"),
+                       R_LOG_METRIC_DESCRIPTION)
+    if len(str(props.get("filter") or "")) > LOG_METRIC_FILTER_MAX_CHARS:
+        yield _finding(resource, "filter", props.get("filter"), R_LOG_METRIC_FILTER)
+
+
+def firestore_database_limits(resource: Declared) -> Iterator[Finding]:
+    name = resource.props.get("name")
+    if not _matches(FIRESTORE_DATABASE_ID, name) or _matches(UUID_LIKE, name):
+        yield _finding(resource, "name", name, R_DATABASE_ID)
+
+
+def secret_limits(resource: Declared) -> Iterator[Finding]:
+    secret_id = resource.props.get("secretId")
+    if not _matches(SECRET_ID, secret_id):
+        yield _finding(resource, "secretId", secret_id, R_SECRET_ID)
+
+
+def secret_version_limits(resource: Declared) -> Iterator[Finding]:
+    data = api_value(resource.props.get("secretData"))
+    if not isinstance(data, str):
+        return  # unknown until deployed (e.g. a random password)
+    size = (len(base64.b64decode(data)) if resource.props.get("isSecretDataBase64")
+            else _utf8_len(data))
+    if size > SECRET_PAYLOAD_MAX_BYTES:
+        yield _finding(resource, "secretData", f"{size:,} bytes (secret)", R_SECRET_PAYLOAD)
+
+
+def queue_limits(resource: Declared) -> Iterator[Finding]:
+    props = resource.props
+    if not _matches(QUEUE_ID, props.get("name")):
+        yield _finding(resource, "name", props.get("name"), R_QUEUE_ID)
+    rates = _mapping(props.get("rateLimits"))
+    rate = rates.get("maxDispatchesPerSecond")
+    if isinstance(rate, int | float) and rate > QUEUE_MAX_DISPATCHES_PER_SECOND:
+        yield _finding(resource, "rateLimits.maxDispatchesPerSecond", rate, R_QUEUE_RATE)
+    concurrency = rates.get("maxConcurrentDispatches")
+    if isinstance(concurrency, int | float) and concurrency > QUEUE_MAX_CONCURRENT_DISPATCHES:
+        yield _finding(resource, "rateLimits.maxConcurrentDispatches", concurrency,
+                       R_QUEUE_CONCURRENCY)
+    retry = _mapping(props.get("retryConfig"))
+    attempts = retry.get("maxAttempts")
+    if isinstance(attempts, int | float) and attempts < QUEUE_MAX_ATTEMPTS_MIN:
+        yield _finding(resource, "retryConfig.maxAttempts", attempts, R_QUEUE_ATTEMPTS)
+    ratio = _mapping(props.get("stackdriverLoggingConfig")).get("samplingRatio")
+    if isinstance(ratio, int | float) and not 0.0 <= ratio <= 1.0:
+        yield _finding(resource, "stackdriverLoggingConfig.samplingRatio", ratio,
+                       R_QUEUE_SAMPLING)
+
+
+def service_account_limits(resource: Declared) -> Iterator[Finding]:
+    props = resource.props
+    account_id = props.get("accountId")
+    if not (
+        isinstance(account_id, str)
+        and _matches(SERVICE_ACCOUNT_ID, account_id)
+        and len(account_id) in SERVICE_ACCOUNT_ID_LENGTH
+    ):
+        yield _finding(resource, "accountId", account_id, R_ACCOUNT_ID)
+    if _utf8_len(props.get("displayName") or "") > SERVICE_ACCOUNT_DISPLAY_NAME_MAX_BYTES:
+        yield _finding(resource, "displayName", props.get("displayName"), R_ACCOUNT_DISPLAY_NAME)
+    if _utf8_len(props.get("description") or "") > SERVICE_ACCOUNT_DESCRIPTION_MAX_BYTES:
+        yield _finding(resource, "description", props.get("description"), R_ACCOUNT_DESCRIPTION)
+
+
+def custom_role_limits(resource: Declared) -> Iterator[Finding]:
+    props = resource.props
+    if not _matches(CUSTOM_ROLE_ID, props.get("roleId")):
+        yield _finding(resource, "roleId", props.get("roleId"), R_ROLE_ID)
+    if _utf8_len(props.get("title") or "") > CUSTOM_ROLE_TITLE_MAX_BYTES:
+        yield _finding(resource, "title", props.get("title"), R_ROLE_TITLE)
+
+
+def iam_member_limits(resource: Declared) -> Iterator[Finding]:
+    role, member = resource.props.get("role"), resource.props.get("member")
+    if not _matches(IAM_ROLE, role):
+        yield _finding(resource, "role", role, R_IAM_ROLE)
+    if not _matches(IAM_MEMBER, member):
+        yield _finding(resource, "member", member, R_IAM_MEMBER)
+
+
+def _is_ip_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def bucket_limits(resource: Declared) -> Iterator[Finding]:
+    name = resource.props.get("name")
+    valid = (
+        isinstance(name, str)
+        and 3 <= len(name) <= (BUCKET_NAME_MAX_CHARS if "." in name else 63)
+        and all(_matches(BUCKET_NAME_PART, part) for part in name.split("."))
+        and not _is_ip_address(name)
+        and not name.startswith("goog")
+        and "google" not in name
+    )
+    if not valid:
+        yield _finding(resource, "name", name, R_BUCKET_NAME)
+
+
+def bucket_object_limits(resource: Declared) -> Iterator[Finding]:
+    name = resource.props.get("name")
+    if (
+        not isinstance(name, str)
+        or not 1 <= _utf8_len(name) <= OBJECT_NAME_MAX_BYTES
+        or "\r" in name
+        or "\n" in name
+        or name in (".", "..")
+    ):
+        yield _finding(resource, "name", name, R_OBJECT_NAME)
+
+
+IAM_MEMBER_TYPES: Final = (
+    "gcp:projects/iAMMember:IAMMember",
+    "gcp:cloudrunv2/serviceIamMember:ServiceIamMember",
+    "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember",
+    "gcp:secretmanager/secretIamMember:SecretIamMember",
+    "gcp:cloudtasks/queueIamMember:QueueIamMember",
+)
+
+LIMITS: Final[Mapping[str, tuple[LimitCheck, ...]]] = {
+    "gcp:cloudfunctionsv2/function:Function": (function_limits,),
+    "gcp:cloudscheduler/job:Job": (scheduler_job_limits,),
+    "gcp:monitoring/alertPolicy:AlertPolicy": (alert_policy_limits,),
+    "gcp:logging/metric:Metric": (log_metric_limits,),
+    "gcp:firestore/database:Database": (firestore_database_limits,),
+    "gcp:secretmanager/secret:Secret": (secret_limits,),
+    "gcp:secretmanager/secretVersion:SecretVersion": (secret_version_limits,),
+    "gcp:cloudtasks/queue:Queue": (queue_limits,),
+    "gcp:serviceaccount/account:Account": (service_account_limits,),
+    "gcp:projects/iAMCustomRole:IAMCustomRole": (custom_role_limits,),
+    "gcp:storage/bucket:Bucket": (bucket_limits,),
+    "gcp:storage/bucketObject:BucketObject": (bucket_object_limits,),
+    **{resource_type: (iam_member_limits,) for resource_type in IAM_MEMBER_TYPES},
+}
