@@ -146,6 +146,9 @@ ROLE_PERMISSIONS: Final[Mapping[str, frozenset[str]]] = {
     "roles/pubsub.admin": frozenset({"pubsub.topics.publish"}),
     "roles/pubsub.subscriber": frozenset(),
     "roles/pubsub.viewer": frozenset(),
+    # Cloud Tasks: creating a task (a task's OIDC token needs actAs on its account besides,
+    # https://cloud.google.com/tasks/docs/reference/rest/v2/OidcToken).
+    "roles/cloudtasks.enqueuer": frozenset(),
     # What the kit itself grants besides the above (infra/): none sensitive.
     "roles/logging.logWriter": frozenset(),
     "roles/artifactregistry.writer": frozenset(),

@@ -13,6 +13,7 @@ from policies import (
     alerting,
     function,
     iam,
+    ingress,
     proxy,
     scheduler,
     stack,
@@ -315,6 +316,15 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "the proxy's records), each conditioned to that one database.",
         MANDATORY,
         watchdog.least_privilege,
+    ),
+    StackPolicy(
+        "cloud-run-internal-callers",
+        "A Cloud Run function or service that calls an internal-only one (its URL in its "
+        "environment) must take a path Cloud Run admits: hand the calls to a Cloud Tasks "
+        "queue of the stack, or route all its egress through a VPC. A direct call from "
+        "Cloud Run without a VPC is refused as external.",
+        MANDATORY,
+        ingress.internal_callers_take_an_admitted_path,
     ),
     StackPolicy(
         "dedup-alerting-notifies-production",

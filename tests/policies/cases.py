@@ -23,6 +23,7 @@ from tests.policies.fixtures import (
     DELETE,
     FOLDER_IAM_MEMBER,
     FUNCTION_IAM_MEMBER,
+    FUNCTION_URL,
     INVOKER_SA,
     ORG_IAM_BINDING,
     PROJECT,
@@ -1621,4 +1622,78 @@ RESOURCE_CASES["scheduler-job-dst-change"] = [
     one("dst-daily-0230-berlin", JOB, scheduled("30 2 * * *"), True),  # gap and repeat
     one("dst-hourly-berlin", JOB, scheduled("7 * * * *"), True),
     one("dst-sunday-0200-new-york", JOB, scheduled("0 2 * * 0", "America/New_York"), True),
+]
+
+
+# -- cloud-run-internal-callers (policies/ingress.py) -----------------------------------------
+TASKS_QUEUE = "gcp:cloudtasks/queue:Queue"
+DELIVERY_QUEUE = f"projects/{PROJECT}/locations/{REGION}/queues/dedup-deliveries"
+
+
+def _delivering_watchdog(*, queue: bool = True, target_url: object = FUNCTION_URL,
+                         depends: bool = False) -> list[Resource]:
+    """watchdog_stack whose watchdog delivers runs to the dedup function (its URL in its
+    environment), through the stack's deliveries queue (or, queue=False, by itself)."""
+    stack = replace_named(watchdog_stack(), WATCHDOG_FN,
+                          "serviceConfig.environmentVariables.DEDUP_WATCH_TARGET_URL", target_url)
+    if queue:
+        stack = replace_named(stack, WATCHDOG_FN,
+                              "serviceConfig.environmentVariables.DEDUP_WATCH_QUEUE",
+                              DELIVERY_QUEUE)
+        stack.append(res(TASKS_QUEUE, "watchdog-deliveries", {
+            "project": PROJECT, "location": REGION, "name": "dedup-deliveries"}))
+    if depends:  # the engine's view: the watchdog's env takes the function's URL output
+        function = next(r for r in stack if r.name == "dedup-function")
+        stack = [
+            Resource(r.type, r.name, r.urn, r.props, r.parent, (*r.dependencies, function.urn))
+            if r.name == WATCHDOG_FN else r
+            for r in stack
+        ]
+    return stack
+
+
+STACK_CASES["cloud-run-internal-callers"] = [
+    stack_case("callers-kit", kit_stack(), False),
+    stack_case("callers-watchdog-not-delivering", watchdog_stack(), False),
+    stack_case("callers-watchdog-through-the-queue", _delivering_watchdog(), False),
+    stack_case(
+        "callers-watchdog-through-a-vpc-connector",
+        replace_named(
+            replace_named(_delivering_watchdog(queue=False), WATCHDOG_FN,
+                          "serviceConfig.vpcConnector", "projects/p/locations/r/connectors/c"),
+            WATCHDOG_FN, "serviceConfig.vpcConnectorEgressSettings", "ALL_TRAFFIC",
+        ),
+        False,
+    ),
+    stack_case(
+        "callers-public-target-is-not-judged",
+        replace_named(_delivering_watchdog(queue=False), "dedup-function",
+                      "serviceConfig.ingressSettings", "ALLOW_ALL"),
+        False,
+    ),
+    stack_case("callers-watchdog-posts-itself", _delivering_watchdog(queue=False), True),
+    stack_case(
+        "callers-queue-named-but-not-declared",
+        [r for r in _delivering_watchdog() if r.type != TASKS_QUEUE],
+        True,
+    ),
+    stack_case(
+        "callers-connector-for-private-ranges-only",
+        replace_named(
+            replace_named(_delivering_watchdog(queue=False), WATCHDOG_FN,
+                          "serviceConfig.vpcConnector", "projects/p/locations/r/connectors/c"),
+            WATCHDOG_FN, "serviceConfig.vpcConnectorEgressSettings", "PRIVATE_RANGES_ONLY",
+        ),
+        True,
+    ),
+    stack_case(  # a first preview: the URL is not known yet, the dependency is
+        "callers-url-unknown-in-preview",
+        _delivering_watchdog(queue=False, target_url=U, depends=True),
+        True,
+    ),
+    stack_case(
+        "callers-url-unknown-through-the-queue",
+        _delivering_watchdog(target_url=U, depends=True),
+        False,
+    ),
 ]

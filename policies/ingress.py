@@ -1,0 +1,129 @@
+"""Stack policy: a call from Cloud Run to an internal-only service takes a path Cloud Run admits.
+
+"Requests to Cloud Run from Cloud Run, Cloud Functions, or App Engine must go to the VPC
+network to be considered internal" ("Restrict network ingress for Cloud Run",
+https://cloud.google.com/run/docs/securing/ingress#internal-services). From the same
+project, Cloud Scheduler, Cloud Tasks, Eventarc, Pub/Sub and Workflows are internal on the
+run.app URL; another Cloud Run service or function is only when its egress goes through a
+VPC (a connector or Direct VPC egress, all traffic). So a function that would POST to an
+internal-only function's URL without either is refused at every request, in production
+only: nothing local enforces ingress.
+
+A caller is a Cloud Run function or service whose environment carries the URL of an
+internal-only one (its state, as the mocks and the engine resolve it), or, while that URL
+is not known yet (a first preview), whose environment holds an unknown value and which
+depends on it. It passes when all its egress goes through a VPC, or when it hands its
+calls to a Cloud Tasks queue declared in the stack (the watchdog's DEDUP_WATCH_QUEUE,
+function/dedup/cloud_tasks.py), whose HTTP tasks are internal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+from policies.function import _FUNCTION_INGRESS, _RUN_V2_INGRESS
+from policies.gcp import FUNCTION_V2
+from policies.model import Finding, Resource
+from policies.values import as_list, as_mapping, get, is_unknown
+
+RUN_V2_SERVICE: Final = "gcp:cloudrunv2/service:Service"
+TASKS_QUEUE: Final = "gcp:cloudtasks/queue:Queue"
+QUEUE_ENV: Final = "DEDUP_WATCH_QUEUE"  # function/dedup/cloud_tasks.py
+ALL_TRAFFIC_CONNECTOR: Final = "ALL_TRAFFIC"  # functions v2 vpcConnectorEgressSettings
+ALL_TRAFFIC_RUN_V2: Final = "ALL_TRAFFIC"  # cloudrunv2 template.vpcAccess.egress
+
+
+def _internal_url(resource: Resource) -> str | None:
+    """The URL of an internal-only function or service, from its state."""
+    if resource.type == FUNCTION_V2:
+        if get(resource.props, "serviceConfig", "ingressSettings") not in _FUNCTION_INGRESS:
+            return None
+        url = get(resource.props, "serviceConfig", "uri")
+    elif resource.type == RUN_V2_SERVICE:
+        if get(resource.props, "ingress") not in _RUN_V2_INGRESS:
+            return None
+        url = get(resource.props, "uri")
+    else:
+        return None
+    return url if isinstance(url, str) and url.startswith("https://") else ""
+
+
+def _environment(resource: Resource) -> list[Any]:
+    """Every environment variable value of a function or service (v2)."""
+    if resource.type == FUNCTION_V2:
+        env = as_mapping(get(resource.props, "serviceConfig", "environmentVariables"))
+        return list(env.values()) if env is not None else []
+    if resource.type == RUN_V2_SERVICE:
+        values: list[Any] = []
+        for container in as_list(get(resource.props, "template", "containers")) or []:
+            for entry in as_list(get(container, "envs")) or []:
+                values.append(get(entry, "value"))
+        return values
+    return []
+
+
+def _egress_through_vpc(resource: Resource) -> bool:
+    if resource.type == FUNCTION_V2:
+        connector = get(resource.props, "serviceConfig", "vpcConnector")
+        egress = get(resource.props, "serviceConfig", "vpcConnectorEgressSettings")
+        return isinstance(connector, str) and bool(connector) and egress == ALL_TRAFFIC_CONNECTOR
+    access = get(resource.props, "template", "vpcAccess")
+    routed = get(access, "connector") or as_list(get(access, "networkInterfaces"))
+    return bool(routed) and get(access, "egress") == ALL_TRAFFIC_RUN_V2
+
+
+def _hands_calls_to_a_queue(resource: Resource, queues: set[str]) -> bool:
+    env = as_mapping(get(resource.props, "serviceConfig", "environmentVariables")) or {}
+    named = env.get(QUEUE_ENV)
+    return isinstance(named, str) and named in queues
+
+
+def _queue_names(resources: Sequence[Resource]) -> set[str]:
+    names = set()
+    for queue in resources:
+        if queue.type == TASKS_QUEUE:
+            names.add(
+                f"projects/{get(queue.props, 'project')}/locations/"
+                f"{get(queue.props, 'location')}/queues/{get(queue.props, 'name')}"
+            )
+    return names
+
+
+def _calls(caller: Resource, target: Resource, url: str) -> bool:
+    values = _environment(caller)
+    if url and any(isinstance(v, str) and url in v for v in values):
+        return True
+    return target.urn in caller.dependencies and any(is_unknown(v) for v in values)
+
+
+def _callers(resources: Sequence[Resource]) -> Iterator[tuple[Resource, Resource, str]]:
+    targets = [(r, url) for r in resources if (url := _internal_url(r)) is not None]
+    for caller in resources:
+        if caller.type not in (FUNCTION_V2, RUN_V2_SERVICE):
+            continue
+        for target, url in targets:
+            if target.urn != caller.urn and _calls(caller, target, url):
+                yield caller, target, url
+
+
+def internal_callers_take_an_admitted_path(resources: Sequence[Resource]) -> list[Finding]:
+    queues = _queue_names(resources)
+    findings: list[Finding] = []
+    reported: set[tuple[str, str]] = set()
+    for caller, target, url in _callers(resources):
+        if _egress_through_vpc(caller) or _hands_calls_to_a_queue(caller, queues):
+            continue
+        if (caller.urn, target.urn) in reported:
+            continue
+        reported.add((caller.urn, target.urn))
+        findings.append(Finding(
+            f"{caller.name!r} calls the internal-only {target.name!r} ({url or 'its URL'}) "
+            "without a VPC: Cloud Run refuses a request from Cloud Run or Cloud Functions "
+            "that does not leave through a VPC network: send the calls through a Cloud "
+            f"Tasks queue of the stack ({QUEUE_ENV}), or route all its egress through a VPC "
+            "(vpcConnector with vpcConnectorEgressSettings ALL_TRAFFIC, or Direct VPC "
+            "egress) (https://cloud.google.com/run/docs/securing/ingress#internal-services)",
+            caller.urn,
+        ))
+    return findings
