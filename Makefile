@@ -91,4 +91,4 @@ docs-serve: $(VENV)/stamp ## Serve the documentation on http://127.0.0.1:8000
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .cache .mypy_cache .ruff_cache .pytest_cache

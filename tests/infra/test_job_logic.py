@@ -1,10 +1,13 @@
 """Job logic resolved offline: `make plan` and `make policy-check` import every job's
-`module:function` in the function's environment and fail naming the key, what is missing
-and the closest match; stack files that are not valid YAML are one clear line."""
+`module:function` in the function's environment (its declared archive, environment and a
+virtualenv of function/requirements.txt alone: tests/infra/test_startup_parity.py) and fail
+naming the key, what is missing and the closest match; stack files that are not valid YAML
+are one clear line."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,7 +20,7 @@ import yaml
 from infra.config import ConfigError, load_config
 from infra.job_logic import check_job_logic, job_logic_uses, job_modules
 from infra.offline import load_stack_config
-from infra.program import REPO_ROOT
+from infra.program import DEFAULT_SOURCE_DIR, REPO_ROOT
 from tests.stacks import FIXTURE_STACKS, FIXTURE_STACKS_DIR, fixture_stack_file
 
 JOBS = "scheduler-dedup:jobs"
@@ -123,21 +126,32 @@ def test_a_job_uses_its_own_key_and_the_rest_the_default() -> None:
     ]
 
 
-def test_proxied_jobs_run_no_job_logic() -> None:
+def test_with_every_job_proxied_the_function_runs_the_default() -> None:
+    """No job is routed to the dedup function, so it imports defaultJobLogic to run every
+    job (function/dedup/job_logic.py scheduled_jobs): a missing one fails its start-up."""
     values = load_stack_config("prod", FIXTURE_STACKS_DIR)
     values["scheduler-dedup:defaultJobLogic"] = "jobs.nothing:here"
     values[JOBS] = [job for job in values[JOBS] if "proxy" in job]
-    assert job_logic_uses(values, load_config(values)) == []
+    config = load_config(values)
+    assert [(u.key, u.spec) for u in job_logic_uses(values, config)] == [
+        ("scheduler-dedup:defaultJobLogic", "jobs.nothing:here")
+    ]
+    with pytest.raises(ConfigError) as caught:
+        check_job_logic(values, config)
+    assert caught.value.keys == ("scheduler-dedup:defaultJobLogic",)
+    assert "'jobs.nothing:here': no module 'jobs.nothing' in function/" in str(caught.value)
 
 
 def function_dir(tmp_path: Path, modules: dict[str, str]) -> Path:
-    """A function/ with `jobs/<name>.py` of the given source each."""
-    jobs = tmp_path / "function" / "jobs"
-    jobs.mkdir(parents=True)
-    (jobs / "__init__.py").write_text("")
-    for name, source in modules.items():
-        (jobs / f"{name}.py").write_text(source)
-    return tmp_path / "function"
+    """A copy of function/ whose jobs/ holds only `jobs/<name>.py` of the given source each."""
+    source = tmp_path / "function"
+    shutil.copytree(DEFAULT_SOURCE_DIR, source, ignore=shutil.ignore_patterns("__pycache__"))
+    for module in (source / "jobs").glob("*.py"):
+        if module.name != "__init__.py":
+            module.unlink()
+    for name, source_text in modules.items():
+        (source / "jobs" / f"{name}.py").write_text(source_text)
+    return source
 
 
 def stack_naming(spec: str) -> dict[str, Any]:
@@ -151,7 +165,7 @@ def stack_naming(spec: str) -> dict[str, Any]:
 def check(spec: str, source_dir: Path) -> ConfigError:
     values = stack_naming(spec)
     with pytest.raises(ConfigError) as caught:
-        check_job_logic(values, load_config(values), source_dir)
+        check_job_logic(values, load_config(values), source_dir, source_dir.parent / "build")
     return caught.value
 
 
@@ -159,7 +173,12 @@ def test_a_job_modules_missing_dependency_is_named(tmp_path: Path) -> None:
     source = function_dir(tmp_path, {"invoices": "import no_such_package_xyz\ndef send(c): ...\n"})
     error = check("jobs.invoices:send", source)
     assert error.keys == (f"{JOBS}[0].jobLogic",)
-    assert "needs 'no_such_package_xyz', which is not installed" in str(error)
+    assert "needs 'no_such_package_xyz', which function/requirements.txt does not install" in (
+        str(error)
+    )
+    assert "add the package that provides it to function/requirements.in and run `make lock`" in (
+        str(error)
+    )
 
 
 def test_a_module_that_fails_to_import_is_named(tmp_path: Path) -> None:
@@ -189,7 +208,7 @@ def test_the_function_environment_is_function_dir_not_the_repository(tmp_path: P
         check("jobs.billing.invoice:send", source)
     )
     values = stack_naming("jobs.ok:run")
-    check_job_logic(values, load_config(values), source)
+    check_job_logic(values, load_config(values), source, tmp_path / "build")
 
 
 @pytest.mark.timeout(240)
