@@ -5,10 +5,12 @@
     python -m infra.plan path/to/Pulumi.test.yaml
 
 Validates the stack's config, imports every job's `module:function` in the function's own
-environment (infra/job_logic.py), runs the program under Pulumi's mocks and prints one row
-per resource: type, name and its key settings, then the stack outputs. A stack that cannot
-be deployed is one error message naming its file and keys (exit status 2); the other
-stacks are still planned.
+environment (infra/job_logic.py), runs the program under Pulumi's mocks, checks every
+declared resource against Google's API contracts (infra/contracts, docs/contracts.md) and
+prints one row per resource: type, name and its key settings, then the stack outputs. A
+stack that cannot be deployed is one error message naming its file and keys, or each
+declared value Google's API would refuse (exit status 2); the other stacks are still
+planned.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from infra.config import ConfigError
+from infra.contracts import Finding, check_resources
 from infra.offline import (
     STACK_FILE_DIR,
     DeclaredResource,
@@ -33,6 +37,12 @@ from infra.offline import (
     stack_path,
 )
 from infra.scheduler_rules import ScheduleError, dst_advisory
+from infra.source import (
+    JOB_ROUTES_TABLE,
+    PROXY_ROUTES_TABLE,
+    WATCH_JOBS_TABLE,
+    read_archive_table,
+)
 
 
 def _get(props: Mapping[str, Any], *path: str) -> Any:
@@ -62,28 +72,54 @@ def _function(p: Mapping[str, Any]) -> str:
         f"runtimeSA={sc.get('serviceAccountEmail')} "
         f"buildSA={str(bc.get('serviceAccount', '')).rsplit('/', 1)[-1]} "
         f"callers={(sc.get('environmentVariables') or {}).get('DEDUP_ALLOWED_CALLERS')}"
-        f"{_proxy_routes(sc.get('environmentVariables') or {})}"
+        f"{_proxy_timeout(sc.get('environmentVariables') or {})}"
     )
 
 
-def _proxy_routes(env: Mapping[str, Any]) -> str:
-    """` routes=job->target:resource,...` for the proxy, else ""."""
-    raw = env.get("DEDUP_PROXY_ROUTES")
-    if not isinstance(raw, str):
-        return ""
+def _proxy_timeout(env: Mapping[str, Any]) -> str:
+    """` proxyTimeout=30s` for the proxy, else "" (its routes: its source object's row)."""
+    timeout = env.get("DEDUP_PROXY_TIMEOUT_SECONDS")
+    return f" proxyTimeout={timeout}s" if timeout is not None else ""
+
+
+def _source_object(p: Mapping[str, Any]) -> str:
+    """The object, and the job table its archive carries (the function's per-job data)."""
+    where = f"gs://{p.get('bucket')}/{p.get('name')}"
+    source = p.get("source")
+    path = source.get("path") if isinstance(source, Mapping) else None
+    if not isinstance(path, str):
+        return where
     try:
-        routes = json.loads(raw)
-    except ValueError:
-        return f" routes={raw}"
+        texts = {t: read_archive_table(path, t) for t in _TABLE_SUMMARIES}
+        tables = {t: json.loads(text) for t, text in texts.items() if text is not None}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        return f"{where} (archive or job table unreadable: {exc})"
+    shown = [_TABLE_SUMMARIES[table](content) for table, content in tables.items()]
+    return f"{where} {' '.join(shown)}".rstrip()
+
+
+def _proxy_routes(routes: Any) -> str:
+    """`routes=job->target:resource,...` (the proxy's job table)."""
     if not isinstance(routes, Mapping):
-        return f" routes={raw}"
+        return f"routes={routes}"
     shown = [
         f"{job}->{spec.get('target')}:{spec.get('resource')}"
         if isinstance(spec, Mapping)
         else f"{job}->{spec}"
         for job, spec in sorted(routes.items())
     ]
-    return f" routes={','.join(shown)} proxyTimeout={env.get('DEDUP_PROXY_TIMEOUT_SECONDS')}s"
+    return f"routes={','.join(shown)}"
+
+
+def _count(what: str) -> Callable[[Any], str]:
+    return lambda table: f"{what}={len(table) if isinstance(table, list | dict) else table}"
+
+
+_TABLE_SUMMARIES: dict[str, Callable[[Any], str]] = {
+    JOB_ROUTES_TABLE: _count("jobRoutes"),
+    PROXY_ROUTES_TABLE: _proxy_routes,
+    WATCH_JOBS_TABLE: _count("watchedJobs"),
+}
 
 
 def _job(p: Mapping[str, Any]) -> str:
@@ -134,7 +170,7 @@ _SUMMARIES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "gcp:firestore/database:Database": _database,
     "gcp:firestore/field:Field": _field,
     "gcp:storage/bucket:Bucket": _bucket,
-    "gcp:storage/bucketObject:BucketObject": lambda p: f"gs://{p.get('bucket')}/{p.get('name')}",
+    "gcp:storage/bucketObject:BucketObject": _source_object,
     "gcp:projects/service:Service": lambda p: str(p.get("service")),
     "gcp:serviceaccount/account:Account": lambda p: (
         f"{p.get('accountId')} ({p.get('displayName')})"
@@ -210,6 +246,15 @@ def dst_advisories(run: OfflineRun, now: datetime | None = None) -> list[tuple[s
     return found
 
 
+def contract_error(path: object, findings: Sequence[Finding]) -> str:
+    """The error for a stack whose declarations break Google's API contracts
+    (docs/contracts.md): one line per finding."""
+    lines = [f"error: {path}: {len(findings)} declared value(s) that Google's APIs would "
+             "refuse (contract checks, docs/contracts.md):"]
+    lines += [f"  - {finding.message()}" for finding in findings]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m infra.plan",
@@ -246,6 +291,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         except StackFileError as exc:  # names its file, line and column itself
             print(f"error: {exc}", file=sys.stderr)
+            status = 2
+            continue
+        findings = check_resources(run.resources)
+        if findings:  # what Google's API would refuse: as undeployable as a config error
+            print(contract_error(path, findings), file=sys.stderr)
             status = 2
             continue
         print(render(run))

@@ -322,7 +322,10 @@ def _condition_limits(
             yield _finding(resource, f"{prop}.duration", raw, R_DURATION_STEP)
         if kind == "conditionAbsent" and seconds < ABSENT_MIN_DURATION_SECONDS:
             yield _finding(resource, f"{prop}.duration", raw, R_ABSENT_DURATION)
-    if spec.get("evaluationMissingData") and (seconds or 0) < MISSING_DATA_MIN_DURATION_SECONDS:
+    unparsable = raw is not None and seconds is None  # the strict parse reports that
+    if spec.get("evaluationMissingData") and not unparsable and (
+        (seconds or 0) < MISSING_DATA_MIN_DURATION_SECONDS
+    ):
         yield _finding(resource, f"{prop}.duration", raw, R_MISSING_DATA)
     for key in ("aggregations", "denominatorAggregations"):
         aggregations = spec.get(key)
@@ -464,6 +467,7 @@ def bucket_object_limits(resource: Declared) -> Iterator[Finding]:
 
 IAM_MEMBER_TYPES: Final = (
     "gcp:projects/iAMMember:IAMMember",
+    "gcp:serviceaccount/iAMMember:IAMMember",
     "gcp:cloudrunv2/serviceIamMember:ServiceIamMember",
     "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember",
     "gcp:secretmanager/secretIamMember:SecretIamMember",
