@@ -1,6 +1,7 @@
 """Durations the program sends to Cloud Scheduler: whole seconds, always ("1000000s", never
 "1e+06s", which the API refuses), within the bounds the API accepts; and every Scheduler
-job the program declares parses as Google's own `google.cloud.scheduler.v1.Job`."""
+job the program declares passes the contract checks (infra/contracts: Google's own
+`google.cloud.scheduler.v1.Job`, parsed strictly, and Scheduler's documented limits)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from google.cloud.scheduler_v1 import Job
 from google.protobuf.json_format import ParseError  # type: ignore[import-untyped]
 
 from infra.config import ConfigError, load_config
+from infra.contracts import check_resource
+from infra.contracts.convert import CONTRACTS, request_body
 from infra.offline import load_stack_config, run_offline
 from infra.scheduled_job import duration
 from infra.scheduler_rules import (
@@ -68,27 +71,6 @@ def test_googles_parser_refuses_what_the_old_format_and_the_range_would_send(tex
         Job.from_json(json.dumps({"retryConfig": {"maxRetryDuration": text}}))
 
 
-def api_job(props: Mapping[str, Any]) -> dict[str, Any]:
-    """A declared gcp.cloudscheduler.Job as the REST API's Job: the provider's own fields
-    (project, region, paused) are not part of it; the name is the full resource name."""
-    api: dict[str, Any] = {
-        "name": f"projects/{props['project']}/locations/{props['region']}/jobs/{props['name']}",
-        **{
-            key: props[key]
-            for key in (
-                "description",
-                "schedule",
-                "timeZone",
-                "attemptDeadline",
-                "retryConfig",
-                "httpTarget",
-            )
-            if key in props
-        },
-    }
-    return api
-
-
 def one_job_stack(retry: Mapping[str, Any], **kit: Any) -> dict[str, Any]:
     config = copy.deepcopy(load_stack_config("dev", FIXTURE_STACKS_DIR))
     config["scheduler-dedup:jobs"] = [
@@ -140,7 +122,11 @@ def test_declared_jobs_are_valid_google_scheduler_jobs(stack: str, tmp_path: Pat
     assert jobs
     for declared in jobs:
         props = declared.props
-        parsed = Job.from_json(json.dumps(api_job(props)), ignore_unknown_fields=False)
+        # The contract checks' conversion (the one `make plan` runs), parsed again here to
+        # read the values back.
+        assert check_resource(declared) == []
+        body = request_body(CONTRACTS[JOB], props)
+        parsed = Job.from_json(json.dumps(body), ignore_unknown_fields=False)
         retry = props["retryConfig"]
         for key in ("maxRetryDuration", "minBackoffDuration", "maxBackoffDuration"):
             assert retry[key].endswith("s") and retry[key][:-1].isdigit(), (key, retry[key])
