@@ -30,6 +30,7 @@ the modules in `function/jobs/` or the module's attributes).
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -210,6 +211,7 @@ def _runtime_python_name(runtime: str = FUNCTION_RUNTIME) -> str:
     return f"python{digits[0]}.{digits[1:]}"
 
 
+@functools.cache  # once per plan: a pyenv shim takes a fifth of a second to answer
 def _version_tag(python: str) -> str | None:
     """"311" for a working Python 3.11 at `python`; None if it does not run (a pyenv shim
     of a version that is not selected)."""
@@ -233,13 +235,13 @@ def function_python(requirements: Path, venvs_dir: Path = FUNCTION_VENVS_DIR) ->
     """
     digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:16]
     runtime_tag = _runtime_python_name().removeprefix("python").replace(".", "")
-    own_tag = f"{sys.version_info[0]}{sys.version_info[1]}"
-    for tag in dict.fromkeys((runtime_tag, own_tag)):  # a venv built before, runtime's first
-        if (python := venvs_dir / f"{digest}-py{tag}" / "bin" / "python").exists():
-            return python
+    runtime_venv = venvs_dir / f"{digest}-py{runtime_tag}"
+    if (runtime_venv / "bin" / "python").exists():
+        return runtime_venv / "bin" / "python"
     runtime = shutil.which(_runtime_python_name())
     if runtime is not None and _version_tag(runtime) == runtime_tag:
-        return _build_venv(runtime, requirements, venvs_dir / f"{digest}-py{runtime_tag}")
+        return _build_venv(runtime, requirements, runtime_venv)
+    own_tag = f"{sys.version_info[0]}{sys.version_info[1]}"
     return _build_venv(sys.executable, requirements, venvs_dir / f"{digest}-py{own_tag}")
 
 
