@@ -15,7 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from infra.contracts.convert import CONTRACTS, Declared, parse_strictly, unknown_properties
+from infra.contracts.convert import (
+    CONTRACTS,
+    Declared,
+    parse_strictly,
+    preload_api_types,
+    unknown_properties,
+)
 from infra.contracts.findings import Finding, Rule, Source
 from infra.contracts.limits import LIMITS
 
@@ -27,6 +33,7 @@ __all__ = [
     "Source",
     "check_resource",
     "check_resources",
+    "preload_api_types",
 ]
 
 CHECKED_TYPES: Final = frozenset(CONTRACTS) | frozenset(LIMITS)
