@@ -179,9 +179,9 @@ def function_env(
         "DEDUP_ALLOWED_CALLERS": ",".join(
             [stack.invoker_email, *filter(None, [watchdog_caller(stack)])]
         ),
-        # Every job runs through the ledger wrapper, which calls the job's own logic.
+        # Every job runs through the ledger wrapper, which calls the job's own logic: no job
+        # table (the checkout ships none, function/dedup/tables.py), so DEDUP_JOB runs all.
         "DEDUP_JOB": DEMO_JOB,
-        "DEDUP_JOB_ROUTES": "{}",
         # Keyed by the deployed job ID, as the function names the job (RunContext.job_name);
         # the demo's flaky job fails its runs in any served function (demo.watch).
         "DEMO_JOB_LOGIC": json.dumps({

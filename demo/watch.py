@@ -31,7 +31,7 @@ Any finding outside these, or an injected missed or failed run not found, fails 
 
 Catch-up and re-runs, where the stack's watchdog delivers runs (a job with `catchUp`, or
 `watchdog.reruns`: infra then gives it the function's URL, and the function admits its
-account): the watchdog gets the jobs exactly as infra lists them (DEDUP_WATCH_JOBS), and
+account): the watchdog gets the jobs exactly as infra lists them (its job table), and
 delivers to the served function with an OIDC-shaped token of the watchdog's account, as
 deployed, and the replay's clock (X-Emulator-Now: the tick's "now", as the emulator sends
 its own; on the real clock a schedule time ahead of it would look forced). A job with
@@ -223,7 +223,7 @@ def _fixed(instant: datetime) -> datetime:
 
 
 def watched_job(job: Job) -> WatchedJob:
-    """The job as DEDUP_WATCH_JOBS lists it (infra.watchdog.watch_jobs), from the
+    """The job as the watchdog's job table lists it (infra.watchdog.watch_jobs), from the
     emulator's view of it."""
     return WatchedJob(
         name=job.job_id,
@@ -237,7 +237,7 @@ def watched_job(job: Job) -> WatchedJob:
 
 def watched_jobs_of(stack: Stack) -> dict[str, WatchedJob]:
     """Per active job (the stack's name): the job as the deployed watchdog gets it. A job
-    of the stack's config: infra's own DEDUP_WATCH_JOBS entry (with catchUp, body and
+    of the stack's config: infra's own job table entry (with catchUp, body and
     headers where the watchdog delivers); another (the demo's flaky job): watched_job."""
     infra_jobs: dict[str, WatchedJob] = {}
     if stack.config is not None:

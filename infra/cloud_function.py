@@ -1,6 +1,7 @@
 """Declaration helpers shared by the dedup function and the idempotent proxy.
 
-Both are Cloud Run functions (2nd gen) built from the same source object by the same
+Both are Cloud Run functions (2nd gen) built from the same source tree, each from its own
+source object (the tree plus that function's job table, infra/source.py), by the same
 dedicated build account into the same Artifact Registry repository, run as a runtime
 account of their own with internal-only ingress, may be invoked only by the jobs' invoker
 account (`roles/run.invoker` on the function's one Cloud Run service), serve only that
@@ -16,12 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 import pulumi
 import pulumi_gcp as gcp
 
 from infra.config import FunctionSettings
+from infra.source import table_files, write_source_archive
 
 FUNCTION_RUNTIME: Final = "python312"
 INGRESS: Final = "ALLOW_INTERNAL_ONLY"
@@ -53,14 +56,18 @@ def _service_uri(config: Any) -> str:
 
 @dataclass(frozen=True)
 class FunctionBase:
-    """What every function of the kit shares: where it runs, the source object it is built
-    from and who builds it where, the stack's function settings and labels, and who may
-    invoke it. The dedup service makes one; the proxy uses the service's."""
+    """What every function of the kit shares: where it runs, the source tree it is built
+    from (each function's object: that tree plus its own job table) and who builds it
+    where, the stack's function settings and labels, and who may invoke it. The dedup
+    service makes one; the proxy and the watchdog use the service's."""
 
     project: str
     region: str
     source_bucket: pulumi.Input[str]
-    source_object: pulumi.Input[str]
+    source_dir: Path
+    """The function source tree (main.py, requirements.txt, packages)."""
+    build_dir: Path
+    """Where the source zips are written before upload."""
     build_service_account: pulumi.Input[str]
     """`projects/P/serviceAccounts/E` of the dedicated build account."""
     docker_repository: pulumi.Input[str]
@@ -72,6 +79,35 @@ class FunctionBase:
     invoker_email: pulumi.Input[str]
     """E of that account: what its OIDC tokens' `email` claim says, and so the one caller
     the functions built from this base serve (DEDUP_ALLOWED_CALLERS)."""
+
+
+class FunctionSource(NamedTuple):
+    """One function's source object: function/ plus its job table, content-hashed."""
+
+    object: gcp.storage.BucketObject
+    object_name: str
+    """`function-source/<sha256>.zip`, known before anything is applied."""
+    sha256: str
+
+
+def declare_source(
+    name: str, *, parent: pulumi.Resource, base: FunctionBase, table: str, content: object
+) -> FunctionSource:
+    """`{name}-source`: the source tree with the job table `table` (dedup/tables.py) holding
+    `content`, uploaded to the source bucket under its hash. Only a change of the tree or of
+    this table renames it, and so redeploys this function."""
+    archive, path = write_source_archive(
+        base.source_dir, base.build_dir, table_files(table, content)
+    )
+    source_object = gcp.storage.BucketObject(
+        f"{name}-source",
+        bucket=base.source_bucket,
+        name=archive.object_name,
+        source=pulumi.FileAsset(str(path)),
+        content_type="application/zip",
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+    return FunctionSource(source_object, archive.object_name, archive.sha256)
 
 
 class DeclaredFunction(NamedTuple):
@@ -116,12 +152,14 @@ def declare_function(
     environment: Mapping[str, pulumi.Input[str]],
     allowed_callers: Sequence[pulumi.Input[str]],
     depends_on: Sequence[pulumi.Resource],
+    source: FunctionSource,
     secret_environment: Sequence[
         gcp.cloudfunctionsv2.FunctionServiceConfigSecretEnvironmentVariableArgs
     ] = (),
 ) -> DeclaredFunction:
-    """The function `{name}-function`, built as `base` says, with internal-only ingress,
-    run as `runtime_account_email` with `environment` plus DEDUP_ALLOWED_CALLERS (the
+    """The function `{name}-function`, built from `source` as `base` says, with
+    internal-only ingress, run as `runtime_account_email` with `environment` plus
+    DEDUP_ALLOWED_CALLERS (the
     e-mails of `allowed_callers`: the accounts whose OIDC tokens its Scheduler jobs send);
     and `{name}-invoker`, which lets the jobs' invoker account invoke it."""
     project, region, settings = base.project, base.region, base.settings
@@ -148,7 +186,9 @@ def declare_function(
             source=gcp.cloudfunctionsv2.FunctionBuildConfigSourceArgs(
                 storage_source=gcp.cloudfunctionsv2.FunctionBuildConfigSourceStorageSourceArgs(
                     bucket=base.source_bucket,
-                    object=base.source_object,
+                    # The name itself, not the object's output: known at a first preview,
+                    # where the policy pack links the function to its object (job tables).
+                    object=source.object_name,
                 ),
             ),
         ),
@@ -166,7 +206,9 @@ def declare_function(
             # Secret Manager versions Cloud Run reads at instance start (no client library).
             secret_environment_variables=list(secret_environment) or None,
         ),
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
+        opts=pulumi.ResourceOptions(
+            parent=parent, depends_on=[*depends_on, source.object]
+        ),
     )
     service_name = function.service_config.apply(_service_name)
     invoker_binding = grant_invoker(

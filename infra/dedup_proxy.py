@@ -50,7 +50,6 @@ the proxied jobs send its OIDC tokens); ingress is internal-only; nothing is pub
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -62,6 +61,7 @@ import pulumi_random as random
 from infra.cloud_function import (
     FunctionBase,
     declare_function,
+    declare_source,
     enable_apis,
     grant_database_user,
 )
@@ -82,6 +82,7 @@ from infra.dedup_service import (
 )
 from infra.iam_wait import wait_for_iam
 from infra.records_database import declare_records_database
+from infra.source import PROXY_ROUTES_TABLE
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:DedupProxy"
 ENTRY_POINT: Final = "proxy_scheduled_job"
@@ -114,7 +115,7 @@ class DedupProxyArgs:
     name_prefix: str
     dedup: DedupSettings
     routes: Mapping[str, ProxyTarget]
-    """Scheduler job ID -> target, sent as DEDUP_PROXY_ROUTES."""
+    """Scheduler job ID -> target: the proxy's job table (proxy_routes.json)."""
     timeout_seconds: int
     """DEDUP_PROXY_TIMEOUT_SECONDS."""
     function_base: FunctionBase
@@ -191,20 +192,23 @@ class DedupProxyArgs:
         return sorted((needed | set(SECRET_APIS)) - self.enabled_apis)
 
     def route(self, job: str) -> dict[str, str]:
-        """The job's DEDUP_PROXY_ROUTES entry; a build trigger's names the topic to publish to."""
+        """The job's route entry; a build trigger's names the topic to publish to."""
         target = self.routes[job]
         route = target.route()
         if target.target == PROXY_TARGET_BUILD_TRIGGER:
             route["topic"] = self.build_topic(target)
         return route
 
+    def route_table(self) -> dict[str, dict[str, str]]:
+        """The proxy's job table (proxy_routes.json in its source archive)."""
+        return {job: self.route(job) for job in sorted(self.routes)}
+
     def environment(self) -> dict[str, str]:
-        routes = {job: self.route(job) for job in sorted(self.routes)}
+        """The proxy's DEDUP_* environment; its routes travel in its source archive."""
         return {
             **dedup_environment(
                 self.project, self.region, self.dedup, self.dedup.proxy_database_name
             ),
-            "DEDUP_PROXY_ROUTES": json.dumps(routes, sort_keys=True, separators=(",", ":")),
             "DEDUP_PROXY_TIMEOUT_SECONDS": str(self.timeout_seconds),
         }
 
@@ -389,10 +393,15 @@ class DedupProxy(pulumi.ComponentResource):
         )
 
         # --- the function, and the jobs' invoker account on its one service ---------
+        base = args.scaled_to_zero_base()
+        source = declare_source(
+            name, parent=self, base=base, table=PROXY_ROUTES_TABLE, content=args.route_table()
+        )
         declared = declare_function(
             name,
             parent=self,
-            base=args.scaled_to_zero_base(),
+            base=base,
+            source=source,
             function_name=args.function_name,
             description="Starts workflows, Cloud Run jobs or build triggers once per "
             "scheduled run, with the run's dedup key as idempotency token.",

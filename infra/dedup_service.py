@@ -2,7 +2,8 @@
 
 One component, importable into any Pulumi program: the APIs, the Firestore database with
 the TTL policy on `expire_at` (it and `schedule_time` exempt from indexing), the private
-source bucket and content-hashed source object, an Artifact Registry repository for the
+source bucket and the function's content-hashed source object (with its job table, the
+job routes), an Artifact Registry repository for the
 build, three dedicated service accounts (runtime, build, invoker) with the narrowest grants
 the resources allow, the 2nd gen function with internal-only ingress that serves only the
 invoker account (DEDUP_ALLOWED_CALLERS = its e-mail), and `roles/run.invoker` for the
@@ -12,7 +13,6 @@ Nothing is granted to `allUsers` or `allAuthenticatedUsers`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +24,7 @@ import pulumi_gcp as gcp
 from infra.cloud_function import (
     FunctionBase,
     declare_function,
+    declare_source,
     enable_apis,
     grant_database_user,
 )
@@ -36,7 +37,7 @@ from infra.config import (
 )
 from infra.iam_wait import wait_for_iam
 from infra.records_database import declare_records_database
-from infra.source import write_source_archive
+from infra.source import JOB_ROUTES_TABLE
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:DedupService"
 ENTRY_POINT: Final = "handle_scheduled_job"
@@ -74,7 +75,7 @@ class DedupServiceArgs:
     dedup: DedupSettings
     function: FunctionSettings
     job_routes: Mapping[str, str]
-    """Scheduler job ID -> `module:function`, sent as DEDUP_JOB_ROUTES."""
+    """Scheduler job ID -> `module:function`: the function's job table (job_routes.json)."""
     source_dir: Path
     """The function's source root (main.py, requirements.txt, packages)."""
     build_dir: Path
@@ -124,11 +125,11 @@ class DedupServiceArgs:
         return service_account_id(self.name_prefix, role)
 
     def environment(self) -> dict[str, str]:
-        """The DEDUP_* environment of the function (see the function's settings)."""
+        """The DEDUP_* environment of the function (see the function's settings); the job
+        routes travel in its source archive, not here (32 KiB cap)."""
         return {
             **dedup_environment(self.project, self.region, self.dedup),
             "DEDUP_JOB": self.dedup.default_job_logic,
-            "DEDUP_JOB_ROUTES": json.dumps(dict(self.job_routes), sort_keys=True),
         }
 
 
@@ -186,6 +187,7 @@ class DedupService(pulumi.ComponentResource):
     iam_wait: pulumi.CustomResource
     """The wait for the accounts and grants to propagate; the function depends on it."""
     source_object: gcp.storage.BucketObject
+    """The function's source: function/ plus its job table (the job routes)."""
     function_base: FunctionBase
     """What the function shares with the proxy (source, build, settings, invoker)."""
 
@@ -247,16 +249,6 @@ class DedupService(pulumi.ComponentResource):
             soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(retention_duration_seconds=0),
             labels=dict(args.labels),
             opts=after_apis,
-        )
-        archive, archive_path = write_source_archive(args.source_dir, args.build_dir)
-        self.source_sha256 = archive.sha256
-        self.source_object = gcp.storage.BucketObject(
-            f"{name}-source",
-            bucket=self.bucket.name,
-            name=archive.object_name,
-            source=pulumi.FileAsset(str(archive_path)),
-            content_type="application/zip",
-            opts=child,
         )
 
         # --- Artifact Registry repository for the function's image ------------------
@@ -360,7 +352,8 @@ class DedupService(pulumi.ComponentResource):
             project=project,
             region=region,
             source_bucket=self.bucket.name,
-            source_object=self.source_object.name,
+            source_dir=args.source_dir,
+            build_dir=args.build_dir,
             build_service_account=self.build_account.name,
             docker_repository=self.repository.id,
             settings=args.function,
@@ -368,6 +361,11 @@ class DedupService(pulumi.ComponentResource):
             invoker_member=self.invoker_account.member,
             invoker_email=self.invoker_account.email,
         )
+        source = declare_source(
+            name, parent=self, base=self.function_base, table=JOB_ROUTES_TABLE,
+            content=dict(args.job_routes),
+        )
+        self.source_object, self.source_sha256 = source.object, source.sha256
         declared = declare_function(
             name,
             parent=self,
@@ -390,6 +388,7 @@ class DedupService(pulumi.ComponentResource):
                 self.ttl_field,
                 self.iam_wait,
             ],
+            source=source,
         )
         self.function, self.function_uri, self.service_name, self.invoker_binding = declared
 

@@ -1,20 +1,50 @@
-"""The function's source archive: a deterministic zip of `function/`, named by its hash.
+"""Each function's source archive: a deterministic zip of `function/` plus that function's
+job table (dedup/tables.py), named by its hash.
 
-The same tree always gives the same bytes (entries sorted, fixed timestamps and
-permissions, caches skipped), so the object name `function-source/<sha256>.zip` changes
-exactly when the code changes: a code change replaces the object, which redeploys the
-function; an unchanged tree keeps the name and `pulumi up` does nothing.
+The same tree and table always give the same bytes (entries sorted, fixed timestamps and
+permissions, caches skipped, the table's JSON with sorted keys), so the object name
+`function-source/<sha256>.zip` changes exactly when the code or that function's table
+changes: the object is replaced, which redeploys that function and no other; an unchanged
+tree and table keep the name and `pulumi up` does nothing. Per-job data travels here, not in
+environment variables, which Cloud Run caps at 32 KiB per function (docs/limits.md).
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
+import sys
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+# The table names are the function's (dedup/tables.py, stdlib only): one declaration.
+_FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
+if _FUNCTION_DIR not in sys.path:
+    sys.path.insert(0, _FUNCTION_DIR)
+
+from dedup.tables import (  # noqa: E402
+    JOB_ROUTES_TABLE,
+    PROXY_ROUTES_TABLE,
+    TABLES_DIR,
+    WATCH_JOBS_TABLE,
+    archive_path,
+)
+
+__all__ = [
+    "JOB_ROUTES_TABLE",
+    "PROXY_ROUTES_TABLE",
+    "WATCH_JOBS_TABLE",
+    "SourceArchive",
+    "build_source_archive",
+    "read_archive_table",
+    "table_files",
+    "write_source_archive",
+]
 
 # 1980-01-01 00:00:00, the earliest time a zip entry can carry.
 ZIP_EPOCH: Final = (1980, 1, 1, 0, 0, 0)
@@ -59,31 +89,63 @@ def source_files(source_dir: Path) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def build_source_archive(source_dir: Path) -> SourceArchive:
-    """Zip `source_dir` deterministically; return the bytes and their SHA-256."""
+def table_files(table: str, content: object) -> dict[str, bytes]:
+    """A function's job table as its archive carries it: job_tables/<table>, compact JSON
+    with sorted keys (the same table, the same bytes)."""
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return {archive_path(table): text.encode("utf-8")}
+
+
+def build_source_archive(
+    source_dir: Path, extra_files: Mapping[str, bytes] | None = None
+) -> SourceArchive:
+    """Zip `source_dir` and `extra_files` (archive name -> bytes: a function's job table)
+    deterministically; return the bytes and their SHA-256."""
+    extra = dict(extra_files or {})
+    # Only the tables generated for this function ship: never a local job_tables/ (a stale
+    # table of another function would be read as this one's).
+    entries: dict[str, Path | bytes] = {
+        arcname: path for arcname, path in source_files(source_dir)
+        if not arcname.startswith(f"{TABLES_DIR}/")
+    }
+    entries.update(extra)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
-        for arcname, path in source_files(source_dir):
+        for arcname in sorted(entries):
+            content = entries[arcname]
             info = zipfile.ZipInfo(arcname, date_time=ZIP_EPOCH)
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = (0o100000 | FILE_MODE) << 16  # regular file, rw-r--r--
             info.create_system = 3  # unix, so the attributes above are honoured
-            zf.writestr(info, path.read_bytes())
+            zf.writestr(info, content if isinstance(content, bytes) else content.read_bytes())
     data = buffer.getvalue()
     return SourceArchive(data=data, sha256=hashlib.sha256(data).hexdigest())
 
 
-def write_source_archive(source_dir: Path, build_dir: Path) -> tuple[SourceArchive, Path]:
+def write_source_archive(
+    source_dir: Path, build_dir: Path, extra_files: Mapping[str, bytes] | None = None
+) -> tuple[SourceArchive, Path]:
     """Build the archive and write it to `build_dir/<sha256>.zip` (atomically, once).
 
-    Pulumi uploads the object from this file (a FileAsset); the name is content-addressed,
-    so concurrent or repeated runs write identical files.
+    Pulumi uploads the object from this file (a FileAsset, by its absolute path: the policy
+    pack reads the job tables from it too); the name is content-addressed, so concurrent or
+    repeated runs write identical files.
     """
-    archive = build_source_archive(source_dir)
+    archive = build_source_archive(source_dir, extra_files)
     build_dir.mkdir(parents=True, exist_ok=True)
-    path = build_dir / f"{archive.sha256}.zip"
+    path = build_dir.resolve() / f"{archive.sha256}.zip"
     if not path.exists() or path.read_bytes() != archive.data:
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_bytes(archive.data)
         os.replace(tmp, path)
     return archive, path
+
+
+def read_archive_table(archive: str | Path, table: str) -> str | None:
+    """The job table `table` in the source archive at `archive` (text), None if the archive
+    has none. Raises OSError or zipfile.BadZipFile for an archive that cannot be read."""
+    with zipfile.ZipFile(archive) as zf:
+        try:
+            return zf.read(archive_path(table)).decode("utf-8")
+        except KeyError:
+            return None

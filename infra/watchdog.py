@@ -9,7 +9,7 @@ the dedup service's build account into its repository, internal-only ingress), a
 - runs as its own account `<namePrefix>-watchdog`, which holds only `roles/datastore.user`
   conditioned to the dedup database and, when the stack has a proxy, `roles/datastore.viewer`
   conditioned to the proxy's own database (it reads a proxied job's records there, by the
-  job's `database` in DEDUP_WATCH_JOBS). It reads the records by ID; it also writes its own
+  job's `database` in its job table). It reads the records by ID; it also writes its own
   cursor documents (collection `<collection>_watchdog`, one per job, so a tick judges only
   the runs whose verdict became due since the previous one), and marks the re-run requests
   of `make rerun` (`<collection>_reruns`, with a TTL policy on their expire_at) done.
@@ -21,14 +21,15 @@ the dedup service's build account into its repository, internal-only ingress), a
   nothing it could abuse, while a second invoker account would add an identity (and a
   project-unique name) for no narrower privilege. The watchdog serves only that account
   (DEDUP_ALLOWED_CALLERS);
-- gets the stack's jobs as DEDUP_WATCH_JOBS (deployed job IDs, cron, time zone, attempt
-  deadline, retry window, paused; a proxied job the proxy's `database`), plus
-  DEDUP_WATCH_LOOKBACK_SECONDS and DEDUP_WATCH_GRACE_SECONDS, beside the same DEDUP_*
+- gets the stack's jobs as its job table, watch_jobs.json in its own source archive (deployed
+  job IDs, cron, time zone, attempt deadline, retry window, paused; a proxied job `proxied`
+  and the proxy's `database`): environment variables are capped at 32 KiB, about 100 jobs'
+  worth; plus DEDUP_WATCH_LOOKBACK_SECONDS and DEDUP_WATCH_GRACE_SECONDS, beside the same DEDUP_*
   store settings as the dedup function;
 - only when it delivers runs (some job has `catchUp`, or `watchdog.reruns`): each job's
   entry also carries `catchUp`/`catchUpWithinSeconds`, its body and its Scheduler headers
-  (and a proxied job its `url`, the proxy's), DEDUP_WATCH_TARGET_URL is the dedup
-  function's URL, and its account is an allowed caller of, and holds `roles/run.invoker`
+  DEDUP_WATCH_TARGET_URL is the dedup function's URL (DEDUP_WATCH_PROXY_URL the proxy's, for
+  proxied jobs), and its account is an allowed caller of, and holds `roles/run.invoker`
   on, the function (and the proxy) it delivers to. It sends ID tokens of its own account:
   a run it delivers is one Scheduler missed, or one an operator asked for.
 """
@@ -36,7 +37,6 @@ the dedup service's build account into its repository, internal-only ingress), a
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -47,6 +47,7 @@ import pulumi_gcp as gcp
 from infra.cloud_function import (
     FunctionBase,
     declare_function,
+    declare_source,
     grant_database_user,
     grant_invoker,
 )
@@ -64,6 +65,7 @@ from infra.dedup_service import DedupService, dedup_environment
 from infra.iam_wait import wait_for_iam
 from infra.records_database import TTL_FIELD, declare_unindexed_field
 from infra.scheduled_job import ScheduledJob, ScheduledJobArgs, job_headers
+from infra.source import WATCH_JOBS_TABLE
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:Watchdog"
 ENTRY_POINT: Final = "watch_scheduled_runs"
@@ -73,10 +75,11 @@ ATTEMPT_DEADLINE_SECONDS: Final = 180
 """The watchdog job's attempt deadline (bounded by the function's timeout)."""
 
 
-def watch_jobs(cfg: StackConfig, proxy_url: str | None = None) -> list[dict[str, Any]]:
-    """DEDUP_WATCH_JOBS: every job of the stack (dedup function and proxy), by deployed ID;
-    with what a delivery by the watchdog needs when it delivers that job's runs (a proxied
-    job's `url`: `proxy_url`, the proxy's URL)."""
+def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
+    """The watchdog's job table: every job of the stack (dedup function and proxy), by
+    deployed ID; with what a delivery by the watchdog needs when it delivers that job's runs
+    (a proxied job goes to DEDUP_WATCH_PROXY_URL, an output: not in the table, which is
+    built before the proxy exists)."""
 
     def seconds(value: float) -> float | int:
         return int(value) if float(value).is_integer() else value
@@ -93,14 +96,13 @@ def watch_jobs(cfg: StackConfig, proxy_url: str | None = None) -> list[dict[str,
         }
         if job.proxy is not None:
             entry["database"] = cfg.dedup.proxy_database_name  # the proxy's own records
+            entry["proxied"] = True
         if job.catch_up:
             entry.update(catchUp=True, catchUpWithinSeconds=job.catch_up_within_seconds)
         if cfg.watchdog_delivers_to(proxied=job.proxy is not None):
             entry["headers"] = job_headers(cfg.project, cfg.region)
             if job.body_json is not None:
                 entry["body"] = job.body_json
-            if job.proxy is not None and proxy_url is not None:
-                entry["url"] = proxy_url
         entries.append(entry)
     return entries
 
@@ -141,7 +143,7 @@ class WatchdogArgs:
     """Its own Scheduler job."""
     job_id: str
     watched_jobs: Sequence[Mapping[str, Any]]
-    """DEDUP_WATCH_JOBS."""
+    """Its job table (watch_jobs.json in its source archive)."""
     function_base: FunctionBase
     database: pulumi.Input[str]
     read_databases: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
@@ -154,14 +156,11 @@ class WatchdogArgs:
     """The dedup database's last field resource: its own field operation waits for it
     (Firestore refuses field operations run side by side on one database)."""
     iam_propagation_seconds: int = int(DEFAULTS["iamPropagationSeconds"])
-    config: StackConfig | None = None
-    """The stack config, when the watchdog delivers runs (DEDUP_WATCH_JOBS needs the proxy's
-    URL, known once the proxy exists)."""
     delivery_targets: Mapping[str, tuple[pulumi.Input[str], pulumi.Input[str]]] = field(
         default_factory=dict
     )
     """What the watchdog delivers runs to: "dedup" and/or "proxy" -> (URL, Cloud Run service
-    name), for DEDUP_WATCH_TARGET_URL, the jobs' `url` and its run.invoker grants."""
+    name), for DEDUP_WATCH_TARGET_URL, DEDUP_WATCH_PROXY_URL and its run.invoker grants."""
 
     @classmethod
     def from_service(
@@ -188,7 +187,6 @@ class WatchdogArgs:
             job_depends_on=list(service.apis),
             last_field_operation=[service.schedule_time_field],
             iam_propagation_seconds=cfg.iam_propagation_seconds,
-            config=cfg,
             delivery_targets=_delivery_targets(cfg, service, proxy),
         )
 
@@ -203,22 +201,14 @@ class WatchdogArgs:
     def environment(self) -> dict[str, pulumi.Input[str]]:
         environment: dict[str, pulumi.Input[str]] = {
             **dedup_environment(self.project, self.region, self.dedup),
-            "DEDUP_WATCH_JOBS": _jobs_json(self.watched_jobs),
             "DEDUP_WATCH_LOOKBACK_SECONDS": str(self.settings.lookback_seconds),
             "DEDUP_WATCH_GRACE_SECONDS": str(self.settings.grace_seconds),
         }
         if "dedup" in self.delivery_targets:
             environment["DEDUP_WATCH_TARGET_URL"] = self.delivery_targets["dedup"][0]
-        if "proxy" in self.delivery_targets and self.config is not None:
-            cfg = self.config  # the proxied jobs' `url`: the proxy's, an output
-            environment["DEDUP_WATCH_JOBS"] = pulumi.Output.from_input(
-                self.delivery_targets["proxy"][0]
-            ).apply(lambda url: _jobs_json(watch_jobs(cfg, proxy_url=url)))
+        if "proxy" in self.delivery_targets:
+            environment["DEDUP_WATCH_PROXY_URL"] = self.delivery_targets["proxy"][0]
         return environment
-
-
-def _jobs_json(jobs: Sequence[Mapping[str, Any]]) -> str:
-    return json.dumps(list(jobs), sort_keys=True, separators=(",", ":"))
 
 
 def _delivery_targets(
@@ -249,6 +239,8 @@ class Watchdog(pulumi.ComponentResource):
     scheduled_job: ScheduledJob
     delivery_grants: list[gcp.cloudrunv2.ServiceIamMember]
     """roles/run.invoker for its own account on the services it delivers runs to."""
+    source_object: gcp.storage.BucketObject
+    """Its source: function/ plus its job table (the watch list)."""
 
     def __init__(
         self, name: str, args: WatchdogArgs, opts: pulumi.ResourceOptions | None = None
@@ -320,10 +312,16 @@ class Watchdog(pulumi.ComponentResource):
         settings = args.function_base.settings.model_copy(
             update={"min_instances": 0, "max_instances": 1, "max_request_concurrency": 1}
         )
+        base = dataclasses.replace(args.function_base, settings=settings)
+        source = declare_source(
+            name, parent=self, base=base, table=WATCH_JOBS_TABLE, content=list(args.watched_jobs)
+        )
+        self.source_object = source.object
         declared = declare_function(
             name,
             parent=self,
-            base=dataclasses.replace(args.function_base, settings=settings),
+            base=base,
+            source=source,
             function_name=args.function_name,
             description="Run watchdog: reports missed, failed, overlong and never-run runs of "
             "the stack's Scheduler jobs.",

@@ -9,10 +9,12 @@ Account resource declared in that component (its accountId and project fix the e
 through the grants' dependencies on it.
 
 The proxy is the `gcp:cloudfunctionsv2/function:Function` with the entry point
-`proxy_scheduled_job`, or with DEDUP_PROXY_ROUTES / DEDUP_PROXY_TARGET in its environment.
-Its targets come from those settings (function/dedup/proxy.py reads the same ones):
-DEDUP_PROXY_ROUTES = {"job-id": {"target": ..., "resource": "projects/P/locations/L/..."}}
-and DEDUP_PROXY_TARGET + DEDUP_PROXY_RESOURCE.
+`proxy_scheduled_job`, with a DEDUP_PROXY_* setting in its environment (infra always sets
+DEDUP_PROXY_TIMEOUT_SECONDS), or with the proxy's job table in its source archive. Its
+targets come from what function/dedup/proxy.py reads: that table, proxy_routes.json =
+{"job-id": {"target": ..., "resource": "projects/P/locations/L/..."}} (read from the
+declared source object, policies/job_tables.py), and DEDUP_PROXY_TARGET +
+DEDUP_PROXY_RESOURCE.
 
 Its records live in a Firestore database of its own (its DEDUP_DATABASE): its
 roles/datastore.user is conditioned to that database (dedup-proxy-least-privilege), and no
@@ -27,11 +29,11 @@ policy (in its own database) and the jobs' dedup headers.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from infra.source import PROXY_ROUTES_TABLE
 from policies.function import RecordsDatabase, records_database
 from policies.gcp import (
     CLOUD_BUILD_TRIGGER,
@@ -44,7 +46,7 @@ from policies.gcp import (
     PROXY_COMPONENT,
     PROXY_ENTRY_POINT,
     PROXY_RESOURCE_ENV,
-    PROXY_ROUTES_ENV,
+    PROXY_SETTINGS_PREFIX,
     PROXY_TARGET_ENV,
     PUBSUB_TOPIC_IAM_PREFIX,
     SCHEDULER_JOB,
@@ -63,6 +65,7 @@ from policies.iam import (
     grants,
     grants_or_problem,
 )
+from policies.job_tables import job_table
 from policies.model import Finding, Resource
 from policies.permissions import custom_permissions, is_custom_role
 from policies.values import MISSING, as_mapping, get, is_unknown, known_str
@@ -103,17 +106,22 @@ def _env(function: Resource) -> Any:
     return get(function.props, "serviceConfig", "environmentVariables")
 
 
-def is_proxy_function(resource: Resource) -> bool:
+def is_proxy_function(resource: Resource, resources: Sequence[Resource] = ()) -> bool:
+    """The proxy: by its entry point, a setting of the proxy's or, among `resources` (the
+    stack), a source object holding the proxy's job table."""
     if resource.type != FUNCTION_V2:
         return False
     if get(resource.props, "buildConfig", "entryPoint") == PROXY_ENTRY_POINT:
         return True
     env = as_mapping(_env(resource))
-    return env is not None and (PROXY_ROUTES_ENV in env or PROXY_TARGET_ENV in env)
+    if env is not None and any(str(k).startswith(PROXY_SETTINGS_PREFIX) for k in env):
+        return True
+    routes = job_table(resource, resources, PROXY_ROUTES_TABLE) if resources else MISSING
+    return routes is not MISSING and not is_unknown(routes)
 
 
 def proxy_functions(resources: Sequence[Resource]) -> list[Resource]:
-    return [r for r in resources if is_proxy_function(r)]
+    return [r for r in resources if is_proxy_function(r, resources)]
 
 
 @dataclass(frozen=True)
@@ -133,20 +141,17 @@ def _target(kind: Any, resource: Any, topic: Any = None) -> Target | None:
     return Target(kind, parts[1], parts[3], parts[5], topic if isinstance(topic, str) else None)
 
 
-def targets(function: Resource) -> list[Target] | None:
-    """The proxy's targets; None if its settings are not known (or not readable)."""
+def targets(function: Resource, resources: Sequence[Resource]) -> list[Target] | None:
+    """The proxy's targets (its job table, in its source object among `resources`, and its
+    default target); None if they are not known (or not readable)."""
     env = _env(function)
     if is_unknown(env):
         return None
     found: list[Target] = []
-    raw = get(env, PROXY_ROUTES_ENV)
-    if is_unknown(raw):
-        return None
-    if raw is not MISSING:
-        try:
-            routes = json.loads(raw) if isinstance(raw, str) else raw
-        except json.JSONDecodeError:
-            return None  # the function refuses to start; nothing to judge here
+    routes = job_table(function, resources, PROXY_ROUTES_TABLE)
+    if is_unknown(routes):
+        return None  # not readable here, or not JSON (the function refuses to start)
+    if routes is not MISSING:
         if not isinstance(routes, Mapping):
             return None
         for spec in routes.values():
@@ -552,7 +557,7 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
         account = proxy_account(proxy, resources)
         if account.email is None and not account.account_urns:
             continue  # nothing links any grant to this proxy yet
-        proxy_targets = targets(proxy)
+        proxy_targets = targets(proxy, resources)
         who = account.email or "(not known yet)"
         for resource in resources:
             found, _ = grants_or_problem(resource.type, resource.props)

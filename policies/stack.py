@@ -381,7 +381,7 @@ def _job_code_functions(resources: Sequence[Resource]) -> list[Resource]:
     return [
         f
         for f in dedup_functions(resources)
-        if not is_proxy_function(f) and not is_watchdog_function(f)
+        if not is_proxy_function(f, resources) and not is_watchdog_function(f)
     ]
 
 

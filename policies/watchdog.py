@@ -3,7 +3,8 @@ holds no more than `roles/datastore.user` conditioned to the dedup database and,
 with the idempotent proxy, `roles/datastore.viewer` conditioned to the proxy's database.
 
 The watchdog is the `gcp:cloudfunctionsv2/function:Function` with the entry point
-`watch_scheduled_runs`, or with DEDUP_WATCH_JOBS in its environment. It reads the dedup
+`watch_scheduled_runs`, or with a DEDUP_WATCH_* setting in its environment (its job list
+travels in its source archive, function/dedup/tables.py). It reads the dedup
 records and writes its own cursor documents and re-run queue in the same database, so the
 database-conditioned user role is all it needs there; the proxy keeps its records in a
 database of its own, which the watchdog only reads. As a function of the kit, the other
@@ -13,14 +14,13 @@ invoker on its service only).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Final
 
 from policies.function import records_database
 from policies.gcp import (
     FUNCTION_V2,
-    WATCH_JOBS_ENV,
+    WATCH_SETTINGS_PREFIX,
     WATCHDOG_ENTRY_POINT,
     type_module,
 )
@@ -41,8 +41,10 @@ from policies.proxy import (
 )
 from policies.values import as_mapping, get
 
-# Set when the watchdog delivers runs (function/dedup/delivery.py).
+# Set when the watchdog delivers runs (function/dedup/delivery.py): to the dedup function,
+# and to the proxy (its proxied jobs', function/dedup/watchdog.py).
 TARGET_URL_ENV = "DEDUP_WATCH_TARGET_URL"
+PROXY_URL_ENV = "DEDUP_WATCH_PROXY_URL"
 
 
 def _env(function: Resource) -> Any:
@@ -55,7 +57,7 @@ def is_watchdog_function(resource: Resource) -> bool:
     if get(resource.props, "buildConfig", "entryPoint") == WATCHDOG_ENTRY_POINT:
         return True
     env = as_mapping(_env(resource))
-    return env is not None and WATCH_JOBS_ENV in env
+    return env is not None and any(str(k).startswith(WATCH_SETTINGS_PREFIX) for k in env)
 
 
 def watchdog_functions(resources: Sequence[Resource]) -> list[Resource]:
@@ -64,17 +66,9 @@ def watchdog_functions(resources: Sequence[Resource]) -> list[Resource]:
 
 def delivers_runs(watchdog: Resource) -> bool:
     """A watchdog that delivers runs itself (catch-up, operator re-runs): infra gives it
-    DEDUP_WATCH_TARGET_URL, or a job its own `url` (the proxy's)."""
+    DEDUP_WATCH_TARGET_URL (the dedup function's) or DEDUP_WATCH_PROXY_URL (the proxy's)."""
     env = as_mapping(_env(watchdog))
-    if env is None:
-        return False
-    if TARGET_URL_ENV in env:
-        return True
-    try:
-        jobs = json.loads(get(env, WATCH_JOBS_ENV))
-    except (TypeError, ValueError):  # unknown yet, or not JSON: no job of its own URL
-        return False
-    return isinstance(jobs, list) and any(isinstance(j, dict) and "url" in j for j in jobs)
+    return env is not None and (TARGET_URL_ENV in env or PROXY_URL_ENV in env)
 
 
 def delivering_accounts(resources: Sequence[Resource]) -> set[str]:

@@ -8,15 +8,17 @@ execution's name, which the record keeps and replays to duplicates. A retryable 
 failure raises (claim released, 500, Scheduler retries); any other failure is returned as the
 run's result (record kept as completed, 200, Scheduler stops) and logged as an ERROR.
 
-Settings (read once at start-up):
+Settings (read once at start-up; the per-job routes from the proxy's job table, a file
+shipped with its code, see tables.py):
 - DEDUP_PROXY_TARGET: workflow | run_job | build_trigger, with DEDUP_PROXY_RESOURCE:
   projects/P/locations/L/{workflows/W | jobs/J | triggers/T}: the default target
   (a build_trigger also needs DEDUP_PROXY_TOPIC, projects/P/topics/T: see targets.py).
 - DEDUP_PROXY_TOKEN_NAME: optional; where the token goes (argument key / env var /
   substitution); defaults dedup_token / DEDUP_TOKEN / _DEDUP_TOKEN; never a name the
   proxy already sends (targets.RESERVED_TOKEN_NAMES).
-- DEDUP_PROXY_ROUTES: optional JSON {"job-id": {"target": ..., "resource": ...,
-  "tokenName": ..., "container": ..., "topic": ...}}: per-job targets.
+- job_tables/proxy_routes.json (DEDUP_TABLES_DIR to read it elsewhere): optional JSON
+  {"job-id": {"target": ..., "resource": ..., "tokenName": ..., "container": ...,
+  "topic": ...}}: per-job targets.
 - DEDUP_TOKEN_SECRET: required; the key of the tokens' HMAC (tokens.py).
 - DEDUP_PROXY_TIMEOUT_SECONDS (default 30): bound on one start request.
 - DEDUP_PROXY_API_BASE: optional base URL replacing every googleapis.com host: https on
@@ -42,7 +44,8 @@ from google.auth import exceptions as auth_exceptions
 from dedup.job_logic import JobRegistry
 from dedup.keys import format_instant
 from dedup.protocol import Job, RunContext
-from dedup.settings import SettingsError
+from dedup.settings import SettingsError, read_table
+from dedup.tables import PROXY_ROUTES_TABLE
 from dedup.targets import (
     DownstreamClient,
     DownstreamError,
@@ -89,11 +92,12 @@ class ProxySettings:
             )
         elif token_name:
             raise SettingsError("DEDUP_PROXY_TOKEN_NAME is set but DEDUP_PROXY_TARGET is not")
-        routes = _parse_routes(env.get("DEDUP_PROXY_ROUTES", "") or "{}")
+        table = read_table(env, PROXY_ROUTES_TABLE)
+        routes = parse_proxy_routes(*table) if table is not None else {}
         if default is None and not routes:
             raise SettingsError(
                 "the proxy has no target: set DEDUP_PROXY_TARGET (workflow | run_job | "
-                "build_trigger) and DEDUP_PROXY_RESOURCE, or DEDUP_PROXY_ROUTES"
+                f"build_trigger) and DEDUP_PROXY_RESOURCE, or list routes in {PROXY_ROUTES_TABLE}"
             )
         raw_timeout = env.get("DEDUP_PROXY_TIMEOUT_SECONDS", "")
         timeout = cls.timeout_seconds
@@ -117,19 +121,20 @@ class ProxySettings:
         )
 
 
-def _parse_routes(raw: str) -> dict[str, Target]:
+def parse_proxy_routes(raw: str, where: str = PROXY_ROUTES_TABLE) -> dict[str, Target]:
+    """The proxy's job table (per-job targets); `where` names the file in errors."""
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise SettingsError(f"DEDUP_PROXY_ROUTES is not valid JSON: {exc}") from None
+        raise SettingsError(f"{where} is not valid JSON: {exc}") from None
     if not isinstance(parsed, dict):
         raise SettingsError(
-            'DEDUP_PROXY_ROUTES must be a JSON object {"job-id": {"target": "workflow", '
+            f'{where} must be a JSON object {{"job-id": {{"target": "workflow", '
             '"resource": "projects/P/locations/L/workflows/W"}}'
         )
     routes: dict[str, Target] = {}
     for job_id, spec in parsed.items():
-        setting = f"DEDUP_PROXY_ROUTES[{job_id!r}]"
+        setting = f"{where}[{job_id!r}]"
         if not _JOB_ID.fullmatch(job_id):
             raise SettingsError(f"{setting}: {job_id!r} is not a Cloud Scheduler job ID")
         if not isinstance(spec, dict):
@@ -291,7 +296,7 @@ class UnroutedJob:
     def __call__(self, context: RunContext) -> dict[str, Any]:
         reason = (
             f"no downstream target for job {context.job_name!r}: add it to "
-            "DEDUP_PROXY_ROUTES or set DEDUP_PROXY_TARGET and DEDUP_PROXY_RESOURCE"
+            f"{PROXY_ROUTES_TABLE} or set DEDUP_PROXY_TARGET and DEDUP_PROXY_RESOURCE"
         )
         self._emit({
             "severity": "ERROR",

@@ -1,7 +1,8 @@
-"""The function's settings, read once from the environment at start-up.
+"""The function's settings, read once at start-up: from the environment, and its job table
+from the file shipped with its code (dedup/tables.py).
 
-A bad value fails the start-up with a message naming the variable and the fix, rather
-than failing requests one by one.
+A bad value fails the start-up with a message naming the variable (or the file) and the
+fix, rather than failing requests one by one.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
+
+from dedup.tables import JOB_ROUTES_TABLE, SOURCE_ROOT, TABLES_DIR, TABLES_DIR_ENV
 
 ALLOWED_CALLERS_ENV = "DEDUP_ALLOWED_CALLERS"
 FORCED_RUN_MARGIN_ENV = "DEDUP_FORCED_RUN_MARGIN_SECONDS"
@@ -105,17 +109,8 @@ class Settings:
             raise SettingsError(
                 f"DEDUP_MISSING_SCHEDULE_TIME={raw_mode!r} must be one of: {choices}"
             ) from None
-        raw_routes = env.get("DEDUP_JOB_ROUTES", "") or "{}"
-        try:
-            routes = json.loads(raw_routes)
-        except json.JSONDecodeError as exc:
-            raise SettingsError(f"DEDUP_JOB_ROUTES is not valid JSON: {exc}") from None
-        if not isinstance(routes, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in routes.items()
-        ):
-            raise SettingsError(
-                'DEDUP_JOB_ROUTES must be a JSON object {"job-id": "module:function"}'
-            )
+        table = read_table(env, JOB_ROUTES_TABLE)
+        routes = parse_job_routes(*table) if table is not None else {}
         cache_size = int(number_setting(env, "DEDUP_CACHE_SIZE", cls.cache_size, 0))
         return cls(
             project=project,
@@ -136,6 +131,44 @@ class Settings:
             ),
             allowed_callers=parse_allowed_callers(env.get(ALLOWED_CALLERS_ENV, "")),
         )
+
+
+def table_path(env: Mapping[str, str], table: str) -> Path:
+    """Where the job table file `table` is: in DEDUP_TABLES_DIR when set, else in the source
+    archive's job_tables/ (infra writes it there)."""
+    directory = env.get(TABLES_DIR_ENV) or ""
+    if directory and not Path(directory).is_dir():
+        raise SettingsError(
+            f"{TABLES_DIR_ENV}={directory!r} is not a directory: point it at the directory "
+            f"holding the job tables ({table}), or unset it to read the ones deployed with "
+            "the code"
+        )
+    return Path(directory) / table if directory else SOURCE_ROOT / TABLES_DIR / table
+
+
+def read_table(env: Mapping[str, str], table: str) -> tuple[str, str] | None:
+    """(text, path) of the job table file `table` (table_path); None when there is none."""
+    path = table_path(env, table)
+    try:
+        return path.read_text(encoding="utf-8"), str(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"the job table {path} cannot be read: {exc}") from None
+
+
+def parse_job_routes(raw: str, where: str = JOB_ROUTES_TABLE) -> dict[str, str]:
+    """The dedup function's job table: {"job-id": "module:function"}; `where` names the file
+    in errors."""
+    try:
+        routes = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"{where} is not valid JSON: {exc}") from None
+    if not isinstance(routes, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in routes.items()
+    ):
+        raise SettingsError(f'{where} must be a JSON object {{"job-id": "module:function"}}')
+    return routes
 
 
 def parse_allowed_callers(raw: str) -> frozenset[str]:

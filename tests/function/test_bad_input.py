@@ -10,6 +10,7 @@ from dedup.job_logic import JobRegistry
 from dedup.settings import MissingScheduleTime, Settings, SettingsError
 from local_stack.deliveries import PROJECT, in_process_function, scheduler_headers
 from local_stack.steered_job import read_ledger
+from local_stack.tables import write_job_tables
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -113,8 +114,6 @@ BAD_SETTINGS: list[tuple[dict[str, str], str]] = [
     ({"DEDUP_STORE_TIMEOUT_SECONDS": "infinity"}, "DEDUP_STORE_TIMEOUT_SECONDS"),
     ({"DEDUP_CACHE_SIZE": "nan"}, "DEDUP_CACHE_SIZE"),
     ({"DEDUP_MISSING_SCHEDULE_TIME": "ignore"}, "DEDUP_MISSING_SCHEDULE_TIME"),
-    ({"DEDUP_JOB_ROUTES": "{not json"}, "DEDUP_JOB_ROUTES"),
-    ({"DEDUP_JOB_ROUTES": '["a"]'}, "DEDUP_JOB_ROUTES"),
     ({"DEDUP_STORE_TIMEOUT_SECONDS": "-1"}, "DEDUP_STORE_TIMEOUT_SECONDS"),
     ({"DEDUP_CACHE_SIZE": "many"}, "DEDUP_CACHE_SIZE"),
     ({"DEDUP_FORCED_RUN_MARGIN_SECONDS": "nan"}, "DEDUP_FORCED_RUN_MARGIN_SECONDS"),
@@ -133,6 +132,30 @@ def test_bad_setting_fails_start_up_naming_the_variable(
         env = overrides
     with pytest.raises(SettingsError, match=named):
         Settings.from_env(env)
+
+
+@pytest.mark.parametrize(("table", "named"), [
+    ("{not json", "job_routes.json is not valid JSON"),
+    ('["a"]', "job_routes.json must be a JSON object"),
+    ('{"a": 1}', "job_routes.json must be a JSON object"),
+])
+def test_a_bad_job_routes_table_fails_start_up_naming_the_file(
+    tmp_path: Path, table: str, named: str
+) -> None:
+    env = {"DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": "europe-west1",
+           **write_job_tables(tmp_path, job_routes=table)}
+    with pytest.raises(SettingsError, match=named):
+        Settings.from_env(env)
+
+
+def test_job_routes_are_read_from_the_table_and_absent_means_none(tmp_path: Path) -> None:
+    base = {"DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": "europe-west1"}
+    routes = {"p-export": "jobs.example:run"}
+    env = {**base, **write_job_tables(tmp_path / "with", job_routes=routes)}
+    assert Settings.from_env(env).job_routes == routes
+    # The watchdog and the proxy read the store settings too: their archives hold no routes.
+    without = {**base, **write_job_tables(tmp_path / "without")}
+    assert Settings.from_env(without).job_routes == {}
 
 
 @pytest.mark.parametrize(

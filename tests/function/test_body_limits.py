@@ -26,6 +26,7 @@ from local_stack import FunctionServer
 from local_stack.deliveries import PROJECT, function_env, scheduler_headers
 from local_stack.processes import REPO_ROOT
 from local_stack.steered_job import read_ledger
+from local_stack.tables import write_job_tables
 
 CAP = 4096
 THIRTY_TWO_MIB = 32 * 1024 * 1024
@@ -170,14 +171,14 @@ def test_served_a_failing_jobs_traceback_is_one_structured_entry(
 
 
 def test_served_the_watchdog_refuses_a_huge_body_too(
-    firestore_emulator: object, collection_name: str
+    firestore_emulator: object, collection_name: str, tmp_path: Path
 ) -> None:
     """The cap sits in front of every entry point, the watchdog's included."""
     env = {
         "DEDUP_PROJECT": PROJECT,
         "DEDUP_LOCATION": "europe-west1",
         "DEDUP_COLLECTION": collection_name,
-        "DEDUP_WATCH_JOBS": json.dumps([{"name": "minutely", "schedule": "* * * * *"}]),
+        **write_job_tables(tmp_path, watch_jobs=[{"name": "minutely", "schedule": "* * * * *"}]),
         "FIRESTORE_EMULATOR_HOST": os.environ["FIRESTORE_EMULATOR_HOST"],
         "GOOGLE_CLOUD_PROJECT": PROJECT,
     }

@@ -48,6 +48,7 @@ from local_stack.deliveries import (
 )
 from local_stack.processes import REPO_ROOT
 from local_stack.steered_job import read_ledger
+from local_stack.tables import job_tables_env
 from scheduler_emulator.oidc import forwarded_token, oidc_claims
 from tests.function.test_watchdog import Runs
 
@@ -318,7 +319,7 @@ def test_a_catch_up_answered_too_late_is_watched_not_missed(served: Served) -> N
 def _env(jobs: list[dict[str, Any]], **extra: str) -> dict[str, str]:
     return {
         "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION,
-        "DEDUP_WATCH_JOBS": json.dumps(jobs), "DEDUP_WATCH_LOOKBACK_SECONDS": "86400",
+        **job_tables_env(watch_jobs=jobs), "DEDUP_WATCH_LOOKBACK_SECONDS": "86400",
         **extra,
     }
 
@@ -378,7 +379,7 @@ def test_the_served_watchdog_catches_up_with_its_settings_from_the_environment(
     env = {
         "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION,
         "DEDUP_COLLECTION": served.collection, "DEDUP_STORE_TIMEOUT_SECONDS": "5",
-        "DEDUP_WATCH_JOBS": json.dumps([entry]), "DEDUP_WATCH_LOOKBACK_SECONDS": "900",
+        **job_tables_env(watch_jobs=[entry]), "DEDUP_WATCH_LOOKBACK_SECONDS": "900",
         "DEDUP_WATCH_GRACE_SECONDS": "30", "DEDUP_WATCH_TARGET_URL": served.server.url,
         "DEDUP_WATCH_TARGET_AUTH": "none",
         # The readiness probe (no token) is refused: the first tick is the test's.

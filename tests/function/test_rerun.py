@@ -34,6 +34,7 @@ from local_stack.deliveries import (
     in_process_function,
     scheduler_headers,
 )
+from local_stack.tables import job_tables_env
 from tests.function.test_catch_up import JOB_HEADERS, SLOW_BODY, Served, Watch, z
 
 # The served function (a module fixture), shared with the catch-up tests' helpers.
@@ -330,7 +331,7 @@ def test_now_asks_a_reachable_watchdog_for_a_tick_at_once(
     env = {
         "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION,
         "DEDUP_COLLECTION": served.collection, "DEDUP_STORE_TIMEOUT_SECONDS": "5",
-        "DEDUP_WATCH_JOBS": json.dumps([entry]), "DEDUP_WATCH_LOOKBACK_SECONDS": "900",
+        **job_tables_env(watch_jobs=[entry]), "DEDUP_WATCH_LOOKBACK_SECONDS": "900",
         "DEDUP_WATCH_TARGET_URL": served.server.url, "DEDUP_WATCH_TARGET_AUTH": "none",
         "FIRESTORE_EMULATOR_HOST": os.environ["FIRESTORE_EMULATOR_HOST"],
         "GOOGLE_CLOUD_PROJECT": PROJECT,

@@ -3,10 +3,11 @@ minute over two days, alerting once, catch-up bounded by the lookback, store out
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +19,9 @@ from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator, Outcome, RunContext
 from dedup.settings import Settings, SettingsError
 from dedup.store import RunRecord, RunStatus, StoredRun, StoreUnavailable
+from dedup.tables import SOURCE_ROOT, TABLES_DIR
 from dedup.watchdog import (
+    PROXY_URL_ENV,
     Cursor,
     FirestoreWatchStore,
     Watchdog,
@@ -28,6 +31,7 @@ from dedup.watchdog import (
     build_watchdog_handler,
 )
 from local_stack.deliveries import LOCATION, PROJECT, bearer
+from local_stack.tables import write_job_tables
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -249,7 +253,7 @@ def test_a_proxied_job_is_judged_by_the_records_in_its_own_database(
 
 
 def test_a_job_naming_the_watchdogs_own_database_is_read_there(collection_name: str) -> None:
-    """DEDUP_WATCH_JOBS may name DEDUP_DATABASE itself: the records are read there (not a
+    """A job table entry may name DEDUP_DATABASE itself: the records are read there (not a
     failing tick for a database it opened no client for)."""
     own = f"own-{collection_name[-8:]}"
     runs = Runs(collection_name, own)
@@ -483,47 +487,79 @@ JOB_ENTRY = {
 }
 
 
-def test_settings_from_the_environment() -> None:
+def test_settings_from_the_environment_and_the_job_table(tmp_path: Path) -> None:
     settings = WatchSettings.from_env({
-        **BASE_ENV, "DEDUP_COLLECTION": "runs", "DEDUP_WATCH_JOBS": json.dumps([JOB_ENTRY]),
+        **BASE_ENV, "DEDUP_COLLECTION": "runs",
+        **write_job_tables(tmp_path / "a", watch_jobs=[JOB_ENTRY]),
     })
     assert settings.jobs == (WatchedJob(
         "nightly-export", "30 2 * * *", "Europe/Berlin", 180.0, 3600.0, False),)
     assert (settings.lookback_seconds, settings.grace_seconds) == (172800.0, 300.0)
     assert settings.cursor_collection == "runs_watchdog"
     minimal = WatchSettings.from_env({
-        **BASE_ENV, "DEDUP_WATCH_JOBS": '[{"name": "j", "schedule": "* * * * *"}]',
+        **BASE_ENV, **write_job_tables(
+            tmp_path / "b", watch_jobs='[{"name": "j", "schedule": "* * * * *"}]'),
         "DEDUP_WATCH_LOOKBACK_SECONDS": "3600", "DEDUP_WATCH_GRACE_SECONDS": "60",
     })
     assert minimal.jobs == (WatchedJob("j", "* * * * *", "Etc/UTC", 180.0, 0.0, False),)
     assert (minimal.lookback_seconds, minimal.grace_seconds) == (3600.0, 60.0)
 
 
-@pytest.mark.parametrize(("env", "names"), [
-    ({}, "DEDUP_WATCH_JOBS is not set"),
-    ({"DEDUP_WATCH_JOBS": "{"}, "DEDUP_WATCH_JOBS is not valid JSON"),
-    ({"DEDUP_WATCH_JOBS": "{}"}, "DEDUP_WATCH_JOBS must be a JSON list"),
-    ({"DEDUP_WATCH_JOBS": json.dumps([{**JOB_ENTRY, "schedule": "every 5 minutes"}])},
-     r"DEDUP_WATCH_JOBS\[0\].schedule"),
-    ({"DEDUP_WATCH_JOBS": json.dumps([{**JOB_ENTRY, "timeZone": "Mars/Olympus"}])},
-     r"DEDUP_WATCH_JOBS\[0\].timeZone"),
-    ({"DEDUP_WATCH_JOBS": json.dumps([{**JOB_ENTRY, "retryWindow": 1}])},
-     r"DEDUP_WATCH_JOBS\[0\] has unknown keys"),
-    ({"DEDUP_WATCH_JOBS": json.dumps([{**JOB_ENTRY, "attemptDeadlineSeconds": 0}])},
-     r"DEDUP_WATCH_JOBS\[0\].attemptDeadlineSeconds"),
-    ({"DEDUP_WATCH_JOBS": json.dumps([{**JOB_ENTRY, "paused": "no"}])},
-     r"DEDUP_WATCH_JOBS\[0\].paused"),
-    ({"DEDUP_WATCH_JOBS": json.dumps([JOB_ENTRY, JOB_ENTRY])}, "more than once"),
-    ({"DEDUP_WATCH_JOBS": json.dumps([{**JOB_ENTRY, "database": "(default)"}])},
-     r"DEDUP_WATCH_JOBS\[0\].database '\(default\)' is not a Firestore database ID"),
-    ({"DEDUP_WATCH_JOBS": "[]", "DEDUP_WATCH_LOOKBACK_SECONDS": "soon"},
-     "DEDUP_WATCH_LOOKBACK_SECONDS"),
-    ({"DEDUP_WATCH_JOBS": "[]", "DEDUP_WATCH_GRACE_SECONDS": "-1"}, "DEDUP_WATCH_GRACE_SECONDS"),
-    ({"DEDUP_WATCH_JOBS": "[]", "DEDUP_WATCH_LOOKBACK_SECONDS": "604800"},
+def test_proxied_jobs_are_delivered_to_the_proxy_url(tmp_path: Path) -> None:
+    """The table is built before the proxy exists: a proxied job's `url` is
+    DEDUP_WATCH_PROXY_URL's; a job's own `url` wins; the others have none."""
+    table = [
+        {**JOB_ENTRY, "name": "direct"},
+        {**JOB_ENTRY, "name": "proxied", "proxied": True, "database": "proxy-db"},
+        {**JOB_ENTRY, "name": "own", "proxied": True, "url": "https://own.example"},
+    ]
+    env = {**BASE_ENV, **write_job_tables(tmp_path, watch_jobs=table)}
+    proxy = "https://proxy-abc-ew.a.run.app"
+    jobs = {j.name: j for j in WatchSettings.from_env({**env, PROXY_URL_ENV: proxy}).jobs}
+    assert (jobs["direct"].url, jobs["proxied"].url, jobs["own"].url) == (
+        None, proxy, "https://own.example")
+    assert jobs["proxied"].proxied and not jobs["direct"].proxied
+    without = {j.name: j for j in WatchSettings.from_env(env).jobs}
+    assert without["proxied"].url is None
+    with pytest.raises(SettingsError, match=f"{PROXY_URL_ENV}='proxy' is not a URL"):
+        WatchSettings.from_env({**env, PROXY_URL_ENV: "proxy"})
+
+
+def test_the_table_is_read_from_the_source_root_without_dedup_tables_dir() -> None:
+    """Deployed, no DEDUP_TABLES_DIR: the table shipped in the archive, job_tables/ beside
+    main.py (this checkout has none: infra writes it into each archive)."""
+    assert not (SOURCE_ROOT / TABLES_DIR).exists()
+    with pytest.raises(SettingsError, match=rf"{re.escape(str(SOURCE_ROOT / TABLES_DIR))}"):
+        WatchSettings.from_env(BASE_ENV)
+
+
+def test_a_tables_dir_that_is_not_a_directory_stops_the_start_up(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"DEDUP_TABLES_DIR=.* is not a directory"):
+        WatchSettings.from_env({**BASE_ENV, "DEDUP_TABLES_DIR": str(tmp_path / "nope")})
+
+
+@pytest.mark.parametrize(("table", "env", "names"), [
+    (None, {}, "watch_jobs.json is missing or empty"),
+    ("{", {}, "watch_jobs.json is not valid JSON"),
+    ("{}", {}, "watch_jobs.json must be a JSON list"),
+    ([{**JOB_ENTRY, "schedule": "every 5 minutes"}], {}, r"watch_jobs.json\[0\].schedule"),
+    ([{**JOB_ENTRY, "timeZone": "Mars/Olympus"}], {}, r"watch_jobs.json\[0\].timeZone"),
+    ([{**JOB_ENTRY, "retryWindow": 1}], {}, r"watch_jobs.json\[0\] has unknown keys"),
+    ([{**JOB_ENTRY, "attemptDeadlineSeconds": 0}], {},
+     r"watch_jobs.json\[0\].attemptDeadlineSeconds"),
+    ([{**JOB_ENTRY, "paused": "no"}], {}, r"watch_jobs.json\[0\].paused"),
+    ([{**JOB_ENTRY, "proxied": 1}], {}, r"watch_jobs.json\[0\].proxied"),
+    ([JOB_ENTRY, JOB_ENTRY], {}, r"watch_jobs.json lists job\(s\) \['nightly-export'\] more"),
+    ([{**JOB_ENTRY, "database": "(default)"}], {},
+     r"watch_jobs.json\[0\].database '\(default\)' is not a Firestore database ID"),
+    ([], {"DEDUP_WATCH_LOOKBACK_SECONDS": "soon"}, "DEDUP_WATCH_LOOKBACK_SECONDS"),
+    ([], {"DEDUP_WATCH_GRACE_SECONDS": "-1"}, "DEDUP_WATCH_GRACE_SECONDS"),
+    ([], {"DEDUP_WATCH_LOOKBACK_SECONDS": "604800"},
      "DEDUP_WATCH_LOOKBACK_SECONDS=604800 is not shorter than DEDUP_RETENTION_SECONDS"),
 ])
-def test_bad_settings_stop_the_start_up_naming_the_variable(
-    env: dict[str, str], names: str
+def test_bad_settings_stop_the_start_up_naming_the_variable_or_file(
+    tmp_path: Path, table: object, env: dict[str, str], names: str
 ) -> None:
+    tables = write_job_tables(tmp_path, watch_jobs=table)  # None: no table at all
     with pytest.raises(SettingsError, match=names):
-        WatchSettings.from_env({**BASE_ENV, **env})
+        WatchSettings.from_env({**BASE_ENV, **tables, **env})

@@ -12,6 +12,7 @@ import requests
 
 from local_stack import FunctionServer
 from local_stack.deliveries import LOCATION, PROJECT, bearer
+from local_stack.tables import job_tables_env
 from tests.function.test_watchdog import INVOKER, Runs
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
@@ -29,7 +30,7 @@ def test_served_watchdog_reports_the_missed_run_once(collection_name: str) -> No
         "DEDUP_STORE_TIMEOUT_SECONDS": "5",
         # The readiness probe (no token) is refused: the first tick is the test's.
         "DEDUP_ALLOWED_CALLERS": INVOKER,
-        "DEDUP_WATCH_JOBS": json.dumps([{
+        **job_tables_env(watch_jobs=[{
             "name": "minutely", "schedule": "* * * * *", "timeZone": "Etc/UTC",
             "attemptDeadlineSeconds": 60, "retryWindowSeconds": 0, "paused": False,
         }]),

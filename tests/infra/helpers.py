@@ -6,13 +6,18 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from dedup.tables import TABLES_DIR, TABLES_DIR_ENV
 from infra.config import StackConfig
 from infra.offline import DeclaredResource, OfflineRun, engine_config
 from infra.program import REPO_ROOT
+from infra.source import read_archive_table
 
 FUNCTION = "gcp:cloudfunctionsv2/function:Function"
 JOB = "gcp:cloudscheduler/job:Job"
@@ -128,6 +133,28 @@ class StackUnderTest:
     def grants_to(self, email: str) -> list[DeclaredResource]:
         member = f"serviceAccount:{email}"
         return [g for g in self.iam_grants() if g.props["member"] == member]
+
+    def source_object(self, function: DeclaredResource) -> DeclaredResource:
+        """The BucketObject `function` is built from (its storageSource object)."""
+        name = function.props["buildConfig"]["source"]["storageSource"]["object"]
+        [found] = [o for o in self.all(OBJECT) if o.props["name"] == name]
+        return found
+
+    def job_table(self, function: DeclaredResource, table: str) -> Any:
+        """The job table `table` in `function`'s source archive, parsed; None if absent."""
+        text = read_archive_table(self.source_object(function).props["source"]["path"], table)
+        return None if text is None else json.loads(text)
+
+    def tables_env(self, function: DeclaredResource) -> dict[str, str]:
+        """DEDUP_TABLES_DIR at a copy of the job tables in `function`'s source archive: the
+        function run here reads exactly what it reads deployed."""
+        directory = Path(tempfile.mkdtemp(prefix="archive-tables-"))
+        archive = self.source_object(function).props["source"]["path"]
+        with zipfile.ZipFile(archive) as zf:
+            for name in zf.namelist():
+                if name.startswith(f"{TABLES_DIR}/"):
+                    (directory / name.removeprefix(f"{TABLES_DIR}/")).write_bytes(zf.read(name))
+        return {TABLES_DIR_ENV: str(directory)}
 
     def children_of(self, component: str) -> list[DeclaredResource]:
         """The custom resources of the component with that Pulumi name."""

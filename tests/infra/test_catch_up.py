@@ -5,7 +5,6 @@ Pulumi's mocks and by the policy pack."""
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,8 @@ from dedup.settings import Settings
 from dedup.watchdog import WatchSettings
 from infra.config import ConfigError, load_config
 from infra.offline import load_stack_config, run_offline
+from infra.source import WATCH_JOBS_TABLE
+from local_stack.tables import job_tables_env
 from policies import offline_check
 from tests.infra.helpers import StackUnderTest
 from tests.stacks import FIXTURE_STACKS_DIR, fixture_stack_file
@@ -54,7 +55,9 @@ def test_the_watchdog_gets_what_a_delivery_needs(catch_up: StackUnderTest) -> No
     assert catch_up.watchdog is not None and catch_up.proxy is not None
     env = env_of(catch_up.watchdog)
     assert env["DEDUP_WATCH_TARGET_URL"] == catch_up.service_uri
-    entries = {e["name"]: e for e in json.loads(env["DEDUP_WATCH_JOBS"])}
+    assert env["DEDUP_WATCH_PROXY_URL"] == catch_up.proxy_uri
+    table = catch_up.job_table(catch_up.watchdog, WATCH_JOBS_TABLE)
+    entries = {e["name"]: e for e in table}
     deployed = {j.props["name"]: j.props["httpTarget"] for j in catch_up.config_jobs()}
     for job in cfg.jobs:
         entry, target = entries[cfg.job_id(job)], deployed[cfg.job_id(job)]
@@ -65,13 +68,17 @@ def test_the_watchdog_gets_what_a_delivery_needs(catch_up: StackUnderTest) -> No
         if job.catch_up:
             assert entry["catchUpWithinSeconds"] == CATCH_UP_JOBS[job.name]
         # A proxied job's deliveries go to the proxy, as its Scheduler job's do.
-        assert entry.get("url") == (catch_up.proxy_uri if job.proxy else None)
-        assert entry.get("url", env["DEDUP_WATCH_TARGET_URL"]) == target["uri"]
-    # And the watchdog starts with it.
-    settings = WatchSettings.from_env({**env, "DEDUP_PROJECT": cfg.project})
+        assert entry.get("proxied", False) is (job.proxy is not None)
+        assert "url" not in entry  # the proxy's URL is an output: the environment's
+    # And the watchdog starts with it, each job's deliveries going where its Scheduler
+    # job's go.
+    settings = WatchSettings.from_env(
+        {**env, "DEDUP_PROJECT": cfg.project, **job_tables_env(watch_jobs=table)})
     assert [j.name for j in settings.jobs if j.catch_up] == sorted(
         cfg.job_id(j) for j in cfg.jobs if j.catch_up
     )
+    for watched in settings.jobs:
+        assert settings.delivery_url(watched) == deployed[watched.name]["uri"]
 
 
 def test_the_watchdog_may_call_the_function_and_the_proxy(catch_up: StackUnderTest) -> None:
@@ -103,10 +110,11 @@ def test_without_catch_up_or_reruns_the_watchdog_delivers_nothing(
         assert email in env_of(stack.function)["DEDUP_ALLOWED_CALLERS"]
         return
     assert "DEDUP_WATCH_TARGET_URL" not in env
-    assert all(set(e) - {"database"} == {"name", "schedule", "timeZone",
-                                         "attemptDeadlineSeconds", "retryWindowSeconds",
-                                         "paused"}
-               for e in json.loads(env["DEDUP_WATCH_JOBS"]))
+    assert "DEDUP_WATCH_PROXY_URL" not in env
+    assert all(set(e) - {"database", "proxied"} == {"name", "schedule", "timeZone",
+                                                    "attemptDeadlineSeconds",
+                                                    "retryWindowSeconds", "paused"}
+               for e in stack.job_table(stack.watchdog, WATCH_JOBS_TABLE))
     assert [g for g in stack.grants_to(email) if g.props["role"] == INVOKER_ROLE] == []
     assert email not in env_of(stack.function)["DEDUP_ALLOWED_CALLERS"]
 
@@ -115,8 +123,8 @@ def test_reruns_alone_let_the_watchdog_deliver_to_every_function(tmp_path: Path)
     raw = prod_with(watchdog={"reruns": True})
     run = run_offline(raw, stack="prod", build_dir=tmp_path)
     cfg = load_config(raw)
-    watchdog = run.by_name("watchdog-function")
-    entries = json.loads(env_of(watchdog)["DEDUP_WATCH_JOBS"])
+    entries = StackUnderTest("prod", raw, cfg, run).job_table(
+        run.by_name("watchdog-function"), WATCH_JOBS_TABLE)
     assert all("catchUp" not in e and "headers" in e for e in entries)
     for name in ("dedup-function", "proxy-function"):
         assert cfg.watchdog_email in env_of(run.by_name(name))["DEDUP_ALLOWED_CALLERS"]

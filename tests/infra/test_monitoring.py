@@ -23,6 +23,7 @@ from infra.monitoring import (
 )
 from infra.offline import load_stack_config, run_offline
 from infra.scheduler_rules import retry_window_seconds
+from infra.source import JOB_ROUTES_TABLE, PROXY_ROUTES_TABLE, WATCH_JOBS_TABLE
 from policies import offline_check
 from tests.infra.helpers import (
     ACCOUNT,
@@ -67,8 +68,12 @@ def test_watchdog_function_identity_and_settings(stack: StackUnderTest) -> None:
     props = watchdog.props
     assert props["name"] == f"{cfg.name_prefix}-watchdog"
     assert props["buildConfig"]["entryPoint"] == "watch_scheduled_runs"
-    # Same source object and build account as the dedup function.
-    assert props["buildConfig"]["source"] == stack.function.props["buildConfig"]["source"]
+    # Same source tree, bucket and build account as the dedup function; its own object
+    # (the tree plus its own job table).
+    source = props["buildConfig"]["source"]["storageSource"]
+    dedup_source = stack.function.props["buildConfig"]["source"]["storageSource"]
+    assert source["bucket"] == dedup_source["bucket"]
+    assert source["object"] != dedup_source["object"]
     assert props["buildConfig"]["serviceAccount"] == (
         stack.function.props["buildConfig"]["serviceAccount"]
     )
@@ -83,7 +88,7 @@ def test_watchdog_function_identity_and_settings(stack: StackUnderTest) -> None:
     dedup_env = stack.function.props["serviceConfig"]["environmentVariables"]
     for key, value in dedup_env.items():
         # (The dedup function also serves the watchdog, where it delivers runs to it.)
-        if key not in ("DEDUP_JOB", "DEDUP_JOB_ROUTES", "DEDUP_ALLOWED_CALLERS"):
+        if key not in ("DEDUP_JOB", "DEDUP_ALLOWED_CALLERS"):
             assert env[key] == value, key
     assert env["DEDUP_ALLOWED_CALLERS"] == stack.account_email("invoker")
     assert Settings.from_env(env).allowed_callers == frozenset({stack.account_email("invoker")})
@@ -91,7 +96,9 @@ def test_watchdog_function_identity_and_settings(stack: StackUnderTest) -> None:
     lookback = {"dev": "43200", "prod": "172800"}[stack.name]
     assert env["DEDUP_WATCH_LOOKBACK_SECONDS"] == str(cfg.watchdog.lookback_seconds) == lookback
     assert env["DEDUP_WATCH_GRACE_SECONDS"] == str(cfg.watchdog.grace_seconds) == "300"
-    assert "DEDUP_JOB_ROUTES" not in env and "DEDUP_PROXY_ROUTES" not in env
+    # Its archive carries its own job table only: no other function's routes.
+    assert stack.job_table(stack.watchdog, JOB_ROUTES_TABLE) is None
+    assert stack.job_table(stack.watchdog, PROXY_ROUTES_TABLE) is None
 
 
 def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
@@ -99,8 +106,7 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
     zone, deadline, retry window (infra/scheduler_rules.py) and paused flag."""
     cfg = stack.config
     assert stack.watchdog is not None
-    env = stack.watchdog.props["serviceConfig"]["environmentVariables"]
-    watched = json.loads(env["DEDUP_WATCH_JOBS"])
+    watched = stack.job_table(stack.watchdog, WATCH_JOBS_TABLE)
     assert [w["name"] for w in watched] == sorted(cfg.job_id(j) for j in cfg.jobs)
     assert stack.watchdog_job_id not in {w["name"] for w in watched}
     deployed = {j.props["name"]: j.props for j in stack.config_jobs()}
@@ -116,10 +122,11 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
         }
         if job.proxy is not None:  # its records are in the proxy's own database
             judged["database"] = cfg.dedup.proxy_database_name
+            judged["proxied"] = True
         assert {k: v for k, v in entry.items() if k in judged} == judged
         # A delivering watchdog's extra keys are checked in tests/infra/test_catch_up.py.
         delivers = cfg.watchdog_delivers_to(proxied=job.proxy is not None)
-        extra = {"catchUp", "catchUpWithinSeconds", "headers", "body", "url"}
+        extra = {"catchUp", "catchUpWithinSeconds", "headers", "body"}
         assert set(entry) - set(judged) <= (extra if delivers else set())
         props = deployed[entry["name"]]
         assert (props["schedule"], props["timeZone"]) == (entry["schedule"], entry["timeZone"])
@@ -478,7 +485,7 @@ def test_the_watchdog_reads_the_settings_infra_gives_it(stack: StackUnderTest) -
     assert stack.watchdog is not None
     cfg = stack.config
     env = stack.watchdog.props["serviceConfig"]["environmentVariables"]
-    settings = WatchSettings.from_env(env)
+    settings = WatchSettings.from_env({**env, **stack.tables_env(stack.watchdog)})
     assert settings.lookback_seconds == cfg.watchdog.lookback_seconds
     assert settings.grace_seconds == cfg.watchdog.grace_seconds
     assert settings.store.allowed_callers == frozenset({stack.account_email("invoker")})

@@ -20,6 +20,7 @@ from dedup.targets import parse_target
 from infra.config import ConfigError, load_config
 from infra.dedup_proxy import ENTRY_POINT, WORKFLOW_START_PERMISSIONS
 from infra.offline import run_offline
+from infra.source import JOB_ROUTES_TABLE, PROXY_ROUTES_TABLE
 from policies import offline_check
 from tests.infra.helpers import (
     CUSTOM_ROLE,
@@ -145,9 +146,14 @@ def test_proxy_function(proxied: StackUnderTest) -> None:
     assert props["location"] == cfg.region
     assert props["buildConfig"]["entryPoint"] == ENTRY_POINT == "proxy_scheduled_job"
     assert props["buildConfig"]["runtime"] == proxied.function.props["buildConfig"]["runtime"]
-    # Same source object, same build account and repository as the dedup function.
-    for key in ("source", "serviceAccount", "dockerRepository"):
+    # Same build account and repository as the dedup function, the same source tree in the
+    # same bucket, but its own object: the tree plus its own job table (its routes).
+    for key in ("serviceAccount", "dockerRepository"):
         assert props["buildConfig"][key] == proxied.function.props["buildConfig"][key], key
+    source = props["buildConfig"]["source"]["storageSource"]
+    dedup_source = proxied.function.props["buildConfig"]["source"]["storageSource"]
+    assert source["bucket"] == dedup_source["bucket"]
+    assert source["object"] != dedup_source["object"]
     service = props["serviceConfig"]
     assert service["ingressSettings"] == "ALLOW_INTERNAL_ONLY"
     assert service["serviceAccountEmail"] == proxied.account_email("proxy")
@@ -161,13 +167,13 @@ def test_proxy_environment_is_what_the_proxy_accepts(proxied: StackUnderTest) ->
     dedup_env = proxied.function.props["serviceConfig"]["environmentVariables"]
     # The claim protocol's settings are the dedup function's (collection, lease,
     # retention), but the records are in the proxy's own database.
-    shared = {k: v for k, v in dedup_env.items() if k not in ("DEDUP_JOB", "DEDUP_JOB_ROUTES")}
+    shared = {k: v for k, v in dedup_env.items() if k != "DEDUP_JOB"}
     assert (dedup_env["DEDUP_DATABASE"], env["DEDUP_DATABASE"]) == (
         DEDUP_DATABASE, PROXY_DATABASE
     )
     shared["DEDUP_DATABASE"] = PROXY_DATABASE
     assert {k: v for k, v in env.items() if not k.startswith("DEDUP_PROXY_")} == shared
-    assert set(env) - set(shared) == {"DEDUP_PROXY_ROUTES", "DEDUP_PROXY_TIMEOUT_SECONDS"}
+    assert set(env) - set(shared) == {"DEDUP_PROXY_TIMEOUT_SECONDS"}
     # The token secret is no plain variable: Cloud Run reads it from Secret Manager.
     assert "DEDUP_TOKEN_SECRET" not in env
     (secret_env,) = proxied.proxy.props["serviceConfig"]["secretEnvironmentVariables"]
@@ -176,9 +182,11 @@ def test_proxy_environment_is_what_the_proxy_accepts(proxied: StackUnderTest) ->
     assert "DEDUP_PROXY_API_BASE" not in env, "never in a deployed stack"
     assert env["DEDUP_PROXY_TIMEOUT_SECONDS"] == str(proxied.config.proxy_timeout_seconds)
 
-    # The function's own parsers accept it and see every proxied job's target.
-    Settings.from_env(env)
-    settings = ProxySettings.from_env({**env, "DEDUP_TOKEN_SECRET": "s" * 64})
+    # The function's own parsers accept it, with the job table of its own source archive,
+    # and see every proxied job's target.
+    tables = proxied.tables_env(proxied.proxy)
+    assert Settings.from_env({**env, **tables}).job_routes == {}
+    settings = ProxySettings.from_env({**env, **tables, "DEDUP_TOKEN_SECRET": "s" * 64})
     assert settings.default is None
     assert settings.api_base is None
     assert settings.timeout_seconds == proxied.config.proxy_timeout_seconds
@@ -192,7 +200,7 @@ def test_proxy_environment_is_what_the_proxy_accepts(proxied: StackUnderTest) ->
         if target.token_name is not None:
             assert parsed.token_name == target.token_name
     # The dedup function no longer routes the proxied jobs.
-    assert set(json.loads(dedup_env["DEDUP_JOB_ROUTES"])) == {
+    assert set(proxied.job_table(proxied.function, JOB_ROUTES_TABLE)) == {
         f"{proxied.config.name_prefix}-plain"
     }
 
@@ -282,8 +290,7 @@ def test_build_trigger_target_roles(runs: dict[str, StackUnderTest]) -> None:
     assert topic.props["project"] == grant.props["project"] == PROJECT
     # The proxy is told that topic; the trigger's own settings say it listens to it.
     assert stack.proxy is not None
-    routes = json.loads(stack.proxy.props["serviceConfig"]["environmentVariables"][
-        "DEDUP_PROXY_ROUTES"])
+    routes = stack.job_table(stack.proxy, PROXY_ROUTES_TABLE)
     assert routes["scheduler-dedup-release"]["topic"] == (
         f"projects/{PROJECT}/topics/scheduler-dedup-build-nightly-release")
     assert "cloudbuild.builds.create" not in json.dumps([r.props for r in stack.run.resources])

@@ -19,6 +19,7 @@ import pytest
 
 from infra.config import ConfigError, load_config
 from infra.offline import DeclaredResource, OfflineRun, load_stack_config, run_offline
+from infra.source import JOB_ROUTES_TABLE, PROXY_ROUTES_TABLE, read_archive_table
 from tests.infra.helpers import (
     ACCOUNT,
     ALERT_POLICY,
@@ -194,11 +195,14 @@ def test_the_function_routes_the_job_ids_its_stack_deploys(
             str(run.outputs.get("watchdogJobName"))
         }
         routes: set[str] = set()
+        objects = {o.props["name"]: o for o in run.of_type(OBJECT)}
         for function in run.of_type(FUNCTION):
-            env = function.props["serviceConfig"]["environmentVariables"]
-            for key in ("DEDUP_JOB_ROUTES", "DEDUP_PROXY_ROUTES"):
-                if key in env:
-                    routes |= set(json.loads(env[key]))
+            storage = function.props["buildConfig"]["source"]["storageSource"]
+            archive = objects[storage["object"]].props["source"]["path"]
+            for table in (JOB_ROUTES_TABLE, PROXY_ROUTES_TABLE):  # the watch list routes none
+                text = read_archive_table(archive, table)
+                if text is not None:
+                    routes |= set(json.loads(text))
         assert routes == job_ids
         routed.append(routes)
     assert routed[0].isdisjoint(routed[1])

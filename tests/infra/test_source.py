@@ -1,19 +1,30 @@
-"""The function's source zip: deterministic, content-hashed, and a code change (only a
-code change) renames the object, which redeploys the function."""
+"""Each function's source zip: deterministic, content-hashed, and a code change or a change
+of that function's job table (only those) renames its object, which redeploys it."""
 
 from __future__ import annotations
 
+import copy
 import io
+import json
 import os
 import shutil
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from infra.offline import load_stack_config, run_offline
 from infra.program import DEFAULT_SOURCE_DIR
-from infra.source import ZIP_EPOCH, build_source_archive, source_files, write_source_archive
+from infra.source import (
+    JOB_ROUTES_TABLE,
+    ZIP_EPOCH,
+    build_source_archive,
+    read_archive_table,
+    source_files,
+    table_files,
+    write_source_archive,
+)
 from tests.infra.helpers import OBJECT
 from tests.stacks import FIXTURE_STACKS_DIR
 
@@ -118,7 +129,8 @@ def _object_name(source_dir: Path, build_dir: Path) -> tuple[str, str]:
         source_dir=source_dir,
         build_dir=build_dir,
     )
-    obj = run.one(OBJECT).props["name"]
+    obj = run.by_name("dedup-source").props["name"]
+    assert run.by_name("dedup-source").type == OBJECT
     build = run.by_name("dedup-function").props["buildConfig"]
     deployed = build["source"]["storageSource"]["object"]
     return obj, deployed
@@ -141,3 +153,65 @@ def test_code_change_renames_the_source_object(source_copy: Path, tmp_path: Path
     changed, changed_deployed = _object_name(source_copy, build_dir)
     assert changed != name
     assert changed_deployed == changed
+
+
+def test_the_job_table_is_in_the_archive_and_in_its_hash(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "src")
+    routes = {"p-export": "jobs.example:run"}
+    archive = build_source_archive(root, table_files(JOB_ROUTES_TABLE, routes))
+    assert archive.sha256 == build_source_archive(
+        root, table_files(JOB_ROUTES_TABLE, dict(reversed(routes.items())))).sha256
+    assert archive.sha256 != build_source_archive(root).sha256
+    assert archive.sha256 != build_source_archive(
+        root, table_files(JOB_ROUTES_TABLE, {"p-export": "jobs.other:run"})).sha256
+    _, path = write_source_archive(root, tmp_path / "build", table_files(JOB_ROUTES_TABLE, routes))
+    assert path.is_absolute()  # the policy pack opens it from another working directory
+    assert json.loads(read_archive_table(path, JOB_ROUTES_TABLE) or "") == routes
+    assert read_archive_table(path, "watch_jobs.json") is None
+
+
+def test_a_local_job_tables_directory_never_ships(tmp_path: Path) -> None:
+    """Only the tables generated for a function ship: a stale local one (another function's
+    table, say) would otherwise be read as this function's."""
+    root = make_tree(tmp_path / "src")
+    (root / "job_tables").mkdir()
+    (root / "job_tables" / "proxy_routes.json").write_text("{}")
+    archive = build_source_archive(root, table_files(JOB_ROUTES_TABLE, {}))
+    names = zipfile.ZipFile(io.BytesIO(archive.data)).namelist()
+    assert [n for n in names if n.startswith("job_tables/")] == ["job_tables/job_routes.json"]
+
+
+def _objects(raw: dict[str, Any], stack: str, build_dir: Path) -> dict[str, str]:
+    run = run_offline(raw, stack=stack, build_dir=build_dir)
+    return {o.name: o.props["name"] for o in run.of_type(OBJECT)}
+
+
+def _with_job(raw: dict[str, Any], name: str, **changes: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(raw)
+    for job in changed["scheduler-dedup:jobs"]:
+        if job["name"] == name:
+            job.update(changes)
+    return changed
+
+
+def test_a_job_change_redeploys_exactly_the_functions_whose_table_changed(
+    tmp_path: Path,
+) -> None:
+    prod = load_stack_config("prod", FIXTURE_STACKS_DIR)
+    before = _objects(prod, "prod", tmp_path)
+    assert set(before) == {"dedup-source", "proxy-source", "watchdog-source"}
+
+    def changed(raw: dict[str, Any]) -> set[str]:
+        after = _objects(raw, "prod", tmp_path)
+        return {name for name in before if after[name] != before[name]}
+
+    plain = next(j["name"] for j in prod["scheduler-dedup:jobs"] if "proxy" not in j)
+    proxied = next(j for j in prod["scheduler-dedup:jobs"] if "proxy" in j)
+    # A schedule is the watchdog's only (the functions route by job ID, not by time).
+    assert changed(_with_job(prod, plain, schedule="1 2 * * *")) == {"watchdog-source"}
+    # Job logic is the dedup function's only.
+    assert changed(_with_job(prod, plain, jobLogic="jobs.example:run_other")) == {
+        "dedup-source"}
+    # A proxied job's target is the proxy's only.
+    target = {**proxied["proxy"], "resource": proxied["proxy"]["resource"] + "-v2"}
+    assert changed(_with_job(prod, proxied["name"], proxy=target)) == {"proxy-source"}

@@ -22,7 +22,14 @@ from infra.scheduler_rules import (
     fast_failure_retry_span_seconds,
     retry_duration_to_recover_seconds,
 )
-from infra.source import build_source_archive
+from infra.source import (
+    JOB_ROUTES_TABLE,
+    PROXY_ROUTES_TABLE,
+    WATCH_JOBS_TABLE,
+    build_source_archive,
+    table_files,
+)
+from infra.watchdog import watch_jobs
 from tests.infra.helpers import (
     ACCOUNT,
     ALERT_POLICY,
@@ -52,6 +59,8 @@ from tests.infra.helpers import (
     walk_strings,
 )
 
+ALL_TABLES = (JOB_ROUTES_TABLE, PROXY_ROUTES_TABLE, WATCH_JOBS_TABLE)
+
 DEFAULT_ACCOUNTS = re.compile(
     r"(-compute@developer\.gserviceaccount\.com|@appspot\.gserviceaccount\.com|"
     r"@cloudbuild\.gserviceaccount\.com)$"
@@ -69,7 +78,7 @@ def expected_counts(cfg: StackConfig) -> Counter[str]:
             DATABASE: 1,
             FIELD: 2,  # expire_at (TTL) and schedule_time, both exempt from indexing
             BUCKET: 1,
-            OBJECT: 1,
+            OBJECT: 1,  # each function's own source object: function/ + its job table
             REPOSITORY: 1,
             REPOSITORY_IAM: 1,
             PROJECT_IAM: 3,
@@ -91,6 +100,7 @@ def expected_counts(cfg: StackConfig) -> Counter[str]:
             {
                 PROXY_COMPONENT: 1,
                 FUNCTION: 1,
+                OBJECT: 1,
                 ACCOUNT: 1,
                 RUN_IAM: 1,
                 SERVICE: len(extra_apis),
@@ -129,6 +139,7 @@ def monitoring_counts(cfg: StackConfig) -> Counter[str]:
         {
             WATCHDOG_COMPONENT: int(watchdog),
             FUNCTION: int(watchdog),
+            OBJECT: int(watchdog),
             ACCOUNT: int(watchdog),
             PROJECT_IAM: int(watchdog),
             # Its own invoker grant, and one per service it delivers runs to (catch-up,
@@ -308,14 +319,27 @@ def test_private_source_bucket_and_content_hashed_object(stack: StackUnderTest) 
     assert bucket.props["uniformBucketLevelAccess"] is True
     assert bucket.props["publicAccessPrevention"] == "enforced"
     assert bucket.props["location"] == stack.config.region
-    obj = stack.one(OBJECT)
-    expected = build_source_archive(DEFAULT_SOURCE_DIR).object_name
-    assert obj.props["name"] == expected
-    assert re.fullmatch(r"function-source/[0-9a-f]{64}\.zip", obj.props["name"])
-    assert obj.props["bucket"] == bucket.props["name"]
-    assert obj.props["source"]["__asset"] == "file"
-    storage = stack.function.props["buildConfig"]["source"]["storageSource"]
-    assert storage == {"bucket": bucket.props["name"], "object": obj.props["name"]}
+    # One object per function: the source tree plus that function's own job table.
+    functions = stack.all(FUNCTION)
+    assert len(stack.all(OBJECT)) == len(functions)
+    tables = {"dedup-function": (JOB_ROUTES_TABLE, dict(stack.config.job_routes())),
+              "watchdog-function": (WATCH_JOBS_TABLE, watch_jobs(stack.config))}
+    if stack.proxy is not None:
+        tables["proxy-function"] = (PROXY_ROUTES_TABLE, stack.job_table(
+            stack.proxy, PROXY_ROUTES_TABLE))
+    for function in functions:
+        obj = stack.source_object(function)
+        table, content = tables[function.name]
+        expected = build_source_archive(DEFAULT_SOURCE_DIR, table_files(table, content))
+        assert obj.props["name"] == expected.object_name, function.name
+        assert re.fullmatch(r"function-source/[0-9a-f]{64}\.zip", obj.props["name"])
+        assert obj.props["bucket"] == bucket.props["name"]
+        assert obj.props["source"]["__asset"] == "file"
+        storage = function.props["buildConfig"]["source"]["storageSource"]
+        assert storage == {"bucket": bucket.props["name"], "object": obj.props["name"]}
+        assert obj.urn in function.dependencies  # uploaded before the function builds
+        # Its own table, and no other function's.
+        assert [t for t in ALL_TABLES if stack.job_table(function, t) is not None] == [table]
 
 
 def test_function_settings(stack: StackUnderTest) -> None:
@@ -414,7 +438,6 @@ def test_function_environment(stack: StackUnderTest) -> None:
         "DEDUP_RETENTION_SECONDS": str(cfg.dedup.retention_seconds),
         "DEDUP_MISSING_SCHEDULE_TIME": cfg.dedup.missing_schedule_time,
         "DEDUP_JOB": cfg.dedup.default_job_logic,
-        "DEDUP_JOB_ROUTES": env["DEDUP_JOB_ROUTES"],
         "DEDUP_STORE_TIMEOUT_SECONDS": str(cfg.dedup.store_timeout_seconds),
         "DEDUP_CACHE_SIZE": str(cfg.dedup.cache_size),
         "DEDUP_FORCED_RUN_MARGIN_SECONDS": str(cfg.dedup.forced_run_margin_seconds),
@@ -422,7 +445,8 @@ def test_function_environment(stack: StackUnderTest) -> None:
             [stack.account_email("invoker"), *watchdog_caller(stack, stack.function)]
         ),
     }
-    routes = json.loads(env["DEDUP_JOB_ROUTES"])
+    routes = stack.job_table(stack.function, JOB_ROUTES_TABLE)
+    assert Settings.from_env({**env, **stack.tables_env(stack.function)}).job_routes == routes
     raw_jobs = stack.raw["scheduler-dedup:jobs"]
     # Keyed by the deployed job ID (what X-CloudScheduler-JobName carries), not jobs[].name.
     assert routes == {
@@ -622,7 +646,7 @@ def test_stack_outputs(stack: StackUnderTest) -> None:
         "invokerServiceAccount": stack.account_email("invoker"),
         "databaseName": cfg.dedup.database_name,
         "collection": cfg.dedup.collection,
-        "sourceObject": stack.one(OBJECT).props["name"],
+        "sourceObject": stack.source_object(stack.function).props["name"],
         "jobNames": [cfg.job_id(j) for j in cfg.jobs],
         **(
             {

@@ -34,6 +34,7 @@ from tests.policies.fixtures import (
     PROXY_DATASTORE_CONDITION,
     PROXY_ROUTES,
     PROXY_SA,
+    PROXY_SOURCE,
     REGION,
     RUN_JOB,
     RUN_JOB_IAM_BINDING,
@@ -61,6 +62,7 @@ from tests.policies.fixtures import (
     replace,
     replace_named,
     res,
+    routes_asset,
     watchdog_stack,
     without_named,
     without_type,
@@ -1071,7 +1073,7 @@ STACK_CASES["dedup-proxy-least-privilege"] = [
     ),
     stack_case(
         "routes-unknown",
-        replace_named(proxy_stack(), PROXY_FN, f"{PROXY_ENV}.DEDUP_PROXY_ROUTES", U),
+        replace_named(proxy_stack(), PROXY_SOURCE, "source", U),  # the asset not known yet
         False,
     ),
     stack_case(
@@ -1100,9 +1102,9 @@ STACK_CASES["dedup-proxy-least-privilege"] = [
                     ),
                     "job-daily-report",
                 ),
-                PROXY_FN,
-                f"{PROXY_ENV}.DEDUP_PROXY_ROUTES",
-                DELETE,
+                PROXY_SOURCE,
+                "source",
+                routes_asset(None),  # an archive without the proxy's job table
             ),
             PROXY_FN,
             PROXY_ENV,
@@ -1167,9 +1169,9 @@ STACK_CASES["dedup-proxy-least-privilege"] = [
         "workflows-invoker-without-a-workflow",
         replace_named(
             proxy_stack(),
-            PROXY_FN,
-            f"{PROXY_ENV}.DEDUP_PROXY_ROUTES",
-            _proxy_routes(reindex={"target": "run_job", "resource": RUN_JOB}),
+            PROXY_SOURCE,
+            "source",
+            routes_asset(_proxy_routes(reindex={"target": "run_job", "resource": RUN_JOB})),
         ),
         True,
     ),
@@ -1211,9 +1213,10 @@ STACK_CASES["dedup-proxy-least-privilege"] = [
         "publisher-without-a-trigger",
         replace_named(
             proxy_stack(),
-            PROXY_FN,
-            f"{PROXY_ENV}.DEDUP_PROXY_ROUTES",
-            _proxy_routes(**{k: v for k, v in PROXY_ROUTES.items() if k != "release"}),
+            PROXY_SOURCE,
+            "source",
+            routes_asset(
+                _proxy_routes(**{k: v for k, v in PROXY_ROUTES.items() if k != "release"})),
         ),
         True,
     ),

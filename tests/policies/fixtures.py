@@ -11,11 +11,18 @@ records in a database of its own; `watchdog_stack()` adds the run watchdog, and
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import tempfile
+import zipfile
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
+from dedup.tables import archive_path
+from infra.source import PROXY_ROUTES_TABLE
 from policies import gcp
+from policies.job_tables import BUCKET_OBJECT
 from policies.model import Resource
 from policies.values import UNKNOWN_STRING
 
@@ -192,18 +199,44 @@ PROXY_ROUTES = {
 }
 
 
+PROXY_SOURCE = "proxy-source"
+"""The proxy's source object (function/ plus its job table, the routes)."""
+PROXY_SOURCE_OBJECT = "function-proxy-3c4d.zip"
+_ARCHIVES = Path(tempfile.mkdtemp(prefix="policy-fixture-archives-"))
+
+
+def routes_asset(routes: Mapping[str, Any] | str | None) -> dict[str, str]:
+    """A proxy source archive whose job table is `routes` (raw text as is; None: no table),
+    as the offline mocks present a file asset. Written once per content."""
+    text = routes if isinstance(routes, str) or routes is None else json.dumps(routes)
+    key = hashlib.sha256(repr(text).encode()).hexdigest()[:16]
+    path = _ARCHIVES / f"{key}.zip"
+    if not path.exists():
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("main.py", "")
+            if text is not None:
+                zf.writestr(archive_path(PROXY_ROUTES_TABLE), text)
+    return {"__asset": "file", "path": str(path)}
+
+
+def proxy_source_props(routes: Mapping[str, Any] | str | None) -> dict[str, Any]:
+    return {"bucket": "src-bucket", "name": PROXY_SOURCE_OBJECT, "source": routes_asset(routes),
+            "contentType": "application/zip"}
+
+
 def proxy_function_props() -> dict[str, Any]:
-    """The idempotent proxy: same source and protocol settings, own account, routes."""
+    """The idempotent proxy: same source tree and protocol settings, own account, its own
+    source object (with its routes)."""
     props = function_props()
     props["name"] = "scheduler-dedup-proxy"
     props["buildConfig"]["entryPoint"] = "proxy_scheduled_job"
+    props["buildConfig"]["source"]["storageSource"]["object"] = PROXY_SOURCE_OBJECT
     service = props["serviceConfig"]
     service["serviceAccountEmail"] = PROXY_SA
     service["uri"] = PROXY_URL
     env = service["environmentVariables"]
     del env["DEDUP_JOB"]
     env["DEDUP_DATABASE"] = PROXY_DATABASE
-    env["DEDUP_PROXY_ROUTES"] = json.dumps(PROXY_ROUTES)
     env["DEDUP_PROXY_TIMEOUT_SECONDS"] = "30"
     return props
 
@@ -321,9 +354,6 @@ def watchdog_function_props() -> dict[str, Any]:
     service["uri"] = WATCHDOG_URL
     env = service["environmentVariables"]
     del env["DEDUP_JOB"]
-    env["DEDUP_WATCH_JOBS"] = json.dumps([{
-        "name": "nightly-export", "schedule": "0 3 * * *", "timeZone": "Europe/Berlin",
-        "attemptDeadlineSeconds": 1800, "retryWindowSeconds": 21600, "paused": False}])
     env["DEDUP_WATCH_LOOKBACK_SECONDS"] = "172800"
     env["DEDUP_WATCH_GRACE_SECONDS"] = "300"
     return props
@@ -387,6 +417,7 @@ def proxy_stack() -> list[Resource]:
             "proxy-schedule-time-field",
             schedule_time_field_props(PROXY_DATABASE),
         ),
+        proxy_child(BUCKET_OBJECT, PROXY_SOURCE, proxy_source_props(PROXY_ROUTES)),
         proxy_child(gcp.FUNCTION_V2, "proxy-function", proxy_function_props()),
         proxy_child(
             RUN_SERVICE_IAM_MEMBER,

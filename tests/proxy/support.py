@@ -23,6 +23,7 @@ from dedup.targets import SessionFactory, Target, TargetKind
 from dedup.tokens import TOKEN_SECRET_ENV, mint_token
 from local_stack.deliveries import LOCATION, PROJECT, InProcessFunction, settings_for
 from local_stack.rpc_counter import RpcCounter
+from local_stack.tables import job_tables_env
 from tests.proxy.fake_apis import BUILD_TRIGGER, RUN_JOB, WORKFLOW
 
 RESOURCES = {
@@ -36,7 +37,7 @@ BUILD_TOPIC = f"projects/{PROJECT}/topics/dedup-build-release-trigger"
 STARTED_RESOURCES = {**RESOURCES, BUILD_TRIGGER: BUILD_TOPIC}
 # The stack's token secret (DEDUP_TOKEN_SECRET) shared by the proxy and downstream guards.
 TOKEN_SECRET = "test-token-secret-0123456789abcdefghijklmnop"
-# One Scheduler job per target kind, routed by DEDUP_PROXY_ROUTES.
+# One Scheduler job per target kind, routed by the proxy's job table (proxy_routes.json).
 JOBS = {WORKFLOW: "export-workflow", RUN_JOB: "export-run-job", BUILD_TRIGGER: "export-build"}
 KINDS = (WORKFLOW, RUN_JOB, BUILD_TRIGGER)
 SCHEDULE = "2026-10-16T12:00:00Z"
@@ -51,13 +52,13 @@ def target(kind: str) -> Target:
 
 
 def route(kind: str) -> dict[str, str]:
-    """One DEDUP_PROXY_ROUTES entry, as infra/dedup_proxy.py writes it."""
+    """One entry of the proxy's routes, as infra/dedup_proxy.py writes it."""
     entry = {"target": kind, "resource": RESOURCES[kind]}
     return {**entry, "topic": BUILD_TOPIC} if kind == BUILD_TRIGGER else entry
 
 
-def routes_json() -> str:
-    return json.dumps({JOBS[kind]: route(kind) for kind in KINDS})
+def routes() -> dict[str, dict[str, str]]:
+    return {JOBS[kind]: route(kind) for kind in KINDS}
 
 
 def run_id(job: str, schedule_time: str = SCHEDULE) -> str:
@@ -143,7 +144,7 @@ def proxy_env(
         "DEDUP_LOCATION": LOCATION,
         "DEDUP_COLLECTION": collection,
         "DEDUP_STORE_TIMEOUT_SECONDS": "5",
-        "DEDUP_PROXY_ROUTES": routes_json(),
+        **job_tables_env(proxy_routes=routes()),
         "DEDUP_PROXY_API_BASE": api_base,
         "DEDUP_PROXY_TIMEOUT_SECONDS": "5",
         TOKEN_SECRET_ENV: TOKEN_SECRET,

@@ -18,6 +18,7 @@ from google.cloud import firestore
 
 from local_stack import FunctionServer, LocalStackError
 from local_stack.deliveries import PROJECT, scheduler_headers
+from local_stack.tables import write_job_tables
 from tests.function.test_body_limits import post_declaring
 from tests.proxy.fake_apis import RUN_JOB, WORKFLOW, Behaviour, FakeGoogleApis, StartRequest
 from tests.proxy.support import (
@@ -175,7 +176,7 @@ def test_served_proxy_refuses_to_start_without_a_target(
     firestore_emulator: object, tmp_path: Path, apis: FakeGoogleApis
 ) -> None:
     env = proxy_env("unused", apis.url, service_account_file(tmp_path, apis.token_uri))
-    env["DEDUP_PROXY_ROUTES"] = ""
+    env.update(write_job_tables(tmp_path / "no-routes"))  # no proxy_routes.json, no target
     with pytest.raises(LocalStackError) as raised:
         FunctionServer(env, workers=1, target="proxy_scheduled_job").start(timeout_seconds=20)
     assert "the proxy has no target" in str(raised.value)

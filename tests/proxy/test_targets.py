@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from dedup.targets import (
     started_from_response,
 )
 from dedup.tokens import TOKEN_SECRET_ENV
+from local_stack.tables import write_job_tables
 from tests.proxy.support import BUILD_TOPIC, RESOURCES, TOKEN_SECRET, target
 
 TOKEN = "a" * 64
@@ -128,13 +130,15 @@ def test_failure_classes(status: int, google_status: str | None, retryable: bool
 
 
 SECRET = {TOKEN_SECRET_ENV: TOKEN_SECRET}
+# In a case's env: the raw text of the proxy's job table (proxy_routes.json), written there.
+ROUTES = "<proxy_routes.json>"
 ENV_OK = {**SECRET, "DEDUP_PROXY_TARGET": "workflow", "DEDUP_PROXY_RESOURCE": RESOURCES["workflow"]}
 
 
-def test_proxy_settings_from_env() -> None:
+def test_proxy_settings_from_env_and_the_job_table(tmp_path: Path) -> None:
     settings = ProxySettings.from_env({
         **ENV_OK,
-        "DEDUP_PROXY_ROUTES": json.dumps({
+        **write_job_tables(tmp_path / "a", proxy_routes={
             "build": {"target": "build_trigger", "resource": RESOURCES["build_trigger"],
                       "tokenName": "_RUN_TOKEN", "topic": BUILD_TOPIC},
             "job": {"target": "run_job", "resource": RESOURCES["run_job"], "container": "c"},
@@ -148,7 +152,7 @@ def test_proxy_settings_from_env() -> None:
     assert settings.token_secret == TOKEN_SECRET.encode()
     assert settings.routes["job"].container == "c"
     assert (settings.timeout_seconds, settings.api_base) == (12.5, "http://127.0.0.1:8085")
-    only_routes = ProxySettings.from_env({**SECRET, "DEDUP_PROXY_ROUTES": json.dumps(
+    only_routes = ProxySettings.from_env({**SECRET, **write_job_tables(tmp_path / "b", proxy_routes=
         {"j": {"target": "workflow", "resource": RESOURCES["workflow"]}})})
     assert only_routes.default is None and set(only_routes.routes) == {"j"}
 
@@ -178,7 +182,7 @@ def test_proxy_settings_from_env() -> None:
         ({**ENV_OK, "DEDUP_PROXY_TOKEN_NAME": "payload"}, "token name 'payload' is reserved"),
         ({**ENV_OK, "DEDUP_PROXY_TOKEN_NAME": "schedule_time"},
          "token name 'schedule_time' is reserved"),
-        ({"DEDUP_PROXY_ROUTES": json.dumps({"j": {"target": "run_job", "resource":
+        ({ROUTES: json.dumps({"j": {"target": "run_job", "resource":
           RESOURCES["run_job"], "tokenName": "DEDUP_SCHEDULE_TIME"}})},
          "token name 'DEDUP_SCHEDULE_TIME' is reserved"),
         # The token secret: required, and long enough.
@@ -197,25 +201,27 @@ def test_proxy_settings_from_env() -> None:
          "must be https://"),
         ({**ENV_OK, "DEDUP_PROXY_API_BASE": "http://10.0.0.1:8080"}, "must be https://"),
         ({**ENV_OK, "DEDUP_PROXY_API_BASE": "https://user@x.googleapis.com"}, "must be https://"),
-        ({"DEDUP_PROXY_ROUTES": "{"}, "DEDUP_PROXY_ROUTES is not valid JSON"),
-        ({"DEDUP_PROXY_ROUTES": "[]"}, "must be a JSON object"),
-        ({"DEDUP_PROXY_ROUTES": '{"a/b": {}}'}, "is not a Cloud Scheduler job ID"),
-        ({"DEDUP_PROXY_ROUTES": '{"j": "workflow"}'}, "must be an object"),
-        ({"DEDUP_PROXY_ROUTES": '{"j": {"target": "workflow"}}'},
+        ({ROUTES: "{"}, "proxy_routes.json is not valid JSON"),
+        ({ROUTES: "[]"}, "must be a JSON object"),
+        ({ROUTES: '{"a/b": {}}'}, "is not a Cloud Scheduler job ID"),
+        ({ROUTES: '{"j": "workflow"}'}, "must be an object"),
+        ({ROUTES: '{"j": {"target": "workflow"}}'},
          "needs both 'target' and 'resource'"),
-        ({"DEDUP_PROXY_ROUTES": json.dumps({"j": {"target": "workflow", "resource":
+        ({ROUTES: json.dumps({"j": {"target": "workflow", "resource":
           RESOURCES["workflow"], "tokenname": "x"}})}, "unknown key(s) tokenname"),
-        ({"DEDUP_PROXY_ROUTES": json.dumps({"j": {"target": "workflow", "resource":
+        ({ROUTES: json.dumps({"j": {"target": "workflow", "resource":
           RESOURCES["workflow"], "container": "c"}})}, "'container' applies only to target"),
-        ({"DEDUP_PROXY_ROUTES": json.dumps({"j": {"target": "workflow", "resource": 3}})},
+        ({ROUTES: json.dumps({"j": {"target": "workflow", "resource": 3}})},
          "'resource' must be a string"),
     ],
 )
 def test_bad_proxy_settings_fail_start_up_with_a_clear_message(
-    env: dict[str, str], message: str
+    tmp_path: Path, env: dict[str, str], message: str
 ) -> None:
+    table = env.pop(ROUTES, None)  # the routes: the proxy's job table, not a variable
+    tables = write_job_tables(tmp_path, proxy_routes=table)
     with pytest.raises(SettingsError) as raised:
-        ProxySettings.from_env({**SECRET, **env})
+        ProxySettings.from_env({**SECRET, **tables, **env})
     assert message in str(raised.value)
     assert "\n" not in str(raised.value)
 
