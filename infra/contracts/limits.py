@@ -10,6 +10,7 @@ import base64
 import binascii
 import ipaddress
 import re
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -51,6 +52,15 @@ MISSING_DATA_MIN_DURATION_SECONDS: Final = 60
 ABSENT_MIN_DURATION_SECONDS: Final = 120
 ALIGNMENT_PERIOD_MIN_SECONDS: Final = 60
 ALERT_ALIGNMENT_PERIOD_MAX_SECONDS: Final = 90_000
+
+ALERT_DISPLAY_NAME_MAX_CHARS: Final = 512
+ALERT_DOCUMENTATION_MAX_CHARS: Final = 8192
+ALERT_DOCUMENTATION_MAX_BYTES: Final = 10_240
+
+# --- Labels (every labelled resource) ----------------------------------------------------
+LABELS_MAX_COUNT: Final = 64
+LABEL_MAX_CHARS: Final = 63
+LABEL_MAX_BYTES: Final = 128
 
 # --- Cloud Logging -----------------------------------------------------------------------
 LOG_METRIC_NAME: Final = re.compile(r"[A-Za-z0-9_\-.,+!*',()%][A-Za-z0-9_\-.,+!*',()%/]{0,99}")
@@ -137,6 +147,16 @@ R_ABSENT_DURATION: Final = _rule(
 R_ALIGNMENT: Final = _rule(
     f"an alerting policy's alignmentPeriod lies within {ALIGNMENT_PERIOD_MIN_SECONDS} s .. "
     f"{ALERT_ALIGNMENT_PERIOD_MAX_SECONDS:,} s", sources.MONITORING_ALERT_POLICIES_API)
+R_ALERT_DISPLAY_NAME: Final = _rule(
+    f"an alert policy's displayName is limited to {ALERT_DISPLAY_NAME_MAX_CHARS} characters",
+    sources.MONITORING_ALERT_POLICIES_API)
+R_ALERT_DOCUMENTATION: Final = _rule(
+    f"documentation.content may not exceed {ALERT_DOCUMENTATION_MAX_CHARS:,} characters nor "
+    f"{ALERT_DOCUMENTATION_MAX_BYTES:,} UTF-8 bytes", sources.MONITORING_ALERT_POLICIES_API)
+R_LABELS: Final = _rule(
+    f"labels: at most {LABELS_MAX_COUNT}; a key 1-{LABEL_MAX_CHARS} characters starting with a "
+    "lowercase letter, a value 0-63 characters, both of lowercase letters, digits, _ and -, "
+    f"at most {LABEL_MAX_BYTES} UTF-8 bytes", sources.LABELS)
 R_LOG_METRIC_NAME: Final = _rule(
     "a log metric name is at most 100 characters of A-Z a-z 0-9 _-.,+!*',()%/ and does not "
     "start with /", sources.LOGGING_METRICS_API)
@@ -302,6 +322,15 @@ _THRESHOLD_CONDITIONS: Final = (
 
 
 def alert_policy_limits(resource: Declared) -> Iterator[Finding]:
+    name = resource.props.get("displayName")
+    if len(str(name or "")) > ALERT_DISPLAY_NAME_MAX_CHARS:
+        yield _finding(resource, "displayName", name, R_ALERT_DISPLAY_NAME)
+    content = _mapping(resource.props.get("documentation")).get("content")
+    if isinstance(content, str) and (
+        len(content) > ALERT_DOCUMENTATION_MAX_CHARS
+        or _utf8_len(content) > ALERT_DOCUMENTATION_MAX_BYTES
+    ):
+        yield _finding(resource, "documentation.content", content, R_ALERT_DOCUMENTATION)
     conditions = resource.props.get("conditions")
     for index, condition in enumerate(conditions if isinstance(conditions, Sequence) else []):
         if not isinstance(condition, Mapping):
@@ -340,6 +369,42 @@ def _condition_limits(
             ):
                 yield _finding(resource, f"{prop}.{key}[{index}].alignmentPeriod", period_raw,
                                R_ALIGNMENT)
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def _is_label_text(text: str, first_lowercase: bool) -> bool:
+    """Lowercase letters (any script's, or letters without case), digits, _ and -."""
+    def allowed(char: str) -> bool:
+        return unicodedata.category(char) in ("Ll", "Lo", "Nd") or char in "_-"
+
+    if first_lowercase and not (text and unicodedata.category(text[0]) in ("Ll", "Lo")):
+        return False
+    return all(allowed(char) for char in text)
+
+
+def labels_limits(prop: str) -> LimitCheck:
+    """The labels requirements, for the labels map at `prop`."""
+
+    def check(resource: Declared) -> Iterator[Finding]:
+        labels = api_value(resource.props.get(prop))
+        if not isinstance(labels, Mapping):
+            return
+        if len(labels) > LABELS_MAX_COUNT:
+            yield _finding(resource, prop, f"{len(labels)} labels", R_LABELS)
+        for key, value in labels.items():
+            valid = (
+                isinstance(key, str) and isinstance(value, str)
+                and 1 <= len(key) <= LABEL_MAX_CHARS and len(value) <= LABEL_MAX_CHARS
+                and _utf8_len(key) <= LABEL_MAX_BYTES and _utf8_len(value) <= LABEL_MAX_BYTES
+                and _is_label_text(key, first_lowercase=True)
+                and _is_label_text(value, first_lowercase=False)
+            )
+            if not valid:
+                yield _finding(resource, f"{prop}.{key}", value, R_LABELS)
+
+    return check
 
 
 # --------------------------------------------------------------------------- the rest
@@ -475,17 +540,19 @@ IAM_MEMBER_TYPES: Final = (
 )
 
 LIMITS: Final[Mapping[str, tuple[LimitCheck, ...]]] = {
-    "gcp:cloudfunctionsv2/function:Function": (function_limits,),
+    "gcp:cloudfunctionsv2/function:Function": (function_limits, labels_limits("labels")),
     "gcp:cloudscheduler/job:Job": (scheduler_job_limits,),
-    "gcp:monitoring/alertPolicy:AlertPolicy": (alert_policy_limits,),
+    "gcp:monitoring/alertPolicy:AlertPolicy": (alert_policy_limits,
+                                               labels_limits("userLabels")),
+    "gcp:monitoring/notificationChannel:NotificationChannel": (labels_limits("userLabels"),),
     "gcp:logging/metric:Metric": (log_metric_limits,),
     "gcp:firestore/database:Database": (firestore_database_limits,),
-    "gcp:secretmanager/secret:Secret": (secret_limits,),
+    "gcp:secretmanager/secret:Secret": (secret_limits, labels_limits("labels")),
     "gcp:secretmanager/secretVersion:SecretVersion": (secret_version_limits,),
     "gcp:cloudtasks/queue:Queue": (queue_limits,),
     "gcp:serviceaccount/account:Account": (service_account_limits,),
     "gcp:projects/iAMCustomRole:IAMCustomRole": (custom_role_limits,),
-    "gcp:storage/bucket:Bucket": (bucket_limits,),
+    "gcp:storage/bucket:Bucket": (bucket_limits, labels_limits("labels")),
     "gcp:storage/bucketObject:BucketObject": (bucket_object_limits,),
     **{resource_type: (iam_member_limits,) for resource_type in IAM_MEMBER_TYPES},
 }

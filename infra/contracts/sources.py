@@ -87,6 +87,11 @@ IAM_POLICY_BINDING: Final = Source(
 IAM_PRINCIPAL_IDENTIFIERS: Final = Source(
     "IAM, Principal identifiers", "https://cloud.google.com/iam/docs/principal-identifiers"
 )
+LABELS: Final = Source(
+    "Resource Manager, Labels overview: requirements for labels (the same rules are in "
+    "each API's labels field, e.g. Secret Manager's Secret.labels)",
+    "https://cloud.google.com/resource-manager/docs/labels-overview#requirements",
+)
 STORAGE_BUCKET_NAMES: Final = Source(
     "Cloud Storage, Bucket naming", "https://cloud.google.com/storage/docs/buckets#naming"
 )
