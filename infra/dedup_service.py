@@ -56,6 +56,7 @@ REQUIRED_APIS: Final = (
     "monitoring.googleapis.com",  # alert policies, notification channels, dashboard
     "firestore.googleapis.com",  # dedup records
     "cloudscheduler.googleapis.com",  # the jobs
+    "cloudtasks.googleapis.com",  # the watchdog's deliveries (catch-up, re-runs)
 )
 
 ROLE_LOG_WRITER: Final = "roles/logging.logWriter"

@@ -65,6 +65,7 @@ from infra.dedup_service import DedupService, dedup_environment
 from infra.iam_wait import wait_for_iam
 from infra.records_database import TTL_FIELD, declare_unindexed_field
 from infra.scheduled_job import ScheduledJob, ScheduledJobArgs, job_headers
+from infra.scheduler_rules import duration_string
 from infra.source import WATCH_JOBS_TABLE
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:Watchdog"
@@ -73,6 +74,18 @@ RERUNS_COLLECTION_SUFFIX: Final = "_reruns"
 """`make rerun`'s requests, `<collection>_reruns` (function/dedup/reruns.py)."""
 ATTEMPT_DEADLINE_SECONDS: Final = 180
 """The watchdog job's attempt deadline (bounded by the function's timeout)."""
+DELIVERY_QUEUE_SUFFIX: Final = "-deliveries"
+"""`<namePrefix>-deliveries`, the Cloud Tasks queue of its catch-up and re-run deliveries."""
+# The deliveries' retries, Cloud Tasks' own on any non-2xx (a 409 while the run is in
+# progress, a 500 store_unavailable or job failure): 5 attempts, the backoff doubling from
+# 10 s to 5 min. The max backoff is the function's QUEUE_MAX_BACKOFF_SECONDS (a test checks):
+# how long the watchdog waits before it calls a failed delivery final.
+DELIVERY_MAX_ATTEMPTS: Final = 5
+DELIVERY_MIN_BACKOFF_SECONDS: Final = 10
+DELIVERY_MAX_BACKOFF_SECONDS: Final = 300
+DELIVERY_MAX_DOUBLINGS: Final = 5
+ROLE_TASKS_ENQUEUER: Final = "roles/cloudtasks.enqueuer"
+ROLE_SA_USER: Final = "roles/iam.serviceAccountUser"
 
 
 def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
@@ -239,6 +252,10 @@ class Watchdog(pulumi.ComponentResource):
     scheduled_job: ScheduledJob
     delivery_grants: list[gcp.cloudrunv2.ServiceIamMember]
     """roles/run.invoker for its own account on the services it delivers runs to."""
+    delivery_queue: gcp.cloudtasks.Queue | None
+    """The Cloud Tasks queue its deliveries go through (when it delivers runs)."""
+    queue_grants: list[pulumi.CustomResource]
+    """roles/cloudtasks.enqueuer on that queue, roles/iam.serviceAccountUser on itself."""
     source_object: gcp.storage.BucketObject
     """Its source: function/ plus its job table (the watch list)."""
 
@@ -299,11 +316,17 @@ class Watchdog(pulumi.ComponentResource):
             )
             for target, (_, service_name) in sorted(args.delivery_targets.items())
         ]
+        # Its deliveries go through a Cloud Tasks queue: Cloud Run admits a task from the
+        # same project on an internal-only URL, not a POST from a function without VPC
+        # egress (docs/security.md, "Deliveries by the watchdog").
+        self.delivery_queue, self.queue_grants = (
+            self._delivery_queue(name, args) if args.delivery_targets else (None, [])
+        )
         self.iam_wait = wait_for_iam(
             f"{name}-iam-propagation",
             parent=self,
             after=[self.account, self.datastore_user, *self.datastore_viewers,
-                   *self.delivery_grants],
+                   *self.delivery_grants, *self.queue_grants],
             seconds=args.iam_propagation_seconds,
             triggers={"watchdog": self.account.email},
         )
@@ -327,7 +350,7 @@ class Watchdog(pulumi.ComponentResource):
             "the stack's Scheduler jobs.",
             entry_point=ENTRY_POINT,
             runtime_account_email=self.account.email,
-            environment=args.environment(),
+            environment={**args.environment(), **self._queue_environment(args)},
             # Its job sends OIDC tokens of the stack's invoker account (see the docstring).
             allowed_callers=[args.function_base.invoker_email],
             depends_on=[*args.depends_on, self.datastore_user, *self.datastore_viewers,
@@ -351,8 +374,66 @@ class Watchdog(pulumi.ComponentResource):
         )
         self.register_outputs(
             {
+                "deliveryQueue": self.delivery_queue.name if self.delivery_queue else None,
                 "functionUri": self.function_uri,
                 "serviceAccount": self.account.email,
                 "jobName": self.scheduled_job.job_name,
             }
         )
+
+    def _delivery_queue(
+        self, name: str, args: WatchdogArgs
+    ) -> tuple[gcp.cloudtasks.Queue, list[pulumi.CustomResource]]:
+        """The deliveries queue, the watchdog's enqueuer grant on it, and actAs on its own
+        account: a task's OIDC token is minted for `oidcToken.serviceAccountEmail`, and "the
+        caller must have iam.serviceAccounts.actAs permission for the service account"
+        (google.cloud.tasks.v2.OidcToken). Its own account only: nothing it could not do."""
+        queue = gcp.cloudtasks.Queue(
+            f"{name}-deliveries",
+            project=args.project,
+            location=args.region,
+            name=f"{args.name_prefix}{DELIVERY_QUEUE_SUFFIX}",
+            retry_config=gcp.cloudtasks.QueueRetryConfigArgs(
+                max_attempts=DELIVERY_MAX_ATTEMPTS,
+                min_backoff=duration_string(DELIVERY_MIN_BACKOFF_SECONDS),
+                max_backoff=duration_string(DELIVERY_MAX_BACKOFF_SECONDS),
+                max_doublings=DELIVERY_MAX_DOUBLINGS,
+            ),
+            # One run at a time per task; a handful side by side is plenty for catch-ups.
+            rate_limits=gcp.cloudtasks.QueueRateLimitsArgs(
+                max_dispatches_per_second=10, max_concurrent_dispatches=10,
+            ),
+            stackdriver_logging_config=gcp.cloudtasks.QueueStackdriverLoggingConfigArgs(
+                sampling_ratio=1.0,  # every attempt logged: a delivery is rare and matters
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.job_depends_on)),
+        )
+        enqueuer = gcp.cloudtasks.QueueIamMember(
+            f"{name}-enqueues-deliveries",
+            project=args.project,
+            location=args.region,
+            name=queue.name,
+            role=ROLE_TASKS_ENQUEUER,
+            member=self.account.member,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        acts_as_itself = gcp.serviceaccount.IAMMember(
+            f"{name}-acts-as-itself",
+            service_account_id=self.account.name,
+            role=ROLE_SA_USER,
+            member=self.account.member,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return queue, [enqueuer, acts_as_itself]
+
+    def _queue_environment(self, args: WatchdogArgs) -> dict[str, pulumi.Input[str]]:
+        """DEDUP_WATCH_QUEUE and DEDUP_WATCH_TASK_ACCOUNT (function/dedup/cloud_tasks.py)."""
+        if self.delivery_queue is None:
+            return {}
+        return {
+            "DEDUP_WATCH_QUEUE": pulumi.Output.concat(
+                "projects/", args.project, "/locations/", args.region, "/queues/",
+                self.delivery_queue.name,
+            ),
+            "DEDUP_WATCH_TASK_ACCOUNT": self.account.email,
+        }

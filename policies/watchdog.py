@@ -45,6 +45,11 @@ from policies.values import as_mapping, get
 # and to the proxy (its proxied jobs', function/dedup/watchdog.py).
 TARGET_URL_ENV = "DEDUP_WATCH_TARGET_URL"
 PROXY_URL_ENV = "DEDUP_WATCH_PROXY_URL"
+# Its deliveries' Cloud Tasks queue and the account whose OIDC token the tasks carry
+# (function/dedup/cloud_tasks.py).
+QUEUE_ENV = "DEDUP_WATCH_QUEUE"
+TASKS_ENQUEUER: Final = "roles/cloudtasks.enqueuer"
+SA_USER: Final = "roles/iam.serviceAccountUser"
 
 
 def _env(function: Resource) -> Any:
@@ -95,8 +100,25 @@ def own_service_account(resources: Sequence[Resource]) -> list[Finding]:
 
 ALLOWED_TEXT: Final = (
     f"{DATASTORE_USER} on the dedup database, {DATASTORE_VIEWER} on the proxy's database, "
-    "each conditioned to that one database"
+    "each conditioned to that one database; when it delivers runs, run.invoker on the "
+    f"kit's services, {TASKS_ENQUEUER} on the queue its DEDUP_WATCH_QUEUE names and "
+    f"{SA_USER} on its own account"
 )
+
+
+def _own_queue_grant(watchdog: Resource, grant: Resource, role: str, email: str) -> bool:
+    """The two grants its deliveries through Cloud Tasks need, on the narrowest resource:
+    enqueuer on the one queue its DEDUP_WATCH_QUEUE names, and serviceAccountUser (actAs,
+    to have its tasks carry its own OIDC token) on its own account, nobody else's."""
+    if role == TASKS_ENQUEUER and grant.type.startswith("gcp:cloudtasks/queueIam"):
+        queue = get(as_mapping(_env(watchdog)) or {}, QUEUE_ENV)
+        named = (f"projects/{get(grant.props, 'project')}/locations/"
+                 f"{get(grant.props, 'location')}/queues/{get(grant.props, 'name')}")
+        return isinstance(queue, str) and named == queue
+    if role == SA_USER and grant.type.startswith("gcp:serviceaccount/iAM"):
+        account = get(grant.props, "serviceAccountId")
+        return isinstance(account, str) and account.rsplit("/", 1)[-1].lower() == email.lower()
+    return False
 
 
 def _viewer_problem(named: Any, proxies: Sequence[Resource]) -> str | None:
@@ -136,7 +158,9 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
             if delivers and role == RUN_INVOKER and resource.type.startswith(
                 "gcp:cloudrunv2/serviceIam"
             ):
-                continue  # it POSTs caught-up runs and re-runs to the kit's functions
+                continue  # its tasks carry its token to the kit's functions
+            if delivers and _own_queue_grant(watchdog, resource, role, email):
+                continue
             if role not in (DATASTORE_USER, DATASTORE_VIEWER):
                 findings.append(
                     Finding(

@@ -40,6 +40,7 @@ from dedup.delivery import (
     json_or_none,
 )
 from dedup.settings import SettingsError
+from dedup.targets import api_base_setting
 
 QUEUE_ENV = "DEDUP_WATCH_QUEUE"
 TASK_ACCOUNT_ENV = "DEDUP_WATCH_TASK_ACCOUNT"
@@ -84,8 +85,9 @@ class TaskQueue:
                 f"{TASK_ACCOUNT_ENV}={account[:120]!r} is not a service account e-mail: set "
                 "it to the account whose OIDC token the tasks carry (the watchdog's own)"
             )
-        endpoint = (env.get(TASKS_ENDPOINT_ENV) or DEFAULT_TASKS_ENDPOINT).rstrip("/")
-        return cls(name, account, endpoint)
+        # Never another host: it would receive the watchdog's access token.
+        endpoint = api_base_setting(env.get(TASKS_ENDPOINT_ENV), TASKS_ENDPOINT_ENV)
+        return cls(name, account, endpoint or DEFAULT_TASKS_ENDPOINT)
 
     def task_name(self, delivery: RunDelivery) -> str:
         if not delivery.run_id:

@@ -376,12 +376,13 @@ def _first_line(exc: BaseException) -> str:
 def api_base_setting(raw: str | None, setting: str) -> str | None:
     """An override of every API's base URL: https on a `*.googleapis.com` host (e.g. a
     regional or private endpoint), or http(s) on a loopback address (local fakes in tests).
-    Any other host would receive the proxy's bearer token, and plain http would expose it."""
+    Any other host would receive the function's bearer token (the proxy's, the watchdog's
+    for Cloud Tasks), and plain http would expose it."""
     if not raw:
         return None
     usage = (
         f"{setting}={raw!r} must be https://<name>.googleapis.com or a loopback base URL "
-        "like http://127.0.0.1:8080 (the proxy sends its access token there)"
+        "like http://127.0.0.1:8080 (the function sends its access token there)"
     )
     if not re.fullmatch(r"https?://(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]{1,5})?/?", raw):
         raise SettingsError(usage)

@@ -53,10 +53,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import requests
 from croniter import croniter
 from google.cloud import firestore
 
+from dedup.cloud_tasks import CloudTasksDeliverer, TaskQueue
 from dedup.delivery import (
+    QUEUED,
     TARGET_URL_ENV,
     DeliversRuns,
     DeliveryResult,
@@ -100,6 +103,9 @@ DEFAULT_DELIVERY_TIMEOUT_SECONDS = 150.0
 MAX_PARALLEL_DELIVERIES = 8
 # Pending re-run requests delivered per tick (the rest wait for the next tick).
 MAX_RERUNS_PER_TICK = 50
+# The deliveries queue's longest backoff between attempts (infra declares the queue's
+# retryConfig.maxBackoff from it): a failure older than this plus an attempt got no retry.
+QUEUE_MAX_BACKOFF_SECONDS = 300.0
 
 MISSED, FAILED, OVERLONG, NEVER_RAN = "missed", "failed", "overlong", "never_ran"
 # Verdicts that are not problems (classify_run; shown by `make runs`).
@@ -163,6 +169,9 @@ class WatchSettings:
     target_url: str | None = None
     target_auth: TargetAuth = TargetAuth.ID_TOKEN
     delivery_timeout_seconds: float = DEFAULT_DELIVERY_TIMEOUT_SECONDS
+    # DEDUP_WATCH_QUEUE (+ _TASK_ACCOUNT): deliveries become Cloud Tasks HTTP tasks, the
+    # path an internal-only function admits (dedup/cloud_tasks.py); None: POSTed directly.
+    queue: TaskQueue | None = None
 
     @property
     def cursor_collection(self) -> str:
@@ -218,7 +227,8 @@ class WatchSettings:
             env, DELIVERY_TIMEOUT_ENV, DEFAULT_DELIVERY_TIMEOUT_SECONDS, minimum=1
         )
         return cls(
-            store, jobs, lookback, grace, target_url, target_auth_setting(env), timeout
+            store, jobs, lookback, grace, target_url, target_auth_setting(env), timeout,
+            TaskQueue.from_env(env),
         )
 
 
@@ -575,6 +585,30 @@ class Watchdog:
         return RunDelivery(
             url, job.name, t, dict(job.headers), job.body, generation,
             min(job.attempt_deadline_seconds, self._settings.delivery_timeout_seconds),
+            run_id=RunKey(
+                self._project, self._location, job.name, t, generation=generation
+            ).run_id,
+            attempt_deadline_seconds=job.attempt_deadline_seconds,
+        )
+
+    @property
+    def _asynchronous(self) -> bool:
+        """Deliveries are handed to a queue (which retries them): outcomes are read later."""
+        return self._deliverer is not None and self._deliverer.asynchronous
+
+    def _settle_seconds(self, job: WatchedJob) -> float:
+        """How long a queued delivery's failure may still be retried by the queue: its
+        longest backoff, one attempt and the grace. A record still `failed` (or absent)
+        after that got no further attempt: the queue gave up."""
+        return QUEUE_MAX_BACKOFF_SECONDS + job.attempt_deadline_seconds + (
+            self._settings.grace_seconds)
+
+    def _still_retried(self, job: WatchedJob, stored: StoredRun, now: datetime) -> bool:
+        """A failed record a queued delivery may still retry (asynchronous deliveries)."""
+        failed_at = stored.record.failed_at
+        return (
+            self._asynchronous and failed_at is not None
+            and (now - failed_at).total_seconds() < self._settle_seconds(job)
         )
 
     def _deliver_all(self, deliveries: Sequence[RunDelivery]) -> list[DeliveryResult]:
@@ -599,13 +633,20 @@ class Watchdog:
         # was lost or late. Its record says which, before anything is reported.
         unanswered = [
             (job, run_id) for (job, _, _, run_id, _), result in zip(wanted, results, strict=True)
-            if not (result.executed or result.in_progress or result.status == JOB_FAILED)
+            if not (result.executed or result.in_progress or result.queued
+                    or result.status == JOB_FAILED)
         ]
         landed = self._records(unanswered)
         caught_up: list[Delivered] = []
         for (job, cursor, tick, run_id, t), result in zip(wanted, results, strict=True):
             stored = landed.get(run_id)
             status = stored.record.status if stored is not None else None
+            if result.queued:
+                # Handed to the queue (or its task already exists): watched from now on,
+                # re-handed while it has no record, judged by its record (see _judge_job).
+                cursor.watching[run_id] = t
+                caught_up.append(Delivered(job.name, t, CAUGHT_UP, result.status, run_id))
+                continue
             if result.executed or status is RunStatus.COMPLETED:
                 error = None if result.executed else (
                     f"no answer ({result.error or result.status}), but its record is completed")
@@ -658,6 +699,7 @@ class Watchdog:
                 ))
             else:
                 deliverable.append((request, job))
+        deliverable = self._unsettled_reruns(deliverable, delivered, now)
         results = self._deliver_all([
             self._delivery(job, r.schedule_time, r.generation) for r, job in deliverable
         ])
@@ -673,6 +715,38 @@ class Watchdog:
                 request.generation, result.error, request.requested_by,
             ))
         return delivered
+
+    def _unsettled_reruns(
+        self,
+        requests: Sequence[tuple[RerunRequest, WatchedJob]],
+        delivered: list[Delivered],
+        now: datetime,
+    ) -> list[tuple[RerunRequest, WatchedJob]]:
+        """The requests still to deliver. A generation whose record is completed is done
+        without another delivery; one whose record is failed is failed once no queued
+        attempt can follow (at once for direct deliveries); one still retried waits."""
+        assert self._reruns is not None
+        records = self._records([(job, request.request_id) for request, job in requests])
+        unsettled: list[tuple[RerunRequest, WatchedJob]] = []
+        for request, job in requests:
+            stored = records.get(request.request_id)
+            status = stored.record.status if stored is not None else None
+            if stored is not None and status is RunStatus.COMPLETED:
+                outcome = "completed"
+                self._reruns.finish(request, DONE, outcome, now)
+            elif stored is not None and status is RunStatus.FAILED:
+                if self._still_retried(job, stored, now):
+                    continue  # the queue may still retry it: looked at again next tick
+                outcome = JOB_FAILED
+                self._reruns.finish(request, RERUN_FAILED, stored.record.error or outcome, now)
+            else:
+                unsettled.append((request, job))
+                continue
+            delivered.append(Delivered(
+                request.job, request.schedule_time, RERUN, outcome, request.request_id,
+                request.generation, stored.record.error, request.requested_by,
+            ))
+        return unsettled
 
     def _horizon(self, job: WatchedJob, now: datetime) -> datetime:
         """Runs scheduled at or before this have had their whole retry window + grace."""
@@ -734,9 +808,24 @@ class Watchdog:
             stored = found.get(run_id)
             if run_id not in due_ids:
                 tick.checked += 1  # an in-progress run from an earlier tick, re-checked
-            if stored is None or stored.record.status is RunStatus.COMPLETED:
+            if stored is None and job.catch_up and self._asynchronous:
+                # A catch-up handed to the queue that has not landed (yet): handed again
+                # while inside its bound (one task per run: the same name), then `missed`
+                # once the queue's retries are over too.
+                if self._catches_up(job, t, now):
+                    tick.to_catch_up[run_id] = t
+                elif (now - t).total_seconds() > (
+                        job.catch_up_within_seconds + self._settle_seconds(job)):
+                    watching.pop(run_id)
+                    tick.problems.append(Problem(
+                        job.name, t, MISSED, run_id,
+                        error="caught up through the queue, but no attempt reached the "
+                        "function"))
+            elif stored is None or stored.record.status is RunStatus.COMPLETED:
                 watching.pop(run_id)
             elif stored.record.status is RunStatus.FAILED:
+                if self._still_retried(job, stored, now):
+                    continue  # the queue may retry it: judged once it settles
                 watching.pop(run_id)
                 tick.problems.append(self._failed(job, t, run_id, stored))
             elif run_id not in cursor.overlong and is_overlong(job, t, stored, now, grace):
@@ -841,7 +930,13 @@ def build_watchdog_handler(
         for database in settings.other_databases
     }
     watch_store = FirestoreWatchStore(runs, settings.cursor_collection, by_database)
-    deliverer = HttpDeliverer(settings.target_auth) if settings.delivers else None
+    deliverer: DeliversRuns | None = None
+    if settings.delivers:
+        if settings.queue is None:
+            deliverer = HttpDeliverer(settings.target_auth)
+        else:  # DEDUP_WATCH_TARGET_AUTH=none: no credentials at all (a local fake's queue)
+            plain = requests.Session() if settings.target_auth is TargetAuth.NONE else None
+            deliverer = CloudTasksDeliverer(settings.queue, plain)
     reruns = FirestoreRerunQueue(runs, reruns_collection(store.collection))
     watchdog = Watchdog(settings, watch_store, wall_clock, deliverer, reruns)
     return WatchdogHandler(settings, watchdog, emit)
@@ -928,7 +1023,7 @@ class WatchdogHandler:
         if delivered.kind == CAUGHT_UP:
             severity, what = CAUGHT_UP_SEVERITY, f"watchdog caught_up: {delivered.job} @ {when}"
         else:
-            ok = delivered.status in ("completed", "duplicate")
+            ok = delivered.status in ("completed", "duplicate", QUEUED)
             severity = "INFO" if ok else "WARNING"
             what = (f"watchdog rerun: {delivered.job} @ {when} generation "
                     f"{delivered.generation}")
