@@ -372,8 +372,11 @@ class StartupResults:
     """Per started function, in order: None (started) or its error."""
 
 
-def start_functions(startups: Sequence[DeclaredStartup], python: Path) -> StartupResults:
-    """Start every function in one subprocess of `python` (see the module docstring)."""
+def start_functions(
+    startups: Sequence[DeclaredStartup], venvs_dir: Path = FUNCTION_VENVS_DIR
+) -> StartupResults:
+    """Start every function in one subprocess, in the virtualenv of the requirements.txt
+    their archives ship (see the module docstring)."""
     with tempfile.TemporaryDirectory(prefix="startup-parity-") as scratch:
         work = Path(scratch)
         unpacked: dict[Path, Path] = {}
@@ -383,6 +386,10 @@ def start_functions(startups: Sequence[DeclaredStartup], python: Path) -> Startu
                 with zipfile.ZipFile(startup.archive) as archive:
                     archive.extractall(target)
                 unpacked[startup.archive] = target
+        locks = {(root / REQUIREMENTS_FILE).read_bytes() for root in unpacked.values()}
+        if len(locks) != 1:  # the kit ships function/'s one lock in every archive
+            raise RuntimeError(f"the functions' archives hold {len(locks)} different locks")
+        python = function_python(next(iter(unpacked.values())) / REQUIREMENTS_FILE, venvs_dir)
         # The runtime account's credentials, which the metadata server gives a deployed
         # function: any client built at start-up finds these and uses no network until called.
         credentials = work / "credentials.json"
@@ -400,14 +407,20 @@ def start_functions(startups: Sequence[DeclaredStartup], python: Path) -> Startu
         # no gcloud config (HOME is the scratch directory).
         env = {"PATH": os.environ.get("PATH", ""), "HOME": str(work),
                "GOOGLE_APPLICATION_CREDENTIALS": str(credentials)}
-        result = subprocess.run(
-            # -P: nothing prepended to sys.path (no working directory), as the runtime's
-            # functions-framework script has it; the archive is appended by create_app.
-            [str(python), "-P", "-c", _STARTER, str(work / "plan.json"),
-             str(work / "results.json")],
-            cwd=work, env=env, capture_output=True, text=True,
-            timeout=STARTUP_TIMEOUT_SECONDS, check=False,
-        )
+        try:
+            result = subprocess.run(
+                # -P: nothing prepended to sys.path (no working directory), as the runtime's
+                # functions-framework script has it; the archive is appended by create_app.
+                [str(python), "-P", "-c", _STARTER, str(work / "plan.json"),
+                 str(work / "results.json")],
+                cwd=work, env=env, capture_output=True, text=True,
+                timeout=STARTUP_TIMEOUT_SECONDS, check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(
+                f"starting the functions offline took over {STARTUP_TIMEOUT_SECONDS} s: a "
+                "module waits at import (for the network?); the deployed start-up would too"
+            ) from None
         results_path = work / "results.json"
         if result.returncode != 0 or not results_path.exists():
             raise RuntimeError(
@@ -421,10 +434,12 @@ def start_functions(startups: Sequence[DeclaredStartup], python: Path) -> Startu
 # --------------------------------------------------------------------------- problems
 
 
-def _fix_missing(name: str, archive_root: Path | None) -> str:
+def _fix_missing(name: str, source_dir: Path | None) -> str:
+    """How to make missing module `name` importable: restore it if function/ (`source_dir`)
+    is where it lived, else add its package to the function's requirements."""
     top = name.split(".")[0]
-    if archive_root is not None and (
-        (archive_root / top).exists() or (archive_root / f"{top}.py").exists()
+    if source_dir is not None and (
+        (source_dir / top).exists() or (source_dir / f"{top}.py").exists()
     ):
         return (f"{name!r} is part of function/ itself: restore it, or stop importing it "
                 "(a stack's job logic names only modules that exist)")
@@ -506,8 +521,7 @@ def check_job_logic(
     ]
     if not startups:
         return
-    python = function_python(source_dir / REQUIREMENTS_FILE)
-    results = start_functions(startups, python)
+    results = start_functions(startups)
     unresolved = {u.spec for u in uses} - set(results.specs)
     if unresolved:  # the program declared no function that runs job logic
         raise RuntimeError(f"no declared {JOB_LOGIC_ENTRY_POINT} function imported {unresolved}")
