@@ -1,12 +1,12 @@
 """Cloud Run functions entry points: thin by design; the protocol lives in dedup/.
 
-- handle_scheduled_job: runs the job logic (DEDUP_JOB_ROUTES; DEDUP_JOB when there are no
-  routes: dedup/job_logic.py scheduled_jobs) once per run.
+- handle_scheduled_job: runs the job logic (its job table's routes; DEDUP_JOB when there
+  are no routes: dedup/job_logic.py scheduled_jobs) once per run.
 - proxy_scheduled_job: starts a Workflows / Cloud Run job / Cloud Build execution once
   per run, with a token of the run (its dedup key and an HMAC: dedup/tokens.py) as
   idempotency token (DEDUP_PROXY_*, DEDUP_TOKEN_SECRET).
 - watch_scheduled_runs: the run watchdog (dedup/watchdog.py): reports missed, failed and
-  overlong runs of the jobs in DEDUP_WATCH_JOBS; reads run records, writes only its own
+  overlong runs of the jobs in its job table; reads run records, writes only its own
   cursor documents (`<DEDUP_COLLECTION>_watchdog`) and re-run requests' status; when given
   DEDUP_WATCH_TARGET_URL, delivers catch-up runs and re-runs (dedup/delivery.py). A tick
   runs on POST only (what its Scheduler job sends); any other method (a probe's GET) gets

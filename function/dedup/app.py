@@ -1,7 +1,7 @@
 """Wiring: settings -> Firestore client -> store -> protocol -> HTTP handler.
 
-Two handlers share it: the scheduled-job function (job logic from DEDUP_JOB_ROUTES, or
-DEDUP_JOB when there are none: dedup/job_logic.py scheduled_jobs) and the
+Two handlers share it: the scheduled-job function (job logic from its job table's routes,
+or DEDUP_JOB when there are none: dedup/job_logic.py scheduled_jobs) and the
 idempotent proxy (job logic = start a downstream execution, from DEDUP_PROXY_*).
 """
 

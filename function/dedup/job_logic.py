@@ -18,6 +18,7 @@ from typing import Any
 from dedup.logs import run_fields
 from dedup.protocol import Job, RunContext
 from dedup.settings import SettingsError
+from dedup.tables import JOB_ROUTES_TABLE
 
 
 def load_job(spec: str, setting: str) -> Job:
@@ -64,7 +65,7 @@ def refuse_unrouted(context: RunContext) -> Any:
     # Raised, so the run is recorded failed and released: Scheduler's retry may reach a
     # newer revision whose routes list the job (one deployed after this instance started).
     raise UnroutedJob(
-        f"job {context.job_name!r} is not in this function's routes (DEDUP_JOB_ROUTES), "
+        f"job {context.job_name!r} is not in this function's routes ({JOB_ROUTES_TABLE}), "
         "which list every job of the stack that deployed it: declare the job in that stack "
         "(its retries reach the new revision once deployed)"
     )
@@ -87,9 +88,9 @@ class JobRegistry:
 
 def scheduled_jobs(default: str, routes: Mapping[str, str]) -> JobRegistry:
     """The dedup function's job logic: DEDUP_JOB (`default`) for every job when there are
-    no routes (a function deployed by hand, the local servers); with routes, the routes
-    alone. A deployed stack routes every job it declares, its `defaultJobLogic` already
-    filled in, so a default that no route names is never imported (a fork may have deleted
-    it), and a job without a route is refused (`refuse_unrouted`) rather than run with
-    some other job's logic."""
+    no routes (a function deployed by hand, the local servers); with routes (its job
+    table), the routes alone. A deployed stack routes every job it declares, its
+    `defaultJobLogic` already filled in, so a default that no route names is never
+    imported (a fork may have deleted it), and a job without a route is refused
+    (`refuse_unrouted`) rather than run with some other job's logic."""
     return JobRegistry(refuse_unrouted if routes else default, routes)

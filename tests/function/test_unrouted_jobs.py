@@ -42,7 +42,7 @@ def test_a_default_no_route_names_is_not_imported(collection_name: str, ledger: 
     status, reply = function.deliver(scheduler_headers("sched-dedup-dev-unknown"))
     assert (status, reply["outcome"]) == (500, "failed")  # retryable: Scheduler retries
     [line] = [e for e in function.logs if e.get("job") == "sched-dedup-dev-unknown"]
-    assert "is not in this function's routes (DEDUP_JOB_ROUTES)" in line["detail"]
+    assert "is not in this function's routes (job_routes.json)" in line["detail"]
     assert executions(ledger) == [ROUTED]
 
 

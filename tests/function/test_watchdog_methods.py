@@ -15,6 +15,7 @@ from google.cloud import firestore
 
 from local_stack import FunctionServer
 from local_stack.deliveries import LOCATION, PROJECT, bearer
+from local_stack.tables import write_job_tables
 from tests.function.test_watchdog import INVOKER, Runs
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
@@ -27,17 +28,13 @@ REFUSED_METHODS = ("GET", "HEAD", "PUT", "OPTIONS")
 
 
 def watchdog_env(collection: str, tables: Path) -> dict[str, str]:
-    (tables / "watch_jobs.json").write_text(json.dumps(WATCHED), encoding="utf-8")
     return {
         "DEDUP_PROJECT": PROJECT,
         "DEDUP_LOCATION": LOCATION,
         "DEDUP_COLLECTION": collection,
         "DEDUP_STORE_TIMEOUT_SECONDS": "5",
         "DEDUP_ALLOWED_CALLERS": INVOKER,
-        # The watch list both ways a watchdog reads it: from its job table (DEDUP_TABLES_DIR,
-        # the table shipped with the code) and from DEDUP_WATCH_JOBS, which it replaces.
-        "DEDUP_TABLES_DIR": str(tables),
-        "DEDUP_WATCH_JOBS": json.dumps(WATCHED),
+        **write_job_tables(tables, watch_jobs=WATCHED),
         "DEDUP_WATCH_LOOKBACK_SECONDS": "900",
         "DEDUP_WATCH_GRACE_SECONDS": "200",
         "FIRESTORE_EMULATOR_HOST": os.environ["FIRESTORE_EMULATOR_HOST"],
