@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from infra.config import ConfigError
-from infra.contracts import Finding, check_resources, preload_api_types
+from infra.contracts import Finding, check_resources
 from infra.offline import (
     STACK_FILE_DIR,
     DeclaredResource,
@@ -274,7 +274,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: no Pulumi.<stack>.yaml in {STACK_FILE_DIR}: nothing to plan. Fix: "
               "add a stack file (copy tests/stacks/Pulumi.dev.yaml)", file=sys.stderr)
         return 2
-    preload_api_types()  # while the stacks' config and functions are checked
     status = 0
     for index, stack in enumerate(stacks):
         if index:

@@ -19,7 +19,6 @@ from infra.contracts.convert import (
     CONTRACTS,
     Declared,
     parse_strictly,
-    preload_api_types,
     unknown_properties,
 )
 from infra.contracts.findings import Finding, Rule, Source
@@ -33,7 +32,6 @@ __all__ = [
     "Source",
     "check_resource",
     "check_resources",
-    "preload_api_types",
 ]
 
 CHECKED_TYPES: Final = frozenset(CONTRACTS) | frozenset(LIMITS)

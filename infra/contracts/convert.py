@@ -21,7 +21,6 @@ import base64
 import functools
 import importlib
 import re
-import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -54,39 +53,13 @@ class ApiType:
 
 @functools.cache
 def _message_class(module: str, name: str) -> Any:
-    # google.api_core warns on import that Google will stop supporting this Python version
-    # in a year: not the plan's news. (A filter, not catch_warnings: the types may load in
-    # a background thread, see preload_api_types.)
-    warnings.filterwarnings("ignore", category=FutureWarning,
-                            module=r"google\.api_core\._python_version_support")
-    cls = getattr(importlib.import_module(module), name)
+    with warnings.catch_warnings():
+        # google.api_core warns on import that Google will stop supporting this Python
+        # version within a year: not the plan's news.
+        warnings.simplefilter("ignore", FutureWarning)
+        cls = getattr(importlib.import_module(module), name)
     pb = getattr(cls, "pb", None)
     return pb() if callable(pb) else cls
-
-
-def api_types() -> list[ApiType]:
-    """Every Google client type a contract parses with."""
-    found = {c.api_type for c in CONTRACTS.values()}
-    found |= {t for c in CONTRACTS.values() for t in c.parsed_apart.values()}
-    return sorted(found, key=lambda t: t.full_name)
-
-
-def _load_api_types() -> None:
-    try:
-        for api_type in api_types():
-            api_type.message_class()
-    except Exception:  # the checks load them again, and report what fails
-        return
-
-
-def preload_api_types() -> threading.Thread:
-    """Import Google's client types in a background thread (about a second, mostly
-    google.api_core's start-up), while the plan validates config and starts the declared
-    functions in their subprocesses. The checks then find them loaded, or wait for an
-    import still running (Python's import lock)."""
-    thread = threading.Thread(target=_load_api_types, name="contract-api-types", daemon=True)
-    thread.start()
-    return thread
 
 
 def _no_extra_fields(props: Props) -> dict[str, Any]:

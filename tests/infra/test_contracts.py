@@ -18,15 +18,12 @@ from infra.contracts import (
     Rule,
     check_resource,
     check_resources,
-    preload_api_types,
 )
 from infra.contracts import limits as L
 from infra.contracts.convert import (
     CONTRACTS,
     PULUMI_SECRET_SIGNATURE,
     UNKNOWN_PROPERTY_RULE_TEXT,
-    _message_class,
-    api_types,
     request_body,
 )
 from infra.contracts.findings import VALUE_SHOWN_CHARS, abbreviate
@@ -500,13 +497,3 @@ def test_the_unchecked_list_names_only_declared_types(
     declared_types = set().union(*(custom_types(run) for run in stack_runs.values()))
     assert set(UNCHECKED_TYPES) <= declared_types
 
-
-def test_the_google_types_load_in_the_background() -> None:
-    """`make plan` starts loading them first thing; each contract's type is then loaded."""
-    preload_api_types().join(timeout=60)
-    loaded = {(t.module, t.name) for t in api_types()}
-    assert len(loaded) >= 12
-    for module, name in loaded:
-        message_class = _message_class(module, name)
-        # The protobuf message class itself (proto-plus types give theirs by pb()).
-        assert message_class.DESCRIPTOR.name == name
