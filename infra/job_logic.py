@@ -441,8 +441,7 @@ def _fix_missing(name: str, source_dir: Path | None) -> str:
     if source_dir is not None and (
         (source_dir / top).exists() or (source_dir / f"{top}.py").exists()
     ):
-        return (f"{name!r} is part of function/ itself: restore it, or stop importing it "
-                "(a stack's job logic names only modules that exist)")
+        return f"{name!r} is part of function/ itself: restore it, or stop importing it"
     dev_only = importlib.util.find_spec(top) is not None
     where = " (the kit's dev virtualenv has it; the function does not)" if dev_only else ""
     return f"{FIX_DEPENDENCY}{where}"
