@@ -31,7 +31,8 @@ from infra.contracts.findings import Finding, Rule, Source
 
 Props = Mapping[str, Any]
 
-# How the offline mocks (and the engine) show a secret input: the value under "value".
+# How the engine (and so the offline mocks) marks a secret input, its value under "value"
+# (pulumi.runtime.rpc's secret signature).
 PULUMI_SECRET_SIGNATURE: Final = "4dabf18193072939515e22adb298388d"
 
 
@@ -94,7 +95,8 @@ def api_value(value: Any) -> Any:
     if isinstance(value, Mapping):
         if PULUMI_SECRET_SIGNATURE in value:
             return api_value(value.get("value"))
-        return {k: api_value(v) for k, v in value.items() if api_value(v) is not None}
+        converted = {k: api_value(v) for k, v in value.items()}
+        return {k: v for k, v in converted.items() if v is not None}
     if isinstance(value, list | tuple):
         return [api_value(v) for v in value]
     return value
@@ -110,12 +112,6 @@ def _full_name(template: str, *keys: str) -> Callable[[Props], dict[str, Any]]:
         return {"name": template.format(*(props.get(key, "-") for key in keys))}
 
     return build
-
-
-def _function(props: Props) -> dict[str, Any]:
-    return _full_name("projects/{}/locations/{}/functions/{}", "project", "location", "name")(
-        props
-    )
 
 
 def _firestore_field(props: Props) -> dict[str, Any]:
@@ -138,7 +134,7 @@ def _firestore_field(props: Props) -> dict[str, Any]:
         rest = {k: v for k, v in index_config.items() if k != "indexes"}
         body["indexConfig"] = {**rest, "indexes": indexes}
     if "ttlConfig" in props:
-        # The API's names; google-cloud-firestore's types do not have the newer
+        # The API's names; firestore_admin_v1's Field.TtlConfig does not have the newer
         # expirationOffset yet, so a field using it is a finding until this maps it.
         body["ttlConfig"] = props["ttlConfig"]
     return body
@@ -239,7 +235,7 @@ CONTRACTS: Final[Mapping[str, Contract]] = {
                        "kmsKeyName"}),
             frozenset({"project", "location", "deletionPolicy"}),
             frozenset({"name"}),
-            _function,
+            _full_name("projects/{}/locations/{}/functions/{}", "project", "location", "name"),
         ),
         Contract(
             "gcp:monitoring/alertPolicy:AlertPolicy",
