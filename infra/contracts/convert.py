@@ -11,15 +11,14 @@ request's path parameters (not in the body), and how the rest is built. A proper
 none of these is a finding: the converter fails closed, so a new pulumi-gcp property
 cannot slip past it unchecked.
 
-Google's client modules are imported on first use, once per process (they cost about
-a second together, mostly google.api_core's start-up).
+Google's message types are imported on first use, once per process, without their
+clients (infra/contracts/types_only.py): about 0.2 s.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
-import importlib
 import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -28,6 +27,7 @@ from typing import Any, Final, Protocol
 
 from infra.contracts import sources
 from infra.contracts.findings import Finding, Rule, Source
+from infra.contracts.types_only import import_types
 
 Props = Mapping[str, Any]
 
@@ -58,7 +58,7 @@ def _message_class(module: str, name: str) -> Any:
         # google.api_core warns on import that Google will stop supporting this Python
         # version within a year: not the plan's news.
         warnings.simplefilter("ignore", FutureWarning)
-        cls = getattr(importlib.import_module(module), name)
+        cls = getattr(import_types(module), name)
     pb = getattr(cls, "pb", None)
     return pb() if callable(pb) else cls
 
