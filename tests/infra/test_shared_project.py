@@ -85,6 +85,12 @@ IDENTITIES: dict[str, Callable[[Mapping[str, Any]], Identity]] = {
     "gcp:pubsub/topic:Topic": lambda p: ("Pub/Sub topic", p["name"]),
     "gcp:pubsub/topicIAMMember:TopicIAMMember": lambda p: (
         "topic grant", p["topic"], p["role"], p["member"]),
+    # The watchdog's deliveries queue (per region), its grant on it and actAs on itself.
+    "gcp:cloudtasks/queue:Queue": lambda p: ("Cloud Tasks queue", p["location"], p["name"]),
+    "gcp:cloudtasks/queueIamMember:QueueIamMember": lambda p: (
+        "queue grant", p["location"], p["name"], p["role"], p["member"]),
+    "gcp:serviceaccount/iAMMember:IAMMember": lambda p: (
+        "service account grant", p["serviceAccountId"], p["role"], p["member"]),
 }
 # Not Google Cloud resources of their own: the components, the wait for IAM propagation (a
 # local timer of the `time` provider), and the two below.

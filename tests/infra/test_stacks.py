@@ -135,8 +135,14 @@ def monitoring_counts(cfg: StackConfig) -> Counter[str]:
     4 log-based metrics, 1 alert policy, plus 2 metrics and 2 policies of the watchdog,
     a channel per alert e-mail and one dashboard."""
     watchdog = cfg.watchdog.enabled
+    # A watchdog that delivers runs hands them to a Cloud Tasks queue of its own, with
+    # enqueuer on it and actAs on its own account.
+    delivers = int(any(cfg.watchdog_delivers_to(proxied=p) for p in (False, True)))
     return Counter(
         {
+            "gcp:cloudtasks/queue:Queue": delivers,
+            "gcp:cloudtasks/queueIamMember:QueueIamMember": delivers,
+            "gcp:serviceaccount/iAMMember:IAMMember": delivers,
             WATCHDOG_COMPONENT: int(watchdog),
             FUNCTION: int(watchdog),
             OBJECT: int(watchdog),
