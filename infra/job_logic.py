@@ -51,7 +51,7 @@ from infra.dedup_service import ENTRY_POINT as JOB_LOGIC_ENTRY_POINT
 from infra.program import DEFAULT_BUILD_DIR, DEFAULT_SOURCE_DIR, REPO_ROOT
 
 if TYPE_CHECKING:
-    from infra.offline import DeclaredResource
+    from infra.offline import DeclaredResource, OfflineRun
 
 JOBS_PACKAGE: Final = "jobs"
 """The package in `function/` that holds the team's job modules."""
@@ -503,14 +503,16 @@ def check_job_logic(
     config: StackConfig,
     source_dir: Path = DEFAULT_SOURCE_DIR,
     build_dir: Path = DEFAULT_BUILD_DIR,
+    run: OfflineRun | None = None,
 ) -> None:
     """Raise `ConfigError` naming every job-logic key whose `module:function` the deployed
     function could not import, and every declared function that would not start (see the
-    module docstring)."""
-    # Imported here: infra.offline imports this module (load_checked_stack).
-    from infra.offline import run_offline
+    module docstring). `run`: the program's run for `values`, if the caller made one."""
+    if run is None:
+        # Imported here: infra.offline imports this module (load_checked_stack).
+        from infra.offline import run_offline
 
-    run = run_offline(values, source_dir=source_dir, build_dir=build_dir)
+        run = run_offline(values, source_dir=source_dir, build_dir=build_dir)
     uses = job_logic_uses(values, config)
     startups = [
         DeclaredStartup(s.resource, s.function_name, s.entry_point, s.archive, s.environment,

@@ -67,6 +67,7 @@ __all__ = [
     "iter_stacks",
     "load_checked_stack",
     "load_stack_config",
+    "run_checked_stack",
     "run_offline",
     "run_stack",
     "stack_file",
@@ -148,6 +149,22 @@ def load_checked_stack(
     values = load_stack_config(stack_or_path, directory)
     check_job_logic(values, load_config(values), source_dir)
     return values
+
+
+def run_checked_stack(
+    stack_or_path: str | Path,
+    directory: Path = STACK_FILE_DIR,
+    source_dir: Path = DEFAULT_SOURCE_DIR,
+) -> OfflineRun:
+    """What `make plan` and `make policy-check` run: `load_checked_stack`'s checks on the
+    program's one run under mocks (the declared functions started from that run's
+    archives), and that run."""
+    path = stack_path(stack_or_path, directory)
+    values = load_stack_config(path)
+    config = load_config(values)  # ConfigError before anything is declared
+    run = run_offline(values, stack=stack_name_of(path), source_dir=source_dir)
+    check_job_logic(values, config, source_dir, run=run)
+    return run
 
 
 def engine_config(stack_config: Mapping[str, Any]) -> dict[str, str]:

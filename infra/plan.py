@@ -30,9 +30,7 @@ from infra.offline import (
     DeclaredResource,
     OfflineRun,
     StackFileError,
-    load_checked_stack,
-    run_offline,
-    stack_name_of,
+    run_checked_stack,
     stack_names,
     stack_path,
 )
@@ -280,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print()
         try:
             path = stack_path(stack)
-            run = run_offline(load_checked_stack(path), stack=stack_name_of(path))
+            run = run_checked_stack(path)
         except FileNotFoundError as exc:
             print(f"error: {exc}", file=sys.stderr)
             status = 2

@@ -103,9 +103,9 @@ def check_declared(
 def declare(path: Path) -> list[Declared]:
     """Run the Pulumi program under mocks with the stack file's config, once the config is
     valid and every job's logic imports."""
-    from infra.offline import load_checked_stack, run_offline  # the program needs pulumi_gcp
+    from infra.offline import run_checked_stack  # the program needs pulumi_gcp
 
-    run = run_offline(load_checked_stack(path), stack=stack_name(path))
+    run = run_checked_stack(path)
     return list(run.resources)
 
 
