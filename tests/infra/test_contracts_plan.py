@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import plan
+from infra import offline, plan
 from infra.contracts import check_resources
 from infra.contracts.limits import R_JOB_BODY, SCHEDULER_JOB_MAX_BYTES
 from infra.offline import DeclaredResource, load_stack_config
@@ -35,6 +35,12 @@ def test_a_bad_declaration_is_a_finding_of_the_stack(stack: StackUnderTest) -> N
         JOB, job.name, "httpTarget.body", R_JOB_BODY)
 
 
+def skip_startup_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the real program under the mocks; only the start-up check (each declared
+    function started in a virtualenv of its own, tested in test_job_logic.py) is left out."""
+    monkeypatch.setattr(offline, "check_job_logic", lambda *args, **kwargs: None)
+
+
 def stack_with_an_oversized_body(directory: Path) -> Path:
     """The dev fixture stack, its first job POSTing a JSON string just over 1 MB: valid
     config (the kit sets no size on a body), a body Cloud Scheduler refuses."""
@@ -48,9 +54,7 @@ def stack_with_an_oversized_body(directory: Path) -> Path:
 def test_the_plan_fails_like_a_config_error_and_plans_the_other_stacks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Through the real program under the mocks; only the job-logic import (which builds
-    # the function's own venv, tested in test_job_logic.py) is left out.
-    monkeypatch.setattr(plan, "load_checked_stack", load_stack_config)
+    skip_startup_check(monkeypatch)
     bad = stack_with_an_oversized_body(tmp_path)
     assert plan.main([str(bad), str(fixture_stack_file("dev"))]) == 2
     captured = capsys.readouterr()
@@ -75,7 +79,7 @@ def test_the_plan_fails_like_a_config_error_and_plans_the_other_stacks(
 def test_the_fixture_stacks_plan_clean(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(plan, "load_checked_stack", load_stack_config)
+    skip_startup_check(monkeypatch)
     stacks = [str(fixture_stack_file(name)) for name in ("dev", "prod")]
     assert plan.main(stacks) == 0
     assert "contract" not in capsys.readouterr().err
