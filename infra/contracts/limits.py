@@ -316,9 +316,9 @@ def scheduler_job_limits(resource: Declared) -> Iterator[Finding]:
 
 # --------------------------------------------------------------------------- Monitoring
 
-_THRESHOLD_CONDITIONS: Final = (
-    "conditionThreshold", "conditionMonitoringQueryLanguage", "conditionPrometheusQueryLanguage",
-)
+# The conditions whose duration is documented as a multiple of a minute (a PromQL
+# condition's is any non-negative duration).
+_THRESHOLD_CONDITIONS: Final = ("conditionThreshold", "conditionMonitoringQueryLanguage")
 
 
 def alert_policy_limits(resource: Declared) -> Iterator[Finding]:

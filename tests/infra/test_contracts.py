@@ -242,6 +242,11 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], Rule, str]] = [
     (ALERT, threshold("120s"), threshold("90s"), L.R_DURATION_STEP,
      "conditions[0].conditionThreshold.duration"),
     # The two alert policies' bug: evaluationMissingData with a 0 s duration.
+    (ALERT, {"conditions": [{"displayName": "p", "conditionPrometheusQueryLanguage": {
+        "query": "up == 0", "duration": "90s"}}]},
+     {"conditions": [{"displayName": "m", "conditionMonitoringQueryLanguage": {
+         "query": "fetch x", "duration": "90s"}}]}, L.R_DURATION_STEP,
+     "conditions[0].conditionMonitoringQueryLanguage.duration"),
     (ALERT, threshold("60s"), threshold("0s"), L.R_MISSING_DATA,
      "conditions[0].conditionThreshold.duration"),
     (ALERT, threshold("0s", missing_data=False), threshold("0s"), L.R_MISSING_DATA,
