@@ -136,7 +136,7 @@ R_JOB_BODY_METHOD: Final = _rule(
     "a request body is allowed only with HTTP method POST, PUT or PATCH",
     sources.SCHEDULER_JOBS_API)
 R_DURATION_STEP: Final = _rule(
-    "a condition's duration is a multiple of 60 s (0, 60, 120, ...)",
+    "a threshold or MQL condition's duration is a multiple of 60 s (0, 60, 120, ...)",
     sources.MONITORING_ALERT_POLICIES_API)
 R_MISSING_DATA: Final = _rule(
     "a condition that sets evaluationMissingData needs a duration of at least 60 s (else the "
