@@ -97,8 +97,8 @@ def test_watchdog_function_identity_and_settings(stack: StackUnderTest) -> None:
     assert env["DEDUP_WATCH_LOOKBACK_SECONDS"] == str(cfg.watchdog.lookback_seconds) == lookback
     assert env["DEDUP_WATCH_GRACE_SECONDS"] == str(cfg.watchdog.grace_seconds) == "300"
     # Its archive carries its own job table only: no other function's routes.
-    assert stack.job_table(stack.watchdog, JOB_ROUTES_TABLE) is None
-    assert stack.job_table(stack.watchdog, PROXY_ROUTES_TABLE) is None
+    assert stack.job_table(watchdog, JOB_ROUTES_TABLE) is None
+    assert stack.job_table(watchdog, PROXY_ROUTES_TABLE) is None
 
 
 def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
