@@ -1,12 +1,17 @@
 """`python -m bench`: start one Firestore emulator, run every scenario for both handlers,
-print the table and the targets, write bench/results/latest.json and latency.png."""
+print the table and the targets, write bench/results/latest.json and latency.png.
+`python -m bench --scale` (make bench BENCH_ARGS=--scale): the kit at Scheduler's quota
+instead (bench/scale.py), written to bench/results/scale.json."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import json
 import os
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -14,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report as rep
+from bench import scale
 from bench.scenarios import Bench, Config, workdir
 from local_stack import FirestoreEmulator, LocalStackError
 from local_stack.deliveries import PROJECT
@@ -78,8 +84,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--emulator-host", default=None,
                         help="use this running Firestore emulator (HOST:PORT) instead of "
                              "starting one")
+    parser.add_argument("--scale", action="store_true",
+                        help="instead of the protocol scenarios: plan, policy check and "
+                             "one watchdog tick for stacks of --scale-jobs jobs")
+    parser.add_argument("--scale-jobs", default=",".join(map(str, scale.SCALES)),
+                        help="comma-separated stack sizes for --scale (default "
+                             "%(default)s; the first is the comparator)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
+    if args.scale:
+        sizes = [int(n) for n in args.scale_jobs.split(",") if n.strip()]
+        return run_scale_benchmark(sizes, args.out, args.emulator_host, args.strict)
 
     try:
         report = run_benchmark(quick=args.quick, out_dir=args.out,
@@ -108,3 +123,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if code:
         print("bench: FAILED (a missed exact target or an anomaly; with --strict, any miss)")
     return code
+
+
+def run_scale_benchmark(
+    sizes: Sequence[int], out_dir: Path, emulator_host: str | None, strict: bool
+) -> int:
+    """The --scale scenario: print its table, write scale.json; with --strict, exit 1 on a
+    missed target."""
+    try:
+        with _emulator(emulator_host) as host, _environment(host, PROJECT), \
+                tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+            rows = scale.run_scale(sizes, Path(tmp), PROJECT, "europe-west1")
+    except LocalStackError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    table = scale.scale_table(rows)
+    print()
+    print(table)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "scale.json").write_text(
+        json.dumps([dataclasses.asdict(row) for row in rows], indent=2) + "\n")
+    print(f"\nwrote {out_dir / 'scale.json'}")
+    return 1 if strict and "MISSED" in table else 0

@@ -14,7 +14,7 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
-from dedup.firestore_store import FirestoreRunStore, record_to_document
+from dedup.firestore_store import GET_MANY_BATCH, FirestoreRunStore, record_to_document
 from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator, Outcome, RunContext
 from dedup.settings import Settings, SettingsError
@@ -440,8 +440,8 @@ class BrokenStore:
     def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
         return dict(self.inner.get_cursors(jobs))
 
-    def put_cursor(self, job: str, cursor: Cursor, now: datetime) -> None:
-        self.inner.put_cursor(job, cursor, now)
+    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> None:
+        self.inner.put_cursors(cursors, now)
 
 
 def test_a_store_outage_is_a_500_and_the_retry_reports_what_it_hid(
@@ -563,3 +563,53 @@ def test_bad_settings_stop_the_start_up_naming_the_variable_or_file(
     tables = write_job_tables(tmp_path, watch_jobs=table)  # None: no table at all
     with pytest.raises(SettingsError, match=names):
         WatchSettings.from_env({**BASE_ENV, **tables, **env})
+
+
+class CountingStore:
+    """The Firestore watch store, counting its calls and the largest batch of each."""
+
+    def __init__(self, inner: FirestoreWatchStore) -> None:
+        self.inner = inner
+        self.calls: dict[str, list[int]] = {"get_many": [], "get_cursors": [], "put_cursors": []}
+
+    def get_many(
+        self, run_ids: Sequence[str], database: str | None = None
+    ) -> dict[str, StoredRun]:
+        self.calls["get_many"].append(len(run_ids))
+        return self.inner.get_many(run_ids, database)
+
+    def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
+        self.calls["get_cursors"].append(len(jobs))
+        return self.inner.get_cursors(jobs)
+
+    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> None:
+        self.calls["put_cursors"].append(len(cursors))
+        self.inner.put_cursors(cursors, now)
+
+
+def test_a_tick_over_many_jobs_reads_and_writes_in_batches(collection_name: str) -> None:
+    """700 jobs: the records of all of them in a few get_many calls of at most one batch
+    each, the cursors read and written in batches (one call per job took a round trip each:
+    5,000 jobs did not fit the store timeout); the verdicts are those of job-by-job reads,
+    and the next tick starts from the cursors written."""
+    jobs = [replace(TEN_MINUTES, name=f"many-{i:03d}") for i in range(700)]
+    runs = Runs(collection_name)
+    runs.bulk_completed(jobs[0].name, [at(11, 0), at(11, 10), at(11, 20), at(11, 30)])
+    watch = Watch(collection_name, jobs, now=at(11, 45), lookback_seconds=3600)
+    settings = watch.settings()
+    client = firestore.Client(project=PROJECT)
+    inner = FirestoreWatchStore(
+        FirestoreRunStore(client, collection_name, 5), settings.cursor_collection)
+    store = CountingStore(inner)
+    result = Watchdog(settings, store, wall_clock=lambda: watch.now).run_tick()
+    read = sum(store.calls["get_many"])
+    assert read >= 700 * 3  # each job's due runs, and its early ones until its first run
+    # One database: full batches but the last, not one call per job.
+    assert len(store.calls["get_many"]) == -(-read // GET_MANY_BATCH)
+    assert max(store.calls["get_many"]) <= GET_MANY_BATCH
+    assert store.calls["get_cursors"] == [700] and store.calls["put_cursors"] == [700]
+    # The first job ran: its runs are fine; every other job's are missed (or before its
+    # first run: never_ran once due runs pass the watch start).
+    assert result.counts["reads"] == read  # no cursor yet: found cursors count as reads
+    assert all(p.job != jobs[0].name for p in result.problems)
+    assert len(inner.get_cursors([j.name for j in jobs])) == 700
