@@ -135,7 +135,7 @@ def scheduler_job_id(name_prefix: str, job_name: str) -> str:
 
     Job IDs are unique per project and region, so two stacks sharing a project keep apart
     only if the ID carries the stack's prefix. It is what the function receives as
-    X-CloudScheduler-JobName, keys DEDUP_JOB_ROUTES / DEDUP_PROXY_ROUTES, and is part of
+    X-CloudScheduler-JobName, keys the functions' job tables (routes, watch list), and is part of
     every run's dedup key.
     """
     return f"{name_prefix}-{job_name}"
@@ -420,7 +420,7 @@ class ProxyTarget(_Model):
         return self.resource.rsplit("/", 1)[1]
 
     def route(self) -> dict[str, str]:
-        """The job's entry of DEDUP_PROXY_ROUTES (the keys the proxy reads)."""
+        """The job's entry of the proxy's routes table (the keys the proxy reads)."""
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
@@ -1057,7 +1057,7 @@ class StackConfig(_Model):
         return scheduler_job_id(self.name_prefix, job.name)
 
     def job_routes(self) -> dict[str, str]:
-        """DEDUP_JOB_ROUTES: every (not proxied) job's deployed ID -> its effective
+        """The dedup function's job table: every (not proxied) job's deployed ID -> its effective
         `module:function`."""
         jobs = sorted(self.jobs, key=lambda j: j.name)
         return {self.job_id(job): job.job_logic for job in jobs if job.proxy is None}
@@ -1067,7 +1067,7 @@ class StackConfig(_Model):
         return tuple(job for job in self.jobs if job.proxy is not None)
 
     def proxy_routes(self) -> dict[str, ProxyTarget]:
-        """Every proxied job's deployed ID -> its target (DEDUP_PROXY_ROUTES); empty: no
+        """Every proxied job's deployed ID -> its target (the proxy's job table); empty: no
         proxy."""
         jobs = sorted(self.jobs, key=lambda j: j.name)
         return {self.job_id(job): job.proxy for job in jobs if job.proxy is not None}

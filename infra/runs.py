@@ -115,7 +115,7 @@ def stack_config(stack: str, directory: Path | None = None) -> StackConfig:
 
 
 def watched_jobs(cfg: StackConfig, only: str | None = None) -> tuple[WatchedJob, ...]:
-    """The stack's jobs as the watchdog sees them (DEDUP_WATCH_JOBS, deployed IDs)."""
+    """The stack's jobs as the watchdog sees them (its job table, deployed IDs)."""
     jobs = parse_watch_jobs(json.dumps(watch_jobs(cfg)))
     if only is None:
         return jobs
