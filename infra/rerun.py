@@ -5,13 +5,17 @@ ask for one run of a job to be executed once more.
 
 TIME must be one of the job's scheduled times (its cron in its time zone, as the watchdog
 computes them) and not in the future. The run's records are read by ID (generation 0, the
-run itself, and every re-run generation after it); the request is refused while the latest
-generation is in progress or an earlier request is still pending. Otherwise a request for
-generation latest + 1 is created (a conditional create in `<collection>_reruns`, its ID the
-new generation's run_id) with who asked and why, and the watchdog delivers it at its next
-tick, exactly once however often it is delivered (the dedup protocol); the records of the
-earlier generations are kept. A run that never ran at all (missed) gets generation 0: it is
-delivered late, once, as catch-up would.
+run itself, and every re-run generation after it) and its requests by their base run; the
+request is refused while the latest generation is in progress or an earlier request is
+still pending, and, for a run that is not completed, until its retry window + the
+watchdog's grace has passed (Scheduler may retry generation 0 until then: a re-run next to
+that retry would execute the run twice). Otherwise a request for the generation past every
+record and every request of the run (refused and failed ones too) is created (a
+conditional create in `<collection>_reruns`, its ID the new generation's run_id) with who
+asked and why, and the watchdog delivers it at its next tick, exactly once however often it
+is delivered (the dedup protocol); the records of the earlier generations are kept. A run
+that never ran at all (missed) gets generation 0: it is delivered late, once, as catch-up
+would (the same run_id as Scheduler's retries: the protocol runs it once with them).
 
 With `--now WATCHDOG_URL` (`make rerun ... NOW=1 WATCHDOG_URL=...`) the watchdog is asked
 for a tick right away, where the operator can reach it: a local or demo watchdog over
@@ -51,7 +55,7 @@ from dedup.reruns import (  # noqa: E402
     reruns_collection,
 )
 from dedup.store import RecordExists, RunStatus, StoredRun, StoreError  # noqa: E402
-from dedup.watchdog import WatchedJob  # noqa: E402
+from dedup.watchdog import WatchedJob, verdict_due_at  # noqa: E402
 from infra.config import StackConfig  # noqa: E402
 from infra.runs import (  # noqa: E402
     RunsError,
@@ -114,15 +118,17 @@ def check_scheduled(job: WatchedJob, instant: datetime, now: datetime) -> None:
         )
 
 
-def _both(instant: datetime, zone: ZoneInfo) -> str:
-    local = instant.astimezone(zone).isoformat(timespec="minutes")
+def _both(instant: datetime, zone: ZoneInfo, timespec: str = "minutes") -> str:
+    local = instant.astimezone(zone).isoformat(timespec=timespec)
     return f"{local} ({instant.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')})"
 
 
 def generations(
-    runs: FirestoreRunStore, project: str, location: str, job: str, instant: datetime
+    runs: FirestoreRunStore, project: str, location: str, job: str, instant: datetime,
+    through: int = 0,
 ) -> dict[int, StoredRun]:
-    """Every generation of the run that has a record, by generation (0: the run itself)."""
+    """Every generation of the run that has a record, by generation (0: the run itself),
+    read at least through generation `through` (a refused request leaves a gap)."""
     found: dict[int, StoredRun] = {}
     start = 0
     while True:
@@ -133,7 +139,9 @@ def generations(
         records = runs.get_many([k.run_id for k in keys.values()])
         batch = {g: records[k.run_id] for g, k in keys.items() if k.run_id in records}
         found.update(batch)
-        if max(batch, default=-1) < start + _GENERATION_BATCH - 1:
+        if max(batch, default=-1) < start + _GENERATION_BATCH - 1 and (
+            start + _GENERATION_BATCH > through
+        ):
             return found
         start += _GENERATION_BATCH
 
@@ -164,18 +172,18 @@ def request_rerun(
     instant = parse_time(time_text)
     check_scheduled(job, instant, now)
     project, location = cfg.project, cfg.region
-    found = generations(stores.records(job), project, location, job.name, instant)
-    latest = max(found, default=-1)
     queue = FirestoreRerunQueue(stores.dedup, reruns_collection(cfg.dedup.collection))
-    ids = {
-        RunKey(project, location, job.name, instant, generation=g).run_id: g
-        for g in range(0, latest + 2)
-    }
-    pending = sorted(
-        (r for r in queue.get_many(list(ids)).values() if r.status == PENDING),
-        key=lambda r: r.generation,
+    # Every request of the run, whatever its status: a refused one left no record for its
+    # generation, and the next request must still be numbered past it (IDs are per generation).
+    asked = queue.for_run(RunKey(project, location, job.name, instant).run_id)
+    highest_asked = max((r.generation for r in asked), default=-1)
+    found = generations(
+        stores.records(job), project, location, job.name, instant, through=highest_asked
     )
-    when = _both(instant, ZoneInfo(job.time_zone))
+    latest = max(found, default=-1)
+    pending = [r for r in asked if r.status == PENDING]
+    zone = ZoneInfo(job.time_zone)
+    when = _both(instant, zone)
     if pending:
         first = pending[0]
         raise RerunRefused(
@@ -192,9 +200,27 @@ def request_rerun(
             f"{previous.record.attempts}): wait until it has finished (see `make runs`), "
             "then ask again"
         )
+    generation = max(latest, highest_asked) + 1
+    run = found.get(0)
+    possible_at = verdict_due_at(job, instant, float(cfg.watchdog.grace_seconds))
+    if generation > 0 and (run is None or run.record.status is not RunStatus.COMPLETED) and (
+        now < possible_at
+    ):
+        # Scheduler stops retrying a run only once it got a 2xx: until the retry window
+        # has passed, a retry may take generation 0 over while generation g runs.
+        status = "no record" if run is None else str(run.record.status) + (
+            ", its lease lapsed" if run.record.status is RunStatus.IN_PROGRESS
+            and run.lease_expired else "")
+        raise RerunRefused(
+            f"{job.name} @ {when} has not completed ({status}) and Scheduler may still "
+            f"retry it until its retry window ({job.retry_window_seconds:g} s) + the "
+            f"watchdog's grace ({cfg.watchdog.grace_seconds:g} s) have passed: a re-run "
+            "now could execute next to that retry; ask again at or after "
+            f"{_both(possible_at, zone, 'seconds')}"
+        )
     request = RerunRequest(
         project=project, location=location, job=job.name, schedule_time=instant,
-        generation=latest + 1, requested_by=requested_by, reason=reason.strip(),
+        generation=generation, requested_by=requested_by, reason=reason.strip(),
         requested_at=now, expire_at=now + timedelta(seconds=cfg.dedup.retention_seconds),
     )
     try:

@@ -8,7 +8,10 @@ writes it `pending`; the watchdog delivers every pending request at each tick an
 `done` once the function answered completed or duplicate (the dedup protocol makes however
 many deliveries execute that generation once), `failed` when the job ran and raised (not
 retried at every tick: a new request asks for the next generation), `refused` when it
-cannot deliver it. The original record, and those of earlier generations, are kept.
+cannot deliver it; a re-run (g >= 1) of a run that is not completed stays pending, not
+delivered, while Scheduler may still retry that run (its retry window + the watchdog's
+grace). `make rerun` numbers a new request past every request of the run, whatever its
+status. The original record, and those of earlier generations, are kept.
 A request carries `expire_at` (when asked + the stack's retention), which the TTL policy
 infra declares on this collection honours, as it does the run records'.
 """
@@ -128,6 +131,12 @@ class FirestoreRerunQueue:
         """Every request of one job, oldest schedule time first (for `make runs`)."""
         found = self._where("job", job, None)
         return sorted(found, key=lambda r: (r.schedule_time, r.generation))
+
+    def for_run(self, base_run_id: str) -> list[RerunRequest]:
+        """Every request of one run, whatever its status, lowest generation first (for
+        `make rerun`, which numbers the next one past them all)."""
+        found = self._where("base_run_id", base_run_id, None)
+        return sorted(found, key=lambda r: r.generation)
 
     def _where(self, field: str, value: str, limit: int | None) -> list[RerunRequest]:
         def op() -> list[RerunRequest]:

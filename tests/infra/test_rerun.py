@@ -4,6 +4,7 @@ real Firestore emulator with records written by the real protocol."""
 from __future__ import annotations
 
 import io
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
+from dedup.cache import CompletedRunCache
 from dedup.keys import RunKey
-from dedup.reruns import DONE, FirestoreRerunQueue, reruns_collection
+from dedup.protocol import Claim, Deduplicator
+from dedup.reruns import DONE, REFUSED, FirestoreRerunQueue, reruns_collection
 from infra import rerun, runs
 from tests.infra.test_runs import DATABASE, NOW, PROJECT, REGION, Protocol, at, run_main
 
@@ -40,15 +43,17 @@ def stack_file(tmp_path: Path, collection: str, *, reruns: bool = True) -> Path:
     return path
 
 
-def rerun_main(*argv: str) -> tuple[int, str, str]:
+def rerun_main(*argv: str, now: datetime = NOW) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = rerun.main(list(argv), out=out, err=err, now=NOW)
+    code = rerun.main(list(argv), out=out, err=err, now=now)
     return code, out.getvalue(), err.getvalue()
 
 
-def ask(path: Path, time: str, reason: str = "ledger import fixed") -> tuple[int, str, str]:
+def ask(
+    path: Path, time: str, reason: str = "ledger import fixed", now: datetime = NOW,
+) -> tuple[int, str, str]:
     return rerun_main(str(path), "--job", JOB, "--time", time, "--reason", reason,
-                      "--requested-by", "ops@example.com")
+                      "--requested-by", "ops@example.com", now=now)
 
 
 def test_a_rerun_is_recorded_refused_while_pending_and_shown_by_make_runs(
@@ -126,3 +131,94 @@ def test_refusals_name_what_is_wrong_and_write_nothing(
     assert code == 2 and "set watchdog.reruns: true in the stack file" in err
     queue = FirestoreRerunQueue(hourly.store, reruns_collection(collection_name))
     assert queue.for_job(hourly.job_id) == []
+
+
+# -- re-runs never overlap Scheduler's own retries ---------------------------------------------
+# The stack's job: 3 retries 30..300 s apart of 120 s attempts, a retry window of 690 s; with
+# the watchdog's grace (300 s), Scheduler may retry the 11:07Z run until 11:23:30Z.
+RETRIED_UNTIL = at(11, 23) + timedelta(seconds=30)
+
+
+def lapsed_claim(hourly: Protocol, t: datetime) -> None:
+    """Attempt 1 of run `t` claimed it and its instance was killed: the lease (1 s, by the
+    store's clock) lapses with the record still in progress."""
+    dedup = Deduplicator(hourly.store, lease_seconds=1, retention_seconds=3650 * 86400,
+                         cache=CompletedRunCache(0, 3600), wall_clock=lambda: t)
+    assert isinstance(dedup.claim(hourly.key(t)), Claim)
+    time.sleep(1.5)
+    stored = hourly.store.get(hourly.key(t).run_id)
+    assert stored is not None and stored.lease_expired
+
+
+@pytest.mark.parametrize("attempt_1", ["failed", "killed"])
+def test_a_rerun_while_scheduler_may_retry_the_run_is_refused_until_its_window_passed(
+    tmp_path: Path, collection_name: str, attempt_1: str,
+) -> None:
+    path = stack_file(tmp_path, collection_name)
+    cfg = runs.stack_config(str(path))
+    hourly = Protocol(cfg, JOB)
+    [job] = runs.watched_jobs(cfg, JOB)
+    assert (job.retry_window_seconds, cfg.watchdog.grace_seconds) == (690, 300)
+    if attempt_1 == "failed":
+        hourly.failed(at(11, 7), attempts=1)  # the job raised: Scheduler retries it
+    else:
+        lapsed_claim(hourly, at(11, 7))  # the next retry takes generation 0 over
+
+    status = "failed" if attempt_1 == "failed" else "in_progress, its lease lapsed"
+    for now in (at(11, 9), RETRIED_UNTIL - timedelta(seconds=1)):
+        code, out, err = ask(path, "2026-10-16T11:07:00Z", now=now)
+        assert (code, out) == (2, "")
+        assert err == (
+            f"make rerun: {hourly.job_id} @ 2026-10-16T13:07+02:00 (2026-10-16T11:07:00Z) "
+            f"has not completed ({status}) and Scheduler may still retry it until its retry "
+            "window (690 s) + the watchdog's grace (300 s) have passed: a re-run now could "
+            "execute next to that retry; ask again at or after 2026-10-16T13:23:30+02:00 "
+            "(2026-10-16T11:23:30Z)\n"
+        )
+    queue = FirestoreRerunQueue(hourly.store, reruns_collection(collection_name))
+    assert queue.for_job(hourly.job_id) == []  # nothing for the watchdog to deliver
+
+    code, out, err = ask(path, "2026-10-16T11:07:00Z", now=RETRIED_UNTIL)
+    assert (code, err) == (0, "")
+    assert f"{hourly.job_id} @ 2026-10-16T11:07:00Z, generation 1 " in out
+    assert [r.generation for r in queue.for_job(hourly.job_id)] == [1]
+
+
+def test_a_completed_run_can_be_rerun_at_once(tmp_path: Path, collection_name: str) -> None:
+    # Scheduler stops retrying a run once it got a 2xx: no window to wait for.
+    path = stack_file(tmp_path, collection_name)
+    hourly = Protocol(runs.stack_config(str(path)), JOB)
+    hourly.completed(at(11, 7))
+    code, out, err = ask(path, "2026-10-16T11:07:00Z", now=at(11, 8))
+    assert (code, err) == (0, "")
+    assert "generation 1 " in out and "latest before: completed" in out
+
+
+def test_after_a_refused_request_the_next_rerun_asks_for_the_next_generation(
+    tmp_path: Path, collection_name: str,
+) -> None:
+    # The watchdog refused generation 1 (say, a job it did not watch then): no record for
+    # it, and the next `make rerun` asks for generation 2 rather than meeting the request.
+    path = stack_file(tmp_path, collection_name)
+    cfg = runs.stack_config(str(path))
+    hourly = Protocol(cfg, JOB)
+    hourly.completed(at(9, 7))
+    queue = FirestoreRerunQueue(hourly.store, reruns_collection(collection_name))
+
+    assert ask(path, "2026-10-16T09:07:00Z")[0] == 0
+    [first] = queue.for_job(hourly.job_id)
+    queue.finish(first, REFUSED, "job not watched by this watchdog", at(12, 1))
+    code, out, err = ask(path, "2026-10-16T09:07:00Z", reason="again")
+    assert (code, err) == (0, "")
+    assert "generation 2 " in out
+    assert [(r.generation, r.status) for r in queue.for_job(hourly.job_id)] == [
+        (1, REFUSED), (2, "pending")]
+
+    # A missed run's generation-0 request refused: the next one is generation 1.
+    code, out, _ = ask(path, "2026-10-16T10:07:00Z")
+    assert code == 0 and "generation 0 " in out and "latest before: no record" in out
+    [missed] = [r for r in queue.for_job(hourly.job_id) if r.schedule_time == at(10, 7)]
+    queue.finish(missed, REFUSED, "job not watched by this watchdog", at(12, 1))
+    code, out, err = ask(path, "2026-10-16T10:07:00Z", reason="again")
+    assert (code, err) == (0, "")
+    assert "generation 1 " in out
