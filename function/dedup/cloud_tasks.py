@@ -92,7 +92,8 @@ class TaskQueue:
     def task_name(self, delivery: RunDelivery) -> str:
         if not delivery.run_id:
             raise ValueError("a queued delivery needs its run_id (the task's name)")
-        return f"{self.name}/tasks/{delivery.run_id}"
+        suffix = f"-{delivery.number}" if delivery.number else ""
+        return f"{self.name}/tasks/{delivery.run_id}{suffix}"
 
 
 def task_of(queue: TaskQueue, delivery: RunDelivery) -> dict[str, Any]:

@@ -61,6 +61,9 @@ class RunDelivery:
     timeout_seconds: float = 180.0
     run_id: str = ""  # the run_id of this generation (keys.RunKey): a queued task's name
     attempt_deadline_seconds: float = 180.0  # the job's: how long a queue waits for a reply
+    # How many deliveries of this run came before (a pending catch-up delivered again): a
+    # queued task of a later one needs a name of its own (a used name is refused ~1 h).
+    number: int = 0
 
     def request_headers(self) -> dict[str, str]:
         headers = {

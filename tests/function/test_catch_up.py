@@ -25,8 +25,11 @@ import pytest
 import requests
 from google.cloud import firestore
 
+from dedup.cache import CompletedRunCache
 from dedup.delivery import DeliversRuns, DeliveryResult, HttpDeliverer, RunDelivery, TargetAuth
 from dedup.firestore_store import FirestoreRunStore
+from dedup.keys import RunKey
+from dedup.protocol import Claim, Deduplicator
 from dedup.reruns import FirestoreRerunQueue, reruns_collection
 from dedup.settings import Settings, SettingsError
 from dedup.watchdog import (
@@ -250,20 +253,75 @@ def test_nothing_is_caught_up_for_a_job_without_catch_up(served: Served) -> None
     assert served.executions(job.name) == []
 
 
-def test_a_failed_catch_up_is_still_reported_missed_with_the_error(served: Served) -> None:
-    job = minutely(f"down-{uuid.uuid4().hex[:6]}")
+def test_a_catch_up_that_cannot_be_delivered_is_pending_then_missed_with_its_error(
+    served: Served,
+) -> None:
+    """Delivered again at each tick while inside catchUpWithinSeconds, reported `missed`
+    with its last error once the bound is over: never dropped after one failure."""
+    job = minutely(f"down-{uuid.uuid4().hex[:6]}", within=300)
     now, times = recent_minutes(4)
     Runs(served.collection).completed(job.name, *(t for t in times if t != times[1]))
     nobody = f"http://127.0.0.1:{free_port()}/"  # the function is down
     watch = Watch(served.collection, [job], nobody, now=now)
-    body = watch.tick()
-    [problem] = body["problems"]
-    assert (problem["kind"], problem["schedule_time"]) == ("missed", z(times[1]))
-    assert problem["error"].startswith("catch-up failed: POST http://127.0.0.1:")
-    assert body[CAUGHT_UP] == []
+    first = watch.tick()
+    assert first["problems"] == []
+    assert [(c["schedule_time"], c["status"]) for c in first[CAUGHT_UP]] == [
+        (z(times[1]), "error")]
+    second = watch.tick()  # delivered again: still inside its bound
+    assert second["problems"] == [] and len(second[CAUGHT_UP]) == 1
+    watch.now = times[1] + timedelta(seconds=301)
+    [problem] = [p for p in watch.tick()["problems"] if p["schedule_time"] == z(times[1])]
+    assert problem["kind"] == "missed"
+    assert problem["error"].startswith("delivered 2 time(s), never executed: POST http://")
+    assert [p for p in watch.tick()["problems"] if p["schedule_time"] == z(times[1])] == []
     assert served.executions(job.name) == []
-    # Watched, not delivered again: the next tick finds no record and stays quiet.
-    assert watch.tick()["problems"] == []
+
+
+@dataclass
+class FailsFirst:
+    """The first delivery of each run fails without executing it: `500 store_unavailable`
+    with nothing written, or (`claims`) its instance claims the run and is killed."""
+
+    inner: DeliversRuns
+    collection: str
+    claims: bool = False
+    asynchronous = False
+    seen: set[str] = field(default_factory=set)
+
+    def deliver(self, delivery: RunDelivery) -> DeliveryResult:
+        if delivery.run_id in self.seen:
+            return self.inner.deliver(delivery)
+        self.seen.add(delivery.run_id)
+        if self.claims:  # a claim whose holder dies: its 1 s lease lapses, nothing renews it
+            store = FirestoreRunStore(firestore.Client(project=PROJECT), self.collection, 5)
+            dedup = Deduplicator(store, lease_seconds=1, retention_seconds=86400,
+                                 cache=CompletedRunCache(0, 60))
+            key = RunKey(PROJECT, LOCATION, delivery.job_id, delivery.schedule_time)
+            assert isinstance(dedup.claim(key), Claim)
+            return DeliveryResult("error", error="connection reset by peer")
+        return DeliveryResult("store_unavailable", 500, "HTTP 500: store_unavailable")
+
+
+@pytest.mark.parametrize("claims", [False, True], ids=["5xx-nothing-written", "instance-killed"])
+def test_a_catch_up_that_did_not_execute_is_delivered_again_and_executes_once(
+    served: Served, claims: bool,
+) -> None:
+    job = minutely(f"again-{uuid.uuid4().hex[:6]}")
+    now, times = recent_minutes(4)
+    Runs(served.collection).completed(job.name, *(t for t in times if t != times[1]))
+    deliverer = FailsFirst(HttpDeliverer(TargetAuth.NONE), served.collection, claims)
+    watch = Watch(served.collection, [job], served.server.url, now=now, deliverer=deliverer)
+    assert watch.tick()["problems"] == []  # pending, not missed
+    assert served.executions(job.name) == []
+    if claims:
+        time.sleep(1.2)  # the dead instance's lease lapses (judged by Firestore's clock)
+    second = watch.tick()
+    assert second["problems"] == []
+    assert [(c["schedule_time"], c["status"]) for c in second[CAUGHT_UP]] == [
+        (z(times[1]), "completed")]
+    assert [e["schedule_time"] for e in served.executions(job.name)] == [times[1].isoformat()]
+    third = watch.tick()
+    assert (third["problems"], third[CAUGHT_UP]) == ([], [])
 
 
 @dataclass

@@ -31,7 +31,7 @@ from dedup.delivery import QUEUED, RunDelivery
 from dedup.firestore_store import FirestoreRunStore
 from dedup.reruns import DONE, FirestoreRerunQueue, RerunRequest, reruns_collection
 from dedup.settings import SettingsError
-from dedup.watchdog import CAUGHT_UP, QUEUE_MAX_BACKOFF_SECONDS
+from dedup.watchdog import CAUGHT_UP, QUEUE_MAX_ATTEMPTS, QUEUE_MAX_BACKOFF_SECONDS
 from local_stack import FunctionServer, free_port
 from local_stack.deliveries import INVOKER, LOCATION, PROJECT, bearer, function_env
 from local_stack.processes import REPO_ROOT
@@ -241,9 +241,39 @@ def test_a_catch_up_that_never_reaches_the_function_is_missed_after_its_bound(
     # (the minutes after `now` are due by then too: only the caught-up run's is looked at)
     [problem] = [p for p in watch.tick()["problems"] if p["schedule_time"] == z(times[1])]
     assert problem["kind"] == "missed"
-    assert "no attempt reached the function" in problem["error"]
+    assert "never executed: no delivery reached the function" in problem["error"]
     assert [p for p in watch.tick()["problems"] if p["schedule_time"] == z(times[1])] == []
     assert served.executions(job.name) == []
+
+
+def test_a_queued_catch_up_whose_task_gave_up_is_delivered_again_as_a_new_task(
+    served: Served, fake: FakeCloudTasks,
+) -> None:
+    """The first task used its attempts on an unreachable function; once the queue can no
+    longer deliver it, the next tick inside the bound hands over a task of a new name (the
+    old one is refused for about an hour), which executes the run once."""
+    job = minutely(f"again-{uuid.uuid4().hex[:6]}", within=3600)
+    now, times = recent_minutes(3)
+    Runs(served.collection).completed(job.name, times[0], times[2])
+    watch = queued_watch(served, fake, job, now)
+    watch.url = f"http://127.0.0.1:{free_port()}/"  # unreachable for the first task
+    assert watch.tick()["problems"] == []
+    fake.wait_until_settled()
+    watch.url = served.server.url  # reachable again
+    assert watch.tick()["problems"] == [] and len(fake.tasks) == 1  # the queue's turn
+    [original] = fake.tasks
+    span = (QUEUE_MAX_ATTEMPTS * job.attempt_deadline_seconds + 150 + watch.grace_seconds)
+    watch.now = now + timedelta(seconds=span + 1)
+    body = watch.tick()
+    assert [p for p in body["problems"] if p["schedule_time"] == z(times[1])] == []
+    fake.wait_until_settled()
+    # (the minutes after `now` are due by then too, and caught up: only this run's tasks)
+    again = sorted(name for name in fake.tasks if name.startswith(original))
+    assert again == [original, f"{original}-1"]
+    assert fake.tasks[original].statuses == [None] * 3
+    assert fake.tasks[f"{original}-1"].statuses == [200]
+    executed = [e["schedule_time"] for e in served.executions(job.name)]
+    assert executed.count(times[1].isoformat()) == 1
 
 
 # -- re-runs through the queue ---------------------------------------------------------------

@@ -9,9 +9,17 @@ from typing import Any
 
 from google.cloud import tasks_v2
 
-from dedup.watchdog import QUEUE_MAX_BACKOFF_SECONDS
+from dedup.watchdog import (
+    QUEUE_MAX_ATTEMPTS,
+    QUEUE_MAX_BACKOFF_SECONDS,
+    QUEUE_MAX_DOUBLINGS,
+    QUEUE_MIN_BACKOFF_SECONDS,
+)
 from infra.watchdog import (
+    DELIVERY_MAX_ATTEMPTS,
     DELIVERY_MAX_BACKOFF_SECONDS,
+    DELIVERY_MAX_DOUBLINGS,
+    DELIVERY_MIN_BACKOFF_SECONDS,
     DELIVERY_QUEUE_SUFFIX,
     ROLE_SA_USER,
     ROLE_TASKS_ENQUEUER,
@@ -58,9 +66,14 @@ def test_the_queues_retries_are_what_the_watchdog_waits_for(
     retry = queue.props["retryConfig"]
     parsed = tasks_v2.Queue.from_json(json.dumps({"retryConfig": retry}),
                                       ignore_unknown_fields=False)
-    assert parsed.retry_config.max_backoff.total_seconds() == DELIVERY_MAX_BACKOFF_SECONDS
-    assert DELIVERY_MAX_BACKOFF_SECONDS == QUEUE_MAX_BACKOFF_SECONDS  # one fact, checked
-    assert parsed.retry_config.max_attempts > 1
+    config = parsed.retry_config
+    declared = (config.max_attempts, config.min_backoff.total_seconds(),
+                config.max_backoff.total_seconds(), config.max_doublings)
+    assert declared == (DELIVERY_MAX_ATTEMPTS, DELIVERY_MIN_BACKOFF_SECONDS,
+                        DELIVERY_MAX_BACKOFF_SECONDS, DELIVERY_MAX_DOUBLINGS)
+    # One fact, checked: how long the watchdog leaves a queued delivery to the queue.
+    assert declared == (QUEUE_MAX_ATTEMPTS, QUEUE_MIN_BACKOFF_SECONDS,
+                        QUEUE_MAX_BACKOFF_SECONDS, QUEUE_MAX_DOUBLINGS)
 
 
 def test_a_watchdog_that_delivers_nothing_has_no_queue(
