@@ -33,7 +33,8 @@ job's own `url`), through dedup/delivery.py, one way:
   is judged by the run's record, read right after);
 - re-runs: the pending requests `make rerun` wrote in `<collection>_reruns`, with
   X-Dedup-Generation, marked done once the function answered completed/duplicate (failed
-  when the job raised).
+  when the job raised); one for a run not completed waits (`waiting`) until Scheduler can
+  no longer retry that run (its retry window + grace), so the two never overlap.
 The dedup protocol makes each run (each generation) execute at most once however often it
 is delivered, by this watchdog, a concurrent tick, or Scheduler's own late retry.
 """
@@ -125,6 +126,8 @@ PROBLEM_SEVERITY = {MISSED: "ERROR", FAILED: "ERROR", NEVER_RAN: "ERROR", OVERLO
 CAUGHT_UP = "caught_up"
 CAUGHT_UP_SEVERITY = "WARNING"
 RERUN = "rerun"
+# A re-run's tick status while its run is not completed and Scheduler may still retry it.
+RERUN_WAITING = "waiting"
 JOB_FAILED = "failed"  # the function's outcome when the job raised (dedup.protocol.Outcome)
 _JOB_KEYS = {
     "name", "schedule", "timeZone", "attemptDeadlineSeconds", "retryWindowSeconds", "paused",
@@ -762,9 +765,16 @@ class Watchdog:
     ) -> list[tuple[RerunRequest, WatchedJob]]:
         """The requests still to deliver. A generation whose record is completed is done
         without another delivery; one whose record is failed is failed once no queued
-        attempt can follow (at once for direct deliveries); one still retried waits."""
+        attempt can follow (at once for direct deliveries); one still retried waits. So
+        does a re-run (generation >= 1) of a run that is not completed while Scheduler may
+        still retry that run (its retry window + grace): it could execute next to the
+        retry. `make rerun` refuses those, but anyone may write to the requests."""
         assert self._reruns is not None
-        records = self._records([(job, request.request_id) for request, job in requests])
+        base_ids = {r.request_id: replace(r.key, generation=0).run_id for r, _ in requests}
+        records = self._records([
+            (job, run_id) for request, job in requests
+            for run_id in {request.request_id, base_ids[request.request_id]}
+        ])
         unsettled: list[tuple[RerunRequest, WatchedJob]] = []
         for request, job in requests:
             stored = records.get(request.request_id)
@@ -777,6 +787,16 @@ class Watchdog:
                     continue  # the queue may still retry it: looked at again next tick
                 outcome = JOB_FAILED
                 self._reruns.finish(request, RERUN_FAILED, stored.record.error or outcome, now)
+            elif (waits_until := self._retried_until(job, request, records.get(
+                    base_ids[request.request_id]), now)) is not None:
+                # Stays pending, not refused: delivered at the first tick past the window.
+                delivered.append(Delivered(
+                    request.job, request.schedule_time, RERUN, RERUN_WAITING,
+                    request.request_id, request.generation,
+                    f"the run is not completed and Scheduler may retry it until "
+                    f"{rfc3339(waits_until)}", request.requested_by,
+                ))
+                continue
             else:
                 unsettled.append((request, job))
                 continue
@@ -785,6 +805,16 @@ class Watchdog:
                 request.generation, stored.record.error, request.requested_by,
             ))
         return unsettled
+
+    def _retried_until(
+        self, job: WatchedJob, request: RerunRequest, run: StoredRun | None, now: datetime
+    ) -> datetime | None:
+        """Until when Scheduler may still retry the run a re-run (generation >= 1) asks
+        for, if that is after `now`: the run is not completed and its retry window + grace
+        has not passed (generation 0 is the run itself, deduplicated with those retries)."""
+        until = verdict_due_at(job, request.schedule_time, self._settings.grace_seconds)
+        completed = run is not None and run.record.status is RunStatus.COMPLETED
+        return None if request.generation == 0 or completed or now >= until else until
 
     def _horizon(self, job: WatchedJob, now: datetime) -> datetime:
         """Runs scheduled at or before this have had their whole retry window + grace."""
@@ -1109,7 +1139,7 @@ class WatchdogHandler:
         if delivered.kind == CAUGHT_UP:
             severity, what = CAUGHT_UP_SEVERITY, f"watchdog caught_up: {delivered.job} @ {when}"
         else:
-            ok = delivered.status in ("completed", "duplicate", QUEUED)
+            ok = delivered.status in ("completed", "duplicate", QUEUED, RERUN_WAITING)
             severity = "INFO" if ok else "WARNING"
             what = (f"watchdog rerun: {delivered.job} @ {when} generation "
                     f"{delivered.generation}")

@@ -20,7 +20,14 @@ from google.cloud import firestore
 
 from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
-from dedup.reruns import DONE, FAILED, PENDING, FirestoreRerunQueue, reruns_collection
+from dedup.reruns import (
+    DONE,
+    FAILED,
+    PENDING,
+    FirestoreRerunQueue,
+    RerunRequest,
+    reruns_collection,
+)
 from dedup.store import RecordExists, RunStatus
 from dedup.watchdog import WatchedJob
 from infra.config import StackConfig, load_config
@@ -353,3 +360,40 @@ def test_now_asks_a_reachable_watchdog_for_a_tick_at_once(
     assert request.status == DONE
     assert [e["generation"] for e in served.executions(JOB_ID)
             if e["schedule_time"] == recent.isoformat()] == [1]
+
+
+def test_the_watchdog_holds_a_rerun_of_a_run_scheduler_may_still_retry(
+    served: Served, store: FirestoreRunStore, recent: datetime,
+) -> None:
+    """A request written to the collection directly (not through `make rerun`) for a run
+    whose attempt 1 failed: it waits, pending, while Scheduler may still retry the run (its
+    retry window + the watchdog's grace), and is delivered at the first tick after."""
+    clean(served)
+    Runs(served.collection).failed(JOB_ID, recent)
+    queue = FirestoreRerunQueue(store, reruns_collection(served.collection))
+    queue.create(RerunRequest(PROJECT, LOCATION, JOB_ID, recent, 1, "script@example.com",
+                              "written by hand", recent + timedelta(minutes=1)))
+    job = replace(watched(), retry_window_seconds=450)
+    watch = Watch(served.collection, [job], served.server.url, now=recent)  # grace 30 s
+    retried_until = recent + timedelta(seconds=480)
+
+    for now in (recent + timedelta(minutes=2), retried_until - timedelta(seconds=1)):
+        watch.now = now
+        [waiting] = watch.tick()["reruns"]
+        assert (waiting["status"], waiting["generation"]) == ("waiting", 1)
+        assert waiting["error"] == (
+            f"the run is not completed and Scheduler may retry it until {z(retried_until)}")
+    [request] = [r for r in queue.for_job(JOB_ID) if r.schedule_time == recent]
+    assert request.status == PENDING
+    assert [e for e in served.executions(JOB_ID) if e["schedule_time"] == recent.isoformat()
+            and e["generation"] == 1] == []
+    [line] = [e for e in watch.logs if e.get("status") == "waiting"][-1:]
+    assert line["severity"] == "INFO"  # expected, not a delivery problem
+
+    watch.now = retried_until
+    [delivered] = watch.tick()["reruns"]
+    assert (delivered["status"], delivered["generation"]) == ("completed", 1)
+    assert [e["generation"] for e in served.executions(JOB_ID)
+            if e["schedule_time"] == recent.isoformat()] == [1]
+    [request] = [r for r in queue.for_job(JOB_ID) if r.schedule_time == recent]
+    assert request.status == DONE
