@@ -61,6 +61,9 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
         "duration_seconds": record.duration_seconds,
         "failed_at": record.failed_at,
         "error": record.error,
+        # Always written too: a takeover of a permanent failure past its expiry (a new
+        # life) must not inherit the flag.
+        "permanent": record.permanent,
     }
     if record.forced:
         # Only forced records carry it: scheduled records keep their fields as they were.
@@ -92,6 +95,7 @@ def document_to_record(data: dict[str, Any]) -> RunRecord:
         error=data.get("error"),
         forced=bool(data.get("forced", False)),
         generation=int(data.get("generation", 0)),
+        permanent=bool(data.get("permanent", False)),
     )
 
 

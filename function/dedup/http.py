@@ -26,7 +26,15 @@ from dedup.keys import (
     lower_keys,
     parse_delivery,
 )
-from dedup.protocol import Delivery, Job, Outcome, RunContext, encode_result
+from dedup.protocol import (
+    Delivery,
+    Job,
+    Outcome,
+    PermanentFailure,
+    RunContext,
+    encode_result,
+    summarize_error,
+)
 from dedup.settings import MissingScheduleTime, Settings, number_setting
 
 log = logging.getLogger(__name__)
@@ -39,6 +47,9 @@ STATUS = {
     Outcome.COMPLETED_UNRECORDED: 200,
     Outcome.CLAIM_LOST: 200,
     Outcome.UNKEYED: 200,
+    # A permanent failure: a retry could not succeed, so Scheduler must stop; the record
+    # says `failed`, which the watchdog reports.
+    Outcome.FAILED_PERMANENT: 200,
     Outcome.IN_PROGRESS: 409,
     Outcome.FAILED: 500,
     Outcome.STORE_UNAVAILABLE: 500,
@@ -50,6 +61,7 @@ SEVERITY = {
     Outcome.UNKEYED: "WARNING",
     Outcome.CLAIM_LOST: "WARNING",
     Outcome.FAILED: "ERROR",
+    Outcome.FAILED_PERMANENT: "ERROR",
     Outcome.STORE_UNAVAILABLE: "ERROR",
     Outcome.COMPLETED_UNRECORDED: "ERROR",
 }
@@ -286,6 +298,8 @@ class DedupHandler:
             reply["generation"] = key.generation  # a re-run's (the run itself: no key)
         if delivery.result_json is not None:
             reply["result"] = json.loads(delivery.result_json)
+        if delivery.outcome is Outcome.FAILED_PERMANENT:
+            reply["error"] = delivery.detail  # why it failed for good, in one line
         return HttpReply(status, reply)
 
 
@@ -302,6 +316,12 @@ def _run_without_dedup(
     )
     try:
         result = job(context)
+    except PermanentFailure as failure:
+        result_json, _ = encode_result(failure.result)
+        return Delivery(
+            Outcome.FAILED_PERMANENT, run_id, attempt_id, 1, result_json,
+            summarize_error(str(failure)),
+        )
     except Exception as exc:
         log.exception("job %s failed (unkeyed delivery)", key.job_id)
         return Delivery(Outcome.FAILED, run_id, attempt_id, 1, detail=repr(exc))

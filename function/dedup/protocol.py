@@ -2,6 +2,8 @@
 
 claim -> run the job while a heartbeat renews the claim -> complete (success) or
 release (failure: the record is kept, marked `failed`, and the retry claims it at once).
+A job that raises PermanentFailure (nothing ran, and no retry could succeed) is recorded
+`failed` and `permanent` and answered as done, so Scheduler stops: that record is final.
 Every step is one conditional write or read against a RunStore; leases are judged by the
 store's clock, and the holder fences itself by its own monotonic clock before the store
 would let a rival in.
@@ -85,11 +87,25 @@ class RunContext:
 Job = Callable[[RunContext], Any]
 
 
+class PermanentFailure(Exception):
+    """Raised by a job that did nothing and cannot succeed on a retry (the proxy: the
+    downstream refused the start with a 403 or 404). The run is recorded `failed` and
+    `permanent` with the message (one line) and `result` (small JSON, replayed to later
+    deliveries), and answered 200 (Outcome.FAILED_PERMANENT) so Scheduler stops retrying."""
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 class Outcome(StrEnum):
     COMPLETED = "completed"  # this attempt ran the job and recorded it
     DUPLICATE = "duplicate"  # the run had completed: not run again
     IN_PROGRESS = "in_progress"  # another attempt holds a live lease
     FAILED = "failed"  # the job raised; the record is marked failed, a retry runs at once
+    # The job raised PermanentFailure, or the run's record is such a failure: nothing ran
+    # and nothing will; answered 200 (a retry could not succeed) with the failure replayed.
+    FAILED_PERMANENT = "failed_permanent"
     STORE_UNAVAILABLE = "store_unavailable"  # could not claim: nothing ran
     # The job ran, but recording it failed for longer than the lease (store outage) or
     # failed otherwise: answered as done so that Scheduler does not run it again.
@@ -245,6 +261,14 @@ class Deduplicator:
             return Delivery(
                 Outcome.DUPLICATE, run_id, record.attempt_id, record.attempts, record.result_json
             )
+        elif record.status is RunStatus.FAILED and record.permanent:
+            # Final: a late retry or a duplicate must not start what was refused for good
+            # (a re-run is another generation, another record). Not cached: the cache
+            # answers `duplicate`, which would count the run as done.
+            return Delivery(
+                Outcome.FAILED_PERMANENT, run_id, record.attempt_id, record.attempts,
+                record.result_json, detail=record.error,
+            )
         elif record.status is RunStatus.FAILED:
             attempts = record.attempts + 1  # a failed attempt: the retry runs at once
         elif not stored.lease_expired:
@@ -293,14 +317,20 @@ class Deduplicator:
             self._cache.put(claim.run_id, result_json, self._retention)
         return held
 
-    def release(self, claim: Claim, error: str = "") -> bool:
+    def release(
+        self, claim: Claim, error: str = "", *, permanent: bool = False,
+        result_json: str | None = None,
+    ) -> bool:
         """Mark the run `failed` (kept for the watchdog and people) so a retry claims it at
-        once. False: another attempt holds it now."""
+        once, or for good when `permanent` (with `result_json` to replay). False: another
+        attempt holds it now."""
         failed = replace(
             self._record(claim.key, claim.attempt_id, claim.attempt, claim.claimed_at),
             status=RunStatus.FAILED,
             failed_at=self._wall_clock(),
             error=summarize_error(error),
+            permanent=permanent,
+            result_json=result_json,
         )
         return self._write_outcome(claim, failed)
 
@@ -425,6 +455,10 @@ class Deduplicator:
                 f"run {run_id}",
             ):
                 result = job(context)
+        except PermanentFailure as failure:
+            return self._record_permanent_failure(
+                claim, base, failure, self._monotonic() - started
+            )
         except Exception as exc:
             log.exception("job %s failed for run %s", key.job_id, run_id)
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -436,6 +470,30 @@ class Deduplicator:
                 return replace(base, outcome=Outcome.FAILED, detail=f"{exc!r}; {store_exc}")
             return replace(base, outcome=Outcome.FAILED, detail=repr(exc))
         return self._record_completion(claim, base, result, self._monotonic() - started)
+
+    def _record_permanent_failure(
+        self, claim: Claim, base: Delivery, failure: PermanentFailure, duration_seconds: float
+    ) -> Delivery:
+        """The job refused for good and ran nothing: recorded failed and permanent, then a
+        200 so Scheduler stops. Unrecorded (store outage), a 500: nothing ran, so the
+        retry is harmless, meets the same refusal and records it then."""
+        log.error("job %s failed permanently for run %s: %s", claim.key.job_id, claim.run_id,
+                  failure)
+        result_json, _ = encode_result(failure.result)
+        message = str(failure) or type(failure).__name__
+        base = replace(
+            base, duration_seconds=round(duration_seconds, 3), result_json=result_json,
+            detail=summarize_error(message),
+        )
+        try:
+            self._finish(claim, lambda: self.release(
+                claim, message, permanent=True, result_json=result_json,
+            ))
+        except Exception as store_exc:
+            return replace(
+                base, outcome=Outcome.FAILED, detail=f"{message}; not recorded: {store_exc}"
+            )
+        return replace(base, outcome=Outcome.FAILED_PERMANENT)
 
     def _record_completion(
         self, claim: Claim, base: Delivery, result: Any, duration_seconds: float

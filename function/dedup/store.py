@@ -24,7 +24,7 @@ class RunStatus(StrEnum):
     IN_PROGRESS = "in_progress"
     COMPLETED = "completed"
     # The job raised: the record is kept (for the watchdog and people) and a retry claims
-    # it at once, as if it were absent.
+    # it at once, as if it were absent; unless it is `permanent` (RunRecord): then final.
     FAILED = "failed"
 
 
@@ -59,6 +59,11 @@ class RunRecord:
     # A re-run's generation (keys.RunKey.generation); 0: the run itself (and every record
     # written before re-runs existed).
     generation: int = 0
+    # Failed records only: the job refused for good (protocol.PermanentFailure, e.g. the
+    # proxy's start answered 403/404), so nothing ran and no retry could succeed. Such a
+    # record is final: Scheduler got a 200 and later deliveries replay the failure; a
+    # re-run (the next generation) may start again. Records written before it read False.
+    permanent: bool = False
 
     @classmethod
     def claim(

@@ -18,7 +18,14 @@ from google.cloud import firestore
 from dedup.cache import CompletedRunCache
 from dedup.firestore_store import FirestoreRunStore, document_to_record
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator, Delivery, Outcome, RunContext
+from dedup.protocol import (
+    Claim,
+    Deduplicator,
+    Delivery,
+    Outcome,
+    PermanentFailure,
+    RunContext,
+)
 from dedup.store import MAX_ERROR_CHARS, RecordChanged, RunStatus
 from local_stack import FirestoreEmulator
 from local_stack.deliveries import (
@@ -236,6 +243,7 @@ def test_old_records_without_the_new_fields_still_read() -> None:
     assert (record.finished_at, record.duration_seconds, record.failed_at, record.error) == (
         None, None, None, None
     )
+    assert record.permanent is False  # written before permanent failures existed
 
 
 def test_record_has_the_fields_the_ttl_policy_and_people_need(
@@ -258,6 +266,58 @@ def test_record_has_the_fields_the_ttl_policy_and_people_need(
     expire_in = data["expire_at"] - datetime.now(UTC)
     assert timedelta(hours=23) < expire_in <= timedelta(hours=24)
     assert len(body["run_id"]) == 64
+
+
+def _refused(context: RunContext) -> None:
+    raise PermanentFailure("downstream said no\nfor good", {"error": {"status": 403}})
+
+
+def test_a_permanent_failure_is_recorded_failed_answered_done_and_final(
+    collection_name: str,
+) -> None:
+    """PermanentFailure (the proxy: a 403/404 from the downstream): `failed` and
+    `permanent` in the store (round trip), answered FAILED_PERMANENT (a 200), and every
+    later delivery replays it without running the job: a failed record that is not
+    permanent would be taken over instead."""
+    dedup, store = make_dedup(collection_name, lease=600)
+    calls: list[int] = []
+
+    def job(context: RunContext) -> None:
+        calls.append(context.attempt)
+        _refused(context)
+
+    first = dedup.run(key(), job, b"", {})
+    assert first.outcome is Outcome.FAILED_PERMANENT
+    assert (first.detail, first.result_json) == (
+        "downstream said no for good", '{"error":{"status":403}}')
+    stored = store.get(key().run_id)
+    assert stored is not None
+    record = stored.record
+    assert (record.status, record.permanent, record.attempts, record.error) == (
+        RunStatus.FAILED, True, 1, "downstream said no for good")
+    assert record.result_json == first.result_json and record.failed_at is not None
+    for _ in range(2):  # this instance again, and another one
+        again = dedup.run(key(), job, b"", {})
+        assert (again.outcome, again.result_json, again.detail) == (
+            Outcome.FAILED_PERMANENT, first.result_json, first.detail)
+        dedup, _ = make_dedup(collection_name, lease=600)
+    assert calls == [1]
+    # A re-run is another generation: it runs.
+    rerun = dedup.run(dataclasses.replace(key(), generation=1), lambda c: "ok", b"", {})
+    assert rerun.outcome is Outcome.COMPLETED
+
+
+def test_a_permanent_failure_past_expire_at_is_a_new_life_without_the_flag(
+    collection_name: str,
+) -> None:
+    dedup, store = make_dedup(collection_name)
+    past, _ = make_dedup(collection_name, wall_clock_skew=timedelta(hours=-2))
+    assert past.run(key(), _refused, b"", {}).outcome is Outcome.FAILED_PERMANENT
+    assert dedup.run(key(), lambda c: "ok", b"", {}).outcome is Outcome.COMPLETED
+    stored = store.get(key().run_id)
+    assert stored is not None
+    assert (stored.record.status, stored.record.permanent, stored.record.attempts) == (
+        RunStatus.COMPLETED, False, 1)
 
 
 def test_record_past_expire_at_counts_as_absent(collection_name: str) -> None:
