@@ -5,8 +5,11 @@ claim protocol as any job (protocol.py); its job logic starts one downstream exe
 with the run's token (tokens.py: the run's dedup key `run_id` and its HMAC under
 DEDUP_TOKEN_SECRET, so the downstream can tell it from a forged one) and returns the
 execution's name, which the record keeps and replays to duplicates. A retryable downstream
-failure raises (claim released, 500, Scheduler retries); any other failure is returned as the
-run's result (record kept as completed, 200, Scheduler stops) and logged as an ERROR.
+failure raises (claim released, 500, Scheduler retries); any other (the downstream refused:
+403, 404, any other 4xx) raises PermanentFailure: the record is `failed` and `permanent`
+with the status and reason, the answer 200 (Scheduler stops), the watchdog reports the run
+`failed`, later deliveries replay the failure without starting anything, and `make rerun`
+(the next generation) starts it again once the cause is fixed. Logged as an ERROR.
 
 Settings (read once at start-up; the per-job routes from the proxy's job table, a file
 shipped with its code, see tables.py):
@@ -36,14 +39,14 @@ import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import requests
 from google.auth import exceptions as auth_exceptions
 
 from dedup.job_logic import JobRegistry
 from dedup.keys import format_instant
-from dedup.protocol import Job, RunContext
+from dedup.protocol import Job, PermanentFailure, RunContext
 from dedup.settings import SettingsError, read_table
 from dedup.tables import PROXY_ROUTES_TABLE
 from dedup.targets import (
@@ -231,11 +234,11 @@ class ProxyJob:
             self._log(context, exc)
             if exc.retryable:
                 raise
-            return {
-                **base,
-                "execution": None,
-                "error": {"status": exc.status, "reason": exc.reason, "retryable": False},
-            }
+            raise PermanentFailure(
+                f"{self.target.kind.value} refused the start request: {exc.reason}",
+                {**base, "execution": None,
+                 "error": {"status": exc.status, "reason": exc.reason, "retryable": False}},
+            ) from exc
         self._emit({
             "severity": "INFO" if started.note is None else "WARNING",
             "message": f"{context.job_name}: started {self.target.kind.value} execution "
@@ -266,7 +269,8 @@ class ProxyJob:
         else:
             message = (
                 f"{context.job_name}: {self.target.kind.value} rejected the start request: "
-                f"{exc.reason}; run recorded as done with this error, Scheduler stops"
+                f"{exc.reason}; run recorded failed (permanent), Scheduler stops: fix the "
+                "cause, then `make rerun`"
             )
         self._emit({
             "severity": "WARNING" if exc.retryable else "ERROR",
@@ -288,12 +292,12 @@ def _message_name(message_id: str | None) -> str:
 
 
 class UnroutedJob:
-    """A job ID with no route and no default target: recorded as an error, not retried."""
+    """A job ID with no route and no default target: a permanent failure, not retried."""
 
     def __init__(self, emit: Emit) -> None:
         self._emit = emit
 
-    def __call__(self, context: RunContext) -> dict[str, Any]:
+    def __call__(self, context: RunContext) -> NoReturn:
         reason = (
             f"no downstream target for job {context.job_name!r}: add it to "
             f"{PROXY_ROUTES_TABLE} or set DEDUP_PROXY_TARGET and DEDUP_PROXY_RESOURCE"
@@ -306,8 +310,10 @@ class UnroutedJob:
             "job": context.job_name,
             "reason": reason,
         })
-        return {"token": None, "execution": None,
-                "error": {"status": None, "reason": reason, "retryable": False}}
+        raise PermanentFailure(reason, {
+            "token": None, "execution": None,
+            "error": {"status": None, "reason": reason, "retryable": False},
+        })
 
 
 def proxy_jobs(settings: ProxySettings, client: DownstreamClient, emit: Emit) -> JobRegistry:

@@ -183,8 +183,8 @@ class Started:
 
 class DownstreamError(Exception):
     """The start request failed. `retryable`: nothing is known to have started for good,
-    so the claim is released and Scheduler retries; otherwise the run is recorded as
-    done with this error, so Scheduler stops."""
+    so the claim is released and Scheduler retries; otherwise nothing started and no retry
+    could succeed: the run is recorded failed for good (permanent), so Scheduler stops."""
 
     def __init__(self, reason: str, *, retryable: bool, status: int | None = None) -> None:
         super().__init__(reason)

@@ -37,7 +37,8 @@ _PATHS = [
     # A build trigger starts on a message to its topic: the resource seen is the topic.
     (BUILD_TRIGGER, re.compile(r"/v1/(projects/[^/]+/topics/[^/:]+):publish")),
 ]
-_GOOGLE_STATUS = {
+# Google's error status for each HTTP status the fake answers with (unless scripted).
+GOOGLE_STATUS = {
     400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
     404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED", 409: "ABORTED", 429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
@@ -255,5 +256,5 @@ def _route(path: str) -> tuple[str, str] | None:
 
 
 def _error(behaviour: Behaviour, message: str) -> dict[str, Any]:
-    status = behaviour.google_status or _GOOGLE_STATUS.get(behaviour.status, "UNKNOWN")
+    status = behaviour.google_status or GOOGLE_STATUS.get(behaviour.status, "UNKNOWN")
     return {"error": {"code": behaviour.status, "message": message, "status": status}}

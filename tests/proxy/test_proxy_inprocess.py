@@ -13,7 +13,14 @@ import pytest
 
 from local_stack import free_port
 from local_stack.deliveries import INVOKER, PROJECT, InProcessFunction, bearer, scheduler_headers
-from tests.proxy.fake_apis import BUILD_TRIGGER, RUN_JOB, WORKFLOW, Behaviour, FakeGoogleApis
+from tests.proxy.fake_apis import (
+    BUILD_TRIGGER,
+    GOOGLE_STATUS,
+    RUN_JOB,
+    WORKFLOW,
+    Behaviour,
+    FakeGoogleApis,
+)
 from tests.proxy.support import (
     BUILD_TOPIC,
     JOBS,
@@ -149,30 +156,87 @@ def test_retryable_failure_releases_the_claim_and_the_retry_starts_once(
     assert len(fake.started()) == executions
 
 
-@pytest.mark.parametrize("status", [400, 403, 404, 409])
-def test_non_retryable_failure_keeps_the_record_so_scheduler_stops(
-    status: int, proxy: InProcessFunction, fake: FakeGoogleApis, collection_name: str
+REFUSALS = [
+    pytest.param(kind, status, id=f"{kind}-{status}") for kind in KINDS for status in (403, 404)
+]
+
+
+@pytest.mark.parametrize(("kind", "status"), REFUSALS)
+def test_a_refused_start_is_a_permanent_failure_answered_200_and_never_started_again(
+    kind: str, status: int,
+    proxy: InProcessFunction, fake: FakeGoogleApis, collection_name: str,
 ) -> None:
-    job = JOBS[RUN_JOB]
+    """A 403/404 cannot succeed on a retry: 200 so Scheduler stops, but the record says
+    `failed` (permanent, with the status and reason), so the run is not counted as done;
+    every later delivery (a late retry, a duplicate, another instance) replays the failure
+    and starts nothing."""
+    job = JOBS[kind]
     headers = scheduler_headers(job, SCHEDULE)
-    # A 409 ALREADY_EXISTS is final, unlike 409 ABORTED (a concurrency conflict).
-    fake.script(Behaviour(status=status, google_status="ALREADY_EXISTS" if status == 409 else None))
+    fake.script(Behaviour(status=status))
     reply_status, body = proxy.deliver(headers)
-    assert (reply_status, body["outcome"]) == (200, "completed")
+    reason = f"HTTP {status} {GOOGLE_STATUS[status]}: scripted failure"
+    assert (reply_status, body["outcome"]) == (200, "failed_permanent")
+    assert body["error"] == f"{kind} refused the start request: {reason}"
     error = body["result"]["error"]
-    assert error["status"] == status and error["retryable"] is False
-    assert error["reason"].startswith(f"HTTP {status}")
+    assert error == {"status": status, "reason": reason, "retryable": False}
     stored = record(proxy, collection_name, job)
-    assert stored is not None and stored["status"] == "completed"
+    assert stored is not None
+    assert (stored["status"], stored["permanent"], stored["attempts"]) == ("failed", True, 1)
+    assert stored["error"] == body["error"] and "\n" not in stored["error"]
+    assert stored["failed_at"] is not None and stored["finished_at"] is None
     assert json.loads(stored["result_json"])["error"] == error
     [line] = [e for e in proxy.logs if e.get("component") == "proxy"]
     assert line["severity"] == "ERROR" and line["downstream_status"] == status
     assert "rejected the start request" in line["message"]
+    assert "recorded failed (permanent)" in line["message"]
+    [delivery] = [e for e in proxy.logs if e.get("outcome") == "failed_permanent"]
+    assert (delivery["severity"], delivery["status"]) == ("ERROR", 200)
 
-    again = in_process_proxy(collection_name, fake.url).deliver(headers)
-    assert again == (200, {"outcome": "duplicate", "run_id": run_id(job), "trigger": "scheduled",
-                           "result": body["result"]})
+    # The same instance and another one: replayed from the record, nothing started.
+    for instance in (proxy, in_process_proxy(collection_name, fake.url)):
+        again = instance.deliver(headers)
+        assert again == (200, {
+            "outcome": "failed_permanent", "run_id": run_id(job), "trigger": "scheduled",
+            "result": body["result"], "error": body["error"],
+        })
     assert len(fake.received()) == 1
+    kept = record(proxy, collection_name, job)
+    assert kept is not None and (kept["status"], kept["attempts"]) == ("failed", 1)
+
+
+@pytest.mark.parametrize(("status", "google_status"), [(400, None), (409, "ALREADY_EXISTS")])
+def test_every_other_final_4xx_is_a_permanent_failure_too(
+    status: int, google_status: str | None,
+    proxy: InProcessFunction, fake: FakeGoogleApis, collection_name: str,
+) -> None:
+    # A 409 ALREADY_EXISTS is final, unlike 409 ABORTED (a concurrency conflict).
+    job = JOBS[RUN_JOB]
+    fake.script(Behaviour(status=status, google_status=google_status))
+    reply_status, body = proxy.deliver(scheduler_headers(job, SCHEDULE))
+    assert (reply_status, body["outcome"]) == (200, "failed_permanent")
+    assert body["result"]["error"]["status"] == status
+    stored = record(proxy, collection_name, job)
+    assert stored is not None and (stored["status"], stored["permanent"]) == ("failed", True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_a_transient_refusal_stays_retryable_not_permanent(
+    kind: str, status: int,
+    proxy: InProcessFunction, fake: FakeGoogleApis, collection_name: str,
+) -> None:
+    job = JOBS[kind]
+    headers = scheduler_headers(job, SCHEDULE)
+    fake.script(Behaviour(status=status))
+    reply_status, body = proxy.deliver(headers)
+    assert (reply_status, body["outcome"]) == (500, "failed")
+    kept = record(proxy, collection_name, job)
+    assert kept is not None and (kept["status"], kept["permanent"]) == ("failed", False)
+    reply_status, body = proxy.deliver(headers)  # the retry takes it over and starts it
+    assert (reply_status, body["outcome"]) == (200, "completed")
+    assert len(fake.received()) == 2 and len(fake.started()) == 1
+    done = record(proxy, collection_name, job)
+    assert done is not None and (done["status"], done["permanent"]) == ("completed", False)
 
 
 def test_unreachable_api_is_retryable(collection_name: str) -> None:
@@ -186,13 +250,15 @@ def test_unreachable_api_is_retryable(collection_name: str) -> None:
     assert "cannot reach build_trigger API" in kept["error"]
 
 
-def test_a_job_without_a_route_is_recorded_as_an_error_and_nothing_starts(
-    proxy: InProcessFunction, fake: FakeGoogleApis
+def test_a_job_without_a_route_is_a_permanent_failure_and_nothing_starts(
+    proxy: InProcessFunction, fake: FakeGoogleApis, collection_name: str
 ) -> None:
     status, body = proxy.deliver(scheduler_headers("unrouted-job", SCHEDULE))
-    assert (status, body["outcome"]) == (200, "completed")
+    assert (status, body["outcome"]) == (200, "failed_permanent")
     assert "no downstream target for job 'unrouted-job'" in body["result"]["error"]["reason"]
     assert fake.received() == []
+    stored = record(proxy, collection_name, "unrouted-job")
+    assert stored is not None and (stored["status"], stored["permanent"]) == ("failed", True)
 
 
 @pytest.mark.parametrize("kind", KINDS)

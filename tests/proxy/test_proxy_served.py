@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +17,31 @@ import pytest
 import requests
 from google.cloud import firestore
 
+from dedup.firestore_store import FirestoreRunStore
+from dedup.keys import RunKey
+from dedup.reruns import DONE as RERUN_DONE
+from dedup.reruns import FAILED as RERUN_FAILED
+from dedup.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection
+from dedup.store import RunStatus
+from dedup.tokens import mint_token
+from dedup.watchdog import WatchedJob
 from local_stack import FunctionServer, LocalStackError
-from local_stack.deliveries import PROJECT, scheduler_headers
+from local_stack.deliveries import LOCATION, PROJECT, scheduler_headers
 from local_stack.tables import write_job_tables
 from tests.function.test_body_limits import post_declaring
-from tests.proxy.fake_apis import RUN_JOB, WORKFLOW, Behaviour, FakeGoogleApis, StartRequest
+from tests.function.test_catch_up import JOB_HEADERS, Watch, z
+from tests.proxy.fake_apis import (
+    GOOGLE_STATUS,
+    RUN_JOB,
+    WORKFLOW,
+    Behaviour,
+    FakeGoogleApis,
+    StartRequest,
+)
 from tests.proxy.support import (
     JOBS,
     KINDS,
+    TOKEN_SECRET,
     proxy_env,
     run_id,
     service_account_file,
@@ -144,32 +162,99 @@ def test_a_retryable_downstream_failure_leads_to_one_successful_start_after_the_
     assert len(for_run(apis, job, schedule)) == 2
 
 
-def test_a_non_retryable_downstream_failure_keeps_the_record_and_scheduler_stops(
-    server: FunctionServer, apis: FakeGoogleApis, collection: str
-) -> None:
-    schedule = "2026-10-16T04:00:00Z"
-    job = JOBS[WORKFLOW]
-    apis.script(Behaviour(status=403))
-    first = post(server, job, schedule)
-    assert (first.status_code, first.json()["outcome"]) == (200, "completed")
-    error = first.json()["result"]["error"]
-    assert error == {"status": 403, "reason": "HTTP 403 PERMISSION_DENIED: scripted failure",
-                     "retryable": False}
-    snapshot: Any = (
-        firestore.Client(project=PROJECT).collection(collection)
-        .document(run_id(job, schedule)).get()
+# Ten minutes apart: each one is after the runs the watchdog's cursor of its job has
+# already judged (two cases per job).
+REFUSED_RUNS = [
+    pytest.param(kind, status, 10 * n, id=f"{kind}-{status}")
+    for n, (kind, status) in enumerate(
+        (kind, status) for kind in KINDS for status in (403, 404)
     )
-    assert snapshot.to_dict()["status"] == "completed"
-    for _ in range(3):
+]
+
+
+@pytest.mark.parametrize(("kind", "status", "minute"), REFUSED_RUNS)
+def test_a_refused_start_is_reported_failed_and_a_refused_rerun_ends_failed(
+    kind: str, status: int, minute: int,
+    server: FunctionServer, apis: FakeGoogleApis, collection: str,
+) -> None:
+    """Scheduler gets 200 and stops; the record is failed and permanent, so the watchdog
+    reports the run `failed` (its problem alert), later deliveries start nothing, a
+    re-run refused again ends `failed` (not done), and once the cause is fixed the next
+    re-run starts the downstream once."""
+    job = JOBS[kind]
+    t = datetime(2026, 10, 16, 6, minute, tzinfo=UTC)
+    schedule = z(t)
+    reason = f"HTTP {status} {GOOGLE_STATUS[status]}: scripted failure"
+    error_line = f"{kind} refused the start request: {reason}"
+    apis.script(Behaviour(status=status))
+    first = post(server, job, schedule)
+    assert (first.status_code, first.json()["outcome"]) == (200, "failed_permanent")
+    assert first.json()["result"]["error"] == {
+        "status": status, "reason": reason, "retryable": False}
+    runs = FirestoreRunStore(firestore.Client(project=PROJECT), collection, 5)
+    stored = runs.get(run_id(job, schedule))
+    assert stored is not None
+    assert (stored.record.status, stored.record.permanent, stored.record.error) == (
+        RunStatus.FAILED, True, error_line)
+    for _ in range(3):  # Scheduler's late retries and duplicates, on any worker
         again = post(server, job, schedule)
-        assert (again.status_code, again.json()["outcome"]) == (200, "duplicate")
-        assert again.json()["result"]["error"] == error
+        assert (again.status_code, again.json()["outcome"]) == (200, "failed_permanent")
+        assert again.json()["error"] == error_line
     assert len(for_run(apis, job, schedule)) == 1
     lines = [json.loads(line) for line in server.log_text.splitlines() if line.startswith("{")]
     [rejected] = [e for e in lines if e.get("component") == "proxy"
                   and e.get("run_id") == run_id(job, schedule)]
-    assert rejected["severity"] == "ERROR" and rejected["downstream_status"] == 403
-    assert "rejected the start request: HTTP 403 PERMISSION_DENIED" in rejected["message"]
+    assert rejected["severity"] == "ERROR" and rejected["downstream_status"] == status
+    assert f"rejected the start request: {reason}" in rejected["message"]
+
+    watched = WatchedJob(
+        job, f"{minute} 6 * * *", "Etc/UTC", attempt_deadline_seconds=60,
+        retry_window_seconds=0, headers=JOB_HEADERS,
+    )
+    watch = Watch(collection, [watched], server.url, now=t + timedelta(minutes=5))
+    body = watch.tick()
+    assert [(p["kind"], p["job"], p["schedule_time"], p["error"]) for p in body["problems"]] == [
+        ("failed", job, schedule, error_line)]
+    [line] = [e for e in watch.logs if e.get("kind") == "failed"]
+    assert line["severity"] == "ERROR"  # counted by the watchdog-problem alert's metric
+
+    # `make rerun` while the grant is still missing: refused again, the request ends failed.
+    queue = FirestoreRerunQueue(runs, reruns_collection(collection))
+    queue.create(rerun_request(job, t, 1))
+    apis.script(Behaviour(status=status))
+    outcomes = [r["status"] for _ in range(2) for r in watch.tick()["reruns"]]
+    assert outcomes == ["failed_permanent", "failed"]
+    assert watch.tick()["reruns"] == []
+    [asked] = [r for r in queue.for_job(job) if r.generation == 1 and r.schedule_time == t]
+    assert (asked.status, asked.outcome) == (RERUN_FAILED, error_line)
+    assert len(starts_of(apis, job, t, 1)) == 1
+    rerun_record = runs.get(asked.request_id)
+    assert rerun_record is not None
+    assert (rerun_record.record.status, rerun_record.record.permanent) == (RunStatus.FAILED, True)
+
+    # The grant fixed: the next generation starts the downstream, once.
+    queue.create(rerun_request(job, t, 2))
+    assert [r["status"] for r in watch.tick()["reruns"]] == ["completed"]
+    [fixed] = [r for r in queue.for_job(job) if r.generation == 2 and r.schedule_time == t]
+    assert fixed.status == RERUN_DONE
+    [started] = starts_of(apis, job, t, 2)
+    assert started.execution is not None
+
+
+def rerun_request(job: str, t: datetime, generation: int) -> RerunRequest:
+    """What `make rerun` writes (infra/rerun.py) for one generation of a run."""
+    return RerunRequest(
+        project=PROJECT, location=LOCATION, job=job, schedule_time=t, generation=generation,
+        requested_by="alice@example.com", reason="grant fixed", requested_at=t,
+        expire_at=t + timedelta(days=3650),
+    )
+
+
+def starts_of(apis: FakeGoogleApis, job: str, t: datetime, generation: int) -> list[StartRequest]:
+    token = mint_token(
+        TOKEN_SECRET.encode(), RunKey(PROJECT, LOCATION, job, t, generation=generation).run_id
+    )
+    return [r for r in apis.received() if r.token == token]
 
 
 def test_served_proxy_refuses_to_start_without_a_target(
