@@ -53,6 +53,7 @@ from dedup.reruns import (  # noqa: E402
     FirestoreRerunQueue,
     RerunRequest,
     reruns_collection,
+    retries_may_execute,
 )
 from dedup.store import RecordExists, RunStatus, StoredRun, StoreError  # noqa: E402
 from dedup.watchdog import WatchedJob, verdict_due_at  # noqa: E402
@@ -203,9 +204,7 @@ def request_rerun(
     generation = max(latest, highest_asked) + 1
     run = found.get(0)
     possible_at = verdict_due_at(job, instant, float(cfg.watchdog.grace_seconds))
-    if generation > 0 and (run is None or run.record.status is not RunStatus.COMPLETED) and (
-        now < possible_at
-    ):
+    if generation > 0 and retries_may_execute(run) and now < possible_at:
         # Scheduler stops retrying a run only once it got a 2xx: until the retry window
         # has passed, a retry may take generation 0 over while generation g runs.
         status = "no record" if run is None else str(run.record.status) + (

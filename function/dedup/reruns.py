@@ -28,7 +28,7 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 
 from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
-from dedup.store import RecordExists
+from dedup.store import RecordExists, RunStatus, StoredRun
 
 RERUNS_SUFFIX = "_reruns"
 PENDING, DONE, FAILED, REFUSED = "pending", "done", "failed", "refused"
@@ -103,6 +103,18 @@ class RerunRequest:
             finished_at=data.get("finished_at"),
             expire_at=data.get("expire_at"),
         )
+
+
+def retries_may_execute(run: StoredRun | None) -> bool:
+    """Whether a retry of Scheduler's could still execute this run (its generation 0
+    record): it is neither completed nor failed for good (`permanent`: answered 2xx, and
+    every later delivery is answered the same). While its retry window lasts, a re-run of
+    such a run could execute next to that retry."""
+    if run is None:
+        return True
+    status = run.record.status
+    return not (status is RunStatus.COMPLETED or (
+        status is RunStatus.FAILED and run.record.permanent))
 
 
 class RerunQueue(Protocol):

@@ -81,6 +81,7 @@ from dedup.reruns import (
     RerunQueue,
     RerunRequest,
     reruns_collection,
+    retries_may_execute,
 )
 from dedup.reruns import (
     FAILED as RERUN_FAILED,
@@ -810,11 +811,12 @@ class Watchdog:
         self, job: WatchedJob, request: RerunRequest, run: StoredRun | None, now: datetime
     ) -> datetime | None:
         """Until when Scheduler may still retry the run a re-run (generation >= 1) asks
-        for, if that is after `now`: the run is not completed and its retry window + grace
-        has not passed (generation 0 is the run itself, deduplicated with those retries)."""
+        for, if that is after `now`: a retry could still execute the run and its retry
+        window + grace has not passed (generation 0 is the run itself, deduplicated with
+        those retries)."""
         until = verdict_due_at(job, request.schedule_time, self._settings.grace_seconds)
-        completed = run is not None and run.record.status is RunStatus.COMPLETED
-        return None if request.generation == 0 or completed or now >= until else until
+        held = request.generation > 0 and retries_may_execute(run) and now < until
+        return until if held else None
 
     def _horizon(self, job: WatchedJob, now: datetime) -> datetime:
         """Runs scheduled at or before this have had their whole retry window + grace."""

@@ -14,7 +14,7 @@ import yaml
 
 from dedup.cache import CompletedRunCache
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator
+from dedup.protocol import Claim, Deduplicator, Outcome, PermanentFailure, RunContext
 from dedup.reruns import DONE, REFUSED, FirestoreRerunQueue, reruns_collection
 from infra import rerun, runs
 from tests.infra.test_runs import DATABASE, NOW, PROJECT, REGION, Protocol, at, run_main
@@ -184,14 +184,29 @@ def test_a_rerun_while_scheduler_may_retry_the_run_is_refused_until_its_window_p
     assert [r.generation for r in queue.for_job(hourly.job_id)] == [1]
 
 
-def test_a_completed_run_can_be_rerun_at_once(tmp_path: Path, collection_name: str) -> None:
-    # Scheduler stops retrying a run once it got a 2xx: no window to wait for.
+def _refused_start(context: RunContext) -> None:
+    raise PermanentFailure("the downstream refused the start: HTTP 403")
+
+
+@pytest.mark.parametrize("attempt_1", ["completed", "failed for good"])
+def test_a_run_answered_2xx_can_be_rerun_at_once(
+    tmp_path: Path, collection_name: str, attempt_1: str,
+) -> None:
+    # Scheduler stops retrying a run once it got a 2xx: no window to wait for. A run failed
+    # for good (`permanent`) was answered 200 too, and every later delivery is the same.
     path = stack_file(tmp_path, collection_name)
     hourly = Protocol(runs.stack_config(str(path)), JOB)
-    hourly.completed(at(11, 7))
+    if attempt_1 == "completed":
+        hourly.completed(at(11, 7))
+    else:
+        dedup = Deduplicator(hourly.store, lease_seconds=60, retention_seconds=3650 * 86400,
+                             cache=CompletedRunCache(0, 3600), wall_clock=lambda: at(11, 7))
+        delivery = dedup.run(hourly.key(at(11, 7)), _refused_start, b"", {})
+        assert delivery.outcome is Outcome.FAILED_PERMANENT
     code, out, err = ask(path, "2026-10-16T11:07:00Z", now=at(11, 8))
     assert (code, err) == (0, "")
-    assert "generation 1 " in out and "latest before: completed" in out
+    before = "completed" if attempt_1 == "completed" else "failed"
+    assert "generation 1 " in out and f"latest before: {before}" in out
 
 
 def test_after_a_refused_request_the_next_rerun_asks_for_the_next_generation(

@@ -5,9 +5,11 @@ require."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +18,6 @@ from infra.config import AT_MOST_ONCE, RETRY_COUNT_DEFAULT, DedupSettings, Stack
 from infra.dedup_proxy import SECRET_APIS, TARGET_APIS
 from infra.dedup_service import REQUIRED_APIS
 from infra.offline import DeclaredResource
-from infra.program import DEFAULT_SOURCE_DIR
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
     fast_failure_retry_span_seconds,
@@ -26,7 +27,6 @@ from infra.source import (
     JOB_ROUTES_TABLE,
     PROXY_ROUTES_TABLE,
     WATCH_JOBS_TABLE,
-    build_source_archive,
     table_files,
 )
 from infra.watchdog import watch_jobs
@@ -336,8 +336,12 @@ def test_private_source_bucket_and_content_hashed_object(stack: StackUnderTest) 
     for function in functions:
         obj = stack.source_object(function)
         table, content = tables[function.name]
-        expected = build_source_archive(DEFAULT_SOURCE_DIR, table_files(table, content))
-        assert obj.props["name"] == expected.object_name, function.name
+        # Named by the hash of the very bytes uploaded (function/ may change under a running
+        # suite: rebuilding it here could differ), which hold the function's table.
+        uploaded = Path(obj.props["source"]["path"]).read_bytes()
+        assert obj.props["name"] == f"function-source/{hashlib.sha256(uploaded).hexdigest()}.zip"
+        [written] = table_files(table, content).values()
+        assert stack.job_table(function, table) == json.loads(written)
         assert re.fullmatch(r"function-source/[0-9a-f]{64}\.zip", obj.props["name"])
         assert obj.props["bucket"] == bucket.props["name"]
         assert obj.props["source"]["__asset"] == "file"
