@@ -241,6 +241,33 @@ def test_a_refused_start_is_reported_failed_and_a_refused_rerun_ends_failed(
     assert started.execution is not None
 
 
+def test_a_caught_up_run_whose_start_is_refused_is_reported_failed_once_not_missed(
+    server: FunctionServer, apis: FakeGoogleApis, collection: str,
+) -> None:
+    """The watchdog's catch-up is a later delivery like any: refused, the run is `failed`
+    (permanent), reported once as failed, and the next ticks deliver and start nothing."""
+    job = JOBS[RUN_JOB]
+    earlier, t = datetime(2026, 10, 16, 7, 0, tzinfo=UTC), datetime(2026, 10, 16, 7, 30, tzinfo=UTC)
+    assert post(server, job, z(earlier)).json()["outcome"] == "completed"  # its first run
+    watched = WatchedJob(
+        job, "0,30 7 * * *", "Etc/UTC", attempt_deadline_seconds=60, retry_window_seconds=0,
+        catch_up=True, catch_up_within_seconds=1800, headers=JOB_HEADERS,
+    )
+    watch = Watch(collection, [watched], server.url, now=t + timedelta(minutes=5))
+    apis.script(Behaviour(status=403))
+    body = watch.tick()
+    assert [(p["kind"], p["schedule_time"]) for p in body["problems"]] == [("failed", z(t))]
+    assert "refused the start request: HTTP 403" in body["problems"][0]["error"]
+    for minutes in (6, 15):
+        watch.now = t + timedelta(minutes=minutes)
+        assert watch.tick()["problems"] == []
+    assert len(for_run(apis, job, z(t))) == 1
+    stored = FirestoreRunStore(firestore.Client(project=PROJECT), collection, 5).get(
+        run_id(job, z(t)))
+    assert stored is not None
+    assert (stored.record.status, stored.record.permanent) == (RunStatus.FAILED, True)
+
+
 def rerun_request(job: str, t: datetime, generation: int) -> RerunRequest:
     """What `make rerun` writes (infra/rerun.py) for one generation of a run."""
     return RerunRequest(
