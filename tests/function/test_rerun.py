@@ -18,8 +18,10 @@ import pytest
 import requests
 from google.cloud import firestore
 
+from dedup.cache import CompletedRunCache
 from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
+from dedup.protocol import Deduplicator, Outcome, PermanentFailure, RunContext
 from dedup.reruns import (
     DONE,
     FAILED,
@@ -397,3 +399,28 @@ def test_the_watchdog_holds_a_rerun_of_a_run_scheduler_may_still_retry(
             if e["schedule_time"] == recent.isoformat()] == [1]
     [request] = [r for r in queue.for_job(JOB_ID) if r.schedule_time == recent]
     assert request.status == DONE
+
+
+def _refused_start(context: RunContext) -> None:
+    raise PermanentFailure("the downstream refused the start: HTTP 403")
+
+
+def test_the_watchdog_delivers_a_rerun_of_a_run_failed_for_good_at_once(
+    served: Served, store: FirestoreRunStore, recent: datetime,
+) -> None:
+    """A run failed for good (`permanent`: answered 200, and so is every later delivery):
+    Scheduler retries nothing that could execute, so its re-run is not held."""
+    clean(served)
+    dedup = Deduplicator(store, lease_seconds=60, retention_seconds=3650 * 86400,
+                         cache=CompletedRunCache(0, 3600), wall_clock=lambda: recent)
+    delivery = dedup.run(RunKey(PROJECT, LOCATION, JOB_ID, recent), _refused_start, b"", {})
+    assert delivery.outcome is Outcome.FAILED_PERMANENT
+    queue = FirestoreRerunQueue(store, reruns_collection(served.collection))
+    queue.create(RerunRequest(PROJECT, LOCATION, JOB_ID, recent, 1, "ops@example.com",
+                              "grant fixed", recent + timedelta(minutes=1)))
+    job = replace(watched(), retry_window_seconds=450)
+    watch = Watch(served.collection, [job], served.server.url, now=recent + timedelta(minutes=2))
+    [delivered] = watch.tick()["reruns"]
+    assert (delivered["status"], delivered["generation"]) == ("completed", 1)
+    assert [e["generation"] for e in served.executions(JOB_ID)
+            if e["schedule_time"] == recent.isoformat()] == [1]
