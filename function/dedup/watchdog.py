@@ -118,6 +118,10 @@ CURSOR_WRITE_BATCH = 500
 # The deliveries queue's longest backoff between attempts (infra declares the queue's
 # retryConfig.maxBackoff from it): a failure older than this plus an attempt got no retry.
 QUEUE_MAX_BACKOFF_SECONDS = 300.0
+# The rest of the queue's retryConfig (infra/watchdog.py DELIVERY_*; a test checks).
+QUEUE_MAX_ATTEMPTS = 5
+QUEUE_MIN_BACKOFF_SECONDS = 10.0
+QUEUE_MAX_DOUBLINGS = 5
 
 MISSED, FAILED, OVERLONG, NEVER_RAN = "missed", "failed", "overlong", "never_ran"
 # Verdicts that are not problems (classify_run; shown by `make runs`).
@@ -130,6 +134,9 @@ RERUN = "rerun"
 # A re-run's tick status while its run is not completed and Scheduler may still retry it.
 RERUN_WAITING = "waiting"
 JOB_FAILED = "failed"  # the function's outcome when the job raised (dedup.protocol.Outcome)
+# ... and when it refused for good (a proxied start the target refused), answered 200.
+JOB_FAILED_PERMANENT = "failed_permanent"
+RAN_AND_FAILED = frozenset({JOB_FAILED, JOB_FAILED_PERMANENT})
 _JOB_KEYS = {
     "name", "schedule", "timeZone", "attemptDeadlineSeconds", "retryWindowSeconds", "paused",
     "catchUp", "catchUpWithinSeconds", "body", "headers", "url", "database", "proxied",
@@ -387,6 +394,9 @@ class Cursor:
     # already reported (run_id -> schedule time); both pruned to the lookback.
     watching: dict[str, datetime] = field(default_factory=dict)
     overlong: dict[str, datetime] = field(default_factory=dict)
+    # Catch-ups delivered but not executed yet (run_id -> PendingCatchUp): delivered again
+    # while inside their bound, reported with their last error once it is over.
+    catch_ups: dict[str, PendingCatchUp] = field(default_factory=dict)
 
     def to_document(self, now: datetime) -> dict[str, Any]:
         return {
@@ -396,6 +406,7 @@ class Cursor:
             "never_ran_reported": self.never_ran_reported,
             "watching": dict(self.watching),
             "overlong": dict(self.overlong),
+            "catch_ups": {r: c.to_document() for r, c in self.catch_ups.items()},
             "updated_at": now,
         }
 
@@ -410,7 +421,29 @@ class Cursor:
             never_ran_reported=bool(data.get("never_ran_reported", False)),
             watching=dict(data.get("watching") or {}),
             overlong=dict(data.get("overlong") or {}),
+            catch_ups={
+                r: PendingCatchUp.from_document(c)
+                for r, c in (data.get("catch_ups") or {}).items()
+            },
         )
+
+
+@dataclass(frozen=True)
+class PendingCatchUp:
+    """A catch-up delivered `deliveries` times, the last at `delivered_at`, not executed yet
+    (no record, or one whose lease lapsed: its instance stopped)."""
+
+    deliveries: int
+    delivered_at: datetime
+    error: str | None = None  # what the last delivery answered, if it failed
+
+    def to_document(self) -> dict[str, Any]:
+        return {"deliveries": self.deliveries, "delivered_at": self.delivered_at,
+                "error": self.error}
+
+    @classmethod
+    def from_document(cls, data: Mapping[str, Any]) -> PendingCatchUp:
+        return cls(int(data.get("deliveries") or 1), data["delivered_at"], data.get("error"))
 
 
 class WatchStore(Protocol):
@@ -621,7 +654,9 @@ class Watchdog:
             problems.extend(result.problems)
         return TickResult(checked, problems, counts, caught_up, reruns)
 
-    def _delivery(self, job: WatchedJob, t: datetime, generation: int = 0) -> RunDelivery:
+    def _delivery(
+        self, job: WatchedJob, t: datetime, generation: int = 0, number: int = 0
+    ) -> RunDelivery:
         url = self._settings.delivery_url(job)
         assert url is not None  # callers deliver only jobs that have one
         return RunDelivery(
@@ -631,6 +666,7 @@ class Watchdog:
                 self._project, self._location, job.name, t, generation=generation
             ).run_id,
             attempt_deadline_seconds=job.attempt_deadline_seconds,
+            number=number,
         )
 
     @property
@@ -649,7 +685,7 @@ class Watchdog:
         """A failed record a queued delivery may still retry (asynchronous deliveries)."""
         failed_at = stored.record.failed_at
         return (
-            self._asynchronous and failed_at is not None
+            self._asynchronous and failed_at is not None and not stored.record.permanent
             and (now - failed_at).total_seconds() < self._settle_seconds(job)
         )
 
@@ -664,13 +700,17 @@ class Watchdog:
     def _catch_up(
         self, judged: Sequence[tuple[WatchedJob, Cursor, JobTick]], now: datetime
     ) -> list[Delivered]:
-        """Deliver the missed runs the judging set aside; each ends up `caught_up`,
-        watched (in progress), or reported `missed` with the delivery's error."""
+        """Deliver the missed runs the judging set aside (again, for a pending one); each
+        ends up `caught_up`, `failed` when it ran and the job raised, or pending: watched,
+        and delivered again at a later tick until it executed or its bound is over."""
         wanted = [
             (job, cursor, tick, run_id, t)
             for job, cursor, tick in judged for run_id, t in tick.to_catch_up.items()
         ]
-        results = self._deliver_all([self._delivery(job, t) for job, _, _, _, t in wanted])
+        results = self._deliver_all([
+            self._delivery(job, t, number=_deliveries(cursor, run_id))
+            for job, cursor, _, run_id, t in wanted
+        ])
         # No usable answer is not "not executed": the run may have landed while its reply
         # was lost or late. Its record says which, before anything is reported.
         unanswered = [
@@ -683,12 +723,6 @@ class Watchdog:
         for (job, cursor, tick, run_id, t), result in zip(wanted, results, strict=True):
             stored = landed.get(run_id)
             status = stored.record.status if stored is not None else None
-            if result.queued:
-                # Handed to the queue (or its task already exists): watched from now on,
-                # re-handed while it has no record, judged by its record (see _judge_job).
-                cursor.watching[run_id] = t
-                caught_up.append(Delivered(job.name, t, CAUGHT_UP, result.status, run_id))
-                continue
             if result.executed or status is RunStatus.COMPLETED:
                 error = None if result.executed else (
                     f"no answer ({result.error or result.status}), but its record is completed")
@@ -696,20 +730,29 @@ class Watchdog:
                     job.name, t, CAUGHT_UP, "completed" if error else result.status, run_id,
                     error=error,
                 ))
+                cursor.catch_ups.pop(run_id, None)
+                cursor.watching.pop(run_id, None)
                 continue
-            if result.status == JOB_FAILED or status is RunStatus.FAILED:
+            if result.status in RAN_AND_FAILED or status is RunStatus.FAILED:
                 # It ran late and the job raised: reported as the failed run it now is.
                 why = result.error if result.status == JOB_FAILED else (
-                    stored.record.error if stored is not None else None)
+                    stored.record.error if stored is not None else result.error)
                 error = f"caught up, then failed: {why}"
                 tick.problems.append(Problem(job.name, t, FAILED, run_id, error=error))
+                cursor.catch_ups.pop(run_id, None)
+                cursor.watching.pop(run_id, None)
                 continue
-            # Not (yet) executed by this delivery: watched from now on, so its outcome is
-            # judged at the next ticks (in_progress: it is being executed right now).
+            # Not executed (yet): pending, watched from now on and judged at the next ticks
+            # (queued: the queue delivers it; in_progress: it is being executed right now).
             cursor.watching[run_id] = t
-            if not result.in_progress and stored is None:
-                error = f"catch-up failed: {result.error or result.status}"
-                tick.problems.append(Problem(job.name, t, MISSED, run_id, error=error))
+            failed = not (result.queued or result.in_progress) and stored is None
+            cursor.catch_ups[run_id] = PendingCatchUp(
+                _deliveries(cursor, run_id) + 1, now,
+                f"{result.error or result.status}" if failed else None,
+            )
+            if result.queued or failed:  # a queued one is logged as handed over
+                caught_up.append(Delivered(
+                    job.name, t, CAUGHT_UP, result.status, run_id, error=result.error))
         return caught_up
 
     def _records(self, runs: Sequence[tuple[WatchedJob, str]]) -> dict[str, StoredRun]:
@@ -750,7 +793,8 @@ class Watchdog:
                 self._reruns.finish(request, DONE, result.status, now)
             elif result.status == JOB_FAILED:
                 # The job ran and raised: the request is over (no retries every tick); a
-                # new `make rerun` asks for the next generation.
+                # new `make rerun` asks for the next generation. (Refused for good, 200
+                # failed_permanent: finished by its record at the next tick, with its error.)
                 self._reruns.finish(request, RERUN_FAILED, result.error or JOB_FAILED, now)
             delivered.append(Delivered(
                 request.job, request.schedule_time, RERUN, result.status, request.request_id,
@@ -905,25 +949,21 @@ class Watchdog:
             stored = found.get(run_id)
             if run_id not in due_ids:
                 tick.checked += 1  # an in-progress run from an earlier tick, re-checked
-            if stored is None and job.catch_up and self._asynchronous:
-                # A catch-up handed to the queue that has not landed (yet): handed again
-                # while inside its bound (one task per run: the same name), then `missed`
-                # once the queue's retries are over too.
-                if self._catches_up(job, t, now):
-                    tick.to_catch_up[run_id] = t
-                elif (now - t).total_seconds() > (
-                        job.catch_up_within_seconds + self._settle_seconds(job)):
-                    watching.pop(run_id)
-                    tick.problems.append(Problem(
-                        job.name, t, MISSED, run_id,
-                        error="caught up through the queue, but no attempt reached the "
-                        "function"))
-            elif stored is None or stored.record.status is RunStatus.COMPLETED:
+            pending = cursor.catch_ups.get(run_id)
+            if pending is not None and (stored is None or (
+                    stored.record.status is RunStatus.IN_PROGRESS and stored.lease_expired)):
+                # A catch-up that has not executed: no record (never reached, or a 5xx that
+                # wrote nothing), or its instance stopped mid-run (the lease lapsed).
+                self._judge_pending(job, run_id, t, pending, stored, cursor, tick, now)
+                continue
+            if stored is None or stored.record.status is RunStatus.COMPLETED:
                 watching.pop(run_id)
+                cursor.catch_ups.pop(run_id, None)
             elif stored.record.status is RunStatus.FAILED:
                 if self._still_retried(job, stored, now):
                     continue  # the queue may retry it: judged once it settles
                 watching.pop(run_id)
+                cursor.catch_ups.pop(run_id, None)
                 tick.problems.append(self._failed(job, t, run_id, stored))
             elif run_id not in cursor.overlong and is_overlong(job, t, stored, now, grace):
                 tick.problems.append(Problem(
@@ -933,10 +973,43 @@ class Watchdog:
                 cursor.overlong[run_id] = t
 
         cursor.watching = watching
+        cursor.catch_ups = {r: c for r, c in cursor.catch_ups.items() if r in watching}
         cursor.overlong = {r: t for r, t in cursor.overlong.items() if t >= lookback_start}
         if horizon > start:
             cursor.judged_through = horizon  # every run in (start, horizon] is judged
         return tick
+
+    def _judge_pending(
+        self, job: WatchedJob, run_id: str, t: datetime, pending: PendingCatchUp,
+        stored: StoredRun | None, cursor: Cursor, tick: JobTick, now: datetime,
+    ) -> None:
+        """A pending catch-up: left to the queue while it may still deliver it, delivered
+        again while inside its bound, else reported `missed` with its last error."""
+        if self._asynchronous and (now - pending.delivered_at).total_seconds() < (
+                self._queue_span_seconds(job)):
+            return  # the queue may still be delivering it
+        if self._catches_up(job, t, now):
+            tick.to_catch_up[run_id] = t
+            return
+        cursor.watching.pop(run_id, None)
+        cursor.catch_ups.pop(run_id, None)
+        why = "its instance stopped mid-run (the lease lapsed)" if stored is not None else (
+            pending.error or "no delivery reached the function")
+        tick.problems.append(Problem(
+            job.name, t, MISSED, run_id,
+            error=f"delivered {pending.deliveries} time(s), never executed: {why}",
+        ))
+
+    def _queue_span_seconds(self, job: WatchedJob) -> float:
+        """The longest a queued delivery can take, all its attempts and backoffs: until
+        then a pending catch-up may still be executed by the queue."""
+        backoffs = sum(
+            min(QUEUE_MAX_BACKOFF_SECONDS,
+                QUEUE_MIN_BACKOFF_SECONDS * float(2 ** min(i, QUEUE_MAX_DOUBLINGS)))
+            for i in range(QUEUE_MAX_ATTEMPTS - 1)
+        )
+        attempts = QUEUE_MAX_ATTEMPTS * float(job.attempt_deadline_seconds)
+        return attempts + backoffs + float(self._settings.grace_seconds)
 
     def _catches_up(self, job: WatchedJob, t: datetime, now: datetime) -> bool:
         return (
@@ -1158,3 +1231,9 @@ class WatchdogHandler:
 
 def _ms_since(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
+
+
+def _deliveries(cursor: Cursor, run_id: str) -> int:
+    """How often a pending catch-up was delivered (0: never): the next delivery's number."""
+    pending = cursor.catch_ups.get(run_id)
+    return pending.deliveries if pending is not None else 0
