@@ -52,7 +52,8 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 MIN_DISPATCH_DEADLINE_SECONDS = 15
 MAX_DISPATCH_DEADLINE_SECONDS = 1800
 CREATE_TIMEOUT_SECONDS = 30.0
-CREATE_ATTEMPTS = 2  # a lost reply is asked again at once (same name: one task)
+CREATE_ATTEMPTS = 2  # a lost reply or a transient error is asked again at once (one task)
+_TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 # Cloud Tasks sets these itself ("will be ignored or replaced", HttpRequest.headers).
 _REPLACED_HEADERS = frozenset({"host", "content-length", "user-agent"})
 _QUEUE_NAME = re.compile(r"projects/[^/]+/locations/[^/]+/queues/[A-Za-z0-9-]{1,100}")
@@ -145,14 +146,17 @@ class CloudTasksDeliverer:
         url = f"{self._queue.endpoint}/v2/{self._queue.name}/tasks"
         request = {"task": task_of(self._queue, delivery)}
         for attempt in range(CREATE_ATTEMPTS):
+            last = attempt + 1 == CREATE_ATTEMPTS
             try:
                 reply = self._session.post(url, json=request, timeout=CREATE_TIMEOUT_SECONDS)
-                break
             except requests.RequestException as exc:
                 # The task may have been created while the reply was lost: the same
                 # CreateTask again answers ALREADY_EXISTS for it, which is QUEUED too.
-                if attempt + 1 == CREATE_ATTEMPTS:
+                if last:
                     return DeliveryResult(ERROR, error=f"CreateTask failed: {brief_error(exc)}")
+                continue
+            if reply.status_code not in _TRANSIENT_STATUSES or last:
+                break
         if reply.ok:
             return DeliveryResult(QUEUED, reply.status_code)
         body = json_or_none(reply)

@@ -64,6 +64,9 @@ class RunDelivery:
     # How many deliveries of this run came before (a pending catch-up delivered again): a
     # queued task of a later one needs a name of its own (a used name is refused ~1 h).
     number: int = 0
+    # X-Dedup-Deliver-Within: a queued delivery later than this after its task's ETA runs
+    # nothing (dedup/http.py): the watchdog reports the run once that bound is over.
+    deliver_within_seconds: float | None = None
 
     def request_headers(self) -> dict[str, str]:
         headers = {
@@ -76,6 +79,8 @@ class RunDelivery:
         }
         if self.generation:
             headers["X-Dedup-Generation"] = str(self.generation)
+        if self.deliver_within_seconds is not None:
+            headers["X-Dedup-Deliver-Within"] = f"{max(0.0, self.deliver_within_seconds):.0f}"
         return headers
 
 

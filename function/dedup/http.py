@@ -21,6 +21,7 @@ from dedup.job_logic import JobRegistry
 from dedup.keys import (
     BadDelivery,
     RunKey,
+    delivered_late,
     format_instant,
     is_forced_run,
     lower_keys,
@@ -74,6 +75,16 @@ FORBIDDEN_STATUS = 403
 FORBIDDEN_OUTCOME = "forbidden"
 REJECTED_STATUS = 400
 REJECTED_OUTCOME = "rejected"
+# - 200 "expired": a watchdog's queued delivery (catch-up, re-run) arriving later than its
+#   X-Dedup-Deliver-Within (a queue that was paused or backlogged): by then the watchdog
+#   has reported the run, so it must not run now; 200 so the queue stops.
+EXPIRED_STATUS = 200
+EXPIRED_OUTCOME = "expired"
+# Cloud Tasks marks its deliveries with X-CloudTasks-TaskName (it sets the X-CloudTasks-*
+# headers itself). A job that raised is answered 200 to it, not 500: the queue would
+# retry the job beyond the job's own retry policy; the watchdog reads the failed record
+# and reports it (whether a run is delivered again is its decision).
+CLOUD_TASKS_HEADER = "x-cloudtasks-taskname"
 # A third comes before everything, even the caller check (main.py, every entry point):
 # - 413 "too_large": the body is over DEDUP_MAX_BODY_BYTES; refused unread.
 TOO_LARGE_STATUS = 413
@@ -237,6 +248,7 @@ class DedupHandler:
             body_problem = self._check_body(body) if self._check_body else None
             if body_problem is not None:
                 raise BadDelivery(body_problem)
+            late = delivered_late(lowered, datetime.now(UTC))
         except BadDelivery as exc:
             reason = str(exc)
             self._emit({
@@ -249,6 +261,18 @@ class DedupHandler:
             })
             return HttpReply(REJECTED_STATUS, {"error": reason})
 
+        if late is not None:
+            reason = (f"delivered {late:.0f} s after its X-Dedup-Deliver-Within: the "
+                      "watchdog has reported this run; nothing runs")
+            self._emit({
+                "severity": "WARNING",
+                "message": f"expired delivery: {reason}",
+                "outcome": EXPIRED_OUTCOME,
+                "status": EXPIRED_STATUS,
+                "job": parsed.job_id,
+                "latency_ms": _ms_since(started),
+            })
+            return HttpReply(EXPIRED_STATUS, {"outcome": EXPIRED_OUTCOME, "error": reason})
         job = self._jobs.for_job(parsed.job_id)
         if parsed.schedule_time is None:
             key = RunKey(parsed.project, parsed.location, parsed.job_id, datetime.now(UTC))
@@ -270,6 +294,8 @@ class DedupHandler:
                 delivery = Delivery(Outcome.STORE_UNAVAILABLE, key.run_id, detail=repr(exc))
 
         status = STATUS[delivery.outcome]
+        if delivery.outcome is Outcome.FAILED and CLOUD_TASKS_HEADER in lowered:
+            status = 200  # the queue must not retry the job (see CLOUD_TASKS_HEADER)
         self._emit({
             "severity": SEVERITY[delivery.outcome],
             "message": f"{key.job_id} @ {format_instant(key.schedule_time)}: "

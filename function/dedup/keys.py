@@ -18,6 +18,12 @@ LOCATION_HEADER = "x-dedup-location"
 GENERATION_HEADER = "x-dedup-generation"
 # Generations are counted one re-run at a time: far beyond any real count, short to read.
 MAX_GENERATION = 1_000_000
+# The watchdog's deliveries through Cloud Tasks (catch-up, re-runs) say how late they may
+# still run: seconds after the task's ETA (X-CloudTasks-TaskETA, set by Cloud Tasks, seconds
+# since the epoch). A task that arrives later (a paused or backlogged queue) is answered
+# 200 "expired" and runs nothing: by then the watchdog has reported the run (watchdog.py).
+DELIVER_WITHIN_HEADER = "x-dedup-deliver-within"
+TASK_ETA_HEADER = "x-cloudtasks-tasketa"
 
 # Scheduler job IDs: letters, digits, hyphens, underscores, at most 500 characters.
 _JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
@@ -169,6 +175,29 @@ def parse_generation(value: str | None) -> int:
             "leave the header out for the scheduled run itself"
         )
     return int(text)
+
+
+def delivered_late(headers: Mapping[str, str], now: datetime) -> float | None:
+    """How many seconds a queued delivery is past its X-Dedup-Deliver-Within (counted
+    from its X-CloudTasks-TaskETA), or None when it is not late (or carries no bound: a
+    direct POST). A bound that is not a number of seconds is a BadDelivery."""
+    lowered = lower_keys(headers)
+    raw = lowered.get(DELIVER_WITHIN_HEADER)
+    if raw is None:
+        return None
+    try:
+        within = float(raw)
+    except ValueError:
+        within = -1.0
+    if not (0 <= within < 10**9):
+        raise BadDelivery(
+            f"X-Dedup-Deliver-Within {_shown(raw)} is not a number of seconds (0 or more)")
+    try:
+        eta = float(lowered.get(TASK_ETA_HEADER, ""))
+    except ValueError:
+        return None  # not a queued delivery: nothing to be late against
+    late = now.timestamp() - eta - within
+    return late if late > 0 else None
 
 
 def parse_delivery(

@@ -107,6 +107,9 @@ DEFAULT_DELIVERY_TIMEOUT_SECONDS = 150.0
 MAX_PARALLEL_DELIVERIES = 8
 # Pending re-run requests delivered per tick (the rest wait for the next tick).
 MAX_RERUNS_PER_TICK = 50
+# How long after it was asked a re-run may still be delivered and executed (X-Dedup-Deliver-By);
+# a request that reached no function by then ends `failed`, with why.
+RERUN_DELIVERY_WINDOW_SECONDS = 6 * 3600.0
 _Chunk = TypeVar("_Chunk")
 _Result = TypeVar("_Result")
 # Cursors read per BatchGetDocuments: 5,000 in one call outlasted the store timeout.
@@ -655,7 +658,8 @@ class Watchdog:
         return TickResult(checked, problems, counts, caught_up, reruns)
 
     def _delivery(
-        self, job: WatchedJob, t: datetime, generation: int = 0, number: int = 0
+        self, job: WatchedJob, t: datetime, generation: int = 0, number: int = 0,
+        deliver_within_seconds: float | None = None,
     ) -> RunDelivery:
         url = self._settings.delivery_url(job)
         assert url is not None  # callers deliver only jobs that have one
@@ -667,27 +671,13 @@ class Watchdog:
             ).run_id,
             attempt_deadline_seconds=job.attempt_deadline_seconds,
             number=number,
+            deliver_within_seconds=deliver_within_seconds,
         )
 
     @property
     def _asynchronous(self) -> bool:
         """Deliveries are handed to a queue (which retries them): outcomes are read later."""
         return self._deliverer is not None and self._deliverer.asynchronous
-
-    def _settle_seconds(self, job: WatchedJob) -> float:
-        """How long a queued delivery's failure may still be retried by the queue: its
-        longest backoff, one attempt and the grace. A record still `failed` (or absent)
-        after that got no further attempt: the queue gave up."""
-        return QUEUE_MAX_BACKOFF_SECONDS + job.attempt_deadline_seconds + (
-            self._settings.grace_seconds)
-
-    def _still_retried(self, job: WatchedJob, stored: StoredRun, now: datetime) -> bool:
-        """A failed record a queued delivery may still retry (asynchronous deliveries)."""
-        failed_at = stored.record.failed_at
-        return (
-            self._asynchronous and failed_at is not None and not stored.record.permanent
-            and (now - failed_at).total_seconds() < self._settle_seconds(job)
-        )
 
     def _deliver_all(self, deliveries: Sequence[RunDelivery]) -> list[DeliveryResult]:
         deliverer = self._deliverer
@@ -708,7 +698,12 @@ class Watchdog:
             for job, cursor, tick in judged for run_id, t in tick.to_catch_up.items()
         ]
         results = self._deliver_all([
-            self._delivery(job, t, number=_deliveries(cursor, run_id))
+            self._delivery(
+                job, t, number=_deliveries(cursor, run_id),
+                # Not after its bound: then the watchdog reports it `missed`.
+                deliver_within_seconds=(
+                    t + timedelta(seconds=job.catch_up_within_seconds) - now).total_seconds(),
+            )
             for job, cursor, _, run_id, t in wanted
         ])
         # No usable answer is not "not executed": the run may have landed while its reply
@@ -786,7 +781,10 @@ class Watchdog:
                 deliverable.append((request, job))
         deliverable = self._unsettled_reruns(deliverable, delivered, now)
         results = self._deliver_all([
-            self._delivery(job, r.schedule_time, r.generation) for r, job in deliverable
+            self._delivery(
+                job, r.schedule_time, r.generation,
+                deliver_within_seconds=(_rerun_deliver_by(r) - now).total_seconds(),
+            ) for r, job in deliverable
         ])
         for (request, _), result in zip(deliverable, results, strict=True):
             if result.executed:
@@ -828,8 +826,7 @@ class Watchdog:
                 outcome = "completed"
                 self._reruns.finish(request, DONE, outcome, now)
             elif stored is not None and status is RunStatus.FAILED:
-                if self._still_retried(job, stored, now):
-                    continue  # the queue may still retry it: looked at again next tick
+                # Final: the function answers a job failure 200 to the queue (no retry).
                 outcome = JOB_FAILED
                 self._reruns.finish(request, RERUN_FAILED, stored.record.error or outcome, now)
             elif (waits_until := self._retried_until(job, request, records.get(
@@ -840,6 +837,18 @@ class Watchdog:
                     request.request_id, request.generation,
                     f"the run is not completed and Scheduler may retry it until "
                     f"{rfc3339(waits_until)}", request.requested_by,
+                ))
+                continue
+            elif stored is None and now > _rerun_deliver_by(request) + timedelta(
+                    seconds=self._queue_span_seconds(job) if self._asynchronous else 0):
+                # Never reached the function while it could (deliveries carry the bound,
+                # so none runs it later): over, and said, not pending for good.
+                why = (f"not executed within {RERUN_DELIVERY_WINDOW_SECONDS / 3600:g} h of "
+                       "being asked: no delivery reached the function")
+                self._reruns.finish(request, RERUN_FAILED, why, now)
+                delivered.append(Delivered(
+                    request.job, request.schedule_time, RERUN, RERUN_FAILED,
+                    request.request_id, request.generation, why, request.requested_by,
                 ))
                 continue
             else:
@@ -960,8 +969,6 @@ class Watchdog:
                 watching.pop(run_id)
                 cursor.catch_ups.pop(run_id, None)
             elif stored.record.status is RunStatus.FAILED:
-                if self._still_retried(job, stored, now):
-                    continue  # the queue may retry it: judged once it settles
                 watching.pop(run_id)
                 cursor.catch_ups.pop(run_id, None)
                 tick.problems.append(self._failed(job, t, run_id, stored))
@@ -985,12 +992,15 @@ class Watchdog:
     ) -> None:
         """A pending catch-up: left to the queue while it may still deliver it, delivered
         again while inside its bound, else reported `missed` with its last error."""
-        if self._asynchronous and (now - pending.delivered_at).total_seconds() < (
-                self._queue_span_seconds(job)):
-            return  # the queue may still be delivering it
+        if self._asynchronous and pending.error is None and (
+                now - pending.delivered_at).total_seconds() < self._queue_span_seconds(job):
+            return  # the queue may still be delivering it (none does after a failed hand-over)
         if self._catches_up(job, t, now):
             tick.to_catch_up[run_id] = t
             return
+        if self._asynchronous and (now - t).total_seconds() < (
+                job.catch_up_within_seconds + self._queue_span_seconds(job)):
+            return  # a queued retry may still run it, until its bound after its ETA lapses
         cursor.watching.pop(run_id, None)
         cursor.catch_ups.pop(run_id, None)
         why = "its instance stopped mid-run (the lease lapsed)" if stored is not None else (
@@ -1237,3 +1247,7 @@ def _deliveries(cursor: Cursor, run_id: str) -> int:
     """How often a pending catch-up was delivered (0: never): the next delivery's number."""
     pending = cursor.catch_ups.get(run_id)
     return pending.deliveries if pending is not None else 0
+
+
+def _rerun_deliver_by(request: RerunRequest) -> datetime:
+    return request.requested_at + timedelta(seconds=RERUN_DELIVERY_WINDOW_SECONDS)

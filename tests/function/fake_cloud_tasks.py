@@ -48,6 +48,7 @@ class QueueRetry:
 class FakeTask:
     name: str
     task: tasks_v2.Task
+    eta: float = field(default_factory=time.time)  # X-CloudTasks-TaskETA: when created
     statuses: list[int | None] = field(default_factory=list)  # per attempt; None: no answer
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -131,6 +132,7 @@ class FakeCloudTasks:
                 "X-CloudTasks-QueueName": self.queue.rsplit("/", 1)[-1],
                 "X-CloudTasks-TaskName": task_id,
                 "X-CloudTasks-TaskRetryCount": str(attempt),
+                "X-CloudTasks-TaskETA": f"{fake.eta:.6f}",
                 "Authorization": "Bearer " + self._mint(
                     http.oidc_token.service_account_email,
                     http.oidc_token.audience or http.url,
@@ -208,6 +210,9 @@ def _task_problem(parent: str, task: tasks_v2.Task) -> str | None:
         return "dispatch_deadline must be in the interval [15 seconds, 30 minutes]"
     if not http.oidc_token.service_account_email:
         return "the kit's tasks carry an OIDC token (oidcToken.serviceAccountEmail)"
+    reserved = [k for k in http.headers if k.lower().startswith(("x-google-", "x-appengine-"))]
+    if reserved:
+        return f"headers {reserved} are for Google use only (HttpRequest.headers)"
     size = sum(len(k) + len(v) for k, v in http.headers.items())
     if size >= MAX_HEADER_BYTES:
         return f"The size of the headers must be less than 80KB (got {size} bytes)"

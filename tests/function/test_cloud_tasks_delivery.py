@@ -31,7 +31,12 @@ from dedup.delivery import QUEUED, RunDelivery
 from dedup.firestore_store import FirestoreRunStore
 from dedup.reruns import DONE, FirestoreRerunQueue, RerunRequest, reruns_collection
 from dedup.settings import SettingsError
-from dedup.watchdog import CAUGHT_UP, QUEUE_MAX_ATTEMPTS, QUEUE_MAX_BACKOFF_SECONDS
+from dedup.watchdog import (
+    CAUGHT_UP,
+    QUEUE_MAX_ATTEMPTS,
+    QUEUE_MAX_BACKOFF_SECONDS,
+    RERUN_DELIVERY_WINDOW_SECONDS,
+)
 from local_stack import FunctionServer, free_port
 from local_stack.deliveries import INVOKER, LOCATION, PROJECT, bearer, function_env
 from local_stack.processes import REPO_ROOT
@@ -203,9 +208,11 @@ def test_a_lost_create_reply_is_asked_again_and_is_still_one_task(
     assert len(served.executions(job.name)) == 1
 
 
-def test_a_failing_caught_up_run_is_reported_failed_once_the_queue_has_settled(
+def test_a_failing_caught_up_run_runs_once_and_is_reported_failed(
     served: Served, fake: FakeCloudTasks,
 ) -> None:
+    """The function answers a job failure 200 to Cloud Tasks: the queue does not retry the
+    job beyond the job's own policy; the watchdog reads the failed record and reports it."""
     job = replace(minutely(f"fails-{uuid.uuid4().hex[:6]}"), body=json.dumps({"fail": True}))
     now, times = recent_minutes(3)
     Runs(served.collection).completed(job.name, *(t for t in times if t != times[1]))
@@ -213,14 +220,43 @@ def test_a_failing_caught_up_run_is_reported_failed_once_the_queue_has_settled(
     assert watch.tick()["problems"] == []
     fake.wait_until_settled()
     [task] = fake.tasks.values()
-    assert task.statuses == [500, 500, 500]  # each attempt ran the job and it raised
-    assert watch.tick()["problems"] == []  # the queue could still be retrying it
-    watch.now = datetime.now(UTC) + timedelta(
-        seconds=QUEUE_MAX_BACKOFF_SECONDS + job.attempt_deadline_seconds + watch.grace_seconds)
-    # (the minutes after `now` are due by then too: only the caught-up run's is looked at)
-    [problem] = [p for p in watch.tick()["problems"] if p["schedule_time"] == z(times[1])]
-    assert problem["kind"] == "failed"
-    assert [p for p in watch.tick()["problems"] if p["schedule_time"] == z(times[1])] == []
+    assert task.statuses == [200]  # ran once, the job raised, the queue is done with it
+    [problem] = watch.tick()["problems"]
+    assert (problem["kind"], problem["schedule_time"]) == ("failed", z(times[1]))
+    assert watch.tick()["problems"] == []  # once
+    assert len(served.executions(job.name)) == 1
+
+
+def test_a_queued_delivery_after_its_bound_runs_nothing(
+    served: Served, fake: FakeCloudTasks,
+) -> None:
+    """A paused or backlogged queue may deliver late: after X-Dedup-Deliver-By (the bound
+    after which the watchdog reports the run) the function answers 200 expired."""
+    job = f"late-{uuid.uuid4().hex[:6]}"
+    _, times = recent_minutes(1)
+    late = _delivery(served.server.url, job_id=job, schedule_time=times[0],
+                     body=SLOW_BODY, generation=0, attempt_deadline_seconds=60,
+                     deliver_within_seconds=0)  # any lateness after its ETA is too late
+    deliverer = CloudTasksDeliverer(TaskQueue(QUEUE, WATCHDOG, fake.url), requests.Session())
+    assert deliverer.deliver(late).status == QUEUED
+    fake.wait_until_settled()
+    [task] = fake.tasks.values()
+    assert task.statuses == [200]
+    assert served.executions(job) == []
+    on_time = replace(late, run_id="cd" * 32, deliver_within_seconds=300)
+    assert deliverer.deliver(on_time).status == QUEUED
+    fake.wait_until_settled()
+    assert [e["schedule_time"] for e in served.executions(job)] == [times[0].isoformat()]
+
+
+def test_a_bad_deliver_within_header_is_a_400_naming_it(served: Served) -> None:
+    headers = {**dict(JOB_HEADERS), "X-CloudScheduler-JobName": "x",
+               "X-CloudScheduler-ScheduleTime": "2026-10-16T12:00:00Z",
+               "X-Dedup-Deliver-Within": "tomorrow", "Authorization": bearer(INVOKER)}
+    reply = requests.post(served.server.url, headers=headers, data=b"{}", timeout=30)
+    assert reply.status_code == 400
+    assert reply.json()["error"] == (
+        "X-Dedup-Deliver-Within 'tomorrow' is not a number of seconds (0 or more)")
 
 
 def test_a_catch_up_that_never_reaches_the_function_is_missed_after_its_bound(
@@ -297,6 +333,30 @@ def test_a_rerun_through_the_queue_is_done_by_its_record_without_a_second_task(
     assert [(r["generation"], r["status"]) for r in second["reruns"]] == [(1, "completed")]
     assert [r.status for r in queue.for_job(job.name)] == [DONE]
     assert watch.tick()["reruns"] == [] and len(fake.tasks) == 1
+
+
+def test_a_rerun_that_never_reaches_the_function_ends_failed_with_why(
+    served: Served, fake: FakeCloudTasks,
+) -> None:
+    """Not pending for good: past its delivery window (and the queue's retries) the request
+    is finished failed, and said; its deliveries carried the bound, so none runs later."""
+    job = minutely(f"lost-rerun-{uuid.uuid4().hex[:6]}", catch_up=False)
+    now, times = recent_minutes(2)
+    Runs(served.collection).completed(job.name, *times)
+    store = FirestoreRunStore(_client(), served.collection, 5)
+    queue = FirestoreRerunQueue(store, reruns_collection(served.collection))
+    queue.create(RerunRequest(PROJECT, LOCATION, job.name, times[0], 1, "ops@example.com",
+                              "fixed", now))
+    watch = queued_watch(served, fake, job, now)
+    watch.url = f"http://127.0.0.1:{free_port()}/"  # its tasks never reach the function
+    assert [r["status"] for r in watch.tick()["reruns"]] == [QUEUED]
+    fake.wait_until_settled()
+    watch.now = now + timedelta(seconds=RERUN_DELIVERY_WINDOW_SECONDS + 3600)
+    [ended] = watch.tick()["reruns"]
+    assert ended["status"] == "failed" and "no delivery reached the function" in ended["error"]
+    [request] = queue.for_job(job.name)
+    assert request.status == "failed"
+    assert watch.tick()["reruns"] == []
 
 
 def _client() -> Any:
