@@ -9,18 +9,22 @@ VPC (a connector or Direct VPC egress, all traffic). So a function that would PO
 internal-only function's URL without either is refused at every request, in production
 only: nothing local enforces ingress.
 
-A caller is a Cloud Run function or service whose environment carries the URL of an
-internal-only one (its state, as the mocks and the engine resolve it), or, while that URL
-is not known yet (a first preview), whose environment holds an unknown value and which
-depends on it. It passes when all its egress goes through a VPC, or when it hands its
-calls to a Cloud Tasks queue declared in the stack (the watchdog's DEDUP_WATCH_QUEUE,
-function/dedup/cloud_tasks.py), whose HTTP tasks are internal.
+A caller is a Cloud Run function or service whose environment carries the host of an
+internal-only one (its run.app URL or, for a function, its cloudfunctions.net URL, in any
+case, as the mocks and the engine resolve them), or, while that URL is not known yet (a
+first preview), whose environment holds an unknown value and which depends on it. It
+passes when all its egress goes through a VPC (a connector or Direct VPC egress, all
+traffic), or when it hands its calls to a Cloud Tasks queue declared in the stack in the
+target's project (the watchdog's DEDUP_WATCH_QUEUE, function/dedup/cloud_tasks.py),
+whose HTTP tasks are internal. Not judged: 1st gen functions, Cloud Run jobs and v1
+services as callers (the kit declares none).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from policies.function import _FUNCTION_INGRESS, _RUN_V2_INGRESS
 from policies.gcp import FUNCTION_V2
@@ -31,22 +35,25 @@ RUN_V2_SERVICE: Final = "gcp:cloudrunv2/service:Service"
 TASKS_QUEUE: Final = "gcp:cloudtasks/queue:Queue"
 QUEUE_ENV: Final = "DEDUP_WATCH_QUEUE"  # function/dedup/cloud_tasks.py
 ALL_TRAFFIC_CONNECTOR: Final = "ALL_TRAFFIC"  # functions v2 vpcConnectorEgressSettings
+ALL_TRAFFIC_DIRECT_VPC: Final = "VPC_EGRESS_ALL_TRAFFIC"  # functions v2 directVpcEgress
 ALL_TRAFFIC_RUN_V2: Final = "ALL_TRAFFIC"  # cloudrunv2 template.vpcAccess.egress
 
 
-def _internal_url(resource: Resource) -> str | None:
-    """The URL of an internal-only function or service, from its state."""
+def _internal_hosts(resource: Resource) -> tuple[str, ...] | None:
+    """The hosts an internal-only function or service is called at (lower case), from its
+    state; () while not known; None if it is not internal-only."""
     if resource.type == FUNCTION_V2:
         if get(resource.props, "serviceConfig", "ingressSettings") not in _FUNCTION_INGRESS:
             return None
-        url = get(resource.props, "serviceConfig", "uri")
+        urls = [get(resource.props, "serviceConfig", "uri"), get(resource.props, "url")]
     elif resource.type == RUN_V2_SERVICE:
         if get(resource.props, "ingress") not in _RUN_V2_INGRESS:
             return None
-        url = get(resource.props, "uri")
+        urls = [get(resource.props, "uri"), *(as_list(get(resource.props, "urls")) or [])]
     else:
         return None
-    return url if isinstance(url, str) and url.startswith("https://") else ""
+    hosts = {urlsplit(u).hostname for u in urls if isinstance(u, str) and "://" in u}
+    return tuple(sorted(h.lower() for h in hosts if h))
 
 
 def _environment(resource: Resource) -> list[Any]:
@@ -65,18 +72,26 @@ def _environment(resource: Resource) -> list[Any]:
 
 def _egress_through_vpc(resource: Resource) -> bool:
     if resource.type == FUNCTION_V2:
-        connector = get(resource.props, "serviceConfig", "vpcConnector")
-        egress = get(resource.props, "serviceConfig", "vpcConnectorEgressSettings")
-        return isinstance(connector, str) and bool(connector) and egress == ALL_TRAFFIC_CONNECTOR
+        config = get(resource.props, "serviceConfig")
+        connector = get(config, "vpcConnector")
+        if isinstance(connector, str) and connector and (
+                get(config, "vpcConnectorEgressSettings") == ALL_TRAFFIC_CONNECTOR):
+            return True
+        return bool(as_list(get(config, "directVpcNetworkInterfaces"))) and (
+            get(config, "directVpcEgress") == ALL_TRAFFIC_DIRECT_VPC)
     access = get(resource.props, "template", "vpcAccess")
     routed = get(access, "connector") or as_list(get(access, "networkInterfaces"))
     return bool(routed) and get(access, "egress") == ALL_TRAFFIC_RUN_V2
 
 
-def _hands_calls_to_a_queue(resource: Resource, queues: set[str]) -> bool:
+def _hands_calls_to_a_queue(resource: Resource, target: Resource, queues: set[str]) -> bool:
+    """Its DEDUP_WATCH_QUEUE names a queue of the stack in the target's project (a task is
+    internal from the same project only)."""
     env = as_mapping(get(resource.props, "serviceConfig", "environmentVariables")) or {}
     named = env.get(QUEUE_ENV)
-    return isinstance(named, str) and named in queues
+    project = get(target.props, "project")
+    return (isinstance(named, str) and named in queues
+            and isinstance(project, str) and named.startswith(f"projects/{project}/"))
 
 
 def _queue_names(resources: Sequence[Resource]) -> set[str]:
@@ -90,21 +105,22 @@ def _queue_names(resources: Sequence[Resource]) -> set[str]:
     return names
 
 
-def _calls(caller: Resource, target: Resource, url: str) -> bool:
+def _calls(caller: Resource, target: Resource, hosts: tuple[str, ...]) -> bool:
     values = _environment(caller)
-    if url and any(isinstance(v, str) and url in v for v in values):
+    texts = [v.lower() for v in values if isinstance(v, str) and not is_unknown(v)]
+    if any(host in text for host in hosts for text in texts):
         return True
     return target.urn in caller.dependencies and any(is_unknown(v) for v in values)
 
 
 def _callers(resources: Sequence[Resource]) -> Iterator[tuple[Resource, Resource, str]]:
-    targets = [(r, url) for r in resources if (url := _internal_url(r)) is not None]
+    targets = [(r, hosts) for r in resources if (hosts := _internal_hosts(r)) is not None]
     for caller in resources:
         if caller.type not in (FUNCTION_V2, RUN_V2_SERVICE):
             continue
-        for target, url in targets:
-            if target.urn != caller.urn and _calls(caller, target, url):
-                yield caller, target, url
+        for target, hosts in targets:
+            if target.urn != caller.urn and _calls(caller, target, hosts):
+                yield caller, target, ", ".join(hosts)
 
 
 def internal_callers_take_an_admitted_path(resources: Sequence[Resource]) -> list[Finding]:
@@ -112,7 +128,7 @@ def internal_callers_take_an_admitted_path(resources: Sequence[Resource]) -> lis
     findings: list[Finding] = []
     reported: set[tuple[str, str]] = set()
     for caller, target, url in _callers(resources):
-        if _egress_through_vpc(caller) or _hands_calls_to_a_queue(caller, queues):
+        if _egress_through_vpc(caller) or _hands_calls_to_a_queue(caller, target, queues):
             continue
         if (caller.urn, target.urn) in reported:
             continue

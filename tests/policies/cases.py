@@ -1631,6 +1631,8 @@ RESOURCE_CASES["scheduler-job-dst-change"] = [
 # -- cloud-run-internal-callers (policies/ingress.py) -----------------------------------------
 TASKS_QUEUE = "gcp:cloudtasks/queue:Queue"
 DELIVERY_QUEUE = f"projects/{PROJECT}/locations/{REGION}/queues/dedup-deliveries"
+OTHER_QUEUE = f"projects/someone-else/locations/{REGION}/queues/dedup-deliveries"
+CLOUDFUNCTIONS_URL = f"https://{REGION}-{PROJECT}.cloudfunctions.net/scheduler-dedup"
 
 
 def _delivering_watchdog(*, queue: bool = True, target_url: object = FUNCTION_URL,
@@ -1698,5 +1700,47 @@ STACK_CASES["cloud-run-internal-callers"] = [
         "callers-url-unknown-through-the-queue",
         _delivering_watchdog(target_url=U, depends=True),
         False,
+    ),
+    stack_case(
+        "callers-through-direct-vpc-egress",
+        replace_named(
+            replace_named(_delivering_watchdog(queue=False), WATCHDOG_FN,
+                          "serviceConfig.directVpcNetworkInterfaces",
+                          [{"network": "default", "subnetwork": "default"}]),
+            WATCHDOG_FN, "serviceConfig.directVpcEgress", "VPC_EGRESS_ALL_TRAFFIC",
+        ),
+        False,
+    ),
+    stack_case(
+        "callers-direct-vpc-egress-private-ranges-only",
+        replace_named(
+            replace_named(_delivering_watchdog(queue=False), WATCHDOG_FN,
+                          "serviceConfig.directVpcNetworkInterfaces",
+                          [{"network": "default", "subnetwork": "default"}]),
+            WATCHDOG_FN, "serviceConfig.directVpcEgress", "VPC_EGRESS_PRIVATE_RANGES_ONLY",
+        ),
+        True,
+    ),
+    stack_case(  # the host alone, in upper case, inside a longer value
+        "callers-host-in-another-form",
+        _delivering_watchdog(queue=False, target_url=json.dumps(
+            {"to": FUNCTION_URL.removeprefix("https://").upper()})),
+        True,
+    ),
+    stack_case(  # the function's cloudfunctions.net URL reaches the same service
+        "callers-cloudfunctions-net-url",
+        replace_named(
+            _delivering_watchdog(queue=False, target_url=CLOUDFUNCTIONS_URL), "dedup-function",
+            "url", CLOUDFUNCTIONS_URL),
+        True,
+    ),
+    stack_case(  # a task is internal from the target's own project only
+        "callers-queue-in-another-project",
+        [*replace_named([r for r in _delivering_watchdog() if r.type != TASKS_QUEUE],
+                        WATCHDOG_FN, "serviceConfig.environmentVariables.DEDUP_WATCH_QUEUE",
+                        OTHER_QUEUE),
+         res(TASKS_QUEUE, "other-deliveries", {
+             "project": "someone-else", "location": REGION, "name": "dedup-deliveries"})],
+        True,
     ),
 ]
