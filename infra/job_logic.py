@@ -242,7 +242,18 @@ def function_python(requirements: Path, venvs_dir: Path = FUNCTION_VENVS_DIR) ->
     if runtime is not None and _version_tag(runtime) == runtime_tag:
         return _build_venv(runtime, requirements, runtime_venv)
     own_tag = f"{sys.version_info[0]}{sys.version_info[1]}"
+    _warn_other_python(_runtime_python_name(), f"{sys.version_info[0]}.{sys.version_info[1]}")
     return _build_venv(sys.executable, requirements, venvs_dir / f"{digest}-py{own_tag}")
+
+
+@functools.cache  # said once per plan, not once per stack
+def _warn_other_python(runtime: str, own: str) -> None:
+    print(
+        f"warning: {runtime} (the functions' runtime) does not run here: the functions' "
+        f"start-up is checked with Python {own}, so an import the runtime's Python lacks "
+        f"(distutils, imp) is not caught. Fix: install {runtime} on PATH",
+        file=sys.stderr,
+    )
 
 
 def _build_venv(base_python: str, requirements: Path, venv: Path) -> Path:

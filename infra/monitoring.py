@@ -293,9 +293,10 @@ class Monitoring(pulumi.ComponentResource):
                     'metric.label.outcome="store_unavailable"',
                     comparison="COMPARISON_GT",
                     threshold_value=STORE_UNAVAILABLE_THRESHOLD,
-                    # A burst stays in the 5-minute sliding window for up to 5 minutes, so
-                    # holding for CONDITION_DURATION_SECONDS delays the alert by about a
-                    # minute and keeps its meaning: more than the threshold in 5 minutes.
+                    # The API wants a non-zero duration with evaluationMissingData (60 s
+                    # at least): the sum must stay above the threshold for a minute, so it
+                    # fires for more than the threshold within about 4 of the 5 minutes,
+                    # a minute after the burst.
                     duration=duration_string(CONDITION_DURATION_SECONDS),
                     # No deliveries failing is no problem: the incident closes.
                     evaluation_missing_data="EVALUATION_MISSING_DATA_INACTIVE",
