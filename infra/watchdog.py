@@ -30,8 +30,11 @@ the dedup service's build account into its repository, internal-only ingress), a
   entry also carries `catchUp`/`catchUpWithinSeconds`, its body and its Scheduler headers
   DEDUP_WATCH_TARGET_URL is the dedup function's URL (DEDUP_WATCH_PROXY_URL the proxy's, for
   proxied jobs), and its account is an allowed caller of, and holds `roles/run.invoker`
-  on, the function (and the proxy) it delivers to. It sends ID tokens of its own account:
-  a run it delivers is one Scheduler missed, or one an operator asked for.
+  on, the function (and the proxy) it delivers to. Its deliveries are Cloud Tasks tasks
+  in its own queue `<namePrefix>-deliveries` (DEDUP_WATCH_QUEUE), carrying OIDC tokens of
+  its own account (DEDUP_WATCH_TASK_ACCOUNT): it holds roles/cloudtasks.enqueuer on that
+  queue and roles/iam.serviceAccountUser on itself only. A run it delivers is one
+  Scheduler missed, or one an operator asked for.
 """
 
 from __future__ import annotations

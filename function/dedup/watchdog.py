@@ -23,18 +23,21 @@ reported once, and the status of the re-run requests it delivers. Problems
 are logged before the cursor moves: a tick that fails halfway answers 500 and the retry may
 report a problem a second time, never zero times.
 
-Two things it also delivers, when infra gives it a target (DEDUP_WATCH_TARGET_URL, or a
-job's own `url`), through dedup/delivery.py, one way:
+Two things it also delivers, when infra gives it a target (DEDUP_WATCH_TARGET_URL, and
+DEDUP_WATCH_PROXY_URL for proxied jobs), through the one seam of dedup/delivery.py: as
+deployed, a Cloud Tasks task per run (dedup/cloud_tasks.py: Cloud Run admits a task on an
+internal-only URL, not a direct call from a function), judged by the run's record at the
+next ticks; in the demo and tests, a direct POST, judged by the answer:
 - catch-up: a `missed` run of a job with `catchUp`, scheduled within its
-  `catchUpWithinSeconds`, is POSTed to the job's function with its original schedule time:
-  `caught_up` when the function answers completed/duplicate, watched while it answers
-  in_progress (409), `failed` when it ran late and the job raised, still `missed` (with
-  the error) when the delivery fails and no record shows it landed (a reply lost or late
-  is judged by the run's record, read right after);
+  `catchUpWithinSeconds`, is delivered to the job's function with its original schedule
+  time: `caught_up` once delivered, `failed` when it ran late and the job raised, pending
+  while it has not executed (no record, or a lapsed lease): delivered again at later ticks
+  while inside its bound, `missed` with its last error once the bound is over;
 - re-runs: the pending requests `make rerun` wrote in `<collection>_reruns`, with
-  X-Dedup-Generation, marked done once the function answered completed/duplicate (failed
-  when the job raised); one for a run not completed waits (`waiting`) until Scheduler can
-  no longer retry that run (its retry window + grace), so the two never overlap.
+  X-Dedup-Generation, marked done once the generation completed (failed when the job
+  raised, or when no delivery reached the function within RERUN_DELIVERY_WINDOW_SECONDS);
+  one for a run not completed waits (`waiting`) until Scheduler can no longer retry that
+  run (its retry window + grace), so the two never overlap.
 The dedup protocol makes each run (each generation) execute at most once however often it
 is delivered, by this watchdog, a concurrent tick, or Scheduler's own late retry.
 """
