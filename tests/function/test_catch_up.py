@@ -419,10 +419,12 @@ def test_bad_catch_up_settings_stop_the_start_up(
         WatchSettings.from_env(_env(jobs, **extra))
 
 
-def test_the_served_watchdog_catches_up_with_its_settings_from_the_environment(
-    served: Served,
-) -> None:
-    """functions-framework --target watch_scheduled_runs, DEDUP_WATCH_* as infra sets them."""
+def served_watchdog_setup(
+    served: Served, **settings: str
+) -> tuple[WatchedJob, list[datetime], dict[str, str]]:
+    """A minutely catchUp job whose run of times[1] was missed, and the environment of a
+    watchdog served for it (functions-framework, DEDUP_WATCH_* as infra sets them, plus
+    `settings`) delivering to `served`."""
     job = minutely(f"served-{uuid.uuid4().hex[:6]}")
     now, times = recent_minutes(4)
     # The watchdog's clock is real: the minutes it may reach by the time it ticks have run.
@@ -444,7 +446,16 @@ def test_the_served_watchdog_catches_up_with_its_settings_from_the_environment(
         "DEDUP_ALLOWED_CALLERS": INVOKER,
         "FIRESTORE_EMULATOR_HOST": os.environ["FIRESTORE_EMULATOR_HOST"],
         "GOOGLE_CLOUD_PROJECT": PROJECT,
+        **settings,
     }
+    return job, times, env
+
+
+def test_the_served_watchdog_catches_up_with_its_settings_from_the_environment(
+    served: Served,
+) -> None:
+    """functions-framework --target watch_scheduled_runs, DEDUP_WATCH_* as infra sets them."""
+    job, times, env = served_watchdog_setup(served)
     as_invoker = {"Authorization": bearer(INVOKER)}
     with FunctionServer(env, target="watch_scheduled_runs") as watchdog:
         reply = requests.post(watchdog.url, headers=as_invoker, timeout=60)

@@ -11,7 +11,6 @@ real Firestore emulator; the watchdog runs in-process on a clock the test sets.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -40,7 +39,6 @@ from dedup.watchdog import (
 from local_stack import FunctionServer, free_port
 from local_stack.deliveries import INVOKER, LOCATION, PROJECT, bearer, function_env
 from local_stack.processes import REPO_ROOT
-from local_stack.tables import job_tables_env
 from scheduler_emulator.oidc import forwarded_token, oidc_claims
 from tests.function.fake_cloud_tasks import FakeCloudTasks, QueueRetry, decoded_body
 from tests.function.test_catch_up import (
@@ -50,6 +48,7 @@ from tests.function.test_catch_up import (
     Watch,
     minutely,
     recent_minutes,
+    served_watchdog_setup,
     z,
 )
 from tests.function.test_watchdog import Runs
@@ -371,27 +370,10 @@ def test_the_served_watchdog_hands_its_runs_to_the_queue_its_environment_names(
 ) -> None:
     """functions-framework --target watch_scheduled_runs with DEDUP_WATCH_QUEUE and
     DEDUP_WATCH_TASK_ACCOUNT as infra sets them (the endpoint: the fake, on loopback)."""
-    job = minutely(f"served-{uuid.uuid4().hex[:6]}")
-    now, times = recent_minutes(4)
-    later = [now, now + timedelta(minutes=1)]  # the minutes its real clock may reach
-    Runs(served.collection).completed(job.name, *(t for t in times if t != times[1]), *later)
-    entry = {
-        "name": job.name, "schedule": job.schedule, "timeZone": job.time_zone,
-        "attemptDeadlineSeconds": 60, "retryWindowSeconds": 0, "paused": False,
-        "catchUp": True, "catchUpWithinSeconds": 600, "body": SLOW_BODY,
-        "headers": dict(JOB_HEADERS),
-    }
-    env = {
-        "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION,
-        "DEDUP_COLLECTION": served.collection, "DEDUP_STORE_TIMEOUT_SECONDS": "5",
-        **job_tables_env(watch_jobs=[entry]), "DEDUP_WATCH_LOOKBACK_SECONDS": "900",
-        "DEDUP_WATCH_GRACE_SECONDS": "30", "DEDUP_WATCH_TARGET_URL": served.server.url,
-        "DEDUP_WATCH_QUEUE": QUEUE, "DEDUP_WATCH_TASK_ACCOUNT": WATCHDOG,
-        "DEDUP_WATCH_TASKS_ENDPOINT": fake.url, "DEDUP_WATCH_TARGET_AUTH": "none",
-        "DEDUP_ALLOWED_CALLERS": INVOKER,
-        "FIRESTORE_EMULATOR_HOST": os.environ["FIRESTORE_EMULATOR_HOST"],
-        "GOOGLE_CLOUD_PROJECT": PROJECT,
-    }
+    job, times, env = served_watchdog_setup(
+        served, DEDUP_WATCH_QUEUE=QUEUE, DEDUP_WATCH_TASK_ACCOUNT=WATCHDOG,
+        DEDUP_WATCH_TASKS_ENDPOINT=fake.url,
+    )
     with FunctionServer(env, target="watch_scheduled_runs") as watchdog:
         reply = requests.post(watchdog.url, headers={"Authorization": bearer(INVOKER)},
                               timeout=60)
