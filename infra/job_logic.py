@@ -383,11 +383,34 @@ class StartupResults:
     """Per started function, in order: None (started) or its error."""
 
 
+# What the same start-ups gave earlier in this process (a test session plans the same
+# stacks many times): the same archive bytes, environment and specs start the same way.
+_STARTED: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def _startup_key(startups: Sequence[DeclaredStartup], venvs_dir: Path) -> tuple[Any, ...]:
+    return (str(venvs_dir), tuple(
+        (hashlib.sha256(s.archive.read_bytes()).hexdigest(), s.entry_point,
+         tuple(sorted(s.environment.items())), tuple(sorted(set(s.specs))))
+        for s in startups
+    ))
+
+
 def start_functions(
     startups: Sequence[DeclaredStartup], venvs_dir: Path = FUNCTION_VENVS_DIR
 ) -> StartupResults:
     """Start every function in one subprocess, in the virtualenv of the requirements.txt
-    their archives ship (see the module docstring)."""
+    their archives ship (see the module docstring); once per process for the same ones."""
+    key = _startup_key(startups, venvs_dir)
+    if key not in _STARTED:
+        _STARTED[key] = _start_in_subprocess(startups, venvs_dir)
+    results = _STARTED[key]
+    return StartupResults(results["specs"], results["functions"])
+
+
+def _start_in_subprocess(
+    startups: Sequence[DeclaredStartup], venvs_dir: Path
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="startup-parity-") as scratch:
         work = Path(scratch)
         unpacked: dict[Path, Path] = {}
@@ -438,8 +461,8 @@ def start_functions(
                 "starting the functions offline failed: "
                 f"{(result.stderr or result.stdout).strip()[-2000:]}"
             )
-        results = json.loads(results_path.read_text(encoding="utf-8"))
-    return StartupResults(results["specs"], results["functions"])
+        results: dict[str, Any] = json.loads(results_path.read_text(encoding="utf-8"))
+    return results
 
 
 # --------------------------------------------------------------------------- problems
