@@ -35,6 +35,8 @@ RESERVED_ENV_VAR_NAMES: Final = frozenset(
     {"PORT", "K_SERVICE", "K_REVISION", "K_CONFIGURATION", "FUNCTION_TARGET",
      "FUNCTION_SIGNATURE_TYPE"}
 )
+# Keys: not empty, no "=", not starting X_GOOGLE_ (and not the reserved names above).
+RESERVED_ENV_VAR_PREFIX: Final = "X_GOOGLE_"
 FUNCTION_ID: Final = re.compile(r"[a-z0-9-]{4,63}")
 
 # --- Cloud Scheduler ---------------------------------------------------------------------
@@ -115,6 +117,9 @@ R_ENV_COUNT: Final = _rule(
 R_ENV_RESERVED: Final = _rule(
     f"reserved environment variable names ({', '.join(sorted(RESERVED_ENV_VAR_NAMES))}) "
     "are set by Cloud Run and cannot be declared", sources.RUN_ENV_VARS)
+R_ENV_NAME: Final = _rule(
+    f"an environment variable's name is not empty, has no '=' and does not start with "
+    f"{RESERVED_ENV_VAR_PREFIX}", sources.RUN_ENV_VARS)
 R_JOB_ID: Final = _rule(
     f"a job ID has only letters, digits, hyphens and underscores, at most "
     f"{JOB_ID_MAX_LENGTH} characters", sources.SCHEDULER_JOBS_API)
@@ -272,6 +277,8 @@ def function_limits(resource: Declared) -> Iterator[Finding]:
             yield _finding(resource, f"{prop}.{key}", value, R_ENV_VALUE)
         if key in RESERVED_ENV_VAR_NAMES:
             yield _finding(resource, f"{prop}.{key}", value, R_ENV_RESERVED)
+        if not key or "=" in key or key.upper().startswith(RESERVED_ENV_VAR_PREFIX):
+            yield _finding(resource, f"{prop}.{key}", value, R_ENV_NAME)
 
 
 # --------------------------------------------------------------------------- Scheduler
