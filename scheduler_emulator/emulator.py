@@ -237,6 +237,8 @@ class _Call:
     def __init__(self, delivery: Delivery) -> None:
         self.delivery = delivery
         self.done = threading.Event()
+        # Set once the request is written (or the call ended): from then on it is in flight.
+        self.sent = threading.Event()
         self._lock = threading.Lock()
         self._abandoned = False
         self._conn: http.client.HTTPConnection | None = None
@@ -312,6 +314,7 @@ class _Call:
                 d.error = error
                 d.reply_body = text
             self.done.set()
+            self.sent.set()
 
     def _request(
         self, url: str, method: str, headers: dict[str, str], body: bytes | None, timeout: float
@@ -332,6 +335,7 @@ class _Call:
             path = f"{path}?{parts.query}"
         try:
             conn.request(method, path, body=body, headers=headers)
+            self.sent.set()
             response = conn.getresponse()
             data = response.read()
             return response.status, response.getheader("Location"), data[:500].decode(
@@ -736,7 +740,10 @@ class SchedulerEmulator:
             headers = self.headers(job, schedule_time, fault, call.delivery.id, attempt, sent_at)
             call.start(self.target_url, job.http_method, headers, job.body, socket_timeout)
         if overlap is not None and overlap.phase == "attempt" and attempt == 1:
-            overlap.fire()  # "Run now" while this attempt is in flight
+            # "Run now" while this attempt is in flight: once its request is out, so the
+            # forced run can never overtake it on the way to the target.
+            calls[0].sent.wait(socket_timeout)
+            overlap.fire()
         primary = calls[0]
         if not clock.wait(primary.done, deadline):
             for call in calls:
