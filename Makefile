@@ -42,10 +42,19 @@ unit: $(VENV)/stamp ## The kit's tests (pytest; they never read your stack files
 # package of function/requirements.in and their dependencies, at constraints.txt's versions,
 # with the hashes of every file of each (pip then installs in hash-checking mode). For the
 # functions' runtime (python312, infra/cloud_function.py) on Linux. Needs the package index.
-lock: $(VENV)/stamp ## Re-pin function/requirements.txt (with hashes) from function/requirements.in
+# Then the same for the workflows' deploy toolchain (docs/ci.md): .github/requirements/
+# bootstrap.txt (pip, setuptools) and deploy.txt (the program, the function code and the
+# policy pack), for the workflows' Python (3.11) on Linux.
+lock: $(VENV)/stamp ## Re-pin function/requirements.txt and the CI deploy toolchain (with hashes)
 	$(BIN)/uv pip compile function/requirements.in --constraint constraints.txt \
 		--generate-hashes --python-version 3.12 --python-platform linux \
 		--custom-compile-command "make lock" --quiet --output-file function/requirements.txt
+	for lock in bootstrap deploy; do \
+		$(BIN)/uv pip compile .github/requirements/$$lock.in --constraint constraints.txt \
+			--generate-hashes --python-version 3.11 --python-platform linux \
+			--custom-compile-command "make lock" --quiet \
+			--output-file .github/requirements/$$lock.txt || exit 1; \
+	done
 
 plan: $(VENV)/stamp ## Offline plan of every stack, or STACK=, job logic imported
 	$(BIN)/python -m infra.plan $(STACK)
