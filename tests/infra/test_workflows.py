@@ -75,8 +75,9 @@ def test_deploy_runs_on_push_to_main_test_then_dev_then_prod() -> None:
     assert any(s.get("run") == ".ci/run" for s in steps(jobs["test"]))
     assert jobs["dev"]["needs"] == "test"
     assert jobs["prod"]["needs"] == "dev"
-    # Only the prod-like stack deploys in an environment (required reviewers, main only).
-    assert "environment" not in jobs["dev"]
+    # Each deploy in its environment, which holds its secrets: dev's (main only), prod's
+    # (required reviewers, main only).
+    assert jobs["dev"]["environment"] == "dev"
     assert jobs["prod"]["environment"] == "production"
 
 
@@ -137,19 +138,24 @@ def test_secrets_reach_only_the_steps_that_run_pulumi(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-def test_environments_are_fixed_names_for_prod_like_deploys_only(path: Path) -> None:
-    """An `environment:` per matrix entry would create unprotected environments on demand."""
-    for name, job in load(path)["jobs"].items():
-        if "environment" in job:
-            assert job["environment"] == "production", name
-            assert any(pulumi_step(s) and s.get("with", {}).get("command") == "up"
-                       for s in steps(job)), name
+def test_environments_are_fixed_names(path: Path) -> None:
+    """An `environment:` per matrix entry would create unprotected environments on demand;
+    `production` is for deploy.yml's `pulumi up` only, `preview` for ci.yml's previews."""
+    expected = {"ci.yml": {"preview": "preview"},
+                "deploy.yml": {"dev": "dev", "prod": "production"}}[path.name]
+    jobs = load(path)["jobs"]
+    assert {name: job["environment"] for name, job in jobs.items() if "environment" in job} == (
+        expected)
+    for name in expected:
+        commands = {s["with"]["command"] for s in steps(jobs[name])
+                    if s.get("uses", "").startswith("pulumi/actions@")}
+        assert commands == {"preview" if path.name == "ci.yml" else "up"}, name
 
 
 def test_the_preview_installs_before_any_credential_and_reads_only() -> None:
     job = load(WORKFLOWS / "ci.yml")["jobs"]["preview"]
-    names = [s.get("uses", s.get("run", "")).split("@")[0] for s in steps(job)]
-    build = names.index("make .venv/stamp")
+    names = [s.get("name") or s.get("uses", "").split("@")[0] for s in steps(job)]
+    build = names.index("Build .venv from the hash-locked deploy toolchain")
     auth = names.index("google-github-actions/auth")
     preview = names.index("pulumi/actions")
     assert build < auth < preview

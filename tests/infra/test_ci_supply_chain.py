@@ -1,0 +1,468 @@
+"""The workflows' supply chain and who sees prod (issue 25, items 10 and 11).
+
+- Installs: every install a workflow runs is pip in hash-checking mode (`--require-hashes`,
+  `--no-deps`) from files that pin every package with its hashes (.github/requirements/,
+  written by `make lock`); never `pip install <name>`, `pip install --upgrade pip`, an
+  unhashed file or the Makefile's unhashed `.venv`. A job that holds credentials (an OIDC
+  token, a secret, an environment) installs nothing else and runs no `make`.
+- Prod: a pull request never previews a production stack (one deploy.yml deploys in the
+  `production` environment), never runs in `production`, and a secret is only referenced
+  by a job bound to an environment (environment secrets, which a branch's workflow cannot
+  read without that environment's branch rules and reviewers).
+
+The checks are functions over a workflow's parsed YAML, so each is also run on a workflow
+as it was before these fixes (a step or job of it) and must report it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from infra.program import REPO_ROOT
+
+WORKFLOWS = REPO_ROOT / ".github" / "workflows"
+FILES = sorted(WORKFLOWS.glob("*.yml"))
+LOCKS = REPO_ROOT / ".github" / "requirements"
+BOOTSTRAP = LOCKS / "bootstrap.txt"
+DEPLOY = LOCKS / "deploy.txt"
+CONSTRAINTS = REPO_ROOT / "constraints.txt"
+DEPLOY_ROOTS = [REPO_ROOT / "requirements.txt", REPO_ROOT / "function" / "requirements.in",
+                REPO_ROOT / "policies" / "requirements.txt"]
+FIX = "run `make lock`"
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==([^\s\\;]+)")
+_HASH = re.compile(r"--hash=sha256:[0-9a-f]{64}")
+# The installer's own packages: pinned by bootstrap.in, not by constraints.txt.
+INSTALLER = {"pip", "setuptools"}
+# Commands that install packages. `make` builds the unhashed .venv (Makefile: pip install
+# --upgrade pip, then requirements-dev.txt) for any target but help.
+_INSTALL = re.compile(r"\b(?:pip3?|uv\s+pip|pipx|uv\s+tool|poetry|pipenv|npm|yarn|gem|go)"
+                      r"\s+(?:install|sync|add|ci|get)\b")
+_MAKE = re.compile(r"(?:^|[;&|]\s*)make\b(?!\s+help\b)")
+
+
+def load(path: Path) -> dict[Any, Any]:
+    document: dict[Any, Any] = yaml.safe_load(path.read_text("utf-8"))
+    return document
+
+
+def triggers(workflow: dict[Any, Any]) -> set[str]:
+    on = workflow.get("on", workflow.get(True))  # YAML 1.1: `on` reads as true
+    if isinstance(on, str):
+        return {on}
+    return {str(name) for name in on or {}}
+
+
+def steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = job.get("steps", [])
+    return found
+
+
+def commands(script: str) -> list[str]:
+    """A run: script's commands, `\\`-continued lines joined, comments dropped."""
+    joined = re.sub(r"\\\n\s*", " ", script)
+    lines = (line.split(" #", 1)[0].strip() for line in joined.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def requirement_lines(text: str) -> list[str]:
+    joined = re.sub(r"\\\n\s*", " ", text)
+    lines = (line.split("#", 1)[0].strip() for line in joined.splitlines())
+    return [line for line in lines if line]
+
+
+def pins(text: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for line in requirement_lines(text):
+        match = _PIN.match(line)
+        if match:
+            found[canonicalize_name(match[1])] = match[2]
+    return found
+
+
+def unhashed(text: str) -> list[str]:
+    """The lines of a requirements file that pip's hash-checking mode would not cover."""
+    return [line[:80] for line in requirement_lines(text)
+            if not _PIN.match(line) or not _HASH.search(line)]
+
+
+def holds_credentials(job: dict[str, Any]) -> bool:
+    permissions = job.get("permissions", {})
+    return ("environment" in job or "secrets." in str(job)
+            or (isinstance(permissions, dict) and permissions.get("id-token") == "write"))
+
+
+def install_problems(workflow: dict[Any, Any], root: Path = REPO_ROOT) -> list[str]:
+    """Every install that is not pip's hash-checking mode over fully hashed files."""
+    problems: list[str] = []
+    for name, job in workflow["jobs"].items():
+        for s in steps(job):
+            for command in commands(s.get("run", "")):
+                where = f"{name}: {command[:100]!r}"
+                if _MAKE.search(command):
+                    problems.append(f"{where}: make builds the unhashed .venv")
+                    continue
+                if command.startswith(".ci/run") and holds_credentials(job):
+                    problems.append(f"{where}: `make test` (unhashed .venv) in a job that "
+                                    "holds credentials")
+                if not _INSTALL.search(command):
+                    continue
+                words = shlex.split(command)
+                if not re.search(r"\bpip3?\s+install\b", command) or "uv" in words:
+                    problems.append(f"{where}: installs other than through pip's "
+                                    "hash-checking mode")
+                    continue
+                for flag in ("--require-hashes", "--no-deps"):
+                    if flag not in words:
+                        problems.append(f"{where}: without {flag}")
+                if "--upgrade" in words or "-U" in words:
+                    problems.append(f"{where}: upgrades (to whatever the index serves)")
+                files = [words[i + 1] for i, w in enumerate(words[:-1])
+                         if w in ("-r", "--requirement")]
+                after = words[words.index("install") + 1:]
+                loose = [w for i, w in enumerate(after) if not w.startswith("-")
+                         and (i == 0 or after[i - 1] not in ("-r", "--requirement", "-c",
+                                                             "--constraint"))
+                         and not (i and after[i - 1].startswith("--only-binary"))]
+                if loose or not files:
+                    problems.append(f"{where}: installs {loose or 'nothing'} named on the "
+                                    "command line, not from a hashed file")
+                for file in files:
+                    path = root / file
+                    if not path.is_file():
+                        problems.append(f"{where}: {file} does not exist")
+                    elif bad := unhashed(path.read_text("utf-8")):
+                        problems.append(f"{where}: {file} has unhashed lines: {bad[:3]}")
+    return problems
+
+
+def secret_problems(workflow: dict[Any, Any]) -> list[str]:
+    """A secret referenced outside a job bound to an environment."""
+    problems = []
+    if "secrets." in str(workflow.get("env", {})):
+        problems.append("secrets in the workflow's env")
+    for name, job in workflow["jobs"].items():
+        if "secrets." in str(job) and "environment" not in job:
+            problems.append(f"{name}: references a secret but is bound to no environment")
+    return problems
+
+
+PULL_REQUEST_TRIGGERS = {"pull_request", "pull_request_target", "pull_request_review",
+                         "pull_request_review_comment", "issue_comment", "workflow_run"}
+
+
+def production_stacks() -> set[str]:
+    """The stacks deploy.yml deploys in the `production` environment."""
+    jobs = load(WORKFLOWS / "deploy.yml")["jobs"]
+    found = {job["env"]["STACK_FILE"] for job in jobs.values()
+             if job.get("environment") == "production"}
+    assert found == {"prod"}
+    return found
+
+
+def listed_stacks(job: dict[str, Any], stack_files: list[str], tmp_path: Path) -> list[str]:
+    """Runs the stacks job's listing step in a directory holding only `stack_files`."""
+    (step,) = [s for s in steps(job) if s.get("id") == "list"]
+    for stack in stack_files:
+        (tmp_path / f"Pulumi.{stack}.yaml").write_text("config: {}\n")
+    output = tmp_path / "github-output"
+    env = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": str(output), **step.get("env", {})}
+    subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path, env=env,
+                   check=True, timeout=60)
+    (line,) = output.read_text().splitlines()
+    key, _, value = line.partition("=")
+    assert key == "names"
+    names: list[str] = json.loads(value)
+    return names
+
+
+def pull_request_prod_problems(workflow: dict[Any, Any], tmp_path: Path) -> list[str]:
+    """A pull-request workflow's job in `production`, or a preview of a production stack."""
+    if not triggers(workflow) & PULL_REQUEST_TRIGGERS:
+        return []
+    prod = production_stacks()
+    problems = []
+    if "pull_request_target" in triggers(workflow):
+        problems.append("pull_request_target runs with the base repository's secrets")
+    for name, job in workflow["jobs"].items():
+        if job.get("environment") == "production":
+            problems.append(f"{name}: runs in `production` on a pull request")
+        if any(s.get("id") == "list" for s in steps(job)):
+            previewed = listed_stacks(job, [*sorted(prod), "dev", "staging"], tmp_path)
+            if set(previewed) & prod:
+                problems.append(f"{name}: lists production stacks {sorted(prod)} for "
+                                f"pull-request previews: {previewed}")
+            if not {"dev", "staging"} <= set(previewed):
+                problems.append(f"{name}: drops a non-prod stack: {previewed}")
+        # What a pulumi step runs on: its stack name, its script, its and its job's env.
+        for s in steps(job):
+            if not (s.get("uses", "").startswith("pulumi/actions@")
+                    or "pulumi " in s.get("run", "")):
+                continue
+            target = " ".join(str(part) for part in (
+                s.get("with", {}).get("stack-name", ""), s.get("run", ""), s.get("env", {}),
+                job.get("env", {})))
+            if any(re.search(rf"(?<![\w-]){re.escape(p)}(?![\w-])", target) for p in prod):
+                problems.append(f"{name}: names a production stack: {target}")
+    return problems
+
+
+# --------------------------------------------------------------------------- the workflows
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_install_is_hash_checked(path: Path) -> None:
+    problems = install_problems(load(path))
+    assert problems == [], "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_secrets_only_in_jobs_bound_to_an_environment(path: Path) -> None:
+    problems = secret_problems(load(path))
+    assert problems == [], "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_pull_requests_never_reach_prod(path: Path, tmp_path: Path) -> None:
+    problems = pull_request_prod_problems(load(path), tmp_path)
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_pull_request_preview_has_secrets_of_its_own() -> None:
+    """Names no deploy uses, so a missing `preview` secret never falls back to a deploy's."""
+    ci = load(WORKFLOWS / "ci.yml")
+    deploy_secrets = set(re.findall(r"secrets\.(\w+)", (WORKFLOWS / "deploy.yml").read_text()))
+    preview_secrets = set(re.findall(r"secrets\.(\w+)", str(ci["jobs"])))
+    assert preview_secrets == {"PULUMI_PREVIEW_ACCESS_TOKEN", "PULUMI_PREVIEW_CONFIG_PASSPHRASE"}
+    assert not preview_secrets & deploy_secrets
+    assert ci["jobs"]["preview"]["environment"] == "preview"
+
+
+def toolchain_steps(job: dict[str, Any]) -> list[int]:
+    return [i for i, s in enumerate(steps(job)) if ".github/requirements/" in s.get("run", "")]
+
+
+def test_every_credentialed_job_builds_the_same_hashed_toolchain_before_any_credential() -> None:
+    scripts = set()
+    for path in FILES:
+        for name, job in load(path)["jobs"].items():
+            if not holds_credentials(job):
+                continue
+            (build,) = toolchain_steps(job)
+            scripts.add(steps(job)[build]["run"])
+            for s in steps(job)[:build + 1]:
+                assert "secrets." not in str(s), name
+                assert not s.get("uses", "").startswith("google-github-actions/auth@"), name
+            python = [s for s in steps(job) if s.get("uses", "").startswith(
+                "actions/setup-python@")]
+            assert python and python[0]["with"]["python-version"] == "3.11", name
+    assert len(scripts) == 1, "one install, the same in every job"
+    (script,) = scripts
+    bootstrap, deploy = [c for c in commands(script) if " install " in c]
+    assert bootstrap.endswith("-r .github/requirements/bootstrap.txt")
+    assert "--only-binary :all:" in bootstrap  # pip and setuptools: wheels only
+    assert deploy.endswith("-r .github/requirements/deploy.txt")
+    # The one source distribution is built with the locked setuptools: pip fetches no
+    # build tools, which its hash-checking mode would not check.
+    assert "--no-build-isolation" in deploy
+
+
+# --------------------------------------------------------------------------- the locks
+
+
+def closure(roots: list[str]) -> set[str]:
+    """Every distribution `roots` need on Linux under this Python (the workflows' 3.11),
+    from the installed packages' metadata (the test environment installs them all)."""
+    environment = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
+                   "platform_machine": "x86_64"}
+    extras_of: dict[str, set[str]] = {}
+    todo = [Requirement(root) for root in roots]
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(requirement.name)
+        known = extras_of.get(name)
+        if known is not None and set(requirement.extras) <= known:
+            continue
+        extras_of[name] = (known or set()) | set(requirement.extras)
+        for raw in metadata.requires(requirement.name) or []:
+            dependency = Requirement(raw)
+            if dependency.marker is None or any(
+                dependency.marker.evaluate({**environment, "extra": extra})
+                for extra in extras_of[name] or {""}
+            ):
+                todo.append(dependency)
+    return set(extras_of)
+
+
+def lock_problems(lock_text: str, constraints_text: str, roots: list[str],
+                  installer: dict[str, str]) -> list[str]:
+    problems = [f"{line!r} is not a `name==version` pin with --hash: {FIX}"
+                for line in unhashed(lock_text)]
+    locked = pins(lock_text)
+    constrained = pins(constraints_text)
+    for name, version in sorted(locked.items()):
+        if name in installer:
+            if installer[name] != version:
+                problems.append(f"{name} is {version} in deploy.txt but {installer[name]} in "
+                                f"bootstrap.txt: {FIX}")
+        elif constrained.get(name) != version:
+            problems.append(f"{name}=={version} is not constraints.txt's "
+                            f"({constrained.get(name)}): {FIX}")
+    needed = closure(roots) | set(installer)
+    for name in sorted(needed - set(locked)):
+        problems.append(f"{name} is needed by the deploy toolchain but not locked: {FIX}")
+    for name in sorted(set(locked) - needed):
+        problems.append(f"{name} is locked but the deploy toolchain does not need it: {FIX}")
+    return problems
+
+
+def deploy_roots() -> list[str]:
+    return [line for path in DEPLOY_ROOTS for line in requirement_lines(path.read_text())]
+
+
+def test_the_bootstrap_lock_pins_pip_and_setuptools_with_hashes() -> None:
+    text = BOOTSTRAP.read_text()
+    assert unhashed(text) == []
+    assert set(pins(text)) == INSTALLER
+
+
+def test_the_deploy_lock_is_current_and_has_a_hash_for_every_pin() -> None:
+    problems = lock_problems(DEPLOY.read_text(), CONSTRAINTS.read_text(), deploy_roots(),
+                             pins(BOOTSTRAP.read_text()))
+    assert problems == [], "\n".join(problems)
+    assert len(pins(DEPLOY.read_text())) > 50
+
+
+def test_make_lock_writes_both_for_the_workflows_python() -> None:
+    recipe = (REPO_ROOT / "Makefile").read_text().split("\nlock:", 1)[1].split("\n\n", 1)[0]
+    assert "for lock in bootstrap deploy" in recipe
+    deploy_part = recipe.split("for lock in", 1)[1]
+    for flag in ("--generate-hashes", "--python-version 3.11", "--python-platform linux",
+                 "--constraint constraints.txt", "--output-file .github/requirements/$$lock.txt"):
+        assert flag in deploy_part, flag
+    deploy_in = requirement_lines((LOCKS / "deploy.in").read_text())
+    assert deploy_in == ["-r ../../requirements.txt", "-r ../../function/requirements.in",
+                         "-r ../../policies/requirements.txt", "-r bootstrap.in"]
+
+
+DEPLOY_TEXT = DEPLOY.read_text()
+PULUMI_PIN = pins(DEPLOY_TEXT)["pulumi"]
+
+
+@pytest.mark.parametrize(
+    ("case", "lock_text", "expected"),
+    [
+        ("a hash removed",
+         re.sub(r"(pulumi==\S+) \\\n(\s*--hash=\S+ \\\n)*\s*--hash=\S+", r"\1", DEPLOY_TEXT),
+         f"'pulumi=={PULUMI_PIN}' is not a `name==version` pin with --hash"),
+        ("a loose line", DEPLOY_TEXT + "\nsomething>=1\n", "'something>=1' is not"),
+        ("a version moved", DEPLOY_TEXT.replace(f"pulumi=={PULUMI_PIN}", "pulumi==0.0.1"),
+         "pulumi==0.0.1 is not constraints.txt's"),
+        ("a package dropped", re.sub(r"\ncroniter==\S+ \\\n(\s*--hash=\S+ \\?\n)+", "\n",
+                                     DEPLOY_TEXT),
+         "croniter is needed by the deploy toolchain but not locked"),
+    ],
+)
+def test_a_stale_or_unhashed_deploy_lock_is_reported(case: str, lock_text: str,
+                                                     expected: str) -> None:
+    problems = lock_problems(lock_text, CONSTRAINTS.read_text(), deploy_roots(),
+                             pins(BOOTSTRAP.read_text()))
+    assert any(expected in problem for problem in problems), (case, problems)
+
+
+# ------------------------------------------------- the workflows as they were: reported
+
+
+def workflow(on: Any, **jobs: dict[str, Any]) -> dict[Any, Any]:
+    return {True: on, "permissions": {}, "jobs": jobs}
+
+
+def run_job(script: str, **extra: Any) -> dict[str, Any]:
+    return {"runs-on": "ubuntu-latest", "permissions": {"contents": "read"},
+            "steps": [{"run": script}], **extra}
+
+
+DEPLOYER = {"permissions": {"contents": "read", "id-token": "write"}}
+
+
+@pytest.mark.parametrize(
+    ("case", "script", "expected"),
+    [
+        ("the Makefile's .venv (before: every deploy job)", "make .venv/stamp",
+         "make builds the unhashed .venv"),
+        ("pip upgraded from the index", "python -m pip install --upgrade pip",
+         "without --require-hashes"),
+        ("an unhashed file", "pip install --require-hashes --no-deps -r requirements-dev.txt",
+         "requirements-dev.txt has unhashed lines"),
+        ("dependencies resolved unhashed",
+         "pip install --require-hashes -r .github/requirements/deploy.txt", "without --no-deps"),
+        ("a package on the command line",
+         "pip install --require-hashes --no-deps -r .github/requirements/deploy.txt pulumi",
+         "installs ['pulumi'] named on the command line"),
+        ("another installer", "uv pip install -r .github/requirements/deploy.txt",
+         "other than through pip's hash-checking mode"),
+        ("make test where credentials are", ".ci/run", "`make test` (unhashed .venv)"),
+    ],
+)
+def test_an_unhashed_install_is_reported(case: str, script: str, expected: str) -> None:
+    problems = install_problems(workflow({"push": {}}, dev=run_job(script, **DEPLOYER)))
+    assert any(expected in problem for problem in problems), (case, problems)
+
+
+def test_make_test_without_credentials_is_not_an_install_problem() -> None:
+    assert install_problems(workflow({"push": {}}, test=run_job(".ci/run"))) == []
+
+
+BEFORE_PREVIEW = run_job("true", permissions={"contents": "read", "id-token": "write"},
+                         steps=[{"env": {"PULUMI_CONFIG_PASSPHRASE":
+                                         "${{ secrets.PULUMI_CONFIG_PASSPHRASE }}"},
+                                 "uses": "pulumi/actions@x", "with": {"command": "preview"}}])
+BEFORE_LIST = run_job(
+    "names=$(python3 -c 'import glob, json; print(json.dumps(sorted(p[len(\"Pulumi.\"):"
+    "-len(\".yaml\")] for p in glob.glob(\"Pulumi.*.yaml\"))))')\n"
+    'echo "names=${names}" >> "$GITHUB_OUTPUT"\n')
+BEFORE_LIST["steps"][0]["id"] = "list"
+
+
+def test_the_preview_as_it_was_is_reported(tmp_path: Path) -> None:
+    """Before: every stack file previewed on pull requests, prod included, with the config
+    passphrase in a job bound to no environment."""
+    before = workflow({"pull_request": None}, stacks=BEFORE_LIST, preview=BEFORE_PREVIEW)
+    assert secret_problems(before) == [
+        "preview: references a secret but is bound to no environment"]
+    problems = pull_request_prod_problems(before, tmp_path)
+    assert any("lists production stacks ['prod']" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("case", "job", "expected"),
+    [
+        ("prod's environment on a pull request",
+         run_job("true", environment="production"), "runs in `production` on a pull request"),
+        ("prod named as the stack",
+         run_job("true", steps=[{"uses": "pulumi/actions@x",
+                                 "with": {"command": "preview", "stack-name": "acme/prod"}}]),
+         "names a production stack"),
+    ],
+)
+def test_a_pull_request_job_reaching_prod_is_reported(case: str, job: dict[str, Any],
+                                                      expected: str, tmp_path: Path) -> None:
+    problems = pull_request_prod_problems(workflow({"pull_request": None}, job=job), tmp_path)
+    assert any(expected in problem for problem in problems), (case, problems)
+
+
+def test_pull_request_target_is_reported(tmp_path: Path) -> None:
+    problems = pull_request_prod_problems(
+        workflow({"pull_request_target": None}, job=run_job("true")), tmp_path)
+    assert any("pull_request_target" in problem for problem in problems)
