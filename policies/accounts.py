@@ -15,13 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from policies.gcp import ALLOWED_CALLERS_ENV, service_account_email
+from policies.gcp import ALLOWED_CALLERS_ENV, SCHEDULER_JOB, service_account_email
 from policies.iam import PUBLIC_MEMBERS, custom_roles, grants_or_problem, role_permissions
 from policies.model import Finding, Resource
-from policies.permissions import IMPERSONATE, INVOKE, SET_IAM
+from policies.permissions import ACT_AS, IMPERSONATE, INVOKE, SET_IAM
 from policies.proxy import _runtime_email
-from policies.stack import _scheduler_oidc_emails, dedup_functions
+from policies.stack import _job_code_functions, _scheduler_oidc_emails, dedup_functions
 from policies.values import get, known_str
+from policies.watchdog import delivering_accounts
 
 MINT_TOKENS: Final = IMPERSONATE - {"iam.serviceAccounts.actAs"}
 SERVICE_ACCOUNT_IAM_MODULE: Final = "gcp:serviceaccount/"
@@ -60,6 +61,48 @@ def accounts_not_impersonable(resources: Sequence[Resource]) -> list[Finding]:
                     "its holders can call the kit's functions as its Scheduler jobs do, or act "
                     "with a function's roles: remove the grant (Cloud Scheduler mints the "
                     "jobs' tokens itself; deployers need only roles/iam.serviceAccountUser)",
+                    resource.urn,
+                ))
+    return findings
+
+
+def act_as_only_own_accounts(resources: Sequence[Resource]) -> list[Finding]:
+    """actAs (roles/iam.serviceAccountUser, or any role carrying it) on an account of the
+    kit (the jobs' invoker, a function's runtime account) only for the kit's accounts that
+    need it: a watchdog that delivers runs, on its own account (its Cloud Tasks carry its
+    OIDC token). Whoever else holds it attaches the account to a job, task or service of
+    their own and gets its tokens. The deployer holds it outside the stack."""
+    accounts = _kit_accounts(resources)
+    own_use = delivering_accounts(resources)
+    declared = custom_roles(resources)
+    findings: list[Finding] = []
+    for resource in resources:
+        if not resource.type.startswith(SERVICE_ACCOUNT_IAM_MODULE):
+            continue
+        raw = known_str(get(resource.props, "serviceAccountId"))
+        target = service_account_email(raw) if raw else None
+        if target is None or target not in accounts:
+            continue
+        found, _ = grants_or_problem(resource.type, resource.props)
+        for grant in found:
+            role = known_str(grant.role)
+            if role is None or ACT_AS not in (role_permissions(role, declared) or frozenset()):
+                continue
+            for member in grant.members or []:
+                text = known_str(member)
+                if text is None:
+                    continue  # not known yet
+                if (
+                    text.startswith("serviceAccount:")
+                    and service_account_email(text) == target
+                    and target in own_use
+                ):
+                    continue  # the watchdog on itself, for its tasks' OIDC token
+                findings.append(Finding(
+                    f"{role} on {target} lets {text} act as it (iam.serviceAccounts.actAs): "
+                    "attach it to a Scheduler job, task or service of their own and receive "
+                    "its tokens, which the kit's functions accept: remove the grant (only a "
+                    "watchdog that delivers runs holds it, on its own account)",
                     resource.urn,
                 ))
     return findings
@@ -120,4 +163,65 @@ def function_invokers(resources: Sequence[Resource]) -> list[Finding]:
                     "grant roles/run.invoker on the service only to the jobs' invoker account",
                     resource.urn,
                 ))
+    return findings
+
+
+def runtime_account_not_a_caller(resources: Sequence[Resource]) -> list[Finding]:
+    """The runtime account of a dedup function that runs the team's job code is no caller
+    of the kit: not a Scheduler job's OIDC identity, not in any function's
+    DEDUP_ALLOWED_CALLERS, not an invoker of a function of the kit (dedup function, proxy,
+    watchdog). Job code mints that account's tokens from the metadata server, and would
+    forge deliveries with them."""
+    runners = {
+        email: function
+        for function in _job_code_functions(resources)
+        if (email := _runtime_email(function))
+    }
+    if not runners:
+        return []
+    functions = {
+        name: f for f in dedup_functions(resources) if (name := known_str(get(f.props, "name")))
+    }
+    declared = custom_roles(resources)
+    fix = (
+        "job code mints this account's tokens from the metadata server and would forge "
+        "Scheduler deliveries with them: use the stack's invoker account"
+    )
+    findings: list[Finding] = [
+        Finding(
+            f"{ALLOWED_CALLERS_ENV} of {function.name!r} names {caller}, the runtime account "
+            f"of the job-running function: {fix}; remove it",
+            function.urn,
+        )
+        for function in dedup_functions(resources)
+        for caller in sorted(_served_callers(function) & set(runners))
+    ]
+    for resource in resources:
+        if resource.type == SCHEDULER_JOB:
+            email = known_str(get(resource.props, "httpTarget", "oidcToken", "serviceAccountEmail"))
+            if email and service_account_email(email) in runners:
+                findings.append(Finding(
+                    f"Scheduler job {resource.name!r} sends OIDC tokens of "
+                    f"{service_account_email(email)}, the runtime account of the job-running "
+                    f"function: {fix} (httpTarget.oidcToken.serviceAccountEmail)",
+                    resource.urn,
+                ))
+        if _service_of(resource) not in functions:
+            continue
+        found, _ = grants_or_problem(resource.type, resource.props)
+        for grant in found:
+            role = known_str(grant.role)
+            if not ((role_permissions(role, declared) if role else None) or frozenset()) & INVOKE:
+                continue
+            for member in grant.members or []:
+                text = known_str(member)
+                if text and text.startswith("serviceAccount:") and (
+                    service_account_email(text) in runners
+                ):
+                    findings.append(Finding(
+                        f"{role} on {_service_of(resource)!r} lets "
+                        f"{service_account_email(text)}, the runtime account of the "
+                        f"job-running function, call it: {fix}; remove the grant",
+                        resource.urn,
+                    ))
     return findings

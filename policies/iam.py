@@ -30,6 +30,7 @@ from policies.model import Finding, Resource
 from policies.permissions import (
     DATASTORE_WRITE,
     ESCALATION,
+    GRANTED_ESCALATION,
     INVOKE,
     custom_permissions,
     is_custom_role,
@@ -521,4 +522,33 @@ def custom_roles_resolved(resources: Sequence[Resource]) -> list[Finding]:
                     "service account instead",
                     resource.urn,
                 ))
+    return findings
+
+
+def no_role_admin_or_build_create(resources: Sequence[Resource]) -> list[Finding]:
+    """No grant, on any resource and at any level, of a role carrying iam.roles.create /
+    iam.roles.update (its holders rewrite a custom role they hold into anything) or
+    cloudbuild.builds.create (a build of their own runs as the project's build account).
+    Judged by permission: predefined roles by the table, custom roles declared in the stack
+    by their `permissions`. The deployer gets these outside the stack (docs/deploy.md)."""
+    declared = custom_roles(resources)
+    findings: list[Finding] = []
+    for resource in resources:
+        found, _ = grants_or_problem(resource.type, resource.props)
+        for grant in found:
+            role = known_str(grant.role)
+            if role is None or role in PRIMITIVE_ROLES:
+                continue  # iam-no-primitive-roles blocks those: one violation per grant
+            risky = sorted((role_permissions(role, declared) or frozenset()) & GRANTED_ESCALATION)
+            if not risky:
+                continue
+            who = ", ".join(str(known_str(m) or "(not known yet)") for m in grant.members or [])
+            findings.append(Finding(
+                f"{role} ({', '.join(risky)}) is granted to {who or 'a member'} on "
+                f"{resource.type.split(':')[1].split('/')[0]} {resource.name!r}: whoever holds "
+                "iam.roles.create/update rewrites a custom role into any permissions, and "
+                "cloudbuild.builds.create runs any build as the project's build account; "
+                "remove the grant (the deployer holds these outside the stack)",
+                resource.urn,
+            ))
     return findings

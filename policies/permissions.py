@@ -70,6 +70,23 @@ START_TARGETS: Final = frozenset(
 )
 """Starting the proxy's kinds of target."""
 
+ROLE_ADMIN: Final = frozenset({"iam.roles.create", "iam.roles.update"})
+"""Creating or rewriting custom roles: whoever holds it on a role's project or organization
+rewrites a role they (or anyone) hold into any permissions
+(https://cloud.google.com/iam/docs/creating-custom-roles)."""
+
+BUILDS_CREATE: Final = "cloudbuild.builds.create"
+"""Running an arbitrary build as the project's build account (a known escalation path)."""
+
+GRANTED_ESCALATION: Final = ROLE_ADMIN | {BUILDS_CREATE}
+"""Escalation the pack judges for every member, on every resource: `iam-no-role-admin-or-
+build-create`."""
+
+SECRET_ACCESS: Final = "secretmanager.versions.access"
+"""Reading a secret's payload (the proxy's token secret)."""
+
+ACT_AS: Final = "iam.serviceAccounts.actAs"
+
 _RUN_ALL: Final = frozenset(
     {RUN_INVOKE, "run.services.setIamPolicy", "run.jobs.setIamPolicy", "run.jobs.run",
      "run.jobs.runWithOverrides"}
@@ -88,7 +105,13 @@ _DATASTORE_ALL: Final = DATASTORE_WRITE | {"datastore.entities.get", "datastore.
 ROLE_PERMISSIONS: Final[Mapping[str, frozenset[str]]] = {
     # Basic roles: Owner holds every permission; Editor all but IAM policy changes and
     # token minting (it can act as service accounts and create their keys).
-    "roles/owner": INVOKE | ESCALATION | _DATASTORE_ALL | START_TARGETS | _RUN_ALL,
+    "roles/owner": INVOKE
+    | ESCALATION
+    | _DATASTORE_ALL
+    | START_TARGETS
+    | _RUN_ALL
+    | ROLE_ADMIN
+    | {SECRET_ACCESS},
     "roles/editor": INVOKE
     | _DATASTORE_ALL
     | START_TARGETS
@@ -118,6 +141,10 @@ ROLE_PERMISSIONS: Final[Mapping[str, frozenset[str]]] = {
          "resourcemanager.folders.setIamPolicy"}
     ),
     "roles/iam.securityAdmin": SET_IAM | {"iam.serviceAccounts.setIamPolicy"},
+    # Custom roles (https://cloud.google.com/iam/docs/roles-permissions/iam).
+    "roles/iam.roleAdmin": ROLE_ADMIN,
+    "roles/iam.organizationRoleAdmin": ROLE_ADMIN,
+    "roles/iam.roleViewer": frozenset(),
     # Cloud Functions (1st gen invoke; 2nd gen functions are invoked through Cloud Run)
     "roles/cloudfunctions.admin": frozenset(
         {FUNCTIONS_INVOKE, "cloudfunctions.functions.setIamPolicy"}
@@ -156,7 +183,11 @@ ROLE_PERMISSIONS: Final[Mapping[str, frozenset[str]]] = {
     "roles/storage.objectViewer": frozenset(),
     "roles/storage.objectAdmin": frozenset(),
     "roles/storage.admin": frozenset(),
-    "roles/secretmanager.secretAccessor": frozenset(),
+    # Secret Manager (https://cloud.google.com/iam/docs/roles-permissions/secretmanager).
+    "roles/secretmanager.secretAccessor": frozenset({SECRET_ACCESS}),
+    "roles/secretmanager.admin": frozenset({SECRET_ACCESS}),
+    "roles/secretmanager.secretVersionManager": frozenset(),
+    "roles/secretmanager.viewer": frozenset(),
     "roles/monitoring.metricWriter": frozenset(),
 }
 

@@ -11,11 +11,13 @@ from typing import Final
 from policies import (
     accounts,
     alerting,
+    databases,
     function,
     iam,
     ingress,
     proxy,
     scheduler,
+    secrets,
     stack,
     storage,
     watchdog,
@@ -58,7 +60,8 @@ RESOURCE_POLICIES: Final[tuple[ResourcePolicy | ResourceGraphPolicy, ...]] = (
     ResourcePolicy(
         "scheduler-job-oidc-audience",
         "Cloud Scheduler HTTP jobs must set httpTarget.oidcToken.audience to the function's "
-        "run.app URL.",
+        "run.app URL, and it must be the origin (scheme, host, port) of the job's own uri: a "
+        "token is only ever sent where it is valid.",
         MANDATORY,
         scheduler.oidc_audience,
     ),
@@ -184,6 +187,14 @@ RESOURCE_POLICIES: Final[tuple[ResourcePolicy | ResourceGraphPolicy, ...]] = (
         MANDATORY,
         storage.public_access_prevention,
     ),
+    ResourcePolicy(
+        "dedup-token-secret-not-plain",
+        "DEDUP_TOKEN_SECRET (the proxy's token secret) must never be a plain environment "
+        "variable of a function or Cloud Run service or job: only a secret environment "
+        "variable from Secret Manager.",
+        MANDATORY,
+        secrets.token_secret_not_plain,
+    ),
 )
 
 STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
@@ -267,11 +278,63 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "The idempotent proxy keeps its run records in a Firestore database of its own: its "
         "DEDUP_DATABASE differs from every dedup function's (whose job code could otherwise "
         "write, and so forge, a proxied job's record: IAM conditions name databases, not "
-        "collections), and no member but the proxy's account holds a role that writes it "
-        "(conditioned to it, or without a one-database condition on its project, folder or "
-        "organization).",
+        "collections). Who may write it: dedup-database-writers.",
         MANDATORY,
         stack.proxy_own_database,
+    ),
+    StackPolicy(
+        "dedup-database-writers",
+        "Every Firestore database of the kit (the dedup database, the proxy's, any other a "
+        "function of the kit names in a DEDUP_*DATABASE setting, any declared in the stack) "
+        "is written only by the accounts of the functions naming it: no other member may "
+        "hold a role that writes entities (roles/datastore.user, datastore.owner, custom "
+        "roles with datastore.entities.*), conditioned to the database or granted on its "
+        "project, folder or organization without a one-database condition.",
+        MANDATORY,
+        databases.database_writers,
+    ),
+    StackPolicy(
+        "dedup-no-firebase-rules",
+        "No Firebase rules release (gcp:firebaserules/release:Release, cloud.firestore or "
+        "cloud.firestore/<database>) may apply to a database of the kit: the kit reaches it "
+        "through IAM only, and rules can only open it to Firebase clients.",
+        MANDATORY,
+        databases.no_firebase_rules_on_kit_databases,
+    ),
+    StackPolicy(
+        "iam-no-role-admin-or-build-create",
+        "No grant, on any resource at any level, of a role carrying iam.roles.create, "
+        "iam.roles.update (roles/iam.roleAdmin, roles/iam.organizationRoleAdmin, custom "
+        "roles) or cloudbuild.builds.create (roles/cloudbuild.builds.editor, custom "
+        "roles): their holders rewrite a role into anything or run any build as the "
+        "project's build account. The deployer holds them outside the stack.",
+        MANDATORY,
+        iam.no_role_admin_or_build_create,
+    ),
+    StackPolicy(
+        "dedup-accounts-act-as",
+        "No member may hold iam.serviceAccounts.actAs (roles/iam.serviceAccountUser, custom "
+        "roles) on an account of the kit (the jobs' invoker, a function's runtime account), "
+        "except a watchdog that delivers runs on its own account: whoever holds it attaches "
+        "the account to a job or service of their own and gets its tokens.",
+        MANDATORY,
+        accounts.act_as_only_own_accounts,
+    ),
+    StackPolicy(
+        "dedup-runtime-account-not-a-caller",
+        "The runtime account of the dedup function that runs job code is no caller of the "
+        "kit: not a Scheduler job's OIDC identity, not in any function's "
+        "DEDUP_ALLOWED_CALLERS, not an invoker of a function of the kit.",
+        MANDATORY,
+        accounts.runtime_account_not_a_caller,
+    ),
+    StackPolicy(
+        "dedup-token-secret-readers",
+        "Only the proxy's account and the declared tokenSecretReaders may read the proxy's "
+        "token secret: no other member may hold a role carrying "
+        "secretmanager.versions.access on it, or on its project, folder or organization.",
+        MANDATORY,
+        secrets.token_secret_readers,
     ),
     StackPolicy(
         "dedup-function-invokers",

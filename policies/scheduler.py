@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
+from urllib.parse import urlsplit
 
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_MAX_SECONDS,
@@ -15,6 +17,11 @@ from infra.scheduler_rules import (
 )
 from policies.gcp import SCHEDULER_JOB, is_default_runtime_account, parse_duration_seconds
 from policies.values import MISSING, get, is_unknown, known_str
+
+_DEFAULT_PORTS: Final = {"https": 443, "http": 80}
+# A plain host name or IPv4 address, optionally with a port: no user info, no backslash,
+# no percent-encoding, nothing two URL parsers could read as different hosts.
+_PLAIN_NETLOC: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?")
 
 
 def _http_target(resource_type: str, props: Mapping[str, Any]) -> Any:
@@ -121,6 +128,49 @@ def oidc_audience(resource_type: str, props: Mapping[str, Any]) -> list[str]:
         return [
             "httpTarget.oidcToken.audience is not set: set it to the function's run.app URL "
             "(the audience Cloud Run checks)"
+        ]
+    return _audience_origin_problems(get(target, "uri"), audience)
+
+
+def origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an http(s) URL, lower-cased, the port made explicit; None
+    for anything else, or a spelling two parsers could read differently (user info,
+    backslashes, percent-encoding, whitespace, non-ASCII)."""
+    if not url.isascii() or any(c.isspace() or not c.isprintable() for c in url):
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not _PLAIN_NETLOC.fullmatch(parts.netloc):
+        return None
+    host = (parts.hostname or "").lower()
+    if not host:
+        return None
+    return scheme, host, port if port is not None else _DEFAULT_PORTS[scheme]
+
+
+def _audience_origin_problems(uri: Any, audience: str) -> list[str]:
+    """A token is only ever sent where it is valid: the audience is the URI's origin (the
+    URI itself, as the kit sets it, or its scheme://host[:port]). Not judged while the
+    URI is unknown (an output of the function created in the same update)."""
+    target = known_str(uri)
+    if target is None:
+        return []
+    sent_to, valid_for = origin(target), origin(audience)
+    if sent_to is None:
+        return [
+            f"httpTarget.uri {target!r} is not a plain http(s) URL (user info, backslashes, "
+            "percent-encoding or non-ASCII in its host): set it to the function's run.app URL"
+        ]
+    if valid_for is None or valid_for != sent_to:
+        return [
+            f"httpTarget.oidcToken.audience {audience!r} is not the origin of the job's "
+            f"uri {target!r}: the receiver would get, at every run, a token valid for "
+            "another service (e.g. the dedup function, which would run any job at any time "
+            "for it); set audience to the uri's origin (the kit sets it to the uri itself)"
         ]
     return []
 

@@ -47,19 +47,12 @@ from policies.gcp import (
 )
 from policies.iam import (
     DATASTORE_USER,
-    DATASTORE_VIEWER,
-    PRIMITIVE_ROLES,
-    CustomRoles,
     condition_database,
-    custom_roles,
-    grants_or_problem,
     is_hierarchy_level,
     level_name,
-    role_permissions,
 )
 from policies.model import Finding, Resource
-from policies.permissions import DATASTORE_WRITE
-from policies.proxy import is_proxy_function, own_account_emails, proxy_functions
+from policies.proxy import is_proxy_function, proxy_functions
 from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known_str
 from policies.watchdog import delivering_accounts, is_watchdog_function
 
@@ -408,56 +401,12 @@ def _reach(grant_on: Resource, condition: Any, database: RecordsDatabase) -> str
     return None
 
 
-def _database_writers(
-    proxy: Resource,
-    database: RecordsDatabase,
-    resources: Sequence[Resource],
-    declared: CustomRoles,
-) -> list[Finding]:
-    """Members other than the proxy's accounts whose grants write `database`."""
-    own = own_account_emails(proxy, resources)
-    if not own:
-        return []  # not known yet: no member can be told apart from the proxy's account
-    findings: list[Finding] = []
-    for resource in resources:
-        found, _ = grants_or_problem(resource.type, resource.props)
-        for grant in found:
-            role = known_str(grant.role)
-            if role is None or role in PRIMITIVE_ROLES:
-                continue  # iam-no-primitive-roles blocks those: one violation per grant
-            if not (role_permissions(role, declared) or frozenset()) & DATASTORE_WRITE:
-                continue
-            how = _reach(resource, grant.condition, database)
-            if how is None:
-                continue
-            for member in grant.members or []:
-                name = known_str(member)
-                if name is None or (
-                    name.startswith("serviceAccount:") and service_account_email(name) in own
-                ):
-                    continue
-                findings.append(
-                    Finding(
-                        f"{name} holds {role}, which writes the proxy's database "
-                        f"{str(database)!r} ({how}): remove it, or set its condition to "
-                        'resource.name == "projects/P/databases/D" naming another database '
-                        f"(the watchdog reads the proxy's records with {DATASTORE_VIEWER}); "
-                        f"only the proxy's own account ({', '.join(sorted(own))}) may write "
-                        "them, else whoever holds the grant (e.g. the dedup function's job "
-                        "code) could forge a proxied job's record and suppress its run",
-                        resource.urn,
-                    )
-                )
-    return findings
-
-
 def proxy_own_database(resources: Sequence[Resource]) -> list[Finding]:
     """Every proxy keeps its records in a database of its own: not the database of a dedup
     function that runs job code (Firestore IAM conditions name databases, not
-    collections), and no one but the proxy's account holds a role that writes it. Not
-    judged while the databases, or the members and conditions of grants, are unknown."""
+    collections). Who writes it is dedup-database-writers' (policies/databases.py), as for
+    every database of the kit. Not judged while the databases are unknown."""
     findings: list[Finding] = []
-    declared = custom_roles(resources)
     for proxy in proxy_functions(resources):
         database = records_database(proxy)
         if database is None:
@@ -479,7 +428,6 @@ def proxy_own_database(resources: Sequence[Resource]) -> list[Finding]:
                     proxy.urn,
                 )
             )
-        findings.extend(_database_writers(proxy, database, resources, declared))
     return findings
 
 

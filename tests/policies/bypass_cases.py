@@ -378,6 +378,18 @@ BYPASS_CASES: dict[str, list[Case]] = {
         stack_case("proxy-and-watchdog-preview", preview_proxy_watchdog_stack(), False),
         stack_case("proxy-database-unknown",
                    replace_named(proxy_stack(), "proxy-function", PROXY_DB_ENV, U), False),
+        stack_case("proxy-shares-the-dedup-database", shared_database(), True),
+        stack_case("proxy-database-by-full-name-is-the-dedup-database", replace_named(
+            proxy_stack(), "proxy-function", PROXY_DB_ENV,
+            f"projects/{PROJECT}/databases/{DATABASE}"), True),
+    ],
+    # Who writes the proxy's database: since issue 25, dedup-database-writers' (below, and
+    # every database of the kit).
+    "dedup-database-writers": [
+        stack_case("proxy-kit", proxy_stack(), False),
+        stack_case("proxy-preview", preview_proxy_stack(), False),
+        stack_case("proxy-and-watchdog", proxy_watchdog_stack(), False),
+        stack_case("proxy-and-watchdog-preview", preview_proxy_watchdog_stack(), False),
         stack_case("grant-member-unknown", [
             *proxy_stack(), on_proxy_database("other-writer", "roles/datastore.user", U)], False),
         stack_case("grant-condition-unknown", [*proxy_stack(), res(
@@ -391,10 +403,6 @@ BYPASS_CASES: dict[str, list[Case]] = {
                 "title": "t", "expression":
                 f'resource.name == "projects/acme-other/databases/{PROXY_DATABASE}"'}))],
             False),
-        stack_case("proxy-shares-the-dedup-database", shared_database(), True),
-        stack_case("proxy-database-by-full-name-is-the-dedup-database", replace_named(
-            proxy_stack(), "proxy-function", PROXY_DB_ENV,
-            f"projects/{PROJECT}/databases/{DATABASE}"), True),
         stack_case("runtime-datastore-user-on-the-proxy-database", replace_named(
             proxy_stack(), "runtime-datastore-user", "condition", PROXY_DATASTORE_CONDITION),
             True),

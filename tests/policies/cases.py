@@ -1293,6 +1293,10 @@ STACK_CASES["dedup-proxy-own-database"] = [
         ),
         True,
     ),
+]
+
+# Who writes the proxy's database: since issue 25, dedup-database-writers' (every database).
+STACK_CASES["dedup-database-writers"] = [
     stack_case(
         "runtime-datastore-user-unconditioned",
         replace_named(proxy_stack(), "runtime-datastore-user", "condition", DELETE),
@@ -1540,7 +1544,7 @@ STACK_CASES["dedup-watchdog-least-privilege"] = [
 ]
 
 
-STACK_CASES["dedup-proxy-own-database"].append(
+STACK_CASES["dedup-database-writers"].append(
     stack_case(
         # The watchdog only reads the proxy's records: roles/datastore.viewer.
         "watchdog-datastore-user-on-the-proxy-database",

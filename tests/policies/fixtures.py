@@ -238,6 +238,10 @@ def proxy_function_props() -> dict[str, Any]:
     del env["DEDUP_JOB"]
     env["DEDUP_DATABASE"] = PROXY_DATABASE
     env["DEDUP_PROXY_TIMEOUT_SECONDS"] = "30"
+    # The token secret, read by Cloud Run at instance start (infra/dedup_proxy.py).
+    service["secretEnvironmentVariables"] = [
+        {"key": "DEDUP_TOKEN_SECRET", "projectId": PROJECT, "secret": TOKEN_SECRET,
+         "version": "1"}]
     return props
 
 

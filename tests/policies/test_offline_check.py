@@ -435,8 +435,11 @@ BROKEN: list[Broken] = [
         "function-dedicated-runtime-service-account",
         lambda d: mutate(d, FUNCTION, "serviceConfig.serviceAccountEmail", COMPUTE_SA),
         # The watchdog then shares that account with the dedup function; and the function
-        # names dev's watchdog account (it delivers runs: catchUp), which nothing runs as.
-        also=frozenset({"dedup-watchdog-own-service-account", "dedup-allowed-callers"}),
+        # names dev's watchdog account (it delivers runs: catchUp), which nothing runs as;
+        # and the runtime account's datastore role is for an account the function no
+        # longer runs as (a writer of the dedup database that need not write it).
+        also=frozenset({"dedup-watchdog-own-service-account", "dedup-allowed-callers",
+                        "dedup-database-writers"}),
     ),
     Broken(
         "no runtime service account",
@@ -532,14 +535,16 @@ BROKEN: list[Broken] = [
         "proxy keeps its records in the dedup database",
         "dedup-proxy-own-database",
         lambda d: mutate_named(d, "proxy-function", f"{ENV}.DEDUP_DATABASE", "scheduler-dedup"),
-        # Its roles/datastore.user then names another database than its own, and the
+        # Its roles/datastore.user then names another database than its own (the declared
+        # proxy database, which no function names any more: nobody must write it), and the
         # watchdog's read-only role a database that is no proxy's.
-        also=frozenset({"dedup-proxy-least-privilege", "dedup-watchdog-least-privilege"}),
+        also=frozenset({"dedup-proxy-least-privilege", "dedup-watchdog-least-privilege",
+                        "dedup-database-writers"}),
         stack=PROD,
     ),
     Broken(
         "dedup function's account writes the proxy's database",
-        "dedup-proxy-own-database",
+        "dedup-database-writers",
         lambda d: mutate_named(
             d, "dedup-runtime-datastore-user", "condition.expression",
             f'resource.name == "projects/{PROD_PROJECT}/databases/scheduler-dedup-proxy"',
@@ -548,7 +553,7 @@ BROKEN: list[Broken] = [
     ),
     Broken(
         "watchdog writes the proxy's database",
-        "dedup-proxy-own-database",
+        "dedup-database-writers",
         lambda d: mutate_named(d, "watchdog-reads-proxy-database", "role", "roles/datastore.user"),
         stack=PROD,
     ),
@@ -688,14 +693,19 @@ def test_advisory_violation_is_printed_but_does_not_fail(
     assert "[advisory] iam-datastore-user-single-database: " in output
 
 
-def test_proxy_database_role_without_condition_is_advisory(
+def test_proxy_database_role_without_condition_writes_the_dedup_database(
     prod_declared: list[DeclaredResource], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Unconditioned on the project, the proxy's roles/datastore.user also writes the dedup
+    database, which only the dedup function and the watchdog must write (issue 25)."""
     broken = mutate_named(prod_declared, "proxy-datastore-user", "condition", DELETE)
     monkeypatch.setattr(offline_check, "declare", lambda _path: broken)
     code, output = run_main("--stack-file", str(PROD))
-    assert code == 0, output
+    assert code == offline_check.EXIT_VIOLATIONS, output
     assert "[advisory] iam-datastore-user-single-database: proxy-datastore-user " in output
+    assert "[mandatory] dedup-database-writers: proxy-datastore-user " in output
+    assert "'projects/acme-scheduler-prod/databases/scheduler-dedup' (granted on its project" in (
+        output.replace("\n", " ").replace("      ", ""))
 
 
 def test_retries_shorter_than_the_lease_are_advisory(

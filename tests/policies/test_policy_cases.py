@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infra.config import ConfigError, load_config
+from policies.databases import database_writers
 from policies.gcp import FIRESTORE_FIELD
 from policies.model import StackPolicy
 from policies.registry import ALL_POLICIES, by_name
@@ -28,10 +29,16 @@ from tests.policies.fixtures import (
     replace_named,
     without_named,
 )
+from tests.policies.round_two_cases import ROUND_TWO_CASES
 
 ALL_CASES: dict[str, list[Case]] = {
-    name: [*RESOURCE_CASES.get(name, []), *STACK_CASES.get(name, []), *BYPASS_CASES.get(name, [])]
-    for name in {*RESOURCE_CASES, *STACK_CASES, *BYPASS_CASES}
+    name: [
+        *RESOURCE_CASES.get(name, []),
+        *STACK_CASES.get(name, []),
+        *BYPASS_CASES.get(name, []),
+        *ROUND_TWO_CASES.get(name, []),
+    ]
+    for name in {*RESOURCE_CASES, *STACK_CASES, *BYPASS_CASES, *ROUND_TWO_CASES}
 }
 
 
@@ -145,11 +152,12 @@ def test_proxy_own_database_names_the_database_the_member_and_the_fix() -> None:
     writer = replace_named(
         proxy_stack(), "runtime-datastore-user", "condition", PROXY_DATASTORE_CONDITION
     )
-    (finding,) = proxy_own_database(writer)
+    assert proxy_own_database(writer) == []  # who writes it: dedup-database-writers
+    (finding,) = database_writers(writer)
     assert finding.message.startswith(
-        f"serviceAccount:{RUNTIME_SA} holds roles/datastore.user, which writes the proxy's "
-        f"database 'projects/{PROJECT}/databases/{PROXY_DATABASE}' (its condition names it): "
-        "remove it"
+        f"serviceAccount:{RUNTIME_SA} holds roles/datastore.user, which writes the kit's "
+        f"database 'projects/{PROJECT}/databases/{PROXY_DATABASE}' (its condition names it; "
+        "named by 'scheduler-dedup-proxy' (DEDUP_DATABASE)): remove it"
     )
-    assert f"only the proxy's own account ({PROXY_SA})" in finding.message
+    assert f"only the accounts that must write it may ({PROXY_SA})" in finding.message
     assert finding.urn is not None and finding.urn.endswith("::runtime-datastore-user")

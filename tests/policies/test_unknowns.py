@@ -33,6 +33,7 @@ from tests.policies.fixtures import (
     res,
 )
 from tests.policies.fixtures import U as U_
+from tests.policies.round_two_cases import ROUND_TWO_CASES
 
 Path = tuple[str | int, ...]
 
@@ -121,7 +122,12 @@ def test_any_single_unknown_in_the_kit_stack_is_not_a_violation() -> None:
     "case",
     [
         c
-        for cases in (*RESOURCE_CASES.values(), *STACK_CASES.values(), *BYPASS_CASES.values())
+        for cases in (
+            *RESOURCE_CASES.values(),
+            *STACK_CASES.values(),
+            *BYPASS_CASES.values(),
+            *ROUND_TWO_CASES.values(),
+        )
         for c in cases
     ],
     ids=lambda c: c.name,

@@ -1,0 +1,219 @@
+"""Policies on the proxy's token secret (infra/dedup_proxy.py): whoever reads it computes
+any future run's token, so only the proxy and the declared token secret readers
+(`tokenSecretReaders`, the downstream guards) may read it, and it never travels as a plain
+environment variable.
+
+The token secret is the secret the proxy's DEDUP_TOKEN_SECRET secret environment variable
+names (serviceConfig.secretEnvironmentVariables). A reader is any member holding a role
+that carries secretmanager.versions.access (roles/secretmanager.secretAccessor,
+roles/secretmanager.admin, a custom role listing it) on that secret, or on its project, a
+folder or the organization without a condition naming another secret. The declared
+readers are the service accounts the proxy's component grants roles/secretmanager.
+secretAccessor on the secret (the program declares one grant per `tokenSecretReaders`
+entry there).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from policies.gcp import (
+    CLOUD_RUN_V1_SERVICE,
+    CLOUD_RUN_V2_JOB,
+    CLOUD_RUN_V2_SERVICE,
+    FUNCTION_V1,
+    FUNCTION_V2,
+    service_account_email,
+)
+from policies.iam import (
+    PRIMITIVE_ROLES,
+    Grant,
+    custom_roles,
+    grants_or_problem,
+    is_hierarchy_level,
+    level_name,
+    role_permissions,
+)
+from policies.model import Finding, Resource
+from policies.permissions import SECRET_ACCESS
+from policies.proxy import (
+    SECRET_ACCESSOR,
+    SECRET_IAM_PREFIX,
+    in_proxy_component,
+    own_account_emails,
+    proxy_functions,
+)
+from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known_str
+
+TOKEN_SECRET_ENV: Final = "DEDUP_TOKEN_SECRET"
+"""function/dedup/tokens.py reads the token secret from this variable."""
+_ONE_SECRET: Final = re.compile(
+    r"""\s*resource\.name\s*==\s*(["'])projects/([^/"']+)/secrets/([^/"']+)\1\s*"""
+)
+
+Secret = tuple[str | None, str]
+"""(project or None if not known, secret ID)."""
+
+
+def _secret_of(value: str, project: str | None) -> Secret:
+    """`projects/P/secrets/S` or `S` (in `project`)."""
+    if value.startswith("projects/") and "/secrets/" in value:
+        return value.split("/")[1], value.rsplit("/secrets/", 1)[1].split("/")[0]
+    return project, value
+
+
+def _same(a: Secret, b: Secret) -> bool:
+    return a[1] == b[1] and (a[0] is None or b[0] is None or a[0] == b[0])
+
+
+def token_secrets(proxy: Resource) -> list[Secret]:
+    """The secrets the proxy's DEDUP_TOKEN_SECRET secret environment variable names."""
+    found: list[Secret] = []
+    project = known_str(get(proxy.props, "project"))
+    for entry in as_list(get(proxy.props, "serviceConfig", "secretEnvironmentVariables")) or []:
+        if get(entry, "key") != TOKEN_SECRET_ENV:
+            continue
+        secret = known_str(get(entry, "secret"))
+        if secret is not None:
+            found.append(_secret_of(secret, known_str(get(entry, "projectId")) or project))
+    return found
+
+
+def _grant_secret(resource: Resource) -> Secret | None:
+    secret = known_str(get(resource.props, "secretId"))
+    if secret is None:
+        return None
+    return _secret_of(secret, known_str(get(resource.props, "project")))
+
+
+def _reaches(resource: Resource, grant: Grant, secret: Secret) -> bool:
+    """The grant on `resource` reads `secret` (not judged, False, while unknown)."""
+    if resource.type.startswith(SECRET_IAM_PREFIX):
+        on = _grant_secret(resource)
+        return on is not None and _same(on, secret)
+    if not is_hierarchy_level(resource.type):
+        return False
+    if level_name(resource.type) == "project":
+        project = get(resource.props, "project")
+        if is_unknown(project):
+            return False
+        text = known_str(project)
+        if text is not None and secret[0] is not None and text != secret[0]:
+            return False
+    condition = grant.condition
+    if is_unknown(condition):
+        return False
+    expression = get(as_mapping(condition) or {}, "expression")
+    if is_unknown(expression):
+        return False
+    match = _ONE_SECRET.fullmatch(expression) if isinstance(expression, str) else None
+    return match is None or _same((match.group(2), match.group(3)), secret)
+
+
+def _declared_readers(resources: Sequence[Resource], secret: Secret) -> set[str]:
+    """The service accounts the proxy's component grants the accessor role on `secret`."""
+    readers: set[str] = set()
+    for resource in resources:
+        if not (in_proxy_component(resource) and resource.type.startswith(SECRET_IAM_PREFIX)):
+            continue
+        on = _grant_secret(resource)
+        if on is None or not _same(on, secret):
+            continue
+        found, _ = grants_or_problem(resource.type, resource.props)
+        for grant in found:
+            if known_str(grant.role) != SECRET_ACCESSOR:
+                continue
+            for member in grant.members or []:
+                text = known_str(member)
+                if text and text.startswith("serviceAccount:"):
+                    readers.add(service_account_email(text))
+    return readers
+
+
+def token_secret_readers(resources: Sequence[Resource]) -> list[Finding]:
+    """Only the proxy's accounts and the declared readers read the token secret. Not
+    judged while the proxy's account, the secret, or a grant's member is unknown."""
+    declared = custom_roles(resources)
+    findings: list[Finding] = []
+    for proxy in proxy_functions(resources):
+        own = own_account_emails(proxy, resources)
+        if not own:
+            continue
+        for secret in token_secrets(proxy):
+            allowed = set(own) | _declared_readers(resources, secret)
+            for resource in resources:
+                found, _ = grants_or_problem(resource.type, resource.props)
+                for grant in found:
+                    role = known_str(grant.role)
+                    if role is None or role in PRIMITIVE_ROLES:
+                        continue  # iam-no-primitive-roles blocks those
+                    if SECRET_ACCESS not in (role_permissions(role, declared) or frozenset()):
+                        continue
+                    if not _reaches(resource, grant, secret):
+                        continue
+                    for member in grant.members or []:
+                        text = known_str(member)
+                        if text is None or (
+                            text.startswith("serviceAccount:")
+                            and service_account_email(text) in allowed
+                        ):
+                            continue
+                        findings.append(Finding(
+                            f"{text} holds {role}, which reads the proxy's token secret "
+                            f"{secret[1]!r} (secretmanager.versions.access): whoever reads it "
+                            "computes any future run's token and pre-claims it: remove the "
+                            "grant; add a downstream service's account to the stack config's "
+                            "tokenSecretReaders instead",
+                            resource.urn,
+                        ))
+    return findings
+
+
+def _plain_env_names(resource_type: str, props: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(where, plain environment mapping or list of {name, value}) of a function or
+    Cloud Run service / job."""
+    if resource_type == FUNCTION_V2:
+        return [("serviceConfig.environmentVariables",
+                 get(props, "serviceConfig", "environmentVariables")),
+                ("buildConfig.environmentVariables",
+                 get(props, "buildConfig", "environmentVariables"))]
+    if resource_type == FUNCTION_V1:
+        return [("environmentVariables", get(props, "environmentVariables")),
+                ("buildEnvironmentVariables", get(props, "buildEnvironmentVariables"))]
+    containers: Any = MISSING
+    if resource_type == CLOUD_RUN_V2_SERVICE:
+        containers = get(props, "template", "containers")
+    elif resource_type == CLOUD_RUN_V2_JOB:
+        containers = get(props, "template", "template", "containers")
+    elif resource_type == CLOUD_RUN_V1_SERVICE:
+        containers = get(props, "template", "spec", "containers")
+    return [(f"containers[{i}].envs", get(c, "envs"))
+            for i, c in enumerate(as_list(containers) or [])]
+
+
+def token_secret_not_plain(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """DEDUP_TOKEN_SECRET is never a plain environment variable (its value would sit in
+    the function's configuration, readable by every viewer of it, and in the stack's
+    state): only a secret environment variable from Secret Manager."""
+    problems = []
+    for where, env in _plain_env_names(resource_type, props):
+        mapping = as_mapping(env)
+        names = (
+            [str(k) for k in mapping]
+            if mapping is not None
+            else [
+                str(get(e, "name"))
+                for e in as_list(env) or []
+                if get(e, "value") is not MISSING  # {name, valueSource}: a secret reference
+            ]
+        )
+        if any(n.strip().upper() == TOKEN_SECRET_ENV for n in names):
+            problems.append(
+                f"{where} sets {TOKEN_SECRET_ENV} as a plain environment variable: whoever "
+                "reads the configuration computes any future run's token; remove it and use "
+                "a secret environment variable naming the token secret "
+                "(serviceConfig.secretEnvironmentVariables)"
+            )
+    return problems
