@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from policies import gcp
 from policies.model import Resource
-from tests.policies.bypass_cases import custom_role, document, in_proxy
+from tests.policies.bypass_cases import custom_role, document, in_proxy, v1_function
 from tests.policies.cases import (
     JOB,
-    PROXY,
     Case,
     _delivering_watchdog,
     member,
@@ -24,8 +23,10 @@ from tests.policies.cases import (
     stack_case,
 )
 from tests.policies.fixtures import (
+    BUILD_SA,
     DATABASE,
     DATASTORE_CONDITION,
+    DELETE,
     FIRESTORE_DATABASE,
     FUNCTION_URL,
     INVOKER_SA,
@@ -105,16 +106,30 @@ def _on_secret(role: str, who: str, secret: str = TOKEN_SECRET,
         "project": PROJECT, "secretId": secret, "role": role, "member": who})
 
 
+def _forged_job(resources: list[Resource]) -> list[Resource]:
+    """`resources` plus a second job that sends the dedup runtime account's OIDC tokens to
+    the function (with it, the earlier policies took that account for a job's invoker)."""
+    props = patch(job_props("forged"), "httpTarget.oidcToken.serviceAccountEmail", RUNTIME_SA)
+    return [*resources, res(JOB, "job-forged", props)]
+
+
 def _runtime_as_caller() -> list[Resource]:
     """The dedup runtime account made a caller everywhere at once: a job's OIDC identity,
     an allowed caller of the function and an invoker of it. Each of the earlier policies
     accepts this (the job's account is the one the function serves)."""
-    stack = replace_named(kit_stack(), "job-nightly-export",
-                          "httpTarget.oidcToken.serviceAccountEmail", RUNTIME_SA)
-    stack = replace_named(stack, "dedup-function", ALLOWED_CALLERS,
+    stack = replace_named(_forged_job(kit_stack()), "dedup-function", ALLOWED_CALLERS,
                           f"{INVOKER_SA},{RUNTIME_SA}")
     return [*stack, _on_service("scheduler-dedup", "roles/run.invoker",
                                 f"serviceAccount:{RUNTIME_SA}", "runtime-invoker")]
+
+
+def _on_default_database() -> list[Resource]:
+    """kit_stack with its records in the (default) database (DEDUP_DATABASE unset)."""
+    stack = replace_named(kit_stack(), "dedup-function",
+                          "serviceConfig.environmentVariables.DEDUP_DATABASE", DELETE)
+    for field in ("runs-expire-at", "runs-schedule-time"):
+        stack = replace_named(stack, field, "database", "(default)")
+    return stack
 
 
 def _watchdog_own_database() -> list[Resource]:
@@ -166,9 +181,7 @@ ROUND_TWO_CASES: dict[str, list[Case]] = {
         stack_case("rules-by-full-name-project-unknown", [*kit_stack(), _release(
             f"projects/{PROJECT}/releases/cloud.firestore/{DATABASE}", U)], True),
         stack_case("rules-for-the-default-database-the-function-uses", [
-            *replace_named(kit_stack(), "dedup-function",
-                           "serviceConfig.environmentVariables.DEDUP_DATABASE", "(default)"),
-            _release("cloud.firestore")], True),
+            *_on_default_database(), _release("cloud.firestore")], True),
     ],
     # --- 4: escalation judged by permission -----------------------------------------------
     "iam-no-role-admin-or-build-create": [
@@ -223,9 +236,9 @@ ROUND_TWO_CASES: dict[str, list[Case]] = {
             *kit_stack(), res(PROJECT_IAM_POLICY, "project-policy", document({"bindings": [{
                 "role": "roles/datastore.user", "members": [GROUP],
                 "condition": DATASTORE_CONDITION}]}))], True),
-        stack_case("proxy-account-writes-the-dedup-database", [*proxy_stack(), res(
-            PROJECT_IAM_MEMBER, "proxy-extra", member("roles/datastore.user", PROXY,
-                                                      condition=DATASTORE_CONDITION))], True),
+        stack_case("build-account-writes-the-dedup-database", [*kit_stack(), res(
+            PROJECT_IAM_MEMBER, "build-extra", member("roles/datastore.user",
+                                                      f"serviceAccount:{BUILD_SA}"))], True),
         stack_case("runtime-writes-the-watchdog-database", [
             *_watchdog_own_database(), res(PROJECT_IAM_MEMBER, "runtime-extra", member(
                 "roles/datastore.user", f"serviceAccount:{RUNTIME_SA}",
@@ -247,10 +260,10 @@ ROUND_TWO_CASES: dict[str, list[Case]] = {
             *kit_stack(), custom_role(["iam.serviceAccounts.actAs"]),
             _on_account(RUNTIME_SA, f"projects/{PROJECT}/roles/ops_helper",
                         "user:alice@example.com")], True),
-        stack_case("watchdog-acts-as-the-invoker", [*_delivering_watchdog(), _on_account(
-            INVOKER_SA, "roles/iam.serviceAccountUser", f"serviceAccount:{WATCHDOG_SA}")], True),
-        stack_case("watchdog-acts-as-itself-without-delivering",
-                   [*watchdog_stack(), _watchdog_acts_as_itself()], True),
+        stack_case("runtime-acts-as-the-invoker", [*kit_stack(), _on_account(
+            INVOKER_SA, "roles/iam.serviceAccountUser", f"serviceAccount:{RUNTIME_SA}")], True),
+        stack_case("user-acts-as-the-watchdog", [*_delivering_watchdog(), _on_account(
+            WATCHDOG_SA, "roles/iam.serviceAccountUser", "user:alice@example.com")], True),
     ],
     # --- 7: the dedup runtime account is no caller ----------------------------------------
     "dedup-runtime-account-not-a-caller": [
@@ -259,16 +272,14 @@ ROUND_TWO_CASES: dict[str, list[Case]] = {
         stack_case("proxy-preview", preview_proxy_stack(), False),
         stack_case("watchdog-delivering", _delivering_watchdog(), False),
         stack_case("runtime-made-a-caller-everywhere", _runtime_as_caller(), True),
-        stack_case("job-sends-the-runtime-account-tokens", replace_named(
-            kit_stack(), "job-nightly-export", "httpTarget.oidcToken.serviceAccountEmail",
-            RUNTIME_SA), True),
+        stack_case("job-sends-the-runtime-account-tokens", _forged_job(kit_stack()), True),
         stack_case("runtime-allowed-caller-of-the-proxy", replace_named(
-            proxy_stack(), "proxy-function", ALLOWED_CALLERS, f"{INVOKER_SA},{RUNTIME_SA}"),
-            True),
-        stack_case("runtime-invoker-of-the-proxy", [*proxy_stack(), _on_service(
+            _forged_job(proxy_stack()), "proxy-function", ALLOWED_CALLERS,
+            f"{INVOKER_SA},{RUNTIME_SA}"), True),
+        stack_case("runtime-invoker-of-the-proxy", [*_forged_job(proxy_stack()), _on_service(
             "scheduler-dedup-proxy", "roles/run.invoker", f"serviceAccount:{RUNTIME_SA}")], True),
         stack_case("runtime-custom-invoke-role-on-the-function", [
-            *kit_stack(), custom_role(["run.routes.invoke"]),
+            *_forged_job(kit_stack()), custom_role(["run.routes.invoke"]),
             _on_service("scheduler-dedup", f"projects/{PROJECT}/roles/ops_helper",
                         f"serviceAccount:{RUNTIME_SA}")], True),
     ],
@@ -315,9 +326,11 @@ ROUND_TWO_CASES: dict[str, list[Case]] = {
         one("plain-token-secret-in-the-build", gcp.FUNCTION_V2, patch(
             function_props(), "buildConfig.environmentVariables",
             {"dedup_token_secret": "x" * 64}), True),
-        one("run-service-plain-token-secret", RUN2, {"template": {"containers": [{"envs": [
-            {"name": "DEDUP_TOKEN_SECRET", "value": "x" * 64}]}]}}, True),
+        one("run-service-plain-token-secret", RUN2, {
+            "ingress": "INGRESS_TRAFFIC_INTERNAL_ONLY",
+            "template": {"serviceAccount": DOWNSTREAM_SA, "containers": [{"envs": [
+                {"name": "DEDUP_TOKEN_SECRET", "value": "x" * 64}]}]}}, True),
         one("v1-function-plain-token-secret", gcp.FUNCTION_V1,
-            {"name": "legacy", "environmentVariables": {"DEDUP_TOKEN_SECRET": U}}, True),
+            v1_function(environmentVariables={"DEDUP_TOKEN_SECRET": U}), True),
     ],
 }
