@@ -67,7 +67,8 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
     }
     if record.forced:
         # Only forced records carry it: scheduled records keep their fields as they were.
-        # A run_id is forced or not for good, so replace() never needs to clear it.
+        # A run_id is forced or not for good (a scheduled run a forced run replaced stays
+        # marked as started by it), so replace() never needs to clear it.
         document["forced"] = True
     if record.generation:
         # Likewise only re-runs: a run_id's generation never changes.

@@ -16,10 +16,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from dedup.business_runs import SkippedTime
 from dedup.callers import check_caller
 from dedup.job_logic import JobRegistry
 from dedup.keys import (
+    FORCED_REFUSE,
+    FORCED_REPLACE_NEXT,
     BadDelivery,
+    DeliveryHeaders,
     RunKey,
     delivered_late,
     format_instant,
@@ -80,6 +84,10 @@ REJECTED_OUTCOME = "rejected"
 #   has reported the run, so it must not run now; 200 so the queue stops.
 EXPIRED_STATUS = 200
 EXPIRED_OUTCOME = "expired"
+# - 200 "dst_skipped": a delivery for a local time the zone skipped, of a job with
+#   `dstSkipped: skip` (dedup.business_runs): that day has no such run; nothing runs.
+DST_SKIPPED_STATUS = 200
+DST_SKIPPED_OUTCOME = "dst_skipped"
 # Cloud Tasks marks its deliveries with X-CloudTasks-TaskName (it sets the X-CloudTasks-*
 # headers itself). A job that raised is answered 200 to it, not 500: the queue would
 # retry the job beyond the job's own retry policy; the watchdog reads the failed record
@@ -230,6 +238,29 @@ class DedupHandler:
         # with a 400 (check_body's reason) before anything is claimed.
         self._check_body = check_body
 
+    def _run_key(self, parsed: DeliveryHeaders) -> RunKey | SkippedTime:
+        """The run a delivery is (dedup.business_runs), by its job's forcedRuns choice."""
+        assert parsed.schedule_time is not None
+        # A schedule time ahead of this instance's clock is a forced run ("Run now"),
+        # which Scheduler sends with the job's next scheduled time.
+        forced = is_forced_run(
+            parsed.schedule_time, datetime.now(UTC), self._settings.forced_run_margin_seconds)
+        if forced and parsed.forced_runs == FORCED_REFUSE:
+            raise BadDelivery(
+                "a forced run (its schedule time is ahead of now: 'Run now' or `gcloud "
+                "scheduler jobs run`) and the job has forcedRuns: refuse; nothing runs "
+                "(set forcedRuns to separate or replaceNext to allow them)")
+        named = parsed.business.run_named(parsed.schedule_time) if parsed.business else None
+        if isinstance(named, SkippedTime) and not forced:
+            return named
+        at = parsed.schedule_time if named is None or isinstance(named, SkippedTime) else (
+            named.key_time)
+        # replaceNext: the forced run is the upcoming scheduled run, run now (its scheduled
+        # delivery is then a duplicate); separate: keyed apart, the scheduled run still runs.
+        early = forced and parsed.forced_runs == FORCED_REPLACE_NEXT
+        return RunKey(parsed.project, parsed.location, parsed.job_id, at, forced and not early,
+                      parsed.generation, early)
+
     def handle(self, headers: Mapping[str, str], body: bytes) -> HttpReply:
         started = time.perf_counter()
         lowered = lower_keys(headers)
@@ -249,6 +280,7 @@ class DedupHandler:
             if body_problem is not None:
                 raise BadDelivery(body_problem)
             late = delivered_late(lowered, datetime.now(UTC))
+            key = None if parsed.schedule_time is None else self._run_key(parsed)
         except BadDelivery as exc:
             reason = str(exc)
             self._emit({
@@ -273,20 +305,24 @@ class DedupHandler:
                 "latency_ms": _ms_since(started),
             })
             return HttpReply(EXPIRED_STATUS, {"outcome": EXPIRED_OUTCOME, "error": reason})
+        if isinstance(key, SkippedTime):
+            reason = (f"{key.local:%Y-%m-%d %H:%M} does not exist in the job's time zone "
+                      "(a DST change skips it) and the job has dstSkipped: skip; nothing runs")
+            self._emit({
+                "severity": "INFO",
+                "message": f"{parsed.job_id}: {reason}",
+                "outcome": DST_SKIPPED_OUTCOME,
+                "status": DST_SKIPPED_STATUS,
+                "job": parsed.job_id,
+                "latency_ms": _ms_since(started),
+            })
+            return HttpReply(DST_SKIPPED_STATUS, {"outcome": DST_SKIPPED_OUTCOME,
+                                                  "detail": reason})
         job = self._jobs.for_job(parsed.job_id)
-        if parsed.schedule_time is None:
+        if key is None:
             key = RunKey(parsed.project, parsed.location, parsed.job_id, datetime.now(UTC))
             delivery = _run_without_dedup(key, job, body, lowered)
         else:
-            # A schedule time ahead of this instance's clock is a forced run ("Run now"):
-            # keyed apart, so the scheduled run of that time still executes at its time.
-            forced = is_forced_run(
-                parsed.schedule_time, datetime.now(UTC), self._settings.forced_run_margin_seconds
-            )
-            key = RunKey(
-                parsed.project, parsed.location, parsed.job_id, parsed.schedule_time, forced,
-                parsed.generation,
-            )
             try:
                 delivery = self._dedup.run(key, job, body, lowered)
             except Exception as exc:  # a bug or an unexpected store error: retryable
@@ -300,6 +336,7 @@ class DedupHandler:
             "severity": SEVERITY[delivery.outcome],
             "message": f"{key.job_id} @ {format_instant(key.schedule_time)}: "
             f"{delivery.outcome.value}" + (" (forced run)" if key.forced else "")
+            + (" (forced run, replacing the scheduled run)" if key.early else "")
             + (f" (re-run, generation {key.generation})" if key.generation else ""),
             "run_id": delivery.run_id,
             "trigger": key.trigger,

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from dedup.business_runs import DST_REPEATED, DST_SKIPPED, BusinessSchedule, business_schedule
+
 JOB_NAME_HEADER = "x-cloudscheduler-jobname"
 SCHEDULE_TIME_HEADER = "x-cloudscheduler-scheduletime"
 PROJECT_HEADER = "x-dedup-project"
@@ -24,6 +26,21 @@ MAX_GENERATION = 1_000_000
 # 200 "expired" and runs nothing: by then the watchdog has reported the run (watchdog.py).
 DELIVER_WITHIN_HEADER = "x-dedup-deliver-within"
 TASK_ETA_HEADER = "x-cloudtasks-tasketa"
+# What a delivery's schedule time means (dedup.business_runs): the job's own schedule, time
+# zone and choices, sent by its Scheduler job (and by the watchdog, which sends the job's
+# headers). The delivery carries the schedule that produced it: no table to fall out of
+# step with a job changed by another `pulumi up`. Without X-Dedup-Schedule the schedule
+# time is its own run (a manual POST), as before.
+SCHEDULE_HEADER = "x-dedup-schedule"
+TIME_ZONE_HEADER = "x-dedup-time-zone"
+DST_REPEATED_HEADER = "x-dedup-dst-repeated"
+DST_SKIPPED_HEADER = "x-dedup-dst-skipped"
+FORCED_RUNS_HEADER = "x-dedup-forced-runs"
+# forcedRuns: what a forced run ("Run now") is.
+FORCED_SEPARATE = "separate"  # a run of its own; the scheduled run still runs at its time
+FORCED_REPLACE_NEXT = "replaceNext"  # the upcoming scheduled run itself, run now
+FORCED_REFUSE = "refuse"  # refused (400): nothing runs
+FORCED_RUNS = (FORCED_SEPARATE, FORCED_REPLACE_NEXT, FORCED_REFUSE)
 
 # Scheduler job IDs: letters, digits, hyphens, underscores, at most 500 characters.
 _JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
@@ -64,6 +81,9 @@ class RunKey:
     # A re-run of the same run (`make rerun`): generation g > 0 executes once more, under
     # its own run_id, and leaves the records of the earlier generations as they are.
     generation: int = 0
+    # forcedRuns: replaceNext: a forced run that stands in for the scheduled run of its
+    # schedule time: keyed as that run (not in run_id), recorded and logged as forced.
+    early: bool = False
 
     @property
     def run_id(self) -> str:
@@ -84,7 +104,7 @@ class RunKey:
     @property
     def trigger(self) -> str:
         """How the run was started, as the reply and the log line say it."""
-        return "forced" if self.forced else "scheduled"
+        return "forced" if self.forced or self.early else "scheduled"
 
 
 def is_forced_run(schedule_time: datetime, now: datetime, margin_seconds: float) -> bool:
@@ -161,6 +181,43 @@ class DeliveryHeaders:
     job_id: str
     schedule_time: datetime | None
     generation: int = 0
+    business: BusinessSchedule | None = None  # X-Dedup-Schedule and its companions
+    forced_runs: str = FORCED_SEPARATE
+
+
+def parse_business(lowered: Mapping[str, str]) -> BusinessSchedule | None:
+    """X-Dedup-Schedule, -Time-Zone, -Dst-Repeated, -Dst-Skipped: the job's business runs;
+    None without X-Dedup-Schedule. A value the kit cannot use is a BadDelivery."""
+    schedule = lowered.get(SCHEDULE_HEADER)
+    if schedule is None:
+        return None
+    time_zone = lowered.get(TIME_ZONE_HEADER, "Etc/UTC").strip()
+    choices: list[str | None] = []
+    for header, label, allowed in ((DST_REPEATED_HEADER, "X-Dedup-Dst-Repeated", DST_REPEATED),
+                                   (DST_SKIPPED_HEADER, "X-Dedup-Dst-Skipped", DST_SKIPPED)):
+        value = lowered.get(header, "").strip() or None
+        if value is not None and value not in allowed:
+            raise BadDelivery(f"{label} {_shown(value)} is not one of {', '.join(allowed)}")
+        choices.append(value)
+    try:
+        return business_schedule(" ".join(schedule.split()), time_zone, *choices)
+    except (ValueError, KeyError) as exc:  # ZoneInfoNotFoundError is a KeyError
+        raise BadDelivery(
+            f"X-Dedup-Schedule {_shown(schedule)} with X-Dedup-Time-Zone {_shown(time_zone)} "
+            f"cannot be used ({str(exc).strip(chr(39))}): send the job's own 5-field "
+            "schedule and IANA time zone, as the kit's Scheduler job does"
+        ) from None
+
+
+def parse_forced_runs(value: str | None) -> str:
+    """X-Dedup-Forced-Runs: absent is `separate`."""
+    if value is None:
+        return FORCED_SEPARATE
+    text = value.strip()
+    if text not in FORCED_RUNS:
+        raise BadDelivery(f"X-Dedup-Forced-Runs {_shown(value)} is not one of "
+                          f"{', '.join(FORCED_RUNS)}")
+    return text
 
 
 def parse_generation(value: str | None) -> int:
@@ -247,4 +304,7 @@ def parse_delivery(
     # Absent is a policy question (manual runs); present but malformed is always a 400.
     schedule_time = None if raw_time is None else parse_schedule_time(raw_time)
     generation = parse_generation(lowered.get(GENERATION_HEADER))
-    return DeliveryHeaders(project, location, job_id, schedule_time, generation)
+    return DeliveryHeaders(
+        project, location, job_id, schedule_time, generation, parse_business(lowered),
+        parse_forced_runs(lowered.get(FORCED_RUNS_HEADER)),
+    )

@@ -54,7 +54,8 @@ class RunRecord:
     failed_at: datetime | None = None
     error: str | None = None
     # A forced run's record ("Run now"; keys.RunKey.forced): its own run_id, never the
-    # scheduled run of the same schedule time. Records written before it read as False.
+    # scheduled run of the same schedule time; or the scheduled run's, claimed by a forced
+    # run that replaced it (RunKey.early). Records written before it read as False.
     forced: bool = False
     # A re-run's generation (keys.RunKey.generation); 0: the run itself (and every record
     # written before re-runs existed).
@@ -82,7 +83,7 @@ class RunRecord:
             project=key.project,
             location=key.location,
             claimed_at=claimed_at,
-            forced=key.forced,
+            forced=key.forced or key.early,
             generation=key.generation,
         )
 

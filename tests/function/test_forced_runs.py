@@ -227,3 +227,44 @@ def test_the_watchdog_never_counts_a_forced_record_as_the_scheduled_run(
     runs.completed(job, at(11, 50), at(12, 0))
     status, body = watch.tick(at(12, 20))
     assert (status, problems(body)) == (200, [("never_ran", "by-hand", None)])
+
+
+# -- forcedRuns: the job's choice ---------------------------------------------------------------
+
+def _choice(headers: dict[str, str], forced_runs: str) -> dict[str, str]:
+    return {**headers, "X-Dedup-Forced-Runs": forced_runs}
+
+
+def test_replace_next_runs_the_upcoming_scheduled_run_now_and_its_delivery_is_a_duplicate(
+    collection_name: str, ledger: Path
+) -> None:
+    next_tick = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    headers = _choice(scheduler_headers(schedule_time=format_instant(next_tick)), "replaceNext")
+    scheduled_id = RunKey(PROJECT, LOCATION, JOB, next_tick).run_id
+    status, body = in_process_function(collection_name).deliver(headers, b'{"result": "now"}')
+    assert (status, body["outcome"], body["trigger"], body["run_id"]) == (
+        200, "completed", "forced", scheduled_id)
+    stored = document(collection_name, scheduled_id)
+    assert stored is not None and (stored["status"], stored["forced"]) == ("completed", True)
+    # Its scheduled delivery, at its time: the same run, already done.
+    on_time = in_process_function(collection_name, forced_run_margin_seconds=7200)
+    status, body = on_time.deliver(headers, b'{"result": "scheduled"}')
+    assert (status, body["outcome"], body["run_id"]) == (200, "duplicate", scheduled_id)
+    assert [(e["run_id"], e["forced"]) for e in read_ledger(str(ledger))] == [
+        (scheduled_id, False)]
+
+
+def test_refuse_answers_a_forced_run_400_and_runs_nothing_but_the_scheduled_run_runs(
+    collection_name: str, ledger: Path
+) -> None:
+    next_tick = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    headers = _choice(scheduler_headers(schedule_time=format_instant(next_tick)), "refuse")
+    function = in_process_function(collection_name)
+    status, body = function.deliver(headers)
+    assert status == 400 and "forcedRuns: refuse" in body["error"]
+    assert document(collection_name, RunKey(PROJECT, LOCATION, JOB, next_tick, True).run_id) \
+        is None
+    assert read_ledger(str(ledger)) == []
+    on_time = in_process_function(collection_name, forced_run_margin_seconds=7200)
+    status, body = on_time.deliver(headers)
+    assert (status, body["outcome"], body["trigger"]) == (200, "completed", "scheduled")

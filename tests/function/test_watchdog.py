@@ -336,11 +336,13 @@ def test_paused_jobs_are_not_judged_and_resuming_does_not_report_the_pause(
 # -- schedules -------------------------------------------------------------------------------
 
 BERLIN_0230 = WatchedJob("berlin", "30 2 * * *", "Europe/Berlin", retry_window_seconds=0)
-# What croniter (and so the Scheduler emulator and the watchdog) yields for 02:30 Berlin:
-# - spring (2026-03-29, 02:00 CET -> 03:00 CEST): 02:30 does not exist; the run is at
-#   03:00 CEST = 01:00Z;
-# - autumn (2026-10-25, 03:00 CEST -> 02:00 CET): 02:30 happens twice; two runs,
-#   00:30Z (CEST) and 01:30Z (CET).
+BERLIN_0230_EACH = replace(BERLIN_0230, dst_repeated="each")
+# The business runs of 02:30 Berlin (dedup.business_runs), as the function keys them:
+# - spring (2026-03-29, 02:00 CET -> 03:00 CEST): 02:30 does not exist; by default (a job
+#   at fixed hours, as BSD cron -s) it runs at the change, 03:00 CEST = 01:00Z;
+# - autumn (2026-10-25, 03:00 CEST -> 02:00 CET): 02:30 happens twice, 00:30Z (CEST) and
+#   01:30Z (CET): one run by default (keyed 00:30Z; a delivery at 01:30Z is that run), two
+#   under dstRepeated each.
 SPRING = [
     datetime(2026, 3, 28, 1, 30, tzinfo=UTC),
     datetime(2026, 3, 29, 1, 0, tzinfo=UTC),
@@ -350,23 +352,28 @@ SPRING = [
 AUTUMN = [
     datetime(2026, 10, 24, 0, 30, tzinfo=UTC),
     datetime(2026, 10, 25, 0, 30, tzinfo=UTC),
-    datetime(2026, 10, 25, 1, 30, tzinfo=UTC),
     datetime(2026, 10, 26, 1, 30, tzinfo=UTC),
 ]
+AUTUMN_EACH = sorted([*AUTUMN, datetime(2026, 10, 25, 1, 30, tzinfo=UTC)])
 
 
 def test_schedule_times_across_the_berlin_dst_changes() -> None:
     assert list(BERLIN_0230.schedule_times(at(12, 0, 27, 3), at(12, 0, 31, 3))) == SPRING
     assert list(BERLIN_0230.schedule_times(at(12, 0, 23, 10), at(12, 0, 26, 10))) == AUTUMN
+    assert list(BERLIN_0230_EACH.schedule_times(
+        at(12, 0, 23, 10), at(12, 0, 26, 10))) == AUTUMN_EACH
 
 
-@pytest.mark.parametrize(("times", "absent"), [(SPRING, 1), (AUTUMN, 1), (AUTUMN, 2)])
+@pytest.mark.parametrize(("job", "times", "absent"), [
+    (BERLIN_0230, SPRING, 1), (BERLIN_0230, AUTUMN, 1), (BERLIN_0230_EACH, AUTUMN_EACH, 1),
+    (BERLIN_0230_EACH, AUTUMN_EACH, 2),
+])
 def test_the_watchdog_expects_exactly_the_dst_runs(
-    collection_name: str, times: list[datetime], absent: int
+    collection_name: str, job: WatchedJob, times: list[datetime], absent: int
 ) -> None:
     runs = Runs(collection_name)
-    runs.completed(BERLIN_0230.name, *(t for i, t in enumerate(times) if i != absent))
-    watch = Watch(collection_name, [BERLIN_0230], lookback_seconds=6 * 86400)
+    runs.completed(job.name, *(t for i, t in enumerate(times) if i != absent))
+    watch = Watch(collection_name, [job], lookback_seconds=6 * 86400)
     status, body = watch.tick(times[-1] + timedelta(hours=1))
     assert status == 200
     assert problems(body) == [("missed", "berlin", z(times[absent]))]
