@@ -43,6 +43,8 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
+import infra.source  # noqa: F401  (puts function/ on sys.path: DST defaults are the function's)
+from dedup.business_runs import default_dst
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
     ATTEMPT_DEADLINE_MAX_SECONDS,
@@ -74,6 +76,20 @@ PROXY_TARGET_WORKFLOW: Final = "workflow"
 PROXY_TARGET_RUN_JOB: Final = "run_job"
 PROXY_TARGET_BUILD_TRIGGER: Final = "build_trigger"
 ProxyTargetName = Literal["workflow", "run_job", "build_trigger"]
+# Business runs (function/dedup/business_runs.py, SPEC §9): the same names the function takes.
+DstRepeated = Literal["once", "each"]
+DstSkipped = Literal["shift", "skip"]
+ForcedRuns = Literal["separate", "replaceNext", "refuse"]
+_DST_REPEATED_TEXT = (
+    "A local time that happens twice (the autumn DST change): `once` (one run; a delivery for "
+    "the other instant is a duplicate) or `each` (a run per instant)")
+_DST_SKIPPED_TEXT = (
+    "A local time that does not happen (the spring DST change): `shift` (run at the change) "
+    "or `skip` (no run that day)")
+_FORCED_RUNS_TEXT = (
+    "A forced run (\"Run now\", `gcloud scheduler jobs run`): `separate` (a run of its own; "
+    "the scheduled run still runs), `replaceNext` (it is the upcoming scheduled run, whose "
+    "delivery is then a duplicate) or `refuse` (400, nothing runs)")
 PROXY_TARGETS: Final[tuple[str, ...]] = get_args(ProxyTargetName)
 _PROXY_PROJECT = r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20}"
 _PROXY_PREFIX = rf"projects/({_PROXY_PROJECT})/locations/([a-z][a-z0-9-]{{1,62}})"
@@ -523,6 +539,18 @@ class JobSettings(_Model):
     proxy: ProxyTarget | None = Field(
         default=None, description="Start a Google Cloud execution once per run through the "
         "idempotent proxy (its own function and account) instead of running jobLogic")
+    dst_repeated: DstRepeated | None = Field(
+        default=None, description=f"{_DST_REPEATED_TEXT}; unset: the stack's dstRepeated, "
+        "else as BSD cron -s: `each` when the minute or hour field starts with `*`, else `once`",
+        json_schema_extra=Hint("a DST choice", "use 'once' or 'each'"))
+    dst_skipped: DstSkipped | None = Field(
+        default=None, description=f"{_DST_SKIPPED_TEXT}; unset: the stack's dstSkipped, else "
+        "as BSD cron -s: `skip` when the minute or hour field starts with `*`, else `shift`",
+        json_schema_extra=Hint("a DST choice", "use 'shift' or 'skip'"))
+    forced_runs: ForcedRuns | None = Field(
+        default=None, description=f"{_FORCED_RUNS_TEXT}; unset: the stack's forcedRuns",
+        json_schema_extra=Hint("a forced-run choice", "use 'separate', 'replaceNext' or "
+                               "'refuse'"))
     catch_up: Bool = Field(
         default=False, description="The watchdog delivers a missed run itself (late, with its "
         "original schedule time, exactly once); not for runs that must not execute late")
@@ -675,6 +703,18 @@ class DedupSettings(_Model):
         "(without dedup)",
         json_schema_extra=Hint("a mode", "use 'reject' (answer 400 to a delivery without "
                                "X-CloudScheduler-ScheduleTime) or 'run' (run it without dedup)"))
+    dst_repeated: DstRepeated | None = Field(
+        default=None, description=f"Every job's default: {_DST_REPEATED_TEXT}; unset: as BSD "
+        "cron -s, per job (see jobs[].dstRepeated)",
+        json_schema_extra=Hint("a DST choice", "use 'once' or 'each'"))
+    dst_skipped: DstSkipped | None = Field(
+        default=None, description=f"Every job's default: {_DST_SKIPPED_TEXT}; unset: as BSD "
+        "cron -s, per job (see jobs[].dstSkipped)",
+        json_schema_extra=Hint("a DST choice", "use 'shift' or 'skip'"))
+    forced_runs: ForcedRuns = Field(
+        default="separate", description=f"Every job's default: {_FORCED_RUNS_TEXT}",
+        json_schema_extra=Hint("a forced-run choice", "use 'separate', 'replaceNext' or "
+                               "'refuse'"))
     default_job_logic: str = Field(
         default="jobs.example:run", pattern=_JOB_LOGIC,
         description="`module:function` inside `function/` for jobs without their own jobLogic",
@@ -996,9 +1036,7 @@ class StackConfig(_Model):
         problems.raise_any()
         derived = {"database_name": database or prefix,
                    "firestore_location": dedup.firestore_location or self.region}
-        jobs = tuple(job if job.job_logic else
-                     job.model_copy(update={"job_logic": dedup.default_job_logic})
-                     for job in self.jobs)
+        jobs = tuple(job.model_copy(update=_job_defaults(job, dedup)) for job in self.jobs)
         object.__setattr__(self, "dedup", dedup.model_copy(update=derived))  # frozen model
         object.__setattr__(self, "watchdog", watchdog)
         object.__setattr__(self, "jobs", jobs)
@@ -1071,6 +1109,19 @@ class StackConfig(_Model):
         proxy."""
         jobs = sorted(self.jobs, key=lambda j: j.name)
         return {self.job_id(job): job.proxy for job in jobs if job.proxy is not None}
+
+
+def _job_defaults(job: JobSettings, dedup: DedupSettings) -> dict[str, Any]:
+    """A job's unset settings that follow the stack's: jobLogic, and the business-run
+    choices (the stack's, else BSD cron -s for its schedule), so every table and header
+    carries the choice in force."""
+    repeated, skipped = default_dst(job.schedule)
+    return {
+        "job_logic": job.job_logic or dedup.default_job_logic,
+        "dst_repeated": job.dst_repeated or dedup.dst_repeated or repeated,
+        "dst_skipped": job.dst_skipped or dedup.dst_skipped or skipped,
+        "forced_runs": job.forced_runs or dedup.forced_runs,
+    }
 
 
 # --------------------------------------------------------------------------- what follows

@@ -180,7 +180,9 @@ def job_table(
         rows.append((
             t.strftime("%Y-%m-%d %H:%M:%SZ"),
             t.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z"),
-            "-" if stored is None else str(stored.record.status),
+            # forced: a forced run that replaced it ("Run now", forcedRuns replaceNext)
+            "-" if stored is None else str(stored.record.status) + (
+                " (forced)" if stored.record.forced else ""),
             "-" if stored is None else str(stored.record.attempts),
             _duration(t, stored, now),
             verdict,
@@ -216,7 +218,11 @@ def show_runs(
     for job in jobs:
         times = expected_runs(job, now, last)
         ids = [RunKey(cfg.project, cfg.region, job.name, t).run_id for t in times]
-        found = stores.records(job).get_many(ids) if ids else {}
+        # Forced runs kept apart (forcedRuns separate) carry the time of the run they
+        # preceded: read with it, shown under it.
+        forced = {t: RunKey(cfg.project, cfg.region, job.name, t, forced=True).run_id
+                  for t in times}
+        found = stores.records(job).get_many([*ids, *forced.values()]) if ids else {}
         paused = ", paused" if job.paused else ""
         elsewhere = f", records in database {job.database}" if job.database else ""
         out.write(f"\n{job.name}  ({job.schedule}, {job.time_zone}, retry window "
@@ -225,12 +231,23 @@ def show_runs(
         rows = job_table(job, cfg.project, cfg.region, found, times, now, grace,
                          cursors.get(job.name))
         extra = generation_lines(stores, job, times, now)
+        for t, run_id in forced.items():
+            if (record := found.get(run_id)) is not None:
+                extra.setdefault(t, []).insert(0, forced_line(record, t, now))
         header, *lines = format_table(rows)
         out.write(f"  {header}\n")
         for t, line in zip(times, lines, strict=True):
             out.write(f"  {line}\n")
             for more in extra.get(t, []):
                 out.write(f"    {more}\n")
+
+
+def forced_line(stored: StoredRun, t: datetime, now: datetime) -> str:
+    """A forced run ("Run now") of the job before the run of `t`, kept apart from it."""
+    record = stored.record
+    error = f": {record.error}" if record.error else ""
+    return (f"forced run (Run now, before this run): {record.status}, "
+            f"{record.attempts} attempt(s), {_duration(t, stored, now)}{error}")
 
 
 def generation_lines(

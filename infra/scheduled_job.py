@@ -23,6 +23,12 @@ from infra.scheduler_rules import duration_string
 COMPONENT_TYPE: Final = "scheduler-dedup:index:ScheduledJob"
 HEADER_PROJECT: Final = "X-Dedup-Project"
 HEADER_LOCATION: Final = "X-Dedup-Location"
+# The function's names for them (dedup.keys), spelled as Scheduler's console shows them.
+HEADER_SCHEDULE: Final = "X-Dedup-Schedule"
+HEADER_TIME_ZONE: Final = "X-Dedup-Time-Zone"
+HEADER_DST_REPEATED: Final = "X-Dedup-Dst-Repeated"
+HEADER_DST_SKIPPED: Final = "X-Dedup-Dst-Skipped"
+HEADER_FORCED_RUNS: Final = "X-Dedup-Forced-Runs"
 
 
 def duration(seconds: float) -> str:
@@ -31,13 +37,19 @@ def duration(seconds: float) -> str:
     return duration_string(seconds)
 
 
-def job_headers(project: str, region: str) -> dict[str, str]:
-    """The HTTP headers every Scheduler job of the kit sends (the watchdog sends the same
-    when it delivers a run itself: catch-up, re-runs)."""
+def job_headers(project: str, region: str, job: JobSettings) -> dict[str, str]:
+    """The HTTP headers a Scheduler job of the kit sends (the watchdog sends the same when it
+    delivers a run itself: catch-up, re-runs): where it runs, and what its schedule times
+    mean (its business runs and forced-run choice, dedup.business_runs and dedup.keys)."""
+    choices = {HEADER_DST_REPEATED: job.dst_repeated, HEADER_DST_SKIPPED: job.dst_skipped,
+               HEADER_FORCED_RUNS: job.forced_runs}  # StackConfig fills them for every job
     return {
         "Content-Type": "application/json",
         HEADER_PROJECT: project,
         HEADER_LOCATION: region,
+        HEADER_SCHEDULE: job.schedule,
+        HEADER_TIME_ZONE: job.time_zone,
+        **{name: value for name, value in choices.items() if value is not None},
     }
 
 
@@ -76,7 +88,7 @@ class ScheduledJobArgs:
         return self.job_id if self.job_id is not None else self.job.name
 
     def headers(self) -> dict[str, str]:
-        return job_headers(self.project, self.region)
+        return job_headers(self.project, self.region, self.job)
 
     def body_base64(self) -> str | None:
         if self.job.body_json is None:

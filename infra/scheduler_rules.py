@@ -346,9 +346,10 @@ def dst_advisory(
     ]
     return (
         f"schedule {cron!r} in {time_zone} runs into daylight saving time changes in the next "
-        f"year: {'; '.join(changes)}. What Cloud Scheduler does then is not documented (the "
-        "run may be moved, skipped or run twice): use timeZone Etc/UTC with the schedule in "
-        "UTC, or a time outside the change window"
+        f"year: {'; '.join(changes)}. What Cloud Scheduler does then is not documented; the "
+        "kit runs each local time as dstRepeated and dstSkipped say (unset: as BSD cron -s, "
+        "once at fixed hours, by the clock with '*' in the minute or hour field): set them "
+        "to choose, or use timeZone Etc/UTC"
     )
 
 

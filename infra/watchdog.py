@@ -109,6 +109,8 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
             "attemptDeadlineSeconds": job.attempt_deadline_seconds,
             "retryWindowSeconds": seconds(job.retry_window_seconds),
             "paused": job.paused,
+            "dstRepeated": job.dst_repeated,
+            "dstSkipped": job.dst_skipped,
         }
         if job.proxy is not None:
             entry["database"] = cfg.dedup.proxy_database_name  # the proxy's own records
@@ -116,7 +118,7 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
         if job.catch_up:
             entry.update(catchUp=True, catchUpWithinSeconds=job.catch_up_within_seconds)
         if cfg.watchdog_delivers_to(proxied=job.proxy is not None):
-            entry["headers"] = job_headers(cfg.project, cfg.region)
+            entry["headers"] = job_headers(cfg.project, cfg.region, job)
             if job.body_json is not None:
                 entry["body"] = job.body_json
         entries.append(entry)
