@@ -8,8 +8,16 @@ a hook, faults of the target's store).
 `python -m scheduler_emulator --help` for the command line.
 """
 
-from scheduler_emulator.clock import Clock, ManualClock, RealClock, ScaledClock
-from scheduler_emulator.emulator import (
+import sys
+from pathlib import Path
+
+# What a schedule time means is the function's (dedup.business_runs): one implementation.
+_FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
+if _FUNCTION_DIR not in sys.path:
+    sys.path.insert(0, _FUNCTION_DIR)
+
+from scheduler_emulator.clock import Clock, ManualClock, RealClock, ScaledClock  # noqa: E402
+from scheduler_emulator.emulator import (  # noqa: E402
     Delivery,
     DstNote,
     EmulatorResult,
@@ -20,8 +28,8 @@ from scheduler_emulator.emulator import (
     format_schedule_time,
     retry_refusal,
 )
-from scheduler_emulator.faults import DEFAULT_MIX, FAULT_NAMES, STORE_FAULTS, FaultPlan
-from scheduler_emulator.stack import (
+from scheduler_emulator.faults import DEFAULT_MIX, FAULT_NAMES, STORE_FAULTS, FaultPlan  # noqa: E402
+from scheduler_emulator.stack import (  # noqa: E402
     Job,
     Stack,
     StackError,

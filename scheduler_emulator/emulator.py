@@ -36,7 +36,7 @@ import itertools
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -96,6 +96,10 @@ TimeStyle = Literal["offset", "utc", "mixed"]
 # X-CloudScheduler-JobName: the deployed job's full name projects/P/locations/L/jobs/ID
 # (the default), or its bare ID.
 JobNameStyle = Literal["full", "id"]
+# A local time the autumn DST change repeats: fired at both its instants (croniter's reading,
+# the default) or at the first only. What Cloud Scheduler does is not documented; the kit
+# must run it as the job's dstRepeated says either way.
+DstFires = Literal["twice", "once"]
 
 
 def format_schedule_time(when: datetime, style: str = "utc", time_zone: str | None = None) -> str:
@@ -203,8 +207,9 @@ class DstNote:
         what = "does not exist" if h.kind == GAP else "occurs twice"
         return (
             f"DST: job {self.job}: {h.date.isoformat()} {h.local_time.strftime('%H:%M')} "
-            f"{what} in {self.time_zone} ({h.kind}); replayed where croniter puts it, but "
-            "Cloud Scheduler may move, skip or double this run"
+            f"{what} in {self.time_zone} ({h.kind}); replayed where croniter puts it (or "
+            "once, with dst_fires=once); the function runs it as the job's dstRepeated and "
+            "dstSkipped say"
         )
 
     def to_json(self) -> dict[str, str]:
@@ -228,6 +233,8 @@ class EmulatorResult:
     stopped_early: bool = False
     # Replayed ticks at non-existent or repeated local times, per job, in order.
     dst: list[DstNote] = field(default_factory=list)
+    # The replayed jobs: what their schedule times mean (Job.business), for the report.
+    jobs: Sequence[Job] = ()
 
 
 class _Call:
@@ -382,6 +389,7 @@ class SchedulerEmulator:
         time_style: TimeStyle = "offset",
         job_name_style: JobNameStyle = "full",
         retries_stop_at_next_run: bool = False,
+        dst_fires: DstFires = "twice",
         trace_deliveries: bool = False,
         progress: Callable[[Progress], None] | None = None,
         store_faults: StoreFaultHook | None = None,
@@ -408,6 +416,7 @@ class SchedulerEmulator:
         self.job_name_style = job_name_style
         self.retries_stop_at_next_run = retries_stop_at_next_run
         self.trace_deliveries = trace_deliveries
+        self.dst_fires = dst_fires
         self.progress = progress
         self.stop_event = threading.Event()
         self._lock = threading.Lock()
@@ -420,8 +429,19 @@ class SchedulerEmulator:
     def schedule(self, job: Job) -> list[datetime]:
         """The job's first `ticks + 1` scheduled times after `start` (the last bounds
         the retries of the last tick)."""
+        return list(itertools.islice(self._fire_times(job), self.ticks + 1))
+
+    def _fire_times(self, job: Job) -> Iterator[datetime]:
+        """When Scheduler fires the job: where croniter puts each time ("twice": both
+        instants of a local time the autumn change repeats), or ("once") only the first."""
         times = schedule_times(job.schedule, job.time_zone, self.start)
-        return list(itertools.islice(times, self.ticks + 1))
+        previous: datetime | None = None
+        for instant in times:
+            wall = instant.replace(tzinfo=None)
+            if self.dst_fires == "once" and wall == previous:
+                continue  # the repeated local time's second instant: not fired
+            previous = wall
+            yield instant
 
     def dst_notes(self) -> list[DstNote]:
         """The ticks of this replay that fall on a DST change's ambiguous local times."""
@@ -519,6 +539,7 @@ class SchedulerEmulator:
             real_seconds=time.monotonic() - started_real,
             stopped_early=self.stop_event.is_set(),
             dst=self.dst_notes(),
+            jobs=self.jobs,
         )
 
     def wait_for_stragglers(self, limit: float = 5.0) -> None:
@@ -541,7 +562,7 @@ class SchedulerEmulator:
 
     def _run_job(self, job: Job) -> None:
         clock = self.clock_factory()
-        times = schedule_times(job.schedule, job.time_zone, self.start)
+        times = self._fire_times(job)
         following = next(times)
         for tick in range(self.ticks):
             if self.stop_event.is_set():

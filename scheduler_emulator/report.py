@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from dedup.keys import FORCED_REFUSE, FORCED_REPLACE_NEXT, FORCED_SEPARATE
 from scheduler_emulator.emulator import (
     DEADLINE_EXCEEDED,
     SKIPPED,
@@ -48,6 +49,9 @@ SKIPPED_RUN = "skipped (the job was still retrying)"  # retries ran through this
 FORCED_ONCE = "forced run, executed once, next scheduled run unaffected"
 FORCED_ACKNOWLEDGED = "forced run, acknowledged"
 FORCED_TOOK_NEXT = "FORCED RUN TOOK THE SCHEDULED RUN'S PLACE"
+# forcedRuns replaceNext / refuse: what the job asked for.
+FORCED_REPLACED_NEXT = "forced run, executed once as the next scheduled run (replaceNext)"
+FORCED_REFUSED = "forced run, refused (forcedRuns refuse), nothing ran"
 
 
 @dataclass
@@ -63,6 +67,7 @@ class RunSummary:
     # A forced run: it carries `schedule_time`, the time of the scheduled run `scheduled_run`.
     forced: bool = False
     scheduled_run: RunSummary | None = None
+    forced_runs: str = FORCED_SEPARATE  # the job's forcedRuns (dedup.keys)
 
     @property
     def deliveries(self) -> list[Delivery]:
@@ -138,6 +143,8 @@ class RunSummary:
     def _forced_verdict(self) -> str:
         if self.executions is not None and self.executions > 1:
             return DUPLICATED
+        if self.forced_runs == FORCED_REFUSE and not self.executions and not self.acknowledged:
+            return FORCED_REFUSED  # 400 to every attempt, nothing ran: as configured
         if not self.acknowledged:
             return EXHAUSTED
         if self.executions is None:
@@ -148,8 +155,9 @@ class RunSummary:
         if following is not None and following.executions:
             # Acknowledged, yet its own key never executed, while the scheduled run of its
             # time did: the forced run was keyed as that run and executed it early (its
-            # scheduled delivery was then answered as a duplicate).
-            return FORCED_TOOK_NEXT
+            # scheduled delivery was then answered as a duplicate): forcedRuns replaceNext.
+            return FORCED_REPLACED_NEXT if self.forced_runs == FORCED_REPLACE_NEXT else (
+                FORCED_TOOK_NEXT)
         return MISSING
 
     @property
@@ -157,7 +165,7 @@ class RunSummary:
         """Exactly once if acknowledged; at most once if the retries ran out."""
         return self.verdict in (
             EXACTLY_ONCE, EXHAUSTED, UNSCHEDULED, ACKNOWLEDGED, NOT_DELIVERED, SKIPPED_RUN,
-            FORCED_ONCE, FORCED_ACKNOWLEDGED,
+            FORCED_ONCE, FORCED_ACKNOWLEDGED, FORCED_REPLACED_NEXT, FORCED_REFUSED,
         )
 
     @property
@@ -181,6 +189,7 @@ def summarise(
     """
     by_key: dict[ExecutionKey, RunSummary] = {}
     out: list[RunSummary] = []
+    jobs = {job.name: job for job in result.jobs}
     for run in result.runs:
         if run.schedule_time is None:
             summary = RunSummary(run.job, run.tick, None, [run])
@@ -190,17 +199,24 @@ def summarise(
             out.append(summary)
             continue
         forced = run.kind != "scheduled"
-        key = (run.job, run.schedule_time, forced)
+        job = jobs.get(run.job)
+        # One business run per local time (dedup.business_runs): both instants of a local
+        # time that happens twice are one run under dstRepeated once, as the function keys
+        # them; executions are counted under that key.
+        when = job.business.key_time(run.schedule_time) if job is not None else run.schedule_time
+        key = (run.job, when, forced)
         found = by_key.get(key)
         if found is None:
             # A forced run is listed with the tick whose time it carries (the next one).
             tick = run.tick + 1 if forced else run.tick
-            found = by_key[key] = RunSummary(run.job, tick, run.schedule_time, forced=forced)
+            found = by_key[key] = RunSummary(
+                run.job, tick, when, forced=forced,
+                forced_runs=job.forced_runs if job is not None else FORCED_SEPARATE)
             out.append(found)
         found.runs.append(run)
-    for (job, when, forced), summary in by_key.items():
+    for (name, when, forced), summary in by_key.items():
         if forced:
-            summary.scheduled_run = by_key.get((job, when, False))
+            summary.scheduled_run = by_key.get((name, when, False))
     if executions is not None:
         for key, summary in by_key.items():
             summary.executions = executions.get(key, 0)

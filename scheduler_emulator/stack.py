@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dedup.business_runs import BusinessSchedule, business_schedule
 from infra.config import ConfigError, JobSettings, StackConfig, load_config, scheduler_job_id
 from infra.scheduled_job import ScheduledJobArgs
 from infra.scheduler_rules import ATTEMPT_DEADLINE_DEFAULT_SECONDS, RetrySettings
@@ -50,6 +51,16 @@ class Job:
     paused: bool = False
     # The deployed Scheduler job ID (`<namePrefix>-<name>`); empty: `name` (a bare job).
     deployed_id: str = ""
+    # Business runs and forced runs (dedup.business_runs, dedup.keys): None: as BSD cron -s.
+    dst_repeated: str | None = None
+    dst_skipped: str | None = None
+    forced_runs: str = "separate"
+
+    @property
+    def business(self) -> BusinessSchedule:
+        """What its schedule times mean: the function keys deliveries by the same."""
+        return business_schedule(self.schedule, self.time_zone, self.dst_repeated,
+                                 self.dst_skipped)
 
     @property
     def job_id(self) -> str:
@@ -173,6 +184,9 @@ def job_from_settings(
         job_logic=job.job_logic,
         paused=job.paused,
         deployed_id=target.scheduler_job_id,
+        dst_repeated=job.dst_repeated,
+        dst_skipped=job.dst_skipped,
+        forced_runs=job.forced_runs or "separate",
     )
 
 
