@@ -10,7 +10,8 @@ would let a rival in.
 
 Any write can land while its reply is lost or late, so no step trusts a failure report:
 - a claim whose outcome is unknown is looked up by its `attempt_id` before a 5xx is sent,
-  so a 5xx means nothing ran and nothing blocks the retry;
+  until the store answers or that claim's own fence time has passed (then adopted, released
+  or known absent), so a 5xx means nothing ran and nothing usable blocks the retry;
 - a guarded write that finds the record changed reads it: still this attempt's record at
   another version means one of its own writes landed unseen, so it adopts that version;
 - once the job has run, recording the outcome is retried while the claim is still held;
@@ -19,6 +20,7 @@ Any write can land while its reply is lost or late, so no step trusts a failure 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -233,18 +235,16 @@ class Deduplicator:
                 stored = self._store.get(run_id)
             except StoreUnavailable:
                 # The create may have landed with its reply lost: left alone, that phantom
-                # claim would answer 409 to every retry for a whole lease. Find out first.
-                stored = self._settle_read(run_id)
+                # claim would answer 409 to every retry for a whole lease. Find out first,
+                # for as long as that claim could be used (its fence time).
+                stored = self._resolve(run_id, sent)
                 if stored is None:
                     raise  # nothing landed: the 5xx leaves nothing behind
             if stored is None:
                 continue  # released or deleted between our create and read: try again
             if stored.record.attempt_id == attempt_id:
                 # Our create landed though its reply was lost: this attempt holds the run.
-                return self._claim(
-                    key, attempt_id, stored.record.attempts, stored.version, sent,
-                    stored.record.claimed_at,
-                )
+                return self._adopt(key, attempt_id, stored, sent)
             decided = self._judge(key, attempt_id, stored)
             if decided is not None:
                 return decided
@@ -282,11 +282,9 @@ class Deduplicator:
         except RecordChanged:
             return None  # someone else moved first: look again
         except StoreUnavailable:
-            now = self._settle_read(run_id)
+            now = self._resolve(run_id, sent)
             if now is not None and now.record.attempt_id == attempt_id:
-                return self._claim(
-                    key, attempt_id, attempts, now.version, sent, now.record.claimed_at
-                )
+                return self._adopt(key, attempt_id, now, sent)
             if now is not None and now.version == stored.version:
                 raise  # our takeover did not land: the record is as the crash left it
             return None  # it moved (or went): look again
@@ -394,12 +392,31 @@ class Deduplicator:
             and stored.record.status is status
         )
 
-    def _settle_read(self, run_id: str) -> StoredRun | None:
-        """Read the record after a write whose outcome is unknown, retrying for up to the
-        settle time; StoreUnavailable if the store never answered."""
-        return _retry_unavailable(
-            lambda: self._store.get(run_id), self._monotonic() + self._settle, self._monotonic
-        )
+    def _adopt(self, key: RunKey, attempt_id: str, stored: StoredRun, sent: float) -> Claim:
+        """This attempt's claim, found by reading after its write's reply was lost. Learnt
+        too late to use (its fence time has passed), it is released, so the retry claims
+        the run at once, and the attempt answers a 5xx: nothing ran."""
+        claim = self._claim(key, attempt_id, stored.record.attempts, stored.version, sent,
+                            stored.record.claimed_at)
+        if claim.lost.is_set():
+            self._finish_late(claim)
+            raise StoreUnavailable(
+                "the claim's outcome was learnt after its fence time: released, nothing ran")
+        return claim
+
+    def _finish_late(self, claim: Claim) -> None:
+        """Release a claim learnt too late to use (one attempt; a failure leaves it to the
+        lease, which lapses a fence margin after its fence time)."""
+        with contextlib.suppress(StoreUnavailable):
+            self.release(claim, "claim outcome unknown until its fence time; nothing ran")
+
+    def _resolve(self, run_id: str, sent: float) -> StoredRun | None:
+        """Read the record after a claiming write (sent at `sent`) whose outcome is unknown,
+        until the store answers or the claim that write may have made is fenced (and at
+        least the settle time): a 5xx before that could leave a usable phantom behind.
+        StoreUnavailable if the store never answered."""
+        until = max(self._monotonic() + self._settle, sent + self._fence_after)
+        return _retry_unavailable(lambda: self._store.get(run_id), until, self._monotonic)
 
     def _finish(self, claim: Claim, step: Callable[[], bool]) -> bool:
         """Retry a finishing write (complete or release) while this attempt still holds its

@@ -6,6 +6,7 @@ of fault in the network, at random, end to end."""
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +19,7 @@ from dedup.firestore_store import FirestoreRunStore
 from dedup.http import STATUS
 from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator, Delivery, Outcome, RunContext
-from dedup.store import StoreUnavailable
+from dedup.store import StoredRun, StoreUnavailable
 from local_stack.deliveries import LOCATION, PROJECT
 from tests.function.faulty_store import Fault, FaultyStore
 
@@ -140,22 +141,72 @@ def test_a_claim_that_did_not_land_is_a_5xx_that_blocks_nothing(collection_name:
     assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED  # no 409 after the 5xx
 
 
-def test_a_claim_left_unknown_while_the_store_stays_away_blocks_for_one_lease_at_most(
+def heal_after(store: FaultyStore, operation: str, seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, store.heal, (operation,))
+    timer.start()
+    return timer
+
+
+def test_a_claim_whose_reply_was_lost_is_resolved_through_a_stall_longer_than_the_settle_time(
     collection_name: str,
 ) -> None:
-    """The window no protocol closes: the create landed, then no read gets through within
-    the settle time. The 5xx is honest (nothing ran); the phantom lives one short lease."""
-    dedup, store = faulty_dedup(collection_name, lease=1.5)
+    """The create landed, then no read gets through for twice the settle time: the attempt
+    keeps asking until its claim's fence time, finds it holds the run, and runs it. Before,
+    it answered 500 after the settle time and every retry got 409 for a whole lease."""
+    dedup, store = faulty_dedup(collection_name, lease=12.0)  # fence time 10 s
+    store.script("create", Fault.LOST_REPLY)
+    store.break_("get")
+    heal_after(store, "get", 2.5)  # settle_seconds is 1
+    job = CountingJob()
+    delivery = dedup.run(KEY, job, b"", {})
+    assert delivery.outcome is Outcome.COMPLETED
+    assert len(job.executions) == 1 and status_of(store) == "completed"
+
+
+def test_a_claim_left_unknown_past_its_fence_time_is_a_5xx_and_fenced(
+    collection_name: str,
+) -> None:
+    """The window no protocol closes: no read gets through until the claim is fenced. The
+    5xx is honest (nothing ran); the phantom cannot run anything and lapses a fence margin
+    (lease / 6) later."""
+    dedup, store = faulty_dedup(collection_name, lease=3.0)  # fence 2.5 s, lapses at 3 s
     store.script("create", Fault.LOST_REPLY)
     store.break_("get")
     job = CountingJob()
     started = time.monotonic()
     assert dedup.run(KEY, job, b"", {}).outcome is Outcome.STORE_UNAVAILABLE
-    assert time.monotonic() - started < 1.0 + 5  # the settle time, not a lease or more
+    assert 1.0 < time.monotonic() - started < 2.5 + 5  # past the settle time, to the fence
     store.heal("get")
-    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.IN_PROGRESS
-    time.sleep(1.6)
+    time.sleep(max(0.0, 3.1 - (time.monotonic() - started)))
     assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED
+    assert len(job.executions) == 1
+
+
+def test_a_claim_learnt_after_its_fence_time_is_released_so_the_retry_runs_at_once(
+    collection_name: str,
+) -> None:
+    """The read that finds the claim answers only after its fence time (a slow reply): the
+    claim is released, the attempt answers 500, and the retry claims the run at once."""
+    clock = [0.0]
+    client = firestore.Client(project=PROJECT)
+    inner = FirestoreRunStore(client, collection_name, timeout_seconds=5)
+    store = FaultyStore(inner)
+    dedup = Deduplicator(store, lease_seconds=60, retention_seconds=3600,
+                         cache=CompletedRunCache(0), settle_seconds=1.0,
+                         monotonic=lambda: clock[0])
+    store.script("create", Fault.LOST_REPLY)
+    real_get = store.get
+
+    def slow_get(run_id: str) -> StoredRun | None:
+        clock[0] += 60  # the answer arrives past the claim's fence time (50 s)
+        return real_get(run_id)
+
+    store.get = slow_get  # type: ignore[method-assign]
+    job = CountingJob()
+    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.STORE_UNAVAILABLE
+    assert job.executions == [] and status_of(store) == "failed"
+    store.get = real_get  # type: ignore[method-assign]
+    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED  # no 409
     assert len(job.executions) == 1
 
 
