@@ -542,15 +542,15 @@ class JobSettings(_Model):
     dst_repeated: DstRepeated | None = Field(
         default=None, description=f"{_DST_REPEATED_TEXT}; unset: the stack's dstRepeated, "
         "else as BSD cron -s: `each` when the minute or hour field starts with `*`, else `once`",
-        json_schema_extra=Hint("a DST choice", "use 'once' or 'each'"))
+        json_schema_extra=Hint("a DST choice", "use 'once' or 'each'", default="dstRepeated"))
     dst_skipped: DstSkipped | None = Field(
         default=None, description=f"{_DST_SKIPPED_TEXT}; unset: the stack's dstSkipped, else "
         "as BSD cron -s: `skip` when the minute or hour field starts with `*`, else `shift`",
-        json_schema_extra=Hint("a DST choice", "use 'shift' or 'skip'"))
+        json_schema_extra=Hint("a DST choice", "use 'shift' or 'skip'", default="dstSkipped"))
     forced_runs: ForcedRuns | None = Field(
         default=None, description=f"{_FORCED_RUNS_TEXT}; unset: the stack's forcedRuns",
         json_schema_extra=Hint("a forced-run choice", "use 'separate', 'replaceNext' or "
-                               "'refuse'"))
+                               "'refuse'", default="forcedRuns"))
     catch_up: Bool = Field(
         default=False, description="The watchdog delivers a missed run itself (late, with its "
         "original schedule time, exactly once); not for runs that must not execute late")
@@ -706,11 +706,11 @@ class DedupSettings(_Model):
     dst_repeated: DstRepeated | None = Field(
         default=None, description=f"Every job's default: {_DST_REPEATED_TEXT}; unset: as BSD "
         "cron -s, per job (see jobs[].dstRepeated)",
-        json_schema_extra=Hint("a DST choice", "use 'once' or 'each'"))
+        json_schema_extra=Hint("a DST choice", "use 'once' or 'each'", default="BSD cron -s"))
     dst_skipped: DstSkipped | None = Field(
         default=None, description=f"Every job's default: {_DST_SKIPPED_TEXT}; unset: as BSD "
         "cron -s, per job (see jobs[].dstSkipped)",
-        json_schema_extra=Hint("a DST choice", "use 'shift' or 'skip'"))
+        json_schema_extra=Hint("a DST choice", "use 'shift' or 'skip'", default="BSD cron -s"))
     forced_runs: ForcedRuns = Field(
         default="separate", description=f"Every job's default: {_FORCED_RUNS_TEXT}",
         json_schema_extra=Hint("a forced-run choice", "use 'separate', 'replaceNext' or "
@@ -1160,6 +1160,8 @@ DEFAULTS: Final[Mapping[str, Any]] = {
 def choices(info: FieldInfo | None) -> tuple[str, ...]:
     """The values of a Literal field."""
     args = get_args(info.annotation) if info is not None else ()
+    if type(None) in args:  # `Literal[...] | None`: unset follows a default elsewhere
+        args = tuple(v for a in args if a is not type(None) for v in get_args(a))
     return tuple(args) if args and all(isinstance(a, str) for a in args) else ()
 
 

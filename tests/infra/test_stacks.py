@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dedup.business_runs import default_dst
 from dedup.settings import Settings
 from infra.config import AT_MOST_ONCE, RETRY_COUNT_DEFAULT, DedupSettings, StackConfig
 from infra.dedup_proxy import SECRET_APIS, TARGET_APIS
@@ -601,11 +602,21 @@ def test_scheduler_jobs(stack: StackUnderTest) -> None:
             "serviceAccountEmail": invoker,
             "audience": stack.job_uri(job.name),
         }
+        # Where it runs, and what its schedule times mean (dedup.business_runs), with the
+        # choices in force (the job's, the stack's, else BSD cron -s's).
         assert target["headers"] == {
             "X-Dedup-Project": cfg.project,
             "X-Dedup-Location": cfg.region,
             "Content-Type": "application/json",
+            "X-Dedup-Schedule": job.schedule,
+            "X-Dedup-Time-Zone": job.time_zone,
+            "X-Dedup-Dst-Repeated": job.dst_repeated,
+            "X-Dedup-Dst-Skipped": job.dst_skipped,
+            "X-Dedup-Forced-Runs": job.forced_runs,
         }
+        assert (job.dst_repeated, job.dst_skipped) == (
+            raw.get("dstRepeated", default_dst(job.schedule)[0]),
+            raw.get("dstSkipped", default_dst(job.schedule)[1]))
         if "body" in raw:
             assert json.loads(base64.b64decode(target["body"])) == raw["body"]
         else:

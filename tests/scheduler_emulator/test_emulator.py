@@ -112,6 +112,10 @@ def test_headers_are_exactly_schedulers() -> None:
         "User-Agent": "Google-Cloud-Scheduler",
         "X-Dedup-Project": PROJECT,
         "X-Dedup-Location": REGION,
+        # The job's own httpTarget headers: its business runs (dedup.business_runs; a job
+        # outside a stack has no choices filled in: the function reads BSD cron -s's).
+        "X-Dedup-Schedule": "0 3 * * *",
+        "X-Dedup-Time-Zone": "Europe/Berlin",
         "Content-Type": "application/json",
         "Content-Length": str(len(request.body)),
         "Authorization": "Bearer tok-123",
