@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 # STACK=<name> picks one stack (Pulumi.<name>.yaml) for demo, plan, policy-check and runs;
 # unset, plan and policy-check take every stack file and the demo its default stack.
 STACK ?=
+# POLICY_CONFIG=<file> gives policy-check a --policy-pack-config file (enforcement levels,
+# the deployers setting), e.g. policies/policy-config.example.json.
+POLICY_CONFIG ?=
 STACKS := $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml))
 
 .DEFAULT_GOAL := help
@@ -80,8 +83,8 @@ migrate-proxy-records: $(VENV)/stamp ## Copy proxied jobs' records into the prox
 	@test -n "$(STACK)" || { echo "make migrate-proxy-records needs a stack: make migrate-proxy-records STACK=<name> (stacks: $(STACKS))" >&2; exit 2; }
 	$(BIN)/python -m infra.migrate_records $(STACK)
 
-policy-check: $(VENV)/stamp ## The policy pack over every stack, or STACK=, offline
-	$(BIN)/python -m policies.offline_check $(if $(STACK),--stack $(STACK))
+policy-check: $(VENV)/stamp ## The policy pack over every stack, or STACK=, offline (POLICY_CONFIG=)
+	$(BIN)/python -m policies.offline_check $(if $(STACK),--stack $(STACK)) $(if $(POLICY_CONFIG),--policy-config $(POLICY_CONFIG))
 
 bench: $(VENV)/stamp ## The dedup benchmark (BENCH_ARGS=)
 	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -6,8 +6,10 @@ An OIDC token of a job's invoker account is what Cloud Run lets through and what
 function's DEDUP_ALLOWED_CALLERS accepts; a token of a function's runtime account carries
 that function's roles. Whoever holds getOpenIdToken, getAccessToken, signJwt, signBlob,
 implicitDelegation, keys.create or setIamPolicy on such an account can therefore call the
-function as its jobs do, or act with its roles. `actAs` alone is left out: whoever deploys
-the functions and jobs needs it on these accounts.
+function as its jobs do, or act with its roles. `actAs` is judged apart
+(dedup-accounts-act-as): whoever deploys the functions and jobs needs it on these accounts,
+so the deployer's service accounts may hold it when that policy's `deployers` setting
+lists them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from policies.deployers import exempt, member_email
 from policies.gcp import ALLOWED_CALLERS_ENV, SCHEDULER_JOB, service_account_email
 from policies.iam import PUBLIC_MEMBERS, custom_roles, grants_or_problem, role_permissions
 from policies.model import Finding, Resource
@@ -66,13 +69,17 @@ def accounts_not_impersonable(resources: Sequence[Resource]) -> list[Finding]:
     return findings
 
 
-def act_as_only_own_accounts(resources: Sequence[Resource]) -> list[Finding]:
+def act_as_only_own_accounts(
+    resources: Sequence[Resource], deployers: frozenset[str] = frozenset()
+) -> list[Finding]:
     """actAs (roles/iam.serviceAccountUser, or any role carrying it) on an account of the
     kit (the jobs' invoker, a function's runtime account) only for the kit's accounts that
     need it: a watchdog that delivers runs, on its own account (its Cloud Tasks carry its
-    OIDC token). Whoever else holds it attaches the account to a job, task or service of
-    their own and gets its tokens. The deployer holds it outside the stack."""
+    OIDC token), and the deployer's service accounts (the policy's `deployers` setting:
+    e-mails) that are no account of the kit. Whoever else holds it attaches the account to
+    a job, task or service of their own and gets its tokens."""
     accounts = _kit_accounts(resources)
+    allowed = exempt(deployers, accounts)
     own_use = delivering_accounts(resources)
     declared = custom_roles(resources)
     findings: list[Finding] = []
@@ -92,17 +99,24 @@ def act_as_only_own_accounts(resources: Sequence[Resource]) -> list[Finding]:
                 text = known_str(member)
                 if text is None:
                     continue  # not known yet
-                if (
-                    text.startswith("serviceAccount:")
-                    and service_account_email(text) == target
-                    and target in own_use
-                ):
+                email = member_email(text)
+                if email == target and target in own_use:
                     continue  # the watchdog on itself, for its tasks' OIDC token
+                if email in allowed:
+                    continue  # the deployer attaches the account to the kit's resources
+                note = (
+                    f" ({email} is listed in deployers but is an account of the kit, which "
+                    "may not act as another)"
+                    if email in deployers
+                    else ""
+                )
                 findings.append(Finding(
                     f"{role} on {target} lets {text} act as it (iam.serviceAccounts.actAs): "
                     "attach it to a Scheduler job, task or service of their own and receive "
                     "its tokens, which the kit's functions accept: remove the grant (only a "
-                    "watchdog that delivers runs holds it, on its own account)",
+                    "watchdog that delivers runs holds it, on its own account, and the "
+                    "deployer's service accounts listed in this policy's `deployers` setting)"
+                    f"{note}",
                     resource.urn,
                 ))
     return findings

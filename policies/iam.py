@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from policies.deployers import exempt, member_email
 from policies.gcp import (
     HIERARCHY_IAM_MODULES,
     ORGANIZATION_CUSTOM_ROLE,
@@ -525,12 +526,19 @@ def custom_roles_resolved(resources: Sequence[Resource]) -> list[Finding]:
     return findings
 
 
-def no_role_admin_or_build_create(resources: Sequence[Resource]) -> list[Finding]:
+def no_role_admin_or_build_create(
+    resources: Sequence[Resource], deployers: frozenset[str] = frozenset()
+) -> list[Finding]:
     """No grant, on any resource and at any level, of a role carrying iam.roles.create /
     iam.roles.update (its holders rewrite a custom role they hold into anything) or
-    cloudbuild.builds.create (a build of their own runs as the project's build account).
-    Judged by permission: predefined roles by the table, custom roles declared in the stack
-    by their `permissions`. The deployer gets these outside the stack (docs/deploy.md)."""
+    cloudbuild.builds.create (a build of their own runs as the project's build account),
+    except to the deployer's service accounts (the policy's `deployers` setting: e-mails)
+    that are no account of the kit. Judged by permission: predefined roles by the table,
+    custom roles declared in the stack by their `permissions`."""
+    from policies.accounts import _kit_accounts  # accounts imports this module
+
+    kit = _kit_accounts(resources)
+    allowed = exempt(deployers, kit)
     declared = custom_roles(resources)
     findings: list[Finding] = []
     for resource in resources:
@@ -542,13 +550,30 @@ def no_role_admin_or_build_create(resources: Sequence[Resource]) -> list[Finding
             risky = sorted((role_permissions(role, declared) or frozenset()) & GRANTED_ESCALATION)
             if not risky:
                 continue
-            who = ", ".join(str(known_str(m) or "(not known yet)") for m in grant.members or [])
+            names = [known_str(m) for m in grant.members or []]
+            refused = [
+                name or "(not known yet)"
+                for name in names
+                if name is None or member_email(name) not in allowed
+            ]
+            if names and not refused:
+                continue  # the deployer's service accounts only
+            listed_kit = sorted(
+                e for name in names if name and (e := member_email(name)) in kit & deployers
+            )
+            note = (
+                f" ({', '.join(listed_kit)} is listed in deployers but is an account of the "
+                "kit, which may not hold it)"
+                if listed_kit
+                else ""
+            )
             findings.append(Finding(
-                f"{role} ({', '.join(risky)}) is granted to {who or 'a member'} on "
-                f"{resource.type.split(':')[1].split('/')[0]} {resource.name!r}: whoever holds "
-                "iam.roles.create/update rewrites a custom role into any permissions, and "
+                f"{role} ({', '.join(risky)}) is granted to {', '.join(refused) or 'a member'} "
+                f"on {resource.type.split(':')[1].split('/')[0]} {resource.name!r}: whoever "
+                "holds iam.roles.create/update rewrites a custom role into any permissions, and "
                 "cloudbuild.builds.create runs any build as the project's build account; "
-                "remove the grant (the deployer holds these outside the stack)",
+                "remove the grant, or, for the deployer's own service account, list it in this "
+                f"policy's `deployers` setting (docs/policies.md){note}",
                 resource.urn,
             ))
     return findings

@@ -43,7 +43,27 @@ ResourceCheck = Callable[[str, Mapping[str, Any]], list[str]]
 ResourceGraphCheck = Callable[["Resource"], list[str]]
 """(the resource with its name, URN and parent) -> violation messages."""
 StackCheck = Callable[[Sequence[Resource]], list[Finding]]
-"""(every resource of the stack) -> findings."""
+"""(every resource of the stack) -> findings. A policy with settings gets each as a keyword
+argument too (its default when the policy config does not set it)."""
+
+
+class SettingError(ValueError):
+    """A policy's setting in the policy config that the pack refuses."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A property a policy reads from its entry of the --policy-pack-config document
+    (`{"<policy>": {"enforcementLevel": ..., "<setting>": ...}}`: per policy, as the CLI
+    hands them; properties under "all" reach no policy)."""
+
+    name: str
+    description: str
+    schema: Mapping[str, Any]
+    """JSON Schema of the value: the CLI validates the config with it before any policy runs."""
+    parse: Callable[[Any], Any]
+    """The value from the config -> the check's keyword argument; raises SettingError."""
+    default: Any
 
 
 @dataclass(frozen=True)
@@ -78,6 +98,23 @@ class StackPolicy:
     description: str
     enforcement: Enforcement
     check: StackCheck
+    settings: tuple[Setting, ...] = ()
+
+    def configure(self, properties: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The check's keyword arguments from the policy's config properties (a property it
+        does not read is ignored, as by the CLI); raises SettingError."""
+        given = properties or {}
+        return {
+            s.name: s.parse(given[s.name]) if s.name in given else s.default
+            for s in self.settings
+        }
+
+    def run(
+        self, resources: Sequence[Resource], settings: Mapping[str, Any] | None = None
+    ) -> list[Finding]:
+        """The findings over `resources` with `settings` (from `configure`; defaults if None)."""
+        values = self.configure() if settings is None else dict(settings)
+        return self.check(resources, **values)
 
 
 Policy = ResourcePolicy | ResourceGraphPolicy | StackPolicy

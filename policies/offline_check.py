@@ -25,9 +25,10 @@ from typing import Any, Protocol, TextIO
 
 from policies.evaluate import (
     PolicyConfigError,
+    Settings,
     Violation,
     evaluate,
-    load_policy_config,
+    load_pack_config,
     mandatory,
 )
 from policies.model import Enforcement, Resource
@@ -84,7 +85,9 @@ def stack_files(directory: Path = REPO_ROOT) -> list[Path]:
 
 
 def check_declared(
-    declared: Iterable[Declared], levels: Mapping[str, Enforcement] | None = None
+    declared: Iterable[Declared],
+    levels: Mapping[str, Enforcement] | None = None,
+    settings: Settings | None = None,
 ) -> list[Violation]:
     """The offline check's core: the pack's policies over resources declared under mocks.
 
@@ -97,7 +100,7 @@ def check_declared(
         Resource(d.type, d.name, d.urn, d.outputs or d.props, d.parent, tuple(d.dependencies))
         for d in items
     ]
-    return evaluate(inputs, levels, stack_resources=state)
+    return evaluate(inputs, levels, stack_resources=state, settings=settings)
 
 
 def declare(path: Path) -> list[Declared]:
@@ -109,7 +112,11 @@ def declare(path: Path) -> list[Declared]:
     return list(run.resources)
 
 
-def check_stack_file(path: Path, levels: Mapping[str, Enforcement] | None = None) -> StackReport:
+def check_stack_file(
+    path: Path,
+    levels: Mapping[str, Enforcement] | None = None,
+    settings: Settings | None = None,
+) -> StackReport:
     report = StackReport(stack_name(path), path)
     try:
         declared = declare(path)
@@ -117,7 +124,7 @@ def check_stack_file(path: Path, levels: Mapping[str, Enforcement] | None = None
         report.error = _describe(exc)
         return report
     report.resources = len(declared)
-    report.violations = check_declared(declared, levels)
+    report.violations = check_declared(declared, levels, settings)
     return report
 
 
@@ -173,17 +180,20 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     parser.add_argument(
         "--policy-config",
         type=Path,
-        help="a --policy-pack-config JSON file (enforcement levels per policy, or 'all')",
+        help="a --policy-pack-config JSON file (enforcement levels per policy, or 'all'; "
+        "settings such as deployers per policy)",
     )
     args = parser.parse_args(argv)
 
     levels: dict[str, Enforcement] = {}
+    settings: dict[str, dict[str, Any]] = {}
     if args.policy_config is not None:
         try:
-            levels = load_policy_config(args.policy_config)
+            config = load_pack_config(args.policy_config)
         except (OSError, PolicyConfigError) as exc:
             print(f"policy config: {exc}", file=out)
             return EXIT_ERROR
+        levels, settings = config.levels, config.settings
 
     paths = [*args.stack_file, *(REPO_ROOT / f"Pulumi.{name}.yaml" for name in args.stack)]
     paths = paths or stack_files()
@@ -191,7 +201,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         print(f"no Pulumi.<stack>.yaml in {REPO_ROOT}: nothing to check", file=out)
         return EXIT_ERROR
 
-    reports = [check_stack_file(p, levels) for p in paths]
+    reports = [check_stack_file(p, levels, settings) for p in paths]
     for report in reports:
         print_report(report, out)
     errors = sum(r.error is not None for r in reports)

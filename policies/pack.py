@@ -4,6 +4,11 @@ Both wrappers hand the pure policy functions plain dicts and lists, with preview
 sentinels left in place: pulumi_policy's proxy would raise on the first unknown value read
 and skip the whole policy for that resource with an advisory note, hiding real violations
 in the values that are known.
+
+A policy with settings (`deployers`) declares them as its config schema, so the CLI refuses
+a --policy-pack-config whose value does not match before any policy runs; a value the
+schema lets through and the policy refuses is reported as a violation of that policy, which
+then runs with its defaults (no exemption).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any, Final
 from pulumi_policy import (
     EnforcementLevel,
     Policy,
+    PolicyConfigSchema,
     ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
@@ -27,6 +33,7 @@ from policies.model import (
     Resource,
     ResourceGraphPolicy,
     ResourcePolicy,
+    SettingError,
     StackPolicy,
 )
 from policies.registry import ALL_POLICIES
@@ -80,10 +87,30 @@ def _stack_validator(policy: StackPolicy) -> Any:
             )
             for r in args.resources
         ]
-        for finding in policy.check(resources):
+        try:
+            settings = policy.configure(plain(args.get_config()))
+        except SettingError as exc:
+            report_violation(
+                f"the policy config of {policy.name}: {exc} (fix the --policy-pack-config "
+                "file; until then the policy runs with its defaults)",
+                None,
+            )
+            settings = policy.configure()
+        for finding in policy.run(resources, settings):
             report_violation(finding.message, finding.urn)
 
     return validate
+
+
+def config_schema(policy: StackPolicy) -> PolicyConfigSchema | None:
+    """The JSON Schema of the policy's settings, for the CLI to validate its config with."""
+    if not policy.settings:
+        return None
+    return PolicyConfigSchema(
+        properties={
+            s.name: {**s.schema, "description": s.description} for s in policy.settings
+        }
+    )
 
 
 def build_policies() -> list[Policy]:
@@ -106,6 +133,7 @@ def build_policies() -> list[Policy]:
                     description=policy.description,
                     validate=_stack_validator(policy),
                     enforcement_level=level,
+                    config_schema=config_schema(policy),
                 )
             )
     return built

@@ -12,6 +12,7 @@ from policies import (
     accounts,
     alerting,
     databases,
+    deployers,
     function,
     iam,
     ingress,
@@ -307,18 +308,22 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "iam.roles.update (roles/iam.roleAdmin, roles/iam.organizationRoleAdmin, custom "
         "roles) or cloudbuild.builds.create (roles/cloudbuild.builds.editor, custom "
         "roles): their holders rewrite a role into anything or run any build as the "
-        "project's build account. The deployer holds them outside the stack.",
+        "project's build account. Only the deployer's service accounts, listed in this "
+        "policy's `deployers` setting, may hold them.",
         MANDATORY,
         iam.no_role_admin_or_build_create,
+        settings=(deployers.SETTING,),
     ),
     StackPolicy(
         "dedup-accounts-act-as",
         "No member may hold iam.serviceAccounts.actAs (roles/iam.serviceAccountUser, custom "
         "roles) on an account of the kit (the jobs' invoker, a function's runtime account), "
-        "except a watchdog that delivers runs on its own account: whoever holds it attaches "
+        "except a watchdog that delivers runs on its own account and the deployer's service "
+        "accounts listed in this policy's `deployers` setting: whoever holds it attaches "
         "the account to a job or service of their own and gets its tokens.",
         MANDATORY,
         accounts.act_as_only_own_accounts,
+        settings=(deployers.SETTING,),
     ),
     StackPolicy(
         "dedup-runtime-account-not-a-caller",
