@@ -6,7 +6,8 @@ failing cases violate each policy, and that every policy has both kinds.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from policies import gcp
 from policies.model import Resource
@@ -74,6 +75,8 @@ class Case:
     name: str
     resources: list[Resource]
     fails: bool
+    config: dict[str, Any] = field(default_factory=dict)
+    """The policy's properties in the --policy-pack-config document (e.g. `deployers`)."""
 
 
 def one(name: str, resource_type: str, props: dict[str, object], fails: bool) -> Case:
@@ -596,8 +599,10 @@ RESOURCE_CASES: dict[str, list[Case]] = {
 }
 
 
-def stack_case(name: str, resources: list[Resource], fails: bool) -> Case:
-    return Case(name, resources, fails)
+def stack_case(
+    name: str, resources: list[Resource], fails: bool, config: dict[str, Any] | None = None
+) -> Case:
+    return Case(name, resources, fails, config or {})
 
 
 def _job(props: dict[str, object], name: str = "job-2") -> Resource:

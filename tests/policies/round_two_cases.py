@@ -7,6 +7,9 @@ test_policy_cases.py runs them with the others.
 Items: 1 audience bound to the job's URI; 3 Firebase rules releases; 4 escalation judged by
 permission (custom roles, Cloud Build); 5 one writer check for every database; 6 actAs on
 the kit's accounts; 7 the dedup runtime account is no caller; 8 the token secret's readers.
+For 4 and 6, "for anyone but the deployer's service accounts": the `deployers` setting of
+the two policies (policies/deployers.py) lets a listed service account hold them, nobody
+else, and refuses a group or a principal set as a setting error.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from tests.policies.fixtures import (
     FUNCTION_URL,
     INVOKER_SA,
     PROJECT,
+    PROJECT_IAM_BINDING,
     PROJECT_IAM_MEMBER,
     PROJECT_IAM_POLICY,
     PROXY_DATABASE,
@@ -71,6 +75,18 @@ RUN2 = gcp.CLOUD_RUN_V2_SERVICE
 DOWNSTREAM_SA = f"report-service@{PROJECT}.iam.gserviceaccount.com"
 WATCHDOG_DATABASE = f"{DATABASE}-watchdog"
 ALLOWED_CALLERS = "serviceConfig.environmentVariables.DEDUP_ALLOWED_CALLERS"
+DEPLOYER_SA = f"pulumi-deployer@{PROJECT}.iam.gserviceaccount.com"
+DEPLOYER = f"serviceAccount:{DEPLOYER_SA}"
+OTHER_DEPLOYER = f"serviceAccount:other-deployer@{PROJECT}.iam.gserviceaccount.com"
+PRINCIPAL_SET = (
+    "principalSet://iam.googleapis.com/projects/123456789012/locations/global/"
+    "workloadIdentityPools/github/attribute.repository/acme/scheduler-dedup"
+)
+
+
+def deployers(*members: str) -> dict[str, object]:
+    """The policy's entry of the policy config: {"deployers": [...]}."""
+    return {"deployers": list(members)}
 
 
 def _job(uri: object, audience: object) -> dict[str, object]:
@@ -211,6 +227,40 @@ ROUND_TWO_CASES: dict[str, list[Case]] = {
             res(BUCKET_IAM_MEMBER, "ci", {"bucket": "b", "member": GROUP,
                                           "role": f"projects/{PROJECT}/roles/ops_helper"})],
             True),
+        # "for anyone but the deployer's service accounts": the deployers setting
+        stack_case("listed-deployer-holds-role-admin-and-build-editor", [
+            *kit_stack(), res(PROJECT_IAM_MEMBER, "deployer-roles", member(
+                "roles/iam.roleAdmin", DEPLOYER)),
+            res(PROJECT_IAM_MEMBER, "deployer-builds", member(
+                "roles/cloudbuild.builds.editor", f"serviceAccount:{DEPLOYER_SA.upper()}"))],
+            False, deployers(DEPLOYER, OTHER_DEPLOYER)),
+        stack_case("listed-deployer-in-a-binding", [*kit_stack(), res(
+            PROJECT_IAM_BINDING, "deployers", {"project": PROJECT, "role": "roles/iam.roleAdmin",
+                                               "members": [DEPLOYER, OTHER_DEPLOYER]})],
+            False, deployers(DEPLOYER, OTHER_DEPLOYER)),
+        stack_case("deployer-not-listed", [*kit_stack(), res(
+            PROJECT_IAM_MEMBER, "deployer-roles", member("roles/iam.roleAdmin", DEPLOYER))],
+            True),
+        stack_case("another-deployer-listed", [*kit_stack(), res(
+            PROJECT_IAM_MEMBER, "deployer-roles", member("roles/iam.roleAdmin", DEPLOYER))],
+            True, deployers(OTHER_DEPLOYER)),
+        stack_case("group-while-a-deployer-is-listed", [*kit_stack(), res(
+            PROJECT_IAM_MEMBER, "ci", member("roles/cloudbuild.builds.editor", GROUP))],
+            True, deployers(DEPLOYER)),
+        stack_case("binding-of-a-listed-deployer-and-a-group", [*kit_stack(), res(
+            PROJECT_IAM_BINDING, "deployers", {"project": PROJECT, "role": "roles/iam.roleAdmin",
+                                               "members": [DEPLOYER, GROUP]})],
+            True, deployers(DEPLOYER)),
+        stack_case("kit-runtime-account-listed-as-deployer", [*kit_stack(), res(
+            PROJECT_IAM_MEMBER, "runtime-roles", member(
+                "roles/iam.roleAdmin", f"serviceAccount:{RUNTIME_SA}"))],
+            True, deployers(f"serviceAccount:{RUNTIME_SA}")),
+        stack_case("group-listed-as-deployer", [*kit_stack(), res(
+            PROJECT_IAM_MEMBER, "ops", member("roles/iam.roleAdmin", GROUP))],
+            True, deployers(GROUP)),
+        stack_case("principal-set-listed-as-deployer", [*kit_stack(), res(
+            PROJECT_IAM_MEMBER, "ci", member("roles/cloudbuild.builds.editor", PRINCIPAL_SET))],
+            True, deployers(DEPLOYER, PRINCIPAL_SET)),
     ],
     # --- 5: one writer check for every database ------------------------------------------
     "dedup-database-writers": [
@@ -264,6 +314,30 @@ ROUND_TWO_CASES: dict[str, list[Case]] = {
             INVOKER_SA, "roles/iam.serviceAccountUser", f"serviceAccount:{RUNTIME_SA}")], True),
         stack_case("user-acts-as-the-watchdog", [*_delivering_watchdog(), _on_account(
             WATCHDOG_SA, "roles/iam.serviceAccountUser", "user:alice@example.com")], True),
+        # "for anyone but the deployer's service accounts": the deployers setting
+        stack_case("listed-deployer-acts-as-the-invoker-and-the-runtime-account", [
+            *kit_stack(),
+            _on_account(INVOKER_SA, "roles/iam.serviceAccountUser", DEPLOYER, "deployer-invoker"),
+            _on_account(RUNTIME_SA, "roles/iam.serviceAccountUser", DEPLOYER, "deployer-runtime")],
+            False, deployers(DEPLOYER)),
+        stack_case("listed-deployer-acts-as-the-watchdog", [*_delivering_watchdog(), _on_account(
+            WATCHDOG_SA, "roles/iam.serviceAccountUser", DEPLOYER)], False, deployers(DEPLOYER)),
+        stack_case("deployer-not-listed", [*kit_stack(), _on_account(
+            INVOKER_SA, "roles/iam.serviceAccountUser", DEPLOYER)], True),
+        stack_case("another-deployer-listed", [*kit_stack(), _on_account(
+            INVOKER_SA, "roles/iam.serviceAccountUser", DEPLOYER)], True,
+            deployers(OTHER_DEPLOYER)),
+        stack_case("group-while-a-deployer-is-listed", [*kit_stack(), _on_account(
+            INVOKER_SA, "roles/iam.serviceAccountUser", GROUP)], True, deployers(DEPLOYER)),
+        stack_case("kit-watchdog-account-listed-as-deployer", [*_delivering_watchdog(),
+            _on_account(INVOKER_SA, "roles/iam.serviceAccountUser",
+                        f"serviceAccount:{WATCHDOG_SA}")],
+            True, deployers(f"serviceAccount:{WATCHDOG_SA}")),
+        stack_case("group-listed-as-deployer", [*kit_stack(), _on_account(
+            INVOKER_SA, "roles/iam.serviceAccountUser", GROUP)], True, deployers(GROUP)),
+        stack_case("principal-set-listed-as-deployer", [*kit_stack(), _on_account(
+            RUNTIME_SA, "roles/iam.serviceAccountUser", PRINCIPAL_SET)],
+            True, deployers(PRINCIPAL_SET)),
     ],
     # --- 7: the dedup runtime account is no caller ----------------------------------------
     "dedup-runtime-account-not-a-caller": [

@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 import pytest
-from google.protobuf import empty_pb2, struct_pb2  # type: ignore[import-untyped]
+from google.protobuf import empty_pb2, json_format, struct_pb2  # type: ignore[import-untyped]
 from pulumi.runtime.proto import analyzer_pb2 as proto
 from pulumi.runtime.proto import analyzer_pb2_grpc as proto_grpc
 
@@ -232,4 +232,71 @@ def test_a_grant_is_linked_to_the_proxy_account_by_its_dependencies(analyzer: An
     diagnostics = list(analyzer.AnalyzeStack(request).diagnostics)
     assert [(d.policyName, d.urn) for d in diagnostics] == [
         ("dedup-proxy-least-privilege", grant.urn)
+    ]
+
+
+def _configure_settings(stub: Any, settings: Mapping[str, Mapping[str, Any]]) -> None:
+    """A --policy-pack-config with properties, as the engine sends it (each entry's level
+    is the policy's own: Configure carries one for every policy)."""
+    levels = {p.name: p.enforcement for p in ALL_POLICIES}
+    to_proto = {v: k for k, v in LEVELS.items()}
+    stub.Configure(
+        proto.ConfigureAnalyzerRequest(
+            policyConfig={
+                name: proto.PolicyConfig(
+                    enforcementLevel=to_proto[level], properties=struct(settings.get(name, {}))
+                )
+                for name, level in levels.items()
+            }
+        )
+    )
+
+
+def test_the_pack_declares_the_deployers_schema(analyzer: Any) -> None:
+    """The CLI validates a --policy-pack-config against these schemas before any policy
+    runs: a deployer that is no service account's IAM member is refused there."""
+    info = analyzer.GetAnalyzerInfo(empty_pb2.Empty())
+    schemas = {
+        p.name: json_format.MessageToDict(p.configSchema.properties) for p in info.policies
+    }
+    with_schema = {name for name, properties in schemas.items() if properties}
+    assert with_schema == {"iam-no-role-admin-or-build-create", "dedup-accounts-act-as"}
+    for name in with_schema:
+        deployers = schemas[name]["deployers"]
+        assert deployers["type"] == "array"
+        assert deployers["items"]["pattern"].startswith("^serviceAccount:")
+
+
+def test_the_pack_reads_deployers_from_its_config(analyzer: Any) -> None:
+    deployer = f"serviceAccount:pulumi-deployer@{PROJECT}.iam.gserviceaccount.com"
+    grant = res(
+        "gcp:projects/iAMMember:IAMMember",
+        "deployer-role-admin",
+        {"project": PROJECT, "role": "roles/iam.roleAdmin", "member": deployer},
+    )
+    stack = [*kit_stack(), grant]
+    try:
+        _configure_settings(analyzer, {})
+        assert [d.policyName for d in analyze_stack(analyzer, stack)] == [
+            "iam-no-role-admin-or-build-create"
+        ]
+        _configure_settings(
+            analyzer, {"iam-no-role-admin-or-build-create": {"deployers": [deployer]}}
+        )
+        assert analyze_stack(analyzer, stack) == []
+        # A group as deployer (the schema would have the CLI refuse it; a config that reaches
+        # the pack anyway is reported, and the policy runs with no exemption).
+        _configure_settings(
+            analyzer,
+            {"iam-no-role-admin-or-build-create": {"deployers": [deployer, "group:ops@x.com"]}},
+        )
+        diagnostics = analyze_stack(analyzer, stack)
+        assert [d.policyName for d in diagnostics] == ["iam-no-role-admin-or-build-create"] * 2
+        assert "is a group, not a service account" in diagnostics[0].message
+        assert diagnostics[0].urn == ""
+        assert diagnostics[1].urn == grant.urn
+    finally:
+        configure(analyzer, {})
+    assert [d.policyName for d in analyze_stack(analyzer, stack)] == [
+        "iam-no-role-admin-or-build-create"
     ]

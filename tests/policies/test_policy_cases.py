@@ -7,7 +7,7 @@ import pytest
 from infra.config import ConfigError, load_config
 from policies.databases import database_writers
 from policies.gcp import FIRESTORE_FIELD
-from policies.model import StackPolicy
+from policies.model import SettingError, StackPolicy
 from policies.registry import ALL_POLICIES, by_name
 from policies.stack import (
     allowed_callers,
@@ -43,9 +43,16 @@ ALL_CASES: dict[str, list[Case]] = {
 
 
 def violations(policy_name: str, case: Case) -> list[str]:
+    """The policy's messages for the case, with the case's policy config; a setting the
+    policy refuses is one (the offline check refuses the config, the pack reports it)."""
     policy = by_name(policy_name)
     if isinstance(policy, StackPolicy):
-        return [f.message for f in policy.check(case.resources)]
+        try:
+            settings = policy.configure(case.config)
+        except SettingError as exc:
+            return [f"policy config: {exc}"]
+        return [f.message for f in policy.run(case.resources, settings)]
+    assert not case.config, f"{policy_name} reads no settings"
     return [m for r in case.resources for m in policy.judge(r)]
 
 
