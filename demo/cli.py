@@ -109,6 +109,9 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
         lines += ["", "notes:"] + [f"  - {note}" for note in explained]
     if outcome.watch is not None:
         lines += ["", *watch_lines(outcome.watch)]
+    if outcome.paths:
+        lines += ["", "paths (demo/paths.py: each replayed on purpose, from a fixed date):",
+                  *(f"  {path.text}" for path in outcome.paths)]
     replies = ", ".join(f"{k} x{v}" for k, v in t["replies"].items())
     answered = ", ".join(f"{k} x{v}" for k, v in sorted(outcome.function_outcomes.items()))
     lines += [
@@ -284,6 +287,10 @@ def verdict_line(outcome: DemoOutcome) -> str:
     took_place = [s for s in forced if s.verdict == FORCED_TOOK_NEXT]
     if outcome.result.stopped_early:
         return "RESULT: interrupted before every run was delivered"
+    failed_paths = [path for path in outcome.paths if not path.ok]
+    if t["all_ok"] and failed_paths:
+        return ("RESULT: FAIL: path(s) " + "; ".join(p.spec.name for p in failed_paths)
+                + " did not execute each business run exactly once (see the paths section)")
     watch = outcome.watch
     if t["all_ok"] and watch is not None and not watch.ok:
         return (
@@ -322,6 +329,9 @@ def verdict_line(outcome: DemoOutcome) -> str:
                 line += f"; {len(watch.caught_up)} missed run(s) caught up, each executed once"
             if watch.rerun is not None:
                 line += "; 1 completed run re-run once (generation 1), its record kept"
+        if outcome.paths:
+            line += (f"; {len(outcome.paths)} path(s) (DST changes, forced-run choices, long "
+                     "store stalls): each business run executed once")
         return line
     problems = [f"job {r.job} {r.problem}" for r in failed_jobs if r.problem]
     if twice:
@@ -355,6 +365,7 @@ def outcome_json(outcome: DemoOutcome) -> dict[str, Any]:
         "store": store_json(outcome),
         "runs": [summary_json(s) for s in outcome.summaries],
         "watchdog": watch_json(outcome.watch) if outcome.watch is not None else None,
+        "paths": [path.to_json() for path in outcome.paths],
     }
 
 
@@ -446,6 +457,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--logs", type=Path, default=None, metavar="DIR", help="keep the ledger and logs in DIR"
     )
+    parser.add_argument(
+        "--no-paths", action="store_true",
+        help="skip the paths replayed after the main replay (demo/paths.py: DST changes, "
+        "forced-run choices, long store stalls)",
+    )
     args = parser.parse_args(argv)
     try:
         options = DemoOptions(
@@ -465,6 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             time_style=args.schedule_time_style,
             job_name_style=args.job_name_style,
             retries_stop_at_next_run=args.retries_stop_at_next_run,
+            dst_fires=args.dst_fires,
+            paths=not args.no_paths,
             logs_dir=args.logs,
         )
     except FaultSpecError as exc:

@@ -30,6 +30,7 @@ from typing import Any
 from dedup.settings import Settings
 from demo.job_wrapper import OTHER_JOBS
 from demo.ledger import LedgerCounts, count
+from demo.paths import PathResult, run_paths
 from demo.store_faults import (
     StoreFaultInjector,
     StoreFaultRecord,
@@ -44,6 +45,7 @@ from local_stack.processes import REPO_ROOT
 from scheduler_emulator.clock import RealClock
 from scheduler_emulator.emulator import (
     DEADLINE_EXCEEDED,
+    DstFires,
     EmulatorResult,
     HeaderCase,
     JobNameStyle,
@@ -102,6 +104,11 @@ class DemoOptions:
     flaky_job: bool = True
     # After the replay, run the watchdog over its window and check its findings.
     watchdog: bool = True
+    # A local time the autumn change repeats: fired at both instants, or once (emulator).
+    dst_fires: DstFires = "twice"
+    # After the replay, replay the paths of demo.paths (DST changes, forced-run choices,
+    # long store stalls), each with its own verdict.
+    paths: bool = True
 
 
 @dataclass
@@ -129,6 +136,8 @@ class DemoOutcome:
     watch: WatchReport | None = None
     # Per job: did it ever execute, did any attempt succeed, its last error.
     jobs: list[JobResult] = field(default_factory=list)
+    # demo.paths, replayed after the main replay against the same function.
+    paths: list[PathResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -136,7 +145,9 @@ class DemoOutcome:
         executed (a job that failed every attempt fails the demo); the watchdog (if run)
         found exactly the runs the demo expected."""
         watch_ok = self.watch is None or self.watch.ok
-        return bool(self.totals["all_ok"]) and not self.result.stopped_early and watch_ok
+        paths_ok = all(path.ok for path in self.paths)
+        return (bool(self.totals["all_ok"]) and not self.result.stopped_early and watch_ok
+                and paths_ok)
 
     @property
     def scale(self) -> float:
@@ -446,6 +457,7 @@ def replay(
         time_style=options.time_style,
         job_name_style=options.job_name_style,
         retries_stop_at_next_run=options.retries_stop_at_next_run,
+        dst_fires=options.dst_fires,
         trace_deliveries=True,
         progress=progress,
         store_faults=store_faults,
@@ -622,6 +634,10 @@ def run_demo(
                     f"job{'' if jobs == 1 else 's'} ({options.faults.describe()}) ..."
                 )
                 outcome = replay(function, stack, options, progress=progress)
+                if options.paths and not outcome.result.stopped_early:
+                    log("replay finished; replaying the paths (DST changes, forced-run "
+                        "choices, long store stalls) ...")
+                    outcome.paths = run_paths(function, stack, options, replay)
                 log("replay finished; stopping everything ...")
             finally:
                 if options.logs_dir is not None:

@@ -56,6 +56,14 @@ def add_replay_arguments(parser: argparse.ArgumentParser, default_ticks: int) ->
         default=None,
         help="replay the schedule after this instant (RFC 3339; default: now)",
     )
+    parser.add_argument(
+        "--dst-fires",
+        choices=["twice", "once"],
+        default="twice",
+        help="a local time the autumn DST change repeats: fire it at both instants "
+        "(croniter's reading, the default) or once; the function runs it as the job's "
+        "dstRepeated says either way",
+    )
     timing = parser.add_mutually_exclusive_group()
     timing.add_argument(
         "--time-scale",
@@ -196,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             time_style=args.schedule_time_style,
             job_name_style=args.job_name_style,
             retries_stop_at_next_run=args.retries_stop_at_next_run,
+            dst_fires=args.dst_fires,
             progress=None if args.json else progress_printer(),
         )
     except (StackError, FaultSpecError, ValueError) as exc:

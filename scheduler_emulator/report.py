@@ -19,7 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from dedup.keys import FORCED_REFUSE, FORCED_REPLACE_NEXT, FORCED_SEPARATE
@@ -203,7 +203,9 @@ def summarise(
         # One business run per local time (dedup.business_runs): both instants of a local
         # time that happens twice are one run under dstRepeated once, as the function keys
         # them; executions are counted under that key.
-        when = job.business.key_time(run.schedule_time) if job is not None else run.schedule_time
+        # (In UTC: the job's zoned times of a repeated local time compare equal.)
+        at = run.schedule_time.astimezone(UTC)
+        when = job.business.key_time(at) if job is not None else at
         key = (run.job, when, forced)
         found = by_key.get(key)
         if found is None:

@@ -118,6 +118,7 @@ class BusinessSchedule:
     def runs(self, after: datetime, until: datetime) -> Iterator[BusinessRun]:
         """The runs whose latest delivery lies in (after, until], in that order: a run is
         judged once Scheduler can no longer deliver it."""
+        after, until = after.astimezone(UTC), until.astimezone(UTC)
         if _steady(self.zone, after - _MARGIN, until + _MARGIN):
             # No offset change near: every local time is one instant (the common case, and
             # the cheap one: no margin to walk).
@@ -132,6 +133,9 @@ class BusinessSchedule:
     def run_named(self, instant: datetime) -> BusinessRun | SkippedTime | None:
         """The run a delivery for `instant` (UTC) is; None: the instant names no scheduled
         local time (a manual POST, a schedule changed since), so it is a run of its own."""
+        # In UTC: arithmetic on a zoned datetime is wall-clock arithmetic, and two zoned
+        # instants of a repeated local time compare equal within their zone.
+        instant = instant.astimezone(UTC)
         if _steady(self.zone, instant - _MARGIN, instant + _MARGIN):
             return None  # no offset change near it: the instant is its own run, as ever
         for named in _named_near(self, instant.replace(minute=0, second=0, microsecond=0)):
