@@ -17,6 +17,8 @@ from typing import Any, Final
 
 import pulumi
 
+import infra.source  # noqa: F401  (puts function/ on sys.path: the version is the function's)
+from dedup.version import __version__ as KIT_VERSION
 from infra.config import StackConfig, config_from_pulumi
 from infra.dedup_proxy import DedupProxy, DedupProxyArgs
 from infra.dedup_service import DedupService, DedupServiceArgs
@@ -98,6 +100,8 @@ def build(
         "collection": pulumi.Output.from_input(cfg.dedup.collection),
         "sourceObject": service.source_object.name,
         "jobNames": pulumi.Output.all(*[j.job_name for j in jobs]),
+        # The kit release deployed (function/dedup/version.py; CHANGELOG.md says what changed).
+        "kitVersion": pulumi.Output.from_input(KIT_VERSION),
     }
     if proxy is not None:
         outputs["proxyUrl"] = proxy.function_uri

@@ -41,6 +41,7 @@ from dedup.protocol import (
     summarize_error,
 )
 from dedup.settings import MissingScheduleTime, Settings, number_setting
+from dedup.version import __version__ as KIT_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +111,10 @@ _stdout_lock = threading.Lock()
 
 
 def emit_log_line(entry: Mapping[str, Any]) -> None:
-    """Cloud Logging parses one JSON object per stdout line (`severity`, `message`, ...)."""
-    line = json.dumps(entry, default=str, separators=(",", ":"))
+    """Cloud Logging parses one JSON object per stdout line (`severity`, `message`, ...).
+    Every line names the kit's version (`kit_version`, dedup/version.py): each entry point's
+    lines and job code's `logging` output (dedup/logs.py) are all written here."""
+    line = json.dumps({**entry, "kit_version": KIT_VERSION}, default=str, separators=(",", ":"))
     with _stdout_lock:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()

@@ -15,6 +15,7 @@ import pytest
 
 from dedup.business_runs import default_dst
 from dedup.settings import Settings
+from dedup.version import __version__ as KIT_VERSION
 from infra.config import AT_MOST_ONCE, RETRY_COUNT_DEFAULT, DedupSettings, StackConfig
 from infra.dedup_proxy import SECRET_APIS, TARGET_APIS
 from infra.dedup_service import REQUIRED_APIS
@@ -669,6 +670,7 @@ def test_stack_outputs(stack: StackUnderTest) -> None:
         "collection": cfg.dedup.collection,
         "sourceObject": stack.source_object(stack.function).props["name"],
         "jobNames": [cfg.job_id(j) for j in cfg.jobs],
+        "kitVersion": KIT_VERSION,
         **(
             {
                 "proxyUrl": stack.proxy_uri,
