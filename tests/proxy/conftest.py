@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.proxy.fake_apis import FakeGoogleApis
+from local_stack.fake_google_apis import FakeGoogleApis
 
 
 @pytest.fixture

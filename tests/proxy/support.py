@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Mapping
@@ -10,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from google.auth.credentials import AnonymousCredentials
 from google.auth.transport.requests import AuthorizedSession
 from google.cloud import firestore
@@ -22,9 +19,10 @@ from dedup.proxy import ProxySettings
 from dedup.targets import SessionFactory, Target, TargetKind
 from dedup.tokens import TOKEN_SECRET_ENV, mint_token
 from local_stack.deliveries import LOCATION, PROJECT, InProcessFunction, settings_for
+from local_stack.fake_google_apis import BUILD_TRIGGER, RUN_JOB, WORKFLOW
+from local_stack.fake_google_apis import service_account_file as fake_service_account_file
 from local_stack.rpc_counter import RpcCounter
 from local_stack.tables import job_tables_env
-from tests.proxy.fake_apis import BUILD_TRIGGER, RUN_JOB, WORKFLOW
 
 RESOURCES = {
     WORKFLOW: f"projects/{PROJECT}/locations/{LOCATION}/workflows/nightly-export",
@@ -116,23 +114,7 @@ def in_process_proxy(
 
 def service_account_file(directory: Path, token_uri: str) -> Path:
     """A service-account key whose token endpoint is the fake: ADC works offline."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    path = directory / "proxy-sa.json"
-    path.write_text(json.dumps({
-        "type": "service_account",
-        "project_id": PROJECT,
-        "private_key_id": "fake-key-id",
-        "private_key": pem,
-        "client_email": f"scheduler-proxy@{PROJECT}.iam.gserviceaccount.com",
-        "client_id": "100000000000000000001",
-        "token_uri": token_uri,
-    }))
-    return path
+    return fake_service_account_file(directory, token_uri, PROJECT)
 
 
 def proxy_env(

@@ -21,9 +21,9 @@ from dedup.idempotency import ForgedToken
 from dedup.tokens import TOKEN_SECRET_ENV, mint_token
 from local_stack import FunctionServer
 from local_stack.deliveries import LOCATION, PROJECT, scheduler_headers
+from local_stack.fake_google_apis import WORKFLOW, Behaviour, FakeGoogleApis, StartRequest
 from local_stack.processes import REPO_ROOT
 from local_stack.steered_job import read_ledger
-from tests.proxy.fake_apis import WORKFLOW, Behaviour, FakeGoogleApis, StartRequest
 from tests.proxy.support import (
     JOBS,
     TOKEN_SECRET,

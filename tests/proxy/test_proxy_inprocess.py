@@ -13,7 +13,7 @@ import pytest
 
 from local_stack import free_port
 from local_stack.deliveries import INVOKER, PROJECT, InProcessFunction, bearer, scheduler_headers
-from tests.proxy.fake_apis import (
+from local_stack.fake_google_apis import (
     BUILD_TRIGGER,
     GOOGLE_STATUS,
     RUN_JOB,

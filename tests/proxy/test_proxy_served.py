@@ -27,10 +27,7 @@ from dedup.tokens import mint_token
 from dedup.watchdog import WatchedJob
 from local_stack import FunctionServer, LocalStackError
 from local_stack.deliveries import LOCATION, PROJECT, scheduler_headers
-from local_stack.tables import write_job_tables
-from tests.function.test_body_limits import post_declaring
-from tests.function.test_catch_up import JOB_HEADERS, Watch, z
-from tests.proxy.fake_apis import (
+from local_stack.fake_google_apis import (
     GOOGLE_STATUS,
     RUN_JOB,
     WORKFLOW,
@@ -38,6 +35,9 @@ from tests.proxy.fake_apis import (
     FakeGoogleApis,
     StartRequest,
 )
+from local_stack.tables import write_job_tables
+from tests.function.test_body_limits import post_declaring
+from tests.function.test_catch_up import JOB_HEADERS, Watch, z
 from tests.proxy.support import (
     JOBS,
     KINDS,

@@ -3,10 +3,19 @@
 One threaded HTTP server answers the three start methods with the real paths and
 response shapes (Workflows executions.create, Cloud Run v2 jobs.run, and Pub/Sub
 topics.publish to the topic a Cloud Build trigger listens to) plus an OAuth token
-endpoint for service-account credentials. It records every request, and can be
-scripted to fail with a status, answer slowly (past the proxy's timeout: a lost reply),
-or drop the connection; `starts` says whether the
-scripted request still started an execution (a slow or dropped answer usually has).
+endpoint for service-account credentials (`service_account_file` writes a key whose token
+endpoint is the fake, so Application Default Credentials work offline). It records every
+request, and can be scripted to fail with a status, answer slowly (past the proxy's
+timeout: a lost reply), or drop the connection; `starts` says whether the scripted
+request still started an execution (a slow or dropped answer usually has).
+
+Runs are told apart by the token the proxy sends (`<run_id>.<HMAC>`, read where the
+downstream reads it): `starts_per_run` counts the executions each run started, so a run
+started twice downstream shows as two, and `strike_run` makes the n-th run the fake sees
+fail (e.g. 403 on every start of it: a refused start), whatever order runs come in.
+
+Used by the proxy's tests (tests/proxy/) and by `make demo`, which serves the proxy
+against it (demo/run.py).
 """
 
 from __future__ import annotations
@@ -20,12 +29,16 @@ import socket
 import threading
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 WORKFLOW = "workflow"
 RUN_JOB = "run_job"
@@ -54,6 +67,7 @@ class Behaviour:
     starts: bool | None = None  # did an execution start? default: a 2xx status
     drop: bool = False  # close the connection instead of answering
     google_status: str | None = None  # the error's status; default by HTTP status
+    message: str = "scripted failure"  # the error's message
 
     @property
     def started(self) -> bool:
@@ -71,6 +85,23 @@ class StartRequest:
     execution: str | None = None  # set when the request started an execution
     answered: int | None = None  # the status written back (None: dropped or client gone)
     received_at: float = field(default_factory=time.monotonic)
+
+
+def run_id_of(token: str | None) -> str | None:
+    """The run ID a proxy token names (`<run_id>.<HMAC>`), or None without a token."""
+    return token.split(".", 1)[0] if token else None
+
+
+@dataclass
+class _Strike:
+    """`strike_run`: the n-th run seen (of `resource`, if set) gets `behaviour`."""
+
+    nth: int
+    behaviour: Behaviour
+    resource: str | None
+    times: int | None  # start requests of that run answered so; None: every one
+    run_id: str | None = None  # the run struck, once seen
+    used: int = 0
 
 
 def token_of(kind: str, body: Any, names: dict[str, str]) -> str | None:
@@ -103,6 +134,8 @@ class FakeGoogleApis:
         # (e.g. to run the workflow's downstream step).
         self.on_start: Callable[[StartRequest], None] | None = None
         self._script: deque[Behaviour] = deque()
+        self._strikes: list[_Strike] = []
+        self._runs_seen: dict[str | None, list[str]] = {}
         self._lock = threading.Lock()
         self._counter = itertools.count(1)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -122,6 +155,38 @@ class FakeGoogleApis:
         """The next start requests (of any kind) get these answers, in order."""
         with self._lock:
             self._script.extend(behaviours)
+
+    def strike_run(
+        self,
+        nth: int,
+        behaviour: Behaviour,
+        *,
+        resource: str | None = None,
+        times: int | None = None,
+    ) -> None:
+        """The `nth` distinct run (1 = the first, by the token's run ID) whose start reaches
+        the fake (for `resource`, if given: the resource a start names, a build trigger's
+        topic) gets `behaviour`: on every start request of that run, or its first `times`.
+        E.g. Behaviour(403) refuses that run for good; Behaviour(503), times=1, fails its
+        first start only (a retryable error: the retry starts it)."""
+        if nth < 1:
+            raise ValueError("nth counts from 1")
+        with self._lock:
+            self._strikes.append(_Strike(nth, behaviour, resource, times))
+
+    def struck_runs(self) -> dict[str, Behaviour]:
+        """Run ID -> the behaviour `strike_run` gave it, for each run struck so far."""
+        with self._lock:
+            return {s.run_id: s.behaviour for s in self._strikes if s.run_id is not None}
+
+    def starts_per_run(self, kind: str | None = None) -> Counter[str]:
+        """Run ID (from the token) -> how many executions its start requests started."""
+        with self._lock:
+            return Counter(
+                run_id for r in self.requests
+                if r.execution and kind in (None, r.kind)
+                and (run_id := run_id_of(r.token)) is not None
+            )
 
     def started(self, kind: str | None = None) -> list[StartRequest]:
         with self._lock:
@@ -146,9 +211,30 @@ class FakeGoogleApis:
 
     # -- the server side -----------------------------------------------------------------
 
-    def _next(self) -> Behaviour:
+    def _next(self, resource: str, token: str | None) -> Behaviour:
         with self._lock:
+            struck = self._strike(resource, run_id_of(token))
+            if struck is not None:
+                return struck
             return self._script.popleft() if self._script else Behaviour()
+
+    def _strike(self, resource: str, run_id: str | None) -> Behaviour | None:
+        """Under the lock: the behaviour `strike_run` gives this start, if any."""
+        if run_id is None or not self._strikes:
+            return None
+        for key in {None, resource}:
+            seen = self._runs_seen.setdefault(key, [])
+            if run_id not in seen:
+                seen.append(run_id)
+        for strike in self._strikes:
+            if strike.run_id is None and strike.resource in (None, resource):
+                seen = self._runs_seen[strike.resource]
+                if len(seen) >= strike.nth and seen[strike.nth - 1] == run_id:
+                    strike.run_id = run_id
+            if strike.run_id == run_id and (strike.times is None or strike.used < strike.times):
+                strike.used += 1
+                return strike.behaviour
+        return None
 
     def _record(self, request: StartRequest) -> None:
         with self._lock:
@@ -216,11 +302,12 @@ class FakeGoogleApis:
                     self._answer(400, _error(Behaviour(400), "request body is not JSON"))
                     return
                 kind, resource = routed
-                behaviour = fake._next()
+                token = token_of(kind, body, fake.token_names)
+                behaviour = fake._next(resource, token)
                 request = StartRequest(
                     kind=kind, resource=resource,
                     headers={k.lower(): v for k, v in self.headers.items()}, body=body,
-                    token=token_of(kind, body, fake.token_names), behaviour=behaviour,
+                    token=token, behaviour=behaviour,
                 )
                 fake._record(request)
                 answer: tuple[int, Any] = (behaviour.status, None)
@@ -230,7 +317,7 @@ class FakeGoogleApis:
                         fake.on_start(request)
                     answer = (behaviour.status, payload)
                 if not 200 <= behaviour.status < 300:
-                    answer = (behaviour.status, _error(behaviour, "scripted failure"))
+                    answer = (behaviour.status, _error(behaviour, behaviour.message))
                 time.sleep(behaviour.delay)
                 if behaviour.drop:
                     with contextlib.suppress(OSError):
@@ -258,3 +345,27 @@ def _route(path: str) -> tuple[str, str] | None:
 def _error(behaviour: Behaviour, message: str) -> dict[str, Any]:
     status = behaviour.google_status or GOOGLE_STATUS.get(behaviour.status, "UNKNOWN")
     return {"error": {"code": behaviour.status, "message": message, "status": status}}
+
+
+def service_account_file(directory: Path, token_uri: str, project: str) -> Path:
+    """A service-account key whose token endpoint is the fake (`FakeGoogleApis.token_uri`):
+    with GOOGLE_APPLICATION_CREDENTIALS naming it, Application Default Credentials (what
+    the proxy authenticates with) fetch their access tokens from the fake, offline."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "proxy-sa.json"
+    path.write_text(json.dumps({
+        "type": "service_account",
+        "project_id": project,
+        "private_key_id": "fake-key-id",
+        "private_key": pem,
+        "client_email": f"scheduler-proxy@{project}.iam.gserviceaccount.com",
+        "client_id": "100000000000000000001",
+        "token_uri": token_uri,
+    }))
+    return path
