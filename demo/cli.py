@@ -12,7 +12,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from demo.run import DEFAULT_TICKS, DEFAULT_TIME_SCALE, DemoOptions, DemoOutcome, run_demo
+from demo.run import (
+    DEFAULT_TICKS,
+    DEFAULT_TIME_SCALE,
+    DemoOptions,
+    DemoOutcome,
+    ProxiedOutcome,
+    run_demo,
+)
 from demo.store_faults import StoreFaultRecord, struck_run
 from demo.watch import (
     EXPECT_EXHAUSTED,
@@ -59,13 +66,18 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
     o = outcome.options
     t = outcome.totals
     st = outcome.timing
-    jobs = len(outcome.stack.active_jobs)
+    proxied = len(outcome.stack.active_proxied_jobs)
+    jobs = len(outcome.stack.active_jobs) + proxied
+    served = bool(outcome.function_url)
     lines = [
         f"stack {outcome.stack.source}: project {outcome.stack.project}, "
-        f"region {outcome.stack.region}, {jobs} job{'' if jobs == 1 else 's'} x "
-        f"{outcome.result.ticks} scheduled runs",
+        f"region {outcome.stack.region}, {jobs} job{'' if jobs == 1 else 's'}"
+        + (f" ({proxied} proxied)" if proxied else "")
+        + f" x {outcome.result.ticks} scheduled runs",
         f"function {outcome.function_url} ({o.workers} worker processes), Firestore emulator "
-        f"{outcome.firestore_host} behind a store-fault proxy on {outcome.store_host}",
+        f"{outcome.firestore_host} behind a store-fault proxy on {outcome.store_host}"
+        if served else f"function: not served (no job of the stack runs in it), Firestore "
+        f"emulator {outcome.firestore_host}",
         "time: "
         + (
             "real time"
@@ -73,10 +85,12 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
             else f"simulated, 1 s of schedule time = {outcome.scale * 1000:g} ms "
             "(deadlines and backoff scaled alike)"
         ),
-        f"store (real seconds): the function's store timeout {st.store_timeout:g} s, lease "
-        f"{st.lease:g} s; store-stall holds the store's replies {st.stall:g} s, "
-        f"store-outage cuts it off for {st.outage:g} s (for up to "
-        f"{st.away(STORE_OUTAGE):g} s with gRPC's reconnect backoff)",
+        f"store (real seconds): the {'function' if served else 'proxy'}'s store timeout "
+        f"{st.store_timeout:g} s, lease "
+        f"{st.lease:g} s"
+        + (f"; store-stall holds the store's replies {st.stall:g} s, "
+           f"store-outage cuts it off for {st.outage:g} s (for up to "
+           f"{st.away(STORE_OUTAGE):g} s with gRPC's reconnect backoff)" if served else ""),
         f"faults: {o.faults.describe()} (seed "
         + ", ".join(sorted({str(f.seed) for f in o.faults.faults}) or ["-"])
         + ")",
@@ -88,11 +102,14 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
             "that comes meanwhile is skipped (--no-retries-stop-at-next-run)"
         ),
     ]
-    for job in outcome.stack.active_jobs:
+    for job in (*outcome.stack.active_jobs, *outcome.stack.active_proxied_jobs):
         lines.append(
             f"  {job.name} (job ID {job.job_id}): '{job.schedule}' {job.time_zone}, "
             f"deadline {job.attempt_deadline_seconds:g}s, {retry_text(job.retry)}"
+            + (f"; proxy: {job.proxy.target} {job.proxy.resource}" if job.proxy else "")
         )
+    if outcome.nothing_to_run:
+        lines.append(f"  {outcome.nothing_to_run}")
     lines += format_table(outcome.summaries, show_all=show_all, results=outcome.jobs)
     if outcome.result.dst:
         lines += ["", *(note.text for note in outcome.result.dst)]
@@ -109,21 +126,86 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
         lines += ["", "notes:"] + [f"  - {note}" for note in explained]
     if outcome.watch is not None:
         lines += ["", *watch_lines(outcome.watch)]
+    if outcome.proxied is not None:
+        lines += ["", *proxied_lines(outcome.proxied, show_all)]
     if outcome.paths:
         lines += ["", "paths (demo/paths.py: each replayed on purpose, from a fixed date):",
                   *(f"  {path.text}" for path in outcome.paths)]
     replies = ", ".join(f"{k} x{v}" for k, v in t["replies"].items())
     answered = ", ".join(f"{k} x{v}" for k, v in sorted(outcome.function_outcomes.items()))
-    lines += [
-        "",
-        f"{t['scheduled_runs']} scheduled runs, {t['deliveries']} deliveries ({replies}), "
-        f"{t['executions']} job executions; {outcome.workers_replaced} killed worker "
-        f"process(es) replaced by gunicorn; {outcome.real_seconds:.1f} s",
-        f"function outcomes (its log): {answered or 'none'}",
-        f"store faults injected: {outcome.store_summary}",
-        verdict_line(outcome),
-    ]
+    if served:
+        lines += [
+            "",
+            f"{t['scheduled_runs']} scheduled runs, {t['deliveries']} deliveries ({replies}), "
+            f"{t['executions']} job executions; {outcome.workers_replaced} killed worker "
+            f"process(es) replaced by gunicorn; {outcome.real_seconds:.1f} s",
+            f"function outcomes (its log): {answered or 'none'}",
+            f"store faults injected: {outcome.store_summary}",
+        ]
+    else:
+        lines += ["", f"{outcome.real_seconds:.1f} s"]
+    lines.append(verdict_line(outcome))
     return lines
+
+
+def proxied_lines(proxied: ProxiedOutcome, show_all: bool = True) -> list[str]:
+    """The proxied jobs' section: the proxy, the fakes, one table per job, the refusal."""
+    skipped = proxied.skipped_faults
+    lines = [
+        f"proxied jobs: the idempotent proxy (main.py's proxy_scheduled_job, served by "
+        f"functions-framework) on {proxied.proxy_url}, starting executions on fake Google "
+        f"APIs on {proxied.apis_url} (Workflows, Cloud Run jobs, Pub/Sub for build "
+        "triggers); exec: the starts the fake API received for the run, by the run ID in "
+        "the proxy's token",
+        f"  faults: {proxied.faults.describe()}"
+        + (f"; not injected into proxied runs: {', '.join(skipped)} (nothing in the proxy "
+           "honours slow or kill; it reaches its store directly)" if skipped else "")
+        + ("; the downstream refuses one run's start (403)"
+           if proxied.refused is not None else ""),
+    ]
+    lines += format_table(proxied.summaries, show_all=show_all, results=proxied.jobs)
+    r = proxied.refused
+    if r is not None:
+        when = _when(r.schedule_time)
+        [s] = [s for s in proxied.summaries if s.refused is not None]
+        answered = answers_text(s)
+        verdict = "as it must" if r.ok and s.ok else "FAIL"
+        error = f", error {r.error[:100]!r}" if r.error else ""
+        lines += [
+            "",
+            f"  refused: {r.job} @ {when}{' (forced run)' if r.forced else ''}: the fake "
+            f"answered {r.status} to every start; the proxy answered {answered}; its record "
+            f"{r.record}{error}; nothing started: {verdict}",
+        ]
+    if proxied.unattributed_starts:
+        lines.append(
+            f"  UNATTRIBUTED: {proxied.unattributed_starts} start(s) under a run ID of no "
+            "replayed run: FAIL"
+        )
+    answered = ", ".join(f"{k} x{v}" for k, v in sorted(proxied.outcomes.items()))
+    t = proxied.totals
+    lines.append(
+        f"  {t['scheduled_runs']} scheduled runs, {t['deliveries']} deliveries, "
+        f"{t['executions'] or 0} downstream starts; proxy outcomes (its log): "
+        f"{answered or 'none'}; {proxied.real_seconds:.1f} s"
+    )
+    return lines
+
+
+def proxied_verdict(proxied: ProxiedOutcome) -> str:
+    """The proxied part of the RESULT line."""
+    scheduled = [s for s in proxied.summaries if s.scheduled and not s.forced]
+    refused = [s for s in proxied.summaries if s.refused is not None]
+    acked = [s for s in scheduled if s.acknowledged and s.refused is None]
+    text = (f"proxied jobs: every acknowledged run started exactly once downstream "
+            f"({len(acked)}/{len(acked)})")
+    forced = [s for s in proxied.summaries if s.forced and s.refused is None]
+    if forced:
+        text += f", {len(forced)} forced run(s)"
+    if refused:
+        text += (f"; {len(refused)} start refused downstream ({refused[0].refused}), answered "
+                 "200 failed_permanent and recorded failed (permanent), as injected")
+    return text
 
 
 def store_fault_answers(outcome: DemoOutcome) -> list[tuple[StoreFaultRecord, str]]:
@@ -287,6 +369,26 @@ def verdict_line(outcome: DemoOutcome) -> str:
     took_place = [s for s in forced if s.verdict == FORCED_TOOK_NEXT]
     if outcome.result.stopped_early:
         return "RESULT: interrupted before every run was delivered"
+    if outcome.nothing_to_run:
+        return f"RESULT: FAIL: {outcome.nothing_to_run}"
+    proxied = outcome.proxied
+    if proxied is not None and proxied.result.stopped_early:
+        return "RESULT: interrupted before every proxied run was delivered"
+    if t["all_ok"] and proxied is not None and not proxied.ok:
+        problems = [f"proxied job {r.job} {r.problem}" for r in proxied.jobs if r.problem]
+        twice = [s for s in proxied.summaries if s.verdict == DUPLICATED]
+        if twice:
+            problems.append(f"{len(twice)} proxied run(s) started more than once downstream")
+        bad = [s for s in proxied.summaries if not s.ok and s.verdict != DUPLICATED]
+        if bad:
+            problems.append(f"{len(bad)} proxied run(s) failed their verdict")
+        if proxied.refused is not None and not proxied.refused.ok:
+            problems.append(f"the refused run's record is {proxied.refused.record}, not "
+                            "failed (permanent)")
+        if proxied.unattributed_starts:
+            problems.append(f"{proxied.unattributed_starts} downstream start(s) of no "
+                            "replayed run")
+        return "RESULT: FAIL: " + "; ".join(problems) + " (see the proxied jobs section)"
     failed_paths = [path for path in outcome.paths if not path.ok]
     if t["all_ok"] and failed_paths:
         return ("RESULT: FAIL: path(s) " + "; ".join(p.spec.name for p in failed_paths)
@@ -298,6 +400,10 @@ def verdict_line(outcome: DemoOutcome) -> str:
             "runs, or a run it caught up or re-ran did not execute exactly once (see the "
             "watchdog section)"
         )
+    if t["all_ok"] and not outcome.summaries and proxied is not None:
+        return f"RESULT: PASS: {proxied_verdict(proxied)}" + (
+            f"; {len(outcome.paths)} path(s) (DST changes, forced-run choices, long store "
+            "stalls): each business run executed once" if outcome.paths else "")
     if t["all_ok"]:
         line = (
             f"RESULT: PASS: every run whose retries were not exhausted executed exactly "
@@ -332,6 +438,8 @@ def verdict_line(outcome: DemoOutcome) -> str:
         if outcome.paths:
             line += (f"; {len(outcome.paths)} path(s) (DST changes, forced-run choices, long "
                      "store stalls): each business run executed once")
+        if proxied is not None:
+            line += f"; {proxied_verdict(proxied)}"
         return line
     problems = [f"job {r.job} {r.problem}" for r in failed_jobs if r.problem]
     if twice:
@@ -366,6 +474,28 @@ def outcome_json(outcome: DemoOutcome) -> dict[str, Any]:
         "runs": [summary_json(s) for s in outcome.summaries],
         "watchdog": watch_json(outcome.watch) if outcome.watch is not None else None,
         "paths": [path.to_json() for path in outcome.paths],
+        "nothing_to_run": outcome.nothing_to_run,
+        "proxied": proxied_json(outcome.proxied) if outcome.proxied is not None else None,
+    }
+
+
+def proxied_json(proxied: ProxiedOutcome) -> dict[str, Any]:
+    r = proxied.refused
+    return {
+        "ok": proxied.ok,
+        "proxy_url": proxied.proxy_url,
+        "fake_apis_url": proxied.apis_url,
+        "faults": {f.name: {"rate": f.rate, "seed": f.seed} for f in proxied.faults.faults},
+        "totals": proxied.totals,
+        "jobs": [job_result_json(j) for j in proxied.jobs],
+        "runs": [summary_json(s) for s in proxied.summaries],
+        "outcomes": dict(sorted(proxied.outcomes.items())),
+        "unattributed_starts": proxied.unattributed_starts,
+        "refused": None if r is None else {
+            "job": r.job, "schedule_time": _when(r.schedule_time), "forced": r.forced,
+            "status": r.status, "record": r.record, "error": r.error, "ok": r.ok,
+        },
+        "real_seconds": round(proxied.real_seconds, 2),
     }
 
 

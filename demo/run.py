@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -27,7 +29,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from dedup.firestore_store import FirestoreRunStore
+from dedup.keys import RunKey
 from dedup.settings import Settings
+from dedup.store import RunStatus
+from dedup.tokens import TOKEN_SECRET_ENV
 from demo.job_wrapper import OTHER_JOBS
 from demo.ledger import LedgerCounts, count
 from demo.paths import PathResult, run_paths
@@ -39,9 +45,12 @@ from demo.store_faults import (
     store_timing,
 )
 from demo.watch import WatchReport, run_watchdog, watchdog_caller, with_flaky_job
+from infra.config import proxy_database_of
 from local_stack import FirestoreEmulator, FunctionServer, StoreFaultProxy, free_port
 from local_stack.deliveries import scheduler_headers
+from local_stack.fake_google_apis import Behaviour, FakeGoogleApis, service_account_file
 from local_stack.processes import REPO_ROOT
+from local_stack.tables import write_job_tables
 from scheduler_emulator.clock import RealClock
 from scheduler_emulator.emulator import (
     DEADLINE_EXCEEDED,
@@ -54,10 +63,16 @@ from scheduler_emulator.emulator import (
     TimeStyle,
     format_schedule_time,
 )
-from scheduler_emulator.faults import DEFAULT_MIX, STORE_OUTAGE, FaultPlan
+from scheduler_emulator.faults import (
+    DEFAULT_MIX,
+    STORE_FAULTS,
+    STORE_OUTAGE,
+    TARGET_FAULTS,
+    FaultPlan,
+)
 from scheduler_emulator.oidc import scheduler_token
 from scheduler_emulator.report import JobResult, RunSummary, job_results, summarise, totals
-from scheduler_emulator.stack import Stack, load_stack, resolve_stack
+from scheduler_emulator.stack import Job, Stack, load_stack, resolve_stack
 
 DEFAULT_TICKS = 20
 # 1 s of schedule time = 20 ms: the dev stack's shortest deadline (30 s) lasts 0.6 s,
@@ -109,6 +124,9 @@ class DemoOptions:
     # After the replay, replay the paths of demo.paths (DST changes, forced-run choices,
     # long store stalls), each with its own verdict.
     paths: bool = True
+    # Proxied jobs: the fake downstream refuses this run's start (the n-th run it sees of
+    # the first proxied job) with 403, for good; 0: refuses nothing.
+    refuse_proxied_run: int = 2
 
 
 @dataclass
@@ -138,6 +156,10 @@ class DemoOutcome:
     jobs: list[JobResult] = field(default_factory=list)
     # demo.paths, replayed after the main replay against the same function.
     paths: list[PathResult] = field(default_factory=list)
+    # The stack's proxied jobs, replayed against the proxy on fake Google APIs.
+    proxied: ProxiedOutcome | None = None
+    # Why nothing of the stack's own jobs ran locally (all paused, none chosen), or None.
+    nothing_to_run: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -146,12 +168,60 @@ class DemoOutcome:
         found exactly the runs the demo expected."""
         watch_ok = self.watch is None or self.watch.ok
         paths_ok = all(path.ok for path in self.paths)
+        proxied_ok = self.proxied is None or self.proxied.ok
         return (bool(self.totals["all_ok"]) and not self.result.stopped_early and watch_ok
-                and paths_ok)
+                and paths_ok and proxied_ok and self.nothing_to_run is None)
 
     @property
     def scale(self) -> float:
         return 1.0 if self.options.real_time else self.options.time_scale
+
+
+@dataclass
+class ProxiedOutcome:
+    """The stack's proxied jobs, replayed against the idempotent proxy served locally
+    (LocalProxy), which starts executions on fake Google APIs: each run's `executions` are
+    the starts the fake received for it (by the token's run ID), and `refused` marks the
+    run whose start the fake refused (403) on purpose."""
+
+    result: EmulatorResult
+    summaries: list[RunSummary]
+    totals: dict[str, Any]
+    jobs: list[JobResult]
+    proxy_url: str
+    apis_url: str
+    faults: FaultPlan  # what the emulator injected into the proxied runs
+    skipped_faults: tuple[str, ...]  # faults of the plan it could not give them
+    # What the proxy answered, per outcome, from its own log (this stack's project).
+    outcomes: Counter[str]
+    # Starts whose run ID is no replayed run's (a run keyed apart and started again).
+    unattributed_starts: int
+    # The run the fake refused: its job, schedule time, forced, the status, and whether
+    # the proxy's record of it is `failed` and permanent (None: nothing refused).
+    refused: RefusedRun | None
+    real_seconds: float
+
+    @property
+    def ok(self) -> bool:
+        refused_ok = self.refused is None or self.refused.ok
+        return (bool(self.totals["all_ok"]) and not self.result.stopped_early
+                and not self.unattributed_starts and refused_ok)
+
+
+@dataclass
+class RefusedRun:
+    """A proxied run whose start the fake downstream refused (403 on every start)."""
+
+    job: str
+    schedule_time: datetime | None
+    forced: bool
+    status: int  # what the fake answered
+    record: str  # the proxy's record of it: e.g. "failed (permanent)"
+    error: str | None  # the record's error line
+
+    @property
+    def ok(self) -> bool:
+        return self.record == "failed (permanent)"
 
 
 def function_env(
@@ -581,6 +651,334 @@ def logged_outcomes(log_text: str, project: str) -> Counter[str]:
     )
 
 
+PROXY_TARGET = "proxy_scheduled_job"
+# The proxied replay injects the faults of Scheduler's side only: nothing in the proxy
+# honours X-Emulator-Fault (slow, kill), and its store is reached directly (no store faults).
+PROXY_SKIPPED_FAULTS = (*TARGET_FAULTS, *STORE_FAULTS)
+# What the fake downstream says when it refuses a start on purpose, per target kind.
+REFUSAL_MESSAGES = {
+    "workflow": "Permission 'workflows.executions.create' denied on resource",
+    "run_job": "Permission 'run.jobs.runWithOverrides' denied on resource",
+    "build_trigger": "User not authorized to perform this action (pubsub.topics.publish)",
+}
+
+
+def proxied_faults(plan: FaultPlan) -> FaultPlan:
+    """The plan without the faults a proxied run cannot be given (PROXY_SKIPPED_FAULTS)."""
+    return replace(plan, faults=tuple(
+        f for f in plan.faults if f.name not in PROXY_SKIPPED_FAULTS))
+
+
+def proxy_env(
+    stack: Stack,
+    *,
+    firestore_host: str,
+    scale: float,
+    timing: StoreTiming,
+    tables_dir: Path,
+    api_base: str,
+    credentials: Path,
+    token_secret: str,
+    collection: str | None = None,
+) -> dict[str, str]:
+    """The proxy's environment for `stack`, as infra/dedup_proxy.py sets it (its own
+    database `<databaseName>-proxy`, its routes table, the token secret), but for its API
+    base, the fake Google APIs, and its credentials, a key whose token endpoint is the
+    fakes'. Its store is the Firestore emulator, directly."""
+    env = function_env(
+        stack, firestore_host=firestore_host, ledger=Path("/dev/null"), scale=scale,
+        timing=timing, collection=collection,
+    )
+    for key in ("DEDUP_JOB", "DEMO_JOB_LOGIC", "DEMO_LEDGER", "DEMO_WORK_SECONDS"):
+        env.pop(key, None)
+    return {
+        **env,
+        "DEDUP_DATABASE": proxy_database_of(stack.database_name),
+        # The Scheduler jobs' account only: the demo's watchdog delivers to the function.
+        "DEDUP_ALLOWED_CALLERS": stack.invoker_email,
+        **write_job_tables(tables_dir, proxy_routes=stack.proxy_routes()),
+        "DEDUP_PROXY_API_BASE": api_base,
+        # Real seconds, like the store timeout: the fakes answer in milliseconds, and a
+        # start that timed out would be retried (a second start: dedup upstream narrows
+        # that window but cannot close it, docs/proxy.md).
+        "DEDUP_PROXY_TIMEOUT_SECONDS": f"{min(stack.proxy_timeout_seconds, 10.0):g}",
+        TOKEN_SECRET_ENV: token_secret,
+        "GOOGLE_APPLICATION_CREDENTIALS": str(credentials),
+    }
+
+
+class LocalProxy:
+    """The kit's idempotent proxy served locally for `stack`'s proxied jobs, on fake
+    Google APIs (local_stack.fake_google_apis, in this process): functions-framework on
+    demo/served_function.py's proxy_scheduled_job (main.py's, on the replay's clock),
+    WORKERS processes, its own database on the Firestore emulator.
+
+    `refuse`: the fake refuses the start of the n-th run it sees of the first proxied
+    job's target with 403, on every start request of that run (0: none).
+    """
+
+    def __init__(
+        self,
+        stack: Stack,
+        firestore_host: str,
+        *,
+        scale: float,
+        timing: StoreTiming,
+        workdir: Path,
+        workers: int = 2,
+        threads: int = 8,
+        collection: str | None = None,
+        refuse: int = 0,
+    ) -> None:
+        self.stack = stack
+        self.firestore_host = firestore_host
+        self.scale = scale
+        self.timing = timing
+        self.workdir = workdir
+        self.workers = workers
+        self.threads = threads
+        self.collection = collection or stack.collection
+        self.refuse = refuse
+        self.apis = FakeGoogleApis(token_names=_token_names(stack))
+        self.port = free_port()
+        self._server: FunctionServer | None = None
+        self._apis_started = False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    @property
+    def log_text(self) -> str:
+        return self._server.log_text if self._server is not None else ""
+
+    @property
+    def database(self) -> str:
+        return proxy_database_of(self.stack.database_name)
+
+    def start(self) -> LocalProxy:
+        try:
+            self.apis.__enter__()
+            self._apis_started = True
+            first = next(iter(self.stack.active_proxied_jobs), None)
+            if self.refuse and first is not None and first.proxy is not None:
+                self.apis.strike_run(self.refuse, Behaviour(
+                    status=403, message=f"{REFUSAL_MESSAGES.get(first.proxy.target, 'denied')}"
+                    f" {first.proxy.resource} (make demo: refused on purpose)",
+                ), resource=first.proxy.started_resource)
+            env = proxy_env(
+                self.stack, firestore_host=self.firestore_host, scale=self.scale,
+                timing=self.timing, tables_dir=self.workdir / "proxy-tables",
+                api_base=self.apis.url,
+                credentials=service_account_file(
+                    self.workdir / "proxy-adc", self.apis.token_uri, self.stack.project),
+                token_secret=secrets.token_hex(32), collection=self.collection,
+            )
+            self._server = FunctionServer(
+                env, port=self.port, workers=self.workers, threads=self.threads,
+                target=PROXY_TARGET, source=SERVED_FUNCTION, extra_pythonpath=[REPO_ROOT],
+            )
+            self._server.start(timeout_seconds=60)
+            warm_up(self.url, self.stack)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+        if self._apis_started:
+            self.apis.__exit__(None, None, None)
+            self._apis_started = False
+
+    def __enter__(self) -> LocalProxy:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def _token_names(stack: Stack) -> dict[str, str]:
+    """Where the fakes read the token, per target kind: the proxy's defaults, or the
+    stack's `tokenName` (one per kind: the fakes read one name per kind)."""
+    names = {"workflow": "dedup_token", "run_job": "DEDUP_TOKEN",
+             "build_trigger": "_DEDUP_TOKEN"}
+    for job in stack.proxied_jobs:
+        if job.proxy is not None and job.proxy.token_name:
+            names[job.proxy.target] = job.proxy.token_name
+    return names
+
+
+def proxied_run_id(stack: Stack, job: Job, summary: RunSummary) -> str | None:
+    """The run ID the proxy keys `summary`'s run by (what its token carries)."""
+    if summary.schedule_time is None:
+        return None
+    key = RunKey(stack.project, stack.region, job.job_id, summary.schedule_time,
+                 forced=summary.forced)
+    return key.run_id
+
+
+def replay_proxied(
+    proxy: LocalProxy,
+    stack: Stack,
+    options: DemoOptions,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+) -> ProxiedOutcome:
+    """Replay `stack`'s proxied jobs against the served proxy; count, per run, the starts
+    the fake Google APIs received for it (by the run ID in the token)."""
+    started = time.monotonic()
+    faults = proxied_faults(options.faults)
+    jobs = stack.active_proxied_jobs
+    emulator = SchedulerEmulator(
+        proxy.url, stack, jobs=jobs,
+        token=scheduler_token(proxy.url, stack.invoker_email),
+        ticks=options.ticks, start=options.start, time_scale=proxy.scale,
+        clock_factory=RealClock if options.real_time else None, faults=faults,
+        header_case=options.header_case, time_style=options.time_style,
+        job_name_style=options.job_name_style,
+        retries_stop_at_next_run=options.retries_stop_at_next_run,
+        dst_fires=options.dst_fires, trace_deliveries=True, progress=progress,
+    )
+    try:
+        result = emulator.run()
+    except BaseException:
+        emulator.stop()
+        raise
+    names = {job.job_id: job.name for job in jobs}
+    _settle_proxy(proxy, result)
+    summaries = summarise(result)
+    by_name = {job.name: job for job in jobs}
+    run_ids: dict[str, RunSummary] = {}
+    for s in summaries:
+        run_id = proxied_run_id(stack, by_name[s.job], s)
+        if run_id is not None:
+            run_ids[run_id] = s
+    starts = proxy.apis.starts_per_run()
+    for s in summaries:
+        s.executions = s.starts = 0 if s.scheduled else None
+    for run_id, n in starts.items():
+        found = run_ids.get(run_id)
+        if found is not None:
+            found.executions = found.starts = n
+    refused = None
+    for run_id, behaviour in proxy.apis.struck_runs().items():
+        found = run_ids.get(run_id)
+        if found is None:
+            continue
+        found.refused = behaviour.status
+        record, error = _proxy_record(proxy, run_id)
+        refused = RefusedRun(found.job, found.schedule_time, found.forced, behaviour.status,
+                             record, error)
+    errors = logged_errors(proxy.log_text, stack.project, names)
+    return ProxiedOutcome(
+        result=result, summaries=summaries, totals=totals(summaries, errors),
+        jobs=job_results(summaries, errors), proxy_url=proxy.url, apis_url=proxy.apis.url,
+        faults=faults, outcomes=logged_outcomes(proxy.log_text, stack.project),
+        skipped_faults=tuple(f.name for f in options.faults.faults
+                             if f.name in PROXY_SKIPPED_FAULTS and f.rate > 0),
+        unattributed_starts=sum(n for run_id, n in starts.items() if run_id not in run_ids),
+        refused=refused, real_seconds=time.monotonic() - started,
+    )
+
+
+def _settle_proxy(proxy: LocalProxy, result: EmulatorResult) -> None:
+    """Wait (bounded) until the proxy has logged every delivery it got: one Scheduler hung
+    up on may still be starting its execution."""
+    expected = sum(
+        1 for run in result.runs for d in run.deliveries
+        if d.error == DEADLINE_EXCEEDED or (d.status is not None and d.status not in (400, 403))
+    )
+    limit = time.monotonic() + SETTLE_SECONDS
+    while time.monotonic() < limit:
+        if sum(logged_outcomes(proxy.log_text, proxy.stack.project).values()) >= expected:
+            return
+        time.sleep(0.05)
+
+
+def _proxy_record(proxy: LocalProxy, run_id: str) -> tuple[str, str | None]:
+    """The proxy's record of a run, as 'failed (permanent)', 'completed', 'no record'."""
+    previous = os.environ.get("FIRESTORE_EMULATOR_HOST")
+    os.environ["FIRESTORE_EMULATOR_HOST"] = proxy.firestore_host
+    try:
+        from google.cloud import firestore
+
+        client = firestore.Client(project=proxy.stack.project, database=proxy.database)
+        stored = FirestoreRunStore(client, proxy.collection, 10.0).get(run_id)
+    finally:
+        if previous is None:
+            os.environ.pop("FIRESTORE_EMULATOR_HOST", None)
+        else:
+            os.environ["FIRESTORE_EMULATOR_HOST"] = previous
+    if stored is None:
+        return "no record", None
+    record = stored.record
+    text = str(record.status.value if isinstance(record.status, RunStatus) else record.status)
+    if record.permanent:
+        text += " (permanent)"
+    return text, record.error
+
+
+def _replay_proxied_jobs(
+    stack: Stack,
+    options: DemoOptions,
+    firestore_host: str,
+    timing: StoreTiming,
+    workdir: Path,
+    log: Callable[[str], None],
+    progress: Callable[[Progress], None] | None,
+) -> ProxiedOutcome:
+    """Serve the proxy on fake Google APIs and replay the stack's proxied jobs."""
+    jobs = len(stack.active_proxied_jobs)
+    log(f"serving the idempotent proxy (functions-framework, target {PROXY_TARGET}) "
+        "against fake Google APIs ...")
+    proxy = LocalProxy(
+        stack, firestore_host, scale=1.0 if options.real_time else options.time_scale,
+        timing=timing, workdir=workdir, workers=2, threads=options.threads,
+        collection=options.collection, refuse=options.refuse_proxied_run,
+    )
+    try:
+        proxy.start()
+        log(f"proxy serving on {proxy.url}, fake Google APIs on {proxy.apis.url}; replaying "
+            f"{options.ticks} scheduled runs of {jobs} proxied job{'' if jobs == 1 else 's'} "
+            f"({proxied_faults(options.faults).describe()}) ...")
+        return replay_proxied(proxy, stack, options, progress=progress)
+    finally:
+        if options.logs_dir is not None:
+            _save(options.logs_dir / "proxy.log", proxy.log_text)
+        proxy.stop()
+
+
+def unserved_outcome(
+    stack: Stack, options: DemoOptions, firestore_host: str, scale: float
+) -> DemoOutcome:
+    """The outcome of a replay with no job for the dedup function (not served): empty."""
+    result = EmulatorResult(
+        runs=[], target_url="", ticks=options.ticks,
+        started=options.start or datetime.now(UTC), real_seconds=0.0,
+    )
+    return DemoOutcome(
+        stack=stack, options=replace(options, stack=None), result=result, summaries=[],
+        totals=totals([]), ledger=LedgerCounts(), function_url="",
+        firestore_host=firestore_host, workers_replaced=0, real_seconds=0.0,
+        timing=store_timing(stack, scale, False), store_host="", store_faults=[],
+        store_summary="", function_outcomes=Counter(),
+    )
+
+
+def nothing_to_run(stack: Stack) -> str | None:
+    """Why none of `stack`'s own jobs (the demo's flaky job aside) would run locally, or
+    None: a replay of nothing must not pass."""
+    own = [*stack.jobs, *stack.proxied_jobs]
+    if any(not job.paused for job in own):
+        return None
+    if not own:
+        return f"nothing to run locally: no job of {stack.source or 'the stack'} was chosen"
+    return (f"nothing to run locally: every job of {stack.source or 'the stack'} is paused ("
+            + ", ".join(job.name for job in own) + ")")
+
+
 def run_demo(
     options: DemoOptions,
     *,
@@ -594,55 +992,74 @@ def run_demo(
         status(f"[{time.monotonic() - started:5.1f}s] {line}")
 
     stack = options.stack or load_stack(resolve_stack(options.stack_path))
+    own = {job.name for job in (*stack.jobs, *stack.proxied_jobs)}
     if options.flaky_job:
         stack = with_flaky_job(stack)
     stack = stack.only(list(options.jobs))
+    idle = nothing_to_run(replace(
+        stack, jobs=tuple(j for j in stack.jobs if j.name in own),
+        proxied_jobs=tuple(j for j in stack.proxied_jobs if j.name in own)))
     scale = 1.0 if options.real_time else options.time_scale
     workdir = Path(tempfile.mkdtemp(prefix="scheduler-demo-"))
     ledger = (options.logs_dir or workdir) / "ledger.jsonl"
     ledger.parent.mkdir(parents=True, exist_ok=True)
     ledger.unlink(missing_ok=True)
+    # The dedup function is served for the stack's jobs that run in it, and the paths.
+    serve_function = bool(stack.active_jobs) or options.paths
     try:
         with _firestore(options, log) as firestore_host:
-            log(
-                f"Firestore emulator on {firestore_host}; serving the function: "
-                f"functions-framework, {options.workers} worker processes x "
-                f"{options.threads} threads, and warming it up ..."
-            )
-            function = LocalFunction(
-                stack,
-                firestore_host,
-                scale=scale,
-                ledger=ledger,
-                workers=options.workers,
-                threads=options.threads,
-                port=options.function_port,
-                collection=options.collection,
-                missing_schedule_time=options.missing_schedule_time,
-                work_seconds=options.work_seconds,
-                store_faults=bool(options.faults.store_faults),
-            )
+            function = None
+            if serve_function:
+                log(
+                    f"Firestore emulator on {firestore_host}; serving the function: "
+                    f"functions-framework, {options.workers} worker processes x "
+                    f"{options.threads} threads, and warming it up ..."
+                )
+                function = LocalFunction(
+                    stack,
+                    firestore_host,
+                    scale=scale,
+                    ledger=ledger,
+                    workers=options.workers,
+                    threads=options.threads,
+                    port=options.function_port,
+                    collection=options.collection,
+                    missing_schedule_time=options.missing_schedule_time,
+                    work_seconds=options.work_seconds,
+                    store_faults=bool(options.faults.store_faults),
+                )
             try:
-                function.start()
-                log(
-                    f"function serving on {function.url}, reaching its store through the "
-                    f"store-fault proxy on {function.store_host}"
-                )
-                jobs = len(stack.active_jobs)
-                log(
-                    f"replaying {options.ticks} scheduled runs of {jobs} "
-                    f"job{'' if jobs == 1 else 's'} ({options.faults.describe()}) ..."
-                )
-                outcome = replay(function, stack, options, progress=progress)
-                if options.paths and not outcome.result.stopped_early:
+                if function is not None:
+                    function.start()
+                    log(
+                        f"function serving on {function.url}, reaching its store through "
+                        f"the store-fault proxy on {function.store_host}"
+                    )
+                    jobs = len(stack.active_jobs)
+                    log(
+                        f"replaying {options.ticks} scheduled runs of {jobs} "
+                        f"job{'' if jobs == 1 else 's'} ({options.faults.describe()}) ..."
+                    )
+                    outcome = replay(function, stack, options, progress=progress)
+                else:
+                    log(f"Firestore emulator on {firestore_host}; no job of the stack runs "
+                        "in the dedup function: not serving it")
+                    outcome = unserved_outcome(stack, options, firestore_host, scale)
+                outcome.nothing_to_run = idle
+                if stack.active_proxied_jobs and not outcome.result.stopped_early:
+                    outcome.proxied = _replay_proxied_jobs(
+                        stack, options, firestore_host, outcome.timing, workdir, log,
+                        progress)
+                if function is not None and options.paths and not outcome.result.stopped_early:
                     log("replay finished; replaying the paths (DST changes, forced-run "
                         "choices, long store stalls) ...")
                     outcome.paths = run_paths(function, stack, options, replay)
                 log("replay finished; stopping everything ...")
             finally:
-                if options.logs_dir is not None:
-                    _save(options.logs_dir / "function.log", function.log_text)
-                function.stop()
+                if function is not None:
+                    if options.logs_dir is not None:
+                        _save(options.logs_dir / "function.log", function.log_text)
+                    function.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     outcome.real_seconds = time.monotonic() - started

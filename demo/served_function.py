@@ -1,7 +1,9 @@
-"""The demo's functions-framework entry point: the kit's function, on the replay's clock.
+"""The demo's functions-framework entry points: the kit's function (and its idempotent
+proxy), on the replay's clock.
 
 The demo serves this file instead of function/main.py. Every request is answered by
-main.py's own handle_scheduled_job, unchanged, except for the instance's clock: the demo
+main.py's own handle_scheduled_job (proxy_scheduled_job, for the proxy served with
+`--target proxy_scheduled_job`), unchanged, except for the instance's clock: the demo
 replays schedules in simulated time (scheduler_emulator.clock), so the function's "now"
 must be the simulated instant the emulator sent the delivery at (X-Emulator-Now, sent
 with traced deliveries only). That is what tells a forced run ("Run now": a schedule time
@@ -18,6 +20,7 @@ only. (An explicit clock parameter of the handler would make this swap unnecessa
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import datetime, tzinfo
 from typing import Self
 
@@ -51,11 +54,22 @@ if getattr(dedup.http, "datetime", None) is not datetime:
 dedup.http.datetime = _ReplayClock  # type: ignore[attr-defined]
 
 
-@functions_framework.http
-def handle_scheduled_job(request: flask.Request) -> ResponseReturnValue:
+def _on_replay_clock(
+    request: flask.Request, serve: Callable[[flask.Request], ResponseReturnValue]
+) -> ResponseReturnValue:
     value = request.headers.get(NOW_HEADER)
     _request.now = datetime.fromisoformat(value) if value else None
     try:
-        return main.handle_scheduled_job(request)
+        return serve(request)
     finally:
         _request.now = None
+
+
+@functions_framework.http
+def handle_scheduled_job(request: flask.Request) -> ResponseReturnValue:
+    return _on_replay_clock(request, main.handle_scheduled_job)
+
+
+@functions_framework.http
+def proxy_scheduled_job(request: flask.Request) -> ResponseReturnValue:
+    return _on_replay_clock(request, main.proxy_scheduled_job)

@@ -52,6 +52,14 @@ FORCED_TOOK_NEXT = "FORCED RUN TOOK THE SCHEDULED RUN'S PLACE"
 # forcedRuns replaceNext / refuse: what the job asked for.
 FORCED_REPLACED_NEXT = "forced run, executed once as the next scheduled run (replaceNext)"
 FORCED_REFUSED = "forced run, refused (forcedRuns refuse), nothing ran"
+# A proxied run whose start the downstream refused (e.g. 403): the proxy must answer 200
+# (Scheduler stops) with outcome failed_permanent, record the run failed, start nothing.
+REFUSED_START = "start refused downstream ({status}): failed (permanent), nothing started"
+REFUSED_RETRIED = "REFUSED START NOT ANSWERED 200 failed_permanent (Scheduler retried it)"
+REFUSED_COUNTED_DONE = "REFUSED START ANSWERED AS DONE"
+REFUSED_BUT_STARTED = "REFUSED START STARTED ANYWAY"
+# The outcome a proxy's reply names for a refused start (dedup.protocol PermanentFailure).
+FAILED_PERMANENT = "failed_permanent"
 
 
 @dataclass
@@ -68,6 +76,9 @@ class RunSummary:
     forced: bool = False
     scheduled_run: RunSummary | None = None
     forced_runs: str = FORCED_SEPARATE  # the job's forcedRuns (dedup.keys)
+    # A proxied run whose start the downstream refused: the status it answered (the
+    # demo's fake Google APIs, on purpose); None: not refused.
+    refused: int | None = None
 
     @property
     def deliveries(self) -> list[Delivery]:
@@ -91,6 +102,8 @@ class RunSummary:
     def fault_text(self) -> str:
         """E.g. 'duplicate,store-stall' or 'lost-ack,(store-outage)'; '-' for none."""
         shown = [*self.faults, *(f"({f})" for f in self.exposed_to if f not in self.faults)]
+        if self.refused is not None:
+            shown.append(f"refused-{self.refused}")  # the downstream's, on purpose
         return ",".join(shown) or "-"
 
     @property
@@ -123,6 +136,8 @@ class RunSummary:
     def verdict(self) -> str:
         if not self.scheduled:
             return UNSCHEDULED
+        if self.refused is not None:
+            return self._refused_verdict()
         if self.forced:
             return self._forced_verdict()
         if self.missed and not self.executions:
@@ -139,6 +154,24 @@ class RunSummary:
         if self.acknowledged:
             return EXACTLY_ONCE if self.executions == 1 else MISSING
         return EXHAUSTED
+
+    def _refused_verdict(self) -> str:
+        """A refused start: answered 200 failed_permanent (every 2xx), nothing started."""
+        if self.executions:
+            return DUPLICATED if self.executions > 1 else REFUSED_BUT_STARTED
+        if not self.acknowledged:
+            return REFUSED_RETRIED
+        answered = [reply_outcome(d) for d in self.deliveries
+                    if d.status is not None and 200 <= d.status < 300]
+        if any(outcome != FAILED_PERMANENT for outcome in answered):
+            return REFUSED_COUNTED_DONE
+        return REFUSED_START.format(status=self.refused)
+
+    @property
+    def refused_ok(self) -> bool:
+        """A refused start handled as it must be (REFUSED_START)."""
+        return self.refused is not None and self.verdict == REFUSED_START.format(
+            status=self.refused)
 
     def _forced_verdict(self) -> str:
         if self.executions is not None and self.executions > 1:
@@ -162,7 +195,10 @@ class RunSummary:
 
     @property
     def ok(self) -> bool:
-        """Exactly once if acknowledged; at most once if the retries ran out."""
+        """Exactly once if acknowledged; at most once if the retries ran out; a refused
+        start answered 200 failed_permanent with nothing started."""
+        if self.refused is not None:
+            return self.refused_ok
         return self.verdict in (
             EXACTLY_ONCE, EXHAUSTED, UNSCHEDULED, ACKNOWLEDGED, NOT_DELIVERED, SKIPPED_RUN,
             FORCED_ONCE, FORCED_ACKNOWLEDGED, FORCED_REPLACED_NEXT, FORCED_REFUSED,
@@ -352,6 +388,7 @@ def summary_json(s: RunSummary) -> dict[str, Any]:
         "executions": s.executions,
         "job_starts": s.starts,
         "forced": s.forced,
+        "refused": s.refused,
         "verdict": s.verdict,
         "ok": s.ok,
         "faults": list(s.faults),
@@ -401,7 +438,7 @@ def format_table(
         head += f"{'faults':<{width}}result"
         lines.append(head)
         for s in runs:
-            quiet = not s.faults and not s.exposed_to
+            quiet = not s.faults and not s.exposed_to and s.refused is None
             if not show_all and quiet and s.ok and s.verdict != EXHAUSTED:
                 continue
             when = (

@@ -7,6 +7,12 @@ Pulumi program's own code (`infra.config.scheduler_job_id`,
 `infra.scheduled_job.ScheduledJobArgs`), so the emulator delivers exactly the jobs a
 `pulumi up` would create. `Stack` and `Job` are the
 emulator's small view of that config.
+
+A job with `proxy:` calls the idempotent proxy (`proxy_scheduled_job`), not the dedup
+function: it is kept apart, in `Stack.proxied_jobs` (its `Job.proxy` says what the proxy
+starts), so a replay against the dedup function (`Stack.jobs`) never sends it there; the
+demo replays it against the proxy, served next to the function, pointing at fake Google
+APIs (demo/run.py).
 """
 
 from __future__ import annotations
@@ -18,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from dedup.business_runs import BusinessSchedule, business_schedule
-from infra.config import ConfigError, JobSettings, StackConfig, load_config, scheduler_job_id
+from infra.config import (
+    PROXY_TARGET_BUILD_TRIGGER,
+    ConfigError,
+    JobSettings,
+    ProxyTarget,
+    StackConfig,
+    load_config,
+    scheduler_job_id,
+)
 from infra.scheduled_job import ScheduledJobArgs
 from infra.scheduler_rules import ATTEMPT_DEADLINE_DEFAULT_SECONDS, RetrySettings
 from infra.stack_files import (
@@ -32,6 +46,30 @@ from infra.stack_files import (
 
 class StackError(ValueError):
     """A stack file the emulator cannot use, with the reason."""
+
+
+@dataclass(frozen=True)
+class ProxyRoute:
+    """What the proxy starts for a proxied job (`jobs[].proxy`), as its job table holds it
+    (`proxy_routes.json`, infra/dedup_proxy.py): a build trigger's entry also names the
+    Pub/Sub topic the proxy publishes to."""
+
+    target: str  # workflow | run_job | build_trigger
+    resource: str
+    token_name: str | None = None
+    container: str | None = None
+    topic: str | None = None  # build_trigger: projects/P/topics/<namePrefix>-build-<ID>
+
+    def route(self) -> dict[str, str]:
+        """The job's entry of the proxy's routes table (the keys the proxy reads)."""
+        entry = {"target": self.target, "resource": self.resource, "tokenName": self.token_name,
+                 "container": self.container, "topic": self.topic}
+        return {key: value for key, value in entry.items() if value is not None}
+
+    @property
+    def started_resource(self) -> str:
+        """What a start request names: the resource, or a build trigger's topic."""
+        return self.topic or self.resource
 
 
 @dataclass(frozen=True)
@@ -55,6 +93,8 @@ class Job:
     dst_repeated: str | None = None
     dst_skipped: str | None = None
     forced_runs: str = "separate"
+    # A proxied job (`jobs[].proxy`): what the proxy starts; None: the dedup function's job.
+    proxy: ProxyRoute | None = None
 
     @property
     def business(self) -> BusinessSchedule:
@@ -74,7 +114,7 @@ class Stack:
 
     project: str
     region: str
-    jobs: tuple[Job, ...]
+    jobs: tuple[Job, ...]  # the dedup function's jobs
     lease_seconds: float = 600
     retention_seconds: float = 604800
     collection: str = "scheduler_runs"
@@ -93,24 +133,42 @@ class Stack:
     # The validated stack config it was built from (None: a hand-built Stack): what
     # infra derives from it (the watchdog's jobs, `make rerun`), for the demo.
     config: StackConfig | None = field(default=None, compare=False, repr=False)
+    # Jobs with `proxy:` (Job.proxy set): delivered to the proxy, never with `jobs`.
+    proxied_jobs: tuple[Job, ...] = ()
+    # The stack's proxyTimeoutSeconds: the proxy's bound on one start request.
+    proxy_timeout_seconds: float = 30
 
     def job(self, name: str) -> Job:
-        for job in self.jobs:
+        for job in (*self.jobs, *self.proxied_jobs):
             if job.name == name:
                 return job
-        known = ", ".join(j.name for j in self.jobs)
+        known = ", ".join(j.name for j in (*self.jobs, *self.proxied_jobs))
         raise StackError(f"{self.source or 'stack'}: no job named {name!r} (jobs: {known})")
 
     def only(self, names: list[str] | tuple[str, ...]) -> Stack:
         """The same stack with just the named jobs (all of them if `names` is empty)."""
         if not names:
             return self
-        return replace(self, jobs=tuple(self.job(name) for name in names))
+        chosen = [self.job(name) for name in names]
+        return replace(
+            self,
+            jobs=tuple(job for job in chosen if job.proxy is None),
+            proxied_jobs=tuple(job for job in chosen if job.proxy is not None),
+        )
 
     @property
     def active_jobs(self) -> tuple[Job, ...]:
-        """Jobs Scheduler delivers: a paused job sends nothing."""
+        """Jobs Scheduler delivers to the dedup function: a paused job sends nothing."""
         return tuple(job for job in self.jobs if not job.paused)
+
+    @property
+    def active_proxied_jobs(self) -> tuple[Job, ...]:
+        """Proxied jobs Scheduler delivers (to the proxy)."""
+        return tuple(job for job in self.proxied_jobs if not job.paused)
+
+    def proxy_routes(self) -> dict[str, dict[str, str]]:
+        """The proxy's job table (proxy_routes.json): deployed job ID -> its route."""
+        return {job.job_id: job.proxy.route() for job in self.proxied_jobs if job.proxy}
 
 
 def resolve_stack(choice: str | Path, directories: tuple[Path, ...] | None = None) -> Path:
@@ -181,30 +239,43 @@ def job_from_settings(
         retry=job.retry,
         body=base64.b64decode(body) if body is not None else None,
         http_headers=tuple(target.headers().items()),
-        job_logic=job.job_logic,
+        job_logic=job.job_logic or "",  # none for a proxied job
         paused=job.paused,
         deployed_id=target.scheduler_job_id,
         dst_repeated=job.dst_repeated,
         dst_skipped=job.dst_skipped,
         forced_runs=job.forced_runs or "separate",
+        proxy=None if job.proxy is None else proxy_route(job.proxy, name_prefix),
     )
+
+
+def proxy_route(target: ProxyTarget, name_prefix: str) -> ProxyRoute:
+    """A proxied job's route as infra/dedup_proxy.py writes it (DedupProxyArgs.route): a
+    build trigger's names its topic, `<namePrefix>-build-<trigger ID>` (at most 255)."""
+    topic = None
+    if target.target == PROXY_TARGET_BUILD_TRIGGER:
+        topic_id = f"{name_prefix}-build-{target.resource_id}"[:255]
+        topic = f"projects/{target.project}/topics/{topic_id}"
+    return ProxyRoute(target.target, target.resource, target.token_name, target.container,
+                      topic)
 
 
 def from_stack_config(config: StackConfig, source: str = "stack") -> Stack:
     # Jobs with `proxy:` call the idempotent proxy, which starts Google Cloud executions:
-    # nothing local can serve them, so the emulator replays the dedup function's jobs only.
+    # kept apart (proxied_jobs), for a replay against the proxy (the demo's, on fake APIs).
     jobs = tuple(
         job_from_settings(
             job, project=config.project, region=config.region, name_prefix=config.name_prefix
         )
         for job in config.jobs
-        if job.proxy is None
     )
     dedup = config.dedup
     return Stack(
         project=config.project,
         region=config.region,
-        jobs=jobs,
+        jobs=tuple(job for job in jobs if job.proxy is None),
+        proxied_jobs=tuple(job for job in jobs if job.proxy is not None),
+        proxy_timeout_seconds=float(config.proxy_timeout_seconds),
         lease_seconds=float(dedup.lease_seconds),
         retention_seconds=float(dedup.retention_seconds),
         collection=dedup.collection,
