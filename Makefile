@@ -11,7 +11,7 @@ POLICY_CONFIG ?=
 STACKS := $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml))
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint typecheck workflow-lint unit lock plan runs rerun migrate-proxy-records policy-check bench clean schema docs docs-serve
+.PHONY: help demo test lint typecheck workflow-lint unit lock plan runs rerun migrate-proxy-records upgrade-check policy-check bench clean schema docs docs-serve
 
 help: ## List the targets, one line each (STACK=<name> picks a stack)
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z-]+:.*## / {printf "  make %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -82,6 +82,12 @@ rerun: $(VENV)/stamp ## Ask for one run to execute again (STACK= JOB= TIME= REAS
 migrate-proxy-records: $(VENV)/stamp ## Copy proxied jobs' records into the proxy's database (STACK= required)
 	@test -n "$(STACK)" || { echo "make migrate-proxy-records needs a stack: make migrate-proxy-records STACK=<name> (stacks: $(STACKS))" >&2; exit 2; }
 	$(BIN)/python -m infra.migrate_records $(STACK)
+
+# The steps a running deployment needs to reach this checkout's release, from CHANGELOG.md's
+# "Upgrading" sections: FROM=<the version it runs> (pulumi stack output kitVersion), or
+# FROM=unversioned for a checkout from before the first release.
+upgrade-check: $(VENV)/stamp ## Print the upgrade steps from a release to this one (FROM= required)
+	@$(BIN)/python -m infra.upgrade_check "$(FROM)"
 
 policy-check: $(VENV)/stamp ## The policy pack over every stack, or STACK=, offline (POLICY_CONFIG=)
 	$(BIN)/python -m policies.offline_check $(if $(STACK),--stack $(STACK)) $(if $(POLICY_CONFIG),--policy-config $(POLICY_CONFIG))

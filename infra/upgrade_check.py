@@ -1,0 +1,203 @@
+"""`make upgrade-check FROM=1.0.0`: the steps a running deployment needs to reach this
+checkout's release, from CHANGELOG.md's "Upgrading" sections.
+
+    python -m infra.upgrade_check FROM [--changelog PATH]
+
+FROM is the release the deployment runs (`pulumi stack output kitVersion --stack <stack>`),
+or `unversioned` for a checkout from before the first release. Printed: the "Upgrading"
+section of every release after FROM up to this checkout's version
+(function/dedup/version.py), oldest first, the order to apply them in; then the
+Unreleased section's steps, if it has any (changes merged here, not yet released). FROM
+equal to this version prints "nothing to do". A FROM that is no released version, or a
+changelog out of step with the version, is one line naming what is wrong and the versions
+there are (exit 2).
+
+Standard library only: no Pulumi, no Google client, and the version is read from its one
+file without importing the function's package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import runpy
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, TextIO
+
+REPO_ROOT: Final = Path(__file__).resolve().parent.parent
+CHANGELOG: Final = REPO_ROOT / "CHANGELOG.md"
+VERSION_FILE: Final = REPO_ROOT / "function" / "dedup" / "version.py"
+UNRELEASED: Final = "Unreleased"
+# FROM for a deployment of a checkout older than the first release.
+UNVERSIONED: Final = "unversioned"
+UPGRADING: Final = "Upgrading"
+
+_RELEASE = re.compile(r"^## \[(?P<name>[^\]]+)\](?:\s+-\s+(?P<date>\d{4}-\d{2}-\d{2}))?\s*$")
+_SECTION = re.compile(r"^### (?P<title>.+?)\s*$")
+_LINK_DEFINITION = re.compile(r"^\[[^\]]+\]:\s")
+_VERSION = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
+
+
+class UpgradeCheckError(Exception):
+    """One line: what is wrong with FROM or the changelog, and what would be right."""
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str  # "1.0.0", or "Unreleased"
+    date: str | None
+    upgrading: str | None  # the "### Upgrading" text, stripped; None without that section
+
+
+@dataclass(frozen=True)
+class Changelog:
+    unreleased: Release | None
+    releases: tuple[Release, ...]  # newest first, as the file lists them
+
+    @property
+    def versions(self) -> list[str]:
+        return [r.name for r in self.releases]
+
+
+def version_key(version: str) -> tuple[int, int, int]:
+    match = _VERSION.match(version)
+    if match is None:
+        raise UpgradeCheckError(f"{version!r} is not a version of the form MAJOR.MINOR.PATCH")
+    major, minor, patch = (int(part) for part in match.groups())
+    return major, minor, patch
+
+
+def parse_changelog(text: str) -> Changelog:
+    """The releases of a Keep a Changelog file (`## [1.0.0] - 2026-12-01`), each with its
+    "### Upgrading" text; `## [Unreleased]` apart."""
+    found: list[tuple[str, str | None, list[str]]] = []
+    for line in text.splitlines():
+        heading = _RELEASE.match(line)
+        if heading is not None:
+            found.append((heading["name"], heading["date"], []))
+        elif found:
+            found[-1][2].append(line)
+    unreleased: Release | None = None
+    releases: list[Release] = []
+    for name, date, lines in found:
+        release = Release(name, date, _section(lines, UPGRADING))
+        if name.lower() == UNRELEASED.lower():
+            if unreleased is not None or releases:
+                raise UpgradeCheckError(f"## [{UNRELEASED}] must come once, above every release")
+            unreleased = release
+            continue
+        version_key(name)  # a heading like "## [1.0]" is an error, not skipped
+        if date is None:
+            raise UpgradeCheckError(f"release {name} has no date: write `## [{name}] - YYYY-MM-DD`")
+        if name in (r.name for r in releases):
+            raise UpgradeCheckError(f"release {name} is listed twice")
+        if releases and version_key(name) >= version_key(releases[-1].name):
+            raise UpgradeCheckError(
+                f"release {name} is listed below {releases[-1].name}: newest release first"
+            )
+        releases.append(release)
+    return Changelog(unreleased, tuple(releases))
+
+
+def _section(lines: Sequence[str], title: str) -> str | None:
+    """The text under `### <title>` up to the next heading or link definition."""
+    collected: list[str] | None = None
+    for line in lines:
+        heading = _SECTION.match(line)
+        if heading is not None:
+            if collected is not None:
+                break
+            if heading["title"].lower() == title.lower():
+                collected = []
+            continue
+        if collected is not None:
+            if _LINK_DEFINITION.match(line):
+                break
+            collected.append(line)
+    return None if collected is None else "\n".join(collected).strip()
+
+
+def current_version(version_file: Path = VERSION_FILE) -> str:
+    """`__version__` of function/dedup/version.py, run as a file (not the package)."""
+    value = runpy.run_path(str(version_file)).get("__version__")
+    if not isinstance(value, str):
+        raise UpgradeCheckError(f"{version_file} declares no __version__ string")
+    return value
+
+
+def _choices(changelog: Changelog) -> str:
+    return ", ".join([UNVERSIONED, *reversed(changelog.versions)])
+
+
+def upgrade_steps(changelog: Changelog, from_version: str, current: str) -> str:
+    """What to print for a deployment at `from_version` reaching `current`."""
+    if not changelog.releases:
+        raise UpgradeCheckError("CHANGELOG.md lists no release")
+    latest = changelog.releases[0].name
+    if latest != current:
+        raise UpgradeCheckError(
+            f"CHANGELOG.md's latest release is {latest} but function/dedup/version.py says "
+            f"{current}: a release bumps both together"
+        )
+    wanted = from_version.strip()
+    if wanted.lower() == UNVERSIONED:
+        wanted = UNVERSIONED
+    elif wanted[:1] in ("v", "V") and _VERSION.match(wanted[1:]):
+        wanted = wanted[1:]
+    if not wanted:
+        raise UpgradeCheckError(
+            "make upgrade-check needs FROM=<the version you run> (`pulumi stack output "
+            f"kitVersion --stack <stack>`): one of {_choices(changelog)}"
+        )
+    if wanted != UNVERSIONED and wanted not in changelog.versions:
+        raise UpgradeCheckError(
+            f"FROM={from_version} is not a released version; the releases are "
+            f"{_choices(changelog)} (CHANGELOG.md; `unversioned` for a checkout from before "
+            "the first release)"
+        )
+    newer = [r for r in reversed(changelog.releases)
+             if wanted == UNVERSIONED or version_key(r.name) > version_key(wanted)]
+    pending = changelog.unreleased.upgrading if changelog.unreleased else None
+    shown = "an unversioned checkout" if wanted == UNVERSIONED else wanted
+    parts: list[str] = []
+    if not newer:
+        parts.append(f"Nothing to do: {shown} is this checkout's version ({current}).")
+    else:
+        names = ", ".join(r.name for r in newer)
+        parts.append(
+            f"Upgrading from {shown} to {current}: the steps of {names}, in this order "
+            "(CHANGELOG.md)."
+        )
+        for release in newer:
+            parts.append(f"== {release.name} ({release.date}) ==")
+            parts.append(release.upgrading or "No steps beyond `git merge` and `pulumi up`.")
+    if pending:
+        parts.append(f"== {UNRELEASED} (merged into this checkout, not in a release yet) ==")
+        parts.append(pending)
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
+         err: TextIO = sys.stderr) -> int:
+    parser = argparse.ArgumentParser(
+        prog="make upgrade-check",
+        description="The Upgrading steps of every release after FROM (CHANGELOG.md).",
+    )
+    parser.add_argument("from_version", metavar="FROM", nargs="?", default="",
+                        help=f"the release you run, or {UNVERSIONED}")
+    parser.add_argument("--changelog", type=Path, default=CHANGELOG)
+    args = parser.parse_args(argv)
+    try:
+        changelog = parse_changelog(args.changelog.read_text(encoding="utf-8"))
+        out.write(upgrade_steps(changelog, args.from_version, current_version()))
+    except (UpgradeCheckError, OSError) as exc:
+        err.write(f"upgrade-check: {exc}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""Releases: the kit's version declared once (function/dedup/version.py) and equal to
+CHANGELOG.md's latest release, reported in every log line the functions write and in the
+stack outputs; `make upgrade-check FROM=...` printing the Upgrading steps between releases."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import re
+import subprocess
+import textwrap
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from dedup.http import emit_log_line
+from dedup.version import __version__
+from infra.program import REPO_ROOT
+from infra.upgrade_check import (
+    CHANGELOG,
+    UNVERSIONED,
+    UpgradeCheckError,
+    current_version,
+    main,
+    parse_changelog,
+    upgrade_steps,
+)
+from local_stack import FunctionServer
+from local_stack.deliveries import function_env, scheduler_headers
+from tests.infra.helpers import StackUnderTest
+from tests.infra.test_makefile import make
+
+VERSION_FILE = REPO_ROOT / "function" / "dedup" / "version.py"
+# Keep a Changelog's kinds of change, and the kit's own "Upgrading".
+SECTIONS = {"Upgrading", "Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+
+
+# --- declared once ------------------------------------------------------------------------
+
+
+def test_the_version_is_one_semantic_version_and_changelogs_latest_release() -> None:
+    assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
+    assert current_version() == __version__
+    changelog = parse_changelog(CHANGELOG.read_text())
+    assert changelog.versions[0] == __version__, "bump version.py and CHANGELOG.md together"
+
+
+def test_no_other_file_declares_the_version() -> None:
+    """No second `__version__` or copy of the number in the kit's code or packaging."""
+    others = []
+    for root in ("function", "infra", "policies", "local_stack", "scheduler_emulator", "demo",
+                 "bench", "examples"):
+        for path in sorted((REPO_ROOT / root).rglob("*.py")):
+            if path == VERSION_FILE:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = [t.id for t in getattr(node, "targets", [getattr(node, "target", None)])
+                         if isinstance(t, ast.Name)]
+                if "__version__" in names or (
+                    isinstance(node, ast.Constant) and node.value == __version__
+                ):
+                    others.append(f"{path.relative_to(REPO_ROOT)}:{getattr(node, 'lineno', 0)}")
+    assert others == []
+    # pyproject.toml reads it from version.py instead of declaring its own.
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"]
+    assert project["project"]["dynamic"] == ["version"]
+    dynamic = project["tool"]["setuptools"]["dynamic"]["version"]
+    assert dynamic == {"attr": "dedup.version.__version__"}
+
+
+def test_the_function_reads_no_package_metadata_for_it() -> None:
+    """A constant: nothing but `typing` imported, no importlib.metadata on the hot path."""
+    tree = ast.parse(VERSION_FILE.read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported <= {"__future__", "typing"}
+    assert not any(isinstance(node, ast.Import) for node in ast.walk(tree))
+
+
+# --- CHANGELOG.md -------------------------------------------------------------------------
+
+
+def test_changelog_keeps_a_changelogs_form_with_upgrading_steps_per_release() -> None:
+    text = CHANGELOG.read_text()
+    assert text.startswith("# Changelog\n")
+    assert "https://keepachangelog.com/en/1.1.0/" in text
+    changelog = parse_changelog(text)
+    assert changelog.unreleased is not None, "an Unreleased section on top"
+    headings = re.findall(r"^## \[([^\]]+)\]", text, re.M)
+    assert headings == ["Unreleased", *changelog.versions]
+    for release in changelog.releases:
+        assert release.date is not None and re.fullmatch(r"\d{4}-\d{2}-\d{2}", release.date)
+        assert release.upgrading, f"{release.name} has an Upgrading section with its steps"
+    sections = set(re.findall(r"^### (.+?)\s*$", text, re.M))
+    assert sections <= SECTIONS, sections - SECTIONS
+
+
+def test_the_first_releases_steps_name_what_a_running_deployment_needs() -> None:
+    first = parse_changelog(CHANGELOG.read_text()).releases[-1]
+    assert first.upgrading is not None
+    for step in ("make migrate-proxy-records", "X-Dedup-Schedule", "X-Dedup-Forced-Runs",
+                 "dstRepeated", "dstSkipped", "forcedRuns", "pulumi up", "dedup.job_logic",
+                 "make lock", "DEDUP_TOKEN_SECRET", "roles/cloudtasks.admin",
+                 "environment:<name>"):
+        assert step in first.upgrading, step
+    # Every commit a step names is one of the kit's: a fork tests for it by its hash.
+    commits = re.findall(r"`([0-9a-f]{7})`", first.upgrading)
+    assert commits
+    if git("rev-parse", "--is-shallow-repository") != "false":
+        pytest.skip("a shallow clone (CI's checkout) lacks the history the steps name")
+    for commit in commits:
+        assert git("cat-file", "-t", commit) == "commit", commit
+
+
+def git(*args: str) -> str:
+    result = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=30, check=False)
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
+# --- reported -----------------------------------------------------------------------------
+
+
+def test_every_log_line_carries_the_version(capsys: pytest.CaptureFixture[str]) -> None:
+    emit_log_line({"severity": "INFO", "message": "hello"})
+    emit_log_line({"severity": "INFO", "message": "spoofed", "kit_version": "0.0.1"})
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines == [
+        {"severity": "INFO", "message": "hello", "kit_version": __version__},
+        {"severity": "INFO", "message": "spoofed", "kit_version": __version__},
+    ]
+
+
+JOB_MODULE = '''
+import logging
+
+
+def run(context):
+    logging.getLogger(__name__).info("syncing")
+    return {"ok": True}
+'''
+
+
+@pytest.mark.usefixtures("firestore_emulator")
+def test_the_served_functions_lines_carry_the_version(
+    collection_name: str, tmp_path: Path
+) -> None:
+    """As deployed: the request's line and the job's own `logging` line alike."""
+    (tmp_path / "versioned_job.py").write_text(textwrap.dedent(JOB_MODULE))
+    env = function_env(collection_name, tmp_path / "ledger.jsonl", DEDUP_JOB="versioned_job:run")
+    written: list[dict[str, Any]] = []
+    with FunctionServer(env, workers=1, threads=2, extra_pythonpath=[tmp_path]) as server:
+        reply = requests.post(server.url, headers=scheduler_headers(), data="{}", timeout=30)
+        assert reply.status_code == 200, reply.text
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            written = [json.loads(line) for line in server.log_text.splitlines()
+                       if line.startswith("{")]
+            if {"versioned_job", None} <= {e.get("logger") for e in written} and any(
+                e.get("outcome") == "completed" for e in written
+            ):
+                break
+            time.sleep(0.1)
+    job_lines = [e for e in written if e.get("logger") == "versioned_job"]
+    request_lines = [e for e in written if e.get("outcome") == "completed"]
+    assert job_lines and request_lines
+    assert {e["kit_version"] for e in written} == {__version__}
+
+
+def test_the_stack_outputs_carry_the_version(stack: StackUnderTest) -> None:
+    assert stack.run.outputs["kitVersion"] == __version__
+
+
+# --- make upgrade-check -------------------------------------------------------------------
+
+SAMPLE = """\
+# Changelog
+
+## [Unreleased]
+
+## [2.0.0] - 2027-03-01
+
+### Upgrading
+
+1. Rename `alerts.email` to `alerts.emails`.
+
+### Changed
+
+- Something.
+
+## [1.1.0] - 2027-02-01
+
+### Added
+
+- A key.
+
+### Upgrading
+
+1. `make migrate-proxy-records STACK=<stack>` after `pulumi up`.
+
+## [1.0.0] - 2027-01-01
+
+### Upgrading
+
+1. The first steps.
+
+[Unreleased]: https://example.com/compare/v2.0.0...HEAD
+[2.0.0]: https://example.com/compare/v1.1.0...v2.0.0
+"""
+
+
+def test_steps_of_every_release_after_from_oldest_first() -> None:
+    changelog = parse_changelog(SAMPLE)
+    assert changelog.versions == ["2.0.0", "1.1.0", "1.0.0"]
+    printed = upgrade_steps(changelog, "1.0.0", "2.0.0")
+    assert "The first steps" not in printed
+    assert printed.index("== 1.1.0 (2027-02-01) ==") < printed.index("== 2.0.0 (2027-03-01) ==")
+    assert "make migrate-proxy-records STACK=<stack>" in printed
+    assert "Rename `alerts.email`" in printed
+    assert "Something." not in printed and "A key." not in printed, "Upgrading only"
+    assert "example.com" not in printed, "link definitions are not steps"
+    assert upgrade_steps(changelog, "v1.1.0", "2.0.0") == upgrade_steps(
+        changelog, "1.1.0", "2.0.0"
+    )
+    everything = upgrade_steps(changelog, UNVERSIONED, "2.0.0")
+    assert everything.index("The first steps") < everything.index("make migrate-proxy")
+
+
+def test_from_the_current_version_there_is_nothing_to_do() -> None:
+    changelog = parse_changelog(SAMPLE)
+    assert upgrade_steps(changelog, "2.0.0", "2.0.0").startswith("Nothing to do")
+    out, err = io.StringIO(), io.StringIO()
+    assert main([__version__], out, err) == 0
+    assert out.getvalue().startswith("Nothing to do") and err.getvalue() == ""
+
+
+def test_unreleased_steps_are_shown_apart() -> None:
+    pending = SAMPLE.replace("## [Unreleased]\n",
+                             "## [Unreleased]\n\n### Upgrading\n\n1. Move your stacks.\n")
+    printed = upgrade_steps(parse_changelog(pending), "2.0.0", "2.0.0")
+    assert printed.startswith("Nothing to do")
+    assert "== Unreleased (merged into this checkout, not in a release yet) ==" in printed
+    assert "Move your stacks." in printed
+
+
+@pytest.mark.parametrize("bad", ["0.9.0", "1.0", "latest", "3.0.0", ""])
+def test_a_from_that_is_no_release_is_refused_with_the_releases(bad: str) -> None:
+    with pytest.raises(UpgradeCheckError, match=r"unversioned, 1\.0\.0, 1\.1\.0, 2\.0\.0"):
+        upgrade_steps(parse_changelog(SAMPLE), bad, "2.0.0")
+
+
+def test_a_changelog_out_of_step_with_the_version_is_refused() -> None:
+    with pytest.raises(UpgradeCheckError, match=r"latest release is 2\.0\.0 but .* says 2\.1\.0"):
+        upgrade_steps(parse_changelog(SAMPLE), "1.0.0", "2.1.0")
+    for broken, reason in [
+        (SAMPLE.replace("## [1.1.0] - 2027-02-01", "## [1.1] - 2027-02-01"), "MAJOR.MINOR"),
+        (SAMPLE.replace("## [1.1.0] - 2027-02-01", "## [1.1.0]"), "no date"),
+        (SAMPLE.replace("## [1.1.0]", "## [2.1.0]"), "newest release first"),
+        (SAMPLE.replace("## [1.1.0]", "## [1.0.0]"), "listed twice"),
+    ]:
+        with pytest.raises(UpgradeCheckError, match=reason):
+            parse_changelog(broken)
+
+
+def test_make_upgrade_check() -> None:
+    """The target, as a team runs it (the virtualenv taken as built)."""
+    current = make("upgrade-check", f"FROM={__version__}", dry_run=False)
+    assert current.returncode == 0, current.stderr
+    assert current.stdout.startswith(f"Nothing to do: {__version__} is this checkout's version")
+    first = make("upgrade-check", f"FROM={UNVERSIONED}", dry_run=False)
+    assert first.returncode == 0, first.stderr
+    assert f"== {__version__} (" in first.stdout
+    assert "make migrate-proxy-records STACK=<stack>" in first.stdout
+    for bad in ("FROM=0.0.1", None):
+        refused = make("upgrade-check", *([bad] if bad else []), dry_run=False)
+        assert refused.returncode == 2
+        assert f"{UNVERSIONED}, {__version__}" in refused.stderr
+        assert "Traceback" not in refused.stderr
