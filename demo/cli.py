@@ -592,6 +592,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="skip the paths replayed after the main replay (demo/paths.py: DST changes, "
         "forced-run choices, long store stalls)",
     )
+    parser.add_argument(
+        "--no-proxied-job", action="store_true",
+        help="do not add the demo's proxied job (proxied-export, a workflow started through "
+        "the idempotent proxy on fake Google APIs) to a stack without proxied jobs",
+    )
+    parser.add_argument(
+        "--no-refused-start", action="store_true",
+        help="do not have the fake Google APIs refuse (403) one proxied run's start",
+    )
     args = parser.parse_args(argv)
     try:
         options = DemoOptions(
@@ -613,6 +622,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             retries_stop_at_next_run=args.retries_stop_at_next_run,
             dst_fires=args.dst_fires,
             paths=not args.no_paths,
+            proxied_job=not args.no_proxied_job,
+            refuse_proxied_run=0 if args.no_refused_start else DemoOptions.refuse_proxied_run,
             logs_dir=args.logs,
         )
     except FaultSpecError as exc:

@@ -45,7 +45,7 @@ from demo.store_faults import (
     store_timing,
 )
 from demo.watch import WatchReport, run_watchdog, watchdog_caller, with_flaky_job
-from infra.config import proxy_database_of
+from infra.config import JobSettings, proxy_database_of
 from local_stack import FirestoreEmulator, FunctionServer, StoreFaultProxy, free_port
 from local_stack.deliveries import scheduler_headers
 from local_stack.fake_google_apis import Behaviour, FakeGoogleApis, service_account_file
@@ -72,7 +72,7 @@ from scheduler_emulator.faults import (
 )
 from scheduler_emulator.oidc import scheduler_token
 from scheduler_emulator.report import JobResult, RunSummary, job_results, summarise, totals
-from scheduler_emulator.stack import Job, Stack, load_stack, resolve_stack
+from scheduler_emulator.stack import Job, Stack, job_from_settings, load_stack, resolve_stack
 
 DEFAULT_TICKS = 20
 # 1 s of schedule time = 20 ms: the dev stack's shortest deadline (30 s) lasts 0.6 s,
@@ -124,6 +124,8 @@ class DemoOptions:
     # After the replay, replay the paths of demo.paths (DST changes, forced-run choices,
     # long store stalls), each with its own verdict.
     paths: bool = True
+    # run_demo adds the demo's proxied job (PROXIED_JOB) to a stack without proxied jobs.
+    proxied_job: bool = True
     # Proxied jobs: the fake downstream refuses this run's start (the n-th run it sees of
     # the first proxied job) with 403, for good; 0: refuses nothing.
     refuse_proxied_run: int = 2
@@ -663,6 +665,36 @@ REFUSAL_MESSAGES = {
 }
 
 
+# The demo's proxied job, added to a stack that has none (like demo.watch's flaky job):
+# never deployed; declared like a stack file's job, its workflow in the stack's project.
+PROXIED_JOB = "proxied-export"
+
+
+def proxied_job(stack: Stack) -> Job:
+    """The demo's proxied job, as `stack` would deploy it: it starts a workflow."""
+    settings = JobSettings.model_validate({
+        "name": PROXIED_JOB,
+        "schedule": "15 * * * *",
+        "timeZone": "Etc/UTC",
+        "attemptDeadlineSeconds": 60,
+        "retry": {"retryCount": 3, "minBackoffSeconds": 10, "maxBackoffSeconds": 40,
+                  "maxDoublings": 2},
+        "body": {"export": "hourly"},
+        "proxy": {"target": "workflow", "resource": f"projects/{stack.project}/locations/"
+                  f"{stack.region}/workflows/demo-export"},
+    })
+    return job_from_settings(
+        settings, project=stack.project, region=stack.region, name_prefix=stack.name_prefix)
+
+
+def with_proxied_job(stack: Stack) -> Stack:
+    """The stack plus the demo's proxied job, unless it has proxied jobs (or a job of that
+    name) already."""
+    if stack.proxied_jobs or any(job.name == PROXIED_JOB for job in stack.jobs):
+        return stack
+    return replace(stack, proxied_jobs=(proxied_job(stack),))
+
+
 def proxied_faults(plan: FaultPlan) -> FaultPlan:
     """The plan without the faults a proxied run cannot be given (PROXY_SKIPPED_FAULTS)."""
     return replace(plan, faults=tuple(
@@ -995,6 +1027,8 @@ def run_demo(
     own = {job.name for job in (*stack.jobs, *stack.proxied_jobs)}
     if options.flaky_job:
         stack = with_flaky_job(stack)
+    if options.proxied_job:
+        stack = with_proxied_job(stack)
     stack = stack.only(list(options.jobs))
     idle = nothing_to_run(replace(
         stack, jobs=tuple(j for j in stack.jobs if j.name in own),
