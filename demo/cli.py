@@ -170,7 +170,7 @@ def proxied_lines(proxied: ProxiedOutcome, show_all: bool = True) -> list[str]:
         [s] = [s for s in proxied.summaries if s.refused is not None]
         answered = answers_text(s)
         verdict = "as it must" if r.ok and s.ok else "FAIL"
-        error = f", error {r.error[:100]!r}" if r.error else ""
+        error = f", error {r.error[:160]!r}" if r.error else ""
         lines += [
             "",
             f"  refused: {r.job} @ {when}{' (forced run)' if r.forced else ''}: the fake "
