@@ -90,7 +90,7 @@ upgrade-check: $(VENV)/stamp ## Print the upgrade steps from a release to this o
 	@$(BIN)/python -m infra.upgrade_check "$(FROM)"
 
 policy-check: $(VENV)/stamp ## The policy pack over every stack, or STACK=, offline (POLICY_CONFIG=)
-	$(BIN)/python -m policies.offline_check $(if $(STACK),--stack $(STACK)) $(if $(POLICY_CONFIG),--policy-config $(POLICY_CONFIG))
+	$(BIN)/python -m policies.offline_check$(if $(STACK), --stack $(STACK))$(if $(POLICY_CONFIG), --policy-config $(POLICY_CONFIG))
 
 bench: $(VENV)/stamp ## The dedup benchmark (BENCH_ARGS=)
 	$(BIN)/python -m bench $(BENCH_ARGS)

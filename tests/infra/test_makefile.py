@@ -46,7 +46,7 @@ def test_help_is_what_a_bare_make_prints() -> None:
     [
         (["plan"], "-m infra.plan \n"),
         (["plan", "STACK=staging"], "-m infra.plan staging\n"),
-        (["policy-check"], "-m policies.offline_check \n"),
+        (["policy-check"], "-m policies.offline_check\n"),
         (["policy-check", "STACK=staging"], "-m policies.offline_check --stack staging\n"),
         (["demo", "STACK=staging"], "-m demo --stack staging "),
         (["runs", "STACK=staging"], "-m infra.runs staging "),
