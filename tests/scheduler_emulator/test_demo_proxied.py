@@ -30,7 +30,9 @@ RETRY = {"retryCount": 3, "minBackoffSeconds": 5, "maxBackoffSeconds": 10, "maxD
 PROXIED = ("export-workflow", "export-run-job", "export-build")
 
 
-def proxied_stack(directory: Path, *, paused: bool = False, **config: Any) -> Path:
+def proxied_stack(
+    directory: Path, *, paused: bool = False, config: dict[str, Any] | None = None
+) -> Path:
     """A stack file of proxied jobs only, one per target kind, in a project of its own (the
     session's emulator is shared); `paused`: a paused dedup job and paused proxied jobs."""
     project = f"acme-px-{uuid.uuid4().hex[:8]}"
@@ -51,7 +53,7 @@ def proxied_stack(directory: Path, *, paused: bool = False, **config: Any) -> Pa
     path = directory / f"Pulumi.{project}.yaml"
     path.write_text(json.dumps({"config": {
         "gcp:project": project, "gcp:region": "europe-west1", "scheduler-dedup:jobs": jobs,
-        **config,
+        **(config or {}),
     }}))
     return path
 
@@ -106,7 +108,7 @@ def test_a_run_started_twice_downstream_fails_the_verdict(
     # the proxy cannot know it started, releases its claim and answers 500; Scheduler's
     # retry starts a second execution (the window dedup upstream cannot close,
     # docs/proxy.md). The fake counts both starts under the run's ID: executed twice.
-    stack = load_stack(proxied_stack(tmp_path, **{"scheduler-dedup:proxyTimeoutSeconds": 1}))
+    stack = load_stack(proxied_stack(tmp_path, config={"scheduler-dedup:proxyTimeoutSeconds": 1}))
     stack = stack.only(["export-run-job"])
     options = DemoOptions(stack=stack, ticks=2, faults=FaultPlan())
     timing = store_timing(stack, options.time_scale, False)
