@@ -1,5 +1,11 @@
 """Operator re-run requests (`make rerun`), in `<collection>_reruns`, one document each.
 
+The collection is in the watchdog's own database (DEDUP_WATCH_DATABASE, infra's
+`<databaseName>-watchdog`), which only the watchdog's account and the operators running
+`make rerun` may write: the dedup function's account, running the team's job code, holds
+nothing there. The watchdog still re-checks every request before it delivers it
+(dedup/watchdog.py), and a document it cannot read as a request is refused, not a 500.
+
 A request asks for one more execution of one run: generation g of the run (g >= 1; 0
 when the run never ran at all: a late delivery of the run itself), whose own run_id
 (keys.RunKey.generation) is also the request's document ID, so two requests for the same
@@ -18,7 +24,7 @@ infra declares on this collection honours, as it does the run records'.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -32,6 +38,49 @@ from dedup.store import RecordExists, RunStatus, StoredRun
 
 RERUNS_SUFFIX = "_reruns"
 PENDING, DONE, FAILED, REFUSED = "pending", "done", "failed", "refused"
+STATUSES = frozenset({PENDING, DONE, FAILED, REFUSED})
+# Firestore's "in" filter takes at most 30 values.
+_IN_BATCH = 30
+
+
+class MalformedDocument(ValueError):
+    """A document that is not what its collection holds (a field missing, of the wrong
+    type, or contradicting its ID): refused and reported, never trusted."""
+
+
+@dataclass(frozen=True)
+class MalformedRequest:
+    """A document of the requests' collection that is no valid request: its ID, the job it
+    names (if it names one as text) and why it was refused."""
+
+    request_id: str
+    job: str | None
+    reason: str
+    status: str | None = None  # its `status`, when it is text
+
+
+def _text(data: Mapping[str, Any], key: str, *, required: bool = True) -> str:
+    value = data.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value):
+        raise MalformedDocument(f"{key} is {_shown(value)}, not text")
+    return value
+
+
+def _instant(data: Mapping[str, Any], key: str, *, required: bool = True) -> datetime | None:
+    value = data.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise MalformedDocument(f"{key} is {_shown(value)}, not a timestamp")
+    return value
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "missing"
+    return f"{type(value).__name__} {str(value)[:60]!r}"
 
 
 def reruns_collection(collection: str) -> str:
@@ -67,6 +116,11 @@ class RerunRequest:
         """The document ID: the run_id of the generation it asks for."""
         return self.key.run_id
 
+    @property
+    def base_run_id(self) -> str:
+        """The run_id of the run itself (generation 0), which every request of it shares."""
+        return RunKey(self.project, self.location, self.job, self.schedule_time).run_id
+
     def to_document(self) -> dict[str, Any]:
         return {
             "project": self.project,
@@ -75,9 +129,7 @@ class RerunRequest:
             "schedule_time": self.schedule_time,
             "generation": self.generation,
             "run_id": self.request_id,
-            "base_run_id": RunKey(
-                self.project, self.location, self.job, self.schedule_time
-            ).run_id,
+            "base_run_id": self.base_run_id,
             "requested_by": self.requested_by,
             "reason": self.reason,
             "requested_at": self.requested_at,
@@ -88,21 +140,52 @@ class RerunRequest:
         }
 
     @classmethod
-    def from_document(cls, data: dict[str, Any]) -> RerunRequest:
-        return cls(
-            project=str(data["project"]),
-            location=str(data["location"]),
-            job=str(data["job"]),
-            schedule_time=data["schedule_time"],
-            generation=int(data["generation"]),
-            requested_by=str(data.get("requested_by") or ""),
-            reason=str(data.get("reason") or ""),
-            requested_at=data["requested_at"],
-            status=str(data.get("status") or PENDING),
-            outcome=data.get("outcome"),
-            finished_at=data.get("finished_at"),
-            expire_at=data.get("expire_at"),
+    def from_document(
+        cls, data: Mapping[str, Any], document_id: str | None = None
+    ) -> RerunRequest:
+        """The request a document holds; MalformedDocument if it is none: a field missing
+        or of the wrong type, an unknown status, or IDs (`document_id`, `run_id`,
+        `base_run_id`) that are not the ones its job, time and generation make."""
+        generation = data.get("generation")
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+            raise MalformedDocument(f"generation is {_shown(generation)}, not a whole number")
+        schedule_time = _instant(data, "schedule_time")
+        requested_at = _instant(data, "requested_at")
+        assert schedule_time is not None and requested_at is not None
+        status = _text(data, "status", required=False) or PENDING
+        if status not in STATUSES:
+            raise MalformedDocument(f"status {status[:40]!r} is not one of "
+                                    f"{', '.join(sorted(STATUSES))}")
+        outcome = data.get("outcome")
+        if outcome is not None and not isinstance(outcome, str):
+            raise MalformedDocument(f"outcome is {_shown(outcome)}, not text")
+        request = cls(
+            project=_text(data, "project"),
+            location=_text(data, "location"),
+            job=_text(data, "job"),
+            schedule_time=schedule_time,
+            generation=generation,
+            requested_by=_text(data, "requested_by", required=False),
+            reason=_text(data, "reason", required=False),
+            requested_at=requested_at,
+            status=status,
+            outcome=outcome,
+            finished_at=_instant(data, "finished_at", required=False),
+            expire_at=_instant(data, "expire_at", required=False),
         )
+        try:
+            expected = request.to_document()
+        except ValueError as exc:  # dedup.keys refuses the job ID (a '/', a control char)
+            raise MalformedDocument(str(exc)) from None
+        for key, value in (("document ID", document_id), ("run_id", data.get("run_id")),
+                           ("base_run_id", data.get("base_run_id"))):
+            wanted = expected["base_run_id" if key == "base_run_id" else "run_id"]
+            if (document_id is not None or key != "document ID") and value != wanted:
+                raise MalformedDocument(
+                    f"{key} {str(value)[:80]!r} is not the run_id its job, schedule time and "
+                    f"generation make ({wanted})"
+                )
+        return request
 
 
 def retries_may_execute(run: StoredRun | None) -> bool:
@@ -118,12 +201,19 @@ def retries_may_execute(run: StoredRun | None) -> bool:
 
 
 class RerunQueue(Protocol):
-    """What the watchdog needs: the pending requests, and a way to finish one."""
+    """What the watchdog needs: the pending requests (and the pending documents that are
+    no request), every request of some runs, and a way to finish one."""
 
-    def pending(self, limit: int) -> list[RerunRequest]:
+    def pending(self, limit: int) -> list[RerunRequest | MalformedRequest]:
+        ...
+
+    def for_runs(self, base_run_ids: Sequence[str]) -> dict[str, list[RerunRequest]]:
         ...
 
     def finish(self, request: RerunRequest, status: str, outcome: str, now: datetime) -> None:
+        ...
+
+    def refuse(self, malformed: MalformedRequest, now: datetime) -> None:
         ...
 
 
@@ -134,29 +224,42 @@ class FirestoreRerunQueue:
         self._runs = runs
         self._collection = runs.client.collection(collection)
 
-    def pending(self, limit: int) -> list[RerunRequest]:
-        """Up to `limit` pending requests (a single-field equality: Firestore's automatic
-        index serves it)."""
-        return self._where("status", PENDING, limit)
+    def pending(self, limit: int) -> list[RerunRequest | MalformedRequest]:
+        """Up to `limit` pending documents (a single-field equality: Firestore's automatic
+        index serves it), each a request or, if it is none, why."""
+        return self._where("status", "==", PENDING, limit)
 
     def for_job(self, job: str) -> list[RerunRequest]:
-        """Every request of one job, oldest schedule time first (for `make runs`)."""
-        found = self._where("job", job, None)
+        """Every request of one job, oldest schedule time first (for `make runs`); a
+        document that is no request is left out (the watchdog refuses it)."""
+        found = _requests(self._where("job", "==", job, None))
         return sorted(found, key=lambda r: (r.schedule_time, r.generation))
 
     def for_run(self, base_run_id: str) -> list[RerunRequest]:
         """Every request of one run, whatever its status, lowest generation first (for
         `make rerun`, which numbers the next one past them all)."""
-        found = self._where("base_run_id", base_run_id, None)
-        return sorted(found, key=lambda r: r.generation)
+        return self.for_runs([base_run_id]).get(base_run_id, [])
 
-    def _where(self, field: str, value: str, limit: int | None) -> list[RerunRequest]:
-        def op() -> list[RerunRequest]:
-            query: Any = self._collection.where(filter=FieldFilter(field, "==", value))
+    def for_runs(self, base_run_ids: Sequence[str]) -> dict[str, list[RerunRequest]]:
+        """Every request of each run (by its generation 0 run_id), lowest generation
+        first; one query per 30 runs."""
+        wanted = list(dict.fromkeys(base_run_ids))
+        found: dict[str, list[RerunRequest]] = {}
+        for start in range(0, len(wanted), _IN_BATCH):
+            chunk = wanted[start:start + _IN_BATCH]
+            for request in _requests(self._where("base_run_id", "in", chunk, None)):
+                found.setdefault(request.base_run_id, []).append(request)
+        return {run: sorted(found[run], key=lambda r: r.generation) for run in found}
+
+    def _where(
+        self, field: str, op_string: str, value: Any, limit: int | None
+    ) -> list[RerunRequest | MalformedRequest]:
+        def op() -> list[RerunRequest | MalformedRequest]:
+            query: Any = self._collection.where(filter=FieldFilter(field, op_string, value))
             if limit is not None:
                 query = query.limit(limit)
             snapshots = query.get(retry=self._runs.retry, timeout=self._runs.timeout)
-            return [RerunRequest.from_document(s.to_dict() or {}) for s in snapshots]
+            return [_parsed(s.id, s.to_dict() or {}) for s in snapshots]
 
         return self._runs.call(op)
 
@@ -167,7 +270,7 @@ class FirestoreRerunQueue:
                 refs, retry=self._runs.retry, timeout=self._runs.timeout
             )
             return {
-                s.id: RerunRequest.from_document(s.to_dict() or {})
+                s.id: RerunRequest.from_document(s.to_dict() or {}, s.id)
                 for s in snapshots if s.exists
             }
 
@@ -204,6 +307,33 @@ class FirestoreRerunQueue:
             )
 
         self._runs.call(op)
+
+    def refuse(self, malformed: MalformedRequest, now: datetime) -> None:
+        """Mark a document that is no request refused, with why (by its ID): no tick
+        reads it as pending again."""
+        def op() -> None:
+            self._collection.document(malformed.request_id).update(
+                {"status": REFUSED, "outcome": malformed.reason, "finished_at": now},
+                retry=self._runs.retry, timeout=self._runs.timeout,
+            )
+
+        self._runs.call(op)
+
+
+def _parsed(document_id: str, data: Mapping[str, Any]) -> RerunRequest | MalformedRequest:
+    try:
+        return RerunRequest.from_document(data, document_id)
+    except MalformedDocument as exc:
+        job = data.get("job")
+        status = data.get("status")
+        return MalformedRequest(
+            document_id, job if isinstance(job, str) else None, str(exc),
+            status if isinstance(status, str) else None,
+        )
+
+
+def _requests(found: Sequence[RerunRequest | MalformedRequest]) -> list[RerunRequest]:
+    return [r for r in found if isinstance(r, RerunRequest)]
 
 
 def _asked(request: RerunRequest) -> tuple[str, str, datetime]:

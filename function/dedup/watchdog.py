@@ -13,15 +13,20 @@ that is not paused:
 - runs before the job's first recorded run are not judged (the job did not exist yet); a
   job with no record at all is reported once as `never_ran`.
 
-A job's records are in the watchdog's own database (DEDUP_DATABASE, the dedup function's)
-unless its entry names another `database`: a proxied job's, in the proxy's own database,
-which the watchdog may only read. The watchdog never writes run records (the function it
-delivers to does); it writes one
-cursor document per job in `<collection>_watchdog` (the last judged schedule time, the
-in-progress runs it still watches, the overlong runs already reported), so each problem is
-reported once, and the status of the re-run requests it delivers. Problems
-are logged before the cursor moves: a tick that fails halfway answers 500 and the retry may
-report a problem a second time, never zero times.
+A job's records are in the dedup function's database (DEDUP_DATABASE) unless its entry
+names another `database`: a proxied job's, in the proxy's own database. The watchdog only
+reads run records (the function it delivers to writes them). What it writes is in a
+database of its own (DEDUP_WATCH_DATABASE, infra's `<databaseName>-watchdog`), which the
+dedup function's account, running the team's job code, cannot write: one cursor document
+per job in `<collection>_watchdog` (the last judged schedule time, the in-progress runs it
+still watches, the overlong runs already reported), so each problem is reported once, and
+the status of the re-run requests it delivers, from `<collection>_reruns` there. (Unset:
+both in DEDUP_DATABASE, as the demo and older tests keep them.) Problems are logged before
+the cursor moves: a tick that fails halfway answers 500 and the retry may report a problem
+a second time, never zero times. A document it cannot read (a cursor or a request with a
+field missing or of the wrong type, a cursor judged beyond now) is reported `malformed`,
+naming it, and never trusted: the job is judged afresh over the lookback, the request is
+refused; the other jobs are judged as ever, and the tick answers 200.
 
 Two things it also delivers, when infra gives it a target (DEDUP_WATCH_TARGET_URL, and
 DEDUP_WATCH_PROXY_URL for proxied jobs), through the one seam of dedup/delivery.py: as
@@ -33,7 +38,10 @@ next ticks; in the demo and tests, a direct POST, judged by the answer:
   time: `caught_up` once delivered, `failed` when it ran late and the job raised, pending
   while it has not executed (no record, or a lapsed lease): delivered again at later ticks
   while inside its bound, `missed` with its last error once the bound is over;
-- re-runs: the pending requests `make rerun` wrote in `<collection>_reruns`, with
+- re-runs: the pending requests `make rerun` wrote in `<collection>_reruns`, each checked
+  again as `make rerun` checks it (a job it watches with `reruns`, one of its scheduled
+  times and not in the future, the next generation of the run, no other request of the
+  run pending: else `refused`, with why, and never delivered), delivered with
   X-Dedup-Generation, marked done once the generation completed (failed when the job
   raised, or when no delivery reached the function within RERUN_DELIVERY_WINDOW_SECONDS);
   one for a run not completed waits (`waiting`) until Scheduler can no longer retry that
@@ -78,8 +86,11 @@ from dedup.http import HttpReply, emit_log_line, refuse_caller
 from dedup.keys import RunKey, lower_keys
 from dedup.reruns import (
     DONE,
+    PENDING,
     REFUSED,
     FirestoreRerunQueue,
+    MalformedDocument,
+    MalformedRequest,
     RerunQueue,
     RerunRequest,
     reruns_collection,
@@ -98,6 +109,8 @@ PROXY_URL_ENV = "DEDUP_WATCH_PROXY_URL"
 LOOKBACK_ENV = "DEDUP_WATCH_LOOKBACK_SECONDS"
 GRACE_ENV = "DEDUP_WATCH_GRACE_SECONDS"
 DELIVERY_TIMEOUT_ENV = "DEDUP_WATCH_DELIVERY_TIMEOUT_SECONDS"
+# The watchdog's own database: its cursors and the re-run queue (infra/watchdog.py).
+WATCH_DATABASE_ENV = "DEDUP_WATCH_DATABASE"
 CURSOR_SUFFIX = "_watchdog"
 DEFAULT_LOOKBACK_SECONDS = 2 * 24 * 3600.0
 DEFAULT_GRACE_SECONDS = 300.0
@@ -129,9 +142,14 @@ QUEUE_MIN_BACKOFF_SECONDS = 10.0
 QUEUE_MAX_DOUBLINGS = 5
 
 MISSED, FAILED, OVERLONG, NEVER_RAN = "missed", "failed", "overlong", "never_ran"
+# A cursor or re-run request the watchdog cannot read: refused, reported, never trusted.
+MALFORMED = "malformed"
 # Verdicts that are not problems (classify_run; shown by `make runs`).
 FINE, NOT_DUE, RUNNING, BEFORE_FIRST_RUN = "ok", "not_due", "running", "before_first_run"
-PROBLEM_SEVERITY = {MISSED: "ERROR", FAILED: "ERROR", NEVER_RAN: "ERROR", OVERLONG: "WARNING"}
+PROBLEM_SEVERITY = {
+    MISSED: "ERROR", FAILED: "ERROR", NEVER_RAN: "ERROR", OVERLONG: "WARNING",
+    MALFORMED: "ERROR",
+}
 # Not a problem kind (no `kind` field, so no problem alert): a late run, delivered.
 CAUGHT_UP = "caught_up"
 CAUGHT_UP_SEVERITY = "WARNING"
@@ -145,7 +163,7 @@ RAN_AND_FAILED = frozenset({JOB_FAILED, JOB_FAILED_PERMANENT})
 _JOB_KEYS = {
     "name", "schedule", "timeZone", "attemptDeadlineSeconds", "retryWindowSeconds", "paused",
     "catchUp", "catchUpWithinSeconds", "body", "headers", "url", "database", "proxied",
-    "dstRepeated", "dstSkipped",
+    "dstRepeated", "dstSkipped", "reruns",
 }
 # Firestore database IDs (the same rule as infra's databaseName).
 _DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
@@ -177,6 +195,9 @@ class WatchedJob:
     # DST choices (dedup.business_runs; None: as BSD cron's -s), as the job's headers say.
     dst_repeated: str | None = None
     dst_skipped: str | None = None
+    # The watchdog delivers `make rerun`'s requests for this job (infra sets it where
+    # `make rerun` accepts them): a request for a job without it is refused.
+    reruns: bool = False
 
     @property
     def business(self) -> BusinessSchedule:
@@ -194,6 +215,12 @@ class WatchedJob:
         but for a local time a DST change repeats or skips)."""
         return self.business.latest_delivery(schedule_time)
 
+    def is_scheduled(self, instant: datetime) -> bool:
+        """Whether `instant` is the key time of one of the job's business runs (what a
+        re-run request must name: `make rerun` checks it, and so does the watchdog)."""
+        latest = self.latest_delivery(instant)
+        return instant in set(self.schedule_times(latest - timedelta(seconds=1), latest))
+
 
 @dataclass(frozen=True)
 class WatchSettings:
@@ -209,6 +236,9 @@ class WatchSettings:
     # DEDUP_WATCH_QUEUE (+ _TASK_ACCOUNT): deliveries become Cloud Tasks HTTP tasks, the
     # path an internal-only function admits (dedup/cloud_tasks.py); None: POSTed directly.
     queue: TaskQueue | None = None
+    # DEDUP_WATCH_DATABASE: its own database (cursors, re-run queue), which job code cannot
+    # write; None: both in DEDUP_DATABASE (the demo, tests).
+    watch_database: str | None = None
 
     @property
     def cursor_collection(self) -> str:
@@ -219,6 +249,10 @@ class WatchSettings:
         """The databases of records besides DEDUP_DATABASE that its jobs name."""
         named = {job.database for job in self.jobs if job.database is not None}
         return tuple(sorted(named - {self.store.database}))
+
+    @property
+    def reruns_collection(self) -> str:
+        return reruns_collection(self.store.collection)
 
     @property
     def delivers(self) -> bool:
@@ -265,8 +299,31 @@ class WatchSettings:
         )
         return cls(
             store, jobs, lookback, grace, target_url, target_auth_setting(env), timeout,
-            TaskQueue.from_env(env),
+            TaskQueue.from_env(env), watch_database_setting(env, store, jobs),
         )
+
+
+def watch_database_setting(
+    env: Mapping[str, str], store: Settings, jobs: Sequence[WatchedJob]
+) -> str | None:
+    """DEDUP_WATCH_DATABASE: a Firestore database ID, none of the records' databases (the
+    dedup function's account writes DEDUP_DATABASE; the proxy's, its own)."""
+    raw = (env.get(WATCH_DATABASE_ENV) or "").strip()
+    if not raw:
+        return None
+    if not _DATABASE_ID.fullmatch(raw):
+        raise SettingsError(
+            f"{WATCH_DATABASE_ENV}={raw[:80]!r} is not a Firestore database ID (4-63 "
+            "lowercase letters, digits or hyphens): set it to the watchdog's own database"
+        )
+    records = {store.database} | {job.database for job in jobs if job.database is not None}
+    if raw in records:
+        raise SettingsError(
+            f"{WATCH_DATABASE_ENV}={raw!r} is a database of run records, which other "
+            "accounts write (job code, the proxy): give the watchdog a database of its own "
+            "(e.g. '<databaseName>-watchdog')"
+        )
+    return raw
 
 
 def load_watch_jobs(env: Mapping[str, str]) -> tuple[WatchedJob, ...]:
@@ -369,10 +426,13 @@ def parse_watch_jobs(raw: str, where: str = WATCH_JOBS_TABLE) -> tuple[WatchedJo
             if dst[key] is not None and dst[key] not in allowed:
                 raise SettingsError(f"{where}.{key} {dst[key]!r} is not one of "
                                     f"{', '.join(allowed)} (or absent: as BSD cron's -s)")
+        reruns = entry.get("reruns", False)
+        if not isinstance(reruns, bool):
+            raise SettingsError(f"{where}.reruns must be true or false")
         job = WatchedJob(
             name, schedule, zone, deadline, window, paused, catch_up, within, body,
             tuple(sorted(headers.items())), url, database, proxied,
-            dst["dstRepeated"], dst["dstSkipped"],
+            dst["dstRepeated"], dst["dstSkipped"], reruns,
         )
         jobs.append(job)
     # Counted once: names.count per name was quadratic (25 million steps for 5,000 jobs).
@@ -411,6 +471,8 @@ class Cursor:
     # Catch-ups delivered but not executed yet (run_id -> PendingCatchUp): delivered again
     # while inside their bound, reported with their last error once it is over.
     catch_ups: dict[str, PendingCatchUp] = field(default_factory=dict)
+    # Not stored: why the document read was no cursor (this one then starts afresh).
+    malformed: str | None = None
 
     def to_document(self, now: datetime) -> dict[str, Any]:
         return {
@@ -426,20 +488,63 @@ class Cursor:
 
     @classmethod
     def from_document(cls, data: Mapping[str, Any] | None) -> Cursor:
+        """The cursor a document holds; MalformedDocument if it is none (a field of the
+        wrong type: the tick would fail on it, every tick)."""
         if not data:
             return cls()
+        never_ran = data.get("never_ran_reported", False)
+        if not isinstance(never_ran, bool):
+            raise MalformedDocument(f"never_ran_reported is {_shown(never_ran)}, not a bool")
+        catch_ups = _mapping(data, "catch_ups")
         return cls(
-            judged_through=data.get("judged_through"),
-            watch_from=data.get("watch_from"),
-            first_run=data.get("first_run"),
-            never_ran_reported=bool(data.get("never_ran_reported", False)),
-            watching=dict(data.get("watching") or {}),
-            overlong=dict(data.get("overlong") or {}),
+            judged_through=_instant_or_none(data, "judged_through"),
+            watch_from=_instant_or_none(data, "watch_from"),
+            first_run=_instant_or_none(data, "first_run"),
+            never_ran_reported=never_ran,
+            watching=_instants(data, "watching"),
+            overlong=_instants(data, "overlong"),
             catch_ups={
-                r: PendingCatchUp.from_document(c)
-                for r, c in (data.get("catch_ups") or {}).items()
+                str(r): PendingCatchUp.from_document(c, f"catch_ups.{r}")
+                for r, c in catch_ups.items()
             },
         )
+
+    @classmethod
+    def refused(cls, why: str) -> Cursor:
+        """A fresh cursor in place of a document that is none: the job is judged afresh."""
+        return cls(malformed=why)
+
+
+def _shown(value: Any) -> str:
+    return "missing" if value is None else f"{type(value).__name__} {str(value)[:60]!r}"
+
+
+def _is_instant(value: Any) -> bool:
+    return isinstance(value, datetime) and value.tzinfo is not None
+
+
+def _instant_or_none(data: Mapping[str, Any], key: str) -> datetime | None:
+    value = data.get(key)
+    if value is not None and not _is_instant(value):
+        raise MalformedDocument(f"{key} is {_shown(value)}, not a timestamp")
+    return value
+
+
+def _mapping(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise MalformedDocument(f"{key} is {_shown(value)}, not a map")
+    return value
+
+
+def _instants(data: Mapping[str, Any], key: str) -> dict[str, datetime]:
+    found = dict(_mapping(data, key))
+    for run_id, value in found.items():
+        if not _is_instant(value):
+            raise MalformedDocument(f"{key}.{run_id[:16]} is {_shown(value)}, not a timestamp")
+    return found
 
 
 @dataclass(frozen=True)
@@ -456,8 +561,19 @@ class PendingCatchUp:
                 "error": self.error}
 
     @classmethod
-    def from_document(cls, data: Mapping[str, Any]) -> PendingCatchUp:
-        return cls(int(data.get("deliveries") or 1), data["delivered_at"], data.get("error"))
+    def from_document(cls, data: Any, where: str = "catch_up") -> PendingCatchUp:
+        if not isinstance(data, Mapping):
+            raise MalformedDocument(f"{where[:40]} is {_shown(data)}, not a map")
+        deliveries = data.get("deliveries") or 1
+        if isinstance(deliveries, bool) or not isinstance(deliveries, int) or deliveries < 1:
+            raise MalformedDocument(f"{where[:40]}.deliveries is {_shown(deliveries)}")
+        delivered_at, error = data.get("delivered_at"), data.get("error")
+        if not isinstance(delivered_at, datetime) or delivered_at.tzinfo is None:
+            raise MalformedDocument(f"{where[:40]}.delivered_at is {_shown(delivered_at)}, "
+                                    "not a timestamp")
+        if error is not None and not isinstance(error, str):
+            raise MalformedDocument(f"{where[:40]}.error is {_shown(error)}, not text")
+        return cls(deliveries, delivered_at, error)
 
 
 class WatchStore(Protocol):
@@ -488,6 +604,7 @@ class Problem:
     attempts: int | None = None
     error: str | None = None
     running_seconds: float | None = None
+    document: str | None = None  # a malformed document's path (collection/ID)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -495,7 +612,7 @@ class Problem:
             "schedule_time": None if self.schedule_time is None else rfc3339(self.schedule_time),
             "kind": self.kind,
         }
-        for name in ("run_id", "attempts", "error", "running_seconds"):
+        for name in ("run_id", "attempts", "error", "running_seconds", "document"):
             value = getattr(self, name)
             if value is not None:
                 body[name] = value
@@ -643,7 +760,7 @@ class Watchdog:
         paused = [job for job in self._settings.jobs if job.paused]
         cursors = self._store.get_cursors([job.name for job in self._settings.jobs])
         counts = {"jobs": len(active), "paused": len(paused), "reads": len(cursors)}
-        checked, problems = 0, []
+        checked, problems = 0, self._refuse_malformed_cursors(cursors, now)
         for job in paused:
             # Scheduler delivers nothing while paused: move the cursor past those runs, so
             # that resuming the job does not report them as missed.
@@ -662,13 +779,42 @@ class Watchdog:
         # Deliveries land before any cursor moves: a tick that fails halfway leaves the
         # runs to the retry, which delivers them again (the dedup protocol runs them once).
         caught_up = self._catch_up(judged, now)
-        reruns = self._deliver_reruns(now)  # a store error here, too, leaves every cursor
+        reruns = self._deliver_reruns(now, problems)  # a store error here, too, leaves
+        # every cursor as it was
         self._store.put_cursors({job.name: cursor for job, cursor, _ in judged}, now)
         for _, _, result in judged:
             checked += result.checked
             counts["reads"] += result.reads
             problems.extend(result.problems)
         return TickResult(checked, problems, counts, caught_up, reruns)
+
+    def _refuse_malformed_cursors(
+        self, cursors: dict[str, Cursor], now: datetime
+    ) -> list[Problem]:
+        """Each cursor document that is none (or judged beyond now, which would hide runs
+        until then) is reported `malformed` and replaced by a fresh cursor: the job is
+        judged afresh over the lookback (a problem reported twice, never zero times)."""
+        problems: list[Problem] = []
+        for job in self._settings.jobs:
+            cursor = cursors.get(job.name)
+            if cursor is None:
+                continue
+            why = cursor.malformed
+            if why is None:
+                late = [(k, v) for k, v in (("judged_through", cursor.judged_through),
+                                            ("watch_from", cursor.watch_from)) if v and v > now]
+                if late:
+                    key, value = late[0]
+                    why = f"{key} {rfc3339(value)} is after now ({rfc3339(now)})"
+            if why is None:
+                continue
+            cursors[job.name] = Cursor()
+            problems.append(Problem(
+                job.name, None, MALFORMED,
+                error=f"cursor refused, the job is judged afresh: {why}",
+                document=f"{self._settings.cursor_collection}/{job.name}",
+            ))
+        return problems
 
     def _delivery(
         self, job: WatchedJob, t: datetime, generation: int = 0, number: int = 0,
@@ -773,18 +919,30 @@ class Watchdog:
             found.update(self._store.get_many(run_ids, database))
         return found
 
-    def _deliver_reruns(self, now: datetime) -> list[Delivered]:
-        """Deliver the pending re-run requests of watched jobs; mark done the executed."""
+    def _deliver_reruns(self, now: datetime, problems: list[Problem]) -> list[Delivered]:
+        """Deliver the pending re-run requests that pass `make rerun`'s checks again; mark
+        done the executed, refused (with why) the others, and refuse and report (in
+        `problems`) the documents that are no request."""
         if self._reruns is None:
             return []
         jobs = {job.name: job for job in self._settings.jobs}
         delivered: list[Delivered] = []
         deliverable: list[tuple[RerunRequest, WatchedJob]] = []
-        for request in self._reruns.pending(MAX_RERUNS_PER_TICK):
+        found = self._reruns.pending(MAX_RERUNS_PER_TICK)
+        for malformed in [m for m in found if isinstance(m, MalformedRequest)]:
+            self._reruns.refuse(malformed, now)
+            problems.append(Problem(
+                malformed.job or "-", None, MALFORMED,
+                error=f"re-run request refused, never delivered: {malformed.reason}",
+                document=f"{self._settings.reruns_collection}/{malformed.request_id}",
+            ))
+        pending = [r for r in found if isinstance(r, RerunRequest)]
+        of_runs = self._reruns.for_runs([r.base_run_id for r in pending]) if pending else {}
+        for request in pending:
             job = jobs.get(request.job)
-            if job is None or self._settings.delivery_url(job) is None:
-                why = (f"job {request.job!r} is not watched by this watchdog" if job is None
-                       else f"this watchdog has no URL to deliver job {request.job!r} to")
+            why = self._rerun_refusal(request, job, of_runs.get(request.base_run_id, []), now)
+            if why is not None or job is None:
+                why = why or f"job {request.job!r} is not watched by this watchdog"
                 self._reruns.finish(request, REFUSED, why, now)
                 delivered.append(Delivered(
                     request.job, request.schedule_time, RERUN, REFUSED, request.request_id,
@@ -812,6 +970,39 @@ class Watchdog:
                 request.generation, result.error, request.requested_by,
             ))
         return delivered
+
+    def _rerun_refusal(
+        self, request: RerunRequest, job: WatchedJob | None,
+        of_run: Sequence[RerunRequest], now: datetime,
+    ) -> str | None:
+        """Why a pending request is not delivered, checked as `make rerun` checks it before
+        writing one (infra/rerun.py); None if it passes."""
+        if (request.project, request.location) != (self._project, self._location):
+            return (f"it asks for project {request.project!r}, location {request.location!r}: "
+                    f"this watchdog watches {self._project!r}, {self._location!r}")
+        if job is None:
+            return f"job {request.job!r} is not watched by this watchdog"
+        if self._settings.delivery_url(job) is None:
+            return f"this watchdog has no URL to deliver job {request.job!r} to"
+        if not job.reruns:
+            return (f"re-runs are not enabled for job {job.name!r} (watchdog.reruns in the "
+                    "stack file, so that `make rerun` accepts them)")
+        t = request.schedule_time
+        if t > now:
+            return f"{rfc3339(t)} is in the future: only a run that was due can be re-run"
+        if not job.is_scheduled(t):
+            return (f"{rfc3339(t)} is not a scheduled time of job {job.name} "
+                    f"({job.schedule!r} in {job.time_zone})")
+        others = [r for r in of_run if r.request_id != request.request_id]
+        higher = max((r.generation for r in others), default=-1)
+        if higher >= request.generation:
+            return (f"generation {request.generation} is not the next of the run: it has a "
+                    f"request for generation {higher} (`make rerun` numbers past them all)")
+        waiting = [r.generation for r in others if r.status == PENDING]
+        if waiting:
+            return (f"another request of the run (generation {waiting[0]}) is pending: "
+                    "`make rerun` asks for one at a time")
+        return None
 
     def _unsettled_reruns(
         self,
@@ -1060,20 +1251,24 @@ class Watchdog:
 
 # -- Firestore ---------------------------------------------------------------------------------
 class FirestoreWatchStore:
-    """The watchdog's store: run records by ID through the RunStore (read only), in its own
-    database or the one a job names (`by_database`: a RunStore per database ID a job may
-    name, its own included), and its own cursor documents, one per job, in
-    `<collection>_watchdog` (the only thing it writes)."""
+    """The watchdog's store: run records by ID through the RunStore (read only), in
+    DEDUP_DATABASE or the one a job names (`by_database`: a RunStore per database ID a job
+    may name, DEDUP_DATABASE's included), and its own cursor documents, one per job, in
+    `<collection>_watchdog` of its own database (`own`, DEDUP_WATCH_DATABASE's store; by
+    default the records' store): the only thing it writes there besides the re-run
+    requests' status."""
 
     def __init__(
         self,
         runs: FirestoreRunStore,
         cursor_collection: str,
         by_database: Mapping[str, FirestoreRunStore] | None = None,
+        own: FirestoreRunStore | None = None,
     ) -> None:
         self._runs = runs
+        self._own = own or runs
         self._by_database = dict(by_database or {})
-        self._cursors = runs.client.collection(cursor_collection)
+        self._cursors = self._own.client.collection(cursor_collection)
 
     def get_many(
         self, run_ids: Sequence[str], database: str | None = None
@@ -1085,14 +1280,12 @@ class FirestoreWatchStore:
         def read(chunk: Sequence[str]) -> dict[str, Cursor]:
             def op() -> dict[str, Cursor]:
                 refs = [self._cursors.document(job) for job in chunk]
-                snapshots: Any = self._runs.client.get_all(
-                    refs, retry=self._runs.retry, timeout=self._runs.timeout
+                snapshots: Any = self._own.client.get_all(
+                    refs, retry=self._own.retry, timeout=self._own.timeout
                 )
-                return {
-                    s.id: Cursor.from_document(s.to_dict()) for s in snapshots if s.exists
-                }
+                return {s.id: _cursor(s.to_dict()) for s in snapshots if s.exists}
 
-            return self._runs.call(op)
+            return self._own.call(op)
 
         chunks = [jobs[i:i + CURSOR_READ_BATCH] for i in range(0, len(jobs), CURSOR_READ_BATCH)]
         found: dict[str, Cursor] = {}
@@ -1103,16 +1296,23 @@ class FirestoreWatchStore:
     def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> None:
         def write(chunk: Sequence[tuple[str, Cursor]]) -> None:
             def op() -> None:
-                batch = self._runs.client.batch()
+                batch = self._own.client.batch()
                 for job, cursor in chunk:
                     batch.set(self._cursors.document(job), cursor.to_document(now))
-                batch.commit(retry=self._runs.retry, timeout=self._runs.timeout)
+                batch.commit(retry=self._own.retry, timeout=self._own.timeout)
 
-            self._runs.call(op)
+            self._own.call(op)
 
         items = list(cursors.items())
         in_parallel(write, [items[i:i + CURSOR_WRITE_BATCH]
                             for i in range(0, len(items), CURSOR_WRITE_BATCH)])
+
+
+def _cursor(data: Mapping[str, Any] | None) -> Cursor:
+    try:
+        return Cursor.from_document(data)
+    except MalformedDocument as exc:
+        return Cursor.refused(str(exc))
 
 
 def in_parallel(call: Callable[[_Chunk], _Result], chunks: Sequence[_Chunk]) -> list[_Result]:
@@ -1143,7 +1343,12 @@ def build_watchdog_handler(
         )
         for database in settings.other_databases
     }
-    watch_store = FirestoreWatchStore(runs, settings.cursor_collection, by_database)
+    # Its cursors and the re-run queue: in its own database, which job code cannot write.
+    own = runs if settings.watch_database is None else FirestoreRunStore(
+        firestore.Client(project=client.project, database=settings.watch_database),
+        store.collection, store.store_timeout_seconds,
+    )
+    watch_store = FirestoreWatchStore(runs, settings.cursor_collection, by_database, own)
     deliverer: DeliversRuns | None = None
     if settings.delivers:
         if settings.queue is None:
@@ -1151,7 +1356,7 @@ def build_watchdog_handler(
         else:  # DEDUP_WATCH_TARGET_AUTH=none: no credentials at all (a local fake's queue)
             plain = requests.Session() if settings.target_auth is TargetAuth.NONE else None
             deliverer = CloudTasksDeliverer(settings.queue, plain)
-    reruns = FirestoreRerunQueue(runs, reruns_collection(store.collection))
+    reruns = FirestoreRerunQueue(own, settings.reruns_collection)
     watchdog = Watchdog(settings, watch_store, wall_clock, deliverer, reruns)
     return WatchdogHandler(settings, watchdog, emit)
 
@@ -1207,7 +1412,7 @@ class WatchdogHandler:
                 "component": "watchdog",
                 **problem.to_json(),
             })
-        by_kind = {kind: 0 for kind in (MISSED, FAILED, OVERLONG, NEVER_RAN)}
+        by_kind = {kind: 0 for kind in PROBLEM_SEVERITY}
         for problem in problems:
             by_kind[problem.kind] += 1
         self._emit({

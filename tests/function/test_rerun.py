@@ -77,7 +77,7 @@ def stack(collection: str, *, reruns: bool = True) -> StackConfig:
 def watched() -> WatchedJob:
     return WatchedJob(
         JOB_ID, "* * * * *", "Europe/Berlin", attempt_deadline_seconds=60, body=SLOW_BODY,
-        headers=JOB_HEADERS,
+        headers=JOB_HEADERS, reruns=True,
     )
 
 
@@ -336,6 +336,7 @@ def test_now_asks_a_reachable_watchdog_for_a_tick_at_once(
     entry = {
         "name": JOB_ID, "schedule": "* * * * *", "timeZone": "Europe/Berlin",
         "attemptDeadlineSeconds": 60, "body": SLOW_BODY, "headers": dict(JOB_HEADERS),
+        "reruns": True,
     }
     env = {
         "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION,
