@@ -655,12 +655,18 @@ class FunctionSettings(_Model):
 
 
 PROXY_DATABASE_SUFFIX: Final = "-proxy"
+WATCH_DATABASE_SUFFIX: Final = "-watchdog"
 DATABASE_ID_MAX_LENGTH: Final = 63
 
 
 def proxy_database_of(database_name: str) -> str:
     """The proxy's own database beside the dedup database `database_name`."""
     return f"{database_name}{PROXY_DATABASE_SUFFIX}"
+
+
+def watch_database_of(database_name: str) -> str:
+    """The watchdog's own database (its cursors, the re-run requests) beside it."""
+    return f"{database_name}{WATCH_DATABASE_SUFFIX}"
 
 
 class DedupSettings(_Model):
@@ -670,7 +676,8 @@ class DedupSettings(_Model):
         default="", pattern=r"^[a-z][a-z0-9-]{2,61}[a-z0-9]$",
         description="Firestore database ID of the records (4-63 lowercase): `namePrefix` or "
         "`<namePrefix>-…`, not `(default)`; the proxy's own records are in "
-        "`<databaseName>-proxy` (then at most 57)",
+        "`<databaseName>-proxy` (then at most 57), the watchdog's cursors and re-run "
+        "requests in `<databaseName>-watchdog` (then at most 54)",
         json_schema_extra=Hint("a valid Firestore database ID", "use 4-63 lowercase letters, "
                                "digits or hyphens, starting with a letter and not UUID-like, "
                                "e.g. scheduler-dedup", default="namePrefix"))
@@ -736,6 +743,14 @@ class DedupSettings(_Model):
         conditions name databases, not collections, so only a database of its own keeps the
         dedup function's job code from writing (forging) a proxied job's records."""
         return proxy_database_of(self.database_name)
+
+    @property
+    def watch_database_name(self) -> str:
+        """The watchdog's own database: `<databaseName>-watchdog`, its cursors and the
+        re-run queue, which only its account and the operators (`make rerun`) write: job
+        code, which can write the dedup database, can neither blind the watchdog nor ask it
+        for runs."""
+        return watch_database_of(self.database_name)
 
     @field_validator("firestore_location")
     @classmethod
@@ -1023,6 +1038,14 @@ class StackConfig(_Model):
                          f"long (at most {DATABASE_ID_MAX_LENGTH})", f"shorten "
                          f"{'databaseName' if database else 'namePrefix'} to at most "
                          f"{longest} characters")
+        watch_database = watch_database_of(database or prefix)
+        if self.watchdog.enabled and len(watch_database) > DATABASE_ID_MAX_LENGTH:
+            longest = DATABASE_ID_MAX_LENGTH - len(WATCH_DATABASE_SUFFIX)
+            problems.add("databaseName" if database else "namePrefix", f"makes the watchdog's "
+                         f"database ID {watch_database!r} {len(watch_database)} characters "
+                         f"long (at most {DATABASE_ID_MAX_LENGTH})", f"shorten "
+                         f"{'databaseName' if database else 'namePrefix'} to at most "
+                         f"{longest} characters, or set watchdog.enabled false")
         if self.token_secret_readers and not any(job.proxy for job in self.jobs):
             problems.add("tokenSecretReaders", "is set but no job calls the proxy, so the "
                          "stack has no token secret to read", "remove tokenSecretReaders, or "

@@ -1,4 +1,5 @@
-"""A Firestore database of run records: the dedup service's, and the proxy's own.
+"""A Firestore database of run records: the dedup service's, and the proxy's own (and,
+declared the same way, the watchdog's own database of cursors and re-run requests).
 
 Each component that writes run records has a database of its own, because Firestore IAM
 conditions name databases, not collections: `roles/datastore.user` conditioned to a
@@ -44,8 +45,37 @@ def declare_records_database(
 ) -> RecordsDatabase:
     """The database `database_name` with the records' collection `dedup.collection`;
     resources named `<name>-database`, `<name>-ttl-field`, `<name>-schedule-time-field`."""
-    database = gcp.firestore.Database(
-        f"{name}-database",
+    database = declare_database(
+        f"{name}-database", parent=parent, project=project, database_name=database_name,
+        dedup=dedup, depends_on=depends_on,
+    )
+    ttl_field = declare_unindexed_field(
+        f"{name}-ttl-field", parent=parent, project=project, database=database.name,
+        collection=dedup.collection, field_name=TTL_FIELD, ttl=True,
+    )
+    # After the TTL field, not beside it: Firestore has answered field operations run side
+    # by side on a new database with 409 ("underlying data changed").
+    schedule_time_field = declare_unindexed_field(
+        f"{name}-schedule-time-field", parent=parent, project=project, database=database.name,
+        collection=dedup.collection, field_name=SCHEDULE_TIME_FIELD, ttl=False,
+        after=[ttl_field],
+    )
+    return RecordsDatabase(database, ttl_field, schedule_time_field)
+
+
+def declare_database(
+    resource_name: str,
+    *,
+    parent: pulumi.Resource,
+    project: str,
+    database_name: str,
+    dedup: DedupSettings,
+    depends_on: Sequence[pulumi.Resource] = (),
+) -> gcp.firestore.Database:
+    """A Firestore database of the kit: the stack's location, delete protection and
+    point-in-time recovery (its dedup settings)."""
+    return gcp.firestore.Database(
+        resource_name,
         project=project,
         name=database_name,
         location_id=dedup.firestore_location,
@@ -67,19 +97,6 @@ def declare_records_database(
             parent=parent, depends_on=list(depends_on), protect=dedup.delete_protection
         ),
     )
-
-    ttl_field = declare_unindexed_field(
-        f"{name}-ttl-field", parent=parent, project=project, database=database.name,
-        collection=dedup.collection, field_name=TTL_FIELD, ttl=True,
-    )
-    # After the TTL field, not beside it: Firestore has answered field operations run side
-    # by side on a new database with 409 ("underlying data changed").
-    schedule_time_field = declare_unindexed_field(
-        f"{name}-schedule-time-field", parent=parent, project=project, database=database.name,
-        collection=dedup.collection, field_name=SCHEDULE_TIME_FIELD, ttl=False,
-        after=[ttl_field],
-    )
-    return RecordsDatabase(database, ttl_field, schedule_time_field)
 
 
 def declare_unindexed_field(

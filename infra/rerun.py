@@ -11,7 +11,8 @@ still pending, and, for a run that is not completed, until its retry window + th
 watchdog's grace has passed (Scheduler may retry generation 0 until then: a re-run next to
 that retry would execute the run twice). Otherwise a request for the generation past every
 record and every request of the run (refused and failed ones too) is created (a
-conditional create in `<collection>_reruns`, its ID the new generation's run_id) with who
+conditional create in `<collection>_reruns` of the watchdog's own database,
+`<databaseName>-watchdog`, its ID the new generation's run_id) with who
 asked and why, and the watchdog delivers it at its next tick, exactly once however often it
 is delivered (the dedup protocol); the records of the earlier generations are kept. A run
 that never ran at all (missed) gets generation 0: it is delivered late, once, as catch-up
@@ -50,9 +51,7 @@ from dedup.firestore_store import FirestoreRunStore  # noqa: E402
 from dedup.keys import RunKey  # noqa: E402
 from dedup.reruns import (  # noqa: E402
     PENDING,
-    FirestoreRerunQueue,
     RerunRequest,
-    reruns_collection,
     retries_may_execute,
 )
 from dedup.store import RecordExists, RunStatus, StoredRun, StoreError  # noqa: E402
@@ -101,8 +100,7 @@ def parse_time(text: str) -> datetime:
 
 def check_scheduled(job: WatchedJob, instant: datetime, now: datetime) -> None:
     """TIME is one of the job's scheduled times, at or before now."""
-    scheduled = list(job.schedule_times(instant - timedelta(seconds=1), instant))
-    if scheduled != [instant]:
+    if not job.is_scheduled(instant):  # the watchdog checks it again before delivering
         zone = ZoneInfo(job.time_zone)
         it = croniter(job.schedule, instant.astimezone(zone))
         before: datetime = it.get_prev(datetime)
@@ -163,8 +161,7 @@ def request_rerun(
         raise RerunRefused('REASON is required: say why the run must execute again, e.g. '
                            'REASON="invoice import fixed, re-sync 09:15"')
     [job] = watched_jobs(cfg, job_name)
-    settings = next(j for j in cfg.jobs if cfg.job_id(j) == job.name)
-    if not cfg.watchdog_delivers_to(proxied=settings.proxy is not None):
+    if not job.reruns:  # its watchdog checks the same flag before it delivers a request
         raise RerunRefused(
             f"stack {cfg.name_prefix!r}'s watchdog does not deliver re-runs: set "
             "watchdog.reruns: true in the stack file (and `pulumi up`), so the watchdog may "
@@ -173,7 +170,7 @@ def request_rerun(
     instant = parse_time(time_text)
     check_scheduled(job, instant, now)
     project, location = cfg.project, cfg.region
-    queue = FirestoreRerunQueue(stores.dedup, reruns_collection(cfg.dedup.collection))
+    queue = stores.reruns()  # in the watchdog's own database
     # Every request of the run, whatever its status: a refused one left no record for its
     # generation, and the next request must still be numbered past it (IDs are per generation).
     asked = queue.for_run(RunKey(project, location, job.name, instant).run_id)

@@ -5,7 +5,9 @@
 STACK is a stack name (`Pulumi.<stack>.yaml`) or the path of a stack file. For every job
 of the stack the expected runs come from its cron and time zone (DST included), exactly as
 the watchdog computes them; their records are read by ID in one batch per job (no query,
-no index) from the stack's dedup database, and each run gets the watchdog's own verdict
+no index) from the stack's dedup database (the watchdog's cursors and the re-run requests
+from the watchdog's own database, `<databaseName>-watchdog`), and each run gets the
+watchdog's own verdict
 (`dedup.watchdog.classify_run`): ok, not_due, running, missed, failed, overlong, or
 before_first_run (the job's first recorded run, from the watchdog's cursor or else the
 earliest record shown, is later: the watchdog does not judge it); never_ran when neither
@@ -68,18 +70,26 @@ class RunsError(Exception):
 
 class RunStores:
     """The stack's records, where each kind lives: the dedup database (the dedup
-    function's records, the watchdog's cursors, the re-run requests) and, for a job whose
-    records are elsewhere (a proxied job: the proxy's own database, its WatchedJob's
-    `database`), a store on that database, opened on first use by `open_database`."""
+    function's records), the watchdog's own database (`watch`: its cursors and the re-run
+    requests, `<databaseName>-watchdog`; by default the dedup store, as the demo keeps
+    them) and, for a job whose records are elsewhere (a proxied job: the proxy's own
+    database, its WatchedJob's `database`), a store on that database, opened on first use
+    by `open_database`."""
 
     def __init__(
         self,
         dedup: FirestoreRunStore,
         open_database: Callable[[str], FirestoreRunStore] | None = None,
+        watch: FirestoreRunStore | None = None,
     ) -> None:
         self.dedup = dedup
+        self.watch = watch or dedup
         self._open = open_database or self._on_the_same_client
         self._opened: dict[str, FirestoreRunStore] = {}
+
+    def reruns(self) -> FirestoreRerunQueue:
+        """`make rerun`'s requests, in the watchdog's own database."""
+        return FirestoreRerunQueue(self.watch, reruns_collection(self.dedup.collection))
 
     def records(self, job: WatchedJob) -> FirestoreRunStore:
         """Where `job`'s run records are."""
@@ -210,7 +220,7 @@ def show_runs(
     grace = float(cfg.watchdog.grace_seconds)
     jobs = watched_jobs(cfg, only)
     cursors = _first_runs(
-        stores.dedup, cfg.dedup.collection + CURSOR_SUFFIX, [j.name for j in jobs]
+        stores.watch, cfg.dedup.collection + CURSOR_SUFFIX, [j.name for j in jobs]
     )
     out.write(f"project {cfg.project}, database {cfg.dedup.database_name}, collection "
               f"{cfg.dedup.collection}; now {now.strftime('%Y-%m-%d %H:%M:%SZ')}, watchdog "
@@ -256,7 +266,7 @@ def generation_lines(
     """Per run shown, one line per re-run request (`make rerun`): its generation, what
     became of it, who asked and why."""
     shown = set(times)
-    queue = FirestoreRerunQueue(stores.dedup, reruns_collection(stores.dedup.collection))
+    queue = stores.reruns()
     requests = [r for r in queue.for_job(job.name) if r.schedule_time in shown]
     records = (stores.records(job).get_many([r.request_id for r in requests])
                if requests else {})
@@ -291,7 +301,7 @@ def _first_runs(runs: FirestoreRunStore, collection: str, jobs: Sequence[str]) -
         first: dict[str, datetime] = {}
         for snapshot in snapshots:
             data = snapshot.to_dict() if snapshot.exists else None
-            if data and data.get("first_run") is not None:
+            if data and isinstance(data.get("first_run"), datetime):
                 first[snapshot.id] = data["first_run"]
         return first
 
@@ -316,7 +326,8 @@ def open_store(cfg: StackConfig, client_factory: Callable[..., Any] | None = Non
             ) from None
         return FirestoreRunStore(client, cfg.dedup.collection, cfg.dedup.store_timeout_seconds)
 
-    return RunStores(open_database(cfg.dedup.database_name), open_database)
+    watch = open_database(cfg.dedup.watch_database_name) if cfg.watchdog.enabled else None
+    return RunStores(open_database(cfg.dedup.database_name), open_database, watch)
 
 
 def first_line(exc: BaseException) -> str:
@@ -333,8 +344,11 @@ def store_failure(
     databases = [cfg.dedup.database_name]
     if cfg.proxied_jobs:
         databases.append(cfg.dedup.proxy_database_name)
-    where = f"database{'s' if len(databases) > 1 else ''} " + " and ".join(
-        repr(d) for d in databases)
+    if cfg.watchdog.enabled:  # the watchdog's cursors and the re-run requests
+        databases.append(cfg.dedup.watch_database_name)
+    names = [repr(d) for d in databases]
+    where = f"database{'s' if len(names) > 1 else ''} " + (
+        f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0])
     return (f"{command}: cannot {action} in {where} of project {cfg.project!r}: "
             f"{first_line(exc)}; {ADC_HINT}{hint}\n")
 

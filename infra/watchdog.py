@@ -6,15 +6,20 @@ failed, overlong and never-run ones as structured log lines, which the Monitorin
 turns into metrics and alerts. It is a 2nd gen function of the kit like the others (built by
 the dedup service's build account into its repository, internal-only ingress), and:
 
-- runs as its own account `<namePrefix>-watchdog`, which holds only `roles/datastore.user`
-  conditioned to the dedup database and, when the stack has a proxy, `roles/datastore.viewer`
-  conditioned to the proxy's own database (it reads a proxied job's records there, by the
-  job's `database` in its job table). It reads the records by ID; it also writes its own
-  cursor documents (collection `<collection>_watchdog`, one per job, so a tick judges only
-  the runs whose verdict became due since the previous one), and marks the re-run requests
-  of `make rerun` (`<collection>_reruns`, with a TTL policy on their expire_at) done.
-  Firestore has no predefined role that reads everything but writes two collections, so
-  the database-conditioned user role is the narrowest grant;
+- runs as its own account `<namePrefix>-watchdog`, which holds `roles/datastore.viewer`
+  conditioned to the dedup database and, when the stack has a proxy, to the proxy's own
+  database (it reads a proxied job's records there, by the job's `database` in its job
+  table): it reads the records by ID and never writes them. What it writes is in a
+  database of its own, `<databaseName>-watchdog` (DEDUP_WATCH_DATABASE, declared here like
+  the proxy's), on which it holds `roles/datastore.user` conditioned to it: its cursor
+  documents (collection `<collection>_watchdog`, one per job, so a tick judges only the
+  runs whose verdict became due since the previous one) and the re-run requests of `make
+  rerun` (`<collection>_reruns`, with a TTL policy on their expire_at), which it marks
+  done. Firestore IAM conditions name databases, not collections: in the dedup database,
+  which the dedup function's account (the team's job code) writes, job code could write
+  requests the watchdog delivers and cursors that blind it. Nobody else in the stack
+  writes the watchdog's database; the operators' `make rerun` does, with their own
+  credentials (outside the stack);
 - is called by its own Scheduler job `<namePrefix>-watchdog`, with OIDC tokens of the
   stack's invoker account: it already holds `roles/run.invoker` on the kit's other services
   and can already trigger every job's delivery, so invoking the read-only watchdog adds
@@ -66,7 +71,7 @@ from infra.config import (
 from infra.dedup_proxy import DedupProxy
 from infra.dedup_service import DedupService, dedup_environment
 from infra.iam_wait import wait_for_iam
-from infra.records_database import TTL_FIELD, declare_unindexed_field
+from infra.records_database import TTL_FIELD, declare_database, declare_unindexed_field
 from infra.scheduled_job import ScheduledJob, ScheduledJobArgs, job_headers
 from infra.scheduler_rules import duration_string
 from infra.source import WATCH_JOBS_TABLE
@@ -118,6 +123,9 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
         if job.catch_up:
             entry.update(catchUp=True, catchUpWithinSeconds=job.catch_up_within_seconds)
         if cfg.watchdog_delivers_to(proxied=job.proxy is not None):
+            # `make rerun` accepts a request for it (infra/rerun.py), and the watchdog
+            # delivers only requests of jobs with this flag.
+            entry["reruns"] = True
             entry["headers"] = job_headers(cfg.project, cfg.region, job)
             if job.body_json is not None:
                 entry["body"] = job.body_json
@@ -170,9 +178,6 @@ class WatchdogArgs:
     """What the function's deployment waits for (APIs, build grants, TTL field)."""
     job_depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
     """What its job waits for besides the watchdog's invoker binding (the APIs)."""
-    last_field_operation: Sequence[pulumi.Resource] = field(default_factory=tuple)
-    """The dedup database's last field resource: its own field operation waits for it
-    (Firestore refuses field operations run side by side on one database)."""
     iam_propagation_seconds: int = int(DEFAULTS["iamPropagationSeconds"])
     delivery_targets: Mapping[str, tuple[pulumi.Input[str], pulumi.Input[str]]] = field(
         default_factory=dict
@@ -203,7 +208,6 @@ class WatchdogArgs:
             read_databases={"proxy": proxy.database.name} if proxy is not None else {},
             depends_on=[*service.apis, *service.build_grants, service.ttl_field],
             job_depends_on=list(service.apis),
-            last_field_operation=[service.schedule_time_field],
             iam_propagation_seconds=cfg.iam_propagation_seconds,
             delivery_targets=_delivery_targets(cfg, service, proxy),
         )
@@ -216,9 +220,16 @@ class WatchdogArgs:
     def account_id(self) -> str:
         return service_account_id(self.name_prefix, WATCHDOG_JOB_NAME)
 
+    @property
+    def watch_database_name(self) -> str:
+        """Its own database: its cursors and the re-run requests (`<databaseName>-watchdog`)."""
+        return self.dedup.watch_database_name
+
     def environment(self) -> dict[str, pulumi.Input[str]]:
         environment: dict[str, pulumi.Input[str]] = {
             **dedup_environment(self.project, self.region, self.dedup),
+            # A DEDUP_*DATABASE setting: policies/databases.py finds its writers by it.
+            "DEDUP_WATCH_DATABASE": self.watch_database_name,
             "DEDUP_WATCH_LOOKBACK_SECONDS": str(self.settings.lookback_seconds),
             "DEDUP_WATCH_GRACE_SECONDS": str(self.settings.grace_seconds),
         }
@@ -247,11 +258,15 @@ class Watchdog(pulumi.ComponentResource):
     function_uri: pulumi.Output[str]
     service_name: pulumi.Output[str]
     account: gcp.serviceaccount.Account
+    database: gcp.firestore.Database
+    """Its own database (`<databaseName>-watchdog`): its cursors and the re-run requests."""
     datastore_user: gcp.projects.IAMMember
+    """roles/datastore.user conditioned to its own database, the only one it writes."""
     reruns_ttl_field: gcp.firestore.Field
     """TTL policy on the re-run requests' expire_at (exempt from indexing)."""
     datastore_viewers: list[gcp.projects.IAMMember]
-    """roles/datastore.viewer on each database of other components' records it reads."""
+    """roles/datastore.viewer on each database of run records it reads (the dedup
+    database's, the proxy's)."""
     invoker_binding: gcp.cloudrunv2.ServiceIamMember
     iam_wait: pulumi.CustomResource
     scheduled_job: ScheduledJob
@@ -275,28 +290,34 @@ class Watchdog(pulumi.ComponentResource):
             project=project,
             account_id=args.account_id,
             display_name="Scheduler dedup run watchdog (runtime)",
-            description="Runs the run watchdog: reads the dedup records and writes its own "
-            "cursors, in the dedup database only (and reads the proxy's records).",
+            description="Runs the run watchdog: reads the run records (dedup and proxy "
+            "databases) and writes its cursors and the re-run requests' status in its own "
+            "database only.",
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
-        # roles/datastore.user conditioned to the dedup database: the watchdog reads the
-        # records and writes its cursor documents (`<collection>_watchdog`); no predefined
-        # role reads the database but writes only one collection.
+        # --- its own database: cursors and re-run requests, which job code cannot write --
+        self.database = declare_database(
+            f"{name}-database", parent=self, project=project,
+            database_name=args.watch_database_name, dedup=args.dedup,
+            depends_on=list(args.job_depends_on),
+        )
+        # roles/datastore.user conditioned to its own database, the only one it writes.
         self.datastore_user = grant_database_user(
             f"{name}-datastore-user",
             parent=self,
             project=project,
             member=self.account.member,
-            database=args.database,
+            database=self.database.name,
         )
         # `make rerun`'s requests carry expire_at (requested + retention): Firestore deletes
         # them with the runs they asked for, as it does the run records.
         self.reruns_ttl_field = declare_unindexed_field(
-            f"{name}-reruns-ttl-field", parent=self, project=project, database=args.database,
+            f"{name}-reruns-ttl-field", parent=self, project=project,
+            database=self.database.name,
             collection=f"{args.dedup.collection}{RERUNS_COLLECTION_SUFFIX}",
-            field_name=TTL_FIELD, ttl=True, after=args.last_field_operation,
+            field_name=TTL_FIELD, ttl=True,
         )
-        # Read only, the other databases of run records (the proxy's): it never writes them.
+        # Read only, every database of run records (the dedup function's, the proxy's).
         self.datastore_viewers = [
             grant_database_user(
                 f"{name}-reads-{component}-database",
@@ -306,7 +327,8 @@ class Watchdog(pulumi.ComponentResource):
                 database=database,
                 read_only=True,
             )
-            for component, database in sorted(args.read_databases.items())
+            for component, database in sorted(
+                {"dedup": args.database, **args.read_databases}.items())
         ]
         # Only when it delivers runs (catch-up, re-runs), on those services only; its wait
         # covers them, so the first delivery does not meet a grant still propagating.
@@ -358,8 +380,8 @@ class Watchdog(pulumi.ComponentResource):
             environment={**args.environment(), **self._queue_environment(args)},
             # Its job sends OIDC tokens of the stack's invoker account (see the docstring).
             allowed_callers=[args.function_base.invoker_email],
-            depends_on=[*args.depends_on, self.datastore_user, *self.datastore_viewers,
-                        self.iam_wait],
+            depends_on=[*args.depends_on, self.database, self.reruns_ttl_field,
+                        self.datastore_user, *self.datastore_viewers, self.iam_wait],
         )
         self.function, self.function_uri, self.service_name, self.invoker_binding = declared
 

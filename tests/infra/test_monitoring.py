@@ -33,6 +33,7 @@ from tests.infra.helpers import (
     FUNCTION,
     JOB,
     METRIC,
+    PROJECT_IAM,
     SLEEP,
     StackUnderTest,
 )
@@ -119,6 +120,8 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
             "attemptDeadlineSeconds": job.attempt_deadline_seconds,
             "retryWindowSeconds": retry_window_seconds(job.attempt_deadline_seconds, job.retry),
             "paused": job.paused,
+            "dstRepeated": job.dst_repeated,
+            "dstSkipped": job.dst_skipped,
         }
         if job.proxy is not None:  # its records are in the proxy's own database
             judged["database"] = cfg.dedup.proxy_database_name
@@ -126,7 +129,7 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
         assert {k: v for k, v in entry.items() if k in judged} == judged
         # A delivering watchdog's extra keys are checked in tests/infra/test_catch_up.py.
         delivers = cfg.watchdog_delivers_to(proxied=job.proxy is not None)
-        extra = {"catchUp", "catchUpWithinSeconds", "headers", "body"}
+        extra = {"catchUp", "catchUpWithinSeconds", "headers", "body", "reruns"}
         assert set(entry) - set(judged) <= (extra if delivers else set())
         props = deployed[entry["name"]]
         assert (props["schedule"], props["timeZone"]) == (entry["schedule"], entry["timeZone"])
@@ -138,26 +141,57 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
 
 def test_rerun_requests_expire_with_the_runs(stack: StackUnderTest) -> None:
     """`make rerun`'s requests (function/dedup/reruns.py's collection) carry expire_at, and
-    the watchdog's component declares the TTL policy on it, after the dedup database's last
-    field operation (one at a time on a database)."""
+    the watchdog's component declares the TTL policy on it, in the watchdog's own database."""
     field = stack.run.by_name("watchdog-reruns-ttl-field")
     cfg = stack.config
-    assert field.props["database"] == cfg.dedup.database_name
+    assert field.props["database"] == cfg.dedup.watch_database_name
     assert field.props["collection"] == cfg.dedup.collection + RERUNS_SUFFIX
     assert field.props["field"] == "expire_at"
     assert "ttlConfig" in field.props and field.props["indexConfig"] == {}
-    assert stack.run.by_name("dedup-schedule-time-field").urn in field.dependencies
+
+
+def test_the_watchdog_writes_only_a_database_of_its_own(stack: StackUnderTest) -> None:
+    """Issue 25 (2, 9): its cursors and the re-run queue are in `<databaseName>-watchdog`,
+    declared like the proxy's database, which only the watchdog's account writes (the
+    dedup function's account, running job code, holds nothing there; operators run `make
+    rerun` with their own credentials); it names it in DEDUP_WATCH_DATABASE, and reads the
+    run records with datastore.viewer only."""
+    cfg = stack.config
+    own = cfg.dedup.watch_database_name
+    assert own == f"{cfg.dedup.database_name}-watchdog"
+    database = stack.run.by_name("watchdog-database")
+    dedup = stack.run.by_name("dedup-database")
+    assert database.props["name"] == own
+    for key in ("locationId", "type", "deleteProtectionState", "pointInTimeRecoveryEnablement",
+                "appEngineIntegrationMode"):
+        assert database.props.get(key) == dedup.props.get(key), key
+    condition = f'resource.name == "projects/{cfg.project}/databases/{own}"'
+    on_it = [g for g in stack.all(PROJECT_IAM)
+             if g.props.get("condition", {}).get("expression") == condition]
+    assert [(g.props["role"], g.props["member"]) for g in on_it] == [
+        ("roles/datastore.user", f"serviceAccount:{stack.account_email('watchdog')}")]
+    runtime = stack.grants_to(stack.account_email("runtime"))
+    assert all(own not in str(g.props.get("condition")) for g in runtime)
+    assert stack.watchdog is not None
+    env = stack.watchdog.props["serviceConfig"]["environmentVariables"]
+    assert env["DEDUP_WATCH_DATABASE"] == own and env["DEDUP_DATABASE"] == cfg.dedup.database_name
+    dependencies = set(stack.watchdog.dependencies)
+    for name in ("watchdog-database", "watchdog-datastore-user", "watchdog-reruns-ttl-field"):
+        assert stack.run.by_name(name).urn in dependencies, name
 
 
 def test_watchdog_account_holds_only_the_database_roles(stack: StackUnderTest) -> None:
-    """datastore.user on the dedup database (records, its cursors, re-run requests) and,
-    with a proxy, datastore.viewer on the proxy's own database: it reads, never writes,
-    the proxy's records."""
+    """datastore.user on its own database (its cursors, re-run requests) and
+    datastore.viewer on the dedup database and, with a proxy, the proxy's own database: it
+    reads, never writes, the run records."""
     email = stack.account_email("watchdog")
     assert email == f"{stack.config.name_prefix}-watchdog@{stack.config.project}" \
         ".iam.gserviceaccount.com"
     d = stack.config.dedup
-    expected = {"watchdog-datastore-user": ("roles/datastore.user", d.database_name)}
+    expected = {
+        "watchdog-datastore-user": ("roles/datastore.user", d.watch_database_name),
+        "watchdog-reads-dedup-database": ("roles/datastore.viewer", d.database_name),
+    }
     if stack.proxy is not None:
         expected["watchdog-reads-proxy-database"] = (
             "roles/datastore.viewer", d.proxy_database_name)
@@ -492,6 +526,7 @@ def test_the_watchdog_reads_the_settings_infra_gives_it(stack: StackUnderTest) -
     assert settings.grace_seconds == cfg.watchdog.grace_seconds
     assert settings.store.allowed_callers == frozenset({stack.account_email("invoker")})
     assert settings.cursor_collection == f"{cfg.dedup.collection}_watchdog"
+    assert settings.watch_database == cfg.dedup.watch_database_name
     by_name = {job.name: job for job in settings.jobs}
     assert set(by_name) == {cfg.job_id(j) for j in cfg.jobs}
     for job in cfg.jobs:
@@ -501,6 +536,8 @@ def test_the_watchdog_reads_the_settings_infra_gives_it(stack: StackUnderTest) -
         assert watched.attempt_deadline_seconds == job.attempt_deadline_seconds
         assert watched.retry_window_seconds == job.retry_window_seconds
         assert watched.paused is job.paused
+        # `make rerun` accepts a request for it exactly when its watchdog delivers one.
+        assert watched.reruns is cfg.watchdog_delivers_to(proxied=job.proxy is not None)
 
 
 def test_the_lookback_must_fit_in_the_records_retention() -> None:

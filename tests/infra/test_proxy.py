@@ -337,13 +337,15 @@ def test_proxy_records_are_in_a_database_only_the_proxy_writes(
         and g.props["role"] != "roles/datastore.viewer"
     }
     assert writers == {f"serviceAccount:{proxied.account_email('proxy')}"}
-    (viewer,) = [g for g in proxied.iam_grants() if g.props["role"] == "roles/datastore.viewer"]
+    (viewer,) = [g for g in proxied.iam_grants() if g.props["role"] == "roles/datastore.viewer"
+                 and g.props["condition"]["expression"] == database_condition(PROXY_DATABASE)]
     assert viewer.props["member"] == f"serviceAccount:{proxied.account_email('watchdog')}"
-    assert viewer.props["condition"]["expression"] == database_condition(PROXY_DATABASE)
-    for account in ("runtime", "watchdog"):
+    # The watchdog writes only its own database (its cursors, the re-run queue).
+    for account, database in (("runtime", DEDUP_DATABASE),
+                              ("watchdog", proxied.config.dedup.watch_database_name)):
         (user,) = [g for g in proxied.grants_to(proxied.account_email(account))
                    if g.props["role"] == "roles/datastore.user"]
-        assert user.props["condition"]["expression"] == database_condition(DEDUP_DATABASE)
+        assert user.props["condition"]["expression"] == database_condition(database)
     for role, grants in proxy_roles(proxied).items():
         assert role not in ("roles/owner", "roles/editor", "roles/viewer", "roles/run.invoker")
         for g in grants:

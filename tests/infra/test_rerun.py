@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 import yaml
+from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator, Outcome, PermanentFailure, RunContext
 from dedup.reruns import DONE, REFUSED, FirestoreRerunQueue, reruns_collection
@@ -41,6 +43,28 @@ def stack_file(tmp_path: Path, collection: str, *, reruns: bool = True) -> Path:
     path = tmp_path / "Pulumi.rerun-test.yaml"
     path.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
     return path
+
+
+def own_queue(collection: str) -> FirestoreRerunQueue:
+    """The requests, in the watchdog's own database (`<databaseName>-watchdog`)."""
+    client = firestore.Client(project=PROJECT, database=f"{DATABASE}-watchdog")
+    return FirestoreRerunQueue(FirestoreRunStore(client, collection, 5),
+                               reruns_collection(collection))
+
+
+def test_make_rerun_writes_the_watchdogs_own_database_only(
+    tmp_path: Path, collection_name: str,
+) -> None:
+    """Issue 25 (2): the request is in the database only the watchdog and the operators
+    write, not in the dedup database (which job code writes)."""
+    path = stack_file(tmp_path, collection_name)
+    hourly = Protocol(runs.stack_config(str(path)), JOB)
+    hourly.completed(at(9, 7))
+    assert ask(path, "2026-10-16T09:07:00Z")[0] == 0
+    [request] = own_queue(collection_name).for_job(hourly.job_id)
+    assert request.generation == 1
+    dedup = FirestoreRerunQueue(hourly.store, reruns_collection(collection_name))
+    assert dedup.for_job(hourly.job_id) == []
 
 
 def rerun_main(*argv: str, now: datetime = NOW) -> tuple[int, str, str]:
@@ -90,7 +114,7 @@ def test_a_rerun_is_recorded_refused_while_pending_and_shown_by_make_runs(
     # The watchdog delivered it: generation 1 ran, and the request is done.
     rerun_key = RunKey(PROJECT, REGION, hourly.job_id, at(9, 7), generation=1)
     hourly.completed_key(rerun_key, at(12, 1))
-    queue = FirestoreRerunQueue(hourly.store, reruns_collection(collection_name))
+    queue = own_queue(collection_name)
     [request] = queue.for_job(hourly.job_id)
     # Deleted by the TTL policy with the runs it asked for (the stack's retention).
     assert request.expire_at == NOW + timedelta(seconds=cfg.dedup.retention_seconds)
@@ -129,7 +153,7 @@ def test_refusals_name_what_is_wrong_and_write_nothing(
     code, _, err = ask(stack_file(tmp_path, collection_name, reruns=False),
                        "2026-10-16T09:07:00Z")
     assert code == 2 and "set watchdog.reruns: true in the stack file" in err
-    queue = FirestoreRerunQueue(hourly.store, reruns_collection(collection_name))
+    queue = own_queue(collection_name)
     assert queue.for_job(hourly.job_id) == []
 
 
@@ -175,7 +199,7 @@ def test_a_rerun_while_scheduler_may_retry_the_run_is_refused_until_its_window_p
             "execute next to that retry; ask again at or after 2026-10-16T13:23:30+02:00 "
             "(2026-10-16T11:23:30Z)\n"
         )
-    queue = FirestoreRerunQueue(hourly.store, reruns_collection(collection_name))
+    queue = own_queue(collection_name)
     assert queue.for_job(hourly.job_id) == []  # nothing for the watchdog to deliver
 
     code, out, err = ask(path, "2026-10-16T11:07:00Z", now=RETRIED_UNTIL)
@@ -218,7 +242,7 @@ def test_after_a_refused_request_the_next_rerun_asks_for_the_next_generation(
     cfg = runs.stack_config(str(path))
     hourly = Protocol(cfg, JOB)
     hourly.completed(at(9, 7))
-    queue = FirestoreRerunQueue(hourly.store, reruns_collection(collection_name))
+    queue = own_queue(collection_name)
 
     assert ask(path, "2026-10-16T09:07:00Z")[0] == 0
     [first] = queue.for_job(hourly.job_id)

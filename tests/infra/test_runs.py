@@ -223,8 +223,9 @@ def test_unreachable_firestore_is_one_line(tmp_path: Path, collection_name: str)
     code, _, err = run_main(str(stack_file(tmp_path, collection_name)), now=NOW)
     assert code == 1
     assert err.count("\n") == 1
-    assert err.startswith(f"make runs: cannot read the runs in database '{DATABASE}' of "
-                          f"project '{PROJECT}': ")
+    # the watchdog's own database too: its cursors and the re-run requests
+    assert err.startswith(f"make runs: cannot read the runs in databases '{DATABASE}' and "
+                          f"'{DATABASE}-watchdog' of project '{PROJECT}': ")
     assert "gcloud auth application-default login" in err
 
 
@@ -237,5 +238,6 @@ def test_unreachable_firestore_names_the_proxys_database_too(
     code, _, err = run_main(str(path), "--job", "report", now=NOW)
     assert code == 1
     assert err.count("\n") == 1
-    assert err.startswith(f"make runs: cannot read the runs in databases '{DATABASE}' and "
-                          f"'{DATABASE}-proxy' of project '{PROJECT}': ")
+    assert err.startswith(f"make runs: cannot read the runs in databases '{DATABASE}', "
+                          f"'{DATABASE}-proxy' and '{DATABASE}-watchdog' of project "
+                          f"'{PROJECT}': ")

@@ -149,7 +149,11 @@ def monitoring_counts(cfg: StackConfig) -> Counter[str]:
             FUNCTION: int(watchdog),
             OBJECT: int(watchdog),
             ACCOUNT: int(watchdog),
-            PROJECT_IAM: int(watchdog),
+            # datastore.user on its own database, datastore.viewer on the dedup database's
+            # records (and on the proxy's: counted with the proxy)
+            PROJECT_IAM: 2 * int(watchdog),
+            # its own database: cursors and re-run requests (issue 25)
+            DATABASE: int(watchdog),
             # Its own invoker grant, and one per service it delivers runs to (catch-up,
             # re-runs): the dedup function's, the proxy's.
             RUN_IAM: int(watchdog) + sum(
@@ -249,11 +253,14 @@ def test_resources_wait_for_their_apis(stack: StackUnderTest) -> None:
 
 
 def test_named_firestore_database(stack: StackUnderTest) -> None:
-    """The dedup database, and the proxy's own beside it (same settings) when it has one."""
+    """The dedup database, and the proxy's own beside it (same settings) when it has one,
+    and the watchdog's own (its cursors and re-run queue) when it runs."""
     d = stack.config.dedup
     names = {"dedup-database": d.database_name}
     if stack.proxy is not None:
         names["proxy-database"] = d.proxy_database_name
+    if stack.watchdog is not None:
+        names["watchdog-database"] = d.watch_database_name
     assert sorted(db.name for db in stack.all(DATABASE)) == sorted(names)
     for resource_name, database_name in names.items():
         check_database(stack.run.by_name(resource_name), database_name, d)
@@ -512,15 +519,15 @@ def test_invoker_on_the_service_not_the_project(stack: StackUnderTest) -> None:
 
 
 def test_datastore_role_is_conditioned_to_the_database(stack: StackUnderTest) -> None:
-    """Each account that writes records, on its own database only: the proxy on its own,
-    the others on the dedup database."""
+    """Each account that writes, on its own database only: the proxy and the watchdog on
+    their own, the runtime account on the dedup database."""
     d = stack.config.dedup
     grants = [g for g in stack.all(PROJECT_IAM) if g.props["role"] == "roles/datastore.user"]
     databases = {"runtime": d.database_name}
     if stack.proxy is not None:
         databases["proxy"] = d.proxy_database_name
     if stack.watchdog is not None:
-        databases["watchdog"] = d.database_name
+        databases["watchdog"] = d.watch_database_name
     expected = {
         f"serviceAccount:{stack.account_email(a)}": database for a, database in databases.items()
     }
