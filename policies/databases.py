@@ -6,11 +6,12 @@ A database of the kit is one a function of the kit (dedup function, proxy, watch
 names in a `DEDUP_*DATABASE` setting (DEDUP_DATABASE, or e.g. a watchdog's own database
 setting), or a `gcp:firestore/database:Database` the stack declares. The accounts that
 must write it are the runtime accounts of the functions naming it (the proxy's: also the
-account declared in its component). Any other member holding a role that writes entities
-(`roles/datastore.user`, `roles/datastore.owner`, a custom role with
-datastore.entities.create/update/delete) is refused, whether the grant's condition names
-the database or it has no one-database condition on the database's project, a folder or
-the organization. Firestore roles act on databases through the project (IAM conditions
+account declared in its component), but for a watchdog that has a database of its own
+(DEDUP_WATCH_DATABASE), which writes that one only and reads the others. Any other
+member holding a role that writes entities (`roles/datastore.user`,
+`roles/datastore.owner`, a custom role with datastore.entities.create/update/delete) is
+refused, whether the grant's condition names the database or it has no one-database
+condition on the database's project, a folder or the organization. Firestore roles act on databases through the project (IAM conditions
 name databases, not collections), so that is where writers are found.
 """
 
@@ -28,7 +29,12 @@ from policies.permissions import DATASTORE_WRITE
 from policies.proxy import _runtime_email, is_proxy_function, own_account_emails
 from policies.stack import _reach, dedup_functions
 from policies.values import MISSING, as_mapping, get, is_unknown, known_str
-from policies.watchdog import watchdog_functions
+from policies.watchdog import (
+    WATCH_DATABASE_ENV,
+    has_own_database,
+    is_watchdog_function,
+    watchdog_functions,
+)
 
 FIREBASE_RULES_RELEASE: Final = "gcp:firebaserules/release:Release"
 # Release names of Firestore rules: `cloud.firestore` (the (default) database) or
@@ -93,8 +99,11 @@ def kit_databases(resources: Sequence[Resource]) -> list[KitDatabase]:
             email = _runtime_email(function)
             accounts = frozenset({email}) if email else None
         label = repr(known_str(get(function.props, "name")) or function.name)
+        # A watchdog with a database of its own writes only that one: it reads the others.
+        reads_only = is_watchdog_function(function) and has_own_database(function)
         for key, database in _named_databases(function):
-            add(database, accounts, f"{label} ({key})")
+            writes = frozenset() if reads_only and key != WATCH_DATABASE_ENV else accounts
+            add(database, writes, f"{label} ({key})")
     for declared in resources:
         if declared.type != FIRESTORE_DATABASE:
             continue

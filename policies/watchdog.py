@@ -1,15 +1,17 @@
 """Stack policies for the run watchdog: it runs as its own service account, and that account
-holds no more than `roles/datastore.user` conditioned to the dedup database and, in a stack
-with the idempotent proxy, `roles/datastore.viewer` conditioned to the proxy's database.
+holds no more than `roles/datastore.user` conditioned to its own database (its
+DEDUP_WATCH_DATABASE: its cursors and the re-run queue) and `roles/datastore.viewer`
+conditioned to the databases of run records it reads (its DEDUP_DATABASE, the proxy's).
 
 The watchdog is the `gcp:cloudfunctionsv2/function:Function` with the entry point
 `watch_scheduled_runs`, or with a DEDUP_WATCH_* setting in its environment (its job list
-travels in its source archive, function/dedup/tables.py). It reads the dedup
-records and writes its own cursor documents and re-run queue in the same database, so the
-database-conditioned user role is all it needs there; the proxy keeps its records in a
-database of its own, which the watchdog only reads. As a function of the kit, the other
+travels in its source archive, function/dedup/tables.py). It reads the run records and
+writes only its cursors and the re-run requests' status, in a database of its own: job code
+can write the dedup database, and would blind the watchdog or have it deliver runs. A
+watchdog without DEDUP_WATCH_DATABASE (before it had a database of its own) keeps both in
+DEDUP_DATABASE and may hold the user role there. As a function of the kit, the other
 policies apply to it as well (dedicated accounts, internal ingress, DEDUP_ALLOWED_CALLERS,
-invoker on its service only).
+invoker on its service only); who writes each database is dedup-database-writers'.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from policies.function import records_database
+from policies.function import RecordsDatabase, database_id, records_database
 from policies.gcp import (
     FUNCTION_V2,
     WATCH_SETTINGS_PREFIX,
@@ -39,7 +41,7 @@ from policies.proxy import (
     proxy_functions,
     roles_held,
 )
-from policies.values import as_mapping, get
+from policies.values import MISSING, as_mapping, get, known_str
 
 # Set when the watchdog delivers runs (function/dedup/delivery.py): to the dedup function,
 # and to the proxy (its proxied jobs', function/dedup/watchdog.py).
@@ -48,6 +50,8 @@ PROXY_URL_ENV = "DEDUP_WATCH_PROXY_URL"
 # Its deliveries' Cloud Tasks queue and the account whose OIDC token the tasks carry
 # (function/dedup/cloud_tasks.py).
 QUEUE_ENV = "DEDUP_WATCH_QUEUE"
+# Its own database: its cursors and the re-run queue (function/dedup/watchdog.py).
+WATCH_DATABASE_ENV = "DEDUP_WATCH_DATABASE"
 TASKS_ENQUEUER: Final = "roles/cloudtasks.enqueuer"
 SA_USER: Final = "roles/iam.serviceAccountUser"
 
@@ -67,6 +71,25 @@ def is_watchdog_function(resource: Resource) -> bool:
 
 def watchdog_functions(resources: Sequence[Resource]) -> list[Resource]:
     return [r for r in resources if is_watchdog_function(r)]
+
+
+def has_own_database(watchdog: Resource) -> bool:
+    """It names a database of its own (DEDUP_WATCH_DATABASE), known or not yet."""
+    env = as_mapping(_env(watchdog))
+    value = get(env, WATCH_DATABASE_ENV) if env is not None else MISSING
+    return value is not MISSING and value != ""
+
+
+def own_database(watchdog: Resource) -> RecordsDatabase | None:
+    """Its DEDUP_WATCH_DATABASE (in its DEDUP_PROJECT); None if unset or not known yet."""
+    env = as_mapping(_env(watchdog))
+    if env is None or not has_own_database(watchdog):
+        return None
+    name = known_str(database_id(get(env, WATCH_DATABASE_ENV)))
+    records = records_database(watchdog)
+    if name is None or records is None:
+        return None
+    return RecordsDatabase(records.project, name)
 
 
 def delivers_runs(watchdog: Resource) -> bool:
@@ -99,8 +122,9 @@ def own_service_account(resources: Sequence[Resource]) -> list[Finding]:
 # --- dedup-watchdog-least-privilege -----------------------------------------------------
 
 ALLOWED_TEXT: Final = (
-    f"{DATASTORE_USER} on the dedup database, {DATASTORE_VIEWER} on the proxy's database, "
-    "each conditioned to that one database; when it delivers runs, run.invoker on the "
+    f"{DATASTORE_USER} on its own database (DEDUP_WATCH_DATABASE), {DATASTORE_VIEWER} on "
+    "the dedup and the proxy's database, each conditioned to that one database; when it "
+    "delivers runs, run.invoker on the "
     f"kit's services, {TASKS_ENQUEUER} on the queue its DEDUP_WATCH_QUEUE names and "
     f"{SA_USER} on its own account"
 )
@@ -121,9 +145,14 @@ def _own_queue_grant(watchdog: Resource, grant: Resource, role: str, email: str)
     return False
 
 
-def _viewer_problem(named: Any, proxies: Sequence[Resource]) -> str | None:
-    """Why the watchdog's roles/datastore.viewer, conditioned to database `named`, reads no
-    proxy's records; None if it does, or is not known yet."""
+def _viewer_problem(
+    named: Any, proxies: Sequence[Resource], records: RecordsDatabase | None
+) -> str | None:
+    """Why the watchdog's roles/datastore.viewer, conditioned to database `named`, reads
+    neither its DEDUP_DATABASE's records nor a proxy's; None if it does, or is not known
+    yet."""
+    if records is not None and isinstance(named, str) and records.named_by(named):
+        return None  # the dedup function's records
     if not proxies:
         return (
             f"{DATASTORE_VIEWER} is granted but the stack has no proxy, whose records it "
@@ -139,13 +168,28 @@ def _viewer_problem(named: Any, proxies: Sequence[Resource]) -> str | None:
     )
 
 
+def _user_problem(named: Any, own: RecordsDatabase | None) -> str | None:
+    """Why the watchdog's roles/datastore.user, conditioned to database `named`, is not on
+    its own database (when it names one); None if it is, or is not known yet."""
+    if own is None or not isinstance(named, str) or own.named_by(named):
+        return None
+    return (
+        f"{DATASTORE_USER} names database {named!r}, not its own database {str(own)!r} "
+        "(DEDUP_WATCH_DATABASE), the only one it writes (its cursors, the re-run queue): "
+        f"set its condition to its own database, and read the run records with "
+        f"{DATASTORE_VIEWER}; job code writing where the watchdog writes could blind it or "
+        "have it deliver runs"
+    )
+
+
 def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
-    """The watchdog's account holds roles/datastore.user on the dedup database (its cursors
-    and re-run queue live there) and, in a stack with a proxy, roles/datastore.viewer on
-    the proxy's database (it reads the proxy's records), each conditioned to one database,
-    and nothing else; a watchdog that delivers runs also roles/run.invoker on Cloud Run
-    services (one service each: iam-no-project-level-invoker covers the rest). Which
-    database datastore.user names: dedup-proxy-own-database."""
+    """The watchdog's account holds roles/datastore.user on its own database (its cursors
+    and re-run queue live there: DEDUP_WATCH_DATABASE; without one, DEDUP_DATABASE) and
+    roles/datastore.viewer on the databases of run records it reads (its DEDUP_DATABASE,
+    the proxy's), each conditioned to one database, and nothing else; a watchdog that
+    delivers runs also roles/run.invoker on Cloud Run services (one service each:
+    iam-no-project-level-invoker covers the rest). Which databases the roles name:
+    dedup-database-writers and dedup-proxy-own-database."""
     findings: list[Finding] = []
     proxies = proxy_functions(resources)
     for watchdog in watchdog_functions(resources):
@@ -154,6 +198,7 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
             continue  # not known yet: the grants cannot be attributed to the watchdog
         prefix = f"the watchdog's account {email} ({_label(watchdog)})"
         delivers = delivers_runs(watchdog)
+        own, records = own_database(watchdog), records_database(watchdog)
         for resource, role, grant in roles_held(resources, email):
             if delivers and role == RUN_INVOKER and resource.type.startswith(
                 "gcp:cloudrunv2/serviceIam"
@@ -181,10 +226,14 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
                 )
                 continue
             viewer = role == DATASTORE_VIEWER
-            database = "the proxy's database" if viewer else "the dedup database"
+            database = "a database of run records" if viewer else (
+                "its own database" if has_own_database(watchdog) else "the dedup database")
             problem = single_database_problem(role, grant.condition, database)
+            named = condition_database(grant.condition)
             if problem is None and viewer:
-                problem = _viewer_problem(condition_database(grant.condition), proxies)
+                problem = _viewer_problem(named, proxies, records)
+            elif problem is None:
+                problem = _user_problem(named, own)
             if problem is not None:
                 findings.append(Finding(f"{prefix}: {problem}", resource.urn))
     return findings
