@@ -11,8 +11,9 @@ account declared in its component), but for a watchdog that has a database of it
 member holding a role that writes entities (`roles/datastore.user`,
 `roles/datastore.owner`, a custom role with datastore.entities.create/update/delete) is
 refused, whether the grant's condition names the database or it has no one-database
-condition on the database's project, a folder or the organization. Firestore roles act on databases through the project (IAM conditions
-name databases, not collections), so that is where writers are found.
+condition on the database's project, a folder or the organization. Firestore roles act on
+databases through the project (IAM conditions name databases, not collections), so that
+is where writers are found.
 """
 
 from __future__ import annotations

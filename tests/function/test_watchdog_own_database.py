@@ -97,6 +97,11 @@ def own_queue(collection: str) -> FirestoreRerunQueue:
                                reruns_collection(collection))
 
 
+def snapshot(document: Any) -> dict[str, Any]:
+    found: Any = document.get()
+    return dict(found.to_dict() or {})
+
+
 def rerunnable(name: str) -> WatchedJob:
     return replace(minutely(name, catch_up=False), reruns=True)
 
@@ -240,7 +245,7 @@ def test_a_malformed_request_is_refused_and_reported_and_the_tick_answers_200(
     assert (other.name, z(times[2]), "missed") in {
         (p["job"], p["schedule_time"], p["kind"]) for p in body["problems"]}
     assert [(r["generation"], r["status"]) for r in body["reruns"]] == [(1, "completed")]
-    stored = document.get().to_dict() or {}
+    stored = snapshot(document)
     assert stored["status"] == REFUSED and "generation" in stored["outcome"]
     assert [p for p in watch.tick()["problems"] if p["kind"] == MALFORMED] == []
 
@@ -276,7 +281,7 @@ def test_a_malformed_cursor_is_reported_and_the_job_judged_afresh(
     missed = {(p["job"], p["schedule_time"]) for p in body["problems"] if p["kind"] == "missed"}
     assert missed == {(job.name, z(times[2])), (other.name, z(times[2]))}
     # The cursor is the watchdog's own again: the next tick reports nothing twice.
-    assert Cursor.from_document(cursors.document(job.name).get().to_dict()).malformed is None
+    assert Cursor.from_document(snapshot(cursors.document(job.name))).malformed is None
     assert watch.tick()["problems"] == []
 
 
@@ -287,14 +292,15 @@ def test_a_request_document_must_match_its_ids_and_types() -> None:
     good = request("job", t)
     document = good.to_document()
     assert RerunRequest.from_document(document, good.request_id) == good
-    for broken, why in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"generation": True}, "generation is bool"),
         ({"schedule_time": "2026-11-30T08:15:00Z"}, "schedule_time is str"),
         ({"status": "approved"}, "status 'approved' is not one of"),
         ({"job": None}, "job is missing"),
         ({"run_id": RunKey(PROJECT, LOCATION, "job", t, generation=2).run_id},
          "run_id"),
-    ]:
+    ]
+    for broken, why in cases:
         with pytest.raises(MalformedDocument, match=why):
             RerunRequest.from_document({**document, **broken}, good.request_id)
     with pytest.raises(MalformedDocument, match="document ID 'other'"):

@@ -341,11 +341,11 @@ def test_proxy_records_are_in_a_database_only_the_proxy_writes(
                  and g.props["condition"]["expression"] == database_condition(PROXY_DATABASE)]
     assert viewer.props["member"] == f"serviceAccount:{proxied.account_email('watchdog')}"
     # The watchdog writes only its own database (its cursors, the re-run queue).
-    for account, database in (("runtime", DEDUP_DATABASE),
-                              ("watchdog", proxied.config.dedup.watch_database_name)):
+    for account, writes in (("runtime", DEDUP_DATABASE),
+                            ("watchdog", proxied.config.dedup.watch_database_name)):
         (user,) = [g for g in proxied.grants_to(proxied.account_email(account))
                    if g.props["role"] == "roles/datastore.user"]
-        assert user.props["condition"]["expression"] == database_condition(database)
+        assert user.props["condition"]["expression"] == database_condition(writes)
     for role, grants in proxy_roles(proxied).items():
         assert role not in ("roles/owner", "roles/editor", "roles/viewer", "roles/run.invoker")
         for g in grants:

@@ -6,7 +6,7 @@ own database."""
 from __future__ import annotations
 
 from policies.gcp import FIRESTORE_DATABASE
-from policies.model import Resource
+from policies.model import Resource, StackPolicy
 from policies.registry import by_name
 from tests.policies.fixtures import (
     DATABASE,
@@ -47,6 +47,7 @@ def own_database_stack() -> list[Resource]:
 
 def violations(policy: str, resources: list[Resource]) -> list[str]:
     stack_policy = by_name(policy)
+    assert isinstance(stack_policy, StackPolicy)
     return [f.message for f in stack_policy.run(resources, stack_policy.configure({}))]
 
 
