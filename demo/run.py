@@ -31,6 +31,7 @@ from typing import Any
 
 from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
+from dedup.protocol import Outcome
 from dedup.settings import Settings
 from dedup.store import RunStatus
 from dedup.tokens import TOKEN_SECRET_ENV
@@ -621,16 +622,20 @@ def settle_for_hung_up_jobs(
 
 def logged_errors(log_text: str, project: str, names: dict[str, str]) -> dict[str, str]:
     """Per job (the stack's name), the last error the function logged for it: its
-    outcome and detail, e.g. "failed: KeyError('customer')"."""
+    outcome and detail, e.g. "500 failed: KeyError('customer')". A 409 in_progress only
+    says that another attempt held the run (one killed mid-job, say, whose retries all
+    came within its lease): it is the job's last error only if the job has no other."""
     errors: dict[str, str] = {}
+    busy: dict[str, str] = {}
     for entry in _log_entries(log_text):
         if entry.get("project") != project or entry.get("status", 200) < 300:
             continue
-        job = str(entry.get("job"))
+        job = names.get(str(entry.get("job")), str(entry.get("job")))
         detail = entry.get("detail")
         text = f"{entry.get('status')} {entry.get('outcome')}"
-        errors[names.get(job, job)] = f"{text}: {detail}" if detail else text
-    return errors
+        text = f"{text}: {detail}" if detail else text
+        (busy if entry.get("outcome") == Outcome.IN_PROGRESS else errors)[job] = text
+    return {**busy, **errors}
 
 
 def _log_entries(log_text: str) -> Iterator[dict[str, Any]]:

@@ -329,7 +329,10 @@ def job_results(
         failures.sort(key=lambda d: d.sent_at)
         last_error = (errors or {}).get(job)
         if last_error is None and failures:
-            last_error = answer_text(failures[-1])
+            # A 409 in_progress tells only that another attempt held the run (e.g. one
+            # killed mid-job): the last other answer says why the job fails, if there is one.
+            telling = [d for d in failures if not _held_elsewhere(d)]
+            last_error = answer_text((telling or failures)[-1])
         out.append(JobResult(
             job=job,
             runs=len(delivered),
@@ -339,6 +342,10 @@ def job_results(
             last_error=last_error,
         ))
     return out
+
+
+def _held_elsewhere(d: Delivery) -> bool:
+    return d.status == 409 and reply_outcome(d) == "in_progress"
 
 
 def job_result_json(r: JobResult) -> dict[str, Any]:

@@ -508,3 +508,21 @@ def test_cli_names_dst_ticks_in_text_and_json(
     assert "DST: job h: 2027-03-28 02:07 does not exist in Europe/Berlin (gap)" in text
     assert out["dst"] == [{"job": "h", "time_zone": "Europe/Berlin", "date": "2027-03-28",
                            "local_time": "02:07", "kind": "gap"}]
+
+
+def test_a_job_killed_mid_run_still_reports_why_it_fails() -> None:
+    # The last run's first attempt died mid-job (kill) holding the run's lease, and every
+    # retry came within it: answered 409 in_progress. That says another attempt held the
+    # run, not why the job fails: the earlier run's 500 does.
+    result = result_of(
+        run_of(T1, answered(T1, 500, "failed"), answered(T1, 500, "failed", attempt=2)),
+        run_of(T2, delivery(T2, None, error="ConnectionResetError"),
+               answered(T2, 409, "in_progress", attempt=2,
+                        sent_at=T2 + timedelta(seconds=5)), tick=1),
+    )
+    summaries = summarise(result, {("j", T1, False): 0, ("j", T2, False): 0})
+    [job] = job_results(summaries)
+    assert job.last_error == "500 failed"
+    # A job that was only ever answered 409 in_progress has that as its last error.
+    only_held = summarise(result_of(result.runs[1]), {("j", T2, False): 0})
+    assert job_results(only_held)[0].last_error == "409 in_progress"
