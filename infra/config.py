@@ -24,7 +24,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Final, Literal, get_args, get_origin
 from zoneinfo import available_timezones
@@ -36,6 +36,7 @@ from pydantic import (
     Field,
     Strict,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -943,12 +944,18 @@ class StackConfig(_Model):
         return jobs
 
     @model_validator(mode="after")
-    def _settings_fit_together(self) -> StackConfig:
+    def _settings_fit_together(self, info: ValidationInfo) -> StackConfig:
         """Rules across the models; the dedup guarantee depends on each of them. Then the
-        unset databaseName, firestoreLocation and jobs[].jobLogic follow their settings."""
+        unset databaseName, firestoreLocation and jobs[].jobLogic follow their settings.
+        A config validated for a deployment (`DEPLOYING` in the context) keeps the
+        `DEPLOY_RULES` too."""
         dedup, timeout, prefix = self.dedup, self.function.timeout_seconds, self.name_prefix
         store_timeout, retention = dedup.store_timeout_seconds, dedup.retention_seconds
         problems = _Problems()
+        if isinstance(info.context, Mapping) and info.context.get(DEPLOYING):
+            for rule in DEPLOY_RULES:
+                if (broken := rule.check(self)) is not None:
+                    problems.add(*broken)
         # A database ID is unique in its project: one without the stack's prefix would let
         # two stacks sharing a project share records and fight over the TTL policy.
         database = dedup.database_name
@@ -1134,6 +1141,48 @@ class StackConfig(_Model):
         return {self.job_id(job): job.proxy for job in jobs if job.proxy is not None}
 
 
+# --------------------------------------------------------------------------- deploy rules
+
+
+DEPLOYING: Final = "deploying"
+"""The validation context key of a config that is to be deployed (`load_config(...,
+deploying=True)`): the program's own (`pulumi up`/`preview`, and so `make plan` and
+`make policy-check`, which run it under mocks)."""
+
+
+@dataclass(frozen=True)
+class DeployRule:
+    """A mandatory policy of the policy pack (`policy`, its name in policies/registry.py)
+    that the stack config alone decides, as a config rule: a deployment's config breaking
+    it is refused before anything is declared, at `make plan` with its key and fix, instead
+    of by `make policy-check` after the plan. `check` returns (key, what, fix) when broken.
+
+    Local runs (`make demo`, the Scheduler emulator, `make runs`) deploy nothing and do not
+    apply them. tests/infra/test_config.py checks each against the pack: with the rule
+    off, the same stack fails that policy, and with the rule's fix applied it passes."""
+
+    policy: str
+    check: Callable[[StackConfig], tuple[Loc, str, str] | None]
+
+
+def _protected_stack_alerts_someone(cfg: StackConfig) -> tuple[Loc, str, str] | None:
+    if not cfg.dedup.delete_protection or cfg.alerts.emails:
+        return None
+    return (("alerts", "emails"), "is empty while deleteProtection is true (its default): "
+            "a missed, failed or overlong run of this production-like stack would alert "
+            "nobody, and policy dedup-alerting-notifies-production refuses the deployment",
+            "add `scheduler-dedup:alerts: {emails: [oncall@example.com]}` with your on-call "
+            "address, or set `scheduler-dedup:deleteProtection: false` for a stack you may "
+            "delete (its alerts are then advised, not required)")
+
+
+DEPLOY_RULES: Final[tuple[DeployRule, ...]] = (
+    DeployRule("dedup-alerting-notifies-production", _protected_stack_alerts_someone),
+)
+"""Every mandatory policy that the stack config alone can break (the others judge what
+the program declares from a valid config, which keeps them by construction)."""
+
+
 def _job_defaults(job: JobSettings, dedup: DedupSettings) -> dict[str, Any]:
     """A job's unset settings that follow the stack's: jobLogic, and the business-run
     choices (the stack's, else BSD cron -s for its schedule), so every table and header
@@ -1199,8 +1248,9 @@ def bounds(info: FieldInfo | None) -> tuple[int | None, int | None]:
 # --------------------------------------------------------------------------- reading
 
 
-def load_config(values: Mapping[str, Any]) -> StackConfig:
-    """Validate a stack's config mapping and return the typed config.
+def load_config(values: Mapping[str, Any], *, deploying: bool = False) -> StackConfig:
+    """Validate a stack's config mapping and return the typed config; `deploying`: for a
+    deployment, so the `DEPLOY_RULES` apply too (the program's config).
 
     `values` maps full keys (`"gcp:project"`, `"scheduler-dedup:leaseSeconds"`) to native
     or string values. Keys of the providers' namespaces (e.g. `gcp:zone`) are left to
@@ -1220,7 +1270,7 @@ def load_config(values: Mapping[str, Any]) -> StackConfig:
         elif namespace == PROJECT_NAME:
             (data[group_of[name]] if name in group_of else data)[name] = _parse_structure(value)
     try:
-        config = StackConfig.model_validate(data)
+        config = StackConfig.model_validate(data, context={DEPLOYING: deploying})
     except ValidationError as exc:
         raise ConfigError([*problems, *_problems(exc)]) from None
     if problems:
@@ -1353,8 +1403,9 @@ def _explain(error: ErrorDetails, loc: Loc) -> tuple[str, str]:
 
 
 def config_from_pulumi() -> StackConfig:
-    """Read the running stack's config through `pulumi.Config` and validate it."""
-    return load_config(pulumi_config_values())
+    """Read the running stack's config through `pulumi.Config` and validate it, for a
+    deployment (the `DEPLOY_RULES` included)."""
+    return load_config(pulumi_config_values(), deploying=True)
 
 
 def pulumi_config_values() -> dict[str, Any]:

@@ -13,12 +13,17 @@ import yaml
 
 from infra.config import (
     DEFAULTS,
+    DEPLOY_RULES,
     KIT_KEYS,
     ConfigError,
     load_config,
 )
 from infra.offline import DeclaredResource, engine_config, run_offline
 from infra.program import REPO_ROOT
+from policies import offline_check
+from policies.evaluate import mandatory
+from policies.model import Enforcement
+from policies.registry import by_name
 
 Config = dict[str, Any]
 
@@ -656,3 +661,77 @@ def test_retry_none_is_at_most_once() -> None:
     job = load_config(invalid_config(set_job("retry", "none"))).jobs[0]
     assert (job.retry.retry_count, job.retry.max_retry_duration_seconds) == (0, 0)
     assert job.retry_window_seconds == job.attempt_deadline_seconds
+
+
+# --- deploy rules: the mandatory policies the stack config alone decides -------------------
+
+ALERTS = "scheduler-dedup:alerts"
+PROTECTION = "scheduler-dedup:deleteProtection"
+# Per DEPLOY_RULES entry (by policy): a change of the base config that breaks it, the key
+# the refusal names, and the changes its fix offers (each makes the stack pass the pack).
+BREAKS: dict[str, tuple[Callable[[Config], None], str, list[Callable[[Config], None]]]] = {
+    "dedup-alerting-notifies-production": (
+        set_key(PROTECTION, True),  # the default, spelt out
+        f"{ALERTS}.emails",
+        [set_key(ALERTS, {"emails": ["oncall@example.com"]}), set_key(PROTECTION, False)],
+    ),
+}
+
+
+def test_every_deploy_rule_is_a_mandatory_policy_of_the_pack() -> None:
+    assert {rule.policy for rule in DEPLOY_RULES} == set(BREAKS)
+    for rule in DEPLOY_RULES:
+        assert by_name(rule.policy).enforcement is Enforcement.MANDATORY
+
+
+def test_a_protected_stack_without_alert_emails_is_refused_for_a_deployment() -> None:
+    """Delete protection is on by default, and such a stack must alert someone: the
+    program's config (so `make plan`) refuses it with the key and the fix, not the policy
+    check after the plan. Local runs (demo, emulator) deploy nothing and take it."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(base_config(), deploying=True)
+    assert caught.value.keys == (f"{ALERTS}.emails",)
+    message = str(caught.value)
+    assert "dedup-alerting-notifies-production" in message
+    assert "Fix: add `scheduler-dedup:alerts: {emails: [oncall@example.com]}`" in message
+    assert "or set `scheduler-dedup:deleteProtection: false`" in message
+    assert load_config(base_config()).alerts.emails == ()
+    emails = {**base_config(), ALERTS: {"emails": ["oncall@example.com"]}}
+    assert load_config(emails, deploying=True).alerts.emails == ("oncall@example.com",)
+    unprotected = load_config({**base_config(), PROTECTION: False}, deploying=True)
+    assert not unprotected.dedup.delete_protection
+
+
+def test_a_deploy_rule_is_reported_with_the_other_rules_across_settings() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(invalid_config(set_key("scheduler-dedup:retentionSeconds", 900)),
+                    deploying=True)
+    assert set(caught.value.keys) == {"scheduler-dedup:retentionSeconds", f"{ALERTS}.emails"}
+
+
+@pytest.mark.parametrize("policy", sorted(BREAKS))
+def test_a_deploy_rule_refuses_what_its_policy_would_block(
+    policy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rule and its policy agree: the program (`pulumi up`, `make plan`) refuses the
+    broken stack before declaring anything; with the rule off, the pack blocks the same
+    stack by that policy alone; each fix the rule offers passes the pack."""
+    break_it, key, fixes = BREAKS[policy]
+    broken = invalid_config(break_it)
+    declared: list[DeclaredResource] = []
+    with pytest.raises(ConfigError) as caught:
+        run_offline(broken, stack="test", build_dir=tmp_path / "refused", sink=declared)
+    assert caught.value.keys == (key,)
+    assert declared == []
+
+    with monkeypatch.context() as patch:
+        patch.setattr("infra.config.DEPLOY_RULES", ())
+        run = run_offline(broken, stack="test", build_dir=tmp_path / "unruled")
+    blocked = mandatory(offline_check.check_declared(run.resources))
+    assert [v.policy for v in blocked] == [policy]
+
+    for index, fix in enumerate(fixes):
+        fixed = copy.deepcopy(broken)
+        fix(fixed)
+        run = run_offline(fixed, stack="test", build_dir=tmp_path / f"fix-{index}")
+        assert mandatory(offline_check.check_declared(run.resources)) == [], index

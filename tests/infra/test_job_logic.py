@@ -158,6 +158,8 @@ def stack_naming(spec: str) -> dict[str, Any]:
     return {
         "gcp:project": "acme-scheduler-test",
         "gcp:region": "europe-west1",
+        # Not delete-protected: a protected stack needs alerts.emails to deploy (and plan).
+        "scheduler-dedup:deleteProtection": False,
         JOBS: [{"name": "send", "schedule": "0 3 * * *", "jobLogic": spec}],
     }
 
