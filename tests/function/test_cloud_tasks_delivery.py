@@ -315,7 +315,7 @@ def test_a_queued_catch_up_whose_task_gave_up_is_delivered_again_as_a_new_task(
 def test_a_rerun_through_the_queue_is_done_by_its_record_without_a_second_task(
     served: Served, fake: FakeCloudTasks, tmp_path: Path,
 ) -> None:
-    job = minutely(f"rerun-{uuid.uuid4().hex[:6]}", catch_up=False)
+    job = replace(minutely(f"rerun-{uuid.uuid4().hex[:6]}", catch_up=False), reruns=True)
     now, times = recent_minutes(2)
     Runs(served.collection).completed(job.name, *times)
     store = FirestoreRunStore(_client(), served.collection, 5)
@@ -339,7 +339,8 @@ def test_a_rerun_that_never_reaches_the_function_ends_failed_with_why(
 ) -> None:
     """Not pending for good: past its delivery window (and the queue's retries) the request
     is finished failed, and said; its deliveries carried the bound, so none runs later."""
-    job = minutely(f"lost-rerun-{uuid.uuid4().hex[:6]}", catch_up=False)
+    job = replace(minutely(f"lost-rerun-{uuid.uuid4().hex[:6]}", catch_up=False),
+                  reruns=True)
     now, times = recent_minutes(2)
     Runs(served.collection).completed(job.name, *times)
     store = FirestoreRunStore(_client(), served.collection, 5)

@@ -148,12 +148,15 @@ def _on_default_database() -> list[Resource]:
     return stack
 
 
-def _watchdog_own_database() -> list[Resource]:
+def _watchdog_own_database(*, writes_the_dedup_database: bool = False) -> list[Resource]:
     """A watchdog keeping its cursors and re-run queue in a database of its own, named in
-    a DEDUP_*DATABASE setting, its roles/datastore.user conditioned to it."""
+    a DEDUP_*DATABASE setting, its roles/datastore.user conditioned to it; it reads the
+    dedup database's records (roles/datastore.viewer), unless it still `writes` it."""
     stack = replace_named(watchdog_stack(), "watchdog-function",
                           "serviceConfig.environmentVariables.DEDUP_WATCH_DATABASE",
                           WATCHDOG_DATABASE)
+    if not writes_the_dedup_database:
+        stack = replace_named(stack, "watchdog-datastore-user", "role", "roles/datastore.viewer")
     return [
         *stack,
         res(FIRESTORE_DATABASE, "watchdog-database", database_props(False, WATCHDOG_DATABASE)),
@@ -269,6 +272,10 @@ ROUND_TWO_CASES: dict[str, list[Case]] = {
         stack_case("watchdog", watchdog_stack(), False),
         stack_case("watchdog-preview", preview_watchdog_stack(), False),
         stack_case("watchdog-own-database", _watchdog_own_database(), False),
+        # With a database of its own it writes only that one: job code writes the dedup
+        # database, where its cursors and queue would be reachable again.
+        stack_case("watchdog-own-database-still-writing-the-dedup-database",
+                   _watchdog_own_database(writes_the_dedup_database=True), True),
         stack_case("viewer-for-a-group-on-the-dedup-database", [*kit_stack(), res(
             PROJECT_IAM_MEMBER, "readers", member("roles/datastore.viewer", GROUP,
                                                   condition=DATASTORE_CONDITION))], False),

@@ -555,6 +555,8 @@ BROKEN: list[Broken] = [
         "watchdog writes the proxy's database",
         "dedup-database-writers",
         lambda d: mutate_named(d, "watchdog-reads-proxy-database", "role", "roles/datastore.user"),
+        # and it writes no database but its own (its cursors, the re-run queue)
+        also=frozenset({"dedup-watchdog-least-privilege"}),
         stack=PROD,
     ),
     Broken(
@@ -687,10 +689,19 @@ def test_advisory_violation_is_printed_but_does_not_fail(
         else d
         for d in dev_declared
     ]
-    monkeypatch.setattr(offline_check, "declare", lambda _path: unconditioned)
+    # The kit's dev stack has advisory violations only (DST changes, a job not retried).
     code, output = run_main("--stack-file", str(DEV))
     assert code == 0, output
+    assert "[advisory] " in output and "[mandatory]" not in output
+    monkeypatch.setattr(offline_check, "declare", lambda _path: unconditioned)
+    code, output = run_main("--stack-file", str(DEV))
     assert "[advisory] iam-datastore-user-single-database: " in output
+    # Unconditioned on the project, the runtime account (job code) writes the watchdog's
+    # own database too (its cursors, the re-run queue): that is mandatory (issue 25).
+    mandatory = [line for line in output.splitlines() if "[mandatory]" in line]
+    assert code == offline_check.EXIT_VIOLATIONS and mandatory == [
+        "  [mandatory] dedup-database-writers: dedup-runtime-datastore-user "
+        "(gcp:projects/iAMMember:IAMMember)"], output
 
 
 def test_proxy_database_role_without_condition_writes_the_dedup_database(

@@ -209,7 +209,7 @@ def test_a_refused_start_is_reported_failed_and_a_refused_rerun_ends_failed(
 
     watched = WatchedJob(
         job, f"{minute} 6 * * *", "Etc/UTC", attempt_deadline_seconds=60,
-        retry_window_seconds=0, headers=JOB_HEADERS,
+        retry_window_seconds=0, headers=JOB_HEADERS, reruns=True,
     )
     watch = Watch(collection, [watched], server.url, now=t + timedelta(minutes=5))
     body = watch.tick()
