@@ -13,7 +13,6 @@ import os
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,7 +90,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma-separated stack sizes for --scale (default "
                              "%(default)s; the first is the comparator)")
     args = parser.parse_args(argv)
-    warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
     if args.scale:
         sizes = [int(n) for n in args.scale_jobs.split(",") if n.strip()]
         return run_scale_benchmark(sizes, args.out, args.emulator_host, args.strict)

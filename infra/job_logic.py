@@ -230,18 +230,21 @@ def function_python(requirements: Path, venvs_dir: Path = FUNCTION_VENVS_DIR) ->
     installed as Cloud Build installs it (pip, hash-checked); built on first use, then reused
     while the lock is unchanged (`<venvs_dir>/<sha256 of the lock>-py<version>/`).
 
-    Python is the functions' runtime version when it is on PATH, else the one running
-    this (the lock, made for Linux and the runtime's version, installs on 3.11 too).
+    Python is the functions' runtime version: the one running this if it is that version,
+    else that version's on PATH, else the one running this (the lock, made for Linux and
+    the runtime's version, installs on 3.11 too).
     """
     digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:16]
     runtime_tag = _runtime_python_name().removeprefix("python").replace(".", "")
     runtime_venv = venvs_dir / f"{digest}-py{runtime_tag}"
     if (runtime_venv / "bin" / "python").exists():
         return runtime_venv / "bin" / "python"
+    own_tag = f"{sys.version_info[0]}{sys.version_info[1]}"
+    if own_tag == runtime_tag:  # the tools run on the runtime's version (the Makefile's)
+        return _build_venv(sys.executable, requirements, runtime_venv)
     runtime = shutil.which(_runtime_python_name())
     if runtime is not None and _version_tag(runtime) == runtime_tag:
         return _build_venv(runtime, requirements, runtime_venv)
-    own_tag = f"{sys.version_info[0]}{sys.version_info[1]}"
     _warn_other_python(_runtime_python_name(), f"{sys.version_info[0]}.{sys.version_info[1]}")
     return _build_venv(sys.executable, requirements, venvs_dir / f"{digest}-py{own_tag}")
 

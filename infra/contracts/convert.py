@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import functools
 import re
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -54,11 +53,7 @@ class ApiType:
 
 @functools.cache
 def _message_class(module: str, name: str) -> Any:
-    with warnings.catch_warnings():
-        # google.api_core warns on import that Google will stop supporting this Python
-        # version within a year: not the plan's news.
-        warnings.simplefilter("ignore", FutureWarning)
-        cls = getattr(import_types(module), name)
+    cls = getattr(import_types(module), name)
     pb = getattr(cls, "pb", None)
     return pb() if callable(pb) else cls
 
