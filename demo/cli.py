@@ -324,7 +324,16 @@ def watch_lines(watch: WatchReport) -> list[str]:
         ]
         if not watch.caught_up:
             lines.append("  caught up: none (no missed run of a job with catchUp)")
+        if (killed := watch.killed_catch_up) is not None:
+            lines.append(f"  (the catch-up of {killed[0]} @ {_when(killed[1])}: its first "
+                         "delivery's instance was killed mid-job; delivered again once its "
+                         "lease lapsed)")
         lines.append(rerun_line(watch.rerun))
+        if (held := watch.held_rerun) is not None:
+            mark = "refused, as it must" if held.ok else "FAIL: accepted"
+            lines.append(f"  re-run asked during Scheduler's retries: {held.job} @ "
+                         f"{_when(held.schedule_time)} (failed), asked 1 s after its time: "
+                         f"{mark} ({held.message[:160]})")
     return lines
 
 
@@ -526,6 +535,12 @@ def watch_json(watch: WatchReport) -> dict[str, Any]:
             "job": r.job, "schedule_time": _when(r.schedule_time), "generation": r.generation,
             "status": r.status, "executions": r.executions, "original_kept": r.original_kept,
             "recorded": r.recorded, "ok": r.ok,
+        },
+        "killed_catch_up": None if (k := watch.killed_catch_up) is None else {
+            "job": k[0], "schedule_time": _when(k[1])},
+        "held_rerun": None if (h := watch.held_rerun) is None else {
+            "job": h.job, "schedule_time": _when(h.schedule_time), "refused": h.refused,
+            "message": h.message, "ok": h.ok,
         },
     }
 

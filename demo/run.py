@@ -556,6 +556,7 @@ def replay(
             stack, summaries, settings, function.firestore_host, result.started,
             client_project=function.stack.project,
             function_url=function.url, ledger=function.ledger,
+            lease_seconds=function.timing.lease,
         )
     return DemoOutcome(
         stack=stack,

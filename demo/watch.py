@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -82,6 +83,7 @@ from infra.config import JobSettings, StackConfig
 from infra.scheduler_rules import retry_window_seconds
 from jobs.flaky import fail_every, fails
 from scheduler_emulator.emulator import CLOCK_HEADER
+from scheduler_emulator.faults import FAULT_HEADER, KILL
 from scheduler_emulator.oidc import scheduler_token
 from scheduler_emulator.report import RunSummary, reply_outcome
 from scheduler_emulator.stack import Job, Stack, job_from_settings
@@ -176,6 +178,23 @@ class Rerun:
 
 
 @dataclass
+class HeldRerun:
+    """A re-run asked while Scheduler may still retry the run: the flaky job's failed run,
+    asked one second after its schedule time through `make rerun`'s code path. It must be
+    refused, naming when it becomes possible (a re-run then could execute next to a retry
+    that takes the run itself over)."""
+
+    job: str
+    schedule_time: datetime
+    refused: bool
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.refused and "ask again at or after" in self.message
+
+
+@dataclass
 class WatchReport:
     grace_seconds: float
     now: dict[str, datetime]  # per job: the watchdog's "now"
@@ -190,6 +209,9 @@ class WatchReport:
     delivers: bool = False
     caught_up: list[CaughtUp] = field(default_factory=list)
     rerun: Rerun | None = None
+    held_rerun: HeldRerun | None = None
+    # The catch-up whose first delivery's instance was killed mid-job (job, time).
+    killed_catch_up: tuple[str, datetime] | None = None
 
     @property
     def ok(self) -> bool:
@@ -198,6 +220,7 @@ class WatchReport:
             and all(f.expected is not None for f in self.findings)
             and all(c.ok for c in self.caught_up)
             and (self.rerun is None or self.rerun.ok)
+            and (self.held_rerun is None or self.held_rerun.ok)
         )
 
     def count(self, expectation: str) -> int:
@@ -270,15 +293,23 @@ class ReplayDeliverer:
 
     asynchronous = False  # POSTs and reads the answer (deployed, the watchdog queues)
 
-    def __init__(self, watchdog_email: str) -> None:
+    def __init__(self, watchdog_email: str, *, kill_first_catch_up: bool = False) -> None:
         self._http = HttpDeliverer(
             TargetAuth.ID_TOKEN, fetch_token=lambda url: scheduler_token(url, watchdog_email)
         )
         self.now: datetime | None = None
+        # The first catch-up's instance is killed mid-job (the demo job's `kill` fault):
+        # the watchdog must deliver it again once its lease lapses, and it runs once.
+        self._kill_next = kill_first_catch_up
+        self.killed: tuple[str, datetime] | None = None
 
     def deliver(self, delivery: RunDelivery) -> DeliveryResult:
         assert self.now is not None, "set the tick's now before the tick"
         headers = {**delivery.headers, CLOCK_HEADER: self.now.isoformat()}
+        if self._kill_next and delivery.generation == 0:
+            self._kill_next = False
+            self.killed = (delivery.job_id, delivery.schedule_time)
+            headers[FAULT_HEADER] = KILL
         return self._http.deliver(replace(delivery, headers=headers))
 
 
@@ -333,6 +364,7 @@ def run_watchdog(
     *,
     function_url: str | None = None,
     ledger: Path | None = None,
+    lease_seconds: float | None = None,
 ) -> WatchReport:
     """One watchdog tick per replayed job, its "now" at the end of its window; where the
     stack's watchdog delivers runs (and `function_url`, the served function, and `ledger`,
@@ -354,7 +386,9 @@ def run_watchdog(
     runs = FirestoreRunStore(client, st.collection, st.store_timeout_seconds)
     cursor_collection = store_settings.collection + "_watchdog"
     store = FirestoreWatchStore(runs, cursor_collection)
-    deliverer = ReplayDeliverer(cfg.watchdog_email) if cfg is not None else None
+    deliverer = ReplayDeliverer(
+        cfg.watchdog_email, kill_first_catch_up=lease_seconds is not None
+    ) if cfg is not None else None
     report = WatchReport(grace_seconds, {}, 0, [], [], not_judged, delivers=cfg is not None)
     found: set[tuple[str, datetime]] = set()
     names = {job.job_id: job.name for job in stack.jobs}  # the watchdog knows deployed IDs
@@ -401,10 +435,18 @@ def run_watchdog(
             ]
             for at in ticks:
                 tick(watched[job.name], at)
+                if deliverer is not None and deliverer.killed is not None and (
+                        report.killed_catch_up is None) and lease_seconds is not None:
+                    # Its instance died mid-job: the claim holds until its lease lapses
+                    # (the store's clock, real seconds); the next tick delivers it again.
+                    report.killed_catch_up = (job.name, deliverer.killed[1])
+                    time.sleep(lease_seconds + 1)
+                    tick(watched[job.name], at)
         if cfg is not None and ledger is not None:
             report.rerun = _rerun_one(
                 cfg, stack, summaries, runs, st.collection, watched, report.now, tick, ledger
             )
+            report.held_rerun = _held_rerun(cfg, summaries, runs, st.collection)
     finally:
         client.close()  # type: ignore[no-untyped-call]
     if ledger is not None and caught_up:
@@ -434,6 +476,35 @@ def _matched(
     if why is not None and kind not in KINDS[why]:
         why = None  # a finding on the right run, but of the wrong kind
     return key, why
+
+
+def _held_rerun(
+    cfg: StackConfig, summaries: list[RunSummary], runs: FirestoreRunStore, collection: str,
+) -> HeldRerun | None:
+    """Ask a re-run of the flaky job's first failed run one second after its time, while
+    Scheduler may still retry it; None if no run of it failed."""
+    from infra.rerun import RerunRefused, request_rerun  # imports the Pulumi program
+    from infra.runs import RunStores
+
+    failed = sorted(s.schedule_time for s in summaries if s.job == FLAKY_SETTINGS.name
+                    and s.schedule_time is not None and not s.forced and not s.executions
+                    and s.deliveries)
+    if not failed:
+        return None
+    t = failed[0]
+    flaky = FLAKY_SETTINGS.model_copy(update={"dst_repeated": "each", "dst_skipped": "skip",
+                                             "forced_runs": "separate"})
+    dedup = cfg.dedup.model_copy(update={"collection": collection})
+    watchdog = cfg.watchdog.model_copy(update={"reruns": True})
+    asked = cfg.model_copy(update={"jobs": (*cfg.jobs, flaky), "dedup": dedup,
+                                   "watchdog": watchdog})
+    try:
+        request_rerun(asked, RunStores(runs), job_name=FLAKY_SETTINGS.name,
+                      time_text=rfc3339(t), reason=RERUN_REASON,
+                      requested_by=RERUN_REQUESTED_BY, now=t + timedelta(seconds=1))
+    except RerunRefused as exc:
+        return HeldRerun(FLAKY_SETTINGS.name, t, True, str(exc))
+    return HeldRerun(FLAKY_SETTINGS.name, t, False, "accepted while Scheduler may retry it")
 
 
 def _rerun_one(

@@ -215,6 +215,13 @@ def test_the_default_demo_catches_up_the_missed_run_and_re_runs_one_once() -> No
     caught_up = {(c["job"], c["schedule_time"]) for c in watch["caught_up"]}
     assert caught_up == missed
     assert all(c["executions"] == 1 and c["ok"] for c in watch["caught_up"]), watch
+    # The first catch-up's instance was killed mid-job: delivered again once its lease
+    # lapsed, executed once all told.
+    killed = watch["killed_catch_up"]
+    assert killed is not None and (killed["job"], killed["schedule_time"]) in caught_up
+    # A re-run asked while Scheduler may still retry a failed run: refused, with the time.
+    held = watch["held_rerun"]
+    assert held is not None and held["refused"] and held["ok"], held
     # Caught up, so no longer reported missed; jobs without catchUp still are.
     found = {(f["job"].removeprefix("sched-dedup-dev-"), f["kind"]) for f in watch["findings"]}
     assert ("hourly-sync", "missed") not in found
