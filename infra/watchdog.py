@@ -116,6 +116,7 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
             "paused": job.paused,
             "dstRepeated": job.dst_repeated,
             "dstSkipped": job.dst_skipped,
+            "forcedRuns": job.forced_runs,
         }
         if job.proxy is not None:
             entry["database"] = cfg.dedup.proxy_database_name  # the proxy's own records

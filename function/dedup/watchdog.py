@@ -83,7 +83,7 @@ from dedup.delivery import (
 )
 from dedup.firestore_store import GET_MANY_BATCH, FirestoreRunStore
 from dedup.http import HttpReply, emit_log_line, refuse_caller
-from dedup.keys import RunKey, lower_keys
+from dedup.keys import FORCED_RUNS, FORCED_SEPARATE, RunKey, lower_keys
 from dedup.reruns import (
     DONE,
     PENDING,
@@ -163,7 +163,7 @@ RAN_AND_FAILED = frozenset({JOB_FAILED, JOB_FAILED_PERMANENT})
 _JOB_KEYS = {
     "name", "schedule", "timeZone", "attemptDeadlineSeconds", "retryWindowSeconds", "paused",
     "catchUp", "catchUpWithinSeconds", "body", "headers", "url", "database", "proxied",
-    "dstRepeated", "dstSkipped", "reruns",
+    "dstRepeated", "dstSkipped", "reruns", "forcedRuns",
 }
 # Firestore database IDs (the same rule as infra's databaseName).
 _DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
@@ -198,6 +198,9 @@ class WatchedJob:
     # The watchdog delivers `make rerun`'s requests for this job (infra sets it where
     # `make rerun` accepts them): a request for a job without it is refused.
     reruns: bool = False
+    # Its forcedRuns (dedup.keys): `separate` forced runs are read next to the scheduled
+    # runs they precede, and shown.
+    forced_runs: str = FORCED_SEPARATE
 
     @property
     def business(self) -> BusinessSchedule:
@@ -429,10 +432,14 @@ def parse_watch_jobs(raw: str, where: str = WATCH_JOBS_TABLE) -> tuple[WatchedJo
         reruns = entry.get("reruns", False)
         if not isinstance(reruns, bool):
             raise SettingsError(f"{where}.reruns must be true or false")
+        forced_runs = entry.get("forcedRuns", FORCED_SEPARATE)
+        if forced_runs not in FORCED_RUNS:
+            raise SettingsError(f"{where}.forcedRuns {forced_runs!r} is not one of "
+                                f"{', '.join(FORCED_RUNS)}")
         job = WatchedJob(
             name, schedule, zone, deadline, window, paused, catch_up, within, body,
             tuple(sorted(headers.items())), url, database, proxied,
-            dst["dstRepeated"], dst["dstSkipped"], reruns,
+            dst["dstRepeated"], dst["dstSkipped"], reruns, forced_runs,
         )
         jobs.append(job)
     # Counted once: names.count per name was quadratic (25 million steps for 5,000 jobs).
@@ -707,6 +714,22 @@ class JobReads:
     ids: list[str]
 
 
+@dataclass(frozen=True)
+class ForcedRun:
+    """A forced run the tick saw: kept apart, or one that replaced the scheduled run."""
+
+    job: str
+    schedule_time: datetime  # the scheduled run's time it carries
+    status: str  # its record's status
+    replaced: bool  # forcedRuns replaceNext: it was the scheduled run, run early
+    run_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job": self.job, "schedule_time": rfc3339(self.schedule_time),
+                "status": self.status, "replaced_scheduled_run": self.replaced,
+                "run_id": self.run_id}
+
+
 @dataclass
 class JobTick:
     checked: int = 0
@@ -714,6 +737,7 @@ class JobTick:
     problems: list[Problem] = field(default_factory=list)
     # Missed runs of a catchUp job, inside its bound: delivered before the cursor moves.
     to_catch_up: dict[str, datetime] = field(default_factory=dict)
+    forced: list[ForcedRun] = field(default_factory=list)
 
 
 @dataclass
@@ -723,6 +747,7 @@ class TickResult:
     counts: dict[str, int]
     caught_up: list[Delivered] = field(default_factory=list)
     reruns: list[Delivered] = field(default_factory=list)
+    forced: list[ForcedRun] = field(default_factory=list)
 
 
 def rfc3339(instant: datetime) -> str:
@@ -782,11 +807,33 @@ class Watchdog:
         reruns = self._deliver_reruns(now, problems)  # a store error here, too, leaves
         # every cursor as it was
         self._store.put_cursors({job.name: cursor for job, cursor, _ in judged}, now)
+        forced: list[ForcedRun] = self._forced_before_missed(judged)
+        counts["reads"] += len(forced)
         for _, _, result in judged:
             checked += result.checked
             counts["reads"] += result.reads
             problems.extend(result.problems)
-        return TickResult(checked, problems, counts, caught_up, reruns)
+            forced.extend(result.forced)
+        counts["forced"] = len(forced)
+        return TickResult(checked, problems, counts, caught_up, reruns, forced)
+
+    def _forced_before_missed(
+        self, judged: Sequence[tuple[WatchedJob, Cursor, JobTick]]
+    ) -> list[ForcedRun]:
+        """The forced runs kept apart ("Run now", forcedRuns separate) that carry the time
+        of a run this tick reports missed: read only for those (a read per due run would
+        double every tick's reads), shown next to the missed run, never counted as it."""
+        wanted = [
+            (job, problem.schedule_time,
+             RunKey(self._project, self._location, job.name, problem.schedule_time,
+                    forced=True).run_id)
+            for job, _, tick in judged if job.forced_runs == FORCED_SEPARATE
+            for problem in tick.problems
+            if problem.kind == MISSED and problem.schedule_time is not None
+        ]
+        found = self._records([(job, run_id) for job, _, run_id in wanted]) if wanted else {}
+        return [ForcedRun(job.name, t, str(found[run_id].record.status), False, run_id)
+                for job, t, run_id in wanted if run_id in found]
 
     def _refuse_malformed_cursors(
         self, cursors: dict[str, Cursor], now: datetime
@@ -1144,6 +1191,9 @@ class Watchdog:
 
         for run_id, t in due_ids.items():
             stored = found.get(run_id)
+            if stored is not None and stored.record.forced:
+                tick.forced.append(ForcedRun(job.name, t, str(stored.record.status), True,
+                                             run_id))
             verdict = classify_run(job, t, stored, now, grace, cursor.first_run)
             if verdict in (BEFORE_FIRST_RUN, NOT_DUE):
                 continue  # before the job's first recorded run: it did not exist yet (a due
@@ -1404,6 +1454,16 @@ class WatchdogHandler:
         checked, problems, counts = result.checked, result.problems, result.counts
         for delivered in [*result.caught_up, *result.reruns]:
             self._emit_delivered(delivered)
+        for run in result.forced:
+            how = "replaced the scheduled run" if run.replaced else "kept apart"
+            self._emit({
+                "severity": "INFO",
+                "message": f"watchdog forced run ({how}): {run.job} @ "
+                f"{rfc3339(run.schedule_time)}: {run.status}",
+                "component": "watchdog",
+                "kind": "forced",
+                **run.to_json(),
+            })
         for problem in problems:
             when = "-" if problem.schedule_time is None else rfc3339(problem.schedule_time)
             self._emit({
@@ -1430,6 +1490,8 @@ class WatchdogHandler:
         reply: dict[str, Any] = {
             "checked": checked, "problems": [p.to_json() for p in problems],
         }
+        if result.forced:
+            reply["forced"] = [run.to_json() for run in result.forced]
         if self._settings.delivers:  # a watchdog given a target delivers, and says what
             reply[CAUGHT_UP] = [d.to_json() for d in result.caught_up]
             reply["reruns"] = [d.to_json() for d in result.reruns]

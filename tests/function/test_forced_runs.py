@@ -229,6 +229,30 @@ def test_the_watchdog_never_counts_a_forced_record_as_the_scheduled_run(
     assert (status, problems(body)) == (200, [("never_ran", "by-hand", None)])
 
 
+def test_the_watchdog_shows_forced_runs_kept_apart_and_those_that_replaced_a_run(
+    collection_name: str,
+) -> None:
+    runs = Runs(collection_name)
+    job = TEN_MINUTES.name
+    runs.completed(job, at(10, 0), at(10, 30))
+    # "Run now" before 10:10, kept apart, and the 10:10 run itself missed: shown next to it.
+    _forced_completed(runs, job, at(10, 10))
+    # forcedRuns replaceNext: "Run now" before 10:20 ran the 10:20 run itself.
+    delivery = runs._dedup(at(10, 20)).run(
+        RunKey(PROJECT, LOCATION, job, at(10, 20), early=True), lambda _: "ok", b"", {})
+    assert delivery.outcome is Outcome.COMPLETED
+    watch = Watch(collection_name, [TEN_MINUTES])
+    status, body = watch.tick(at(10, 50))
+    assert (status, problems(body)) == (200, [("missed", job, "2026-10-16T10:10:00Z")])
+    assert [(f["schedule_time"], f["status"], f["replaced_scheduled_run"])
+            for f in body["forced"]] == [
+        ("2026-10-16T10:10:00Z", "completed", False), ("2026-10-16T10:20:00Z", "completed", True)]
+    assert watch.summary()["forced"] == 2
+    lines = [e for e in watch.logs if e.get("kind") == "forced"]
+    assert [e["message"].split(": ")[0] for e in lines] == [
+        "watchdog forced run (kept apart)", "watchdog forced run (replaced the scheduled run)"]
+
+
 # -- forcedRuns: the job's choice ---------------------------------------------------------------
 
 def _choice(headers: dict[str, str], forced_runs: str) -> dict[str, str]:

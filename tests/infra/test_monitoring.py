@@ -122,6 +122,7 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
             "paused": job.paused,
             "dstRepeated": job.dst_repeated,
             "dstSkipped": job.dst_skipped,
+            "forcedRuns": job.forced_runs,
         }
         if job.proxy is not None:  # its records are in the proxy's own database
             judged["database"] = cfg.dedup.proxy_database_name
