@@ -1,6 +1,20 @@
 # Two commands for a newcomer: `make demo` (the kit's main job, run locally) and `make test`.
-PYTHON ?= python3
+# The tools run on the functions' runtime Python (python312, infra/cloud_function.py): Google's
+# client libraries warn on import, a year before a Python version's end of life, that their
+# releases will stop supporting it (3.11: from 2026-10-24), and that notice is true of 3.11,
+# not noise to filter. python3.12 on PATH, else a pyenv-installed 3.12, else python3 (its
+# notice then shows; docs/limits.md). PYTHON=<interpreter> chooses another.
+RUNTIME_PYTHON_VERSION := 3.12
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(firstword $(foreach p,python$(RUNTIME_PYTHON_VERSION) \
+	$(wildcard $(shell pyenv root 2>/dev/null)/versions/$(RUNTIME_PYTHON_VERSION).*/bin/python$(RUNTIME_PYTHON_VERSION)),\
+	$(if $(shell $(p) -c 'import ensurepip, venv' 2>/dev/null && echo ok),$(p))) python3)
+endif
+PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print(*sys.version_info[:2], sep=".")' 2>/dev/null)
+# .venv is a link to the virtualenv of that Python's version (.venv-3.12): another version
+# builds its own beside it, and .venv is switched to it once it is complete.
 VENV := .venv
+VENV_BUILT := .venv-$(PYTHON_VERSION)
 BIN := $(VENV)/bin
 # STACK=<name> picks one stack (Pulumi.<name>.yaml) for demo, plan, policy-check and runs;
 # unset, plan and policy-check take every stack file and the demo its default stack.
@@ -16,12 +30,20 @@ STACKS := $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml))
 help: ## List the targets, one line each (STACK=<name> picks a stack)
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z-]+:.*## / {printf "  make %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-# The virtual environment is built from pinned requirements on first use.
-$(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.in policies/requirements.txt constraints.txt
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-dev.txt -c constraints.txt
-	touch $@
+# The virtual environment is built from pinned requirements on first use, and again for
+# another Python version (a .venv that is not a link to $(VENV_BUILT)).
+$(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.in policies/requirements.txt constraints.txt \
+		$(if $(filter $(VENV_BUILT),$(shell readlink $(VENV) 2>/dev/null)),,$(VENV_BUILT)/.switch)
+	$(PYTHON) -m venv $(VENV_BUILT)
+	$(VENV_BUILT)/bin/pip install --quiet --upgrade pip
+	$(VENV_BUILT)/bin/pip install --quiet -r requirements-dev.txt -c constraints.txt
+	touch $(VENV_BUILT)/stamp
+	if [ -d $(VENV) ] && [ ! -L $(VENV) ]; then rm -rf $(VENV); fi
+	ln -sfn $(VENV_BUILT) $(VENV)
+
+# Never made (no recipe creates it): the stamp is out of date while .venv links elsewhere.
+$(VENV_BUILT)/.switch:
+	@echo "building $(VENV_BUILT) with $(PYTHON) (Python $(PYTHON_VERSION)); $(VENV) then links to it"
 
 demo: $(VENV)/stamp ## Run a stack's jobs locally under faults and report (STACK=, DEMO_ARGS=)
 	$(BIN)/python -m demo $(if $(STACK),--stack $(STACK)) $(DEMO_ARGS)
@@ -109,4 +131,4 @@ docs-serve: $(VENV)/stamp ## Serve the documentation on http://127.0.0.1:8000
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) .cache .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-* .cache .mypy_cache .ruff_cache .pytest_cache
