@@ -12,7 +12,8 @@ watchdog's own verdict
 before_first_run (the job's first recorded run, from the watchdog's cursor or else the
 earliest record shown, is later: the watchdog does not judge it); never_ran when neither
 exists (no record among the runs shown and no watchdog cursor); paused for a paused job's
-runs without a record.
+runs without a record. A failed run's last error (the record's `error`) is printed on a
+line of its own under its row, as are a forced run kept apart and the run's re-runs.
 
 Reads only. Firestore is the Firestore emulator when FIRESTORE_EMULATOR_HOST is set (the
 demo), otherwise the stack's real database with Application Default Credentials.
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,9 +34,6 @@ from zoneinfo import ZoneInfo
 _FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
 if _FUNCTION_DIR not in sys.path:
     sys.path.insert(0, _FUNCTION_DIR)
-# google-api-core warns on import that Python 3.11 nears end of life: noise, not a defect.
-warnings.filterwarnings("ignore", category=FutureWarning,
-                        module="google.api_core._python_version_support")
 
 from dedup.firestore_store import FirestoreRunStore  # noqa: E402
 from dedup.keys import RunKey  # noqa: E402
@@ -244,12 +241,26 @@ def show_runs(
         for t, run_id in forced.items():
             if (record := found.get(run_id)) is not None:
                 extra.setdefault(t, []).insert(0, forced_line(record, t, now))
+        for t, run_id in zip(times, ids, strict=True):
+            if (line := error_line(found.get(run_id))) is not None:
+                extra.setdefault(t, []).insert(0, line)  # the row's own, first
         header, *lines = format_table(rows)
         out.write(f"  {header}\n")
         for t, line in zip(times, lines, strict=True):
             out.write(f"  {line}\n")
             for more in extra.get(t, []):
                 out.write(f"    {more}\n")
+
+
+def error_line(stored: StoredRun | None) -> str | None:
+    """The last error of a failed run, on a line of its own under its row (the record's
+    `error`: one line of what the job raised, at most MAX_ERROR_CHARS characters)."""
+    if stored is None or stored.record.status is not RunStatus.FAILED:
+        return None
+    record = stored.record
+    final = ", permanent: no retry" if record.permanent else ""
+    return (f"last error (attempt {record.attempts}{final}): "
+            f"{record.error or '(none recorded)'}")
 
 
 def forced_line(stored: StoredRun, t: datetime, now: datetime) -> str:
@@ -287,6 +298,8 @@ def _generation_line(request: RerunRequest, stored: StoredRun | None, now: datet
         record = stored.record
         state = (f"{record.status}, {record.attempts} attempt(s), "
                  f"{_duration(request.schedule_time, stored, now)}")
+        if record.status is RunStatus.FAILED:  # its last error, as under a run's row
+            state += f" ({record.error or 'no error recorded'})"
     return (f"+ generation {request.generation}: {state}; asked by {request.requested_by} "
             f"at {request.requested_at:%Y-%m-%d %H:%MZ}: {request.reason}")
 
