@@ -241,3 +241,24 @@ def test_unreachable_firestore_names_the_proxys_database_too(
     assert err.startswith(f"make runs: cannot read the runs in databases '{DATABASE}', "
                           f"'{DATABASE}-proxy' and '{DATABASE}-watchdog' of project "
                           f"'{PROJECT}': ")
+
+
+def test_a_failed_run_shows_its_last_error_on_a_line_under_its_row(
+    tmp_path: Path, collection_name: str
+) -> None:
+    path = stack_file(tmp_path, collection_name)
+    cfg = runs.stack_config(str(path))
+    hourly = Protocol(cfg, "hourly-sync")
+    hourly.completed(at(8, 7))
+    hourly.failed(at(9, 7), attempts=2)
+    hourly.in_progress(at(11, 7), claimed_at=at(11, 58))
+
+    code, out, err = run_main(str(path), "--last", "4", "--job", "hourly-sync", now=NOW)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("  2026-10-16 09:07:00Z"))
+    assert lines[row].split()[5:7] == ["failed", "2"]  # the table's columns are unchanged
+    assert lines[row + 1] == "    last error (attempt 2): RuntimeError: ledger locked"
+    # Only the failed run has one.
+    assert sum("last error" in line for line in lines) == 1
+    assert rows_by_time(out)["2026-10-16 09:07:00Z"][-1] == "failed"
