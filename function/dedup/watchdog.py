@@ -772,6 +772,8 @@ class Watchdog:
         # Catch-up and re-runs need both a deliverer and a target URL (settings.delivers).
         self._deliverer = deliverer if settings.delivers else None
         self._reruns = reruns if self._deliverer is not None else None
+        # This tick's pending catch-ups (run_id -> job, schedule time), set before re-runs.
+        self._catching_up: dict[str, tuple[WatchedJob, datetime]] = {}
 
     def tick(self) -> tuple[int, list[Problem], dict[str, int]]:
         """(runs judged, problems, counts) for every job; StoreUnavailable on an outage."""
@@ -804,6 +806,13 @@ class Watchdog:
         # Deliveries land before any cursor moves: a tick that fails halfway leaves the
         # runs to the retry, which delivers them again (the dedup protocol runs them once).
         caught_up = self._catch_up(judged, now)
+        # A re-run waits while a catch-up of its run may still execute (a queued retry of
+        # a delivery whose instance died): both could run otherwise.
+        self._catching_up = {
+            run_id: (job, cursor.watching[run_id])
+            for job, cursor, _ in judged for run_id in cursor.catch_ups
+            if run_id in cursor.watching
+        }
         reruns = self._deliver_reruns(now, problems)  # a store error here, too, leaves
         # every cursor as it was
         self._store.put_cursors({job.name: cursor for job, cursor, _ in judged}, now)
@@ -1086,8 +1095,8 @@ class Watchdog:
                 delivered.append(Delivered(
                     request.job, request.schedule_time, RERUN, RERUN_WAITING,
                     request.request_id, request.generation,
-                    f"the run is not completed and Scheduler may retry it until "
-                    f"{rfc3339(waits_until)}", request.requested_by,
+                    "the run is not completed and Scheduler (or a pending catch-up) may "
+                    f"still run it until {rfc3339(waits_until)}", request.requested_by,
                 ))
                 continue
             elif stored is None and now > _rerun_deliver_by(request) + timedelta(
@@ -1119,6 +1128,11 @@ class Watchdog:
         window + grace has not passed (generation 0 is the run itself, deduplicated with
         those retries)."""
         until = verdict_due_at(job, request.schedule_time, self._settings.grace_seconds)
+        base = replace(request.key, generation=0).run_id
+        if base in self._catching_up:  # a pending catch-up: until its bound has passed
+            _, t = self._catching_up[base]
+            until = max(until, t + timedelta(seconds=job.catch_up_within_seconds + (
+                self._queue_span_seconds(job) if self._asynchronous else 0)))
         held = request.generation > 0 and retries_may_execute(run) and now < until
         return until if held else None
 

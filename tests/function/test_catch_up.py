@@ -30,7 +30,7 @@ from dedup.delivery import DeliversRuns, DeliveryResult, HttpDeliverer, RunDeliv
 from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator
-from dedup.reruns import FirestoreRerunQueue, reruns_collection
+from dedup.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection
 from dedup.settings import Settings, SettingsError
 from dedup.watchdog import (
     CAUGHT_UP,
@@ -533,3 +533,45 @@ def test_a_caught_up_run_whose_job_fails_is_reported_failed_once(served: Served)
     assert body[CAUGHT_UP] == []
     assert watch.tick()["problems"] == []  # reported once, not delivered again
     assert len(served.executions(job.name)) == 1
+
+
+@dataclass
+class DiesHoldingTheClaim:
+    """Each run's catch-up (generation 0) is claimed by an instance that dies, its claim
+    live for a minute; re-runs are delivered for real."""
+
+    inner: DeliversRuns
+    collection: str
+    asynchronous = False
+
+    def deliver(self, delivery: RunDelivery) -> DeliveryResult:
+        if delivery.generation:
+            return self.inner.deliver(delivery)
+        store = FirestoreRunStore(firestore.Client(project=PROJECT), self.collection, 5)
+        dedup = Deduplicator(store, lease_seconds=60, retention_seconds=86400,
+                             cache=CompletedRunCache(0, 60))
+        claim = dedup.claim(RunKey(PROJECT, LOCATION, delivery.job_id, delivery.schedule_time))
+        assert isinstance(claim, Claim)
+        return DeliveryResult("error", error="connection reset by peer")
+
+
+def test_a_rerun_waits_while_a_catch_up_of_its_run_is_pending(served: Served) -> None:
+    """A catch-up whose instance died holding the claim may still execute (delivered again
+    once the claim lapses): a re-run of that run delivered now could run next to it. It
+    waits, and says until when; nothing of either generation ran."""
+    job = replace(minutely(f"held-{uuid.uuid4().hex[:6]}", within=300), reruns=True)
+    now, times = recent_minutes(4)
+    Runs(served.collection).completed(job.name, *(t for t in times if t != times[1]))
+    deliverer = DiesHoldingTheClaim(HttpDeliverer(TargetAuth.NONE), served.collection)
+    watch = Watch(served.collection, [job], served.server.url, now=now, deliverer=deliverer)
+    assert watch.tick()["problems"] == []  # pending: its claim is live
+    queue = FirestoreRerunQueue(
+        FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 5),
+        reruns_collection(served.collection))
+    queue.create(RerunRequest(PROJECT, LOCATION, job.name, times[1], 1, "ops@example.com",
+                              "missed", now, expire_at=now + timedelta(days=1)))
+    [rerun] = watch.tick()["reruns"]
+    assert rerun["status"] == "waiting" and "pending catch-up" in rerun["error"]
+    until = times[1] + timedelta(seconds=300)
+    assert rerun["error"].endswith(until.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    assert served.executions(job.name) == []
