@@ -18,6 +18,12 @@ is delivered (the dedup protocol); the records of the earlier generations are ke
 that never ran at all (missed) gets generation 0: it is delivered late, once, as catch-up
 would (the same run_id as Scheduler's retries: the protocol runs it once with them).
 
+A run that re-runs already executed (a generation past 0 completed, or a request of it
+`done`) is asked for once more only when the operator confirms, `--again`
+(`make rerun ... CONFIRM=1`): otherwise the refusal names the generations already run, who
+asked for them and why. A failed or refused re-run needs no confirmation: asking again is
+its remedy.
+
 With `--now WATCHDOG_URL` (`make rerun ... NOW=1 WATCHDOG_URL=...`) the watchdog is asked
 for a tick right away, where the operator can reach it: a local or demo watchdog over
 plain http (no token), or one that accepts the ID token of the operator's credentials. A
@@ -50,6 +56,7 @@ if _FUNCTION_DIR not in sys.path:
 from dedup.firestore_store import FirestoreRunStore  # noqa: E402
 from dedup.keys import RunKey  # noqa: E402
 from dedup.reruns import (  # noqa: E402
+    DONE,
     PENDING,
     RerunRequest,
     retries_may_execute,
@@ -79,6 +86,8 @@ class RerunRefused(Exception):
 class Requested:
     request: RerunRequest
     previous: StoredRun | None  # the latest generation's record before this request
+    # The generations re-runs had already executed (asked anyway: `again`), one phrase each.
+    already: tuple[str, ...] = ()
 
 
 def parse_time(text: str) -> datetime:
@@ -154,8 +163,11 @@ def request_rerun(
     reason: str,
     requested_by: str,
     now: datetime | None = None,
+    again: bool = False,
 ) -> Requested:
-    """Validate and record one re-run request; RerunRefused says why not."""
+    """Validate and record one re-run request; RerunRefused says why not. A run already
+    re-run (a generation past 0 completed, or a request of it done) is asked for once more
+    only with `again` (the operator confirmed: CONFIRM=1, --again)."""
     now = now or datetime.now(UTC)
     if not reason.strip():
         raise RerunRefused('REASON is required: say why the run must execute again, e.g. '
@@ -214,6 +226,13 @@ def request_rerun(
             "now could execute next to that retry; ask again at or after "
             f"{_both(possible_at, zone, 'seconds')}"
         )
+    already = already_run(asked, found)
+    if already and not again:
+        raise RerunRefused(
+            f"{job.name} @ {when} has been re-run already: {'; '.join(already)}. Another "
+            f"re-run executes it once more, as generation {generation}: if that is what "
+            "you want, ask again with CONFIRM=1 (python -m infra.rerun --again)"
+        )
     request = RerunRequest(
         project=project, location=location, job=job.name, schedule_time=instant,
         generation=generation, requested_by=requested_by, reason=reason.strip(),
@@ -226,7 +245,27 @@ def request_rerun(
             f"a re-run request for generation {request.generation} of {job.name} @ {when} "
             "was created a moment ago by someone else: see `make runs`"
         ) from None
-    return Requested(request, previous)
+    return Requested(request, previous, tuple(already))
+
+
+def already_run(asked: Sequence[RerunRequest], found: dict[int, StoredRun]) -> list[str]:
+    """The generations of a run that re-runs already executed, lowest first, one phrase
+    each: every request `done` (generation 0 too: a missed run delivered late) and every
+    generation past 0 whose record is completed (its request may be gone: TTL, or written
+    by other means). Failed and refused ones are not: asking again is their remedy."""
+    done = {r.generation: r for r in asked if r.status == DONE}
+    completed = {g for g, run in found.items()
+                 if g > 0 and run.record.status is RunStatus.COMPLETED}
+    if 0 in found and found[0].record.status is RunStatus.COMPLETED:
+        completed.add(0)  # shown as completed when a done request asked for it
+    phrases = []
+    for g in sorted(done.keys() | (completed - {0})):
+        phrase = f"generation {g} {'completed' if g in completed else 'done'}"
+        if (request := done.get(g)) is not None:
+            phrase += (f" (asked by {request.requested_by} at "
+                       f"{request.requested_at:%Y-%m-%d %H:%M}Z: {request.reason})")
+        phrases.append(phrase)
+    return phrases
 
 
 def tick_now(url: str, timeout_seconds: float = 300) -> str:
@@ -259,6 +298,12 @@ def tick_now(url: str, timeout_seconds: float = 300) -> str:
     return f"tick now: the watchdog delivered {len(delivered)} re-run(s)" + (
         f": {shown}" if shown else ""
     )
+
+
+def confirmed() -> bool:
+    """CONFIRM in the environment (`make rerun ... CONFIRM=1`: make passes command-line
+    variables to its recipes' environment): yes unless empty, 0, no or false."""
+    return os.environ.get("CONFIRM", "").strip().lower() not in ("", "0", "no", "false")
 
 
 def who_asks(explicit: str | None) -> str:
@@ -298,6 +343,10 @@ def main(
                         help="who asks (default: REQUESTED_BY, the ADC account or $USER)")
     parser.add_argument("--now", metavar="WATCHDOG_URL",
                         help="then ask the watchdog at this URL for a tick right away")
+    parser.add_argument("--again", action="store_true", default=confirmed(),
+                        help="queue another generation of a run re-runs already executed "
+                        "(default: CONFIRM=1 in the environment, as make rerun CONFIRM=1 "
+                        "sets it)")
     args = parser.parse_args(argv)
     import google.auth.exceptions
 
@@ -306,7 +355,7 @@ def main(
         stores = open_store(cfg, client_factory)
         done = request_rerun(
             cfg, stores, job_name=args.job, time_text=args.time, reason=args.reason,
-            requested_by=who_asks(args.requested_by), now=now,
+            requested_by=who_asks(args.requested_by), now=now, again=args.again,
         )
     except (RunsError, RerunRefused) as exc:
         err.write(f"make rerun: {exc}\n")
@@ -325,6 +374,8 @@ def main(
         f"The watchdog delivers it at its next tick (schedule {cfg.watchdog.schedule!r}, "
         f"{cfg.watchdog.time_zone}); `make runs STACK={args.stack}` shows it.\n"
     )
+    if done.already:
+        out.write(f"Confirmed: this run had been re-run already ({'; '.join(done.already)}).\n")
     if args.now:
         out.write(tick_now(args.now) + "\n")
     return 0

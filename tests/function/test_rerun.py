@@ -99,10 +99,13 @@ def store(served: Served) -> Iterator[FirestoreRunStore]:
     yield FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 5)
 
 
-def ask(cfg: StackConfig, store: FirestoreRunStore, t: datetime, reason: str = "fixed") -> Any:
+def ask(
+    cfg: StackConfig, store: FirestoreRunStore, t: datetime, reason: str = "fixed",
+    *, again: bool = False,
+) -> Any:
     return request_rerun(
         cfg, RunStores(store), job_name=JOB, time_text=t.isoformat(), reason=reason,
-        requested_by="alice@example.com", now=t + timedelta(minutes=2),
+        requested_by="alice@example.com", now=t + timedelta(minutes=2), again=again,
     )
 
 
@@ -204,8 +207,10 @@ def test_a_rerun_delivered_twice_executes_once_and_keeps_the_original_record(
     rerun = store.get(request.request_id)
     assert rerun is not None and rerun.record.generation == 1
     assert rerun.record.status is RunStatus.COMPLETED
-    # A further re-run is the next generation.
-    assert ask(cfg, store, recent).request.generation == 2
+    # A further re-run asks first (generation 1 completed), then is the next generation.
+    with pytest.raises(RerunRefused, match="has been re-run already: generation 1 completed"):
+        ask(cfg, store, recent)
+    assert ask(cfg, store, recent, again=True).request.generation == 2
 
 
 def test_a_rerun_of_a_run_in_progress_is_refused(

@@ -75,9 +75,11 @@ def rerun_main(*argv: str, now: datetime = NOW) -> tuple[int, str, str]:
 
 def ask(
     path: Path, time: str, reason: str = "ledger import fixed", now: datetime = NOW,
+    *, again: bool = False,
 ) -> tuple[int, str, str]:
     return rerun_main(str(path), "--job", JOB, "--time", time, "--reason", reason,
-                      "--requested-by", "ops@example.com", now=now)
+                      "--requested-by", "ops@example.com", *(["--again"] if again else []),
+                      now=now)
 
 
 def test_a_rerun_is_recorded_refused_while_pending_and_shown_by_make_runs(
@@ -122,8 +124,9 @@ def test_a_rerun_is_recorded_refused_while_pending_and_shown_by_make_runs(
     code, out, _ = run_main(str(path), "--last", "3", "--job", JOB, now=NOW)
     [line] = [line for line in out.splitlines() if "+ generation 1" in line]
     assert line.startswith("    + generation 1: completed, 1 attempt(s), ")
-    # Generation 0's row is unchanged, and a further re-run is generation 2.
-    assert ask(path, "2026-10-16T09:07:00Z")[1].startswith(
+    # Generation 0's row is unchanged, and a further re-run, confirmed, is generation 2.
+    assert ask(path, "2026-10-16T09:07:00Z")[0] == 2  # not confirmed: refused
+    assert ask(path, "2026-10-16T09:07:00Z", again=True)[1].startswith(
         f"re-run requested: {hourly.job_id} @ 2026-10-16T09:07:00Z, generation 2 ")
 
 
@@ -261,3 +264,66 @@ def test_after_a_refused_request_the_next_rerun_asks_for_the_next_generation(
     code, out, err = ask(path, "2026-10-16T10:07:00Z", reason="again")
     assert (code, err) == (0, "")
     assert "generation 1 " in out
+
+
+def test_a_second_rerun_of_a_run_already_rerun_asks_for_confirmation(
+    tmp_path: Path, collection_name: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 26 (6): a run re-run once is not queued again by a repeated `make rerun`
+    unless the operator confirms (CONFIRM=1, --again); the refusal names what already ran."""
+    monkeypatch.delenv("CONFIRM", raising=False)
+    path = stack_file(tmp_path, collection_name)
+    hourly = Protocol(runs.stack_config(str(path)), JOB)
+    hourly.completed(at(9, 7))
+    queue = own_queue(collection_name)
+    assert ask(path, "2026-10-16T09:07:00Z")[0] == 0  # the first re-run: no question
+    [first] = queue.for_job(hourly.job_id)
+    hourly.completed_key(first.key, at(12, 1))  # the watchdog delivered it
+    queue.finish(first, DONE, "completed", at(12, 1))
+
+    code, out, err = ask(path, "2026-10-16T09:07:00Z", reason="again, by mistake")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"make rerun: {hourly.job_id} @ 2026-10-16T11:07+02:00 (2026-10-16T09:07:00Z) has "
+        "been re-run already: generation 1 completed (asked by ops@example.com at "
+        "2026-10-16 12:00Z: ledger import fixed). Another re-run executes it once more, as "
+        "generation 2: if that is what you want, ask again with CONFIRM=1 (python -m "
+        "infra.rerun --again)\n"
+    )
+    assert [r.generation for r in queue.for_job(hourly.job_id)] == [1]  # nothing queued
+
+    # CONFIRM=1 in the environment, as `make rerun ... CONFIRM=1` passes it; CONFIRM=0 is no.
+    monkeypatch.setenv("CONFIRM", "0")
+    assert ask(path, "2026-10-16T09:07:00Z")[0] == 2
+    monkeypatch.setenv("CONFIRM", "1")
+    code, out, err = ask(path, "2026-10-16T09:07:00Z", reason="downstream lost it again")
+    assert (code, err) == (0, "")
+    assert f"{hourly.job_id} @ 2026-10-16T09:07:00Z, generation 2 " in out
+    assert "Confirmed: this run had been re-run already (generation 1 completed" in out
+    assert [r.generation for r in queue.for_job(hourly.job_id)] == [1, 2]
+
+
+def test_a_missed_run_delivered_by_a_rerun_asks_before_a_second_one(
+    tmp_path: Path, collection_name: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A failed re-run needs no confirmation (asking again is its remedy); a missed run's
+    # generation-0 request done does.
+    monkeypatch.delenv("CONFIRM", raising=False)
+    path = stack_file(tmp_path, collection_name)
+    hourly = Protocol(runs.stack_config(str(path)), JOB)
+    hourly.completed(at(9, 7))
+    queue = own_queue(collection_name)
+    assert ask(path, "2026-10-16T09:07:00Z")[0] == 0
+    [first] = queue.for_job(hourly.job_id)
+    queue.finish(first, "failed", "failed", at(12, 1))
+    code, out, _ = ask(path, "2026-10-16T09:07:00Z", reason="fixed, once more")
+    assert code == 0 and "generation 2 " in out and "Confirmed" not in out
+
+    assert ask(path, "2026-10-16T10:07:00Z")[0] == 0  # missed: generation 0, delivered late
+    [missed] = [r for r in queue.for_job(hourly.job_id) if r.schedule_time == at(10, 7)]
+    hourly.completed(at(10, 7))
+    queue.finish(missed, DONE, "completed", at(12, 1))
+    code, _, err = ask(path, "2026-10-16T10:07:00Z", reason="again")
+    assert code == 2
+    assert "has been re-run already: generation 0 completed (asked by ops@example.com" in err
+    assert "as generation 1: if that is what you want, ask again with CONFIRM=1" in err
