@@ -1095,8 +1095,11 @@ class Watchdog:
                 delivered.append(Delivered(
                     request.job, request.schedule_time, RERUN, RERUN_WAITING,
                     request.request_id, request.generation,
-                    "the run is not completed and Scheduler (or a pending catch-up) may "
-                    f"still run it until {rfc3339(waits_until)}", request.requested_by,
+                    "the run is not completed and " + (
+                        "a pending catch-up may still run it"
+                        if base_ids[request.request_id] in self._catching_up
+                        else "Scheduler may retry it") + f" until {rfc3339(waits_until)}",
+                    request.requested_by,
                 ))
                 continue
             elif stored is None and now > _rerun_deliver_by(request) + timedelta(
