@@ -25,7 +25,7 @@ POLICY_CONFIG ?=
 STACKS := $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml))
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint typecheck workflow-lint unit lock plan runs rerun migrate-proxy-records upgrade-check policy-check bench clean schema docs docs-serve
+.PHONY: help demo test lint typecheck workflow-lint unit lock plan runs rerun migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve
 
 help: ## List the targets, one line each (STACK=<name> picks a stack)
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z-]+:.*## / {printf "  make %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -110,6 +110,12 @@ migrate-proxy-records: $(VENV)/stamp ## Copy proxied jobs' records into the prox
 # FROM=unversioned for a checkout from before the first release.
 upgrade-check: $(VENV)/stamp ## Print the upgrade steps from a release to this one (FROM= required)
 	@$(BIN)/python -m infra.upgrade_check "$(FROM)"
+
+# A job module, function/jobs/<NAME>.py, and its test, tests/jobs/test_<NAME>.py (which
+# make test runs), from the kit's templates (infra/templates/); never over an existing file.
+new-job: $(VENV)/stamp ## Write a job module and its test from the kit's template (NAME= required)
+	@test -n "$(NAME)" || { echo "make new-job needs a name: make new-job NAME=<module name, e.g. send_invoices>" >&2; exit 2; }
+	@$(BIN)/python -m infra.new_job "$(NAME)"
 
 policy-check: $(VENV)/stamp ## The policy pack over every stack, or STACK=, offline (POLICY_CONFIG=)
 	$(BIN)/python -m policies.offline_check$(if $(STACK), --stack $(STACK))$(if $(POLICY_CONFIG), --policy-config $(POLICY_CONFIG))
