@@ -16,7 +16,7 @@ check is structural; `make lock` is the one way to fix whatever it reports.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from importlib import metadata
 
 import pytest
@@ -67,9 +67,10 @@ def pins(text: str) -> dict[str, str]:
     return found
 
 
-def closure(roots: Iterable[str]) -> set[str]:
-    """Every distribution `roots` need on the functions' runtime, from installed metadata."""
-    environment = marker_environment()
+def closure(roots: Iterable[str], environment: Mapping[str, str] | None = None) -> set[str]:
+    """Every distribution `roots` need where markers read `environment` (default: the
+    functions' runtime), from the installed packages' metadata."""
+    environment = environment if environment is not None else marker_environment()
     extras_of: dict[str, set[str]] = {}
     todo = [Requirement(root) for root in roots]
     while todo:

@@ -21,16 +21,15 @@ import os
 import re
 import shlex
 import subprocess
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from infra.program import REPO_ROOT
+from tests.function.test_requirements_lock import closure as lock_closure
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 FILES = sorted(WORKFLOWS.glob("*.yml"))
@@ -284,25 +283,8 @@ def test_every_credentialed_job_builds_the_same_hashed_toolchain_before_any_cred
 def closure(roots: list[str]) -> set[str]:
     """Every distribution `roots` need on Linux under this Python (the workflows' 3.11),
     from the installed packages' metadata (the test environment installs them all)."""
-    environment = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
-                   "platform_machine": "x86_64"}
-    extras_of: dict[str, set[str]] = {}
-    todo = [Requirement(root) for root in roots]
-    while todo:
-        requirement = todo.pop()
-        name = canonicalize_name(requirement.name)
-        known = extras_of.get(name)
-        if known is not None and set(requirement.extras) <= known:
-            continue
-        extras_of[name] = (known or set()) | set(requirement.extras)
-        for raw in metadata.requires(requirement.name) or []:
-            dependency = Requirement(raw)
-            if dependency.marker is None or any(
-                dependency.marker.evaluate({**environment, "extra": extra})
-                for extra in extras_of[name] or {""}
-            ):
-                todo.append(dependency)
-    return set(extras_of)
+    return lock_closure(roots, {"sys_platform": "linux", "platform_system": "Linux",
+                                "os_name": "posix", "platform_machine": "x86_64"})
 
 
 def lock_problems(lock_text: str, constraints_text: str, roots: list[str],
