@@ -32,13 +32,14 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+
+from local_stack.loopback import LoopbackServer
 
 WORKFLOW = "workflow"
 RUN_JOB = "run_job"
@@ -122,7 +123,7 @@ def token_of(kind: str, body: Any, names: dict[str, str]) -> str | None:
         return None
 
 
-class FakeGoogleApis:
+class FakeGoogleApis(LoopbackServer):
     def __init__(self, token_names: dict[str, str] | None = None) -> None:
         self.token_names = token_names or {
             WORKFLOW: "dedup_token", RUN_JOB: "DEDUP_TOKEN", BUILD_TRIGGER: "_DEDUP_TOKEN",
@@ -138,14 +139,7 @@ class FakeGoogleApis:
         self._runs_seen: dict[str | None, list[str]] = {}
         self._lock = threading.Lock()
         self._counter = itertools.count(1)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        super().__init__()
 
     @property
     def token_uri(self) -> str:
@@ -195,19 +189,6 @@ class FakeGoogleApis:
     def received(self, kind: str | None = None) -> list[StartRequest]:
         with self._lock:
             return [r for r in self.requests if kind in (None, r.kind)]
-
-    def __enter__(self) -> FakeGoogleApis:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
     # -- the server side -----------------------------------------------------------------
 

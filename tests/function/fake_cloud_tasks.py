@@ -22,12 +22,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import requests
 from google.cloud import tasks_v2
+
+from local_stack.loopback import LoopbackServer
 
 TokenMinter = Callable[[str, str], str]  # (service account e-mail, audience) -> token
 _TASK_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
@@ -58,7 +59,7 @@ class FakeTask:
             200 <= (self.statuses[-1] or 0) < 300)
 
 
-class FakeCloudTasks:
+class FakeCloudTasks(LoopbackServer):
     def __init__(
         self, queue: str, mint_token: TokenMinter, retry: QueueRetry | None = None,
     ) -> None:
@@ -69,25 +70,7 @@ class FakeCloudTasks:
         self.create_calls: list[tuple[str, int | None]] = []  # (task name, status answered)
         self.drop_create_replies = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def __enter__(self) -> FakeCloudTasks:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__()
 
     def wait_until_settled(self, timeout: float = 30.0) -> None:
         """Every task created so far has succeeded or used its attempts."""
