@@ -153,7 +153,8 @@ def test_a_refused_caller_writes_nothing_and_the_run_still_executes_once(
     lines = served.forbidden_lines()
     assert len(lines) == before + 1
     line = lines[-1]
-    assert set(line) == {"severity", "message", "outcome", "status", "caller", "latency_ms"}
+    assert set(line) == {"severity", "message", "outcome", "status", "caller", "latency_ms",
+                         "kit_version"}
     assert (line["severity"], line["status"], line["caller"]) == ("WARNING", 403, caller)
     assert line["message"] == f"forbidden caller: {reason}"
     assert job not in json.dumps(line) and "SIGNATURE_REMOVED" not in json.dumps(line)
