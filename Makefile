@@ -99,6 +99,14 @@ rerun: $(VENV)/stamp ## Ask for one run to execute again (STACK= JOB= TIME= REAS
 	@test -z "$(NOW)" -o -n "$(WATCHDOG_URL)" || { echo "make rerun NOW=1 needs WATCHDOG_URL=<the watchdog's URL> (one you can reach; else the next tick delivers it)" >&2; exit 2; }
 	$(BIN)/python -m infra.rerun $(STACK) --job "$(JOB)" --time "$(TIME)" --reason "$(REASON)" $(if $(NOW),--now "$(WATCHDOG_URL)")
 
+# Day 2 rehearsed locally: the stack served (Firestore emulator, the function, the proxy on
+# fake Google APIs, the Scheduler emulator in real time, the watchdog on its schedule) until
+# Ctrl-C; it prints the FIRESTORE_EMULATOR_HOST and WATCHDOG_URL that point make runs and
+# make rerun at it. SERVE_ARGS="--every 60" ticks the watchdog every minute.
+.PHONY: serve
+serve: $(VENV)/stamp ## Serve a stack locally until Ctrl-C, for make runs/rerun (STACK=, SERVE_ARGS=)
+	$(BIN)/python -m demo.serve $(if $(STACK),--stack $(STACK)) $(SERVE_ARGS)
+
 # Once, when upgrading a stack whose proxy kept its records in the dedup database (see
 # docs/deploy.md, "Upgrading"): copies them into the proxy's own database; safe to repeat.
 migrate-proxy-records: $(VENV)/stamp ## Copy proxied jobs' records into the proxy's database (STACK= required)

@@ -1,0 +1,365 @@
+"""`make serve STACK=dev`: the stack served locally until Ctrl-C, to rehearse day 2.
+
+    python -m demo.serve [--stack STACK] [--every SECONDS] [--no-scheduler]
+
+Starts the Firestore emulator (or reuses one: --firestore-host), serves the kit's
+function (demo/run.py's LocalFunction, the demo's ledger job running each job's logic) and,
+for proxied jobs, the proxy against local fake Google APIs (LocalProxy), fires the
+stack's jobs in real time with the Scheduler emulator, and runs the stack's watchdog in
+this process on its schedule (`watchdog.schedule`, or every --every seconds): the
+deployed watchdog's code (dedup.watchdog), its job table from the stack's declarations
+(infra.watchdog.watch_jobs, as `make plan` deploys it), its cursors and re-run requests in
+its own database (`<databaseName>-watchdog`), delivering catch-ups and re-runs to the
+served function with its own account's token, as deployed. Everything runs on the real
+clock, so `make runs` and `make rerun`, pointed at the emulator with the environment
+printed at start-up, read and write what the served stack does.
+
+A tick can also be asked for at once: POST the printed WATCHDOG_URL (`make rerun ...
+NOW=1 WATCHDOG_URL=...`); it answers as the deployed watchdog does (`checked`,
+`problems`, `caught_up`, `reruns`).
+
+Not served: the watchdog's deliveries to the proxy (the local proxy admits the Scheduler
+jobs' account only), so a proxied job's runs are judged, but not caught up or re-run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, TextIO
+from zoneinfo import ZoneInfo
+
+from croniter import croniter
+from google.cloud import firestore
+
+from dedup.delivery import TargetAuth
+from dedup.firestore_store import FirestoreRunStore
+from dedup.reruns import FirestoreRerunQueue, reruns_collection
+from dedup.settings import Settings
+from dedup.watchdog import (
+    CURSOR_SUFFIX,
+    FirestoreWatchStore,
+    TickResult,
+    Watchdog,
+    WatchedJob,
+    WatchSettings,
+    rfc3339,
+)
+from demo.run import LocalFunction, LocalProxy, function_env
+from demo.store_faults import store_timing
+from demo.watch import ReplayDeliverer, _emulator_env, delivering_config
+from infra.config import StackConfig
+from local_stack import FirestoreEmulator, free_port
+from scheduler_emulator.clock import RealClock
+from scheduler_emulator.emulator import SchedulerEmulator
+from scheduler_emulator.oidc import scheduler_token
+from scheduler_emulator.stack import Stack, load_stack, resolve_stack
+
+# The Scheduler emulator fires this many runs per job at most (real time: years).
+SCHEDULER_TICKS = 100_000
+
+
+class ServedStack:
+    """The stack's function, proxy, Scheduler and watchdog, served locally on the real
+    clock against the Firestore emulator at `firestore_host`. A context manager; `tick()`
+    runs one watchdog tick (at `now`, by default the real clock)."""
+
+    def __init__(
+        self,
+        stack: Stack,
+        firestore_host: str,
+        *,
+        workdir: Path,
+        scheduler: bool = True,
+        workers: int = 2,
+        threads: int = 4,
+        log: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        if stack.config is None:
+            raise ValueError("make serve needs a stack file's config (load_stack)")
+        self.stack = stack
+        self.cfg: StackConfig = stack.config
+        self.firestore_host = firestore_host
+        self.workdir = workdir
+        self.scheduler = scheduler
+        self.workers = workers
+        self.threads = threads
+        self.log = log
+        self.function: LocalFunction | None = None
+        self.proxy: LocalProxy | None = None
+        self._emulators: list[SchedulerEmulator] = []
+        self._clients: list[firestore.Client] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._watchdog: tuple[WatchSettings, FirestoreWatchStore, FirestoreRerunQueue] | None
+        self._watchdog = None
+        self._deliverer: ReplayDeliverer | None = None
+
+    # -- start and stop ------------------------------------------------------------------
+
+    def start(self) -> ServedStack:
+        self.workdir.mkdir(parents=True, exist_ok=True)  # the ledger's, the proxy's files
+        try:
+            if self.stack.active_jobs:
+                self.function = LocalFunction(
+                    self.stack, self.firestore_host, scale=1.0,
+                    ledger=self.workdir / "ledger.jsonl", workers=self.workers,
+                    threads=self.threads,
+                ).start()
+                self.log(f"function serving on {self.function.url}")
+            if self.stack.active_proxied_jobs:
+                self.proxy = LocalProxy(
+                    self.stack, self.firestore_host, scale=1.0,
+                    timing=store_timing(self.stack, 1.0, False), workdir=self.workdir,
+                ).start()
+                self.log(f"proxy serving on {self.proxy.url} (fake Google APIs on "
+                         f"{self.proxy.apis.url})")
+            self._watchdog = self._build_watchdog()
+            self._serve_ticks()
+            if self.scheduler:
+                self._start_scheduler()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for emulator in self._emulators:
+            emulator.stop()  # its job threads are daemons, waiting for their next run
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        for client in self._clients:
+            client.close()  # type: ignore[no-untyped-call]
+        self._clients.clear()
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self.function is not None:
+            self.function.stop()
+
+    def __enter__(self) -> ServedStack:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- the watchdog --------------------------------------------------------------------
+
+    def _client(self, database: str) -> firestore.Client:
+        with _emulator_env(self.firestore_host):
+            client = firestore.Client(project=self.cfg.project, database=database)
+        self._clients.append(client)
+        return client
+
+    def _build_watchdog(self) -> tuple[WatchSettings, FirestoreWatchStore, FirestoreRerunQueue]:
+        """The deployed watchdog's settings and stores, where `make runs` reads them."""
+        from infra.runs import watched_jobs  # imports the Pulumi program
+
+        cfg, dedup = self.cfg, self.cfg.dedup
+        timing = store_timing(self.stack, 1.0, False)
+        store_settings = Settings.from_env(function_env(
+            self.stack, firestore_host=self.firestore_host, ledger=self.workdir / "ledger",
+            scale=1.0, timing=timing,
+        ))
+        timeout = store_settings.store_timeout_seconds
+        runs = FirestoreRunStore(self._client(dedup.database_name), dedup.collection, timeout)
+        own = FirestoreRunStore(self._client(dedup.watch_database_name), dedup.collection,
+                                timeout) if cfg.watchdog.enabled else runs
+        jobs: list[WatchedJob] = []
+        by_database: dict[str, FirestoreRunStore] = {}
+        for job in watched_jobs(cfg):
+            if job.database is not None:  # a proxied job: judged, not delivered (see above)
+                by_database.setdefault(job.database, FirestoreRunStore(
+                    self._client(job.database), dedup.collection, timeout))
+                job = replace(job, catch_up=False, reruns=False)
+            jobs.append(job)
+        delivers = self.function is not None and delivering_config(self.stack) is not None
+        if delivers:
+            self._deliverer = ReplayDeliverer(cfg.watchdog_email)
+        settings = WatchSettings(
+            store_settings, tuple(jobs), float(cfg.watchdog.lookback_seconds),
+            float(cfg.watchdog.grace_seconds),
+            target_url=self.function.url if delivers and self.function else None,
+            target_auth=TargetAuth.ID_TOKEN,
+        )
+        store = FirestoreWatchStore(runs, dedup.collection + CURSOR_SUFFIX, by_database, own)
+        return settings, store, FirestoreRerunQueue(own, reruns_collection(dedup.collection))
+
+    def tick(self, now: datetime | None = None) -> TickResult:
+        """One watchdog tick, as the deployed one's (one at a time)."""
+        assert self._watchdog is not None, "start() first"
+        settings, store, reruns = self._watchdog
+        with self._lock:
+            at = now or datetime.now(UTC)
+            if self._deliverer is not None:
+                self._deliverer.now = at
+            result = Watchdog(settings, store, lambda: at, self._deliverer, reruns).run_tick()
+        for problem in result.problems:
+            when = "-" if problem.schedule_time is None else rfc3339(problem.schedule_time)
+            extra = f": {problem.error}" if problem.error else ""
+            self.log(f"watchdog {problem.kind}: {problem.job} @ {when}{extra}")
+        for delivered in [*result.caught_up, *result.reruns]:
+            generation = f" generation {delivered.generation}" if delivered.generation else ""
+            self.log(f"watchdog {delivered.kind}: {delivered.job} @ "
+                     f"{rfc3339(delivered.schedule_time)}{generation}: {delivered.status}")
+        self.log(f"watchdog tick at {rfc3339(at)}: {result.checked} runs checked, "
+                 f"{len(result.problems)} problems")
+        return result
+
+    def _serve_ticks(self) -> None:
+        """POST / runs a tick now and answers as the deployed watchdog (make rerun NOW=1)."""
+        served = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                result = served.tick()
+                body = json.dumps({
+                    "checked": result.checked,
+                    "problems": [p.to_json() for p in result.problems],
+                    "caught_up": [d.to_json() for d in result.caught_up],
+                    "reruns": [d.to_json() for d in result.reruns],
+                }).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def watchdog_url(self) -> str:
+        assert self._server is not None, "start() first"
+        return f"http://127.0.0.1:{self._server.server_address[1]}/"
+
+    def next_tick(self, after: datetime, every_seconds: float | None = None) -> datetime:
+        """The watchdog's next tick: its Scheduler job's cron, or every `every_seconds`."""
+        if every_seconds:
+            return after + timedelta(seconds=every_seconds)
+        zone = self.cfg.watchdog.time_zone
+        following: datetime = croniter(
+            self.cfg.watchdog.schedule, after.astimezone(ZoneInfo(zone))).get_next(datetime)
+        return following.astimezone(UTC)
+
+    # -- the Scheduler -------------------------------------------------------------------
+
+    def _start_scheduler(self) -> None:
+        for url, jobs in ((self.function.url if self.function else None,
+                           self.stack.active_jobs),
+                          (self.proxy.url if self.proxy else None,
+                           self.stack.active_proxied_jobs)):
+            if url is None or not jobs:
+                continue
+            emulator = SchedulerEmulator(
+                url, self.stack, jobs=jobs, ticks=SCHEDULER_TICKS, clock_factory=RealClock,
+                token=scheduler_token(url, self.stack.invoker_email), trace_deliveries=True,
+            )
+            self._emulators.append(emulator)
+            threading.Thread(target=_quietly(emulator.run), daemon=True).start()
+
+    # -- what to tell the operator -------------------------------------------------------
+
+    def environment(self) -> dict[str, str]:
+        return {"FIRESTORE_EMULATOR_HOST": self.firestore_host,
+                "WATCHDOG_URL": self.watchdog_url}
+
+
+def _quietly(run: Callable[[], object]) -> Callable[[], None]:
+    def target() -> None:
+        with contextlib.suppress(Exception):
+            run()
+
+    return target
+
+
+def instructions(served: ServedStack, stack_name: str) -> str:
+    env = served.environment()
+    job = next(iter(served.stack.active_jobs or served.stack.active_proxied_jobs), None)
+    lines = [
+        "Serving the stack locally until Ctrl-C. In another shell:",
+        "",
+        f"  export FIRESTORE_EMULATOR_HOST={env['FIRESTORE_EMULATOR_HOST']}",
+        f"  make runs STACK={stack_name}",
+    ]
+    if job is not None:
+        lines.append(
+            f'  make rerun STACK={stack_name} JOB={job.name} TIME=<a schedule time from make '
+            f'runs> REASON="rehearsal" NOW=1 WATCHDOG_URL={env["WATCHDOG_URL"]}')
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def _firestore(host: str | None, log: Callable[[str], None]) -> Iterator[str]:
+    if host:
+        yield host
+        return
+    log("starting the Firestore emulator (gcloud emulators firestore start) ...")
+    emulator = FirestoreEmulator()
+    try:
+        emulator.start()
+        yield emulator.host
+    finally:
+        emulator.stop()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m demo.serve", description="Serve a stack locally (function, proxy, "
+        "Scheduler, watchdog) until Ctrl-C, for make runs and make rerun to rehearse on.")
+    parser.add_argument("--stack", default="dev", help="stack name or stack file")
+    parser.add_argument("--every", type=float, metavar="SECONDS",
+                        help="tick the watchdog every SECONDS (default: watchdog.schedule)")
+    parser.add_argument("--no-scheduler", action="store_true",
+                        help="fire no scheduled runs (every run is then missed)")
+    parser.add_argument("--firestore-host", help="reuse a running Firestore emulator")
+    args = parser.parse_args(argv)
+
+    def log(line: str) -> None:
+        out.write(f"[{datetime.now(UTC):%H:%M:%S}Z] {line}\n")
+        out.flush()
+
+    stack = load_stack(resolve_stack(args.stack))
+    workdir = Path(tempfile.mkdtemp(prefix="scheduler-serve-"))
+    stop = threading.Event()
+    # Ctrl-C (SIGINT) and SIGTERM alike stop everything it started (its children included).
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+    try:
+        with _firestore(args.firestore_host, log) as host, ServedStack(
+            stack, host, workdir=workdir, scheduler=not args.no_scheduler, log=log,
+        ) as served:
+            out.write(instructions(served, args.stack))
+            out.flush()
+            at = served.next_tick(datetime.now(UTC), args.every)
+            while not stop.wait(max(0.0, (at - datetime.now(UTC)).total_seconds())):
+                served.tick()
+                at = served.next_tick(datetime.now(UTC), args.every)
+    except KeyboardInterrupt:
+        out.write("stopped\n")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
