@@ -143,7 +143,10 @@ class TextbookDeduplicator:
         expire_at = self._clock() + timedelta(seconds=self._retention)
         return RunRecord.claim(key, attempt_id, attempts, self._lease, expire_at)
 
-    def run(self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str]) -> Delivery:
+    def run(
+        self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str],
+        answer_within: float | None = None,
+    ) -> Delivery:
         """One delivery end to end; the same signature and outcomes as Deduplicator.run."""
         run_id = key.run_id
         try:

@@ -29,6 +29,7 @@ HEADER_TIME_ZONE: Final = "X-Dedup-Time-Zone"
 HEADER_DST_REPEATED: Final = "X-Dedup-Dst-Repeated"
 HEADER_DST_SKIPPED: Final = "X-Dedup-Dst-Skipped"
 HEADER_FORCED_RUNS: Final = "X-Dedup-Forced-Runs"
+HEADER_ATTEMPT_DEADLINE: Final = "X-Dedup-Attempt-Deadline"
 
 
 def duration(seconds: float) -> str:
@@ -49,6 +50,7 @@ def job_headers(project: str, region: str, job: JobSettings) -> dict[str, str]:
         HEADER_LOCATION: region,
         HEADER_SCHEDULE: job.schedule,
         HEADER_TIME_ZONE: job.time_zone,
+        HEADER_ATTEMPT_DEADLINE: str(job.attempt_deadline_seconds),
         **{name: value for name, value in choices.items() if value is not None},
     }
 

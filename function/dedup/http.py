@@ -197,7 +197,10 @@ def refuse_method(
 class RunsDeliveries(Protocol):
     """What the handler needs of a protocol: Deduplicator (or the benchmark's comparator)."""
 
-    def run(self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str]) -> Delivery:
+    def run(
+        self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str],
+        answer_within: float | None = None,
+    ) -> Delivery:
         ...
 
 
@@ -240,6 +243,13 @@ class DedupHandler:
         # Entry points that parse the body (the proxy) refuse one they cannot parse safely
         # with a 400 (check_body's reason) before anything is claimed.
         self._check_body = check_body
+
+    def _answer_within(self, parsed: DeliveryHeaders) -> float | None:
+        """How long an unknown claim may be resolved: the job's attempt deadline (its
+        X-Dedup-Attempt-Deadline) less one store budget to answer in; None without it."""
+        if parsed.attempt_deadline_seconds is None:
+            return None
+        return max(0.0, parsed.attempt_deadline_seconds - self._settings.store_timeout_seconds)
 
     def _run_key(self, parsed: DeliveryHeaders) -> RunKey | SkippedTime:
         """The run a delivery is (dedup.business_runs), by its job's forcedRuns choice."""
@@ -327,7 +337,7 @@ class DedupHandler:
             delivery = _run_without_dedup(key, job, body, lowered)
         else:
             try:
-                delivery = self._dedup.run(key, job, body, lowered)
+                delivery = self._dedup.run(key, job, body, lowered, self._answer_within(parsed))
             except Exception as exc:  # a bug or an unexpected store error: retryable
                 log.exception("unexpected error for run %s", key.run_id)
                 delivery = Delivery(Outcome.STORE_UNAVAILABLE, key.run_id, detail=repr(exc))

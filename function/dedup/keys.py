@@ -36,6 +36,9 @@ TIME_ZONE_HEADER = "x-dedup-time-zone"
 DST_REPEATED_HEADER = "x-dedup-dst-repeated"
 DST_SKIPPED_HEADER = "x-dedup-dst-skipped"
 FORCED_RUNS_HEADER = "x-dedup-forced-runs"
+# The job's attemptDeadline in seconds: how long an answer may take (dedup.protocol resolves
+# a claim whose outcome is unknown within it).
+ATTEMPT_DEADLINE_HEADER = "x-dedup-attempt-deadline"
 # forcedRuns: what a forced run ("Run now") is.
 FORCED_SEPARATE = "separate"  # a run of its own; the scheduled run still runs at its time
 FORCED_REPLACE_NEXT = "replaceNext"  # the upcoming scheduled run itself, run now
@@ -183,6 +186,7 @@ class DeliveryHeaders:
     generation: int = 0
     business: BusinessSchedule | None = None  # X-Dedup-Schedule and its companions
     forced_runs: str = FORCED_SEPARATE
+    attempt_deadline_seconds: float | None = None  # X-Dedup-Attempt-Deadline
 
 
 def parse_business(lowered: Mapping[str, str]) -> BusinessSchedule | None:
@@ -207,6 +211,17 @@ def parse_business(lowered: Mapping[str, str]) -> BusinessSchedule | None:
             f"cannot be used ({str(exc).strip(chr(39))}): send the job's own 5-field "
             "schedule and IANA time zone, as the kit's Scheduler job does"
         ) from None
+
+
+def parse_attempt_deadline(value: str | None) -> float | None:
+    """X-Dedup-Attempt-Deadline: whole seconds from 1 to 3600, or absent."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 3600):
+        raise BadDelivery(f"X-Dedup-Attempt-Deadline {_shown(value)} is not a whole number of "
+                          "seconds from 1 to 3600 (the job's attemptDeadline)")
+    return float(text)
 
 
 def parse_forced_runs(value: str | None) -> str:
@@ -307,4 +322,5 @@ def parse_delivery(
     return DeliveryHeaders(
         project, location, job_id, schedule_time, generation, parse_business(lowered),
         parse_forced_runs(lowered.get(FORCED_RUNS_HEADER)),
+        parse_attempt_deadline(lowered.get(ATTEMPT_DEADLINE_HEADER)),
     )

@@ -216,7 +216,7 @@ class Deduplicator:
 
     # -- the protocol steps ------------------------------------------------------------
 
-    def claim(self, key: RunKey) -> Claim | Delivery:
+    def claim(self, key: RunKey, answer_within: float | None = None) -> Claim | Delivery:
         """Claim the run for a new attempt, or say why not (a Delivery to answer with).
 
         Raises StoreUnavailable only when nothing of this attempt's is left in the store
@@ -237,7 +237,7 @@ class Deduplicator:
                 # The create may have landed with its reply lost: left alone, that phantom
                 # claim would answer 409 to every retry for a whole lease. Find out first,
                 # for as long as that claim could be used (its fence time).
-                stored = self._resolve(run_id, sent)
+                stored = self._resolve(run_id, sent, answer_within)
                 if stored is None:
                     raise  # nothing landed: the 5xx leaves nothing behind
             if stored is None:
@@ -245,12 +245,14 @@ class Deduplicator:
             if stored.record.attempt_id == attempt_id:
                 # Our create landed though its reply was lost: this attempt holds the run.
                 return self._adopt(key, attempt_id, stored, sent)
-            decided = self._judge(key, attempt_id, stored)
+            decided = self._judge(key, attempt_id, stored, answer_within)
             if decided is not None:
                 return decided
         return Delivery(Outcome.IN_PROGRESS, run_id, detail="record kept changing; retry")
 
-    def _judge(self, key: RunKey, attempt_id: str, stored: StoredRun) -> Claim | Delivery | None:
+    def _judge(
+        self, key: RunKey, attempt_id: str, stored: StoredRun, answer_within: float | None,
+    ) -> Claim | Delivery | None:
         run_id = key.run_id
         record = stored.record
         if stored.past_expiry:
@@ -282,7 +284,7 @@ class Deduplicator:
         except RecordChanged:
             return None  # someone else moved first: look again
         except StoreUnavailable:
-            now = self._resolve(run_id, sent)
+            now = self._resolve(run_id, sent, answer_within)
             if now is not None and now.record.attempt_id == attempt_id:
                 return self._adopt(key, attempt_id, now, sent)
             if now is not None and now.version == stored.version:
@@ -410,12 +412,19 @@ class Deduplicator:
         with contextlib.suppress(StoreUnavailable):
             self.release(claim, "claim outcome unknown until its fence time; nothing ran")
 
-    def _resolve(self, run_id: str, sent: float) -> StoredRun | None:
+    def _resolve(
+        self, run_id: str, sent: float, answer_within: float | None
+    ) -> StoredRun | None:
         """Read the record after a claiming write (sent at `sent`) whose outcome is unknown,
-        until the store answers or the claim that write may have made is fenced (and at
-        least the settle time): a 5xx before that could leave a usable phantom behind.
-        StoreUnavailable if the store never answered."""
-        until = max(self._monotonic() + self._settle, sent + self._fence_after)
+        until the store answers or the claim that write may have made is fenced: a 5xx
+        before that could leave a usable phantom behind. But the caller must still get an
+        answer: at most `answer_within` seconds after `sent` (the delivery's attempt
+        deadline, less a store budget to answer in; None: the settle time only), and at
+        least the settle time. StoreUnavailable if the store never answered."""
+        # An unknown deadline: the settle time alone, as before.
+        fenced = sent + self._fence_after
+        until = sent if answer_within is None else min(fenced, sent + answer_within)
+        until = max(until, self._monotonic() + self._settle)
         return _retry_unavailable(lambda: self._store.get(run_id), until, self._monotonic)
 
     def _finish(self, claim: Claim, step: Callable[[], bool]) -> bool:
@@ -437,14 +446,19 @@ class Deduplicator:
 
     # -- one delivery, end to end ------------------------------------------------------
 
-    def run(self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str]) -> Delivery:
-        """Claim, run the job while the heartbeat renews, then complete or release."""
+    def run(
+        self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str],
+        answer_within: float | None = None,
+    ) -> Delivery:
+        """Claim, run the job while the heartbeat renews, then complete or release.
+        `answer_within`: how long a claim whose outcome is unknown may be resolved before
+        the caller must be answered (see `_resolve`)."""
         run_id = key.run_id
         hit, cached = self._cache.get(run_id)
         if hit:
             return Delivery(Outcome.DUPLICATE, run_id, result_json=cached, from_cache=True)
         try:
-            decision = self.claim(key)
+            decision = self.claim(key, answer_within)
         except StoreUnavailable as exc:
             return Delivery(Outcome.STORE_UNAVAILABLE, run_id, detail=str(exc))
         if isinstance(decision, Delivery):

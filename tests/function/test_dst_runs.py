@@ -114,6 +114,7 @@ def test_under_skip_the_missing_time_runs_nothing(collection_name: str, ledger: 
 @pytest.mark.parametrize(("name", "value"), [
     (HEADER_SCHEDULE, "every 5 minutes"), (HEADER_TIME_ZONE, "Mars/Olympus"),
     (HEADER_DST_REPEATED, "twice"), (HEADER_FORCED_RUNS, "sometimes"),
+    ("X-Dedup-Attempt-Deadline", "3 minutes"), ("X-Dedup-Attempt-Deadline", "0"),
 ])
 def test_a_malformed_business_header_is_a_400_that_runs_nothing(
     collection_name: str, ledger: Path, name: str, value: str

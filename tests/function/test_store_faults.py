@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -158,7 +159,7 @@ def test_a_claim_whose_reply_was_lost_is_resolved_through_a_stall_longer_than_th
     store.break_("get")
     heal_after(store, "get", 2.5)  # settle_seconds is 1
     job = CountingJob()
-    delivery = dedup.run(KEY, job, b"", {})
+    delivery = dedup.run(KEY, job, b"", {}, answer_within=170)  # a 180 s attempt deadline
     assert delivery.outcome is Outcome.COMPLETED
     assert len(job.executions) == 1 and status_of(store) == "completed"
 
@@ -174,12 +175,29 @@ def test_a_claim_left_unknown_past_its_fence_time_is_a_5xx_and_fenced(
     store.break_("get")
     job = CountingJob()
     started = time.monotonic()
-    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.STORE_UNAVAILABLE
+    assert dedup.run(KEY, job, b"", {}, answer_within=170).outcome is Outcome.STORE_UNAVAILABLE
     assert 1.0 < time.monotonic() - started < 2.5 + 5  # past the settle time, to the fence
     store.heal("get")
     time.sleep(max(0.0, 3.1 - (time.monotonic() - started)))
     assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED
     assert len(job.executions) == 1
+
+
+def test_an_unknown_claim_is_resolved_no_longer_than_the_caller_can_wait(
+    collection_name: str,
+) -> None:
+    """The job's attempt deadline bounds the resolving (Scheduler would have hung up):
+    the answer comes within it, not at the fence time; without a deadline, within the
+    settle time, as before."""
+    for answer_within, bound in ((2.0, 2.0 + 1.5), (None, 1.0 + 1.5)):
+        dedup, store = faulty_dedup(collection_name, lease=60.0)  # fence time 50 s
+        store.script("create", Fault.LOST_REPLY)
+        store.break_("get")
+        started = time.monotonic()
+        delivery = dedup.run(replace(KEY, job_id=f"bounded-{answer_within}"), CountingJob(),
+                             b"", {}, answer_within=answer_within)
+        assert delivery.outcome is Outcome.STORE_UNAVAILABLE
+        assert time.monotonic() - started < bound
 
 
 def test_a_claim_learnt_after_its_fence_time_is_released_so_the_retry_runs_at_once(
@@ -203,7 +221,8 @@ def test_a_claim_learnt_after_its_fence_time_is_released_so_the_retry_runs_at_on
 
     store.get = slow_get  # type: ignore[method-assign]
     job = CountingJob()
-    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.STORE_UNAVAILABLE
+    assert dedup.run(KEY, job, b"", {}, answer_within=170).outcome is (
+        Outcome.STORE_UNAVAILABLE)
     assert job.executions == [] and status_of(store) == "failed"
     store.get = real_get  # type: ignore[method-assign]
     assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED  # no 409

@@ -618,6 +618,7 @@ def test_scheduler_jobs(stack: StackUnderTest) -> None:
             "Content-Type": "application/json",
             "X-Dedup-Schedule": job.schedule,
             "X-Dedup-Time-Zone": job.time_zone,
+            "X-Dedup-Attempt-Deadline": str(job.attempt_deadline_seconds),
             "X-Dedup-Dst-Repeated": job.dst_repeated,
             "X-Dedup-Dst-Skipped": job.dst_skipped,
             "X-Dedup-Forced-Runs": job.forced_runs,

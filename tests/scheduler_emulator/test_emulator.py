@@ -116,6 +116,7 @@ def test_headers_are_exactly_schedulers() -> None:
         # outside a stack has no choices filled in: the function reads BSD cron -s's).
         "X-Dedup-Schedule": "0 3 * * *",
         "X-Dedup-Time-Zone": "Europe/Berlin",
+        "X-Dedup-Attempt-Deadline": "180",
         "Content-Type": "application/json",
         "Content-Length": str(len(request.body)),
         "Authorization": "Bearer tok-123",
