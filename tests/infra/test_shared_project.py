@@ -223,7 +223,9 @@ def test_names_follow_from_the_prefix() -> None:
         stack="team-a",
     )
     assert cfg.dedup.database_name == "team-a"
-    assert run.one(DATABASE).props["name"] == "team-a"
+    # The dedup records' database, and the watchdog's own (cursors and re-run requests).
+    assert sorted(d.props["name"] for d in run.of_type(DATABASE)) == [
+        "team-a", "team-a-watchdog"]
     assert sorted(j.props["name"] for j in run.of_type(JOB)) == [
         "team-a-heartbeat",
         "team-a-hourly-sync",
