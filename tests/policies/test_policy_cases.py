@@ -38,7 +38,7 @@ ALL_CASES: dict[str, list[Case]] = {
         *BYPASS_CASES.get(name, []),
         *ROUND_TWO_CASES.get(name, []),
     ]
-    for name in {*RESOURCE_CASES, *STACK_CASES, *BYPASS_CASES, *ROUND_TWO_CASES}
+    for name in sorted({*RESOURCE_CASES, *STACK_CASES, *BYPASS_CASES, *ROUND_TWO_CASES})
 }
 
 
