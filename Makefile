@@ -60,8 +60,11 @@ typecheck: $(VENV)/stamp ## mypy
 workflow-lint: $(VENV)/stamp ## zizmor's audits of the GitHub Actions workflows
 	$(BIN)/zizmor --offline .github/workflows
 
-unit: $(VENV)/stamp ## The kit's tests (pytest; they never read your stack files)
-	$(BIN)/pytest
+# The tests in TEST_WORKERS processes (pytest-xdist): most of their time is spent waiting
+# (emulators, served functions, scaled deadlines), so two workers halve it on two cores.
+TEST_WORKERS ?= 2
+unit: $(VENV)/stamp ## The kit's tests (pytest; they never read your stack files; TEST_WORKERS=)
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 # function/requirements.txt, what Cloud Build installs for the deployed function: every
 # package of function/requirements.in and their dependencies, at constraints.txt's versions,
