@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 import yaml
-from packaging.utils import canonicalize_name
 
 from infra.program import REPO_ROOT
 from tests.function.test_requirements_lock import closure as lock_closure
+from tests.function.test_requirements_lock import pins, requirement_lines
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 FILES = sorted(WORKFLOWS.glob("*.yml"))
@@ -73,21 +73,6 @@ def commands(script: str) -> list[str]:
     joined = re.sub(r"\\\n\s*", " ", script)
     lines = (line.split(" #", 1)[0].strip() for line in joined.splitlines())
     return [line for line in lines if line and not line.startswith("#")]
-
-
-def requirement_lines(text: str) -> list[str]:
-    joined = re.sub(r"\\\n\s*", " ", text)
-    lines = (line.split("#", 1)[0].strip() for line in joined.splitlines())
-    return [line for line in lines if line]
-
-
-def pins(text: str) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for line in requirement_lines(text):
-        match = _PIN.match(line)
-        if match:
-            found[canonicalize_name(match[1])] = match[2]
-    return found
 
 
 def unhashed(text: str) -> list[str]:
