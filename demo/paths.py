@@ -23,8 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from dedup.business_runs import default_dst
-from infra.config import JobSettings
+from infra.config import DedupSettings, JobSettings, with_stack_defaults
 from scheduler_emulator import Job, Stack, job_from_settings
 from scheduler_emulator.emulator import DstFires
 from scheduler_emulator.faults import MANUAL, STORE_STALL, FaultPlan
@@ -84,19 +83,16 @@ class PathResult:
 
 
 def _job(name: str, schedule: str, time_zone: str = "Etc/UTC", **choices: str) -> JobSettings:
-    """A path's job, with its choices filled in as StackConfig fills them."""
-    repeated, skipped = default_dst(schedule)
-    return JobSettings.model_validate({
-        "name": name, "schedule": schedule, "timeZone": time_zone,
-        "dstRepeated": choices.get("dstRepeated", repeated),
-        "dstSkipped": choices.get("dstSkipped", skipped),
-        "forcedRuns": choices.get("forcedRuns", "separate"),
+    """A path's job, with its unset choices filled in as StackConfig fills them."""
+    job = JobSettings.model_validate({
+        "name": name, "schedule": schedule, "timeZone": time_zone, **choices,
         # Two retries, no duration bound (Scheduler retries until both are used up: a
         # refused forced run would otherwise be retried for the whole duration).
         "retry": {"retryCount": 2, "maxRetryDurationSeconds": 0, "minBackoffSeconds": 10,
                   "maxBackoffSeconds": 30},
         "body": {"path": name},
     })
+    return job.model_copy(update=with_stack_defaults(job, DedupSettings()))
 
 
 def path_specs(nonce: str = "") -> list[PathSpec]:

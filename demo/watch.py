@@ -79,7 +79,7 @@ from dedup.watchdog import (
     rfc3339,
 )
 from demo.ledger import commits_by_run_id
-from infra.config import JobSettings, StackConfig
+from infra.config import JobSettings, StackConfig, with_stack_defaults
 from infra.scheduler_rules import retry_window_seconds
 from jobs.flaky import fail_every, fails
 from scheduler_emulator.emulator import CLOCK_HEADER
@@ -492,8 +492,7 @@ def _held_rerun(
     if not failed:
         return None
     t = failed[0]
-    flaky = FLAKY_SETTINGS.model_copy(update={"dst_repeated": "each", "dst_skipped": "skip",
-                                             "forced_runs": "separate"})
+    flaky = FLAKY_SETTINGS.model_copy(update=with_stack_defaults(FLAKY_SETTINGS, cfg.dedup))
     dedup = cfg.dedup.model_copy(update={"collection": collection})
     watchdog = cfg.watchdog.model_copy(update={"reruns": True})
     asked = cfg.model_copy(update={"jobs": (*cfg.jobs, flaky), "dedup": dedup,

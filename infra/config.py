@@ -1066,7 +1066,7 @@ class StackConfig(_Model):
         problems.raise_any()
         derived = {"database_name": database or prefix,
                    "firestore_location": dedup.firestore_location or self.region}
-        jobs = tuple(job.model_copy(update=_job_defaults(job, dedup)) for job in self.jobs)
+        jobs = tuple(job.model_copy(update=with_stack_defaults(job, dedup)) for job in self.jobs)
         object.__setattr__(self, "dedup", dedup.model_copy(update=derived))  # frozen model
         object.__setattr__(self, "watchdog", watchdog)
         object.__setattr__(self, "jobs", jobs)
@@ -1183,10 +1183,11 @@ DEPLOY_RULES: Final[tuple[DeployRule, ...]] = (
 the program declares from a valid config, which keeps them by construction)."""
 
 
-def _job_defaults(job: JobSettings, dedup: DedupSettings) -> dict[str, Any]:
+def with_stack_defaults(job: JobSettings, dedup: DedupSettings) -> dict[str, Any]:
     """A job's unset settings that follow the stack's: jobLogic, and the business-run
     choices (the stack's, else BSD cron -s for its schedule), so every table and header
-    carries the choice in force."""
+    carries the choice in force (StackConfig fills every job so; a job made outside a
+    stack, the demo's, is filled the same way)."""
     repeated, skipped = default_dst(job.schedule)
     return {
         "job_logic": job.job_logic or dedup.default_job_logic,
