@@ -22,7 +22,9 @@ STACK ?=
 # POLICY_CONFIG=<file> gives policy-check a --policy-pack-config file (enforcement levels,
 # the deployers setting), e.g. policies/policy-config.example.json.
 POLICY_CONFIG ?=
-STACKS := $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml))
+# The team's stacks: Pulumi.<stack>.yaml in Pulumi.yaml's stackConfigDir (stacks/).
+STACK_DIR := $(or $(shell sed -n 's/^stackConfigDir: *//p' Pulumi.yaml),.)
+STACKS := $(patsubst $(STACK_DIR)/Pulumi.%.yaml,%,$(wildcard $(STACK_DIR)/Pulumi.*.yaml))
 
 .DEFAULT_GOAL := help
 .PHONY: help demo test lint typecheck workflow-lint unit lock plan runs rerun migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve

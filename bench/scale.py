@@ -2,7 +2,7 @@
 by default, up to 5,000).
 
 For each stack size (100, 1,000, 5,000 jobs by default), a stack generated from the fixture
-dev stack (tests/stacks/Pulumi.dev.yaml: its three jobs repeated with their own names and
+dev stack (examples/stacks/Pulumi.dev.yaml: its three jobs repeated with their own names and
 minutes, every tenth job proxied to a workflow) is
 
 - planned and policy-checked exactly as `make plan` / `make policy-check` do it (the same

@@ -85,7 +85,7 @@ SERVED_FUNCTION = REPO_ROOT / "demo" / "served_function.py"
 WARMUP_JOB = "warmup"
 # What jobs DEMO_JOB_LOGIC does not name run: the warm-up's, and, on a function served for
 # one stack, jobs of another (the tests' replays share one function).
-OTHER_JOBS_LOGIC = "jobs.example:run"
+OTHER_JOBS_LOGIC = "example_jobs.example:run"
 # After the replay, how long (real seconds) the demo waits at most for job logic that
 # Scheduler hung up on at the deadline to end, on top of the longest slow attempt.
 SETTLE_SECONDS = 10.0

@@ -79,16 +79,16 @@ from dedup.watchdog import (
     rfc3339,
 )
 from demo.ledger import commits_by_run_id
+from example_jobs.flaky import fail_every, fails
 from infra.config import JobSettings, StackConfig, with_stack_defaults
 from infra.scheduler_rules import retry_window_seconds
-from jobs.flaky import fail_every, fails
 from scheduler_emulator.emulator import CLOCK_HEADER
 from scheduler_emulator.faults import FAULT_HEADER, KILL
 from scheduler_emulator.oidc import scheduler_token
 from scheduler_emulator.report import RunSummary, reply_outcome
 from scheduler_emulator.stack import Job, Stack, job_from_settings
 
-FLAKY_LOGIC = "jobs.flaky:run"
+FLAKY_LOGIC = "example_jobs.flaky:run"
 # Declared like a stack file's job, so it is delivered as the Pulumi program would
 # declare it (headers, body, `<namePrefix>-<name>` ID).
 FLAKY_SETTINGS = JobSettings.model_validate({

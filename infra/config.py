@@ -362,7 +362,7 @@ def _to_bool(raw: Any) -> Any:
 
 Int = Annotated[int, Strict(), BeforeValidator(_to_int)]
 Bool = Annotated[bool, Strict(), BeforeValidator(_to_bool)]
-_JOB_LOGIC_FIX = "use 'module:function' of a module inside function/, e.g. jobs.example:run"
+_JOB_LOGIC_FIX = "use 'module:function' of a module inside function/, e.g. jobs.send_invoices:run"
 CATCH_UP_WITHIN_DEFAULT_SECONDS: Final = 6 * 3600
 """jobs[].catchUpWithinSeconds: a missed run is caught up at most six hours late."""
 
@@ -724,7 +724,7 @@ class DedupSettings(_Model):
         json_schema_extra=Hint("a forced-run choice", "use 'separate', 'replaceNext' or "
                                "'refuse'"))
     default_job_logic: str = Field(
-        default="jobs.example:run", pattern=_JOB_LOGIC,
+        default="example_jobs.example:run", pattern=_JOB_LOGIC,
         description="`module:function` inside `function/` for jobs without their own jobLogic",
         json_schema_extra=Hint("a module:function", _JOB_LOGIC_FIX))
     store_timeout_seconds: Int = Field(default=10, ge=1, le=60, description="Bound on any "

@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 
 JOBS_PACKAGE: Final = "jobs"
 """The package in `function/` that holds the team's job modules."""
+EXAMPLE_JOBS_PACKAGE: Final = "example_jobs"
+"""The kit's example job modules (the default jobLogic, the demo's failing job)."""
 REQUIREMENTS_FILE: Final = "requirements.txt"
 """What Cloud Build installs for a Python function: the file beside main.py."""
 STARTUP_TIMEOUT_SECONDS: Final = 120
@@ -191,9 +193,12 @@ def job_logic_uses(values: Mapping[str, Any], config: StackConfig) -> list[JobLo
 
 
 def job_modules(source_dir: Path = DEFAULT_SOURCE_DIR) -> list[str]:
-    """The modules under `function/jobs/` (subpackages too), as `jobs.<name>`."""
+    """The modules under `function/jobs/` and the kit's `function/example_jobs/` (subpackages
+    too), as `jobs.<name>` and `example_jobs.<name>`."""
     found: set[str] = set()
-    for path in (source_dir / JOBS_PACKAGE).rglob("*.py"):
+    paths = [p for package in (JOBS_PACKAGE, EXAMPLE_JOBS_PACKAGE)
+             for p in (source_dir / package).rglob("*.py")]
+    for path in paths:
         parts = path.relative_to(source_dir).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
@@ -488,6 +493,14 @@ def _spec_problem(use: JobLogicUse, found: Mapping[str, Any], source_dir: Path) 
     module_name, _, attribute = use.spec.partition(":")
     where = source_dir.name or "function"
     kind, name = found["missing"], str(found["name"])
+    if kind == "module" and name == JOBS_PACKAGE and not (source_dir / JOBS_PACKAGE).is_dir():
+        module = module_name.split(".")[1] if "." in module_name else "<module>"
+        return Problem(
+            use.key,
+            f"{use.spec!r}: no module {name!r} in {where}/",
+            f"{where}/{JOBS_PACKAGE}/ does not exist yet: `make new-job NAME={module}` writes "
+            f"{JOBS_PACKAGE}.{module} and its test",
+        )
     if kind == "module":
         close = difflib.get_close_matches(module_name, job_modules(source_dir), n=1)
         guess = f"did you mean {close[0]}:{attribute}? " if close else ""

@@ -74,12 +74,16 @@ def write_job(name: str, root: Path = REPO_ROOT) -> list[Path]:
     check_name(name, root)
     module, test = job_paths(name, root)
     written: list[Path] = []
-    package = test.parent / "__init__.py"
-    if not package.exists():  # tests.jobs.test_<name>, like the kit's test folders
-        package.parent.mkdir(parents=True, exist_ok=True)
-        package.write_text('"""The team\'s job tests (make new-job writes one per job)."""\n',
-                           encoding="utf-8")
-        written.append(package)
+    # The team's two packages, which the kit never ships: `jobs` (imported by jobLogic) and
+    # `tests.jobs` (test modules named like the kit's test folders).
+    for package, docstring in (
+        (module.parent / "__init__.py", "The team's job logic (jobLogic: jobs.<module>:run)."),
+        (test.parent / "__init__.py", "The team's job tests (make new-job writes one per job)."),
+    ):
+        if not package.exists():
+            package.parent.mkdir(parents=True, exist_ok=True)
+            package.write_text(f'"""{docstring}"""\n', encoding="utf-8")
+            written.append(package)
     for template, target in ((JOB_TEMPLATE, module), (TEST_TEMPLATE, test)):
         text = Template(template.read_text(encoding="utf-8")).substitute(name=name)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Offline plan: what `pulumi up` would create for a stack, without Pulumi CLI or cloud.
 
-    python -m infra.plan                # every Pulumi.<stack>.yaml (make plan)
-    python -m infra.plan dev            # Pulumi.dev.yaml (make plan STACK=dev)
+    python -m infra.plan                # every stacks/Pulumi.<stack>.yaml (make plan)
+    python -m infra.plan dev            # stacks/Pulumi.dev.yaml (make plan STACK=dev)
     python -m infra.plan path/to/Pulumi.test.yaml
 
 Validates the stack's config, imports every job's `module:function` in the function's own
@@ -21,6 +21,7 @@ import sys
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from infra.config import ConfigError
@@ -41,6 +42,7 @@ from infra.source import (
     WATCH_JOBS_TABLE,
     read_archive_table,
 )
+from infra.stack_files import checked_stack_files, display_path
 
 
 def _get(props: Mapping[str, Any], *path: str) -> Any:
@@ -264,14 +266,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="*",
         metavar="STACK",
         help=f"stack name ({', '.join(stack_names()) or 'none yet'}) or stack file path; "
-        "none: every Pulumi.<stack>.yaml",
+        "none: every Pulumi.<stack>.yaml in stacks/ (none yet: the kit's examples)",
     )
     args = parser.parse_args(argv)
-    stacks: list[str] = list(args.stacks) or stack_names()
+    stacks: list[str | Path] = list(args.stacks)
     if not stacks:
-        print(f"error: no Pulumi.<stack>.yaml in {STACK_FILE_DIR}: nothing to plan. Fix: "
-              "add a stack file (copy tests/stacks/Pulumi.dev.yaml)", file=sys.stderr)
-        return 2
+        files, examples = checked_stack_files()
+        if examples:
+            print(f"no Pulumi.<stack>.yaml in {display_path(STACK_FILE_DIR)}/ yet: planning the "
+                  "kit's example stacks (add yours: docs/adopting.md)\n")
+        stacks = list(files)
     status = 0
     for index, stack in enumerate(stacks):
         if index:

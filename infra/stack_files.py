@@ -1,8 +1,9 @@
-"""The team's stack files: `Pulumi.<stack>.yaml` next to `Pulumi.yaml`, read as the Pulumi
-engine would hand their `config:` to the program.
+"""The stack files, read as the Pulumi engine would hand their `config:` to the program: the
+team's `Pulumi.<stack>.yaml` in the project's stack directory (Pulumi.yaml's
+`stackConfigDir`, `stacks/`), and the kit's example stacks (`examples/stacks/`).
 
 A light module (YAML only, no Pulumi SDK): the offline plan, the policy check, the infra
-tests (on their fixture stacks, tests/stacks/) and the Scheduler emulator read stack files
+tests (on the example stacks) and the Scheduler emulator read stack files
 with it, so a file that is not valid YAML is one line everywhere: file, line, column, fix.
 """
 
@@ -16,8 +17,22 @@ import yaml
 
 from infra.config import PROVIDER_NAMESPACES
 
-STACK_FILE_DIR: Final = Path(__file__).resolve().parent.parent
-"""Where the team's stack files live: the repository root, next to Pulumi.yaml."""
+PROJECT_DIR: Final = Path(__file__).resolve().parent.parent
+"""The Pulumi project's directory: Pulumi.yaml's."""
+PROJECT_FILE: Final = PROJECT_DIR / "Pulumi.yaml"
+EXAMPLE_STACKS_DIR: Final = PROJECT_DIR / "examples" / "stacks"
+"""The kit's example stacks (dev, prod): planned, policy-checked and demoed by `make test`."""
+
+
+def _stack_config_dir(project_file: Path = PROJECT_FILE) -> Path:
+    """Pulumi.yaml's `stackConfigDir` (relative to Pulumi.yaml; unset: beside it), the one
+    declaration of where the team's stack files live, for the CLI and the kit alike."""
+    document = yaml.safe_load(project_file.read_text(encoding="utf-8")) or {}
+    return (project_file.parent / str(document.get("stackConfigDir") or ".")).resolve()
+
+
+STACK_FILE_DIR: Final = _stack_config_dir()
+"""Where the team's stack files live: Pulumi.yaml's `stackConfigDir` (`stacks/`)."""
 
 
 class StackFileError(ValueError):
@@ -31,6 +46,23 @@ def stack_file(stack: str, directory: Path = STACK_FILE_DIR) -> Path:
 def stack_names(directory: Path = STACK_FILE_DIR) -> list[str]:
     """The stacks that have a `Pulumi.<stack>.yaml` file, sorted."""
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
+
+
+def checked_stack_files(directory: Path = STACK_FILE_DIR) -> tuple[list[Path], bool]:
+    """The stack files `make plan`, `make policy-check` and CI check when given none: the
+    team's, or, while it has none yet, the kit's examples. Also says which (True: examples)."""
+    team = [stack_file(name, directory) for name in stack_names(directory)]
+    if team:
+        return team, False
+    return [stack_file(name, EXAMPLE_STACKS_DIR) for name in stack_names(EXAMPLE_STACKS_DIR)], True
+
+
+def display_path(path: Path) -> str:
+    """A stack file's path relative to the project when it is inside it (for messages)."""
+    try:
+        return str(path.resolve().relative_to(PROJECT_DIR))
+    except ValueError:
+        return str(path)
 
 
 def stack_name_of(path: Path) -> str:

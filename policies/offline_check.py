@@ -1,6 +1,7 @@
 """The policy pack without Pulumi's CLI or a cloud account: `python -m policies.offline_check`.
 
-For every `Pulumi.<stack>.yaml` in the repository root (or each `--stack` / `--stack-file`),
+For every `Pulumi.<stack>.yaml` in the team's stack directory, `stacks/` (while it has none,
+the kit's example stacks; or each `--stack` / `--stack-file`),
 validate its config and import its job logic as the deployed function would
 (`infra.offline.load_checked_stack`), run the kit's Pulumi program under mocks
 (infra/offline.py), hand each declared resource's
@@ -195,10 +196,16 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return EXIT_ERROR
         levels, settings = config.levels, config.settings
 
-    paths = [*args.stack_file, *(REPO_ROOT / f"Pulumi.{name}.yaml" for name in args.stack)]
-    paths = paths or stack_files()
+    from infra.stack_files import STACK_FILE_DIR, checked_stack_files, display_path, stack_file
+
+    paths = [*args.stack_file, *(stack_file(name, STACK_FILE_DIR) for name in args.stack)]
     if not paths:
-        print(f"no Pulumi.<stack>.yaml in {REPO_ROOT}: nothing to check", file=out)
+        paths, examples = checked_stack_files()
+        if examples:
+            print(f"no Pulumi.<stack>.yaml in {display_path(STACK_FILE_DIR)}/ yet: checking the "
+                  "kit's example stacks", file=out)
+    if not paths:
+        print(f"no Pulumi.<stack>.yaml in {STACK_FILE_DIR}: nothing to check", file=out)
         return EXIT_ERROR
 
     reports = [check_stack_file(p, levels, settings) for p in paths]

@@ -36,6 +36,7 @@ from infra.config import (
 from infra.scheduled_job import ScheduledJobArgs
 from infra.scheduler_rules import ATTEMPT_DEADLINE_DEFAULT_SECONDS, RetrySettings
 from infra.stack_files import (
+    EXAMPLE_STACKS_DIR,
     STACK_FILE_DIR,
     StackFileError,
     load_stack_config,
@@ -85,7 +86,7 @@ class Job:
     # The httpTarget's own headers (Content-Type, X-Dedup-*), as the job is declared.
     http_headers: tuple[tuple[str, str], ...] = ()
     http_method: str = "POST"
-    job_logic: str = "jobs.example:run"
+    job_logic: str = "example_jobs.example:run"
     paused: bool = False
     # The deployed Scheduler job ID (`<namePrefix>-<name>`); empty: `name` (a bare job).
     deployed_id: str = ""
@@ -173,9 +174,12 @@ class Stack:
 
 def resolve_stack(choice: str | Path, directories: tuple[Path, ...] | None = None) -> Path:
     """The stack file `choice` names: a stack name (`staging` -> Pulumi.staging.yaml, looked
-    up in the working directory, then the repository) or a path to a stack file."""
+    up in the working directory, then the team's stack directory, then the kit's examples)
+    or a path to a stack file."""
     text = str(choice)
-    places = directories if directories is not None else (Path(), STACK_FILE_DIR)
+    places = (
+        directories if directories is not None else (Path(), STACK_FILE_DIR, EXAMPLE_STACKS_DIR)
+    )
     looks_like_path = "/" in text or text.endswith((".yaml", ".yml"))
     candidates = [Path(text)] if looks_like_path else [stack_file(text, p) for p in places]
     for candidate in candidates:

@@ -1,5 +1,5 @@
 """Job logic is pluggable: `module:function` names a callable in function/ (e.g.
-`jobs.example:run`), imported once at start-up; each call runs with its run's log fields.
+`example_jobs.example:run`), imported once at start-up; each call runs with its run's log fields.
 
 Only what can run is imported: with routes (a deployed stack routes every job it declares,
 its `defaultJobLogic` already filled in), the routes' specs and nothing else; with none,

@@ -68,7 +68,7 @@ class Settings:
     lease_seconds: float = 60.0
     retention_seconds: float = 7 * 24 * 3600.0
     missing_schedule_time: MissingScheduleTime = MissingScheduleTime.REJECT
-    default_job: str = "jobs.example:run"
+    default_job: str = "example_jobs.example:run"
     job_routes: Mapping[str, str] = field(default_factory=dict)
     store_timeout_seconds: float = 10.0
     cache_size: int = 10_000

@@ -150,7 +150,7 @@ def test_a_bad_job_routes_table_fails_start_up_naming_the_file(
 
 def test_job_routes_are_read_from_the_table_and_absent_means_none(tmp_path: Path) -> None:
     base = {"DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": "europe-west1"}
-    routes = {"p-export": "jobs.example:run"}
+    routes = {"p-export": "example_jobs.example:run"}
     env = {**base, **write_job_tables(tmp_path / "with", job_routes=routes)}
     assert Settings.from_env(env).job_routes == routes
     # The watchdog and the proxy read the store settings too: their archives hold no routes.
@@ -160,11 +160,11 @@ def test_job_routes_are_read_from_the_table_and_absent_means_none(tmp_path: Path
 
 @pytest.mark.parametrize(
     ("spec", "named"),
-    [("jobs.example", "DEDUP_JOB"), ("no_such_module:run", "DEDUP_JOB"),
-     ("jobs.example:missing", "DEDUP_JOB")],
+    [("example_jobs.example", "DEDUP_JOB"), ("no_such_module:run", "DEDUP_JOB"),
+     ("example_jobs.example:missing", "DEDUP_JOB")],
 )
 def test_bad_job_logic_fails_start_up(spec: str, named: str) -> None:
     with pytest.raises(SettingsError, match=named):
         JobRegistry(spec, {})
     with pytest.raises(SettingsError, match=r"DEDUP_JOB_ROUTES\['export'\]"):
-        JobRegistry("jobs.example:run", {"export": spec})
+        JobRegistry("example_jobs.example:run", {"export": spec})

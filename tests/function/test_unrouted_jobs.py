@@ -1,5 +1,5 @@
 """With routes, the dedup function imports the routes' job logic alone: a default job logic
-(DEDUP_JOB) that no route names is never imported, so a fork that deleted jobs/example.py
+(DEDUP_JOB) that no route names is never imported, so a fork that deleted example_jobs/example.py
 starts; a job without a route is refused retryably. Without routes, DEDUP_JOB runs every job.
 Against the real Firestore emulator (the refused run's record is the store's)."""
 

@@ -1,5 +1,5 @@
-"""Fixtures for the infra tests: each fixture stack (tests/stacks/) runs once under Pulumi's
-mocks. The tests never read the team's own stack files in the repository root."""
+"""Fixtures for the infra tests: each fixture stack (examples/stacks/) runs once under Pulumi's
+mocks. The tests never read the team's own stack files (stacks/)."""
 
 from __future__ import annotations
 

@@ -153,13 +153,13 @@ INVALID: list[tuple[str, Callable[[Config], None], str]] = [
     ("bad-job-name", set_job("name", "nightly export!"), f"{JOB0}.name"),
     ("missing-job-name", set_job("name", None), f"{JOB0}.name"),
     ("unknown-job-key", set_job("attemptDeadline", 300), f"{JOB0}.attemptDeadline"),
-    ("bad-job-logic", set_job("jobLogic", "jobs.example"), f"{JOB0}.jobLogic"),
+    ("bad-job-logic", set_job("jobLogic", "example_jobs.example"), f"{JOB0}.jobLogic"),
     ("description-too-long", set_job("description", "x" * 501), f"{JOB0}.description"),
     ("body-not-json", set_job("body", {"at": float("nan")}), f"{JOB0}.body"),
     ("paused-not-boolean", set_job("paused", "sometimes"), f"{JOB0}.paused"),
     (
         "bad-default-job-logic",
-        set_key("scheduler-dedup:defaultJobLogic", "jobs/example.py:run"),
+        set_key("scheduler-dedup:defaultJobLogic", "example_jobs/example.py:run"),
         "scheduler-dedup:defaultJobLogic",
     ),
     ("no-jobs", set_key("scheduler-dedup:jobs", []), "scheduler-dedup:jobs"),
@@ -300,7 +300,7 @@ INVALID: list[tuple[str, Callable[[Config], None], str]] = [
         "proxy-and-job-logic",
         several(
             set_job("proxy", {"target": "workflow", "resource": WORKFLOW}),
-            set_job("jobLogic", "jobs.example:run"),
+            set_job("jobLogic", "example_jobs.example:run"),
         ),
         f"{JOB0}.jobLogic",
     ),
@@ -478,7 +478,7 @@ def test_defaults_apply() -> None:
     assert job.retry.retry_count == 3
     assert (job.retry.min_backoff_seconds, job.retry.max_backoff_seconds) == (30, 300)
     assert job.retry.max_doublings == 5
-    assert job.job_logic == "jobs.example:run"
+    assert job.job_logic == "example_jobs.example:run"
     assert job.body_json is None
 
 
@@ -529,7 +529,7 @@ def test_job_logic_routes_and_prod_like_settings() -> None:
     # Keyed by the deployed Scheduler job ID, <namePrefix>-<name>: what the function receives.
     assert cfg.job_routes() == {
         "scheduler-dedup-hourly": "jobs.other:main",
-        "scheduler-dedup-nightly": "jobs.example:run",
+        "scheduler-dedup-nightly": "example_jobs.example:run",
     }
     assert cfg.function.available_cpu == "1"
 
@@ -546,7 +546,7 @@ def test_proxied_jobs_and_their_routes() -> None:
     cfg = load_config(raw)
     assert cfg.proxy_timeout_seconds == 30
     assert [j.name for j in cfg.proxied_jobs] == ["report"]
-    assert cfg.job_routes() == {"scheduler-dedup-nightly": "jobs.example:run"}
+    assert cfg.job_routes() == {"scheduler-dedup-nightly": "example_jobs.example:run"}
     target = cfg.proxy_routes()["scheduler-dedup-report"]
     assert (target.project, target.location, target.resource_id) == (
         "acme-scheduler-test",

@@ -91,7 +91,7 @@ VALID: dict[str, dict[str, Any]] = {
                           "maxInstanceRequestConcurrency": 8.0,
                           "allTrafficOnLatestRevision": True,
                           "serviceAccountEmail": "r@acme.iam.gserviceaccount.com",
-                          "environmentVariables": {"DEDUP_JOB": "jobs.example:run"},
+                          "environmentVariables": {"DEDUP_JOB": "example_jobs.example:run"},
                           "secretEnvironmentVariables": [
                               {"key": "T", "projectId": "acme", "secret": "s",
                                "version": "latest"}]},

@@ -21,6 +21,7 @@ def test_a_new_job_passes_the_kits_checks_and_its_test_passes(tmp_path: Path) ->
     checkout = minimal_checkout(tmp_path)
     written = write_job("send_invoices", checkout)
     assert [str(p.relative_to(checkout)) for p in written] == [
+        "function/jobs/__init__.py",
         "tests/jobs/__init__.py",
         "function/jobs/send_invoices.py",
         "tests/jobs/test_send_invoices.py",
@@ -29,12 +30,12 @@ def test_a_new_job_passes_the_kits_checks_and_its_test_passes(tmp_path: Path) ->
     assert "jobLogic: jobs.send_invoices:run" in module
     assert "def run(context: RunContext) -> dict[str, str]:" in module
     kit_checks(checkout, "function/jobs/send_invoices.py", "tests/jobs/test_send_invoices.py",
-               "tests/jobs/__init__.py")
+               "function/jobs/__init__.py", "tests/jobs/__init__.py")
     # Collected as pyproject.toml's testpaths say, as `make test` runs them.
     result = pytest_in(checkout)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "2 passed" in result.stdout
-    # A second job beside it: tests/jobs/__init__.py is kept, not rewritten.
+    # A second job beside it: the packages' __init__.py are kept, not rewritten.
     assert [p.name for p in write_job("reports", checkout)] == ["reports.py", "test_reports.py"]
     result = pytest_in(checkout)
     assert result.returncode == 0, result.stdout[-3000:]
@@ -102,17 +103,14 @@ def test_an_existing_job_or_test_is_never_overwritten(
     assert (checkout / existing).read_text(encoding="utf-8") == "# the team's\n"
 
 
-def test_make_new_job_refuses_the_kits_example_and_a_missing_name() -> None:
-    """In this checkout: both are refused before anything is written."""
-    before = written_files(REPO_ROOT / "function" / "jobs")
-    code, output = make_in(REPO_ROOT, "new-job", "NAME=example")
-    assert code != 0
-    assert "NAME='example' already exists: function/jobs/example.py" in output
+def test_make_new_job_refuses_a_missing_name() -> None:
+    """In this checkout: refused before anything is written (the kit ships no function/jobs/
+    or tests/jobs/: they are the team's, created by its first make new-job)."""
     code, output = make_in(REPO_ROOT, "new-job")
     assert code != 0
     assert "make new-job needs a name: make new-job NAME=<module name" in output
-    assert written_files(REPO_ROOT / "function" / "jobs") == before
-    assert not (REPO_ROOT / "tests" / "jobs" / "test_example.py").exists()
+    assert not (REPO_ROOT / "function" / "jobs").exists()
+    assert not (REPO_ROOT / "tests" / "jobs").exists()
 
 
 def test_make_new_job_writes_into_a_checkout(tmp_path: Path) -> None:

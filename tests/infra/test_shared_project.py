@@ -135,7 +135,7 @@ def in_shared_project(config: Mapping[str, Any], **kit: Any) -> dict[str, Any]:
     return moved
 
 
-# The fixture stacks (tests/stacks/); in_shared_project copies them.
+# The fixture stacks (examples/stacks/); in_shared_project copies them.
 DEV = load_stack_config("dev", FIXTURE_STACKS_DIR)
 PROD = load_stack_config("prod", FIXTURE_STACKS_DIR)
 

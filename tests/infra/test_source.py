@@ -157,7 +157,7 @@ def test_code_change_renames_the_source_object(source_copy: Path, tmp_path: Path
 
 def test_the_job_table_is_in_the_archive_and_in_its_hash(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "src")
-    routes = {"p-export": "jobs.example:run"}
+    routes = {"p-export": "example_jobs.example:run"}
     archive = build_source_archive(root, table_files(JOB_ROUTES_TABLE, routes))
     assert archive.sha256 == build_source_archive(
         root, table_files(JOB_ROUTES_TABLE, dict(reversed(routes.items())))).sha256
@@ -210,7 +210,7 @@ def test_a_job_change_redeploys_exactly_the_functions_whose_table_changed(
     # A schedule is the watchdog's only (the functions route by job ID, not by time).
     assert changed(_with_job(prod, plain, schedule="1 2 * * *")) == {"watchdog-source"}
     # Job logic is the dedup function's only.
-    assert changed(_with_job(prod, plain, jobLogic="jobs.example:run_other")) == {
+    assert changed(_with_job(prod, plain, jobLogic="example_jobs.example:run_other")) == {
         "dedup-source"}
     # A proxied job's target is the proxy's only.
     target = {**proxied["proxy"], "resource": proxied["proxy"]["resource"] + "-v2"}

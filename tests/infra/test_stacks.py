@@ -1,4 +1,4 @@
-"""The fixture dev and prod stacks (tests/stacks/), run under Pulumi's mocks: every resource
+"""The example dev and prod stacks (examples/stacks/), run under Pulumi's mocks: every resource
 the kit needs exists with the property values the dedup guarantee and least privilege
 require."""
 

@@ -1,6 +1,6 @@
 """What `make plan` accepts, starts: every declared function is started offline from its
 declared archive, with its declared environment, in a virtualenv of function/requirements.txt
-alone (infra/job_logic.py). A fork that deleted jobs/example.py and names its own job logic
+alone (infra/job_logic.py). A fork without the kit's example jobs that names its own job logic
 everywhere plans; a job falling back to the deleted default, or importing a package only the
 kit's dev virtualenv has, fails naming the key or the function, the module and the fix."""
 
@@ -30,10 +30,13 @@ FIX = "add the package that provides it to function/requirements.in and run `mak
 
 
 def forked_function(tmp_path: Path, modules: dict[str, str]) -> Path:
-    """function/ as a fork has it: jobs/example.py deleted, the team's modules added."""
+    """function/ as a fork might have it: the kit's example job deleted, the team's
+    modules added in jobs/."""
     source = tmp_path / "function"
     shutil.copytree(DEFAULT_SOURCE_DIR, source, ignore=shutil.ignore_patterns("__pycache__"))
-    (source / "jobs" / "example.py").unlink()
+    (source / "example_jobs" / "example.py").unlink()
+    (source / "jobs").mkdir(exist_ok=True)
+    (source / "jobs" / "__init__.py").write_text("")
     for name, text in modules.items():
         (source / "jobs" / f"{name}.py").write_text(text)
     return source
@@ -41,7 +44,7 @@ def forked_function(tmp_path: Path, modules: dict[str, str]) -> Path:
 
 def prod_naming(spec: str | None) -> dict[str, Any]:
     """The prod fixture (dedup function, proxy, watchdog), every job not proxied naming
-    `spec` (None: the last falls back to defaultJobLogic, left at jobs.example:run)."""
+    `spec` (None: the last falls back to defaultJobLogic, left at example_jobs.example:run)."""
     values = load_stack_config("prod", FIXTURE_STACKS_DIR)
     jobs = [dict(job) for job in values[JOBS]]
     own = [job for job in jobs if "proxy" not in job]
@@ -67,7 +70,7 @@ def failure(values: dict[str, Any], source: Path) -> ConfigError:
 def test_a_fork_without_the_example_that_names_its_own_job_logic_plans(tmp_path: Path) -> None:
     source = forked_function(tmp_path, {"billing": BILLING})
     values = prod_naming("jobs.billing:run")
-    assert load_config(values).dedup.default_job_logic == "jobs.example:run"  # deleted
+    assert load_config(values).dedup.default_job_logic == "example_jobs.example:run"  # deleted
     check(values, source)  # every function starts: the unused default is never imported
 
 
@@ -82,19 +85,18 @@ def test_a_start_up_that_imports_the_deleted_default_fails(tmp_path: Path) -> No
     ).replace("import scheduled_jobs", "import JobRegistry"))
     error = failure(prod_naming("jobs.billing:run"), source)
     assert error.keys == ("function scheduler-dedup (dedup-function, handle_scheduled_job)",)
-    assert "does not start: importing 'jobs.example' fails (SettingsError: " \
-        "DEDUP_JOB='jobs.example:run': cannot import 'jobs.example'" in str(error)
-    assert "'jobs.example' is part of function/ itself: restore it, or stop importing it" in (
-        str(error)
-    )
+    assert "does not start: importing 'example_jobs.example' fails (SettingsError: " \
+        "DEDUP_JOB='example_jobs.example:run': cannot import 'example_jobs.example'" in str(error)
+    assert ("'example_jobs.example' is part of function/ itself: restore it, or stop "
+            "importing it") in str(error)
 
 
 def test_a_job_falling_back_to_the_deleted_default_fails(tmp_path: Path) -> None:
     source = forked_function(tmp_path, {"billing": BILLING})
     error = failure(prod_naming(None), source)
     assert error.keys == ("scheduler-dedup:defaultJobLogic",)
-    assert "'jobs.example:run': no module 'jobs.example' in function/" in str(error)
-    assert "name a module of function/jobs/ (jobs.billing, jobs.flaky)" in str(error)
+    assert "'example_jobs.example:run': no module 'example_jobs.example' in function/" in str(error)
+    assert "name a module of function/jobs/ (example_jobs.flaky, jobs.billing)" in str(error)
 
 
 def test_a_job_importing_a_dev_only_package_fails(tmp_path: Path) -> None:

@@ -184,7 +184,7 @@ def function_props() -> dict[str, Any]:
                 "DEDUP_RETENTION_SECONDS": "604800",
                 "DEDUP_STORE_TIMEOUT_SECONDS": "10",
                 "DEDUP_MISSING_SCHEDULE_TIME": "reject",
-                "DEDUP_JOB": "jobs.example:run",
+                "DEDUP_JOB": "example_jobs.example:run",
                 "DEDUP_ALLOWED_CALLERS": INVOKER_SA,
             },
             "uri": FUNCTION_URL,

@@ -69,8 +69,8 @@ def test_stack_files_are_found() -> None:
 def test_kit_stacks_pass_with_no_mandatory_violation() -> None:
     code, output = run_main("--stack-file", str(DEV), "--stack-file", str(PROD))
     assert code == 0, output
-    assert "stack dev (tests/stacks/Pulumi.dev.yaml): " in output
-    assert "stack prod (tests/stacks/Pulumi.prod.yaml): " in output
+    assert "stack dev (examples/stacks/Pulumi.dev.yaml): " in output
+    assert "stack prod (examples/stacks/Pulumi.prod.yaml): " in output
     assert "0 mandatory violation(s), 0 stack(s) not checkable" in output
 
 
@@ -296,7 +296,7 @@ def _proxied_job(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _proxy_with_job_logic(config: dict[str, Any]) -> None:
-    _proxied_job(config)["jobLogic"] = "jobs.example:run"
+    _proxied_job(config)["jobLogic"] = "example_jobs.example:run"
 
 
 def _proxy_target_elsewhere(config: dict[str, Any]) -> None:

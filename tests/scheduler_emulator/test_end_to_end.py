@@ -22,7 +22,7 @@ from demo.run import DemoOptions, DemoOutcome, LocalFunction, watch_store_settin
 from demo.run import replay as run_replay
 from demo.store_faults import struck_run
 from demo.watch import EXPECT_FAILED, FLAKY_SETTINGS, run_watchdog, with_flaky_job
-from jobs.flaky import fails
+from example_jobs.flaky import fails
 from local_stack import FirestoreEmulator
 from scheduler_emulator.faults import MISSED, STORE_OUTAGE, STORE_STALL, FaultPlan
 from scheduler_emulator.oidc import scheduler_token

@@ -1,9 +1,8 @@
-"""The kit's own example stacks, for its tests.
+"""The kit's example stacks (examples/stacks/), which its tests run on.
 
-The tests never read the stack files in the repository root: those belong to the team
-that forked the kit (they add, edit or remove them freely), and `make plan` /
-`make policy-check` check them. The tests run on these fixture copies instead, which the
-team never needs to touch. Load one with
+The tests never read the team's stack files (stacks/, Pulumi.yaml's `stackConfigDir`): the
+team adds, edits or removes them freely, and `make plan` / `make policy-check` check them.
+The examples are the kit's files, which a team never needs to touch. Load one with
 `infra.offline.load_stack_config("dev", FIXTURE_STACKS_DIR)`; the project file
 (`Pulumi.yaml`) stays the repository root's.
 """
@@ -13,13 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-FIXTURE_STACKS_DIR: Final = Path(__file__).resolve().parent
-"""The directory holding the fixture `Pulumi.dev.yaml` and `Pulumi.prod.yaml`."""
+from infra.stack_files import EXAMPLE_STACKS_DIR, stack_file, stack_names
 
-FIXTURE_STACKS: Final = ("dev", "prod")
-"""The fixture stacks' names, in name order."""
+FIXTURE_STACKS_DIR: Final = EXAMPLE_STACKS_DIR
+"""The directory holding the example `Pulumi.dev.yaml` and `Pulumi.prod.yaml`."""
+
+FIXTURE_STACKS: Final = tuple(stack_names(EXAMPLE_STACKS_DIR))
+"""The example stacks' names, in name order."""
 
 
 def fixture_stack_file(stack: str) -> Path:
-    """The path of the fixture `Pulumi.<stack>.yaml`."""
-    return FIXTURE_STACKS_DIR / f"Pulumi.{stack}.yaml"
+    """The path of the example `Pulumi.<stack>.yaml`."""
+    return stack_file(stack, EXAMPLE_STACKS_DIR)

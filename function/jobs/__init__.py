@@ -1,1 +1,0 @@
-"""Job logic shipped with the kit. Point DEDUP_JOB (or a job's jobLogic) at your own."""
