@@ -27,18 +27,21 @@ STACK_DIR := $(or $(shell sed -n 's/^stackConfigDir: *//p' Pulumi.yaml),.)
 STACKS := $(patsubst $(STACK_DIR)/Pulumi.%.yaml,%,$(wildcard $(STACK_DIR)/Pulumi.*.yaml))
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint typecheck workflow-lint unit lock plan runs rerun migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve
+.PHONY: help demo test lint typecheck workflow-lint unit lock lock-kit plan runs rerun migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve
 
 help: ## List the targets, one line each (STACK=<name> picks a stack)
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z-]+:.*## / {printf "  make %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # The virtual environment is built from pinned requirements on first use, and again for
 # another Python version (a .venv that is not a link to $(VENV_BUILT)).
-$(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.in policies/requirements.txt constraints.txt \
+# The team's lock (make lock), once it has one, is installed too: its job tests import it.
+TEAM_LOCK := $(wildcard function/jobs/requirements.txt)
+$(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.in policies/requirements.txt constraints.txt $(TEAM_LOCK) \
 		$(if $(filter $(VENV_BUILT),$(shell readlink $(VENV) 2>/dev/null)),,$(VENV_BUILT)/.switch)
 	$(PYTHON) -m venv $(VENV_BUILT)
 	$(VENV_BUILT)/bin/pip install --quiet --upgrade pip
 	$(VENV_BUILT)/bin/pip install --quiet -r requirements-dev.txt -c constraints.txt
+	$(if $(TEAM_LOCK),$(VENV_BUILT)/bin/pip install --quiet --require-hashes --no-deps -r $(TEAM_LOCK))
 	touch $(VENV_BUILT)/stamp
 	if [ -d $(VENV) ] && [ ! -L $(VENV) ]; then rm -rf $(VENV); fi
 	ln -sfn $(VENV_BUILT) $(VENV)
@@ -68,21 +71,28 @@ TEST_WORKERS ?= 2
 unit: $(VENV)/stamp ## The kit's tests (pytest; they never read your stack files; TEST_WORKERS=)
 	$(BIN)/pytest -n $(TEST_WORKERS)
 
-# function/requirements.txt, what Cloud Build installs for the deployed function: every
-# package of function/requirements.in and their dependencies, at constraints.txt's versions,
-# with the hashes of every file of each (pip then installs in hash-checking mode). For the
-# functions' runtime (python312, infra/cloud_function.py) on Linux. Needs the package index.
-# Then the same for the workflows' deploy toolchain (docs/ci.md): .github/requirements/
-# bootstrap.txt (pip, setuptools) and deploy.txt (the program, the function code and the
-# policy pack), for the workflows' Python (3.11) on Linux.
-lock: $(VENV)/stamp ## Re-pin function/requirements.txt and the CI deploy toolchain (with hashes)
+# The team's function dependencies: function/jobs/requirements.in -> function/jobs/
+# requirements.txt, every package and what it needs, with hashes, resolved with the kit's
+# pins (constraints.txt); a conflict is one error naming both packages (infra/lock.py).
+# Needs the package index. What Cloud Build installs is the kit's lock plus this one.
+lock: $(VENV)/stamp ## Pin your jobs' dependencies (function/jobs/requirements.in) with hashes
+	$(BIN)/python -m infra.lock
+
+# The kit's own locks, for its maintainers (a team never runs it: these are kit files).
+# function/requirements.txt: every package of function/requirements.in and their
+# dependencies, at constraints.txt's versions, with the hashes of every file of each, for
+# the functions' runtime (python312, infra/cloud_function.py) on Linux. Then the same for
+# the workflows' deploy toolchain (docs/ci.md): .github/requirements/bootstrap.txt (pip,
+# setuptools) and deploy.txt (the program, the function code and the policy pack), for the
+# workflows' Python (3.11) on Linux.
+lock-kit: $(VENV)/stamp ## Kit maintainers: re-pin the kit's function lock and CI toolchain
 	$(BIN)/uv pip compile function/requirements.in --constraint constraints.txt \
 		--generate-hashes --python-version 3.12 --python-platform linux \
-		--custom-compile-command "make lock" --quiet --output-file function/requirements.txt
+		--custom-compile-command "make lock-kit" --quiet --output-file function/requirements.txt
 	for lock in bootstrap deploy; do \
 		$(BIN)/uv pip compile .github/requirements/$$lock.in --constraint constraints.txt \
 			--generate-hashes --python-version 3.11 --python-platform linux \
-			--custom-compile-command "make lock" --quiet \
+			--custom-compile-command "make lock-kit" --quiet \
 			--output-file .github/requirements/$$lock.txt || exit 1; \
 	done
 

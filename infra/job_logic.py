@@ -18,7 +18,7 @@ In one subprocess per stack, each function is then started by functions-framewor
 appended to `sys.path`, as the runtime does), each from a clean slate (none of the
 archives' modules left imported, only its own environment). A start-up that raises fails
 the plan as a `ConfigError` naming the function, what failed, and the fix: a package the
-kit's dev virtualenv has but function/requirements.txt lacks (`No module named 'yaml'`),
+kit's dev virtualenv has but the archive's requirements.txt lacks (`No module named 'yaml'`),
 a deleted module that is still imported, a setting the function refuses.
 
 Before its start-up, the function that runs job logic (handle_scheduled_job) imports each
@@ -48,6 +48,8 @@ from typing import TYPE_CHECKING, Any, Final
 from infra.cloud_function import FUNCTION_RUNTIME
 from infra.config import ConfigError, Problem, StackConfig, kit_key
 from infra.dedup_service import ENTRY_POINT as JOB_LOGIC_ENTRY_POINT
+from infra.lock import FIX as LOCK_FIX
+from infra.lock import TEAM_LOCK, lock_problems
 from infra.program import DEFAULT_BUILD_DIR, DEFAULT_SOURCE_DIR, REPO_ROOT
 
 if TYPE_CHECKING:
@@ -68,7 +70,7 @@ MIN_PIP: Final = "24"
 FUNCTION_TYPE: Final = "gcp:cloudfunctionsv2/function:Function"
 SOURCE_OBJECT_TYPE: Final = "gcp:storage/bucketObject:BucketObject"
 FIX_DEPENDENCY: Final = (
-    "add the package that provides it to function/requirements.in and run `make lock`"
+    "add the package that provides it to function/jobs/requirements.in and run `make lock`"
 )
 
 # Runs in the function's environment: argv[1] names a JSON file of the functions to start
@@ -558,6 +560,9 @@ def check_job_logic(
     """Raise `ConfigError` naming every job-logic key whose `module:function` the deployed
     function could not import, and every declared function that would not start (see the
     module docstring). `run`: the program's run for `values`, if the caller made one."""
+    stale = lock_problems(source_dir.parent)
+    if stale:  # the archive's requirements.txt would not be what make lock would write
+        raise ConfigError([Problem(str(TEAM_LOCK), what, LOCK_FIX) for what in stale])
     if run is None:
         # Imported here: infra.offline imports this module (load_checked_stack).
         from infra.offline import run_offline

@@ -1,5 +1,6 @@
 """Each function's source archive: a deterministic zip of `function/` plus that function's
-job table (dedup/tables.py), named by its hash.
+job table (dedup/tables.py), named by its hash. Its `requirements.txt` is the kit's lock and
+the team's (infra/lock.py), what Cloud Build installs.
 
 The same tree and table always give the same bytes (entries sorted, fixed timestamps and
 permissions, caches skipped, the table's JSON with sorted keys), so the object name
@@ -34,6 +35,7 @@ from dedup.tables import (  # noqa: E402
     WATCH_JOBS_TABLE,
     archive_path,
 )
+from infra.lock import deployed_requirements  # noqa: E402
 
 __all__ = [
     "JOB_ROUTES_TABLE",
@@ -108,6 +110,8 @@ def build_source_archive(
         arcname: path for arcname, path in source_files(source_dir)
         if not arcname.startswith(f"{TABLES_DIR}/")
     }
+    if "requirements.txt" in entries:  # what Cloud Build installs: the kit's and the team's
+        entries["requirements.txt"] = deployed_requirements(source_dir)
     entries.update(extra)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:

@@ -1,4 +1,5 @@
-"""function/requirements.txt (what Cloud Build installs) is `make lock`'s current output:
+"""function/requirements.txt (the kit's part of what Cloud Build installs) is `make lock-kit`'s
+current output:
 checked offline, without the package index.
 
 - every line pins `name==version` with at least one `--hash` (pip's hash-checking mode
@@ -7,10 +8,10 @@ checked offline, without the package index.
   for the functions' Python on Linux: the dependency closure read from the installed
   packages' metadata (the test environment installs function/requirements.in);
 - every version is constraints.txt's (the versions `make test` ran with);
-- `make lock` resolves for the functions' runtime (infra/cloud_function.py).
+- `make lock-kit` resolves for the functions' runtime (infra/cloud_function.py).
 
 Regenerating and diffing would need the index (hashes are not in the pip cache), so the
-check is structural; `make lock` is the one way to fix whatever it reports.
+check is structural; `make lock-kit` is the one way to fix whatever it reports.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from local_stack.processes import REPO_ROOT
 IN_FILE = REPO_ROOT / "function" / "requirements.in"
 LOCK_FILE = REPO_ROOT / "function" / "requirements.txt"
 CONSTRAINTS = REPO_ROOT / "constraints.txt"
-FIX = "run `make lock`"
+FIX = "run `make lock-kit`"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==([^\s\\;]+)")
 _HASH = re.compile(r"--hash=sha256:[0-9a-f]{64}")
 
@@ -134,7 +135,7 @@ def test_the_lock_is_current_and_fully_hashed() -> None:
 
 def test_make_lock_resolves_for_the_functions_runtime() -> None:
     makefile = (REPO_ROOT / "Makefile").read_text()
-    recipe = makefile.split("\nlock:", 1)[1].split("\n\n", 1)[0]
+    recipe = makefile.split("\nlock-kit:", 1)[1].split("\n\n", 1)[0]
     assert "--generate-hashes" in recipe
     assert f"--python-version {runtime_python()}" in recipe
     assert "--constraint constraints.txt" in recipe

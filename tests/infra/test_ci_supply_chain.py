@@ -2,7 +2,7 @@
 
 - Installs: every install a workflow runs is pip in hash-checking mode (`--require-hashes`,
   `--no-deps`) from files that pin every package with its hashes (.github/requirements/,
-  written by `make lock`); never `pip install <name>`, `pip install --upgrade pip`, an
+  written by `make lock-kit`); never `pip install <name>`, `pip install --upgrade pip`, an
   unhashed file or the Makefile's unhashed `.venv`. A job that holds credentials (an OIDC
   token, a secret, an environment) installs nothing else and runs no `make`.
 - Prod: a pull request never previews a production stack (one deploy.yml deploys in the
@@ -39,7 +39,7 @@ DEPLOY = LOCKS / "deploy.txt"
 CONSTRAINTS = REPO_ROOT / "constraints.txt"
 DEPLOY_ROOTS = [REPO_ROOT / "requirements.txt", REPO_ROOT / "function" / "requirements.in",
                 REPO_ROOT / "policies" / "requirements.txt"]
-FIX = "run `make lock`"
+FIX = "run `make lock-kit`"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==([^\s\\;]+)")
 _HASH = re.compile(r"--hash=sha256:[0-9a-f]{64}")
 # The installer's own packages: pinned by bootstrap.in, not by constraints.txt.
@@ -312,7 +312,7 @@ def test_the_deploy_lock_is_current_and_has_a_hash_for_every_pin() -> None:
 
 
 def test_make_lock_writes_both_for_the_workflows_python() -> None:
-    recipe = (REPO_ROOT / "Makefile").read_text().split("\nlock:", 1)[1].split("\n\n", 1)[0]
+    recipe = (REPO_ROOT / "Makefile").read_text().split("\nlock-kit:", 1)[1].split("\n\n", 1)[0]
     assert "for lock in bootstrap deploy" in recipe
     deploy_part = recipe.split("for lock in", 1)[1]
     for flag in ("--generate-hashes", "--python-version 3.11", "--python-platform linux",

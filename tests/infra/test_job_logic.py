@@ -181,7 +181,7 @@ def test_a_job_modules_missing_dependency_is_named(tmp_path: Path) -> None:
     assert "needs 'no_such_package_xyz', which function/requirements.txt does not install" in (
         str(error)
     )
-    assert "add the package that provides it to function/requirements.in and run `make lock`" in (
+    assert "add the package that provides it to function/jobs/requirements.in and run `make lock`" in (
         str(error)
     )
 

@@ -26,7 +26,7 @@ from tests.stacks import FIXTURE_STACKS_DIR
 
 JOBS = "scheduler-dedup:jobs"
 BILLING = "from dedup import RunContext\n\n\ndef run(context: RunContext) -> dict:\n    return {}\n"
-FIX = "add the package that provides it to function/requirements.in and run `make lock`"
+FIX = "add the package that provides it to function/jobs/requirements.in and run `make lock`"
 
 
 def forked_function(tmp_path: Path, modules: dict[str, str]) -> Path:
