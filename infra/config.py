@@ -695,6 +695,11 @@ class DedupSettings(_Model):
                                default="gcp:region"))
     delete_protection: Bool = Field(default=True, description="Firestore delete protection, "
                                     "and Pulumi `protect` on the database")
+    review_before_up: Annotated[bool | None, Strict(), BeforeValidator(_to_bool)] = Field(
+        default=None, description="CI's `pulumi up` of this stack waits for a reviewer (it runs "
+        "in the GitHub environment `production`, which has required reviewers) and pull "
+        "requests never preview it; unset: deleteProtection (a delete-protected stack is "
+        "production-like)", json_schema_extra=Hint(default="deleteProtection"))
     point_in_time_recovery: Bool = Field(default=False, description="Firestore point-in-time "
                                          "recovery (7 days of versions)")
     lease_seconds: Int = Field(
@@ -785,6 +790,13 @@ class DedupSettings(_Model):
             raise invalid(f"{collection!r} is reserved by Firestore",
                           "choose an ID that does not start and end with '__'")
         return collection
+
+    @model_validator(mode="after")
+    def _review_follows_protection(self) -> DedupSettings:
+        """Unset reviewBeforeUp: deleteProtection's value (a protected stack is prod-like)."""
+        if self.review_before_up is None:
+            object.__setattr__(self, "review_before_up", self.delete_protection)  # frozen
+        return self
 
     @model_validator(mode="after")
     def _records_outlive_leases(self) -> DedupSettings:
