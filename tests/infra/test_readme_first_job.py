@@ -25,9 +25,9 @@ from tests.infra.team_code import (
 
 
 def stack_name() -> str:
-    """The stack file the README's example names (`e.g. Pulumi.<name>.yaml`)."""
+    """The stack file the README's example names (`e.g. stacks/Pulumi.<name>.yaml`)."""
     _, text = first_job_block("yaml")
-    found = re.search(r"e\.g\. Pulumi\.([a-z0-9-]+)\.yaml", text.splitlines()[0])
+    found = re.search(r"e\.g\. stacks/Pulumi\.([a-z0-9-]+)\.yaml", text.splitlines()[0])
     assert found is not None, "the stack block's first line names an example stack file"
     return found.group(1)
 
@@ -63,7 +63,8 @@ def readme_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert f"wrote {job_path}" in output
     (checkout / job_path).write_text(job_text, encoding="utf-8")
     _, stack_text = first_job_block("yaml")
-    (checkout / f"Pulumi.{stack_name()}.yaml").write_text(stack_text, encoding="utf-8")
+    (checkout / "stacks").mkdir(exist_ok=True)
+    (checkout / "stacks" / f"Pulumi.{stack_name()}.yaml").write_text(stack_text, encoding="utf-8")
     return checkout
 
 
@@ -114,7 +115,7 @@ def test_the_readme_stack_without_its_alerts_fails_at_make_plan(readme_checkout:
     _, stack_text = first_job_block("yaml")
     lines = stack_text.splitlines(keepends=True)
     at = next(i for i, line in enumerate(lines) if "scheduler-dedup:alerts:" in line)
-    (readme_checkout / "Pulumi.no-alerts.yaml").write_text(
+    (readme_checkout / "stacks" / "Pulumi.no-alerts.yaml").write_text(
         "".join(lines[:at] + lines[at + 2 :]), encoding="utf-8"
     )
     code, output = make_in(readme_checkout, "plan", "STACK=no-alerts")

@@ -1,0 +1,119 @@
+"""An upstream release merges into a fork without a conflict.
+
+In a scratch git history: "upstream" commits the kit's files (this checkout's, minus any
+team file: infra/team_files.py); a fork clones it and adds what a team adds, in each of the
+team's places only (stacks, jobs with their dependencies and lock, job tests, a policy
+config). Upstream then releases a change to every file the kit ships, adds an example
+stack, an example job and a module, and removes a file; `git merge` in the fork completes
+on its own, keeps every team file as the team wrote it, and takes every kit file as
+upstream released it. docs/adopting.md lists the same team places.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from infra.program import REPO_ROOT
+from infra.team_files import TEAM_PLACES, is_team_file
+
+ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+# What a team adds, in its places only.
+TEAM_FILES = {
+    "stacks/Pulumi.staging.yaml": "config:\n  gcp:project: acme-staging\n",
+    "stacks/Pulumi.prod.yaml": "config:\n  gcp:project: acme-prod\n",
+    "function/jobs/__init__.py": '"""The team\'s jobs."""\n',
+    "function/jobs/invoices.py": "def send(context: object) -> None: ...\n",
+    "function/jobs/requirements.in": "jsonschema\n",
+    "function/jobs/requirements.txt": "jsonschema==4.26.0 --hash=sha256:" + "0" * 64 + "\n",
+    "tests/jobs/__init__.py": "",
+    "tests/jobs/test_invoices.py": "def test_send() -> None: ...\n",
+    "policies/policy-config.staging.json": '{"dedup-alerts-notify": "advisory"}\n',
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    result = subprocess.run(["git", *args], cwd=cwd, env=ENV, capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, f"git {' '.join(args)}: {result.stdout}{result.stderr}"
+    return result.stdout
+
+
+def kit_files() -> list[str]:
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split("\0")
+    return sorted(n for n in set(listed) if n and (REPO_ROOT / n).is_file()
+                  and not is_team_file(n))
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text, encoding="utf-8")
+
+
+def test_the_teams_places_hold_none_of_the_kits_files() -> None:
+    assert is_team_file("stacks/Pulumi.dev.yaml")
+    assert not is_team_file("examples/stacks/Pulumi.dev.yaml")
+    assert not is_team_file("function/example_jobs/example.py")
+    assert not is_team_file("policies/policy-config.example.json")
+    assert not is_team_file("function/requirements.in")
+
+
+def test_docs_adopting_lists_the_teams_places() -> None:
+    text = (REPO_ROOT / "docs" / "adopting.md").read_text(encoding="utf-8")
+    table = text.split("## Which files are yours", 1)[1].split("\n\n", 2)[1]
+    listed = re.findall(r"^\| `([^`]+)` \|", table, flags=re.MULTILINE)
+    assert listed == [place.pattern for place in TEAM_PLACES]
+
+
+def test_an_upstream_release_touching_every_kit_file_merges_into_a_fork(tmp_path: Path) -> None:
+    upstream, fork = tmp_path / "upstream", tmp_path / "fork"
+    upstream.mkdir()
+    git(upstream, "init", "-q", "-b", "main")
+    shipped = kit_files()
+    for name in shipped:
+        (upstream / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO_ROOT / name, upstream / name)
+    git(upstream, "add", "-A")
+    git(upstream, "commit", "-q", "-m", "the kit, as released")
+
+    git(tmp_path, "clone", "-q", str(upstream), str(fork))
+    write(fork, TEAM_FILES)
+    git(fork, "add", "-A")
+    git(fork, "commit", "-q", "-m", "the team's stacks, jobs, dependencies and tests")
+
+    # The next release: every shipped file changed, new kit files, one removed.
+    for name in shipped:
+        with (upstream / name).open("ab") as out:
+            out.write(b"\n# changed by the next release\n")
+    write(upstream, {
+        "examples/stacks/Pulumi.staging.yaml": "config:\n  gcp:project: example-staging\n",
+        "function/example_jobs/report.py": "def run(context: object) -> None: ...\n",
+        "infra/new_module.py": '"""A module of the next release."""\n',
+    })
+    removed = "examples/workflow.yaml"
+    assert removed in shipped
+    (upstream / removed).unlink()
+    git(upstream, "add", "-A")
+    git(upstream, "commit", "-q", "-m", "the next release")
+
+    git(fork, "pull", "-q", "--no-rebase", "--no-edit", "origin", "main")
+    assert git(fork, "status", "--porcelain") == ""
+    for name, text in TEAM_FILES.items():
+        assert (fork / name).read_text(encoding="utf-8") == text, name
+    for name in [*shipped, "infra/new_module.py"]:
+        if name != removed:
+            assert (fork / name).read_bytes() == (upstream / name).read_bytes(), name
+    assert not (fork / removed).exists()
