@@ -51,7 +51,7 @@ from dedup.watchdog import (
 )
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
-BASE_STACK: Final = REPO_ROOT / "tests" / "stacks" / "Pulumi.dev.yaml"
+BASE_STACK: Final = REPO_ROOT / "examples" / "stacks" / "Pulumi.dev.yaml"
 SCALES: Final = (100, 1000, 5000)
 PROXIED_EVERY: Final = 10
 """Every tenth job goes through the proxy: its table, its database, its watch entries."""

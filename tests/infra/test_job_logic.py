@@ -181,9 +181,8 @@ def test_a_job_modules_missing_dependency_is_named(tmp_path: Path) -> None:
     assert "needs 'no_such_package_xyz', which function/requirements.txt does not install" in (
         str(error)
     )
-    assert "add the package that provides it to function/jobs/requirements.in and run `make lock`" in (
-        str(error)
-    )
+    assert ("add the package that provides it to function/jobs/requirements.in and run "
+            "`make lock`") in str(error)
 
 
 def test_a_module_that_fails_to_import_is_named(tmp_path: Path) -> None:
