@@ -6,9 +6,11 @@
   unhashed file or the Makefile's unhashed `.venv`. A job that holds credentials (an OIDC
   token, a secret, an environment) installs nothing else and runs no `make`.
 - Prod: a pull request never previews a production stack (one deploy.yml deploys in the
-  `production` environment), never runs in `production`, and a secret is only referenced
-  by a job bound to an environment (environment secrets, which a branch's workflow cannot
-  read without that environment's branch rules and reviewers).
+  `production` environment: a reviewed stack, `reviewBeforeUp`, unset: `deleteProtection`,
+  as infra.ci_stacks lists them), never runs in `production`, and a secret is only
+  referenced by a job bound to an environment (environment secrets, which a branch's
+  workflow cannot read without that environment's branch rules and reviewers). The
+  listings are run, on stack files written for the test (never the team's).
 
 The checks are functions over a workflow's parsed YAML, so each is also run on a workflow
 as it was before these fixes (a step or job of it) and must report it.
@@ -16,11 +18,14 @@ as it was before these fixes (a step or job of it) and must report it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shlex
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,7 @@ import yaml
 from infra.program import REPO_ROOT
 from tests.function.test_requirements_lock import closure as lock_closure
 from tests.function.test_requirements_lock import pins, requirement_lines
+from tests.infra.test_ci_stacks import write_stack
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 FILES = sorted(WORKFLOWS.glob("*.yml"))
@@ -146,35 +152,92 @@ PULL_REQUEST_TRIGGERS = {"pull_request", "pull_request_target", "pull_request_re
                          "pull_request_review_comment", "issue_comment", "workflow_run"}
 
 
-def production_stacks() -> set[str]:
-    """The stacks deploy.yml deploys in the `production` environment."""
-    jobs = load(WORKFLOWS / "deploy.yml")["jobs"]
-    found = {job["env"]["STACK_FILE"] for job in jobs.values()
-             if job.get("environment") == "production"}
-    assert found == {"prod"}
+def write_fixture_stacks(directory: Path) -> None:
+    """A team's stack directory: prod (delete-protected by default: reviewed), qa
+    (unprotected but marked reviewed), dev and staging (unprotected), sandbox (protected but
+    marked unreviewed)."""
+    write_stack(directory, "prod")
+    write_stack(directory, "qa", deleteProtection=False, reviewBeforeUp=True)
+    write_stack(directory, "dev", deleteProtection=False)
+    write_stack(directory, "staging", deleteProtection=False)
+    write_stack(directory, "sandbox", reviewBeforeUp=False)
+
+
+FIXTURE_REVIEWED = {"prod", "qa"}
+FIXTURE_UNREVIEWED = {"dev", "staging", "sandbox"}
+
+
+def listing_outputs(job: dict[str, Any], stack_dir: Path, out_dir: Path) -> dict[str, list[str]]:
+    """Runs the job's listing step (`id: list`) in `stack_dir`, as a checkout whose stack
+    directory it is: the kit's listing (`python -m infra.ci_stacks`, the test's Python)
+    pointed at it with --stack-dir, any other script there as written. Its outputs."""
+    (step,) = [s for s in steps(job) if s.get("id") == "list"]
+    script = step["run"].replace(".venv/bin/python", shlex.quote(sys.executable)).replace(
+        "-m infra.ci_stacks", "-m infra.ci_stacks --stack-dir .")
+    handle, name = tempfile.mkstemp(prefix="github-output-", dir=out_dir)
+    os.close(handle)
+    env = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": name, "PYTHONPATH": str(REPO_ROOT),
+           **step.get("env", {})}
+    subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=stack_dir, env=env,
+                   check=True, timeout=60, stdout=subprocess.DEVNULL)
+    outputs: dict[str, list[str]] = {}
+    for line in Path(name).read_text().splitlines():
+        key, _, value = line.partition("=")
+        outputs[key] = json.loads(value)
+    return outputs
+
+
+_STEP_OUTPUT = re.compile(r"\$\{\{ steps\.list\.outputs\.(\w+) \}\}")
+_MATRIX = re.compile(r"\$\{\{ fromJSON\(needs\.([\w-]+)\.outputs\.(\w+)\) \}\}")
+
+
+def passed_on(job: dict[str, Any], stack_dir: Path, out_dir: Path) -> dict[str, list[str]]:
+    """The lists a listing job passes on: its `outputs:` (each a listing output), or, with
+    none declared, every list the listing wrote."""
+    written = listing_outputs(job, stack_dir, out_dir)
+    if "outputs" not in job:
+        return written
+    found = {}
+    for name, expression in job["outputs"].items():
+        match = _STEP_OUTPUT.fullmatch(expression)
+        assert match, f"an output that is not the listing's: {name}: {expression}"
+        found[name] = written.get(match.group(1), [])
     return found
 
 
-def listed_stacks(job: dict[str, Any], stack_files: list[str], tmp_path: Path) -> list[str]:
-    """Runs the stacks job's listing step in a directory holding only `stack_files`."""
-    (step,) = [s for s in steps(job) if s.get("id") == "list"]
-    for stack in stack_files:
-        (tmp_path / f"Pulumi.{stack}.yaml").write_text("config: {}\n")
-    output = tmp_path / "github-output"
-    env = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": str(output), **step.get("env", {})}
-    subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path, env=env,
-                   check=True, timeout=60)
-    (line,) = output.read_text().splitlines()
-    key, _, value = line.partition("=")
-    assert key == "names"
-    names: list[str] = json.loads(value)
-    return names
+def deployed_stacks(stack_dir: Path, out_dir: Path) -> dict[str, set[str]]:
+    """The stacks deploy.yml deploys in each environment, for the stack files of
+    `stack_dir`: its listing run there, each environment's job's matrix resolved."""
+    jobs = load(WORKFLOWS / "deploy.yml")["jobs"]
+    (lister,) = [name for name, job in jobs.items()
+                 if any(s.get("id") == "list" for s in steps(job))]
+    lists = passed_on(jobs[lister], stack_dir, out_dir)
+    found: dict[str, set[str]] = {}
+    for name, job in jobs.items():
+        if "environment" not in job:
+            continue
+        match = _MATRIX.fullmatch(job.get("strategy", {}).get("matrix", {}).get("stack", ""))
+        assert match and match.group(1) == lister, f"{name}: not a matrix over the listing"
+        found.setdefault(job["environment"], set()).update(lists[match.group(2)])
+    return found
+
+
+@functools.cache
+def production_stacks() -> frozenset[str]:
+    """The fixture stacks deploy.yml deploys in the `production` environment (once)."""
+    with tempfile.TemporaryDirectory() as temporary:
+        write_fixture_stacks(Path(temporary) / "stacks")
+        found = deployed_stacks(Path(temporary) / "stacks", Path(temporary))
+    assert found.get("production") == FIXTURE_REVIEWED
+    return frozenset(found["production"])
 
 
 def pull_request_prod_problems(workflow: dict[Any, Any], tmp_path: Path) -> list[str]:
     """A pull-request workflow's job in `production`, or a preview of a production stack."""
     if not triggers(workflow) & PULL_REQUEST_TRIGGERS:
         return []
+    stack_dir = tmp_path / "stacks"
+    write_fixture_stacks(stack_dir)
     prod = production_stacks()
     problems = []
     if "pull_request_target" in triggers(workflow):
@@ -183,12 +246,12 @@ def pull_request_prod_problems(workflow: dict[Any, Any], tmp_path: Path) -> list
         if job.get("environment") == "production":
             problems.append(f"{name}: runs in `production` on a pull request")
         if any(s.get("id") == "list" for s in steps(job)):
-            previewed = listed_stacks(job, [*sorted(prod), "dev", "staging"], tmp_path)
-            if set(previewed) & prod:
+            previewed = set().union(*passed_on(job, stack_dir, tmp_path).values())
+            if previewed & prod:
                 problems.append(f"{name}: lists production stacks {sorted(prod)} for "
-                                f"pull-request previews: {previewed}")
-            if not {"dev", "staging"} <= set(previewed):
-                problems.append(f"{name}: drops a non-prod stack: {previewed}")
+                                f"pull-request previews: {sorted(previewed)}")
+            if not previewed >= FIXTURE_UNREVIEWED:
+                problems.append(f"{name}: drops a non-prod stack: {sorted(previewed)}")
         # What a pulumi step runs on: its stack name, its script, its and its job's env.
         for s in steps(job):
             if not (s.get("uses", "").startswith("pulumi/actions@")
@@ -223,6 +286,22 @@ def test_pull_requests_never_reach_prod(path: Path, tmp_path: Path) -> None:
     assert problems == [], "\n".join(problems)
 
 
+def test_deploy_runs_each_reviewed_stack_in_production_and_every_other_in_dev(
+    tmp_path: Path,
+) -> None:
+    """By the stacks' own settings (reviewBeforeUp, unset: deleteProtection), each once."""
+    write_fixture_stacks(tmp_path / "stacks")
+    assert deployed_stacks(tmp_path / "stacks", tmp_path) == {
+        "production": FIXTURE_REVIEWED, "dev": FIXTURE_UNREVIEWED}
+
+
+def test_a_stack_directory_without_stacks_deploys_and_previews_nothing(tmp_path: Path) -> None:
+    (tmp_path / "stacks").mkdir()
+    assert deployed_stacks(tmp_path / "stacks", tmp_path) == {"production": set(), "dev": set()}
+    ci = load(WORKFLOWS / "ci.yml")["jobs"]["stacks"]
+    assert passed_on(ci, tmp_path / "stacks", tmp_path) == {"names": []}
+
+
 def test_the_pull_request_preview_has_secrets_of_its_own() -> None:
     """Names no deploy uses, so a missing `preview` secret never falls back to a deploy's."""
     ci = load(WORKFLOWS / "ci.yml")
@@ -238,9 +317,13 @@ def toolchain_steps(job: dict[str, Any]) -> list[int]:
 
 
 def test_every_credentialed_job_builds_the_same_hashed_toolchain_before_any_credential() -> None:
+    """And the listing jobs, which run the kit's config models, build that one too."""
     scripts = set()
     for path in FILES:
         for name, job in load(path)["jobs"].items():
+            if name == "stacks":
+                (build,) = toolchain_steps(job)
+                scripts.add(steps(job)[build]["run"])
             if not holds_credentials(job):
                 continue
             (build,) = toolchain_steps(job)
@@ -400,6 +483,15 @@ BEFORE_LIST = run_job(
     "-len(\".yaml\")] for p in glob.glob(\"Pulumi.*.yaml\"))))')\n"
     'echo "names=${names}" >> "$GITHUB_OUTPUT"\n')
 BEFORE_LIST["steps"][0]["id"] = "list"
+# Before: root Pulumi.*.yaml files but a hard-coded list of production stacks, so a stack
+# a team marks reviewed (reviewBeforeUp) was previewed unless it also edited ci.yml.
+BEFORE_HARD_CODED = run_job(
+    "names=$(python3 -c 'import glob, json, os; prod = os.environ[\"PRODUCTION_STACKS\"]"
+    ".split(); print(json.dumps(sorted(s for s in (p[len(\"Pulumi.\"):-len(\".yaml\")] "
+    "for p in glob.glob(\"Pulumi.*.yaml\")) if s not in prod)))')\n"
+    'echo "names=${names}" >> "$GITHUB_OUTPUT"\n', outputs={
+        "names": "${{ steps.list.outputs.names }}"})
+BEFORE_HARD_CODED["steps"][0].update(id="list", env={"PRODUCTION_STACKS": "prod"})
 
 
 def test_the_preview_as_it_was_is_reported(tmp_path: Path) -> None:
@@ -409,7 +501,16 @@ def test_the_preview_as_it_was_is_reported(tmp_path: Path) -> None:
     assert secret_problems(before) == [
         "preview: references a secret but is bound to no environment"]
     problems = pull_request_prod_problems(before, tmp_path)
-    assert any("lists production stacks ['prod']" in p for p in problems), problems
+    assert any("lists production stacks ['prod', 'qa']" in p for p in problems), problems
+
+
+def test_a_hard_coded_list_of_production_stacks_is_reported(tmp_path: Path) -> None:
+    """Before: PRODUCTION_STACKS=prod in ci.yml; the fixture's qa, marked reviewBeforeUp,
+    was previewed on pull requests."""
+    before = workflow({"pull_request": None}, stacks=BEFORE_HARD_CODED)
+    problems = pull_request_prod_problems(before, tmp_path)
+    assert any("lists production stacks" in p and "'qa'" in p.rsplit(":", 1)[1]
+               for p in problems), problems
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
-"""The GitHub Actions workflows: the deploy path (make test, then `pulumi up` of dev, then of
-prod behind the `production` environment, policy pack enforced, Workload Identity
-Federation, one update per stack at a time, outputs in the job summary) and the hardening
-(actions pinned to commit SHAs, no persisted credentials, no expressions in scripts, least
-permissions), and zizmor finds nothing."""
+"""The GitHub Actions workflows: the deploy path (make test, the team's stacks listed by
+infra.ci_stacks, then `pulumi up` of each unreviewed stack in `dev`, then of each reviewed
+one behind the `production` environment, with the same steps: policy pack enforced,
+Workload Identity Federation, one update per stack at a time, outputs in the job summary)
+and the hardening (actions pinned to commit SHAs, no persisted credentials, no expressions
+in scripts, least permissions), and zizmor finds nothing."""
 
 from __future__ import annotations
 
@@ -67,27 +68,57 @@ def test_hardening(path: Path) -> None:
             assert "${{" not in s.get("run", ""), f"{name}: expression inside run: {s}"
 
 
-def test_deploy_runs_on_push_to_main_test_then_dev_then_prod() -> None:
+DEPLOY_JOBS = {"up": "unreviewed", "up-reviewed": "reviewed"}
+"""deploy.yml's `pulumi up` jobs, each with the infra.ci_stacks list it runs over."""
+
+
+def test_deploy_runs_on_push_to_main_test_then_unreviewed_then_reviewed() -> None:
     workflow = load(WORKFLOWS / "deploy.yml")
     assert workflow[True] == {"push": {"branches": ["main"]}}  # YAML 1.1: `on` reads as true
     jobs = workflow["jobs"]
-    assert set(jobs) == {"test", "dev", "prod"}
+    assert set(jobs) == {"test", "stacks", *DEPLOY_JOBS}
     assert any(s.get("run") == ".ci/run" for s in steps(jobs["test"]))
-    assert jobs["dev"]["needs"] == "test"
-    assert jobs["prod"]["needs"] == "dev"
-    # Each deploy in its environment, which holds its secrets: dev's (main only), prod's
-    # (required reviewers, main only).
-    assert jobs["dev"]["environment"] == "dev"
-    assert jobs["prod"]["environment"] == "production"
+    assert set(jobs["up"]["needs"]) == {"test", "stacks"}
+    assert set(jobs["up-reviewed"]["needs"]) == {"test", "stacks", "up"}
+    # Each deploy in its environment, which holds its secrets: the unreviewed stacks' (main
+    # only), the reviewed stacks' (required reviewers, main only).
+    assert jobs["up"]["environment"] == "dev"
+    assert jobs["up-reviewed"]["environment"] == "production"
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_each_deploy_is_pulumi_up_with_the_policy_pack(stack: str) -> None:
-    job = load(WORKFLOWS / "deploy.yml")["jobs"][stack]
-    assert job["concurrency"] == {"group": f"pulumi-up-{stack}", "cancel-in-progress": False}
+def test_the_stacks_are_listed_by_the_kit_not_named_in_the_workflows() -> None:
+    """No stack name in a workflow: the jobs run over infra.ci_stacks's lists, from a job
+    that holds no credential (contents: read; the hash-locked .venv, as the deploy jobs)."""
+    for path in FILES:
+        job = load(path)["jobs"]["stacks"]
+        assert job["permissions"] == {"contents": "read"}, path.name
+        (listing,) = [s for s in steps(job) if s.get("id") == "list"]
+        assert listing["run"].strip() == ".venv/bin/python -m infra.ci_stacks --github-output"
+        names = [s.get("name") or s.get("uses", "").split("@")[0] for s in steps(job)]
+        assert names.index("Build .venv from the hash-locked deploy toolchain") < names.index(
+            listing["name"])
+        text = path.read_text("utf-8")
+        for stack in ("dev", "prod", "staging"):
+            assert f"STACK_FILE: {stack}" not in text and f"pulumi-up-{stack}" not in text
+    deploy = load(WORKFLOWS / "deploy.yml")["jobs"]["stacks"]["outputs"]
+    assert deploy == {"reviewed": "${{ steps.list.outputs.reviewed }}",
+                      "unreviewed": "${{ steps.list.outputs.unreviewed }}"}
+    # Pull requests get the unreviewed list only.
+    assert load(WORKFLOWS / "ci.yml")["jobs"]["stacks"]["outputs"] == {
+        "names": "${{ steps.list.outputs.unreviewed }}"}
+
+
+@pytest.mark.parametrize(("name", "listed"), DEPLOY_JOBS.items())
+def test_each_deploy_is_pulumi_up_with_the_policy_pack(name: str, listed: str) -> None:
+    job = load(WORKFLOWS / "deploy.yml")["jobs"][name]
+    assert job["strategy"]["matrix"] == {
+        "stack": "${{ fromJSON(needs.stacks.outputs." + listed + ") }}"}
+    assert job["strategy"]["fail-fast"] is False
+    assert job["concurrency"] == {"group": "pulumi-up-${{ matrix.stack }}",
+                                  "cancel-in-progress": False}
     assert job["permissions"] == {"contents": "read", "id-token": "write"}
-    assert job["env"]["STACK"] == "${{ vars.PULUMI_STACK_PREFIX }}" + stack
-    assert job["env"]["STACK_FILE"] == stack
+    assert job["env"]["STACK"] == "${{ vars.PULUMI_STACK_PREFIX }}${{ matrix.stack }}"
+    assert job["env"]["STACK_FILE"] == "${{ matrix.stack }}"
     auth = step(job, "google-github-actions/auth")["with"]
     assert auth == {
         "workload_identity_provider": "${{ vars.GCP_WORKLOAD_IDENTITY_PROVIDER }}",
@@ -98,11 +129,98 @@ def test_each_deploy_is_pulumi_up_with_the_policy_pack(stack: str) -> None:
     up = step(job, "pulumi/actions")["with"]
     assert up["command"] == "up"
     assert up["stack-name"] == "${{ env.STACK }}"
+    assert "work-dir" not in up  # the project's root: Pulumi.yaml finds stacks/ itself
     assert up["policyPacks"] == "policies"
     assert up["policyPackConfigs"] == "${{ steps.policy.outputs.config }}"
+    (policy,) = [s for s in steps(job) if s.get("id") == "policy"]
+    assert 'config="policies/policy-config.${STACK_FILE}.json"' in policy["run"]
     summary = steps(job)[-1]["run"]
     assert 'pulumi stack output --json --stack "${STACK}"' in summary
     assert '>> "${GITHUB_STEP_SUMMARY}"' in summary
+
+
+def test_both_deploy_jobs_run_the_same_steps_through_a_yaml_anchor() -> None:
+    """One list of steps (GitHub Actions reads YAML anchors and aliases, not merge keys)."""
+    text = (WORKFLOWS / "deploy.yml").read_text("utf-8")
+    jobs = load(WORKFLOWS / "deploy.yml")["jobs"]
+    assert steps(jobs["up"]) == steps(jobs["up-reviewed"])
+    assert "    steps: &pulumi-up-steps\n" in text
+    assert "    steps: *pulumi-up-steps\n" in text
+    for path in FILES:
+        assert not re.search(r"^\s*<<\s*:", path.read_text("utf-8"), re.M), path.name
+
+
+_STATUS = re.compile(r"\b(success|failure|always|cancelled)\(\)")
+
+
+def evaluate(condition: str, needs: dict[str, dict[str, Any]], *,
+             cancelled: bool = False) -> bool:
+    """A job's `if:` as GitHub evaluates it, for the operators the workflows use; without a
+    status function, `success() &&` is implied (every needed job succeeded)."""
+    if not _STATUS.search(condition):
+        condition = f"success() && ({condition})"
+    python = (condition.replace("&&", " and ").replace("||", " or ")
+              .replace("!=", "<>").replace("!", " not ").replace("<>", "!="))
+    python = _STATUS.sub(lambda m: f"_{m.group(1)}", python)
+    python = re.sub(r"needs\.([\w-]+)\.(result|outputs\.\w+)",
+                    lambda m: repr(_lookup(needs, m.group(1), m.group(2))), python)
+    scope = {"_success": not cancelled and all(j["result"] == "success" for j in needs.values()),
+             "_failure": any(j["result"] == "failure" for j in needs.values()),
+             "_always": True, "_cancelled": cancelled}
+    result: bool = eval(python, {"__builtins__": {}}, scope)  # the workflow's own if:
+    return result
+
+
+def _lookup(needs: dict[str, dict[str, Any]], job: str, path: str) -> str:
+    value: Any = needs[job]
+    for part in path.split("."):
+        value = value.get(part, "")
+    return str(value)
+
+
+def needs_of(stacks: str = "success", up: str = "success", test: str = "success",
+             reviewed: str = '["prod"]', unreviewed: str = '["dev"]') -> dict[str, Any]:
+    return {"test": {"result": test},
+            "stacks": {"result": stacks,
+                       "outputs": {"reviewed": reviewed, "unreviewed": unreviewed}
+                       if stacks == "success" else {}},
+            "up": {"result": up}}
+
+
+@pytest.mark.parametrize(
+    ("case", "needs", "cancelled", "runs"),
+    [
+        ("after the unreviewed stacks", needs_of(), False, True),
+        ("every stack reviewed: up skipped", needs_of(up="skipped", unreviewed="[]"), False,
+         True),
+        ("an unreviewed stack's update failed", needs_of(up="failure"), False, False),
+        ("make test failed (so up was skipped)", needs_of(test="failure", up="skipped"), False,
+         False),
+        ("the listing failed", needs_of(stacks="failure", up="skipped"), False, False),
+        ("no reviewed stack", needs_of(reviewed="[]"), False, False),
+        ("the run was cancelled", needs_of(up="cancelled"), True, False),
+    ],
+)
+def test_the_reviewed_stacks_deploy_only_after_the_others_succeeded_or_were_none(
+    case: str, needs: dict[str, Any], cancelled: bool, runs: bool
+) -> None:
+    job = load(WORKFLOWS / "deploy.yml")["jobs"]["up-reviewed"]
+    assert evaluate(job["if"], needs, cancelled=cancelled) is runs, case
+
+
+@pytest.mark.parametrize(
+    ("case", "needs", "runs"),
+    [
+        ("after make test", needs_of(), True),
+        ("make test failed", needs_of(test="failure"), False),
+        ("no unreviewed stack", needs_of(unreviewed="[]"), False),
+    ],
+)
+def test_the_unreviewed_stacks_deploy_after_make_test(case: str, needs: dict[str, Any],
+                                                      runs: bool) -> None:
+    job = load(WORKFLOWS / "deploy.yml")["jobs"]["up"]
+    needs = {name: needs[name] for name in job["needs"]}
+    assert evaluate(job["if"], needs) is runs, case
 
 
 def test_zizmor_finds_nothing() -> None:
@@ -142,7 +260,7 @@ def test_environments_are_fixed_names(path: Path) -> None:
     """An `environment:` per matrix entry would create unprotected environments on demand;
     `production` is for deploy.yml's `pulumi up` only, `preview` for ci.yml's previews."""
     expected = {"ci.yml": {"preview": "preview"},
-                "deploy.yml": {"dev": "dev", "prod": "production"}}[path.name]
+                "deploy.yml": {"up": "dev", "up-reviewed": "production"}}[path.name]
     jobs = load(path)["jobs"]
     assert {name: job["environment"] for name, job in jobs.items() if "environment" in job} == (
         expected)
