@@ -1,6 +1,6 @@
 """`make serve STACK=dev`: the stack served locally until Ctrl-C, to rehearse day 2.
 
-    python -m demo.serve [--stack STACK] [--every SECONDS] [--no-scheduler]
+    python -m demo.serve [--stack STACK] [--every SECONDS] [--no-scheduler] [--miss JOB[:N]]
 
 Starts the Firestore emulator (or reuses one: --firestore-host), serves the kit's
 function (demo/run.py's LocalFunction, the demo's ledger job running each job's logic) and,
@@ -14,6 +14,11 @@ served function with its own account's token, as deployed. Everything runs on th
 clock, so `make runs` and `make rerun`, pointed at the emulator with the environment
 printed at start-up, read and write what the served stack does.
 
+`--miss JOB[:N]` has the Scheduler emulator never deliver JOB's N-th fire after start-up
+(default 2: the first is delivered, so the watchdog knows the job's first run and judges
+the missed one; a run before it is not judged), as Cloud Scheduler sometimes fails to: the
+watchdog reports it `missed`, and catches it up if the job has `catchUp`.
+
 A tick can also be asked for at once: POST the printed WATCHDOG_URL (`make rerun ...
 NOW=1 WATCHDOG_URL=...`); it answers as the deployed watchdog does (`checked`,
 `problems`, `caught_up`, `reruns`).
@@ -26,14 +31,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import shutil
 import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -60,14 +66,54 @@ from demo.run import LocalFunction, LocalProxy, function_env
 from demo.store_faults import store_timing
 from demo.watch import ReplayDeliverer, _emulator_env, delivering_config
 from infra.config import StackConfig
+from infra.scheduler_rules import schedule_times
 from local_stack import FirestoreEmulator, free_port
 from scheduler_emulator.clock import RealClock
 from scheduler_emulator.emulator import SchedulerEmulator
+from scheduler_emulator.faults import MISSED, FaultPlan
 from scheduler_emulator.oidc import scheduler_token
 from scheduler_emulator.stack import Stack, load_stack, resolve_stack
 
 # The Scheduler emulator fires this many runs per job at most (real time: years).
 SCHEDULER_TICKS = 100_000
+# --miss JOB: the fire never delivered, counted from start-up (the first one is delivered).
+DEFAULT_MISSED_FIRE = 2
+
+
+@dataclass(frozen=True)
+class MissedFires(FaultPlan):
+    """The Scheduler emulator's fault plan for `--miss`: exactly the chosen fires, (job
+    name, N: the N-th fire after start-up), are never delivered; no other fault."""
+
+    misses: frozenset[tuple[str, int]] = frozenset()
+
+    def hits(self, name: str, job: str, tick: int, worker: int = 0, attempt: int = 1) -> bool:
+        return name == MISSED and (job, tick + 1) in self.misses
+
+
+def check_misses(stack: Stack, misses: Collection[tuple[str, int]]) -> frozenset[
+    tuple[str, int]
+]:
+    """The `--miss` fires, each of one of the stack's active jobs (else ValueError)."""
+    names = {job.name for job in (*stack.active_jobs, *stack.active_proxied_jobs)}
+    unknown = sorted({name for name, _ in misses} - names)
+    if unknown:
+        raise ValueError(f"--miss {', '.join(unknown)}: no such active job in the stack "
+                         f"(jobs: {', '.join(sorted(names)) or 'none'})")
+    return frozenset(misses)
+
+
+def parse_miss(text: str) -> tuple[str, int]:
+    """`--miss JOB[:N]`: the job's name and which fire after start-up (1 = the next)."""
+    name, sep, number = text.partition(":")
+    try:
+        fire = int(number) if sep else DEFAULT_MISSED_FIRE
+    except ValueError:
+        fire = 0
+    if not name or fire < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected JOB or JOB:N (N >= 1, the N-th fire after start-up)")
+    return name, fire
 
 
 class ServedStack:
@@ -82,12 +128,14 @@ class ServedStack:
         *,
         workdir: Path,
         scheduler: bool = True,
+        misses: Collection[tuple[str, int]] = (),
         workers: int = 2,
         threads: int = 4,
         log: Callable[[str], None] = lambda line: None,
     ) -> None:
         if stack.config is None:
             raise ValueError("make serve needs a stack file's config (load_stack)")
+        self.misses = check_misses(stack, misses)
         self.stack = stack
         self.cfg: StackConfig = stack.config
         self.firestore_host = firestore_host
@@ -269,8 +317,16 @@ class ServedStack:
             emulator = SchedulerEmulator(
                 url, self.stack, jobs=jobs, ticks=SCHEDULER_TICKS, clock_factory=RealClock,
                 token=scheduler_token(url, self.stack.invoker_email), trace_deliveries=True,
+                faults=MissedFires(misses=self.misses),
             )
             self._emulators.append(emulator)
+            for job in jobs:
+                for name, fire in sorted(self.misses):
+                    if name == job.name:
+                        when = next(itertools.islice(schedule_times(
+                            job.schedule, job.time_zone, emulator.start), fire - 1, None))
+                        self.log(f"Scheduler will not deliver {job.job_id} @ {rfc3339(when)} "
+                                 f"(--miss {name}:{fire})")
             threading.Thread(target=_quietly(emulator.run), daemon=True).start()
 
     # -- what to tell the operator -------------------------------------------------------
@@ -331,6 +387,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
                         help="tick the watchdog every SECONDS (default: watchdog.schedule)")
     parser.add_argument("--no-scheduler", action="store_true",
                         help="fire no scheduled runs (every run is then missed)")
+    parser.add_argument("--miss", action="append", type=parse_miss, default=[],
+                        metavar="JOB[:N]", help="Scheduler never delivers JOB's N-th fire "
+                        f"after start-up (default {DEFAULT_MISSED_FIRE}); repeatable")
     parser.add_argument("--firestore-host", help="reuse a running Firestore emulator")
     args = parser.parse_args(argv)
 
@@ -339,6 +398,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
         out.flush()
 
     stack = load_stack(resolve_stack(args.stack))
+    try:
+        check_misses(stack, args.miss)
+    except ValueError as exc:
+        parser.error(str(exc))
     workdir = Path(tempfile.mkdtemp(prefix="scheduler-serve-"))
     stop = threading.Event()
     # Ctrl-C (SIGINT) and SIGTERM alike stop everything it started (its children included).
@@ -346,7 +409,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
     signal.signal(signal.SIGINT, _interrupt)
     try:
         with _firestore(args.firestore_host, log) as host, ServedStack(
-            stack, host, workdir=workdir, scheduler=not args.no_scheduler, log=log,
+            stack, host, workdir=workdir, scheduler=not args.no_scheduler, misses=args.miss,
+            log=log,
         ) as served:
             out.write(instructions(served, args.stack))
             out.flush()

@@ -1,11 +1,16 @@
 """`make serve` (demo.serve): the stack served locally, on the real clock, with its
 watchdog ticking; a missed run driven to its catch-up and a run to its re-run, read back
-by `make runs` and asked for by `make rerun` as an operator would."""
+by `make runs` and asked for by `make rerun` as an operator would. The day-2 rehearsal
+end to end: the Scheduler emulator in real time missing a fire (`--miss`) and a flaky job
+failing through its retries, the watchdog catching the first up and, once the fix is
+served, `make rerun` executing the second once more, in a new generation."""
 
 from __future__ import annotations
 
 import io
 import os
+import re
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,7 +18,9 @@ import pytest
 import requests
 import yaml
 
-from demo.serve import ServedStack, instructions
+from dedup.keys import RunKey
+from demo.ledger import commits_by_run_id
+from demo.serve import MissedFires, ServedStack, instructions, main, parse_miss
 from infra import rerun, runs
 from local_stack.deliveries import scheduler_headers
 from scheduler_emulator.oidc import scheduler_token
@@ -100,6 +107,163 @@ def test_make_serve_catches_a_missed_run_up_and_delivers_a_rerun(
         assert code == 2 and "has been re-run already: generation 1 completed" in err
         code, out, _ = run_main(str(path), "--job", JOB, "--last", "8")
         assert "    + generation 1: completed, 1 attempt(s)" in out
+
+
+SYNC, EXPORT = "sync", "export"
+SYNC_ID, EXPORT_ID = f"{PREFIX}-{SYNC}", f"{PREFIX}-{EXPORT}"
+
+
+def day2_stack_file(tmp_path: Path, collection: str, export_logic: str, name: str) -> Path:
+    """Two jobs every minute: `sync` (catchUp, no retries) and `export`, the flaky example
+    job failing every run (failEvery 1) with one quick retry; or, once "fixed", the same
+    job with `export_logic`."""
+    config = {
+        "gcp:project": PROJECT,
+        "gcp:region": REGION,
+        "scheduler-dedup:namePrefix": PREFIX,
+        "scheduler-dedup:databaseName": "sched-serve-runs",
+        "scheduler-dedup:collection": collection,
+        "scheduler-dedup:deleteProtection": False,
+        "scheduler-dedup:watchdog": {"reruns": True, "graceSeconds": 5},
+        "scheduler-dedup:jobs": [
+            {"name": SYNC, "schedule": "* * * * *", "timeZone": "Etc/UTC",
+             "attemptDeadlineSeconds": 15, "retry": {"retryCount": 0},
+             "catchUp": True, "catchUpWithinSeconds": 600},
+            {"name": EXPORT, "schedule": "* * * * *", "timeZone": "Etc/UTC",
+             "attemptDeadlineSeconds": 15,
+             "retry": {"retryCount": 1, "minBackoffSeconds": 1, "maxBackoffSeconds": 1},
+             "body": {"failEvery": 1}, "jobLogic": export_logic},
+        ],
+    }
+    path = tmp_path / f"Pulumi.{name}.yaml"
+    path.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
+    return path
+
+
+def table(out: str, job_id: str) -> str:
+    """`make runs`' table of one job (the deployed job ID heads it)."""
+    start = out.index(f"\n{job_id}  (")
+    end = out.find("\n\n", start + 1)
+    return out[start:] if end < 0 else out[start:end]
+
+
+def row(out: str, when: datetime) -> list[str]:
+    """`make runs`' row of the run scheduled at `when`, split: [5] status, [-1] verdict."""
+    line = next(line for line in out.splitlines()
+                if line.startswith(f"  {when:%Y-%m-%d %H:%M:%S}Z"))
+    return line.split()
+
+
+def lines_under(out: str, when: datetime) -> list[str]:
+    """The lines `make runs` prints under the run's row (its error, its generations)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith(f"  {when:%Y-%m-%d %H:%M:%S}Z"))
+    under = []
+    for line in lines[start + 1:]:
+        if not line.startswith("    "):
+            break
+        under.append(line.strip())
+    return under
+
+
+def sleep_until(instant: datetime) -> None:
+    time.sleep(max(0.0, (instant - datetime.now(UTC)).total_seconds()))
+
+
+def test_make_serve_rehearses_a_missed_run_caught_up_and_a_failed_run_rerun(
+    tmp_path: Path, collection_name: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Scheduler, in real time, never delivers sync's next fire and delivers export's,
+    which fails through its retry: `make runs` shows one missed, the other failed with its
+    error; the watchdog's tick catches the missed run up (executed once, by the ledger and
+    its record); the fix served, `make rerun NOW=1` has the watchdog deliver export's run
+    again and `make runs` shows it completed in generation 1, the failed record kept."""
+    monkeypatch.delenv("CONFIRM", raising=False)
+    broken = day2_stack_file(tmp_path, collection_name, "example_jobs.flaky:run", "day2")
+    fixed = day2_stack_file(tmp_path, collection_name, "example_jobs.example:run", "day2-fix")
+    stack = load_stack(broken)
+    host = os.environ["FIRESTORE_EMULATOR_HOST"]
+    lines: list[str] = []
+    with ServedStack(stack, host, workdir=tmp_path / "serve", misses=[(SYNC, 1)], workers=1,
+                     log=lines.append) as served:
+        assert served.function is not None
+        # The Scheduler emulator's first fire is the next minute; sync's earlier run (its
+        # first record: the watchdog judges a job from it on) is delivered by hand.
+        said = next(line for line in lines if line.startswith("Scheduler will not deliver"))
+        fire = datetime.fromisoformat(said.split(" @ ")[1].split()[0])
+        assert said == f"Scheduler will not deliver {SYNC_ID} @ {z(fire)} (--miss {SYNC}:1)"
+        first = fire - timedelta(minutes=1)
+        assert first <= datetime.now(UTC) < fire
+        url = served.function.url
+        reply = requests.post(url, headers=scheduler_headers(
+            f"projects/{PROJECT}/locations/{REGION}/jobs/{SYNC_ID}", z(first),
+            project=PROJECT, location=REGION,
+            authorization=f"Bearer {scheduler_token(url, stack.invoker_email)}",
+        ), data=b"{}", timeout=30)
+        assert reply.json()["outcome"] == "completed", served.function.log_text[-3000:]
+
+        # Both verdicts due: export's retry window (2 x 15 s + 1 s) + the 5 s grace.
+        sleep_until(fire + timedelta(seconds=37))
+        code, out, err = run_main(str(broken), "--last", "3")
+        assert (code, err) == (0, ""), out
+        missed = table(out, SYNC_ID)
+        assert row(missed, first)[5] == "completed", out
+        assert row(missed, fire)[5] == "-" and row(missed, fire)[-1] == "missed", out
+        failed = table(out, EXPORT_ID)
+        assert row(failed, fire)[5:7] == ["failed", "2"] and row(failed, fire)[-1] == "failed"
+        assert lines_under(failed, fire) == ["last error (attempt 2): RuntimeError: flaky: "
+                                             "this run fails on every attempt (failEvery 1)"]
+
+        result = served.tick()
+        assert [(d.job, d.schedule_time, d.status) for d in result.caught_up] == [
+            (SYNC_ID, fire, "completed")], lines
+        assert (EXPORT_ID, fire, "failed") in [
+            (p.job, p.schedule_time, p.kind) for p in result.problems]
+        assert f"watchdog caught_up: {SYNC_ID} @ {z(fire)}: completed" in lines
+        code, out, err = run_main(str(broken), "--job", SYNC, "--last", "3")
+        assert row(out, fire)[5:7] == ["completed", "1"] and row(out, fire)[-1] == "ok", out
+    caught_id = RunKey(PROJECT, REGION, SYNC_ID, fire).run_id
+    failed_id = RunKey(PROJECT, REGION, EXPORT_ID, fire).run_id
+    commits = commits_by_run_id(tmp_path / "serve" / "ledger.jsonl", PROJECT)
+    assert (commits[caught_id], commits[failed_id]) == (1, 0), commits
+
+    # The fix deployed: `make serve` again on the same emulator, with the fixed job logic.
+    with ServedStack(load_stack(fixed), host, workdir=tmp_path / "fixed", scheduler=False,
+                     workers=1, log=lines.append) as served:
+        code, out, err = rerun_main(str(fixed), "--job", EXPORT, "--time", z(fire),
+                                    "--reason", "fixed the export", "--now",
+                                    served.watchdog_url)
+        assert (code, err) == (0, ""), out
+        assert "latest before: failed" in out
+        assert out.splitlines()[-1] == (f"tick now: the watchdog delivered 1 re-run(s): "
+                                        f"{EXPORT_ID} @ {z(fire)} generation 1: completed")
+        generation_id = re.search(r"\(run_id (\S+)\)", out)
+        assert generation_id is not None
+        code, out, err = run_main(str(fixed), "--job", EXPORT, "--last", "3")
+        assert (code, err) == (0, "")
+        assert row(out, fire)[5] == "failed", out  # generation 0's record, as it ended
+        under = lines_under(out, fire)
+        assert under[0].startswith("last error (attempt 2): RuntimeError: flaky:"), under
+        assert under[1].startswith(
+            "+ generation 1: completed, 1 attempt(s), "), under
+        assert under[1].endswith(": fixed the export"), under
+    commits = commits_by_run_id(tmp_path / "fixed" / "ledger.jsonl", PROJECT)
+    assert commits[generation_id.group(1)] == 1, commits
+
+
+def test_miss_chooses_fires_of_the_stacks_jobs(
+    tmp_path: Path, collection_name: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert parse_miss("sync") == ("sync", 2) and parse_miss("sync:1") == ("sync", 1)
+    plan = MissedFires(misses=frozenset({("sync", 1)}))
+    assert plan.hits("missed", "sync", 0) and not plan.hits("missed", "sync", 1)
+    assert not plan.hits("missed", "export", 0) and not plan.hits("lost-ack", "sync", 0)
+    path = day2_stack_file(tmp_path, collection_name, "example_jobs.flaky:run", "miss")
+    for bad, why in (("sync:0", "expected JOB or JOB:N"), ("nope", "--miss nope: no such")):
+        with pytest.raises(SystemExit):
+            main(["--stack", str(path), "--miss", bad])
+        assert why in capsys.readouterr().err
 
 
 def run_main(*argv: str) -> tuple[int, str, str]:
