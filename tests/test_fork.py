@@ -1,11 +1,14 @@
 """The kit forked the way a team adopts it stays green.
 
-A copy of the repository's files (what `git ls-files` tracks, plus new files not yet
-committed) is forked as a team does: a staging stack in another project, region and time
-zone, dev's jobs replaced by the team's job, that job's module in function/jobs/ with its
-own dependency added to the function's requirements (function/requirements.in). Then `make plan` and
-`make policy-check` run there (with this checkout's virtualenv: no new one is built), for
-every stack and for one, and the kit's own tests run there on their fixture stacks.
+A clean clone of the kit (the repository's files, minus any team file: infra/team_files.py)
+is forked as a team does, each change in the team's own places and the README's way: a job
+written by `make new-job` that imports a dependency of its own, added to
+`function/jobs/requirements.in` and pinned by `make lock` (with the package index, as a
+team runs it); stack files in `stacks/`: the kit's examples copied there, dev's jobs
+replaced by the team's, and a staging stack in another project, region and time zone.
+Then, there, with this checkout's virtualenv (no new one is built): what `make test` runs
+but the kit's unit suite (lint, typecheck, workflow lint, policy check, plan, docs), the
+team's job tests, and a sample of the kit's tests on their example stacks.
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ from typing import Any
 import pytest
 import yaml
 
+from infra.lock import TEAM_LOCK, TEAM_REQUIREMENTS, parse_lock
 from infra.program import REPO_ROOT
+from infra.team_files import is_team_file
 from tests.stacks import FIXTURE_STACKS, fixture_stack_file
 
 VENV = Path(sys.prefix)  # the virtualenv running the tests
-# Installed in the virtualenv and pinned in constraints.txt and the lock (croniter needs
-# it), but not one of the function's own requirements: the team's job adds it, offline.
-JOB_DEPENDENCY = "python-dateutil==4.0.0"
+# The team's job validates its body with jsonschema: not a package of the kit's function
+# (a dev one, so this virtualenv has it), with dependencies of its own (attrs, referencing,
+# rpds-py, ...) that `make lock` must pin too.
+JOB_DEPENDENCY = "jsonschema"
 
 STAGING = """\
 # The team's staging stack: another project and region, a New York job, no retry
@@ -36,7 +42,7 @@ config:
   gcp:region: us-east1
   scheduler-dedup:namePrefix: billing-stg
   scheduler-dedup:deleteProtection: false
-  scheduler-dedup:defaultJobLogic: jobs.invoices:send
+  scheduler-dedup:defaultJobLogic: jobs.invoices:run
   scheduler-dedup:jobs:
     - name: month-end-invoices
       schedule: "0 6 1 * *"
@@ -49,63 +55,79 @@ INVOICES = '''\
 
 from __future__ import annotations
 
+import json
 import logging
+from datetime import timedelta
 
-from dateutil.relativedelta import relativedelta
+import jsonschema
 
 from dedup import RunContext
 
 log = logging.getLogger(__name__)
 
+BODY_SCHEMA = {"type": "object", "properties": {"ledger": {"type": "string"}}}
 
-def send(context: RunContext) -> dict[str, str]:
-    month = (context.schedule_time - relativedelta(months=1)).strftime("%Y-%m")
+
+def run(context: RunContext) -> dict[str, str]:
+    body = json.loads(context.body or b"{}")
+    jsonschema.validate(body, BODY_SCHEMA)
+    month = (context.schedule_time.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
     log.info("sending the invoices of %s", month)
     return {"month": month}
 '''
 
 
-def repository_files() -> list[str]:
-    """Tracked files, and new ones not ignored, that exist in the working tree."""
+def kit_clone(into: Path) -> Path:
+    """The kit's files as a clean clone has them (tracked and new, never a team file)."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO_ROOT, capture_output=True, text=True, check=True,
     ).stdout.split("\0")
-    return sorted({name for name in listed if name and (REPO_ROOT / name).is_file()})
-
-
-def fork(into: Path) -> Path:
-    for name in repository_files():
-        target = into / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO_ROOT / name, target)
-    # The fork starts from the kit's example stacks (the fixtures: this checkout's own
-    # stack files are its team's, whatever they hold).
-    for stack_file in into.glob("Pulumi.*.yaml"):
-        stack_file.unlink()
-    for stack in FIXTURE_STACKS:
-        shutil.copy2(fixture_stack_file(stack), into / f"Pulumi.{stack}.yaml")
-    (into / "Pulumi.staging.yaml").write_text(STAGING)
-    dev = into / "Pulumi.dev.yaml"
-    document: dict[str, Any] = yaml.safe_load(dev.read_text())
-    document["config"]["scheduler-dedup:jobs"] = [
-        {"name": "send-invoices", "schedule": "0 7 * * 1-5", "timeZone": "Europe/Berlin",
-         "jobLogic": "jobs.invoices:send"},
-    ]
-    dev.write_text(yaml.safe_dump(document, sort_keys=False))
-    (into / "function" / "jobs" / "invoices.py").write_text(INVOICES)
-    requirements = into / "function" / "requirements.in"
-    requirements.write_text(requirements.read_text() + f"# jobs/invoices.py\n{JOB_DEPENDENCY}\n")
+    for name in sorted({n for n in listed if n and (REPO_ROOT / n).is_file()}):
+        if not is_team_file(name):
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / name, into / name)
+    # This checkout's caches: the functions' virtualenvs (named by their requirements and
+    # Python version: the fork's union lock gets its own) and mypy's.
+    (into / ".cache").mkdir(exist_ok=True)
+    venvs = REPO_ROOT / ".cache" / "function-venv"
+    venvs.mkdir(parents=True, exist_ok=True)
+    (into / ".cache" / "function-venv").symlink_to(venvs)
+    if (REPO_ROOT / ".mypy_cache").is_dir():
+        shutil.copytree(REPO_ROOT / ".mypy_cache", into / ".mypy_cache")
     return into
 
 
-def make(fork_dir: Path, *args: str) -> tuple[int, str]:
+def fork(into: Path) -> Path:
+    kit_clone(into)
+    code, output = make(into, "new-job", "NAME=invoices")
+    assert code == 0, output
+    (into / "function" / "jobs" / "invoices.py").write_text(INVOICES)
+    (into / TEAM_REQUIREMENTS).write_text(f"# jobs/invoices.py\n{JOB_DEPENDENCY}\n")
+    code, output = make(into, "lock")
+    assert code == 0, output
+    stacks = into / "stacks"
+    stacks.mkdir()
+    for stack in FIXTURE_STACKS:
+        shutil.copy2(fixture_stack_file(stack), stacks / f"Pulumi.{stack}.yaml")
+    (stacks / "Pulumi.staging.yaml").write_text(STAGING)
+    dev = stacks / "Pulumi.dev.yaml"
+    document: dict[str, Any] = yaml.safe_load(dev.read_text())
+    document["config"]["scheduler-dedup:jobs"] = [
+        {"name": "send-invoices", "schedule": "0 7 * * 1-5", "timeZone": "Europe/Berlin",
+         "jobLogic": "jobs.invoices:run"},
+    ]
+    dev.write_text(yaml.safe_dump(document, sort_keys=False))
+    return into
+
+
+def make(fork_dir: Path, *args: str, timeout: float = 300) -> tuple[int, str]:
     """`make` in the fork with this checkout's virtualenv; its stamp is taken as current
     (-o), so make never rebuilds it for the fork's changed requirements."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STACK")}
     result = subprocess.run(
         ["make", "--no-print-directory", "-o", f"{VENV}/stamp", f"VENV={VENV}", *args],
-        cwd=fork_dir, env=env, capture_output=True, text=True, timeout=180, check=False,
+        cwd=fork_dir, env=env, capture_output=True, text=True, timeout=timeout, check=False,
     )
     return result.returncode, result.stdout + result.stderr
 
@@ -141,7 +163,7 @@ def test_make_plan_with_a_stack_plans_that_one(forked: Path) -> None:
 def test_make_policy_check_passes_for_every_stack_of_the_fork(forked: Path) -> None:
     code, output = make(forked, "policy-check")
     assert code == 0, output
-    assert "stack staging (Pulumi.staging.yaml): " in output
+    assert "stack staging (stacks/Pulumi.staging.yaml): " in output
     assert "policy check: 3 stack(s)" in output
     assert "0 mandatory violation(s), 0 stack(s) not checkable" in output
     code, output = make(forked, "policy-check", "STACK=staging")
@@ -151,29 +173,56 @@ def test_make_policy_check_passes_for_every_stack_of_the_fork(forked: Path) -> N
 
 @pytest.mark.timeout(240)
 def test_a_typo_in_the_forks_job_logic_fails_plan_and_policy_check(forked: Path) -> None:
-    staging = forked / "Pulumi.staging.yaml"
-    staging.write_text(STAGING.replace("jobs.invoices:send", "jobs.invoice:send"))
+    staging = forked / "stacks" / "Pulumi.staging.yaml"
+    staging.write_text(STAGING.replace("jobs.invoices:run", "jobs.invoice:run"))
     try:
         for target in ("plan", "policy-check"):
             code, output = make(forked, target, "STACK=staging")
             assert code != 0, output
-            assert "scheduler-dedup:defaultJobLogic: 'jobs.invoice:send': no module" in output
-            assert "did you mean jobs.invoices:send?" in output
+            assert "scheduler-dedup:defaultJobLogic: 'jobs.invoice:run': no module" in output
+            assert "did you mean jobs.invoices:run?" in output
     finally:
         staging.write_text(STAGING)
 
 
-@pytest.mark.timeout(240)
-def test_the_kits_tests_pass_in_the_fork(forked: Path) -> None:
-    """They run on their fixture stacks, whatever the team's stack files say."""
+def test_make_lock_pinned_the_teams_dependency_and_what_it_needs(forked: Path) -> None:
+    pinned = {pin.name for pin in parse_lock((forked / TEAM_LOCK).read_text())}
+    assert {"jsonschema", "attrs", "referencing", "rpds-py"} <= pinned
+    # The function's archive installs it: the plan started the function with it (above).
+    code, output = make(forked, "plan", "STACK=dev")
+    assert code == 0, output
+
+
+@pytest.mark.timeout(600)
+def test_make_tests_checks_pass_in_the_fork(forked: Path) -> None:
+    """`make test`'s targets but the kit's unit suite (which this test is part of): the
+    team's code held to the kit's ruff and mypy --strict, its stacks planned and checked."""
+    code, output = make(forked, "lint", "typecheck", "workflow-lint", "policy-check", "plan",
+                        "docs", timeout=540)
+    assert code == 0, output[-4000:]
+    assert "Offline plan for stack 'staging'" in output
+    assert "policy check: 3 stack(s)" in output
+
+
+def pytest_in_fork(fork_dir: Path, *paths: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "tests/infra/test_offline.py", "tests/infra/test_stacks.py", "tests/infra/test_plan.py",
-         "tests/policies/test_offline_check.py::test_kit_stacks_pass_with_no_mandatory_violation",
-         # The team's dependency is in the lock Cloud Build installs (here: already, through
-         # croniter; a new one needs `make lock`, with the package index).
-         "tests/function/test_requirements_lock.py"],
-        cwd=forked, env=env, capture_output=True, text=True, timeout=200, check=False,
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
+        cwd=fork_dir, env=env, capture_output=True, text=True, timeout=280, check=False,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+@pytest.mark.timeout(300)
+def test_the_teams_and_the_kits_tests_pass_in_the_fork(forked: Path) -> None:
+    """The team's job tests (tests/jobs/, collected as make test collects them), and the
+    kit's on their example stacks, whatever the team's stack files say."""
+    team = pytest_in_fork(forked, "tests/jobs")
+    assert team.returncode == 0, team.stdout[-3000:] + team.stderr[-2000:]
+    assert "2 passed" in team.stdout
+    kit = pytest_in_fork(
+        forked, "tests/infra/test_offline.py", "tests/infra/test_stacks.py",
+        "tests/infra/test_plan.py",
+        "tests/policies/test_offline_check.py::test_kit_stacks_pass_with_no_mandatory_violation",
+        "tests/function/test_requirements_lock.py",
+    )
+    assert kit.returncode == 0, kit.stdout[-3000:] + kit.stderr[-2000:]
