@@ -50,6 +50,8 @@ $(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.in po
 $(VENV_BUILT)/.switch:
 	@echo "building $(VENV_BUILT) with $(PYTHON) (Python $(PYTHON_VERSION)); $(VENV) then links to it"
 
+# DEMO_ARGS=--keep keeps the Firestore emulator, with the demo's records, up after the report
+# until Ctrl-C, and prints the make runs commands that read them (RUNS_ARGS="--at ...").
 demo: $(VENV)/stamp ## Run a stack's jobs locally under faults and report (STACK=, DEMO_ARGS=)
 	$(BIN)/python -m demo $(if $(STACK),--stack $(STACK)) $(DEMO_ARGS)
 
@@ -101,7 +103,8 @@ plan: $(VENV)/stamp ## Offline plan of every stack, or STACK=, job logic importe
 
 # Per job, the last expected runs with status, attempts, duration and the watchdog's verdict,
 # read from the stack's Firestore database (the emulator if FIRESTORE_EMULATOR_HOST is set,
-# else Application Default Credentials). RUNS_ARGS="--last 20 --job hourly-sync".
+# else Application Default Credentials). RUNS_ARGS="--last 20 --job hourly-sync"; "--at <RFC
+# 3339>" judges the runs as at that instant (a make demo window, ahead of the clock).
 runs: $(VENV)/stamp ## A stack's last runs per job from Firestore (STACK= required, RUNS_ARGS=)
 	@test -n "$(STACK)" || { echo "make runs needs a stack: make runs STACK=<name> (stacks: $(STACKS))" >&2; exit 2; }
 	$(BIN)/python -m infra.runs $(STACK) $(RUNS_ARGS)
@@ -117,7 +120,8 @@ rerun: $(VENV)/stamp ## Ask for one run to execute again (STACK= JOB= TIME= REAS
 # Day 2 rehearsed locally: the stack served (Firestore emulator, the function, the proxy on
 # fake Google APIs, the Scheduler emulator in real time, the watchdog on its schedule) until
 # Ctrl-C; it prints the FIRESTORE_EMULATOR_HOST and WATCHDOG_URL that point make runs and
-# make rerun at it. SERVE_ARGS="--every 60" ticks the watchdog every minute.
+# make rerun at it. SERVE_ARGS="--every 60" ticks the watchdog every minute; "--miss
+# hourly-sync" has Scheduler never deliver that job's second fire (the watchdog reports it).
 .PHONY: serve
 serve: $(VENV)/stamp ## Serve a stack locally until Ctrl-C, for make runs/rerun (STACK=, SERVE_ARGS=)
 	$(BIN)/python -m demo.serve $(if $(STACK),--stack $(STACK)) $(SERVE_ARGS)

@@ -1,6 +1,6 @@
 """`make runs STACK=dev`: per job, the last N expected runs and what became of them.
 
-    python -m infra.runs STACK [--last N] [--job NAME]
+    python -m infra.runs STACK [--last N] [--job NAME] [--at RFC3339]
 
 STACK is a stack name (`Pulumi.<stack>.yaml`) or the path of a stack file. For every job
 of the stack the expected runs come from its cron and time zone (DST included), exactly as
@@ -14,6 +14,10 @@ earliest record shown, is later: the watchdog does not judge it); never_ran when
 exists (no record among the runs shown and no watchdog cursor); paused for a paused job's
 runs without a record. A failed run's last error (the record's `error`) is printed on a
 line of its own under its row, as are a forced run kept apart and the run's re-runs.
+
+`--at` judges the runs as at another instant than now (the expected runs are the last N at
+or before it, their verdicts as the watchdog would give them then): `make demo
+DEMO_ARGS=--keep` replays a window ahead of the clock, and prints the `--at` that reads it.
 
 Reads only. Firestore is the Firestore emulator when FIRESTORE_EMULATOR_HOST is set (the
 demo), otherwise the stack's real database with Application Default Credentials.
@@ -366,6 +370,19 @@ def store_failure(
             f"{first_line(exc)}; {ADC_HINT}{hint}\n")
 
 
+def instant(text: str) -> datetime:
+    """--at: an RFC 3339 instant with its UTC offset (Z or +01:00)."""
+    try:
+        value = datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an RFC 3339 time, e.g. 2026-11-30T09:15:00Z") from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no UTC offset: add it, e.g. {text.strip()}Z")
+    return value.astimezone(UTC)
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -381,6 +398,9 @@ def main(
     parser.add_argument("--last", type=int, default=DEFAULT_LAST, metavar="N",
                         help=f"expected runs per job (default {DEFAULT_LAST})")
     parser.add_argument("--job", metavar="NAME", help="only this job (jobs[].name)")
+    parser.add_argument("--at", type=instant, metavar="RFC3339",
+                        help="judge the runs as at this instant (default: now), e.g. the end "
+                        "of the window `make demo DEMO_ARGS=--keep` replayed")
     args = parser.parse_args(argv)
     if args.last < 1:
         parser.error("--last must be at least 1")
@@ -393,7 +413,7 @@ def main(
         err.write(f"make runs: {exc}\n")
         return 2
     try:
-        show_runs(cfg, stores, last=args.last, only=args.job, now=now, out=out)
+        show_runs(cfg, stores, last=args.last, only=args.job, now=args.at or now, out=out)
     except RunsError as exc:
         err.write(f"make runs: {exc}\n")
         return 2
