@@ -84,6 +84,9 @@ def test_the_readme_shows_one_job_and_the_stack_that_runs_it() -> None:
 def test_the_readme_job_passes_the_kits_checks_as_written(tmp_path: Path) -> None:
     checkout = minimal_checkout(tmp_path)
     job_path, job_text = first_job_block("python")
+    # The package make new-job creates (step 1), then the job as the README writes it.
+    (checkout / job_path).parent.mkdir(parents=True, exist_ok=True)
+    (checkout / job_path).with_name("__init__.py").write_text("", encoding="utf-8")
     (checkout / job_path).write_text(job_text, encoding="utf-8")
     kit_checks(checkout, job_path)
 
