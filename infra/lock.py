@@ -6,13 +6,18 @@ Two locks, never mixed, so that neither side's change conflicts with the other's
   maintainers only; its versions are constraints.txt's, the ones the kit is tested with);
 - the team's: `function/jobs/requirements.in` -> `function/jobs/requirements.txt` (`make
   lock`): the team's packages and their dependencies, transitive ones included, resolved
-  with constraints.txt (so every package the kit also uses keeps the kit's version), each
-  pinned with the hashes of its files; a package the kit's lock already pins is left to it.
+  with the kit's function lock as constraints (so every package the deployed function
+  shares with the kit keeps the kit's version), each pinned with the hashes of its files; a
+  package the kit's lock already pins is left to it. Index options of the team's file
+  (`--index-url`, `--extra-index-url`, `--find-links`) are carried into its lock, so Cloud
+  Build finds a private package where `make lock` did.
 
 What Cloud Build installs is their union (`deployed_requirements`: the archive's
-`requirements.txt`, infra/source.py), in pip's hash-checking mode. `lock_problems` says,
-offline, when the team's lock is stale (its `.in` changed, or a kit release now pins one of
-its packages), for `make plan` and `make policy-check` to refuse before a deploy.
+`requirements.txt`, infra/source.py), in pip's hash-checking mode. The team lock's first
+line records the digests of the files it was resolved from (the team's `.in`, the kit's
+lock); `lock_problems` says, offline, when any of them changed since (a kit release that
+adds, drops or moves a package the team's depend on included), for `make plan` and
+`make policy-check` to refuse before a deploy.
 
     python -m infra.lock                  # make lock
     python -m infra.lock --root DIR       # the same for another checkout
@@ -32,27 +37,32 @@ from pathlib import Path
 from typing import Final
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
-KIT_REQUIREMENTS: Final = Path("function") / "requirements.in"
 KIT_LOCK: Final = Path("function") / "requirements.txt"
 TEAM_REQUIREMENTS: Final = Path("function") / "jobs" / "requirements.in"
 TEAM_LOCK: Final = Path("function") / "jobs" / "requirements.txt"
-CONSTRAINTS: Final = Path("constraints.txt")
 FUNCTION_PYTHON: Final = "3.12"
 """The functions' runtime (python312, infra/cloud_function.py), which the locks resolve for."""
-DIGEST_PREFIX: Final = "# locked from function/jobs/requirements.in sha256:"
-"""The team lock's first line: the digest of the `.in` it was resolved from."""
+DIGEST_PREFIX: Final = "# locked from"
+"""The team lock's first line: `# locked from <file> sha256:<hex> ...` per input file."""
 FIX: Final = "run `make lock`"
+INDEX_OPTIONS: Final = ("--index-url", "--extra-index-url", "--find-links", "-i ", "-f ")
+"""Lines of the team's file that say where packages come from: carried into its lock."""
 
-_PIN: Final = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==(\S+)")
+# A pinned requirement as uv writes it: `name==version` or `name[extras] @ url`.
+_PIN: Final = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)(?:\[[^\]]*\])?\s*"
+    r"(?:==\s*(?P<version>[^\s\\;]+)|@\s*(?P<url>\S+))"
+)
 
 
 class LockError(RuntimeError):
-    """`make lock` could not resolve: what conflicts, and the fix."""
+    """`make lock` could not resolve, or wrote what it cannot read back: the why and the fix."""
 
 
 @dataclass(frozen=True)
 class Pin:
-    """One locked package: its canonical name, version, and its lines (pin, hashes, via)."""
+    """One locked package: its canonical name, version (or URL), and its lines (pin,
+    hashes, via comments)."""
 
     name: str
     version: str
@@ -65,7 +75,9 @@ def canonical(name: str) -> str:
 
 
 def parse_lock(text: str) -> list[Pin]:
-    """The pins of a uv/pip-compile lock, each with its continuation and comment lines."""
+    """The pins of a uv/pip-compile lock, each with its continuation and comment lines.
+    Comments, blank lines and index options are skipped; any other line is a LockError
+    (a lock this module cannot read is never half-read)."""
     pins: list[Pin] = []
     current: list[str] = []
 
@@ -73,66 +85,92 @@ def parse_lock(text: str) -> list[Pin]:
         if current:
             match = _PIN.match(current[0])
             assert match is not None
-            pins.append(Pin(canonical(match[1]), match[2], "\n".join(current) + "\n"))
+            version = match["version"] or match["url"]
+            pins.append(Pin(canonical(match["name"]), version, "\n".join(current) + "\n"))
             current.clear()
 
     for line in text.splitlines():
         if _PIN.match(line):
             close()
             current.append(line)
-        elif current and (line.startswith((" ", "\t")) or not line.strip()):
-            if line.strip():
-                current.append(line)
-        else:
+        elif current and line.startswith((" ", "\t")):
+            current.append(line)
+        elif not line.strip() or line.lstrip().startswith("#") or line.startswith(INDEX_OPTIONS):
             close()
+        else:
+            raise LockError(f"cannot read the lock line {line[:80]!r}. Fix: {FIX}")
     close()
     return pins
 
 
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def index_options(text: str) -> list[str]:
+    """The index option lines of a requirements file, as written."""
+    return [line.strip() for line in text.splitlines() if line.startswith(INDEX_OPTIONS)]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def digest_line(root: Path) -> str:
+    """The team lock's first line for the files it is resolved from, as they are now."""
+    return f"{DIGEST_PREFIX} " + " ".join(
+        f"{name} sha256:{_digest(root / name)}" for name in (TEAM_REQUIREMENTS, KIT_LOCK)
+    )
 
 
 def lock_team(root: Path = REPO_ROOT, uv: str | None = None) -> Path | None:
     """Resolve the team's requirements into its lock; the lock written (None: the team has
-    no requirements file, and any old lock is removed). Raises LockError on a conflict."""
+    no requirements file, and any old lock is removed). Raises LockError when they cannot
+    be resolved with the kit's pins, or uv fails."""
     requirements, lock = root / TEAM_REQUIREMENTS, root / TEAM_LOCK
     if not requirements.is_file():
         lock.unlink(missing_ok=True)
         return None
-    source = requirements.read_text(encoding="utf-8")
+    kit_pins = parse_lock((root / KIT_LOCK).read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory() as scratch:
+        constraints = Path(scratch) / "kit-constraints.txt"
+        constraints.write_text("".join(f"{p.name}=={p.version}\n" for p in kit_pins
+                                       if "://" not in p.version))
         resolved = Path(scratch) / "requirements.txt"
         command = [
             uv or str(Path(sys.executable).with_name("uv")), "pip", "compile",
-            str(requirements), "--constraint", str(root / CONSTRAINTS), "--generate-hashes",
+            str(requirements), "--constraint", str(constraints), "--generate-hashes",
             "--python-version", FUNCTION_PYTHON, "--python-platform", "linux",
             "--no-header", "--quiet", "--output-file", str(resolved),
         ]
         result = subprocess.run(command, cwd=root, capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            raise LockError(conflict_message(result.stderr or result.stdout))
+            raise LockError(resolver_message(result.stderr or result.stdout))
         pins = parse_lock(resolved.read_text(encoding="utf-8"))
-    kit = {pin.name for pin in parse_lock((root / KIT_LOCK).read_text(encoding="utf-8"))}
+    kit = {pin.name for pin in kit_pins}
     own = [pin for pin in pins if pin.name not in kit]
+    options = index_options(requirements.read_text(encoding="utf-8"))
     lock.write_text(
-        f"{DIGEST_PREFIX}{digest(source)}\n"
+        f"{digest_line(root)}\n"
         "# The team's function dependencies and theirs, pinned with hashes by `make lock`\n"
-        "# (resolved with constraints.txt; what the kit's function/requirements.txt pins is\n"
-        "# installed from there). Do not edit: change function/jobs/requirements.in.\n"
+        "# (resolved with the kit's function/requirements.txt as constraints; what that\n"
+        "# file pins is installed from there). Do not edit: change requirements.in.\n"
+        + "".join(f"{option}\n" for option in options)
         + "".join(pin.block for pin in own),
         encoding="utf-8",
     )
     return lock
 
 
-def conflict_message(resolver_output: str) -> str:
-    """uv's explanation, which names the packages on both sides, under what it means here."""
-    lines = [line.rstrip() for line in resolver_output.strip().splitlines() if line.strip()]
+def resolver_message(output: str) -> str:
+    """uv's explanation, which names the packages on both sides of a conflict, under what
+    it means here."""
+    lines = [line.rstrip() for line in output.strip().splitlines() if line.strip()]
     explanation = "\n".join(f"  {line}" for line in lines)
+    flat = " ".join(output.split())  # uv wraps its lines to the terminal's width
+    if "No solution found" not in flat or "not found in the package registry" in flat:
+        return (f"resolving {TEAM_REQUIREMENTS} failed:\n{explanation}\nFix: check the "
+                f"package names and versions there and that the package index is "
+                f"reachable, then {FIX}")
     return (
         f"{TEAM_REQUIREMENTS} cannot be resolved together with the kit's pins "
-        f"({CONSTRAINTS}: the versions the kit is tested and deployed with):\n{explanation}\n"
+        f"({KIT_LOCK}: the versions the deployed function runs):\n{explanation}\n"
         "Fix: choose a version of your package that accepts the kit's version of the package "
         f"named above (loosen or change the pin in {TEAM_REQUIREMENTS}), then {FIX}"
     )
@@ -150,18 +188,17 @@ def lock_problems(root: Path = REPO_ROOT) -> list[str]:
         return [f"{TEAM_REQUIREMENTS} is not locked yet"]
     text = lock.read_text(encoding="utf-8")
     first = text.split("\n", 1)[0]
+    if first != digest_line(root):
+        return [f"{TEAM_LOCK} was resolved from another {TEAM_REQUIREMENTS} or another kit "
+                f"lock ({KIT_LOCK}, which a kit release changes)"]
     problems: list[str] = []
-    if first != f"{DIGEST_PREFIX}{digest(requirements.read_text(encoding='utf-8'))}":
-        problems.append(f"{TEAM_REQUIREMENTS} changed since it was locked")
-    kit = {pin.name: pin.version for pin in parse_lock((root / KIT_LOCK).read_text("utf-8"))}
-    for pin in parse_lock(text):
-        if pin.name in kit:
-            problems.append(
-                f"{pin.name} is pinned in {TEAM_LOCK} ({pin.version}) and, since a kit "
-                f"release, in {KIT_LOCK} ({kit[pin.name]})"
-            )
+    try:
+        pins = parse_lock(text)
+    except LockError as exc:
+        return [str(exc).split(". Fix:")[0]]
+    for pin in pins:
         if "--hash=sha256:" not in pin.block:
-            problems.append(f"{pin.name}=={pin.version} in {TEAM_LOCK} has no --hash")
+            problems.append(f"{pin.name} in {TEAM_LOCK} has no --hash")
     return problems
 
 
