@@ -74,13 +74,20 @@ def stack_name_of(path: Path) -> str:
 
 
 def stack_path(stack_or_path: str | Path, directory: Path = STACK_FILE_DIR) -> Path:
-    """The stack file of a stack name (`Pulumi.<stack>.yaml` in `directory`) or a path."""
+    """The stack file of a stack name (`Pulumi.<stack>.yaml` in `directory`; in the team's
+    stack directory, a name it does not have is the kit's example of that name, so a fresh
+    clone's `dev` is examples/stacks/Pulumi.dev.yaml) or a path."""
     path = Path(stack_or_path)
     if path.suffix not in (".yaml", ".yml"):
         path = stack_file(str(stack_or_path), directory)
+        example = stack_file(str(stack_or_path), EXAMPLE_STACKS_DIR)
+        if not path.exists() and directory == STACK_FILE_DIR and example.exists():
+            path = example
     if not path.exists():
         known = ", ".join(stack_names(directory)) or "none"
-        raise FileNotFoundError(f"no stack file {path} (stacks: {known})")
+        examples = ", ".join(stack_names(EXAMPLE_STACKS_DIR))
+        raise FileNotFoundError(f"no stack file {path} (stacks: {known}; the kit's examples: "
+                                f"{examples})")
     return path
 
 

@@ -196,9 +196,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return EXIT_ERROR
         levels, settings = config.levels, config.settings
 
-    from infra.stack_files import STACK_FILE_DIR, checked_stack_files, display_path, stack_file
+    from infra.stack_files import STACK_FILE_DIR, checked_stack_files, display_path, stack_path
 
-    paths = [*args.stack_file, *(stack_file(name, STACK_FILE_DIR) for name in args.stack)]
+    try:
+        paths = [*args.stack_file, *(stack_path(name) for name in args.stack)]
+    except FileNotFoundError as exc:
+        print(f"policy check: {exc}", file=out)
+        return EXIT_ERROR
     if not paths:
         paths, examples = checked_stack_files()
         if examples:
