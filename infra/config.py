@@ -695,11 +695,13 @@ class DedupSettings(_Model):
                                default="gcp:region"))
     delete_protection: Bool = Field(default=True, description="Firestore delete protection, "
                                     "and Pulumi `protect` on the database")
-    review_before_up: Annotated[bool | None, Strict(), BeforeValidator(_to_bool)] = Field(
-        default=None, description="CI's `pulumi up` of this stack waits for a reviewer (it runs "
+    # Fail closed: a stack is reviewed unless its file says otherwise (not derived from
+    # deleteProtection, whose removal would then also remove the reviewer).
+    review_before_up: Bool = Field(
+        default=True, description="CI's `pulumi up` of this stack waits for a reviewer (it runs "
         "in the GitHub environment `production`, which has required reviewers) and pull "
-        "requests never preview it; unset: deleteProtection (a delete-protected stack is "
-        "production-like)", json_schema_extra=Hint(default="deleteProtection"))
+        "requests never preview it; `false` for a stack that deploys on every push to main "
+        "(the environment `dev`)")
     point_in_time_recovery: Bool = Field(default=False, description="Firestore point-in-time "
                                          "recovery (7 days of versions)")
     lease_seconds: Int = Field(
@@ -790,13 +792,6 @@ class DedupSettings(_Model):
             raise invalid(f"{collection!r} is reserved by Firestore",
                           "choose an ID that does not start and end with '__'")
         return collection
-
-    @model_validator(mode="after")
-    def _review_follows_protection(self) -> DedupSettings:
-        """Unset reviewBeforeUp: deleteProtection's value (a protected stack is prod-like)."""
-        if self.review_before_up is None:
-            object.__setattr__(self, "review_before_up", self.delete_protection)  # frozen
-        return self
 
     @model_validator(mode="after")
     def _records_outlive_leases(self) -> DedupSettings:

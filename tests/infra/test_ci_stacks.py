@@ -1,5 +1,5 @@
 """`python -m infra.ci_stacks`: the team's stacks as the workflows deploy and preview them,
-by the resolved `reviewBeforeUp` (unset: `deleteProtection`), an invalid stack file an
+by `reviewBeforeUp` (unset: reviewed, failing closed), an invalid stack file an
 error (exit 2), and the `--github-output` lines the workflows read."""
 
 from __future__ import annotations
@@ -45,15 +45,15 @@ def run(*argv: str) -> tuple[int, str, str]:
     return status, out.getvalue(), err.getvalue()
 
 
-def test_a_staging_stack_without_delete_protection_is_unreviewed_prod_by_default_reviewed(
-    tmp_path: Path,
-) -> None:
+def test_every_stack_is_reviewed_unless_its_file_says_otherwise(tmp_path: Path) -> None:
+    # Fails closed: staging without delete protection still waits for a reviewer (turning
+    # protection off on prod must not also remove prod's reviewer).
     write_stack(tmp_path, "staging", deleteProtection=False)
-    write_stack(tmp_path, "prod")  # deleteProtection: its default, true
-    write_stack(tmp_path, "dev", deleteProtection=False)
+    write_stack(tmp_path, "prod")
+    write_stack(tmp_path, "dev", deleteProtection=False, reviewBeforeUp=False)
     status, out, err = run("--stack-dir", str(tmp_path))
     assert (status, err) == (0, "")
-    assert json.loads(out) == {"reviewed": ["prod"], "unreviewed": ["dev", "staging"]}
+    assert json.loads(out) == {"reviewed": ["prod", "staging"], "unreviewed": ["dev"]}
 
 
 @pytest.mark.parametrize(
@@ -63,11 +63,11 @@ def test_a_staging_stack_without_delete_protection_is_unreviewed_prod_by_default
         ({"reviewBeforeUp": False}, False),  # delete-protected, yet deployed without review
         ({"deleteProtection": False, "reviewBeforeUp": "true"}, True),  # as the engine gives it
         ({"deleteProtection": True, "reviewBeforeUp": "false"}, False),
-        ({"deleteProtection": False}, False),
+        ({"deleteProtection": False}, True),
         ({}, True),
     ],
 )
-def test_review_before_up_overrides_delete_protection_both_ways(
+def test_review_before_up_alone_decides(
     settings: dict[str, Any], reviewed: bool, tmp_path: Path
 ) -> None:
     write_stack(tmp_path, "qa", **settings)
@@ -113,8 +113,8 @@ def test_no_stacks_no_lists(tmp_path: Path) -> None:
 
 def test_the_github_output_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_stack(tmp_path / "stacks", "prod")
-    write_stack(tmp_path / "stacks", "staging", deleteProtection=False)
-    write_stack(tmp_path / "stacks", "dev", deleteProtection=False)
+    write_stack(tmp_path / "stacks", "staging", deleteProtection=False, reviewBeforeUp=False)
+    write_stack(tmp_path / "stacks", "dev", deleteProtection=False, reviewBeforeUp=False)
     output = tmp_path / "github-output"
     output.write_text("earlier=1\n")  # GitHub's file may hold other steps' outputs: appended
     monkeypatch.setenv("GITHUB_OUTPUT", str(output))

@@ -6,7 +6,7 @@
   unhashed file or the Makefile's unhashed `.venv`. A job that holds credentials (an OIDC
   token, a secret, an environment) installs nothing else and runs no `make`.
 - Prod: a pull request never previews a production stack (one deploy.yml deploys in the
-  `production` environment: a reviewed stack, `reviewBeforeUp`, unset: `deleteProtection`,
+  `production` environment: a reviewed stack, `reviewBeforeUp`, unset: reviewed,
   as infra.ci_stacks lists them), never runs in `production`, and a secret is only
   referenced by a job bound to an environment (environment secrets, which a branch's
   workflow cannot read without that environment's branch rules and reviewers). The
@@ -153,13 +153,13 @@ PULL_REQUEST_TRIGGERS = {"pull_request", "pull_request_target", "pull_request_re
 
 
 def write_fixture_stacks(directory: Path) -> None:
-    """A team's stack directory: prod (delete-protected by default: reviewed), qa
-    (unprotected but marked reviewed), dev and staging (unprotected), sandbox (protected but
+    """A team's stack directory: prod (reviewed by default), qa (unprotected, marked
+    reviewed), dev and staging (unprotected, marked unreviewed), sandbox (protected but
     marked unreviewed)."""
     write_stack(directory, "prod")
     write_stack(directory, "qa", deleteProtection=False, reviewBeforeUp=True)
-    write_stack(directory, "dev", deleteProtection=False)
-    write_stack(directory, "staging", deleteProtection=False)
+    write_stack(directory, "dev", deleteProtection=False, reviewBeforeUp=False)
+    write_stack(directory, "staging", deleteProtection=False, reviewBeforeUp=False)
     write_stack(directory, "sandbox", reviewBeforeUp=False)
 
 
@@ -289,7 +289,7 @@ def test_pull_requests_never_reach_prod(path: Path, tmp_path: Path) -> None:
 def test_deploy_runs_each_reviewed_stack_in_production_and_every_other_in_dev(
     tmp_path: Path,
 ) -> None:
-    """By the stacks' own settings (reviewBeforeUp, unset: deleteProtection), each once."""
+    """By the stacks' own settings (reviewBeforeUp, unset: reviewed), each once."""
     write_fixture_stacks(tmp_path / "stacks")
     assert deployed_stacks(tmp_path / "stacks", tmp_path) == {
         "production": FIXTURE_REVIEWED, "dev": FIXTURE_UNREVIEWED}
