@@ -2,8 +2,8 @@
 
 Prints `{"reviewed": [...], "unreviewed": [...]}`: every `Pulumi.<stack>.yaml` in the
 team's stack directory (Pulumi.yaml's `stackConfigDir`, `stacks/`; never the kit's example
-stacks), sorted, by its resolved `reviewBeforeUp` (unset: `deleteProtection`, default
-true). deploy.yml runs `pulumi up` of the unreviewed ones in the environment `dev` and of
+stacks), sorted, by its `reviewBeforeUp` (unset: true,
+reviewed: CI fails closed). deploy.yml runs `pulumi up` of the unreviewed ones in the environment `dev` and of
 the reviewed ones in `production` (required reviewers); ci.yml previews the unreviewed
 ones only. `--github-output` also appends `reviewed=<json>` and `unreviewed=<json>` to
 $GITHUB_OUTPUT, the job's outputs.
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
     parser = argparse.ArgumentParser(
         prog="python -m infra.ci_stacks",
         description="Print the team's stacks as JSON, by whether CI's pulumi up of each waits "
-        "for a reviewer (reviewBeforeUp; unset: deleteProtection).",
+        "for a reviewer (reviewBeforeUp; unset: reviewed).",
     )
     parser.add_argument(
         "--stack-dir", type=Path, default=STACK_FILE_DIR, metavar="DIR",
