@@ -495,7 +495,9 @@ def _spec_problem(use: JobLogicUse, found: Mapping[str, Any], source_dir: Path) 
     module_name, _, attribute = use.spec.partition(":")
     where = source_dir.name or "function"
     kind, name = found["missing"], str(found["name"])
-    if kind == "module" and name == JOBS_PACKAGE and not (source_dir / JOBS_PACKAGE).is_dir():
+    close = difflib.get_close_matches(module_name, job_modules(source_dir), n=1)
+    if (kind == "module" and name == JOBS_PACKAGE and not close
+            and not (source_dir / JOBS_PACKAGE).is_dir()):
         module = module_name.split(".")[1] if "." in module_name else "<module>"
         return Problem(
             use.key,
@@ -504,7 +506,6 @@ def _spec_problem(use: JobLogicUse, found: Mapping[str, Any], source_dir: Path) 
             f"{JOBS_PACKAGE}.{module} and its test",
         )
     if kind == "module":
-        close = difflib.get_close_matches(module_name, job_modules(source_dir), n=1)
         guess = f"did you mean {close[0]}:{attribute}? " if close else ""
         return Problem(
             use.key,

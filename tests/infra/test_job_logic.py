@@ -145,6 +145,18 @@ def test_with_every_job_proxied_the_function_runs_the_default() -> None:
         "jobs.nothing" in str(caught.value)
 
 
+def test_a_stack_naming_the_examples_old_module_is_pointed_at_its_new_one() -> None:
+    """1.0.0 shipped the example job as jobs.example: a stack copied from then is told
+    where it went, not to write a job of that name."""
+    values = load_stack_config("prod", FIXTURE_STACKS_DIR)
+    values["scheduler-dedup:defaultJobLogic"] = "jobs.example:run"
+    values[JOBS] = [job for job in values[JOBS] if "proxy" in job]
+    with pytest.raises(ConfigError) as caught:
+        check_job_logic(values, load_config(values))
+    assert "did you mean example_jobs.example:run?" in str(caught.value)
+    assert "make new-job" not in str(caught.value)
+
+
 def function_dir(tmp_path: Path, modules: dict[str, str]) -> Path:
     """A copy of function/ with a team's jobs/ of only `jobs/<name>.py` of the given source each."""
     source = tmp_path / "function"
