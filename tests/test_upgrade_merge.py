@@ -117,3 +117,85 @@ def test_an_upstream_release_touching_every_kit_file_merges_into_a_fork(tmp_path
         if name != removed:
             assert (fork / name).read_bytes() == (upstream / name).read_bytes(), name
     assert not (fork / removed).exists()
+
+
+def changelog_move_script() -> str:
+    """The shell lines of CHANGELOG.md's one-time move of a fork's files."""
+    text = (REPO_ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    item = text.split("**Your files move out of the kit's places, once**", 1)[1]
+    block = item.split("```sh\n", 1)[1].split("```", 1)[0]
+    return "\n".join(line.strip() for line in block.splitlines())
+
+
+def old_layout(kit: dict[str, bytes]) -> dict[str, bytes]:
+    """1.0.0's layout of the same files: the example stacks at the root as the team's, the
+    example jobs in function/jobs/ as `jobs.*`, no stackConfigDir."""
+    old: dict[str, bytes] = {}
+    for name, data in kit.items():
+        if name.startswith("examples/stacks/"):
+            text = data.decode().replace("example_jobs.", "jobs.")
+            old[name.removeprefix("examples/stacks/")] = text.replace(
+                "$schema=../../schema/", "$schema=schema/").encode()
+        elif name.startswith("function/example_jobs/"):
+            old["function/jobs/" + name.removeprefix("function/example_jobs/")] = data
+        elif name == "Pulumi.yaml":
+            lines = data.decode().splitlines(keepends=True)
+            old[name] = "".join(line for line in lines if not line.startswith(
+                ("stackConfigDir:", "# The team's stack files", "# `pulumi stack init`"))).encode()
+        else:
+            old[name] = data
+    return old
+
+
+def commit_tree(repo: Path, files: dict[str, bytes], message: str) -> None:
+    for path in repo.iterdir():
+        if path.name != ".git":
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    for name, data in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_bytes(data)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+
+
+def test_changelogs_one_time_move_takes_a_1_0_0_fork_to_the_team_places(tmp_path: Path) -> None:
+    kit = {name: (REPO_ROOT / name).read_bytes() for name in kit_files()}
+    upstream, fork = tmp_path / "upstream", tmp_path / "fork"
+    upstream.mkdir()
+    git(upstream, "init", "-q", "-b", "main")
+    commit_tree(upstream, old_layout(kit), "1.0.0")
+    git(tmp_path, "clone", "-q", "--origin", "upstream", str(upstream), str(fork))
+    # The team, on 1.0.0: its own defaultJobLogic on a line the release also changes (so
+    # both sides' moves of the file conflict), a stack, a job, a dependency in the kit's file.
+    dev = fork / "Pulumi.dev.yaml"
+    ours = dev.read_text().replace("defaultJobLogic: jobs.example:run",
+                                   "defaultJobLogic: jobs.billing:run")
+    assert ours != dev.read_text()
+    dev.write_text(ours)
+    write(fork, {"Pulumi.staging.yaml": "config:\n  gcp:project: acme-staging\n",
+                 "function/jobs/billing.py": "def run(context: object) -> None: ...\n"})
+    with (fork / "function" / "requirements.in").open("a") as out:
+        out.write("jsonschema==4.26.0\n")
+    git(fork, "add", "-A")
+    git(fork, "commit", "-q", "-m", "the team's work on 1.0.0")
+    before = {p: (fork / p).read_bytes() for p in ("Pulumi.dev.yaml", "Pulumi.staging.yaml")}
+
+    commit_tree(upstream, kit, "this release")
+    result = subprocess.run(["bash", "-e", "-c", changelog_move_script()], cwd=fork, env=ENV,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "conflict markers above" not in result.stdout
+
+    assert git(fork, "status", "--porcelain") == ""
+    assert len(git(fork, "log", "-1", "--format=%P").split()) == 2  # the merge is committed
+    for name, data in before.items():  # the team's stack files, exactly as it had them
+        assert (fork / "stacks" / name).read_bytes() == data
+    assert not list(fork.glob("Pulumi.*.yaml"))
+    for name, data in kit.items():  # the kit's files as released (the one the team edited:
+        if name != "function/requirements.in":  # merged, its line moved by hand after)
+            assert (fork / name).read_bytes() == data, name
+    assert (fork / "function" / "jobs" / "billing.py").is_file()
+    assert (fork / "function" / "jobs" / "__init__.py").is_file()
+    markers = subprocess.run(["git", "grep", "-l", "-e", "^<<<<<<< "], cwd=fork, env=ENV,
+                             capture_output=True, text=True, check=False)
+    assert markers.stdout == ""
