@@ -382,6 +382,8 @@ class DedupHandler:
             reply["result"] = json.loads(delivery.result_json)
         if delivery.outcome is Outcome.FAILED_PERMANENT:
             reply["error"] = delivery.detail  # why it failed for good, in one line
+        if delivery.outcome is Outcome.SKIPPED:
+            reply["detail"] = delivery.detail  # the run of the job that held it off
         return HttpReply(status, reply)
 
 
