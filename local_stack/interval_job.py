@@ -74,7 +74,7 @@ def overlapping(found: list[Execution], killed_at: float | None = None
                 ) -> list[tuple[Execution, Execution]]:
     """Pairs of executions of which one started before the other ended. An execution
     without an end (its instance died) ran until `killed_at`, or for ever."""
-    pairs = []
+    pairs: list[tuple[Execution, Execution]] = []
     for i, first in enumerate(found):
         ended = first.ended if first.ended is not None else (
             killed_at if killed_at is not None else float("inf"))

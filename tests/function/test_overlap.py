@@ -151,7 +151,7 @@ def test_forbid_skips_a_run_while_the_previous_one_runs_and_the_skip_is_final(
     skipped = store.get(run_id(T2))
     assert skipped is not None and skipped.record.status is RunStatus.SKIPPED
     assert skipped.record.blocked_by == run_id(T1)
-    latest = function.client.collection(collection_name + "_overlap").document(
+    latest: Any = function.client.collection(collection_name + "_overlap").document(
         latest_run_id(RunKey(PROJECT, LOCATION, JOB, T3))).get()
     assert (latest.to_dict() or {})["run_id"] == run_id(T3)
 
