@@ -29,9 +29,9 @@ from local_stack.deliveries import bearer
 from scheduler_emulator import Stack
 
 POLICIES = ("forbid", "wait")
-PERIOD_SECONDS = 1.5
-JOB_SECONDS = 2.5
-RUNS = 4
+PERIOD_SECONDS = 1.0
+JOB_SECONDS = 1.6
+RUNS = 3
 RETRY_WINDOW_SECONDS = 30.0
 RETRY_PAUSE_SECONDS = 0.25
 
