@@ -1003,6 +1003,7 @@ class StackConfig(_Model):
         budget = self.proxy_timeout_seconds + 2 * store_timeout
         for index, job in enumerate(self.jobs):
             self._check_catch_up(index, job, watchdog, problems)
+            self._check_overlap(index, job, dedup, problems)
             if job.name in first_index:
                 problems.add(("jobs", index, "name"), f"{job.name!r} is already the name of "
                              f"jobs[{first_index[job.name]}]", "give every job a unique name "
@@ -1109,6 +1110,20 @@ class StackConfig(_Model):
                          f"({watchdog.lookback_seconds} s): the watchdog judges runs within "
                          "its lookback only", f"set catchUpWithinSeconds < "
                          f"{watchdog.lookback_seconds} (or raise watchdog.lookbackSeconds)")
+
+    @staticmethod
+    def _check_overlap(
+        index: int, job: JobSettings, dedup: DedupSettings, problems: _Problems
+    ) -> None:
+        """`wait` and `replace` answer 409 and count on Scheduler's retries to start the
+        run later: a job that is never retried would never run while another runs."""
+        overlap = job.overlap or dedup.overlap
+        if overlap in ("wait", "replace") and job.retry.retry_count == 0:
+            problems.add(("jobs", index, "overlap") if job.overlap else "overlap",
+                         f"{overlap!r} waits for Scheduler's retries to start a run while "
+                         f"another runs, but jobs[{index}] ({job.name}) is never retried",
+                         f"give jobs[{index}] retries (retry.retryCount >= 1), or use "
+                         "overlap 'forbid' (skip such a run) or 'allow'")
 
     def watchdog_delivers_to(self, *, proxied: bool) -> bool:
         """Whether the watchdog delivers runs (catch-up, re-runs) to the proxy (`proxied`)

@@ -40,3 +40,21 @@ def test_a_bad_overlap_names_the_key_and_the_choices(key: str, change: object) -
     message = str(caught.value)
     assert key in message
     assert "'allow', 'forbid', 'wait' or 'replace'" in message
+
+
+@pytest.mark.parametrize("where", ["job", "stack"])
+def test_wait_or_replace_on_a_job_never_retried_names_the_key_and_the_fix(where: str) -> None:
+    raw = base_config()
+    set_job("retry", "none")(raw)
+    if where == "job":
+        set_job("overlap", "wait")(raw)
+    else:
+        set_key("scheduler-dedup:overlap", "replace")(raw)
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw)
+    message = str(caught.value)
+    assert ("scheduler-dedup:jobs[0].overlap" if where == "job"
+            else "scheduler-dedup:overlap") in message
+    assert "is never retried" in message and "retry.retryCount >= 1" in message
+    set_job("overlap", "forbid")(raw)  # forbid needs no retry
+    assert load_config(raw).jobs[0].overlap == "forbid"
