@@ -35,7 +35,7 @@ import contextlib
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from google.api_core import exceptions as gexc
@@ -63,6 +63,8 @@ from dedup.store import (
 COLLECTION_SUFFIX = "_overlap"
 # A skip races a claim of the same run at most this often before answering 409.
 _SKIP_ROUNDS = 3
+# The run named by a latest-run document that cannot be read: no run has this ID.
+MALFORMED = "(malformed)"
 
 
 def effective_policy(policy: str, lowered: Mapping[str, str]) -> str:
@@ -126,11 +128,16 @@ class FirestoreLatestRunStore:
             if not snapshot.exists:
                 return None
             data = snapshot.to_dict() or {}
-            return StoredLatest(LatestRun(
-                str(data["run_id"]), str(data["attempt_id"]), str(data["job"]),
-                data["schedule_time"], int(data.get("generation", 0)),
-                bool(data.get("forced", False)),
-            ), snapshot.update_time)
+            try:
+                latest = LatestRun(
+                    str(data["run_id"]), str(data["attempt_id"]), str(data["job"]),
+                    data["schedule_time"], int(data.get("generation", 0)),
+                    bool(data.get("forced", False)))
+            except (KeyError, TypeError, ValueError):
+                # Edited by hand, say: it names no run, so it blocks nothing, and the next
+                # run that takes the job overwrites it (guarded by this version).
+                latest = LatestRun(MALFORMED, "", "", datetime.min.replace(tzinfo=UTC))
+            return StoredLatest(latest, snapshot.update_time)
 
         result: StoredLatest | None = self._call(op)
         return result

@@ -258,3 +258,15 @@ def test_two_runs_that_find_the_job_free_at_once_never_both_run(
     assert len(read_ledger(str(ledger))) == 1, outcomes
     assert outcomes[(200, "completed")] == 1
     assert set(outcomes) <= {(200, "completed"), (200, "skipped"), (409, "in_progress")}
+
+
+def test_a_malformed_latest_run_document_blocks_nothing_and_is_overwritten(
+    function: InProcessFunction, collection_name: str
+) -> None:
+    latest = function.client.collection(collection_name + "_overlap").document(
+        latest_run_id(RunKey(PROJECT, LOCATION, JOB, T1)))
+    latest.set({"run_id": 42})  # no attempt_id, job, schedule_time
+    status, body = function.deliver(headers(T1, "forbid"), b"{}")
+    assert (status, body["outcome"]) == (200, "completed")
+    snapshot: Any = latest.get()
+    assert (snapshot.to_dict() or {})["run_id"] == run_id(T1)
