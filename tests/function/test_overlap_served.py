@@ -208,7 +208,7 @@ SCHEDULE = FaultSchedule(
 STALL_LEASE_SECONDS = 10.0
 
 
-@pytest.mark.parametrize("overlap", ["forbid", "wait"])
+@pytest.mark.parametrize("overlap", ["forbid", "wait", "replace"])
 def test_under_store_stalls_and_outages_no_two_runs_overlap_and_each_runs_once(
     firestore_emulator: object, collection_name: str, ledger: Path, overlap: str
 ) -> None:
