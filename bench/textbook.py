@@ -145,9 +145,12 @@ class TextbookDeduplicator:
 
     def run(
         self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str],
-        answer_within: float | None = None,
+        answer_within: float | None = None, overlap: str = "allow",
     ) -> Delivery:
-        """One delivery end to end; the same signature and outcomes as Deduplicator.run."""
+        """One delivery end to end; the same signature and outcomes as Deduplicator.run
+        (overlap `allow` only: the textbook handler knows no other run of the job)."""
+        if overlap != "allow":
+            raise ValueError(f"the textbook handler has no overlap policy {overlap!r}")
         run_id = key.run_id
         try:
             decision = self.claim(key)

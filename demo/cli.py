@@ -130,7 +130,8 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
         lines += ["", *proxied_lines(outcome.proxied, show_all)]
     if outcome.paths:
         lines += ["", "paths (demo/paths.py: each replayed on purpose, from a fixed date):",
-                  *(f"  {path.text}" for path in outcome.paths)]
+                  *(f"  {path.text}" for path in outcome.paths),
+                  *(f"  {result.text}" for result in outcome.overlap)]
     replies = ", ".join(f"{k} x{v}" for k, v in t["replies"].items())
     answered = ", ".join(f"{k} x{v}" for k, v in sorted(outcome.function_outcomes.items()))
     if served:
@@ -398,6 +399,11 @@ def verdict_line(outcome: DemoOutcome) -> str:
             problems.append(f"{proxied.unattributed_starts} downstream start(s) of no "
                             "replayed run")
         return "RESULT: FAIL: " + "; ".join(problems) + " (see the proxied jobs section)"
+    failed_overlap = [result for result in outcome.overlap if not result.ok]
+    if t["all_ok"] and failed_overlap:
+        return ("RESULT: FAIL: overlap " + ", ".join(r.policy for r in failed_overlap)
+                + ": a run executed twice, two runs overlapped, or a run neither ran nor was "
+                "skipped (see the paths section)")
     failed_paths = [path for path in outcome.paths if not path.ok]
     if t["all_ok"] and failed_paths:
         return ("RESULT: FAIL: path(s) " + "; ".join(p.spec.name for p in failed_paths)
@@ -447,6 +453,10 @@ def verdict_line(outcome: DemoOutcome) -> str:
         if outcome.paths:
             line += (f"; {len(outcome.paths)} path(s) (DST changes, forced-run choices, long "
                      "store stalls): each business run executed once")
+        if outcome.overlap:
+            line += ("; a job longer than its period under overlap "
+                     + " and ".join(r.policy for r in outcome.overlap)
+                     + ": each run executed once or was skipped, never two at once")
         if proxied is not None:
             line += f"; {proxied_verdict(proxied)}"
         return line
@@ -483,6 +493,7 @@ def outcome_json(outcome: DemoOutcome) -> dict[str, Any]:
         "runs": [summary_json(s) for s in outcome.summaries],
         "watchdog": watch_json(outcome.watch) if outcome.watch is not None else None,
         "paths": [path.to_json() for path in outcome.paths],
+        "overlap": [result.to_json() for result in outcome.overlap],
         "nothing_to_run": outcome.nothing_to_run,
         "proxied": proxied_json(outcome.proxied) if outcome.proxied is not None else None,
     }

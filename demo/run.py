@@ -37,6 +37,7 @@ from dedup.store import RunStatus
 from dedup.tokens import TOKEN_SECRET_ENV
 from demo.job_wrapper import OTHER_JOBS
 from demo.ledger import LedgerCounts, count
+from demo.overlap import OverlapResult, run_overlap_paths
 from demo.paths import PathResult, run_paths
 from demo.store_faults import (
     StoreFaultInjector,
@@ -171,6 +172,8 @@ class DemoOutcome:
     jobs: list[JobResult] = field(default_factory=list)
     # demo.paths, replayed after the main replay against the same function.
     paths: list[PathResult] = field(default_factory=list)
+    # demo.overlap: a job longer than its period under forbid and wait, after the paths.
+    overlap: list[OverlapResult] = field(default_factory=list)
     # The stack's proxied jobs, replayed against the proxy on fake Google APIs.
     proxied: ProxiedOutcome | None = None
     # Why nothing of the stack's own jobs ran locally (all paused, none chosen), or None.
@@ -182,7 +185,7 @@ class DemoOutcome:
         executed (a job that failed every attempt fails the demo); the watchdog (if run)
         found exactly the runs the demo expected."""
         watch_ok = self.watch is None or self.watch.ok
-        paths_ok = all(path.ok for path in self.paths)
+        paths_ok = all(path.ok for path in self.paths) and all(o.ok for o in self.overlap)
         proxied_ok = self.proxied is None or self.proxied.ok
         return (bool(self.totals["all_ok"]) and not self.result.stopped_early and watch_ok
                 and paths_ok and proxied_ok and self.nothing_to_run is None)
@@ -1106,6 +1109,7 @@ def run_demo(
                     log("replay finished; replaying the paths (DST changes, forced-run "
                         "choices, long store stalls) ...")
                     outcome.paths = run_paths(function, stack, options, replay)
+                    outcome.overlap = run_overlap_paths(function.url, stack, function.ledger)
                 log("replay finished; stopping everything ...")
             finally:
                 if function is not None:

@@ -81,6 +81,7 @@ ProxyTargetName = Literal["workflow", "run_job", "build_trigger"]
 DstRepeated = Literal["once", "each"]
 DstSkipped = Literal["shift", "skip"]
 ForcedRuns = Literal["separate", "replaceNext", "refuse"]
+Overlap = Literal["allow", "forbid", "wait", "replace"]  # dedup.keys.OVERLAP_POLICIES
 _DST_REPEATED_TEXT = (
     "A local time that happens twice (the autumn DST change): `once` (one run; a delivery for "
     "the other instant is a duplicate) or `each` (a run per instant)")
@@ -91,6 +92,11 @@ _FORCED_RUNS_TEXT = (
     "A forced run (\"Run now\", `gcloud scheduler jobs run`): `separate` (a run of its own; "
     "the scheduled run still runs), `replaceNext` (it is the upcoming scheduled run, whose "
     "delivery is then a duplicate) or `refuse` (400, nothing runs)")
+_OVERLAP_TEXT = (
+    "A run whose previous run of the same job still runs: `allow` (both run), `forbid` (200, "
+    "recorded `skipped`, nothing runs), `wait` (409 until that run ends: Scheduler's retries "
+    "start it) or `replace` (that run is asked to stop through claim_lost; 409 until it did)")
+_OVERLAP_FIX = "use 'allow', 'forbid', 'wait' or 'replace'"
 PROXY_TARGETS: Final[tuple[str, ...]] = get_args(ProxyTargetName)
 _PROXY_PROJECT = r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20}"
 _PROXY_PREFIX = rf"projects/({_PROXY_PROJECT})/locations/([a-z][a-z0-9-]{{1,62}})"
@@ -552,6 +558,9 @@ class JobSettings(_Model):
         default=None, description=f"{_FORCED_RUNS_TEXT}; unset: the stack's forcedRuns",
         json_schema_extra=Hint("a forced-run choice", "use 'separate', 'replaceNext' or "
                                "'refuse'", default="forcedRuns"))
+    overlap: Overlap | None = Field(
+        default=None, description=f"{_OVERLAP_TEXT}; unset: the stack's overlap",
+        json_schema_extra=Hint("an overlap policy", _OVERLAP_FIX, default="overlap"))
     catch_up: Bool = Field(
         default=False, description="The watchdog delivers a missed run itself (late, with its "
         "original schedule time, exactly once); not for runs that must not execute late")
@@ -730,6 +739,10 @@ class DedupSettings(_Model):
         default="separate", description=f"Every job's default: {_FORCED_RUNS_TEXT}",
         json_schema_extra=Hint("a forced-run choice", "use 'separate', 'replaceNext' or "
                                "'refuse'"))
+    overlap: Overlap = Field(
+        default="allow", description=f"Every job's default: {_OVERLAP_TEXT}. `allow`: no "
+        "extra Firestore RPC; the others cost 3 more per run (docs/operations.md)",
+        json_schema_extra=Hint("an overlap policy", _OVERLAP_FIX))
     default_job_logic: str = Field(
         default="example_jobs.example:run", pattern=_JOB_LOGIC,
         description="`module:function` inside `function/` for jobs without their own jobLogic",
@@ -997,6 +1010,7 @@ class StackConfig(_Model):
         budget = self.proxy_timeout_seconds + 2 * store_timeout
         for index, job in enumerate(self.jobs):
             self._check_catch_up(index, job, watchdog, problems)
+            self._check_overlap(index, job, dedup, problems)
             if job.name in first_index:
                 problems.add(("jobs", index, "name"), f"{job.name!r} is already the name of "
                              f"jobs[{first_index[job.name]}]", "give every job a unique name "
@@ -1104,6 +1118,20 @@ class StackConfig(_Model):
                          "its lookback only", f"set catchUpWithinSeconds < "
                          f"{watchdog.lookback_seconds} (or raise watchdog.lookbackSeconds)")
 
+    @staticmethod
+    def _check_overlap(
+        index: int, job: JobSettings, dedup: DedupSettings, problems: _Problems
+    ) -> None:
+        """`wait` and `replace` answer 409 and count on Scheduler's retries to start the
+        run later: a job that is never retried would never run while another runs."""
+        overlap = job.overlap or dedup.overlap
+        if overlap in ("wait", "replace") and job.retry.retry_count == 0:
+            problems.add(("jobs", index, "overlap") if job.overlap else "overlap",
+                         f"{overlap!r} waits for Scheduler's retries to start a run while "
+                         f"another runs, but jobs[{index}] ({job.name}) is never retried",
+                         f"give jobs[{index}] retries (retry.retryCount >= 1), or use "
+                         "overlap 'forbid' (skip such a run) or 'allow'")
+
     def watchdog_delivers_to(self, *, proxied: bool) -> bool:
         """Whether the watchdog delivers runs (catch-up, re-runs) to the proxy (`proxied`)
         or to the dedup function: only then is it one of that function's allowed callers,
@@ -1201,6 +1229,7 @@ def with_stack_defaults(job: JobSettings, dedup: DedupSettings) -> dict[str, Any
         "dst_repeated": job.dst_repeated or dedup.dst_repeated or repeated,
         "dst_skipped": job.dst_skipped or dedup.dst_skipped or skipped,
         "forced_runs": job.forced_runs or dedup.forced_runs,
+        "overlap": job.overlap or dedup.overlap,
     }
 
 

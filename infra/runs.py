@@ -248,6 +248,8 @@ def show_runs(
         for t, run_id in zip(times, ids, strict=True):
             if (line := error_line(found.get(run_id))) is not None:
                 extra.setdefault(t, []).insert(0, line)  # the row's own, first
+            if (line := overlap_line(found.get(run_id))) is not None:
+                extra.setdefault(t, []).insert(0, line)
         header, *lines = format_table(rows)
         out.write(f"  {header}\n")
         for t, line in zip(times, lines, strict=True):
@@ -265,6 +267,18 @@ def error_line(stored: StoredRun | None) -> str | None:
     final = ", permanent: no retry" if record.permanent else ""
     return (f"last error (attempt {record.attempts}{final}): "
             f"{record.error or '(none recorded)'}")
+
+
+def overlap_line(stored: StoredRun | None) -> str | None:
+    """Why the job's overlap policy kept a run from running: the run that held it off."""
+    if stored is None:
+        return None
+    record = stored.record
+    if record.status is RunStatus.SKIPPED:
+        return f"skipped (overlap: forbid): run {record.blocked_by} of the job held a claim"
+    if record.replaced_by is not None:
+        return f"asked to stop (overlap: replace) for run {record.replaced_by}"
+    return None
 
 
 def forced_line(stored: StoredRun, t: datetime, now: datetime) -> str:

@@ -30,6 +30,7 @@ HEADER_DST_REPEATED: Final = "X-Dedup-Dst-Repeated"
 HEADER_DST_SKIPPED: Final = "X-Dedup-Dst-Skipped"
 HEADER_FORCED_RUNS: Final = "X-Dedup-Forced-Runs"
 HEADER_ATTEMPT_DEADLINE: Final = "X-Dedup-Attempt-Deadline"
+HEADER_OVERLAP: Final = "X-Dedup-Overlap"
 
 
 def duration(seconds: float) -> str:
@@ -43,7 +44,10 @@ def job_headers(project: str, region: str, job: JobSettings) -> dict[str, str]:
     delivers a run itself: catch-up, re-runs): where it runs, and what its schedule times
     mean (its business runs and forced-run choice, dedup.business_runs and dedup.keys)."""
     choices = {HEADER_DST_REPEATED: job.dst_repeated, HEADER_DST_SKIPPED: job.dst_skipped,
-               HEADER_FORCED_RUNS: job.forced_runs}  # StackConfig fills them for every job
+               HEADER_FORCED_RUNS: job.forced_runs,
+               # `allow` is what no header means: the jobs of a stack that keeps it send none
+               HEADER_OVERLAP: None if job.overlap == "allow" else job.overlap,
+               }  # StackConfig fills them for every job
     return {
         "Content-Type": "application/json",
         HEADER_PROJECT: project,

@@ -8,6 +8,7 @@ idempotent proxy (job logic = start a downstream execution, from DEDUP_PROXY_*).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.cloud import firestore
@@ -16,6 +17,8 @@ from dedup.cache import CompletedRunCache
 from dedup.firestore_store import FirestoreRunStore
 from dedup.http import DedupHandler, emit_log_line
 from dedup.job_logic import scheduled_jobs
+from dedup.overlap import COLLECTION_SUFFIX as OVERLAP_COLLECTION_SUFFIX
+from dedup.overlap import FirestoreLatestRunStore, OverlapGate
 from dedup.protocol import Deduplicator
 from dedup.proxy import ProxySettings, authorized_sessions, check_body, proxy_jobs
 from dedup.settings import Settings
@@ -33,7 +36,20 @@ def build_deduplicator(settings: Settings, client: firestore.Client | None = Non
         cache=CompletedRunCache(settings.cache_size),
         # A claim whose reply was lost is looked up for one more store budget before a 5xx.
         settle_seconds=settings.store_timeout_seconds,
+        overlap=overlap_gate(store, settings),
     )
+
+
+def overlap_gate(store: FirestoreRunStore, settings: Settings) -> OverlapGate:
+    """The jobs' latest runs (dedup/overlap.py) beside the run records; read only for a
+    job whose overlap is not `allow`."""
+    latest = FirestoreLatestRunStore(
+        store.client, settings.collection + OVERLAP_COLLECTION_SUFFIX, store.call,
+        store.retry, store.timeout)
+    return OverlapGate(
+        latest, store, settings.lease_seconds,
+        lambda: datetime.now(UTC) + timedelta(seconds=settings.retention_seconds),
+        lambda: datetime.now(UTC))
 
 
 def build_handler(

@@ -25,9 +25,10 @@ from dedup.settings import SettingsError
 
 TARGET_URL_ENV = "DEDUP_WATCH_TARGET_URL"
 TARGET_AUTH_ENV = "DEDUP_WATCH_TARGET_AUTH"
-# Outcomes (dedup.protocol.Outcome values) after which the run has executed for good: the
-# function answers them with a 2xx.
-EXECUTED = frozenset({"completed", "duplicate", "completed_unrecorded", "claim_lost"})
+# Outcomes (dedup.protocol.Outcome values) after which there is nothing more to deliver:
+# the run has executed for good, or (`skipped`, overlap) never will. All answered 2xx.
+EXECUTED = frozenset({"completed", "duplicate", "completed_unrecorded", "claim_lost",
+                      "skipped"})
 IN_PROGRESS = "in_progress"
 # Handed to a queue that delivers it (dedup/cloud_tasks.py): the outcome is the run's record.
 QUEUED = "queued"

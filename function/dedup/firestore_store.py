@@ -73,6 +73,11 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
     if record.generation:
         # Likewise only re-runs: a run_id's generation never changes.
         document["generation"] = record.generation
+    # Only the overlap policy's records carry these; once set on a run they stay (a
+    # replaced run is never taken over again, a skipped one is final).
+    for name in ("blocked_by", "replaced_by"):
+        if getattr(record, name) is not None:
+            document[name] = getattr(record, name)
     return document
 
 
@@ -97,6 +102,8 @@ def document_to_record(data: dict[str, Any]) -> RunRecord:
         forced=bool(data.get("forced", False)),
         generation=int(data.get("generation", 0)),
         permanent=bool(data.get("permanent", False)),
+        blocked_by=data.get("blocked_by"),
+        replaced_by=data.get("replaced_by"),
     )
 
 

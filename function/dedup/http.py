@@ -31,6 +31,7 @@ from dedup.keys import (
     lower_keys,
     parse_delivery,
 )
+from dedup.overlap import effective_policy
 from dedup.protocol import (
     Delivery,
     Job,
@@ -56,6 +57,8 @@ STATUS = {
     # A permanent failure: a retry could not succeed, so Scheduler must stop; the record
     # says `failed`, which the watchdog reports.
     Outcome.FAILED_PERMANENT: 200,
+    # overlap: forbid: another run of the job held a live claim; recorded skipped, final.
+    Outcome.SKIPPED: 200,
     Outcome.IN_PROGRESS: 409,
     Outcome.FAILED: 500,
     Outcome.STORE_UNAVAILABLE: 500,
@@ -64,6 +67,7 @@ SEVERITY = {
     Outcome.COMPLETED: "INFO",
     Outcome.DUPLICATE: "INFO",
     Outcome.IN_PROGRESS: "INFO",
+    Outcome.SKIPPED: "INFO",
     Outcome.UNKEYED: "WARNING",
     Outcome.CLAIM_LOST: "WARNING",
     Outcome.FAILED: "ERROR",
@@ -199,7 +203,7 @@ class RunsDeliveries(Protocol):
 
     def run(
         self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str],
-        answer_within: float | None = None,
+        answer_within: float | None = None, overlap: str = "allow",
     ) -> Delivery:
         ...
 
@@ -337,7 +341,9 @@ class DedupHandler:
             delivery = _run_without_dedup(key, job, body, lowered)
         else:
             try:
-                delivery = self._dedup.run(key, job, body, lowered, self._answer_within(parsed))
+                delivery = self._dedup.run(
+                    key, job, body, lowered, self._answer_within(parsed),
+                    effective_policy(parsed.overlap, lowered))
             except Exception as exc:  # a bug or an unexpected store error: retryable
                 log.exception("unexpected error for run %s", key.run_id)
                 delivery = Delivery(Outcome.STORE_UNAVAILABLE, key.run_id, detail=repr(exc))
@@ -376,6 +382,8 @@ class DedupHandler:
             reply["result"] = json.loads(delivery.result_json)
         if delivery.outcome is Outcome.FAILED_PERMANENT:
             reply["error"] = delivery.detail  # why it failed for good, in one line
+        if delivery.outcome is Outcome.SKIPPED:
+            reply["detail"] = delivery.detail  # the run of the job that held it off
         return HttpReply(status, reply)
 
 

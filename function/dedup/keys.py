@@ -44,6 +44,14 @@ FORCED_SEPARATE = "separate"  # a run of its own; the scheduled run still runs a
 FORCED_REPLACE_NEXT = "replaceNext"  # the upcoming scheduled run itself, run now
 FORCED_REFUSE = "refuse"  # refused (400): nothing runs
 FORCED_RUNS = (FORCED_SEPARATE, FORCED_REPLACE_NEXT, FORCED_REFUSE)
+# overlap: what a run does while another run of the same job holds a live claim
+# (dedup/overlap.py). Absent is `allow`, as before the header existed.
+OVERLAP_HEADER = "x-dedup-overlap"
+OVERLAP_ALLOW = "allow"  # it runs (no per-job document is read or written)
+OVERLAP_FORBID = "forbid"  # 200 skipped, recorded `skipped` naming the blocking run
+OVERLAP_WAIT = "wait"  # 409 until that run ends; Scheduler's retries start it then
+OVERLAP_REPLACE = "replace"  # that run is asked to stop (claim_lost); 409 until it did
+OVERLAP_POLICIES = (OVERLAP_ALLOW, OVERLAP_FORBID, OVERLAP_WAIT, OVERLAP_REPLACE)
 
 # Scheduler job IDs: letters, digits, hyphens, underscores, at most 500 characters.
 _JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
@@ -187,6 +195,7 @@ class DeliveryHeaders:
     business: BusinessSchedule | None = None  # X-Dedup-Schedule and its companions
     forced_runs: str = FORCED_SEPARATE
     attempt_deadline_seconds: float | None = None  # X-Dedup-Attempt-Deadline
+    overlap: str = OVERLAP_ALLOW  # X-Dedup-Overlap
 
 
 def parse_business(lowered: Mapping[str, str]) -> BusinessSchedule | None:
@@ -232,6 +241,17 @@ def parse_forced_runs(value: str | None) -> str:
     if text not in FORCED_RUNS:
         raise BadDelivery(f"X-Dedup-Forced-Runs {_shown(value)} is not one of "
                           f"{', '.join(FORCED_RUNS)}")
+    return text
+
+
+def parse_overlap(value: str | None) -> str:
+    """X-Dedup-Overlap: absent is `allow`."""
+    if value is None:
+        return OVERLAP_ALLOW
+    text = value.strip()
+    if text not in OVERLAP_POLICIES:
+        raise BadDelivery(f"X-Dedup-Overlap {_shown(value)} is not one of "
+                          f"{', '.join(OVERLAP_POLICIES)} (the job's overlap policy)")
     return text
 
 
@@ -323,4 +343,5 @@ def parse_delivery(
         project, location, job_id, schedule_time, generation, parse_business(lowered),
         parse_forced_runs(lowered.get(FORCED_RUNS_HEADER)),
         parse_attempt_deadline(lowered.get(ATTEMPT_DEADLINE_HEADER)),
+        parse_overlap(lowered.get(OVERLAP_HEADER)),
     )

@@ -34,7 +34,8 @@ from typing import Any, TypeVar
 
 from dedup.cache import CompletedRunCache
 from dedup.heartbeat import HEARTBEATS, Heartbeats
-from dedup.keys import RunKey
+from dedup.keys import OVERLAP_ALLOW, OVERLAP_FORBID, RunKey
+from dedup.overlap import Answer, Clear, OverlapGate
 from dedup.store import (
     MAX_ERROR_CHARS,
     RecordChanged,
@@ -114,6 +115,9 @@ class Outcome(StrEnum):
     COMPLETED_UNRECORDED = "completed_unrecorded"
     CLAIM_LOST = "claim_lost"
     UNKEYED = "unkeyed"  # no schedule time and the setting says run without dedup
+    # overlap: forbid: another run of the job held a live claim, so this one did not run
+    # (recorded `skipped`, final); also a run replaced by a newer one (overlap: replace).
+    SKIPPED = "skipped"
 
 
 @dataclass(frozen=True)
@@ -197,8 +201,11 @@ class Deduplicator:
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
         heartbeats: Heartbeats = HEARTBEATS,
+        overlap: OverlapGate | None = None,
     ) -> None:
         self._store = store
+        # Jobs whose overlap is not `allow` (dedup/overlap.py); None: only `allow` served.
+        self._overlap = overlap
         self._lease = lease_seconds
         self._retention = retention_seconds
         self._cache = cache
@@ -263,6 +270,10 @@ class Deduplicator:
             return Delivery(
                 Outcome.DUPLICATE, run_id, record.attempt_id, record.attempts, record.result_json
             )
+        elif record.status is RunStatus.SKIPPED:
+            # Final (overlap: forbid): it did not run when its time came, and does not now.
+            return Delivery(Outcome.SKIPPED, run_id, record.attempt_id, record.attempts,
+                            detail=f"skipped: run {record.blocked_by} of the job held a claim")
         elif record.status is RunStatus.FAILED and record.permanent:
             # Final: a late retry or a duplicate must not start what was refused for good
             # (a re-run is another generation, another record). Not cached: the cache
@@ -352,6 +363,7 @@ class Deduplicator:
             claim,
             lambda version: self._store.renew(claim.run_id, expire_at, version),
             already_done=lambda stored: False,  # a renewal is only known by landing anew
+            yields_to_replacement=True,
         )
 
     def _guarded_write(
@@ -359,6 +371,7 @@ class Deduplicator:
         claim: Claim,
         write: Callable[[datetime], datetime],
         already_done: Callable[[StoredRun | None], bool],
+        yields_to_replacement: bool = False,
     ) -> bool:
         """One write guarded by the claim's version, with its own unseen writes accounted
         for. `write(version)` returns the new version. False: another
@@ -375,7 +388,10 @@ class Deduplicator:
                         if stored is not None:
                             claim.version = stored.version
                         return True
-                    if stored is None or stored.record.attempt_id != claim.attempt_id:
+                    if stored is None or stored.record.attempt_id != claim.attempt_id or (
+                            yields_to_replacement and stored.record.replaced_by is not None):
+                        # Taken over, or (a renewal) a newer run of the job asked this one
+                        # to stop (overlap: replace): the job is told through claim_lost.
                         claim.lost.set()
                         return False
                     # Still ours, at a version we never saw: an earlier write of ours (a
@@ -448,15 +464,29 @@ class Deduplicator:
 
     def run(
         self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str],
-        answer_within: float | None = None,
+        answer_within: float | None = None, overlap: str = OVERLAP_ALLOW,
     ) -> Delivery:
         """Claim, run the job while the heartbeat renews, then complete or release.
         `answer_within`: how long a claim whose outcome is unknown may be resolved before
-        the caller must be answered (see `_resolve`)."""
+        the caller must be answered (see `_resolve`). `overlap`: the job's policy towards
+        its other runs (dedup/overlap.py); `allow` reads and writes nothing more."""
         run_id = key.run_id
         hit, cached = self._cache.get(run_id)
         if hit:
             return Delivery(Outcome.DUPLICATE, run_id, result_json=cached, from_cache=True)
+        clear: Clear | None = None
+        if overlap != OVERLAP_ALLOW:
+            if self._overlap is None:
+                return Delivery(Outcome.STORE_UNAVAILABLE, run_id,
+                                detail=f"overlap {overlap!r} needs a latest-run store")
+            try:
+                entered = self._overlap.enter(key, overlap)
+            except StoreUnavailable as exc:
+                return Delivery(Outcome.STORE_UNAVAILABLE, run_id, detail=str(exc))
+            if isinstance(entered, Answer):
+                return Delivery(Outcome(entered.outcome), run_id, entered.attempt_id,
+                                entered.attempts, entered.result_json, entered.detail or None)
+            clear = entered
         try:
             decision = self.claim(key, answer_within)
         except StoreUnavailable as exc:
@@ -464,6 +494,10 @@ class Deduplicator:
         if isinstance(decision, Delivery):
             return decision
         claim = decision
+        if clear is not None:
+            refused = self._take_job(key, claim, clear, overlap)
+            if refused is not None:
+                return refused
         context = RunContext(
             run_id=run_id,
             job_name=key.job_id,
@@ -501,6 +535,39 @@ class Deduplicator:
                 return replace(base, outcome=Outcome.FAILED, detail=f"{exc!r}; {store_exc}")
             return replace(base, outcome=Outcome.FAILED, detail=repr(exc))
         return self._record_completion(claim, base, result, self._monotonic() - started)
+
+    def _take_job(self, key: RunKey, claim: Claim, clear: Clear, overlap: str
+                  ) -> Delivery | None:
+        """Make this claim the job's latest run before the job runs (dedup/overlap.py);
+        a Delivery when it must run nothing: another run took the job first (forbid: this
+        run is recorded skipped; else released, 409), or the write's outcome is unknown
+        (released, 500)."""
+        assert self._overlap is not None
+        base = Delivery(Outcome.IN_PROGRESS, key.run_id, claim.attempt_id, claim.attempt)
+        try:
+            first = self._overlap.take(key, claim.attempt_id, clear)
+        except StoreUnavailable as exc:
+            self._finish_late(claim)
+            return replace(base, outcome=Outcome.STORE_UNAVAILABLE,
+                           detail=f"the job's latest run could not be written ({exc}); "
+                           "released, nothing ran")
+        if first is None:
+            return None
+        if overlap == OVERLAP_FORBID:
+            skipped = replace(self._overlap.skipped_record(key, first),
+                              attempt_id=claim.attempt_id, attempts=claim.attempt)
+            step = lambda: self._write_outcome(claim, skipped)  # noqa: E731
+            outcome = Outcome.SKIPPED
+        else:
+            step = lambda: self.release(  # noqa: E731
+                claim, f"run {first} of the job started first ({overlap}); nothing ran")
+            outcome = Outcome.IN_PROGRESS
+        try:
+            held = self._finish(claim, step)
+        except StoreUnavailable as exc:
+            return replace(base, outcome=Outcome.STORE_UNAVAILABLE, detail=str(exc))
+        return replace(base, outcome=outcome if held else Outcome.IN_PROGRESS,
+                       detail=f"run {first} of the job took it first; nothing ran")
 
     def _record_permanent_failure(
         self, claim: Claim, base: Delivery, failure: PermanentFailure, duration_seconds: float

@@ -190,13 +190,13 @@ class RerunRequest:
 
 def retries_may_execute(run: StoredRun | None) -> bool:
     """Whether a retry of Scheduler's could still execute this run (its generation 0
-    record): it is neither completed nor failed for good (`permanent`: answered 2xx, and
-    every later delivery is answered the same). While its retry window lasts, a re-run of
-    such a run could execute next to that retry."""
+    record): it is neither completed, skipped (overlap: forbid) nor failed for good
+    (`permanent`): each answered 2xx, and every later delivery the same. While its retry
+    window lasts, a re-run of such a run could execute next to that retry."""
     if run is None:
         return True
     status = run.record.status
-    return not (status is RunStatus.COMPLETED or (
+    return not (status in (RunStatus.COMPLETED, RunStatus.SKIPPED) or (
         status is RunStatus.FAILED and run.record.permanent))
 
 

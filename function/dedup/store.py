@@ -26,6 +26,10 @@ class RunStatus(StrEnum):
     # The job raised: the record is kept (for the watchdog and people) and a retry claims
     # it at once, as if it were absent; unless it is `permanent` (RunRecord): then final.
     FAILED = "failed"
+    # overlap: forbid (dedup/overlap.py): the run's time came while another run of the job
+    # held a live claim, so it did not run (`blocked_by` names that run). Final: later
+    # deliveries are answered 200 skipped, the watchdog shows it `skipped`, never `missed`.
+    SKIPPED = "skipped"
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,10 @@ class RunRecord:
     # record is final: Scheduler got a 200 and later deliveries replay the failure; a
     # re-run (the next generation) may start again. Records written before it read False.
     permanent: bool = False
+    # overlap (dedup/overlap.py), None in every other record: a skipped record's blocking
+    # run, and, on a run asked to stop for a newer one (overlap: replace), that run's ID.
+    blocked_by: str | None = None
+    replaced_by: str | None = None
 
     @classmethod
     def claim(

@@ -146,6 +146,9 @@ MISSED, FAILED, OVERLONG, NEVER_RAN = "missed", "failed", "overlong", "never_ran
 MALFORMED = "malformed"
 # Verdicts that are not problems (classify_run; shown by `make runs`).
 FINE, NOT_DUE, RUNNING, BEFORE_FIRST_RUN = "ok", "not_due", "running", "before_first_run"
+# overlap: forbid (or replace): the run did not run, by the job's choice, because another
+# run of the job held a live claim; counted in the tick's `skipped`, never `missed`.
+SKIPPED = "skipped"
 PROBLEM_SEVERITY = {
     MISSED: "ERROR", FAILED: "ERROR", NEVER_RAN: "ERROR", OVERLONG: "WARNING",
     MALFORMED: "ERROR",
@@ -658,13 +661,18 @@ def classify_run(
 ) -> str:
     """The watchdog's verdict on one run at `now`, as a tick judges it: `ok` (completed),
     `not_due` (still inside its retry window + grace), `before_first_run` (scheduled
-    before the job's first recorded run), `missed`, `failed`, `running` or `overlong`
-    (in progress beyond its attempt deadline + grace)."""
+    before the job's first recorded run), `skipped` (overlap: another run of the job held
+    it off), `missed`, `failed`, `running` or `overlong` (in progress beyond its attempt
+    deadline + grace)."""
     due = verdict_due_at(job, schedule_time, grace_seconds) <= now
     if due and (first_run is None or schedule_time < first_run):
         return BEFORE_FIRST_RUN
     if stored is not None and stored.record.status is RunStatus.COMPLETED:
         return FINE
+    if stored is not None and (stored.record.status is RunStatus.SKIPPED or (
+            stored.record.replaced_by is not None
+            and stored.record.status is RunStatus.FAILED)):
+        return SKIPPED  # final as soon as it is written: never missed, never caught up
     if not due:
         return NOT_DUE
     if stored is None:
@@ -734,6 +742,7 @@ class ForcedRun:
 class JobTick:
     checked: int = 0
     reads: int = 0
+    skipped: int = 0  # runs the job's overlap policy skipped (not problems)
     problems: list[Problem] = field(default_factory=list)
     # Missed runs of a catchUp job, inside its bound: delivered before the cursor moves.
     to_catch_up: dict[str, datetime] = field(default_factory=dict)
@@ -821,6 +830,7 @@ class Watchdog:
         for _, _, result in judged:
             checked += result.checked
             counts["reads"] += result.reads
+            counts["skipped"] = counts.get("skipped", 0) + result.skipped
             problems.extend(result.problems)
             forced.extend(result.forced)
         counts["forced"] = len(forced)
@@ -1216,6 +1226,7 @@ class Watchdog:
                 continue  # before the job's first recorded run: it did not exist yet (a due
                 # run is never not_due)
             tick.checked += 1
+            tick.skipped += verdict == SKIPPED
             if verdict == MISSED and self._catches_up(job, t, now):
                 tick.to_catch_up[run_id] = t
             elif verdict == MISSED:
@@ -1236,7 +1247,8 @@ class Watchdog:
                 # wrote nothing), or its instance stopped mid-run (the lease lapsed).
                 self._judge_pending(job, run_id, t, pending, stored, cursor, tick, now)
                 continue
-            if stored is None or stored.record.status is RunStatus.COMPLETED:
+            if stored is None or stored.record.status in (RunStatus.COMPLETED,
+                                                           RunStatus.SKIPPED):
                 watching.pop(run_id)
                 cursor.catch_ups.pop(run_id, None)
             elif stored.record.status is RunStatus.FAILED:

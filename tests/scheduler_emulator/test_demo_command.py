@@ -240,4 +240,7 @@ def test_the_default_demo_catches_up_the_missed_run_and_re_runs_one_once() -> No
     # once and twice), every forcedRuns choice, long store stalls: each business run once.
     assert [(p["path"], p["executed"] == p["runs"], p["ok"]) for p in report["paths"]] == [
         (spec.name, True, True) for spec in path_specs()]
+    # demo/overlap.py: a job longer than its period, under forbid and then wait.
+    assert [(o["policy"], o["overlaps"], o["ok"]) for o in report["overlap"]] == [
+        ("forbid", 0, True), ("wait", 0, True)]
     assert report["real_seconds"] > 0  # its duration is reported (a figure, not a target)

@@ -1,0 +1,302 @@
+"""Overlap between runs of one job (X-Dedup-Overlap; the job's `overlap` in the stack).
+
+`allow` (the default) costs nothing here: no document is read or written. The other
+policies find "the previous run" without a query, in one small document per job (its
+*latest run*: collection `<collection>_overlap`, ID `job:<project>:<location>:<job ID>`)
+that names the run that last took the job, written in the same guarded way as run
+records (a "must not exist" create or a `last_update_time` precondition):
+
+1. read the job's latest run, then in one batched read both that run's record and this
+   run's own (a duplicate of a run that has ended is answered from its record);
+2. the previous run is *live* while its record is `in_progress` with a lease that has not
+   lapsed by the store's clock; anything else (ended, failed, a crashed holder, a stale
+   pointer to a run whose lease lapsed or whose record is gone) does not block;
+3. blocked: `forbid` records this run `skipped` (naming the blocking run) and answers 200;
+   `wait` answers 409, so Scheduler's retries start it once that run ended; `replace`
+   marks that run's record `replaced_by` (its next renewal sets its `claim_lost`) and
+   answers 409 until it stopped or its lease lapsed;
+4. not blocked: this run is claimed as always, and then the job's latest run is moved to
+   it, guarded by the version read in step 1, before the job runs. Two runs that both
+   found the job free cannot both move it: the one that loses gives its claim back
+   (`forbid`: recorded `skipped`; else released, 409) and runs nothing.
+
+The pointer is written at claim only: once the run ends, its own record says so, which
+step 2 reads anyway. A write whose outcome is unknown releases the claim (500, nothing
+ran): a pointer that did land then names a run that is not live, which blocks nothing.
+
+Deliveries the watchdog queues (catch-up, re-runs: they carry X-Dedup-Deliver-Within)
+are asked for explicitly: under `forbid` they wait (409, delivered again at a later tick)
+rather than being skipped for good.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from dedup.keys import (
+    DELIVER_WITHIN_HEADER,
+    OVERLAP_ALLOW,
+    OVERLAP_FORBID,
+    OVERLAP_REPLACE,
+    OVERLAP_WAIT,
+    RunKey,
+)
+from dedup.store import (
+    RecordChanged,
+    RecordExists,
+    RunRecord,
+    RunStatus,
+    RunStore,
+    StoredRun,
+    StoreUnavailable,
+)
+
+# The per-job documents' collection, beside the run records' (`<collection>_overlap`).
+COLLECTION_SUFFIX = "_overlap"
+# A skip races a claim of the same run at most this often before answering 409.
+_SKIP_ROUNDS = 3
+# The run named by a latest-run document that cannot be read: no run has this ID.
+MALFORMED = "(malformed)"
+
+
+def effective_policy(policy: str, lowered: Mapping[str, str]) -> str:
+    """The policy a delivery follows: a queued watchdog delivery (catch-up, re-run) under
+    `forbid` waits instead of being skipped (it was asked for; skipped, it would be lost)."""
+    if policy == OVERLAP_FORBID and DELIVER_WITHIN_HEADER in lowered:
+        return OVERLAP_WAIT
+    return policy
+
+
+def latest_run_id(key: RunKey) -> str:
+    """The ID of the job's latest-run document: every run of the job (scheduled, forced,
+    re-run) shares it. Job IDs, project and location IDs hold no '/' (dedup.keys)."""
+    return f"job:{key.project}:{key.location}:{key.job_id}"
+
+
+@dataclass(frozen=True)
+class LatestRun:
+    """The run that last took the job, and the attempt that did."""
+
+    run_id: str
+    attempt_id: str
+    job: str
+    schedule_time: datetime
+    generation: int = 0
+    forced: bool = False
+
+
+@dataclass(frozen=True)
+class StoredLatest:
+    latest: LatestRun
+    version: datetime  # server time of its last write
+
+
+class LatestRunStore(Protocol):
+    def get(self, job_doc: str) -> StoredLatest | None:
+        """One read; None if the job has no such document yet."""
+        ...
+
+    def put(self, job_doc: str, latest: LatestRun, if_version: datetime | None) -> datetime:
+        """Write if still at `if_version` (None: if there is none); the new version.
+        Raises RecordChanged when another write came first."""
+        ...
+
+
+class FirestoreLatestRunStore:
+    """The latest-run documents, with the run store's timeout, retries and error mapping."""
+
+    def __init__(self, client: firestore.Client, collection: str, call: Callable[[Any], Any],
+                 retry: Any, timeout: float) -> None:
+        self._collection = client.collection(collection)
+        self._client = client
+        self._call = call
+        self._retry = retry
+        self._timeout = timeout
+
+    def get(self, job_doc: str) -> StoredLatest | None:
+        def op() -> StoredLatest | None:
+            snapshot: Any = self._collection.document(job_doc).get(
+                retry=self._retry, timeout=self._timeout)
+            if not snapshot.exists:
+                return None
+            data = snapshot.to_dict() or {}
+            try:
+                latest = LatestRun(
+                    str(data["run_id"]), str(data["attempt_id"]), str(data["job"]),
+                    data["schedule_time"], int(data.get("generation", 0)),
+                    bool(data.get("forced", False)))
+            except (KeyError, TypeError, ValueError):
+                # Edited by hand, say: it names no run, so it blocks nothing, and the next
+                # run that takes the job overwrites it (guarded by this version).
+                latest = LatestRun(MALFORMED, "", "", datetime.min.replace(tzinfo=UTC))
+            return StoredLatest(latest, snapshot.update_time)
+
+        result: StoredLatest | None = self._call(op)
+        return result
+
+    def put(self, job_doc: str, latest: LatestRun, if_version: datetime | None) -> datetime:
+        document = {
+            "run_id": latest.run_id, "attempt_id": latest.attempt_id, "job": latest.job,
+            "schedule_time": latest.schedule_time, "generation": latest.generation,
+            "forced": latest.forced, "taken_at": firestore.SERVER_TIMESTAMP,
+        }
+
+        def op() -> datetime:
+            ref = self._collection.document(job_doc)
+            try:
+                if if_version is None:
+                    result: Any = ref.create(document, retry=self._retry, timeout=self._timeout)
+                else:
+                    result = ref.update(
+                        document, option=self._client.write_option(last_update_time=if_version),
+                        retry=self._retry, timeout=self._timeout)
+            except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as exc:
+                raise RecordChanged(job_doc) from exc
+            return result.update_time  # type: ignore[no-any-return]
+
+        written: datetime = self._call(op)
+        return written
+
+
+@dataclass(frozen=True)
+class Clear:
+    """No live previous run: claim this run, then take the job at `version`."""
+
+    job_doc: str
+    version: datetime | None  # the latest-run document's, None: there was none
+    previous: str | None  # the run it named (None: none, or this run itself)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The delivery is answered without running: `outcome` (a protocol Outcome value)."""
+
+    outcome: str
+    run_id: str
+    detail: str
+    attempt_id: str | None = None
+    attempts: int | None = None
+    result_json: str | None = None
+
+
+def is_live(stored: StoredRun | None) -> bool:
+    """A run that blocks the next one: in progress, its lease not lapsed (store's clock)."""
+    return (stored is not None and stored.record.status is RunStatus.IN_PROGRESS
+            and not stored.lease_expired and not stored.past_expiry)
+
+
+def settled_answer(run_id: str, stored: StoredRun | None) -> Answer | None:
+    """A run whose record says it is over for good, answered from that record."""
+    if stored is None or stored.past_expiry:
+        return None
+    record = stored.record
+    if record.status is RunStatus.COMPLETED:
+        return Answer("duplicate", run_id, "", record.attempt_id, record.attempts,
+                      record.result_json)
+    if record.status is RunStatus.SKIPPED:
+        return Answer("skipped", run_id, f"skipped: run {record.blocked_by} of the job held "
+                      "a live claim (overlap: forbid)", record.attempt_id, record.attempts)
+    if record.replaced_by is not None and not is_live(stored):
+        # Asked to stop for a newer run (overlap: replace), and stopped: never taken again.
+        return Answer("skipped", run_id, f"replaced by run {record.replaced_by} of the job "
+                      f"(overlap: replace); it had {record.status.value}",
+                      record.attempt_id, record.attempts)
+    if record.status is RunStatus.FAILED and record.permanent:
+        return Answer("failed_permanent", run_id, record.error or "", record.attempt_id,
+                      record.attempts, record.result_json)
+    return None
+
+
+class OverlapGate:
+    """Steps 1-4 of the module's docstring, over the run store and the latest-run store."""
+
+    def __init__(
+        self, latest: LatestRunStore, runs: RunStore, lease_seconds: float,
+        expire_at: Callable[[], datetime], wall_clock: Callable[[], datetime],
+    ) -> None:
+        self._latest = latest
+        self._runs = runs
+        self._lease = lease_seconds
+        self._expire_at = expire_at
+        self._wall_clock = wall_clock
+
+    def enter(self, key: RunKey, policy: str) -> Clear | Answer:
+        """Before the claim: may this run go on? StoreUnavailable: nothing was written."""
+        assert policy != OVERLAP_ALLOW  # allow never reads the job's latest run
+        job_doc = latest_run_id(key)
+        found = self._latest.get(job_doc)
+        previous = found.latest.run_id if found is not None else None
+        if previous == key.run_id:
+            previous = None  # this run's own earlier attempt: the claim judges it
+        records = self._runs.get_many([key.run_id] + ([previous] if previous else []))
+        settled = settled_answer(key.run_id, records.get(key.run_id))
+        if settled is not None:
+            return settled
+        blocking = records.get(previous) if previous else None
+        if previous is None or not is_live(blocking):
+            return Clear(job_doc, found.version if found is not None else None, previous)
+        assert blocking is not None
+        if policy == OVERLAP_FORBID:
+            return self._skip(key, previous, records.get(key.run_id))
+        if policy == OVERLAP_REPLACE and blocking.record.replaced_by is None:
+            # Best effort: a write that failed or lost a race is made by the next retry.
+            with contextlib.suppress(RecordChanged, StoreUnavailable):
+                self._runs.replace(previous, replace(blocking.record, replaced_by=key.run_id),
+                                   blocking.version)
+        why = ("asked it to stop (overlap: replace)" if policy == OVERLAP_REPLACE
+               else "overlap: wait")
+        return Answer("in_progress", key.run_id,
+                      f"run {previous} of the job holds a live claim; {why}")
+
+    def take(self, key: RunKey, attempt_id: str, clear: Clear) -> str | None:
+        """After the claim, before the job: make this attempt the job's latest run. None:
+        done; else the run that took the job first (this attempt must run nothing).
+        StoreUnavailable: unknown (the caller releases its claim)."""
+        latest = LatestRun(key.run_id, attempt_id, key.job_id, key.schedule_time,
+                           key.generation, key.forced or key.early)
+        try:
+            self._latest.put(clear.job_doc, latest, clear.version)
+            return None
+        except RecordChanged:
+            now = self._latest.get(clear.job_doc)
+        if now is not None and (now.latest.run_id, now.latest.attempt_id) == (
+                key.run_id, attempt_id):
+            return None  # our own write landed and the client's retry of it conflicted
+        return now.latest.run_id if now is not None else "(unknown)"
+
+    def skipped_record(self, key: RunKey, blocked_by: str) -> RunRecord:
+        return replace(
+            RunRecord.claim(key, uuid.uuid4().hex, 0, self._lease, self._expire_at(),
+                            self._wall_clock()),
+            status=RunStatus.SKIPPED, blocked_by=blocked_by,
+        )
+
+    def _skip(self, key: RunKey, blocked_by: str, own: StoredRun | None) -> Answer:
+        """Record this run `skipped`; a record of it that is not over (failed, a lapsed
+        claim) is turned into the skipped one, guarded; a live one is answered 409."""
+        detail = f"skipped: run {blocked_by} of the job holds a live claim (overlap: forbid)"
+        for _ in range(_SKIP_ROUNDS):
+            record = self.skipped_record(key, blocked_by)
+            try:
+                if own is None:
+                    self._runs.create(key.run_id, record)
+                else:
+                    settled = settled_answer(key.run_id, own)
+                    if settled is not None:
+                        return settled
+                    if is_live(own):
+                        return Answer("in_progress", key.run_id, "another attempt holds it",
+                                      own.record.attempt_id, own.record.attempts)
+                    self._runs.replace(key.run_id, record, own.version)
+                return Answer("skipped", key.run_id, detail, record.attempt_id, 0)
+            except (RecordExists, RecordChanged):
+                own = self._runs.get(key.run_id)
+        return Answer("in_progress", key.run_id, "record kept changing; retry")

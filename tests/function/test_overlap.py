@@ -1,0 +1,272 @@
+"""overlap between runs of one job, in process against the real Firestore emulator: the
+header's validation, what each policy costs in RPCs, and a skipped run as the watchdog
+judges it (never missed, never caught up). The served tests are in test_overlap_served.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.cloud import firestore
+
+from dedup.firestore_store import FirestoreRunStore
+from dedup.keys import RunKey
+from dedup.overlap import latest_run_id
+from dedup.store import RunStatus
+from dedup.watchdog import (
+    SKIPPED,
+    WatchedJob,
+    WatchSettings,
+    build_watchdog_handler,
+    classify_run,
+)
+from local_stack.deliveries import (
+    LOCATION,
+    PROJECT,
+    InProcessFunction,
+    in_process_function,
+    scheduler_headers,
+    settings_for,
+)
+from local_stack.steered_job import read_ledger
+
+pytestmark = pytest.mark.usefixtures("firestore_emulator")
+
+JOB = "sync"
+T1 = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
+T2 = T1 + timedelta(minutes=1)
+T3 = T1 + timedelta(minutes=2)
+
+
+def z(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def headers(t: datetime, overlap: str | None, **extra: str) -> dict[str, str]:
+    sent = scheduler_headers(JOB, z(t))
+    if overlap is not None:
+        sent["X-Dedup-Overlap"] = overlap
+    return {**sent, **extra}
+
+
+def run_id(t: datetime) -> str:
+    return RunKey(PROJECT, LOCATION, JOB, t).run_id
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("TEST_LEDGER", str(path))
+    return path
+
+
+@pytest.fixture
+def function(collection_name: str, ledger: Path) -> InProcessFunction:
+    return in_process_function(collection_name)
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=4) as executor:
+        yield executor
+
+
+def running(function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path, t: datetime,
+            overlap: str, seconds: float) -> Future[tuple[int, Any]]:
+    """Run `t` in the background and return once its job has started."""
+    before = len(read_ledger(str(ledger)))
+    body = json.dumps({"sleep": seconds}).encode()
+    future = pool.submit(function.deliver, headers(t, overlap), body)
+    deadline = time.monotonic() + 20
+    while len(read_ledger(str(ledger))) == before:
+        assert time.monotonic() < deadline and not future.done(), "the job never started"
+        time.sleep(0.02)
+    return future
+
+
+@pytest.mark.parametrize("value", ["Forbid", "skip", "", "allow,forbid"])
+def test_a_bad_overlap_header_is_a_400_naming_the_choices_and_nothing_is_written(
+    function: InProcessFunction, collection_name: str, value: str
+) -> None:
+    function.rpcs.reset()
+    status, body = function.deliver(headers(T1, value))
+    assert status == 400
+    assert body["error"].startswith(f"X-Dedup-Overlap {value!r} is not one of allow, forbid, "
+                                    "wait, replace")
+    assert function.rpcs.counts == {}
+
+
+def test_allow_costs_no_rpc_more_than_no_header(function: InProcessFunction) -> None:
+    for t, overlap in ((T1, None), (T2, "allow")):
+        function.rpcs.reset()
+        assert function.deliver(headers(t, overlap), b"{}")[0] == 200
+        assert function.rpcs.counts == {"commit": 2}  # create + complete, as ever
+
+
+def test_what_forbid_costs_clear_and_blocked(
+    function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path
+) -> None:
+    # Clear (the job's first run): read the latest run, read this run's record (one
+    # batch), claim, take the job (create its latest run), complete.
+    function.rpcs.reset()
+    assert function.deliver(headers(T1, "forbid"), b"{}")[0] == 200
+    assert function.rpcs.counts == {"batch_get_documents": 2, "commit": 3}
+    # Clear again, the latest run naming a run that ended: the same 5 RPCs.
+    function.rpcs.reset()
+    assert function.deliver(headers(T2, "forbid"), b"{}")[0] == 200
+    assert function.rpcs.counts == {"batch_get_documents": 2, "commit": 3}
+    # Blocked: two reads and the skipped record, nothing else.
+    first = running(function, pool, ledger, T3, "forbid", 1.5)
+    function.rpcs.reset()
+    later = T3 + timedelta(minutes=1)
+    status, body = function.deliver(headers(later, "forbid"), b"{}")
+    assert (status, body["outcome"]) == (200, "skipped")
+    assert function.rpcs.counts == {"batch_get_documents": 2, "commit": 1}
+    assert first.result()[0] == 200
+
+
+def test_forbid_skips_a_run_while_the_previous_one_runs_and_the_skip_is_final(
+    function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path, collection_name: str
+) -> None:
+    first = running(function, pool, ledger, T1, "forbid", 1.5)
+    status, body = function.deliver(headers(T2, "forbid"), b"{}")
+    assert (status, body["outcome"]) == (200, "skipped")
+    assert run_id(T1) in body["detail"]
+    assert first.result()[1]["outcome"] == "completed"
+    # Once the blocking run ended, a late retry of the skipped run is still skipped.
+    status, body = function.deliver(headers(T2, "forbid"), b"{}")
+    assert (status, body["outcome"]) == (200, "skipped")
+    assert function.deliver(headers(T3, "forbid"), b"{}")[1]["outcome"] == "completed"
+    assert [e["schedule_time"] for e in read_ledger(str(ledger))] == [
+        T1.isoformat(), T3.isoformat()]
+    store = FirestoreRunStore(function.client, collection_name, 5)
+    skipped = store.get(run_id(T2))
+    assert skipped is not None and skipped.record.status is RunStatus.SKIPPED
+    assert skipped.record.blocked_by == run_id(T1)
+    latest: Any = function.client.collection(collection_name + "_overlap").document(
+        latest_run_id(RunKey(PROJECT, LOCATION, JOB, T3))).get()
+    assert (latest.to_dict() or {})["run_id"] == run_id(T3)
+
+
+def test_queued_watchdog_deliveries_and_forced_runs_follow_the_policy(
+    function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path
+) -> None:
+    first = running(function, pool, ledger, T1, "forbid", 1.5)
+    # A re-run queued by the watchdog (X-Dedup-Deliver-Within): asked for, so it waits.
+    rerun = headers(T1 - timedelta(minutes=5), "forbid", **{
+        "X-Dedup-Generation": "1", "X-Dedup-Deliver-Within": "600"})
+    status, body = function.deliver(rerun, b"{}")
+    assert (status, body["outcome"]) == (409, "in_progress")
+    # A forced run ("Run now": its schedule time ahead of the clock) is skipped.
+    ahead = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
+    status, body = function.deliver(headers(ahead, "forbid"), b"{}")
+    assert (status, body["outcome"], body["trigger"]) == (200, "skipped", "forced")
+    assert first.result()[0] == 200
+    status, body = function.deliver(rerun, b"{}")
+    assert (status, body["outcome"], body["generation"]) == (200, "completed", 1)
+
+
+def test_wait_answers_409_until_the_previous_run_ended(
+    function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path
+) -> None:
+    first = running(function, pool, ledger, T1, "wait", 1.0)
+    replies = []
+    while True:
+        status, body = function.deliver(headers(T2, "wait"), b"{}")
+        replies.append((status, body["outcome"]))
+        if status == 200:
+            break
+        time.sleep(0.1)
+    assert first.done() and first.result()[1]["outcome"] == "completed"
+    assert replies[-1] == (200, "completed")
+    assert set(replies[:-1]) == {(409, "in_progress")} and len(replies) > 1
+
+
+def test_replace_stops_the_previous_run_through_claim_lost_and_then_runs(
+    collection_name: str, ledger: Path, pool: ThreadPoolExecutor
+) -> None:
+    # The interval job stops once claim_lost is set; a 3 s lease renews every second.
+    function = in_process_function(collection_name, default_job="local_stack.interval_job:run",
+                                   lease_seconds=3)
+    started = time.monotonic()
+    body = json.dumps({"sleep": 30}).encode()
+    first = pool.submit(function.deliver, headers(T1, "replace"), body)
+    time.sleep(0.5)
+    replies = []
+    while True:
+        status, reply = function.deliver(headers(T2, "replace"), b"{}")
+        replies.append((status, reply["outcome"]))
+        if status == 200 or time.monotonic() - started > 25:
+            break
+        time.sleep(0.1)
+    assert replies[-1] == (200, "completed"), replies
+    status, reply = first.result()
+    assert (status, reply["outcome"]) == (500, "failed")  # it stopped: the job raised
+    assert time.monotonic() - started < 25  # it did not run its 30 s
+    # Its retry does not start it again: it was replaced.
+    status, reply = function.deliver(headers(T1, "replace"), body)
+    assert (status, reply["outcome"]) == (200, "skipped")
+    assert "replaced by run" in reply["detail"]
+    stored = FirestoreRunStore(function.client, collection_name, 5).get(run_id(T1))
+    assert stored is not None and stored.record.replaced_by == run_id(T2)
+
+
+def test_a_skipped_run_is_skipped_for_the_watchdog_never_missed_nor_caught_up(
+    function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path, collection_name: str
+) -> None:
+    first = running(function, pool, ledger, T1, "forbid", 1.0)
+    assert function.deliver(headers(T2, "forbid"), b"{}")[1]["outcome"] == "skipped"
+    assert first.result()[0] == 200
+    job = WatchedJob(JOB, "* * * * *", attempt_deadline_seconds=60, retry_window_seconds=60,
+                     catch_up=True, catch_up_within_seconds=3600)
+    now = T3 + timedelta(minutes=30)
+    store = FirestoreRunStore(function.client, collection_name, 5)
+    assert classify_run(job, T2, store.get(run_id(T2)), now, 60, T1) == SKIPPED
+    settings = WatchSettings(settings_for(collection_name), (job,), 3600, 60)
+    logs: list[Any] = []
+    reply = build_watchdog_handler(settings, firestore.Client(project=PROJECT), logs.append,
+                                   wall_clock=lambda: now).handle({}, b"")
+    assert reply.status == 200
+    kinds = {(p["kind"], p["schedule_time"]) for p in reply.body["problems"]}
+    [summary] = [line for line in logs if str(line["message"]).startswith("watchdog summary")]
+    assert ("missed", z(T2)) not in kinds and summary["skipped"] == 1
+    assert not [line for line in logs if line.get("outcome") == "caught_up"]
+    assert [e["schedule_time"] for e in read_ledger(str(ledger))] == [T1.isoformat()]
+
+
+def test_two_runs_that_find_the_job_free_at_once_never_both_run(
+    function: InProcessFunction, ledger: Path
+) -> None:
+    times = [T1 + timedelta(minutes=i) for i in range(8)]
+    barrier = threading.Barrier(len(times))
+
+    def deliver(t: datetime) -> tuple[int, Any]:
+        barrier.wait()
+        return function.deliver(headers(t, "forbid"), json.dumps({"sleep": 1}).encode())
+
+    with ThreadPoolExecutor(max_workers=len(times)) as executor:
+        replies = list(executor.map(deliver, times))
+    outcomes = Counter((status, body["outcome"]) for status, body in replies)
+    assert len(read_ledger(str(ledger))) == 1, outcomes
+    assert outcomes[(200, "completed")] == 1
+    assert set(outcomes) <= {(200, "completed"), (200, "skipped"), (409, "in_progress")}
+
+
+def test_a_malformed_latest_run_document_blocks_nothing_and_is_overwritten(
+    function: InProcessFunction, collection_name: str
+) -> None:
+    latest = function.client.collection(collection_name + "_overlap").document(
+        latest_run_id(RunKey(PROJECT, LOCATION, JOB, T1)))
+    latest.set({"run_id": 42})  # no attempt_id, job, schedule_time
+    status, body = function.deliver(headers(T1, "forbid"), b"{}")
+    assert (status, body["outcome"]) == (200, "completed")
+    snapshot: Any = latest.get()
+    assert (snapshot.to_dict() or {})["run_id"] == run_id(T1)

@@ -1,0 +1,281 @@
+"""overlap against the function as Cloud Run serves it (functions-framework processes, real
+concurrent HTTP deliveries, the real Firestore emulator): a job longer than its period
+under each policy, under store stalls, and with the instance of the running run killed.
+
+The job (local_stack.interval_job) records when each execution started and ended and
+stops once its claim is lost, so "two runs overlapped" is read from its ledger, not from
+the dedup store. Each run is delivered by a Scheduler-like client that retries every
+non-2xx until a 200 (its retry window), and then once more, as after a lost 200.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import requests
+from google.cloud import firestore
+
+from dedup.keys import RunKey
+from local_stack import FunctionServer
+from local_stack.deliveries import LOCATION, PROJECT, function_env, scheduler_headers
+from local_stack.interval_job import Execution, executions, overlapping
+from local_stack.processes import REPO_ROOT
+from local_stack.store_faults import FaultKind, FaultSchedule, StoreFaultProxy
+
+pytestmark = pytest.mark.usefixtures("firestore_emulator")
+
+JOB = "sync"
+INTERVAL_JOB = "local_stack.interval_job:run"
+PERIOD_SECONDS = 2.0  # the simulated schedule: a run every 2 s ...
+JOB_SECONDS = 3.0  # ... of a job that takes 3
+RUNS = 5
+LEASE_SECONDS = 4.0  # renewed every 1.3 s: `replace` stops the previous run within that
+STORE_TIMEOUT_SECONDS = 1.0
+RETRY_WINDOW_SECONDS = 40.0
+FIRST = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
+
+
+@dataclass
+class RunLog:
+    schedule_time: datetime
+    replies: list[tuple[int, str]] = field(default_factory=list)
+    again: tuple[int, str] | None = None  # the delivery after its 200 (a lost reply)
+
+    @property
+    def run_id(self) -> str:
+        return RunKey(PROJECT, LOCATION, JOB, self.schedule_time).run_id
+
+    @property
+    def final(self) -> tuple[int, str]:
+        return self.replies[-1]
+
+
+def headers(t: datetime, overlap: str) -> dict[str, str]:
+    return {**scheduler_headers(JOB, t.strftime("%Y-%m-%dT%H:%M:%SZ")),
+            "X-Dedup-Overlap": overlap}
+
+
+def post(url: str, t: datetime, overlap: str, seconds: float) -> tuple[int, str]:
+    try:
+        reply = requests.post(url, headers=headers(t, overlap),
+                              data=json.dumps({"sleep": seconds}), timeout=60)
+        return reply.status_code, str(reply.json().get("outcome", "?"))
+    except requests.RequestException as exc:
+        return 0, type(exc).__name__
+
+
+def deliver(url: str, t: datetime, overlap: str, seconds: float = JOB_SECONDS) -> RunLog:
+    """Scheduler's side of one run: retried every 0.3 s until a 200 or the retry window
+    is over, then delivered once more."""
+    log = RunLog(t)
+    give_up = time.monotonic() + RETRY_WINDOW_SECONDS
+    while time.monotonic() < give_up:
+        log.replies.append(post(url, t, overlap, seconds))
+        if log.final[0] == 200:
+            log.again = post(url, t, overlap, seconds)
+            break
+        time.sleep(0.3)
+    return log
+
+
+def job_longer_than_its_period(url: str, overlap: str, runs: int = RUNS) -> list[RunLog]:
+    """Run i is due i periods after the first: each starts while the previous still runs."""
+    times = [FIRST + timedelta(minutes=i) for i in range(runs)]
+
+    def at_its_time(i: int) -> RunLog:
+        time.sleep(i * PERIOD_SECONDS)
+        return deliver(url, times[i], overlap)
+
+    with ThreadPoolExecutor(max_workers=runs) as pool:
+        return list(pool.map(at_its_time, range(runs)))
+
+
+def statuses(collection: str) -> dict[str, dict[str, object]]:
+    direct = firestore.Client(project=PROJECT)
+    return {doc.id: doc.to_dict() or {} for doc in direct.collection(collection).stream()}
+
+
+def finished_once(found: list[Execution]) -> Counter[str]:
+    """Executions per run that ran to their end (not stopped by a lost claim)."""
+    return Counter(e.run_id for e in found if e.ended is not None and not e.stopped)
+
+
+def server_env(collection: str, ledger: Path, **extra: str) -> dict[str, str]:
+    settings = {"DEDUP_JOB": INTERVAL_JOB, "DEDUP_LEASE_SECONDS": f"{LEASE_SECONDS:g}",
+                "DEDUP_STORE_TIMEOUT_SECONDS": f"{STORE_TIMEOUT_SECONDS:g}"}
+    return function_env(collection, ledger, **{**settings, **extra})
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.jsonl"
+
+
+@pytest.fixture
+def server(collection_name: str, ledger: Path) -> Iterator[FunctionServer]:
+    with FunctionServer(server_env(collection_name, ledger), workers=2, threads=8,
+                        extra_pythonpath=[REPO_ROOT]) as served:
+        yield served
+
+
+def report(overlap: str, logs: list[RunLog], found: list[Execution]) -> None:
+    outcomes = Counter(outcome for log in logs for _, outcome in log.replies)
+    print(f"\noverlap {overlap}: replies {dict(outcomes)}; executions "
+          f"{len(found)} ({sum(e.stopped for e in found)} stopped); overlapping pairs "
+          f"{len(overlapping(found))}")
+
+
+def test_allow_runs_a_job_longer_than_its_period_twice_at_once(
+    server: FunctionServer, ledger: Path
+) -> None:
+    """Today's behaviour, kept as the default: each run executes once, and they overlap."""
+    logs = job_longer_than_its_period(server.url, "allow")
+    found = executions(str(ledger))
+    report("allow", logs, found)
+    assert all(log.final == (200, "completed") for log in logs)
+    assert finished_once(found) == Counter({log.run_id: 1 for log in logs})
+    assert overlapping(found)
+
+
+def test_forbid_skips_the_runs_due_while_one_runs_and_never_overlaps(
+    server: FunctionServer, ledger: Path, collection_name: str
+) -> None:
+    logs = job_longer_than_its_period(server.url, "forbid")
+    found = executions(str(ledger))
+    report("forbid", logs, found)
+    assert overlapping(found) == []
+    ran = {log.run_id for log in logs if log.final == (200, "completed")}
+    skipped = {log.run_id for log in logs if log.final == (200, "skipped")}
+    assert ran | skipped == {log.run_id for log in logs} and ran and skipped
+    assert finished_once(found) == Counter({run_id: 1 for run_id in ran})
+    # A lost 200 changes nothing: the completed run is a duplicate, the skipped one stays.
+    assert {log.again for log in logs} <= {(200, "duplicate"), (200, "skipped")}
+    records = statuses(collection_name)
+    for run_id in skipped:
+        assert records[run_id]["status"] == "skipped"
+        assert records[run_id]["blocked_by"] in ran  # the run that held it off
+
+
+def test_wait_runs_every_run_once_one_after_the_other(
+    server: FunctionServer, ledger: Path
+) -> None:
+    logs = job_longer_than_its_period(server.url, "wait")
+    found = executions(str(ledger))
+    report("wait", logs, found)
+    assert all(log.final == (200, "completed") for log in logs)
+    assert all(log.again == (200, "duplicate") for log in logs)
+    assert finished_once(found) == Counter({log.run_id: 1 for log in logs})
+    assert overlapping(found) == []
+    # Each waited with 409s (Scheduler's retries) while the one before ran.
+    assert sum((409, "in_progress") in log.replies for log in logs) >= RUNS - 1
+
+
+def test_replace_stops_the_running_run_before_the_next_starts(
+    server: FunctionServer, ledger: Path, collection_name: str
+) -> None:
+    logs = job_longer_than_its_period(server.url, "replace")
+    found = executions(str(ledger))
+    report("replace", logs, found)
+    assert overlapping(found) == []
+    last = logs[-1]
+    assert last.final == (200, "completed")
+    records = statuses(collection_name)
+    for log in logs[:-1]:
+        # Stopped for the next run (its retries answered `skipped`), or done before it came.
+        assert log.final in {(200, "skipped"), (200, "completed")}
+        if log.final == (200, "skipped"):
+            assert records[log.run_id]["replaced_by"] is not None
+    assert any(e.stopped for e in found), "no run was replaced"
+    assert max(finished_once(found).values()) == 1
+
+
+SCHEDULE = FaultSchedule(
+    seed=20261202,
+    weights=((FaultKind.STALL_LATE, 1.0), (FaultKind.STALL_DROP, 1.0), (FaultKind.OUTAGE, 1.0)),
+    duration=(1.1 * STORE_TIMEOUT_SECONDS, 1.6 * STORE_TIMEOUT_SECONDS),
+    gap=(1.5, 3.0),  # as in test_store_faults_served: never away for a lease
+)
+STALL_LEASE_SECONDS = 10.0
+
+
+@pytest.mark.parametrize("overlap", ["forbid", "wait", "replace"])
+def test_under_store_stalls_and_outages_no_two_runs_overlap_and_each_runs_once(
+    firestore_emulator: object, collection_name: str, ledger: Path, overlap: str
+) -> None:
+    with StoreFaultProxy(os.environ["FIRESTORE_EMULATOR_HOST"]) as proxy:
+        env = server_env(collection_name, ledger, FIRESTORE_EMULATOR_HOST=proxy.host,
+                         DEDUP_LEASE_SECONDS=f"{STALL_LEASE_SECONDS:g}")
+        with FunctionServer(env, workers=2, threads=8, extra_pythonpath=[REPO_ROOT]) as served:
+            warm = deliver(served.url, FIRST - timedelta(days=1), overlap, 0)  # not counted
+            assert warm.final[0] == 200
+            proxy.run_schedule(SCHEDULE)
+            try:
+                logs = job_longer_than_its_period(served.url, overlap, runs=6)
+            finally:
+                proxy.stop_schedule()
+            injected = sum(proxy.counts.values())
+    found = [e for e in executions(str(ledger)) if e.schedule_time >= FIRST.isoformat()]
+    report(f"{overlap} under {injected} store faults", logs, found)
+    assert injected >= 3, "the schedule injected too few faults to judge"
+    assert overlapping(found) == []
+    assert all(log.final[0] == 200 for log in logs), [log.replies for log in logs]
+    done = {log.run_id for log in logs if log.final == (200, "completed")}
+    # Every run that completed ran to its end exactly once; the others ran to no end.
+    assert {r for r, n in finished_once(found).items() if n} == done
+    assert max(finished_once(found).values()) == 1
+    if overlap == "wait":
+        assert done == {log.run_id for log in logs}
+    else:
+        assert {log.final for log in logs} <= {(200, "completed"), (200, "skipped")}
+
+
+@pytest.mark.parametrize("overlap", ["forbid", "wait"])
+def test_a_killed_run_blocks_the_job_for_at_most_its_lease(
+    collection_name: str, ledger: Path, overlap: str
+) -> None:
+    env = server_env(collection_name, ledger)
+    t0, t1, t2 = (FIRST + timedelta(minutes=i) for i in range(3))
+    # Both instances up first: the second must answer within the killed run's lease.
+    with FunctionServer(env, workers=2, threads=8, extra_pythonpath=[REPO_ROOT]) as second:
+        first = FunctionServer(env, workers=1, extra_pythonpath=[REPO_ROOT]).start()
+        try:
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                pending = pool.submit(post, first.url, t0, overlap, 60)
+                deadline = time.monotonic() + 20
+                while not executions(str(ledger)):
+                    assert time.monotonic() < deadline, "the first run never started"
+                    time.sleep(0.05)
+                os.killpg(first.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+                killed_at, killed_wall = time.monotonic(), time.time()
+                assert pending.result()[0] == 0  # no reply: the instance died
+        finally:
+            first.stop()
+        if overlap == "forbid":
+            # The killed run still holds a live claim by the store's clock: skipped.
+            assert post(second.url, t1, overlap, 0.2) == (200, "skipped")
+            assert time.monotonic() - killed_at < LEASE_SECONDS, "test host too slow"
+            while time.monotonic() < killed_at + LEASE_SECONDS:
+                time.sleep(0.1)
+            # Its lease lapsed: the job's latest run names a run that is not live.
+            assert post(second.url, t2, overlap, 0.2) == (200, "completed")
+        else:
+            log = deliver(second.url, t1, overlap, 0.2)
+            assert log.final == (200, "completed")
+            assert set(log.replies[:-1]) == {(409, "in_progress")}
+            assert time.monotonic() - killed_at >= LEASE_SECONDS - 0.5  # store clock vs ours
+        # Scheduler's retry of the killed run takes it over, once nothing else runs.
+        retried = deliver(second.url, t0, overlap, 0.2)
+        assert retried.final == (200, "completed")
+    found = executions(str(ledger))
+    assert overlapping(found, killed_at=killed_wall) == []
+    assert finished_once(found)[RunKey(PROJECT, LOCATION, JOB, t0).run_id] == 1
