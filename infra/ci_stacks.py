@@ -2,9 +2,9 @@
 
 Prints `{"reviewed": [...], "unreviewed": [...]}`: every `Pulumi.<stack>.yaml` in the
 team's stack directory (Pulumi.yaml's `stackConfigDir`, `stacks/`; never the kit's example
-stacks), sorted, by its `reviewBeforeUp` (unset: true,
-reviewed: CI fails closed). deploy.yml runs `pulumi up` of the unreviewed ones in the environment `dev` and of
-the reviewed ones in `production` (required reviewers); ci.yml previews the unreviewed
+stacks), sorted, by its `reviewBeforeUp` (unset: true, reviewed: CI fails closed).
+deploy.yml runs `pulumi up` of the unreviewed ones in the environment `dev` and of the
+reviewed ones in `production` (required reviewers); ci.yml previews the unreviewed
 ones only. `--github-output` also appends `reviewed=<json>` and `unreviewed=<json>` to
 $GITHUB_OUTPUT, the job's outputs.
 
