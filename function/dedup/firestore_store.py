@@ -64,6 +64,8 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
         # Always written too: a takeover of a permanent failure past its expiry (a new
         # life) must not inherit the flag.
         "permanent": record.permanent,
+        # Always written: a new life (past expiry) starts without the old run's history.
+        "unfinished_attempts": list(record.unfinished_attempts),
     }
     if record.forced:
         # Only forced records carry it: scheduled records keep their fields as they were.
@@ -97,6 +99,7 @@ def document_to_record(data: dict[str, Any]) -> RunRecord:
         forced=bool(data.get("forced", False)),
         generation=int(data.get("generation", 0)),
         permanent=bool(data.get("permanent", False)),
+        unfinished_attempts=tuple(int(a) for a in data.get("unfinished_attempts") or ()),
     )
 
 

@@ -65,11 +65,18 @@ class RunRecord:
     # record is final: Scheduler got a 200 and later deliveries replay the failure; a
     # re-run (the next generation) may start again. Records written before it read False.
     permanent: bool = False
+    # The attempts (their numbers) whose claim this run's later attempts took over while it
+    # was still `in_progress`: each held the run and ended without recording an outcome
+    # (its lease lapsed), so it may have executed the job (completed_unrecorded, claim_lost,
+    # killed mid-job). Carried by every attempt after; records written before read ().
+    # The watchdog's `ran_twice` evidence (dedup.ran_twice).
+    unfinished_attempts: tuple[int, ...] = ()
 
     @classmethod
     def claim(
         cls, key: RunKey, attempt_id: str, attempts: int, lease_seconds: float,
         expire_at: datetime, claimed_at: datetime | None = None,
+        unfinished_attempts: tuple[int, ...] = (),
     ) -> RunRecord:
         """The record of an attempt that has just claimed `key`'s run."""
         return cls(
@@ -85,6 +92,7 @@ class RunRecord:
             claimed_at=claimed_at,
             forced=key.forced or key.early,
             generation=key.generation,
+            unfinished_attempts=unfinished_attempts,
         )
 
 
