@@ -785,6 +785,7 @@ class TickResult:
     reruns: list[Delivered] = field(default_factory=list)
     forced: list[ForcedRun] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
+    overlapped: str | None = None  # why its cursors were not written (another tick's were)
 
 
 def rfc3339(instant: datetime) -> str:
@@ -834,8 +835,9 @@ class Watchdog:
             cursor = cursors.setdefault(job.name, Cursor())
             cursor.judged_through = self._horizon(job, now)
             cursor.watch_from = cursor.watch_from or now
+        overlapped = None
         if paused:
-            self._store.put_cursors({job.name: cursors[job.name] for job in paused}, now)
+            overlapped = self._put_cursors({job.name: cursors[job.name] for job in paused}, now)
         watched = [(job, cursors.get(job.name, Cursor())) for job in active]
         reads = [self._reads(job, cursor, now) for job, cursor in watched]
         found = self._read_all([job for job, _ in watched], reads)
@@ -860,7 +862,8 @@ class Watchdog:
             # Logged before the cursors move: a tick that fails now repeats them at its
             # retry (the same incidents), never loses them.
             self.announce(transitions)
-        self._store.put_cursors({job.name: cursor for job, cursor, _ in judged}, now)
+        overlapped = self._put_cursors(
+            {job.name: cursor for job, cursor, _ in judged}, now) or overlapped
         forced: list[ForcedRun] = self._forced_before_missed(judged)
         counts["reads"] += len(forced)
         for _, _, result in judged:
@@ -871,7 +874,20 @@ class Watchdog:
         counts["forced"] = len(forced)
         counts["incidents_opened"] = sum(t.event == OPENED for t in transitions)
         counts["incidents_resolved"] = len(transitions) - counts["incidents_opened"]
-        return TickResult(checked, problems, counts, caught_up, reruns, forced, transitions)
+        return TickResult(checked, problems, counts, caught_up, reruns, forced, transitions,
+                          overlapped)
+
+    def _put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> str | None:
+        """Write the cursors; why not, if another tick moved one since this tick read it.
+        That tick judged from the same cursor (else its own guarded write would have failed)
+        and reported the same problems and transitions, which this tick reports too (a
+        problem twice, never zero times); its cursor stands, so a stale tick never rolls a
+        later one back (and re-counts its runs into the streaks)."""
+        try:
+            self._store.put_cursors(cursors, now)
+        except CursorMoved as exc:
+            return str(exc)
+        return None
 
     def _advance_streaks(
         self, judged: Sequence[tuple[WatchedJob, Cursor, JobTick]], now: datetime
@@ -1603,6 +1619,13 @@ class WatchdogHandler:
                 "component": "watchdog",
                 **problem.to_json(),
             })
+        if result.overlapped is not None:
+            self._emit({
+                "severity": "WARNING",
+                "message": f"watchdog overlapped another tick: {result.overlapped}",
+                "component": "watchdog",
+                "outcome": "overlapped",
+            })
         by_kind = {kind: 0 for kind in PROBLEM_SEVERITY}
         for problem in problems:
             by_kind[problem.kind] += 1
@@ -1625,6 +1648,8 @@ class WatchdogHandler:
             reply["forced"] = [run.to_json() for run in result.forced]
         if result.transitions:
             reply["incidents"] = [t.to_json() for t in result.transitions]
+        if result.overlapped is not None:
+            reply["overlapped"] = result.overlapped
         if self._settings.delivers:  # a watchdog given a target delivers, and says what
             reply[CAUGHT_UP] = [d.to_json() for d in result.caught_up]
             reply["reruns"] = [d.to_json() for d in result.reruns]

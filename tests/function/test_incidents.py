@@ -256,13 +256,14 @@ class HeldAfterRead:
         self.inner.put_cursors(cursors, now)
 
 
-def test_overlapping_ticks_open_one_incident_and_the_late_one_fails(
+def test_overlapping_ticks_open_one_incident_and_the_late_one_writes_nothing(
     collection_name: str,
 ) -> None:
     """Two ticks at once (a Scheduler retry next to a slow tick), on two handlers and two
     clients against the emulator: both judge the same streak and log the same incident;
-    the one that writes second finds its cursor moved (guarded write), answers 500 and
-    writes nothing, so nothing it judged is counted twice."""
+    the one that writes second finds its cursor moved (guarded write) and writes nothing,
+    so it cannot roll the other's cursor back (and re-count its runs later); it says so
+    and answers 200 (nothing is left undone: the other tick judged the same runs)."""
     write_history(Runs(collection_name), HISTORY)
     slow, fast = Watch(collection_name, [job_with(3, 2)]), Watch(collection_name,
                                                                 [job_with(3, 2)])
@@ -275,17 +276,27 @@ def test_overlapping_ticks_open_one_incident_and_the_late_one_fails(
     thread.start()
     assert read.wait(60)
     assert fast.handler().handle({}, b"").status == 200  # runs entirely inside the slow one
+    fast_lines = incident_lines(fast)
+    fast.now = at(11, 30)  # and a later tick too, which judges 11:10 (missed)
+    assert fast.handler().handle({}, b"").status == 200
     release.set()
     thread.join(60)
-    assert replies == [500]
-    assert any("changed since this tick read it" in str(e.get("detail", e["message"]))
-               for e in slow.logs)
-    assert [summary_of(e) for e in incident_lines(fast)] == [EXPECTED[0]]
+    assert replies == [200]
+    [overlapped] = [e for e in slow.logs if e.get("outcome") == "overlapped"]
+    assert overlapped["severity"] == "WARNING"
+    assert "changed since this tick read it" in overlapped["message"]
+    assert [summary_of(e) for e in fast_lines] == [EXPECTED[0]]
     assert [summary_of(e) for e in incident_lines(slow)] == [EXPECTED[0]]
-    assert {e["incident"] for e in incident_lines(slow) + incident_lines(fast)} == {
+    assert {e["incident"] for e in incident_lines(slow) + fast_lines} == {
         incident_id(JOB, FAILING, at(10, 40))}
-    # The next tick goes on from the fast tick's cursor: nothing repeated.
-    fast.tick(at(11, 30))
+    # The slow tick did not roll the later cursor back: the next tick goes on from 11:30's
+    # (11:10 is not judged, nor counted, again).
+    cursors = firestore.Client(project=PROJECT).collection(f"{collection_name}_watchdog")
+    stored: Any = cursors.document(JOB).get().to_dict()
+    assert stored["judged_through"] == at(11, 15)
+    assert stored["incidents"][FAILING]["bad"] == 4
+    _, body = fast.tick(at(11, 40))
+    assert [p["schedule_time"] for p in body["problems"]] == []  # 11:20 was a good run
     assert incident_lines(fast) == []
 
 
