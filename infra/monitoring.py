@@ -27,8 +27,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from itertools import islice, pairwise
 from typing import Any, Final
 
 import pulumi
@@ -39,7 +37,7 @@ from infra.contracts.limits import (
     ALERT_ALIGNMENT_PERIOD_MAX_SECONDS,
     MISSING_DATA_MIN_DURATION_SECONDS,
 )
-from infra.scheduler_rules import duration_string, schedule_times
+from infra.scheduler_rules import duration_string, schedule_period_seconds
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:Monitoring"
 USER_METRIC_PREFIX: Final = "logging.googleapis.com/user/"
@@ -71,14 +69,6 @@ https://cloud.google.com/monitoring/alerts/concepts-indepth), so one logged prob
 window's sum above 0 for the whole period: a period longer than the condition's duration
 lets a single problem (each is logged once) still hold the condition for its full
 duration and alert, instead of sliding out just as the duration is reached."""
-
-
-def schedule_period_seconds(schedule: str, time_zone: str) -> int:
-    """The longest gap between two runs of `schedule` over a sample of its next runs."""
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    times = list(islice(schedule_times(schedule, time_zone, start), 200))
-    gaps = [(b - a).total_seconds() for a, b in pairwise(times)]
-    return int(max(gaps)) if gaps else ABSENCE_MAX_SECONDS
 
 
 def absence_seconds(settings: WatchdogSettings) -> int:
