@@ -10,7 +10,8 @@ production-like stack (a database with delete protection, policies/alerting.py):
 - an incident must be able to close within MAX_RECOVERY_SECONDS after the job recovered:
   while it is open, a new streak of failures joins it and notifies nobody;
 - an alert policy on the watchdog's `incident_opened` lines must name a notification
-  channel (the stack's `alerts.emails`), or no threshold pages anyone.
+  channel (the stack's `alerts.emails`), or no threshold pages anyone (a stack whose
+  policies name none at all is dedup-alerting-notifies-production's finding, not twice).
 
 A table it cannot read (unknown at this preview, not JSON, without a job's schedule) is a
 violation: the policy fails closed.
@@ -118,7 +119,10 @@ def thresholds_page(resources: Sequence[Resource]) -> list[Finding]:
         for entry in table:
             findings += _job_findings(entry, watchdog.urn)
         policies = [r for r in resources if r.type == ALERT_POLICY]
-        if not any(_pages_on_opened(p) for p in policies):
+        # No policy notifying anyone at all is dedup-alerting-notifies-production's to say
+        # (the config refuses it first): not said twice.
+        if any(notifies(p) for p in policies) and not any(_pages_on_opened(p)
+                                                           for p in policies):
             findings.append(Finding(
                 "no alert policy with a notification channel counts the watchdog's "
                 "incident_opened lines (metric <namePrefix>-watchdog-incidents), so a "

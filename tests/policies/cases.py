@@ -1674,6 +1674,10 @@ STACK_CASES["dedup-alert-thresholds-page-production"] = [
                thresholds_stack(watched("0 * * * *", recoveryThreshold=200)), True),
     stack_case("opened-policy-without-channel",
                thresholds_stack(watched(), channels=False), True),
+    # No channel on any policy: dedup-alerting-notifies-production says so, not this one.
+    stack_case("no-channel-anywhere",
+               replace(thresholds_stack(watched()), gcp.ALERT_POLICY, "notificationChannels",
+                       []), False),
     stack_case("no-opened-policy",
                without_named(thresholds_stack(watched()), "alert-incident-opened"), True),
     stack_case("table-unreadable", thresholds_stack(watched(), table=False), True),
