@@ -1478,6 +1478,8 @@ class FirestoreWatchStore:
                 try:
                     batch.commit(retry=self._own.retry, timeout=self._own.timeout)
                 except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.NotFound) as exc:
+                    if self._landed(chunk, now):
+                        return  # our commit landed, its reply was lost: the retry met it
                     raise CursorMoved(
                         f"a cursor of jobs {[job for job, _ in chunk][:3]} changed since this "
                         f"tick read it (another tick wrote it): {exc}") from exc
@@ -1487,6 +1489,16 @@ class FirestoreWatchStore:
         items = list(cursors.items())
         in_parallel(write, [items[i:i + CURSOR_WRITE_BATCH]
                             for i in range(0, len(items), CURSOR_WRITE_BATCH)])
+
+    def _landed(self, chunk: Sequence[tuple[str, Cursor]], now: datetime) -> bool:
+        """Whether every cursor of `chunk` is this tick's own write (its `updated_at` is
+        this tick's `now`): a commit that landed while its reply was lost, which the
+        client's retry then found changed. Another tick writes another `now`."""
+        refs = [self._cursors.document(job) for job, _ in chunk]
+        snapshots: Any = self._own.client.get_all(
+            refs, retry=self._own.retry, timeout=self._own.timeout)
+        written = {s.id: (s.to_dict() or {}).get("updated_at") for s in snapshots if s.exists}
+        return all(written.get(job) == now for job, _ in chunk)
 
 
 class CursorMoved(StoreError):

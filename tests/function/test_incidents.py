@@ -33,6 +33,7 @@ from dedup.settings import SettingsError
 from dedup.store import StoredRun, StoreUnavailable
 from dedup.watchdog import (
     Cursor,
+    CursorMoved,
     WatchedJob,
     WatchStore,
     parse_watch_jobs,
@@ -231,6 +232,34 @@ def test_a_tick_that_fails_after_logging_repeats_the_same_incident_once(
     watch.logs.clear()
     assert handler.handle({}, b"").status == 200
     assert incident_lines(watch) == []
+
+
+def test_a_cursor_write_that_landed_while_its_reply_was_lost_is_recognised(
+    collection_name: str,
+) -> None:
+    """The client retries a commit whose reply was lost; the retry's precondition meets
+    the tick's own write. That is the tick's write, not another tick's: no CursorMoved."""
+    write_history(Runs(collection_name), HISTORY)
+    watch = Watch(collection_name, [job_with(3, 2)])
+    watch.tick(at(11, 0))  # a cursor exists: the next write is guarded by its version
+    handler = watch.handler()
+    store = handler._watchdog._store
+    real_put = store.put_cursors
+
+    def landed_then_retried(cursors: Mapping[str, Cursor], now: datetime) -> None:
+        real_put(cursors, now)  # lands
+        real_put(cursors, now)  # the retry of it, with the version the tick read
+
+    store.put_cursors = landed_then_retried  # type: ignore[method-assign]
+    watch.logs.clear()
+    watch.now = at(11, 20)
+    reply = handler.handle({}, b"")
+    assert reply.status == 200 and "overlapped" not in reply.body
+    assert [summary_of(e) for e in incident_lines(watch)] == [EXPECTED[0]]
+    # Another tick's write is not mistaken for ours.
+    other = replace(Cursor(), version=at(1, 0))
+    with pytest.raises(CursorMoved):
+        real_put({JOB: other}, at(11, 30))
 
 
 @dataclass
