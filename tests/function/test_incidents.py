@@ -85,6 +85,12 @@ def z(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def cursor_document(cursors: Any, job: str) -> dict[str, Any]:
+    """The job's cursor document as stored (the sync client's stubs admit async types)."""
+    snapshot: Any = cursors.document(job).get()
+    return dict(snapshot.to_dict() or {})
+
+
 EXPECTED = [
     (OPENED, FAILING, z(at(11, 0)), 3),
     (RESOLVED, FAILING, z(at(11, 50)), 2),
@@ -183,11 +189,11 @@ def test_a_tick_every_ten_minutes_keeps_the_streak_in_the_watchdogs_database(
         watch.tick(at(10, 0) + timedelta(minutes=minutes))
         seen += [summary_of(line) for line in incident_lines(watch)]
         if watch.now == at(11, 20):  # 11:00 judged, 11:10 not yet: the incident is open
-            stored: Any = cursors.document(JOB).get().to_dict()
+            stored = cursor_document(cursors, JOB)
             assert stored["incidents"][FAILING]["open"] is True
             assert stored["incidents"][FAILING]["bad"] == 3
     assert seen == EXPECTED
-    stored = cursors.document(JOB).get().to_dict()
+    stored = cursor_document(cursors, JOB)
     assert stored["incidents"][FAILING]["open"] is False
 
 
@@ -321,7 +327,7 @@ def test_overlapping_ticks_open_one_incident_and_the_late_one_writes_nothing(
     # The slow tick did not roll the later cursor back: the next tick goes on from 11:30's
     # (11:10 is not judged, nor counted, again).
     cursors = firestore.Client(project=PROJECT).collection(f"{collection_name}_watchdog")
-    stored: Any = cursors.document(JOB).get().to_dict()
+    stored = cursor_document(cursors, JOB)
     assert stored["judged_through"] == at(11, 15)
     assert stored["incidents"][FAILING]["bad"] == 4
     _, body = fast.tick(at(11, 40))

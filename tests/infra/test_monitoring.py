@@ -20,10 +20,9 @@ from infra.monitoring import (
     STORE_UNAVAILABLE_THRESHOLD,
     absence_seconds,
     incident_window_seconds,
-    schedule_period_seconds,
 )
 from infra.offline import load_stack_config, run_offline
-from infra.scheduler_rules import retry_window_seconds
+from infra.scheduler_rules import retry_window_seconds, schedule_period_seconds
 from infra.source import JOB_ROUTES_TABLE, PROXY_ROUTES_TABLE, WATCH_JOBS_TABLE
 from policies import offline_check
 from tests.infra.helpers import (
