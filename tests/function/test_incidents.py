@@ -36,9 +36,12 @@ from dedup.watchdog import (
     CursorMoved,
     WatchedJob,
     WatchStore,
+    build_watchdog_handler,
     parse_watch_jobs,
 )
 from local_stack.deliveries import LOCATION, PROJECT
+from local_stack.processes import FirestoreEmulator
+from local_stack.store_faults import StoreFaultProxy
 from tests.function.faulty_store import FaultyStore
 from tests.function.test_watchdog import TEN_MINUTES, Runs, Watch, at
 
@@ -266,6 +269,47 @@ def test_a_cursor_write_that_landed_while_its_reply_was_lost_is_recognised(
     other = replace(Cursor(), version=at(1, 0))
     with pytest.raises(CursorMoved):
         real_put({JOB: other}, at(11, 30))
+
+
+def test_a_cursor_reply_dropped_by_the_store_opens_the_incident_once(
+    collection_name: str, firestore_emulator: FirestoreEmulator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the store-fault proxy (local_stack.store_faults): the store's replies are
+    held and dropped while the tick commits its cursor, so the commit lands and the tick
+    is told it failed (or its client's retry meets its own write). However the tick ends,
+    the incident is opened once: its retry judges from the cursor that landed."""
+    write_history(Runs(collection_name), HISTORY)
+    watch = Watch(collection_name, [job_with(3, 2)])
+    watch.tick(at(11, 0))  # the cursor exists before the fault
+    with StoreFaultProxy(firestore_emulator.host) as proxy:
+        monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", proxy.host)
+        handler = build_watchdog_handler(
+            watch.settings(), firestore.Client(project=PROJECT), watch.logs.append,
+            wall_clock=lambda: watch.now)
+        store = handler._watchdog._store
+        real_put = store.put_cursors
+
+        def dropped_reply(cursors: Mapping[str, Cursor], now: datetime) -> None:
+            proxy.stall(2, drop=True)  # from now on: the commit lands, its reply is lost
+            real_put(cursors, now)
+
+        store.put_cursors = dropped_reply  # type: ignore[method-assign]
+        watch.logs.clear()
+        watch.now = at(11, 20)
+        statuses = [handler.handle({}, b"").status]
+        proxy.heal()
+        store.put_cursors = real_put  # type: ignore[method-assign]
+        statuses.append(handler.handle({}, b"").status)  # Scheduler's retry, or the next
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", firestore_emulator.host)
+    assert statuses[-1] == 200
+    opened = [summary_of(e) for e in incident_lines(watch)]
+    assert opened == [EXPECTED[0]], statuses
+    # Its own write, recognised (updated_at): not taken for another tick's.
+    assert not any(e.get("outcome") == "overlapped" for e in watch.logs)
+    stored = cursor_document(
+        firestore.Client(project=PROJECT).collection(f"{collection_name}_watchdog"), JOB)
+    assert stored["incidents"][FAILING]["open"] is True
 
 
 @dataclass
