@@ -57,6 +57,7 @@ import math
 import os
 import re
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -1463,13 +1464,17 @@ class FirestoreWatchStore:
     def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> None:
         """Each cursor written only if its document is still as this tick read it (created
         if there was none): a tick that overlapped another (a Scheduler retry next to a slow
-        tick) fails with CursorMoved instead of overwriting its cursors and streaks, and its
-        retry judges from what the other wrote. One commit per chunk, all or nothing."""
+        tick) gets CursorMoved instead of overwriting the other's cursors and streaks (and
+        writes nothing of that chunk: one commit per chunk, all or nothing)."""
+        # Marks this write, so that a retry of a commit that landed knows it for its own.
+        written_by = uuid.uuid4().hex
+
         def write(chunk: Sequence[tuple[str, Cursor]]) -> None:
             def op() -> None:
                 batch = self._own.client.batch()
                 for job, cursor in chunk:
-                    ref, document = self._cursors.document(job), cursor.to_document(now)
+                    ref = self._cursors.document(job)
+                    document = {**cursor.to_document(now), WRITTEN_BY: written_by}
                     if cursor.version is None:
                         batch.create(ref, document)
                     else:
@@ -1478,7 +1483,7 @@ class FirestoreWatchStore:
                 try:
                     batch.commit(retry=self._own.retry, timeout=self._own.timeout)
                 except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.NotFound) as exc:
-                    if self._landed(chunk, now):
+                    if self._landed(chunk, written_by):
                         return  # our commit landed, its reply was lost: the retry met it
                     raise CursorMoved(
                         f"a cursor of jobs {[job for job, _ in chunk][:3]} changed since this "
@@ -1490,15 +1495,19 @@ class FirestoreWatchStore:
         in_parallel(write, [items[i:i + CURSOR_WRITE_BATCH]
                             for i in range(0, len(items), CURSOR_WRITE_BATCH)])
 
-    def _landed(self, chunk: Sequence[tuple[str, Cursor]], now: datetime) -> bool:
-        """Whether every cursor of `chunk` is this tick's own write (its `updated_at` is
-        this tick's `now`): a commit that landed while its reply was lost, which the
-        client's retry then found changed. Another tick writes another `now`."""
+    def _landed(self, chunk: Sequence[tuple[str, Cursor]], written_by: str) -> bool:
+        """Whether every cursor of `chunk` is this write's own (its WRITTEN_BY mark): a
+        commit that landed while its reply was lost, which the client's retry then found
+        changed."""
         refs = [self._cursors.document(job) for job, _ in chunk]
         snapshots: Any = self._own.client.get_all(
             refs, retry=self._own.retry, timeout=self._own.timeout)
-        written = {s.id: (s.to_dict() or {}).get("updated_at") for s in snapshots if s.exists}
-        return all(written.get(job) == now for job, _ in chunk)
+        marks = {s.id: (s.to_dict() or {}).get(WRITTEN_BY) for s in snapshots if s.exists}
+        return all(marks.get(job) == written_by for job, _ in chunk)
+
+
+WRITTEN_BY = "written_by"
+"""A cursor document's mark of the write that made it (put_cursors)."""
 
 
 class CursorMoved(StoreError):

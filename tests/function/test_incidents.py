@@ -243,32 +243,19 @@ def test_a_tick_that_fails_after_logging_repeats_the_same_incident_once(
     assert incident_lines(watch) == []
 
 
-def test_a_cursor_write_that_landed_while_its_reply_was_lost_is_recognised(
-    collection_name: str,
-) -> None:
-    """The client retries a commit whose reply was lost; the retry's precondition meets
-    the tick's own write. That is the tick's write, not another tick's: no CursorMoved."""
-    write_history(Runs(collection_name), HISTORY)
-    watch = Watch(collection_name, [job_with(3, 2)])
-    watch.tick(at(11, 0))  # a cursor exists: the next write is guarded by its version
-    handler = watch.handler()
-    store = handler._watchdog._store
-    real_put = store.put_cursors
-
-    def landed_then_retried(cursors: Mapping[str, Cursor], now: datetime) -> None:
-        real_put(cursors, now)  # lands
-        real_put(cursors, now)  # the retry of it, with the version the tick read
-
-    store.put_cursors = landed_then_retried  # type: ignore[method-assign]
-    watch.logs.clear()
-    watch.now = at(11, 20)
-    reply = handler.handle({}, b"")
-    assert reply.status == 200 and "overlapped" not in reply.body
-    assert [summary_of(e) for e in incident_lines(watch)] == [EXPECTED[0]]
-    # Another tick's write is not mistaken for ours.
-    other = replace(Cursor(), version=at(1, 0))
+def test_a_cursor_changed_by_another_write_is_cursor_moved(collection_name: str) -> None:
+    """A guarded cursor write that meets another write's document raises CursorMoved (a
+    write that meets its own, landed, is recognised: the next test)."""
+    watch = Watch(collection_name, [TEN_MINUTES])
+    watch.tick(at(11, 0))
+    store = watch.handler()._watchdog._store
+    [(job, cursor)] = store.get_cursors([JOB]).items()
+    store.put_cursors({job: cursor}, at(11, 10))  # lands: the document has moved on
+    with pytest.raises(CursorMoved, match="changed since this tick read it"):
+        store.put_cursors({job: cursor}, at(11, 20))  # still guarded by the old version
+    fresh = Cursor()  # one that thinks there is no document yet
     with pytest.raises(CursorMoved):
-        real_put({JOB: other}, at(11, 30))
+        store.put_cursors({job: fresh}, at(11, 30))
 
 
 def test_a_cursor_reply_dropped_by_the_store_opens_the_incident_once(
@@ -305,7 +292,7 @@ def test_a_cursor_reply_dropped_by_the_store_opens_the_incident_once(
     assert statuses[-1] == 200
     opened = [summary_of(e) for e in incident_lines(watch)]
     assert opened == [EXPECTED[0]], statuses
-    # Its own write, recognised (updated_at): not taken for another tick's.
+    # Its own write, recognised (its written_by mark): not taken for another tick's.
     assert not any(e.get("outcome") == "overlapped" for e in watch.logs)
     stored = cursor_document(
         firestore.Client(project=PROJECT).collection(f"{collection_name}_watchdog"), JOB)
