@@ -60,6 +60,7 @@ from google.cloud import firestore
 from dedup.delivery import DeliveryResult, HttpDeliverer, RunDelivery, TargetAuth
 from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
+from dedup.ran_twice import RAN_TWICE
 from dedup.reruns import FirestoreRerunQueue, RerunQueue, reruns_collection
 from dedup.settings import Settings
 from dedup.store import RunStatus
@@ -110,6 +111,10 @@ EXPECT_SKIPPED = "skipped by Scheduler: the job was still being retried"
 EXPECT_FAILED = "injected: the flaky job fails this run"
 EXPECT_EXHAUSTED = "accounted: retries exhausted, job never completed"
 EXPECT_CAUGHT_UP = "injected: missed, and the job has catchUp"
+# A run whose job started more often than it committed (an attempt killed mid-job) and was
+# finished by a later attempt: its record shows the takeover, which is the watchdog's
+# ran_twice (it cannot tell a crash from a completion that went unrecorded).
+EXPECT_TAKEN_OVER = "injected: an attempt was killed mid-job, a later one executed the run"
 NOT_JUDGED = "not judged: before the job's first recorded run"
 # The kinds of finding each expectation admits (a caught-up run is no problem, but is
 # matched like one: CAUGHT_UP). An exhausted run without a record is missed, so caught up
@@ -120,6 +125,7 @@ KINDS = {
     EXPECT_FAILED: (FAILED,),
     EXPECT_EXHAUSTED: (MISSED, FAILED, OVERLONG, CAUGHT_UP),
     EXPECT_CAUGHT_UP: (CAUGHT_UP,),
+    EXPECT_TAKEN_OVER: (RAN_TWICE,),
 }
 RERUN_REASON = "make demo: re-run one completed run"
 RERUN_REQUESTED_BY = "make demo"
@@ -332,6 +338,8 @@ def expectations(
         assert s.schedule_time is not None
         key = (s.job, s.schedule_time)
         if s.executions:
+            if (s.starts or 0) > s.executions:
+                expected[key] = EXPECT_TAKEN_OVER
             continue  # completed: the watchdog finds it fine
         first = first_recorded.get(s.job)
         if s.missed or s.skipped:
@@ -457,7 +465,9 @@ def run_watchdog(
         ]
     report.unreported = [
         (job, when, why) for (job, when), why in sorted(expected.items())
-        if (job, when) not in found and job in report.now and why != EXPECT_EXHAUSTED
+        if (job, when) not in found and job in report.now
+        # admitted, not required: a job that started and raised was retried (no takeover)
+        and why not in (EXPECT_EXHAUSTED, EXPECT_TAKEN_OVER)
     ]
     report.findings.sort(key=lambda f: (f.problem.job, f.problem.schedule_time or started))
     return report

@@ -46,6 +46,7 @@ from pydantic_core import ErrorDetails
 
 import infra.source  # noqa: F401  (puts function/ on sys.path: DST defaults are the function's)
 from dedup.business_runs import default_dst
+from dedup.incidents import MAX_THRESHOLD
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
     ATTEMPT_DEADLINE_MAX_SECONDS,
@@ -507,6 +508,26 @@ def _at_most_once(raw: Any) -> Any:
     return raw
 
 
+_FAILURE_THRESHOLD_TEXT = ("How many of the job's runs in a row judged missed, failed or "
+                           "overlong open an incident (one notification per streak)")
+_RECOVERY_THRESHOLD_TEXT = ("How many completed runs in a row close it (a recovery "
+                            "notification); also closes a ran_twice incident")
+
+
+class JobAlertSettings(_Model):
+    """A job's own alert thresholds (`jobs[].alerts`); unset: the stack's `alerts`."""
+
+    setting_of: ClassVar[str] = "a job's alerts setting"
+    failure_threshold: Int = Field(  # 0: unset (a given value is validated, the default not)
+        default=0, ge=1, le=MAX_THRESHOLD,
+        description=f"{_FAILURE_THRESHOLD_TEXT}; unset: alerts.failureThreshold",
+        json_schema_extra=Hint(default="alerts.failureThreshold"))
+    recovery_threshold: Int = Field(  # 0: unset (a given value is validated, the default not)
+        default=0, ge=1, le=MAX_THRESHOLD,
+        description=f"{_RECOVERY_THRESHOLD_TEXT}; unset: alerts.recoveryThreshold",
+        json_schema_extra=Hint(default="alerts.recoveryThreshold"))
+
+
 class JobSettings(_Model):
     """One Cloud Scheduler job, served by the stack's dedup function (or its proxy)."""
 
@@ -568,6 +589,9 @@ class JobSettings(_Model):
         default=CATCH_UP_WITHIN_DEFAULT_SECONDS, ge=60, le=DURATION_MAX_SECONDS,
         description="With catchUp: only a run scheduled at most this long ago is caught up; "
         "> the job's retry window + watchdog.graceSeconds, < watchdog.lookbackSeconds")
+    alerts: JobAlertSettings = Field(
+        default_factory=JobAlertSettings, description="The job's own alert thresholds "
+        "(failureThreshold, recoveryThreshold); unset: the stack's alerts")
 
     @field_validator("schedule")
     @classmethod
@@ -882,6 +906,13 @@ class AlertSettings(_Model):
         default=(), description="E-mail addresses notified by every alert policy (one "
         "notification channel each); a deletion-protected stack needs at least one",
         json_schema_extra=Hint("an e-mail address", "use addresses like oncall@example.com"))
+    failure_threshold: Int = Field(
+        default=1, ge=1, le=MAX_THRESHOLD,
+        description=f"Every job's default: {_FAILURE_THRESHOLD_TEXT}; never_ran and "
+        "ran_twice open one at once")
+    recovery_threshold: Int = Field(
+        default=1, ge=1, le=MAX_THRESHOLD,
+        description=f"Every job's default: {_RECOVERY_THRESHOLD_TEXT}")
 
     @field_validator("emails")
     @classmethod
@@ -949,7 +980,7 @@ class StackConfig(_Model):
     watchdog: WatchdogSettings = Field(default_factory=WatchdogSettings,
                                        description="The run watchdog")
     alerts: AlertSettings = Field(default_factory=AlertSettings,
-                                  description="Alert notification channels")
+                                  description="Alert notification channels and thresholds")
     jobs: tuple[JobSettings, ...] = Field(
         description="The Cloud Scheduler jobs: at least one, names unique",
         json_schema_extra=Hint(fix="give a list of jobs, each with at least a name and a "
@@ -1154,6 +1185,12 @@ class StackConfig(_Model):
         return service_account_email(
             self.project, service_account_id(self.name_prefix, "invoker")
         )
+
+    def alert_thresholds(self, job: JobSettings) -> tuple[int, int]:
+        """The job's (failureThreshold, recoveryThreshold): its own, else the stack's."""
+        own, stack = job.alerts, self.alerts
+        return (own.failure_threshold or stack.failure_threshold,
+                own.recovery_threshold or stack.recovery_threshold)
 
     def job_id(self, job: JobSettings) -> str:
         """The deployed Scheduler job ID of `job`: `<namePrefix>-<name>`."""

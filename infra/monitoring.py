@@ -6,14 +6,19 @@ Logging parses into `jsonPayload`); the functions export nothing themselves:
 - one line per delivery (dedup function and proxy): `outcome`, `job` (the Scheduler job
   ID), `latency_ms`;
 - the watchdog's problem lines: `component: "watchdog"`, `kind` (missed, failed, overlong,
-  never_ran), `job`; and one summary line per tick (`message` "watchdog summary ...").
+  never_ran, ran_twice, malformed), `job`; one summary line per tick (`message` "watchdog
+  summary ..."); and one line per incident transition (dedup/incidents.py): `event`
+  (`incident_opened`, `incident_resolved`), `incident_kind` (failing, ran_twice), `job`.
 
 Log-based metrics (user-defined, `logging.googleapis.com/user/<namePrefix>-...`):
 deliveries by job and outcome, job duration (a distribution of `latency_ms`) by job and
-outcome, watchdog problems by job and kind, completed_unrecorded and claim_lost deliveries
-by job, and watchdog summaries. Alert policies: any watchdog problem; store_unavailable
-deliveries above a rate; the watchdog's summary line absent for 3 of its periods (so the
-watchdog itself is watched). Every policy notifies the e-mail channels of `alerts.emails`.
+outcome, watchdog problems by job and kind, incident transitions by job, kind and event,
+completed_unrecorded and claim_lost deliveries by job, and watchdog summaries. Alert
+policies: an incident opened (a job's streak of bad runs reached its failureThreshold, or
+a run ran twice), and one resolved (its recoveryThreshold of good runs), each notified
+once; a malformed document the watchdog refused; store_unavailable deliveries above a
+rate; the watchdog's summary line absent for 3 of its periods (so the watchdog itself is
+watched). Every policy notifies the e-mail channels of `alerts.emails`.
 """
 
 from __future__ import annotations
@@ -22,16 +27,17 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from itertools import islice, pairwise
 from typing import Any, Final
 
 import pulumi
 import pulumi_gcp as gcp
 
 from infra.config import WatchdogSettings
-from infra.contracts.limits import MISSING_DATA_MIN_DURATION_SECONDS
-from infra.scheduler_rules import duration_string, schedule_times
+from infra.contracts.limits import (
+    ALERT_ALIGNMENT_PERIOD_MAX_SECONDS,
+    MISSING_DATA_MIN_DURATION_SECONDS,
+)
+from infra.scheduler_rules import duration_string, schedule_period_seconds
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:Monitoring"
 USER_METRIC_PREFIX: Final = "logging.googleapis.com/user/"
@@ -45,7 +51,10 @@ AUTO_CLOSE_SECONDS: Final = 1800
 of the same job and kind notifies again instead of joining a stale incident."""
 ABSENCE_MIN_SECONDS: Final = 120
 ABSENCE_MAX_SECONDS: Final = 84600  # Cloud Monitoring's longest absence duration: 23.5 h
-PROBLEM_KINDS: Final = ("missed", "failed", "overlong", "never_ran")
+PROBLEM_KINDS: Final = ("missed", "failed", "overlong", "never_ran", "ran_twice", "malformed")
+INCIDENT_REPEAT_SLACK_SECONDS: Final = 300
+"""How much later than one watchdog period a transition's repeat may come and still join
+its incident (see incident_window_seconds)."""
 CONDITION_DURATION_SECONDS: Final = MISSING_DATA_MIN_DURATION_SECONDS
 """How long a threshold condition must hold before it alerts: the shortest duration the
 Monitoring API accepts on a condition that sets evaluationMissingData (a "0s" duration is
@@ -62,19 +71,24 @@ lets a single problem (each is logged once) still hold the condition for its ful
 duration and alert, instead of sliding out just as the duration is reached."""
 
 
-def schedule_period_seconds(schedule: str, time_zone: str) -> int:
-    """The longest gap between two runs of `schedule` over a sample of its next runs."""
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    times = list(islice(schedule_times(schedule, time_zone, start), 200))
-    gaps = [(b - a).total_seconds() for a, b in pairwise(times)]
-    return int(max(gaps)) if gaps else ABSENCE_MAX_SECONDS
-
-
 def absence_seconds(settings: WatchdogSettings) -> int:
     """ABSENT_PERIODS watchdog periods, in whole minutes, within what Monitoring allows."""
     period = schedule_period_seconds(settings.schedule, settings.time_zone)
     wanted = math.ceil(ABSENT_PERIODS * period / 60) * 60
     return max(ABSENCE_MIN_SECONDS, min(ABSENCE_MAX_SECONDS, wanted))
+
+
+def incident_window_seconds(settings: WatchdogSettings) -> int:
+    """The incident conditions' alignment period: one watchdog period + 5 minutes, whole
+    minutes, within what Monitoring allows. A transition line is logged again when its
+    tick's cursor write failed (by the Scheduler retry, or at the latest the next tick);
+    within this window the repeat is summed into the same time series while its incident
+    is still open, so Monitoring opens no second incident and notifies once (an incident
+    is opened when a condition starts to be met, "Behavior of metric-based alerting
+    policies", https://cloud.google.com/monitoring/alerts/concepts-indepth)."""
+    period = schedule_period_seconds(settings.schedule, settings.time_zone)
+    wanted = math.ceil((period + INCIDENT_REPEAT_SLACK_SECONDS) / 60) * 60
+    return max(CONDITION_DURATION_SECONDS + 60, min(ALERT_ALIGNMENT_PERIOD_MAX_SECONDS, wanted))
 
 
 def _service_filter(services: Sequence[str]) -> str:
@@ -133,9 +147,15 @@ class MonitoringArgs:
             watchdog = f'{_service_filter([self.watchdog_service])} AND ' \
                 'jsonPayload.component="watchdog"'
             specs += [
-                MetricSpec("watchdog-problems", "Missed, failed, overlong and never-run runs "
-                           "reported by the watchdog, by job and kind.",
+                MetricSpec("watchdog-problems", "Missed, failed, overlong, never-run and "
+                           "ran-twice runs and malformed documents reported by the watchdog, "
+                           "by job and kind.",
                            f"{watchdog} AND jsonPayload.kind:*", {"job": "job", "kind": "kind"}),
+                MetricSpec("watchdog-incidents", "Incidents opened and resolved by the "
+                           "watchdog's streaks (one line per transition), by job, kind and "
+                           "event.", f"{watchdog} AND jsonPayload.event:* AND "
+                           "jsonPayload.incident_kind:*",
+                           {"job": "job", "kind": "incident_kind", "event": "event"}),
                 MetricSpec("watchdog-summaries", "The watchdog's summary lines (one per tick).",
                            f'{watchdog} AND jsonPayload.message=~"^watchdog summary"'),
             ]
@@ -178,8 +198,14 @@ class MonitoringArgs:
             chart("Claims lost by job", "claim-lost", ["job"], "ALIGN_SUM", "REDUCE_SUM"),
         ]
         if self.watchdog_service is not None:
-            widgets.append(chart("Watchdog problems by job and kind", "watchdog-problems",
-                                 ["job", "kind"], "ALIGN_SUM", "REDUCE_SUM"))
+            widgets += [
+                chart("Watchdog problems by job and kind", "watchdog-problems",
+                      ["job", "kind"], "ALIGN_SUM", "REDUCE_SUM"),
+                chart("Incidents opened and resolved by job", "watchdog-incidents",
+                      ["job", "kind", "event"], "ALIGN_SUM", "REDUCE_SUM"),
+                chart("Runs executed twice by job", "watchdog-problems", ["job"],
+                      "ALIGN_SUM", "REDUCE_SUM", extra=' metric.label.kind="ran_twice"'),
+            ]
         tiles = [
             {"xPos": (i % 2) * 24, "yPos": (i // 2) * 16, "width": 24, "height": 16,
              "widget": widget}
@@ -257,9 +283,10 @@ class Monitoring(pulumi.ComponentResource):
             suffix: str,
             display_name: str,
             condition: gcp.monitoring.AlertPolicyConditionArgs,
-            severity: str,
+            severity: str | None,
             documentation: str,
             metrics: Sequence[pulumi.Resource],
+            notify_on_close: bool = True,
         ) -> gcp.monitoring.AlertPolicy:
             return gcp.monitoring.AlertPolicy(
                 f"{name}-alert-{suffix}",
@@ -273,7 +300,10 @@ class Monitoring(pulumi.ComponentResource):
                     content=documentation, mime_type="text/markdown"
                 ),
                 alert_strategy=gcp.monitoring.AlertPolicyAlertStrategyArgs(
-                    auto_close=duration_string(AUTO_CLOSE_SECONDS)
+                    auto_close=duration_string(AUTO_CLOSE_SECONDS),
+                    # An incident of a transition line closes when its window passes, which
+                    # says nothing: the recovery is a policy (and a notification) of its own.
+                    notification_prompts=None if notify_on_close else ["OPENED"],
                 ),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(metrics)),
             )
@@ -316,41 +346,81 @@ class Monitoring(pulumi.ComponentResource):
             "Check Firestore's status and the function's logs.",
             [deliveries],
         )
+        def any_line(
+            display_name: str, suffix: str, match: str, window_seconds: int,
+            group_by: Sequence[str],
+        ) -> gcp.monitoring.AlertPolicyConditionArgs:
+            """Met while a line counted by metric `suffix` (and `match`) lies within the
+            last `window_seconds`, per `group_by` series: each line is logged once (the
+            watchdog's cursors), so a window longer than the condition's duration lets a
+            single line hold the condition for its whole duration and alert; the window
+            passing without another closes the incident."""
+            return gcp.monitoring.AlertPolicyConditionArgs(
+                display_name=display_name,
+                condition_threshold=gcp.monitoring.AlertPolicyConditionConditionThresholdArgs(
+                    filter=f'metric.type="{args.metric_type(suffix)}" AND '
+                    f'resource.type="cloud_run_revision" AND {match}',
+                    comparison="COMPARISON_GT",
+                    threshold_value=0,
+                    duration=duration_string(CONDITION_DURATION_SECONDS),
+                    evaluation_missing_data="EVALUATION_MISSING_DATA_INACTIVE",
+                    aggregations=[
+                        gcp.monitoring.AlertPolicyConditionConditionThresholdAggregationArgs(
+                            alignment_period=duration_string(window_seconds),
+                            per_series_aligner="ALIGN_SUM",
+                            cross_series_reducer="REDUCE_SUM",
+                            group_by_fields=[f"metric.label.{g}" for g in group_by],
+                        )
+                    ],
+                ),
+            )
+
         if args.watchdog_service is not None:
             problems = self.metrics["watchdog-problems"]
+            incidents = self.metrics["watchdog-incidents"]
+            incident_window = incident_window_seconds(args.watchdog)
+            # Runs page through incidents (one per streak); a malformed document is no run
+            # and no streak: each one alerts.
             self.alert_policies["watchdog-problem"] = policy(
                 "watchdog-problem",
-                "a scheduled run was missed, failed, overlong or never ran",
-                gcp.monitoring.AlertPolicyConditionArgs(
-                    display_name="any run reported by the watchdog",
-                    condition_threshold=gcp.monitoring.AlertPolicyConditionConditionThresholdArgs(
-                        filter=f'metric.type="{args.metric_type("watchdog-problems")}" AND '
-                        'resource.type="cloud_run_revision"',
-                        comparison="COMPARISON_GT",
-                        threshold_value=0,
-                        duration=duration_string(CONDITION_DURATION_SECONDS),
-                        # Each problem is logged once (the watchdog's cursors): it holds the
-                        # condition for the whole window, so it alerts after the duration, and
-                        # the window passing without another closes the incident.
-                        evaluation_missing_data="EVALUATION_MISSING_DATA_INACTIVE",
-                        aggregations=[
-                            gcp.monitoring.AlertPolicyConditionConditionThresholdAggregationArgs(
-                                alignment_period=duration_string(
-                                    WATCHDOG_PROBLEM_WINDOW_SECONDS
-                                ),
-                                per_series_aligner="ALIGN_SUM",
-                                cross_series_reducer="REDUCE_SUM",
-                                group_by_fields=["metric.label.job", "metric.label.kind"],
-                            )
-                        ],
-                    ),
-                ),
+                "the run watchdog refused a malformed document",
+                any_line("a cursor or re-run request the watchdog cannot read",
+                         "watchdog-problems", 'metric.label.kind="malformed"',
+                         WATCHDOG_PROBLEM_WINDOW_SECONDS, ["job", "kind"]),
                 "ERROR",
-                "The run watchdog reported a run of a Scheduler job as `missed` (never "
-                "delivered), `failed` (failed through all retries), `overlong` (running past "
-                "its attempt deadline) or `never_ran`. The incident names the job and kind; the "
-                "watchdog's log line (jsonPayload.component=\"watchdog\") names the run.",
+                "The run watchdog found a cursor or re-run request in its own database that "
+                "it cannot read (`kind: malformed`; the log line's `document` names it). The "
+                "job is judged afresh and the request refused; only the watchdog's account "
+                "and the operators write that database: see the runbook.",
                 [problems],
+            )
+            self.alert_policies["incident-opened"] = policy(
+                "incident-opened",
+                "a job is failing, or a run ran twice",
+                any_line("an incident opened by the watchdog", "watchdog-incidents",
+                         'metric.label.event="incident_opened"', incident_window, ["job", "kind"]),
+                "ERROR",
+                "The run watchdog opened an incident for a Scheduler job: `failing` (its "
+                "`failureThreshold` of runs in a row were missed, failed or overlong, or it "
+                "never ran) or `ran_twice` (a run was executed by two attempts). One "
+                "notification per streak; a recovery notification follows once the job has "
+                "`recoveryThreshold` good runs in a row. The watchdog's `incident_opened` "
+                "line (jsonPayload.event) names the incident, its first and last bad run.",
+                [incidents],
+                notify_on_close=False,
+            )
+            self.alert_policies["incident-resolved"] = policy(
+                "incident-resolved",
+                "a job recovered",
+                any_line("an incident resolved by the watchdog", "watchdog-incidents",
+                         'metric.label.event="incident_resolved"', incident_window,
+                         ["job", "kind"]),
+                None,
+                "The run watchdog closed an incident: the job has had its "
+                "`recoveryThreshold` of completed runs in a row (`incident_resolved` line, "
+                "same `incident` as the opening one). Nothing to do.",
+                [incidents],
+                notify_on_close=False,
             )
             summaries = self.metrics["watchdog-summaries"]
             absent = absence_seconds(args.watchdog)

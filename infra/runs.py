@@ -8,7 +8,8 @@ the watchdog computes them; their records are read by ID in one batch per job (n
 no index) from the stack's dedup database (the watchdog's cursors and the re-run requests
 from the watchdog's own database, `<databaseName>-watchdog`), and each run gets the
 watchdog's own verdict
-(`dedup.watchdog.classify_run`): ok, not_due, running, missed, failed, overlong, or
+(`dedup.watchdog.classify_run`): ok, not_due, running, missed, failed, overlong (ok or
+failed with `+ran_twice` when the record shows a second execution, dedup.ran_twice), or
 before_first_run (the job's first recorded run, from the watchdog's cursor or else the
 earliest record shown, is later: the watchdog does not judge it); never_ran when neither
 exists (no record among the runs shown and no watchdog cursor); paused for a paused job's
@@ -41,12 +42,15 @@ if _FUNCTION_DIR not in sys.path:
 
 from dedup.firestore_store import FirestoreRunStore  # noqa: E402
 from dedup.keys import RunKey  # noqa: E402
+from dedup.ran_twice import RAN_TWICE, second_execution  # noqa: E402
 from dedup.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection  # noqa: E402
 from dedup.settings import SettingsError  # noqa: E402
 from dedup.store import RunStatus, StoredRun, StoreError  # noqa: E402
 from dedup.watchdog import (  # noqa: E402
     BEFORE_FIRST_RUN,
     CURSOR_SUFFIX,
+    FAILED,
+    FINE,
     NEVER_RAN,
     WatchedJob,
     classify_run,
@@ -188,6 +192,8 @@ def job_table(
         )
         if verdict == BEFORE_FIRST_RUN and first_run is None:
             verdict = NEVER_RAN  # no record of the job at all in what is shown
+        if verdict in (FINE, FAILED) and second_execution(stored) is not None:
+            verdict += f"+{RAN_TWICE}"  # the watchdog's ran_twice (dedup.ran_twice)
         rows.append((
             t.strftime("%Y-%m-%d %H:%M:%SZ"),
             t.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z"),

@@ -13,7 +13,7 @@ import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from itertools import groupby
+from itertools import groupby, islice, pairwise
 from typing import Final, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
@@ -106,6 +106,15 @@ def schedule_times(schedule: str, time_zone: str, after: datetime) -> Iterator[d
     it = croniter(schedule, after.astimezone(zone))
     while True:
         yield it.get_next(datetime)
+
+
+def schedule_period_seconds(schedule: str, time_zone: str, fallback: int = 84600) -> int:
+    """The longest gap between two runs of `schedule` over a sample of its next 200 runs
+    from 2026-01-01; `fallback` when the sample has fewer than two runs."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    times = list(islice(schedule_times(schedule, time_zone, start), 200))
+    gaps = [(b - a).total_seconds() for a, b in pairwise(times)]
+    return int(max(gaps)) if gaps else fallback
 
 
 @dataclass(frozen=True)

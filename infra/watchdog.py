@@ -118,6 +118,8 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
             "dstSkipped": job.dst_skipped,
             "forcedRuns": job.forced_runs,
         }
+        failure, recovery = cfg.alert_thresholds(job)
+        entry.update(failureThreshold=failure, recoveryThreshold=recovery)
         if job.proxy is not None:
             entry["database"] = cfg.dedup.proxy_database_name  # the proxy's own records
             entry["proxied"] = True

@@ -20,7 +20,8 @@ from policies.values import as_list, get, is_unknown, known_str
 PROTECTED: str = "DELETE_PROTECTION_ENABLED"
 
 
-def _production_like(resources: Sequence[Resource]) -> bool:
+def production_like(resources: Sequence[Resource]) -> bool:
+    """A Firestore database of the stack has delete protection on."""
     return any(
         r.type == FIRESTORE_DATABASE
         and known_str(get(r.props, "deleteProtectionState")) == PROTECTED
@@ -28,7 +29,8 @@ def _production_like(resources: Sequence[Resource]) -> bool:
     )
 
 
-def _notifies(policy: Resource) -> bool:
+def notifies(policy: Resource) -> bool:
+    """The policy names a notification channel (or ones not known yet)."""
     channels = get(policy.props, "notificationChannels")
     if is_unknown(channels):
         return True
@@ -41,7 +43,7 @@ def _problem(resources: Sequence[Resource]) -> list[Finding]:
     if not functions:
         return []
     policies = [r for r in resources if r.type == ALERT_POLICY]
-    if any(_notifies(p) for p in policies):
+    if any(notifies(p) for p in policies):
         return []
     if policies:
         message = (
@@ -60,9 +62,9 @@ def _problem(resources: Sequence[Resource]) -> list[Finding]:
 
 def production_alerting(resources: Sequence[Resource]) -> list[Finding]:
     """dedup-alerting-notifies-production: mandatory for a delete-protected stack."""
-    return _problem(resources) if _production_like(resources) else []
+    return _problem(resources) if production_like(resources) else []
 
 
 def alerting(resources: Sequence[Resource]) -> list[Finding]:
     """dedup-alerting-notifies: the same advice for the other stacks (advisory)."""
-    return [] if _production_like(resources) else _problem(resources)
+    return [] if production_like(resources) else _problem(resources)

@@ -10,6 +10,7 @@ from typing import Final
 
 from policies import (
     accounts,
+    alert_thresholds,
     alerting,
     databases,
     deployers,
@@ -408,6 +409,15 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "with at least one notification channel (stack config alerts.emails).",
         ADVISORY,
         alerting.alerting,
+    ),
+    StackPolicy(
+        "dedup-alert-thresholds-page-production",
+        "On a production-like stack (delete protection on) every job's alert thresholds must "
+        "page someone: failureThreshold x the job's period at most a day, recoveryThreshold x "
+        "its period at most a week, and the incident-opened alert policy with a notification "
+        "channel (stack config alerts.emails, alerts.failureThreshold, jobs[].alerts).",
+        MANDATORY,
+        alert_thresholds.thresholds_page,
     ),
 )
 

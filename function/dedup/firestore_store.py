@@ -64,6 +64,8 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
         # Always written too: a takeover of a permanent failure past its expiry (a new
         # life) must not inherit the flag.
         "permanent": record.permanent,
+        # Always written: a new life (past expiry) starts without the old run's history.
+        "unfinished_attempts": list(record.unfinished_attempts),
     }
     if record.forced:
         # Only forced records carry it: scheduled records keep their fields as they were.
@@ -104,6 +106,7 @@ def document_to_record(data: dict[str, Any]) -> RunRecord:
         permanent=bool(data.get("permanent", False)),
         blocked_by=data.get("blocked_by"),
         replaced_by=data.get("replaced_by"),
+        unfinished_attempts=tuple(int(a) for a in data.get("unfinished_attempts") or ()),
     )
 
 

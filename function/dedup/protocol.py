@@ -176,6 +176,9 @@ class Claim:
     monotonic: Callable[[], float] = time.monotonic
     lock: threading.Lock = field(default_factory=threading.Lock)
     claimed_at: datetime | None = None  # as written in the record (kept by every write)
+    # The earlier attempts this run's claims took over unfinished (RunRecord's field),
+    # kept by every write of this attempt.
+    unfinished_attempts: tuple[int, ...] = ()
     lost: ClaimLost = field(init=False)
 
     def __post_init__(self) -> None:
@@ -262,8 +265,9 @@ class Deduplicator:
     ) -> Claim | Delivery | None:
         run_id = key.run_id
         record = stored.record
+        unfinished = record.unfinished_attempts
         if stored.past_expiry:
-            attempts = 1  # a leftover the TTL has not deleted yet: a new life
+            attempts, unfinished = 1, ()  # a leftover the TTL has not deleted yet: a new life
         elif record.status is RunStatus.COMPLETED:
             lives = (record.expire_at - stored.read_time).total_seconds()
             self._cache.put(run_id, record.result_json, lives)
@@ -287,9 +291,12 @@ class Deduplicator:
         elif not stored.lease_expired:
             return Delivery(Outcome.IN_PROGRESS, run_id, record.attempt_id, record.attempts)
         else:
-            attempts = record.attempts + 1  # the holder crashed: take over
+            # The holder stopped without recording how its attempt ended (crashed, or its
+            # job ran and the completion could not be recorded): take over, and say so.
+            attempts = record.attempts + 1
+            unfinished = (*unfinished, record.attempts)
         sent = self._monotonic()
-        takeover = self._record(key, attempt_id, attempts)
+        takeover = self._record(key, attempt_id, attempts, unfinished_attempts=unfinished)
         try:
             version = self._store.replace(run_id, takeover, stored.version)
         except RecordChanged:
@@ -301,15 +308,16 @@ class Deduplicator:
             if now is not None and now.version == stored.version:
                 raise  # our takeover did not land: the record is as the crash left it
             return None  # it moved (or went): look again
-        return self._claim(key, attempt_id, attempts, version, sent, takeover.claimed_at)
+        return self._claim(key, attempt_id, attempts, version, sent, takeover.claimed_at,
+                           unfinished)
 
     def _claim(
         self, key: RunKey, attempt_id: str, attempts: int, version: datetime, sent: float,
-        claimed_at: datetime | None,
+        claimed_at: datetime | None, unfinished_attempts: tuple[int, ...] = (),
     ) -> Claim:
         return Claim(
             key, key.run_id, attempt_id, attempts, version, sent, self._fence_after,
-            self._monotonic, claimed_at=claimed_at,
+            self._monotonic, claimed_at=claimed_at, unfinished_attempts=unfinished_attempts,
         )
 
     def complete(
@@ -317,7 +325,8 @@ class Deduplicator:
     ) -> bool:
         """Mark the run completed if this attempt still holds it. False: claim lost."""
         done = replace(
-            self._record(claim.key, claim.attempt_id, claim.attempt, claim.claimed_at),
+            self._record(claim.key, claim.attempt_id, claim.attempt, claim.claimed_at,
+                         claim.unfinished_attempts),
             status=RunStatus.COMPLETED,
             result_json=result_json,
             finished_at=self._wall_clock(),
@@ -336,7 +345,8 @@ class Deduplicator:
         once, or for good when `permanent` (with `result_json` to replay). False: another
         attempt holds it now."""
         failed = replace(
-            self._record(claim.key, claim.attempt_id, claim.attempt, claim.claimed_at),
+            self._record(claim.key, claim.attempt_id, claim.attempt, claim.claimed_at,
+                         claim.unfinished_attempts),
             status=RunStatus.FAILED,
             failed_at=self._wall_clock(),
             error=summarize_error(error),
@@ -415,7 +425,7 @@ class Deduplicator:
         too late to use (its fence time has passed), it is released, so the retry claims
         the run at once, and the attempt answers a 5xx: nothing ran."""
         claim = self._claim(key, attempt_id, stored.record.attempts, stored.version, sent,
-                            stored.record.claimed_at)
+                            stored.record.claimed_at, stored.record.unfinished_attempts)
         if claim.lost.is_set():
             self._finish_late(claim)
             raise StoreUnavailable(
@@ -453,11 +463,12 @@ class Deduplicator:
         return self._wall_clock() + timedelta(seconds=self._retention)
 
     def _record(
-        self, key: RunKey, attempt_id: str, attempts: int, claimed_at: datetime | None = None
+        self, key: RunKey, attempt_id: str, attempts: int, claimed_at: datetime | None = None,
+        unfinished_attempts: tuple[int, ...] = (),
     ) -> RunRecord:
         return RunRecord.claim(
             key, attempt_id, attempts, self._lease, self._expire_at(),
-            claimed_at or self._wall_clock(),
+            claimed_at or self._wall_clock(), unfinished_attempts,
         )
 
     # -- one delivery, end to end ------------------------------------------------------

@@ -73,11 +73,18 @@ class RunRecord:
     # run, and, on a run asked to stop for a newer one (overlap: replace), that run's ID.
     blocked_by: str | None = None
     replaced_by: str | None = None
+    # The attempts (their numbers) whose claim this run's later attempts took over while it
+    # was still `in_progress`: each held the run and ended without recording an outcome
+    # (its lease lapsed), so it may have executed the job (completed_unrecorded, claim_lost,
+    # killed mid-job). Carried by every attempt after; records written before read ().
+    # The watchdog's `ran_twice` evidence (dedup.ran_twice).
+    unfinished_attempts: tuple[int, ...] = ()
 
     @classmethod
     def claim(
         cls, key: RunKey, attempt_id: str, attempts: int, lease_seconds: float,
         expire_at: datetime, claimed_at: datetime | None = None,
+        unfinished_attempts: tuple[int, ...] = (),
     ) -> RunRecord:
         """The record of an attempt that has just claimed `key`'s run."""
         return cls(
@@ -93,6 +100,7 @@ class RunRecord:
             claimed_at=claimed_at,
             forced=key.forced or key.early,
             generation=key.generation,
+            unfinished_attempts=unfinished_attempts,
         )
 
 

@@ -57,6 +57,7 @@ import math
 import os
 import re
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +68,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import requests
 from croniter import croniter
+from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from dedup.business_runs import DST_REPEATED, DST_SKIPPED, BusinessSchedule, business_schedule
@@ -83,7 +85,17 @@ from dedup.delivery import (
 )
 from dedup.firestore_store import GET_MANY_BATCH, FirestoreRunStore
 from dedup.http import HttpReply, emit_log_line, refuse_caller
+from dedup.incidents import (
+    OPENED,
+    MalformedStreak,
+    Streak,
+    Thresholds,
+    Transition,
+    judge_streaks,
+    streaks_from_document,
+)
 from dedup.keys import FORCED_RUNS, FORCED_SEPARATE, RunKey, lower_keys
+from dedup.ran_twice import RAN_TWICE, second_execution
 from dedup.reruns import (
     DONE,
     PENDING,
@@ -151,7 +163,7 @@ FINE, NOT_DUE, RUNNING, BEFORE_FIRST_RUN = "ok", "not_due", "running", "before_f
 SKIPPED = "skipped"
 PROBLEM_SEVERITY = {
     MISSED: "ERROR", FAILED: "ERROR", NEVER_RAN: "ERROR", OVERLONG: "WARNING",
-    MALFORMED: "ERROR",
+    MALFORMED: "ERROR", RAN_TWICE: "ERROR",
 }
 # Not a problem kind (no `kind` field, so no problem alert): a late run, delivered.
 CAUGHT_UP = "caught_up"
@@ -166,7 +178,8 @@ RAN_AND_FAILED = frozenset({JOB_FAILED, JOB_FAILED_PERMANENT})
 _JOB_KEYS = {
     "name", "schedule", "timeZone", "attemptDeadlineSeconds", "retryWindowSeconds", "paused",
     "catchUp", "catchUpWithinSeconds", "body", "headers", "url", "database", "proxied",
-    "dstRepeated", "dstSkipped", "reruns", "forcedRuns",
+    "dstRepeated", "dstSkipped", "reruns", "forcedRuns", "failureThreshold",
+    "recoveryThreshold",
 }
 # Firestore database IDs (the same rule as infra's databaseName).
 _DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
@@ -204,6 +217,8 @@ class WatchedJob:
     # Its forcedRuns (dedup.keys): `separate` forced runs are read next to the scheduled
     # runs they precede, and shown.
     forced_runs: str = FORCED_SEPARATE
+    # How many bad runs in a row open an incident and good ones close it (dedup.incidents).
+    thresholds: Thresholds = field(default_factory=Thresholds)
 
     @property
     def business(self) -> BusinessSchedule:
@@ -439,10 +454,15 @@ def parse_watch_jobs(raw: str, where: str = WATCH_JOBS_TABLE) -> tuple[WatchedJo
         if forced_runs not in FORCED_RUNS:
             raise SettingsError(f"{where}.forcedRuns {forced_runs!r} is not one of "
                                 f"{', '.join(FORCED_RUNS)}")
+        try:
+            thresholds = Thresholds(entry.get("failureThreshold", 1),
+                                    entry.get("recoveryThreshold", 1))
+        except ValueError as exc:
+            raise SettingsError(f"{where}: {exc} (failureThreshold, recoveryThreshold)") from None
         job = WatchedJob(
             name, schedule, zone, deadline, window, paused, catch_up, within, body,
             tuple(sorted(headers.items())), url, database, proxied,
-            dst["dstRepeated"], dst["dstSkipped"], reruns, forced_runs,
+            dst["dstRepeated"], dst["dstSkipped"], reruns, forced_runs, thresholds,
         )
         jobs.append(job)
     # Counted once: names.count per name was quadratic (25 million steps for 5,000 jobs).
@@ -481,8 +501,14 @@ class Cursor:
     # Catch-ups delivered but not executed yet (run_id -> PendingCatchUp): delivered again
     # while inside their bound, reported with their last error once it is over.
     catch_ups: dict[str, PendingCatchUp] = field(default_factory=dict)
+    # The job's incident streaks by kind (dedup.incidents): moved with the cursor, in one
+    # guarded write, so a transition is made once.
+    incidents: dict[str, Streak] = field(default_factory=dict)
     # Not stored: why the document read was no cursor (this one then starts afresh).
     malformed: str | None = None
+    # Not stored: the document's version as read (None: there was none); its write is
+    # guarded by it, so an overlapping tick cannot overwrite (nor repeat) this one's moves.
+    version: datetime | None = None
 
     def to_document(self, now: datetime) -> dict[str, Any]:
         return {
@@ -493,6 +519,7 @@ class Cursor:
             "watching": dict(self.watching),
             "overlong": dict(self.overlong),
             "catch_ups": {r: c.to_document() for r, c in self.catch_ups.items()},
+            "incidents": {k: v.to_document() for k, v in self.incidents.items()},
             "updated_at": now,
         }
 
@@ -506,6 +533,10 @@ class Cursor:
         if not isinstance(never_ran, bool):
             raise MalformedDocument(f"never_ran_reported is {_shown(never_ran)}, not a bool")
         catch_ups = _mapping(data, "catch_ups")
+        try:
+            incidents = streaks_from_document(data.get("incidents"))
+        except MalformedStreak as exc:
+            raise MalformedDocument(str(exc)) from None
         return cls(
             judged_through=_instant_or_none(data, "judged_through"),
             watch_from=_instant_or_none(data, "watch_from"),
@@ -517,12 +548,14 @@ class Cursor:
                 str(r): PendingCatchUp.from_document(c, f"catch_ups.{r}")
                 for r, c in catch_ups.items()
             },
+            incidents=incidents,
         )
 
     @classmethod
-    def refused(cls, why: str) -> Cursor:
-        """A fresh cursor in place of a document that is none: the job is judged afresh."""
-        return cls(malformed=why)
+    def refused(cls, why: str, version: datetime | None = None) -> Cursor:
+        """A fresh cursor in place of a document that is none: the job is judged afresh
+        (its open incidents are forgotten: a streak that goes on opens a new one)."""
+        return cls(malformed=why, version=version)
 
 
 def _shown(value: Any) -> str:
@@ -747,6 +780,10 @@ class JobTick:
     # Missed runs of a catchUp job, inside its bound: delivered before the cursor moves.
     to_catch_up: dict[str, datetime] = field(default_factory=dict)
     forced: list[ForcedRun] = field(default_factory=list)
+    # Runs judged completed this tick (run_id -> schedule time): good runs for the streaks;
+    # and runs already counted at an earlier tick (reported overlong), not counted again.
+    good: dict[str, datetime] = field(default_factory=dict)
+    counted: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -757,6 +794,8 @@ class TickResult:
     caught_up: list[Delivered] = field(default_factory=list)
     reruns: list[Delivered] = field(default_factory=list)
     forced: list[ForcedRun] = field(default_factory=list)
+    transitions: list[Transition] = field(default_factory=list)
+    overlapped: str | None = None  # why its cursors were not written (another tick's were)
 
 
 def rfc3339(instant: datetime) -> str:
@@ -783,6 +822,9 @@ class Watchdog:
         self._reruns = reruns if self._deliverer is not None else None
         # This tick's pending catch-ups (run_id -> job, schedule time), set before re-runs.
         self._catching_up: dict[str, tuple[WatchedJob, datetime]] = {}
+        # Where a tick's incident transitions are logged, before its cursors are written
+        # (WatchdogHandler sets it); None: only returned in the TickResult.
+        self.announce: Callable[[Sequence[Transition]], None] | None = None
 
     def tick(self) -> tuple[int, list[Problem], dict[str, int]]:
         """(runs judged, problems, counts) for every job; StoreUnavailable on an outage."""
@@ -803,8 +845,9 @@ class Watchdog:
             cursor = cursors.setdefault(job.name, Cursor())
             cursor.judged_through = self._horizon(job, now)
             cursor.watch_from = cursor.watch_from or now
+        overlapped = None
         if paused:
-            self._store.put_cursors({job.name: cursors[job.name] for job in paused}, now)
+            overlapped = self._put_cursors({job.name: cursors[job.name] for job in paused}, now)
         watched = [(job, cursors.get(job.name, Cursor())) for job in active]
         reads = [self._reads(job, cursor, now) for job, cursor in watched]
         found = self._read_all([job for job, _ in watched], reads)
@@ -824,7 +867,13 @@ class Watchdog:
         }
         reruns = self._deliver_reruns(now, problems)  # a store error here, too, leaves
         # every cursor as it was
-        self._store.put_cursors({job.name: cursor for job, cursor, _ in judged}, now)
+        transitions = self._advance_streaks(judged, now)
+        if transitions and self.announce is not None:
+            # Logged before the cursors move: a tick that fails now repeats them at its
+            # retry (the same incidents), never loses them.
+            self.announce(transitions)
+        overlapped = self._put_cursors(
+            {job.name: cursor for job, cursor, _ in judged}, now) or overlapped
         forced: list[ForcedRun] = self._forced_before_missed(judged)
         counts["reads"] += len(forced)
         for _, _, result in judged:
@@ -834,7 +883,37 @@ class Watchdog:
             problems.extend(result.problems)
             forced.extend(result.forced)
         counts["forced"] = len(forced)
-        return TickResult(checked, problems, counts, caught_up, reruns, forced)
+        counts["incidents_opened"] = sum(t.event == OPENED for t in transitions)
+        counts["incidents_resolved"] = len(transitions) - counts["incidents_opened"]
+        return TickResult(checked, problems, counts, caught_up, reruns, forced, transitions,
+                          overlapped)
+
+    def _put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> str | None:
+        """Write the cursors; why not, if another tick moved one since this tick read it.
+        That tick judged from the same cursor (else its own guarded write would have failed)
+        and reported the same problems and transitions, which this tick reports too (a
+        problem twice, never zero times); its cursor stands, so a stale tick never rolls a
+        later one back (and re-counts its runs into the streaks)."""
+        try:
+            self._store.put_cursors(cursors, now)
+        except CursorMoved as exc:
+            return str(exc)
+        return None
+
+    def _advance_streaks(
+        self, judged: Sequence[tuple[WatchedJob, Cursor, JobTick]], now: datetime
+    ) -> list[Transition]:
+        """Each job's incident streaks moved by its verdicts of this tick (in its cursor,
+        written with it); the incidents they opened or resolved."""
+        made: list[Transition] = []
+        for job, cursor, tick in judged:
+            problems = [(p.schedule_time, p.run_id, p.kind) for p in tick.problems
+                        if p.kind == RAN_TWICE or p.run_id not in tick.counted]
+            good = {r: t for r, t in tick.good.items() if r not in tick.counted}
+            cursor.incidents, transitions = judge_streaks(
+                job.name, job.thresholds, cursor.incidents, problems, good, now)
+            made += transitions
+        return made
 
     def _forced_before_missed(
         self, judged: Sequence[tuple[WatchedJob, Cursor, JobTick]]
@@ -874,7 +953,7 @@ class Watchdog:
                     why = f"{key} {rfc3339(value)} is after now ({rfc3339(now)})"
             if why is None:
                 continue
-            cursors[job.name] = Cursor()
+            cursors[job.name] = Cursor(version=cursor.version)
             problems.append(Problem(
                 job.name, None, MALFORMED,
                 error=f"cursor refused, the job is judged afresh: {why}",
@@ -950,6 +1029,7 @@ class Watchdog:
                     job.name, t, CAUGHT_UP, "completed" if error else result.status, run_id,
                     error=error,
                 ))
+                tick.good[run_id] = t
                 cursor.catch_ups.pop(run_id, None)
                 cursor.watching.pop(run_id, None)
                 continue
@@ -1227,7 +1307,10 @@ class Watchdog:
                 # run is never not_due)
             tick.checked += 1
             tick.skipped += verdict == SKIPPED
-            if verdict == MISSED and self._catches_up(job, t, now):
+            self._ran_twice(job, t, run_id, stored, tick)
+            if verdict == FINE:
+                tick.good[run_id] = t
+            elif verdict == MISSED and self._catches_up(job, t, now):
                 tick.to_catch_up[run_id] = t
             elif verdict == MISSED:
                 tick.problems.append(Problem(job.name, t, MISSED, run_id))
@@ -1240,6 +1323,8 @@ class Watchdog:
             stored = found.get(run_id)
             if run_id not in due_ids:
                 tick.checked += 1  # an in-progress run from an earlier tick, re-checked
+            if run_id in cursor.overlong:
+                tick.counted.add(run_id)  # its streak counted it when reported overlong
             pending = cursor.catch_ups.get(run_id)
             if pending is not None and (stored is None or (
                     stored.record.status is RunStatus.IN_PROGRESS and stored.lease_expired)):
@@ -1251,10 +1336,15 @@ class Watchdog:
                                                            RunStatus.SKIPPED):
                 watching.pop(run_id)
                 cursor.catch_ups.pop(run_id, None)
+                if stored is not None:
+                    if stored.record.status is RunStatus.COMPLETED:  # a skip is no recovery
+                        tick.good[run_id] = t
+                    self._ran_twice(job, t, run_id, stored, tick)
             elif stored.record.status is RunStatus.FAILED:
                 watching.pop(run_id)
                 cursor.catch_ups.pop(run_id, None)
                 tick.problems.append(self._failed(job, t, run_id, stored))
+                self._ran_twice(job, t, run_id, stored, tick)
             elif run_id not in cursor.overlong and is_overlong(job, t, stored, now, grace):
                 tick.problems.append(Problem(
                     job.name, t, OVERLONG, run_id, stored.record.attempts,
@@ -1315,6 +1405,17 @@ class Watchdog:
     def _run_id(self, job: WatchedJob, instant: datetime) -> str:
         return RunKey(self._project, self._location, job.name, instant).run_id
 
+    @staticmethod
+    def _ran_twice(
+        job: WatchedJob, t: datetime, run_id: str, stored: StoredRun | None, tick: JobTick
+    ) -> None:
+        """A finished run whose record shows a second execution (dedup.ran_twice): a
+        problem of its own, judged once (when the run is judged finished)."""
+        why = second_execution(stored)
+        if why is not None and stored is not None:
+            tick.problems.append(Problem(job.name, t, RAN_TWICE, run_id,
+                                         stored.record.attempts, why))
+
     def _failed(self, job: WatchedJob, t: datetime, run_id: str, stored: StoredRun) -> Problem:
         record = stored.record
         return Problem(job.name, t, FAILED, run_id, record.attempts, record.error)
@@ -1362,7 +1463,8 @@ class FirestoreWatchStore:
                 snapshots: Any = self._own.client.get_all(
                     refs, retry=self._own.retry, timeout=self._own.timeout
                 )
-                return {s.id: _cursor(s.to_dict()) for s in snapshots if s.exists}
+                return {s.id: _cursor(s.to_dict(), s.update_time) for s in snapshots
+                        if s.exists}
 
             return self._own.call(op)
 
@@ -1373,12 +1475,32 @@ class FirestoreWatchStore:
         return found
 
     def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> None:
+        """Each cursor written only if its document is still as this tick read it (created
+        if there was none): a tick that overlapped another (a Scheduler retry next to a slow
+        tick) gets CursorMoved instead of overwriting the other's cursors and streaks (and
+        writes nothing of that chunk: one commit per chunk, all or nothing)."""
+        # Marks this write, so that a retry of a commit that landed knows it for its own.
+        written_by = uuid.uuid4().hex
+
         def write(chunk: Sequence[tuple[str, Cursor]]) -> None:
             def op() -> None:
                 batch = self._own.client.batch()
                 for job, cursor in chunk:
-                    batch.set(self._cursors.document(job), cursor.to_document(now))
-                batch.commit(retry=self._own.retry, timeout=self._own.timeout)
+                    ref = self._cursors.document(job)
+                    document = {**cursor.to_document(now), WRITTEN_BY: written_by}
+                    if cursor.version is None:
+                        batch.create(ref, document)
+                    else:
+                        batch.update(ref, document, option=self._own.client.write_option(
+                            last_update_time=cursor.version))
+                try:
+                    batch.commit(retry=self._own.retry, timeout=self._own.timeout)
+                except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.NotFound) as exc:
+                    if self._landed(chunk, written_by):
+                        return  # our commit landed, its reply was lost: the retry met it
+                    raise CursorMoved(
+                        f"a cursor of jobs {[job for job, _ in chunk][:3]} changed since this "
+                        f"tick read it (another tick wrote it): {exc}") from exc
 
             self._own.call(op)
 
@@ -1386,12 +1508,30 @@ class FirestoreWatchStore:
         in_parallel(write, [items[i:i + CURSOR_WRITE_BATCH]
                             for i in range(0, len(items), CURSOR_WRITE_BATCH)])
 
+    def _landed(self, chunk: Sequence[tuple[str, Cursor]], written_by: str) -> bool:
+        """Whether every cursor of `chunk` is this write's own (its WRITTEN_BY mark): a
+        commit that landed while its reply was lost, which the client's retry then found
+        changed."""
+        refs = [self._cursors.document(job) for job, _ in chunk]
+        snapshots: Any = self._own.client.get_all(
+            refs, retry=self._own.retry, timeout=self._own.timeout)
+        marks = {s.id: (s.to_dict() or {}).get(WRITTEN_BY) for s in snapshots if s.exists}
+        return all(marks.get(job) == written_by for job, _ in chunk)
 
-def _cursor(data: Mapping[str, Any] | None) -> Cursor:
+
+WRITTEN_BY = "written_by"
+"""A cursor document's mark of the write that made it (put_cursors)."""
+
+
+class CursorMoved(StoreError):
+    """A cursor's guarded write found the document changed: another tick moved it."""
+
+
+def _cursor(data: Mapping[str, Any] | None, version: datetime | None = None) -> Cursor:
     try:
-        return Cursor.from_document(data)
+        return replace(Cursor.from_document(data), version=version)
     except MalformedDocument as exc:
-        return Cursor.refused(str(exc))
+        return Cursor.refused(str(exc), version)
 
 
 def in_parallel(call: Callable[[_Chunk], _Result], chunks: Sequence[_Chunk]) -> list[_Result]:
@@ -1459,6 +1599,18 @@ class WatchdogHandler:
         self._settings = settings
         self._watchdog = watchdog
         self._emit = emit
+        watchdog.announce = self._emit_transitions
+
+    def _emit_transitions(self, transitions: Sequence[Transition]) -> None:
+        """One `incident_opened` (ERROR) or `incident_resolved` (NOTICE) line each: what
+        the incident alert policies count (infra/monitoring.py)."""
+        for transition in transitions:
+            self._emit({
+                "severity": "ERROR" if transition.event == OPENED else "NOTICE",
+                "message": transition.message,
+                "component": "watchdog",
+                **transition.to_json(),
+            })
 
     def handle(self, headers: Mapping[str, str], body: bytes) -> HttpReply:
         started = time.perf_counter()
@@ -1501,6 +1653,13 @@ class WatchdogHandler:
                 "component": "watchdog",
                 **problem.to_json(),
             })
+        if result.overlapped is not None:
+            self._emit({
+                "severity": "WARNING",
+                "message": f"watchdog overlapped another tick: {result.overlapped}",
+                "component": "watchdog",
+                "outcome": "overlapped",
+            })
         by_kind = {kind: 0 for kind in PROBLEM_SEVERITY}
         for problem in problems:
             by_kind[problem.kind] += 1
@@ -1521,6 +1680,10 @@ class WatchdogHandler:
         }
         if result.forced:
             reply["forced"] = [run.to_json() for run in result.forced]
+        if result.transitions:
+            reply["incidents"] = [t.to_json() for t in result.transitions]
+        if result.overlapped is not None:
+            reply["overlapped"] = result.overlapped
         if self._settings.delivers:  # a watchdog given a target delivers, and says what
             reply[CAUGHT_UP] = [d.to_json() for d in result.caught_up]
             reply["reruns"] = [d.to_json() for d in result.reruns]

@@ -114,7 +114,8 @@ def test_without_catch_up_or_reruns_the_watchdog_delivers_nothing(
     assert all(set(e) - {"database", "proxied"} == {"name", "schedule", "timeZone",
                                                     "attemptDeadlineSeconds",
                                                     "retryWindowSeconds", "paused",
-                                                    "dstRepeated", "dstSkipped", "forcedRuns"}
+                                                    "dstRepeated", "dstSkipped", "forcedRuns",
+                                                    "failureThreshold", "recoveryThreshold"}
                for e in stack.job_table(stack.watchdog, WATCH_JOBS_TABLE))
     assert [g for g in stack.grants_to(email) if g.props["role"] == INVOKER_ROLE] == []
     assert email not in env_of(stack.function)["DEDUP_ALLOWED_CALLERS"]

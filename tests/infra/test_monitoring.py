@@ -19,10 +19,10 @@ from infra.monitoring import (
     ABSENT_PERIODS,
     STORE_UNAVAILABLE_THRESHOLD,
     absence_seconds,
-    schedule_period_seconds,
+    incident_window_seconds,
 )
 from infra.offline import load_stack_config, run_offline
-from infra.scheduler_rules import retry_window_seconds
+from infra.scheduler_rules import retry_window_seconds, schedule_period_seconds
 from infra.source import JOB_ROUTES_TABLE, PROXY_ROUTES_TABLE, WATCH_JOBS_TABLE
 from policies import offline_check
 from tests.infra.helpers import (
@@ -46,6 +46,7 @@ METRIC_SUFFIXES = (
     "completed-unrecorded",
     "claim-lost",
     "watchdog-problems",
+    "watchdog-incidents",
     "watchdog-summaries",
 )
 
@@ -123,6 +124,8 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
             "dstRepeated": job.dst_repeated,
             "dstSkipped": job.dst_skipped,
             "forcedRuns": job.forced_runs,
+            "failureThreshold": cfg.alert_thresholds(job)[0],
+            "recoveryThreshold": cfg.alert_thresholds(job)[1],
         }
         if job.proxy is not None:  # its records are in the proxy's own database
             judged["database"] = cfg.dedup.proxy_database_name
@@ -292,6 +295,13 @@ def test_log_based_metrics(stack: StackUnderTest) -> None:
     }
     assert 'jsonPayload.message=~"^watchdog summary"' in found["watchdog-summaries"].props[
         "filter"]
+    incidents = found["watchdog-incidents"].props
+    assert incidents["labelExtractors"] == {
+        "job": "EXTRACT(jsonPayload.job)", "kind": "EXTRACT(jsonPayload.incident_kind)",
+        "event": "EXTRACT(jsonPayload.event)",
+    }
+    # Transition lines carry no `kind`: the problem metric never counts them.
+    assert "jsonPayload.kind" not in incidents["filter"]
 
 
 # --- alert policies and channels ----------------------------------------------------------
@@ -308,7 +318,8 @@ def test_notification_channels_follow_alert_emails(stack: StackUnderTest) -> Non
 
 def test_alert_policies(stack: StackUnderTest) -> None:
     found = policies(stack)
-    assert sorted(found) == ["store-unavailable", "watchdog-absent", "watchdog-problem"]
+    assert sorted(found) == ["incident-opened", "incident-resolved", "store-unavailable",
+                             "watchdog-absent", "watchdog-problem"]
     channel_ids = [c.outputs.get("id", f"{c.name}-id") for c in stack.all(CHANNEL)]
     prefix = stack.config.name_prefix
     for policy in found.values():
@@ -336,6 +347,8 @@ def test_alert_policies(stack: StackUnderTest) -> None:
     assert problem["evaluationMissingData"] == "EVALUATION_MISSING_DATA_INACTIVE"
     assert problem["aggregations"][0]["groupByFields"] == ["metric.label.job",
                                                            "metric.label.kind"]
+    # Runs page through incidents; the problem policy is left with malformed documents.
+    assert 'metric.label.kind="malformed"' in problem["filter"]
     store = found["store-unavailable"].props["conditions"][0]["conditionThreshold"]
     assert 'metric.label.outcome="store_unavailable"' in store["filter"]
     assert store["thresholdValue"] == STORE_UNAVAILABLE_THRESHOLD
@@ -350,10 +363,44 @@ def test_alert_policies(stack: StackUnderTest) -> None:
     assert int(problem_window[:-1]) > int(problem["duration"][:-1])
 
 
+def test_incidents_page_once_per_streak_and_once_when_resolved(stack: StackUnderTest) -> None:
+    """One policy per transition, each on the watchdog's incident lines by job and kind,
+    notified when its incident opens only (it closes when its window passes, which says
+    nothing); the window outlasts a watchdog period, so a repeated line (a retried tick)
+    joins the incident still open instead of opening a second one."""
+    found = policies(stack)
+    period = schedule_period_seconds(stack.config.watchdog.schedule,
+                                     stack.config.watchdog.time_zone)
+    assert incident_window_seconds(stack.config.watchdog) == period + 300 == 900
+    for suffix, event in (("incident-opened", "incident_opened"),
+                          ("incident-resolved", "incident_resolved")):
+        props = found[suffix].props
+        assert props["alertStrategy"]["notificationPrompts"] == ["OPENED"]
+        condition = props["conditions"][0]["conditionThreshold"]
+        assert condition["filter"].startswith(
+            f'metric.type="{USER_METRIC}{stack.config.name_prefix}-watchdog-incidents"')
+        assert f'metric.label.event="{event}"' in condition["filter"]
+        assert (condition["comparison"], condition["thresholdValue"]) == ("COMPARISON_GT", 0)
+        assert condition["aggregations"][0]["alignmentPeriod"] == "900s"
+        assert condition["aggregations"][0]["groupByFields"] == ["metric.label.job",
+                                                                 "metric.label.kind"]
+    assert found["incident-opened"].props["severity"] == "ERROR"
+    assert "severity" not in found["incident-resolved"].props  # a recovery is no alarm
+    # The other policies still notify when their incident closes.
+    assert "notificationPrompts" not in found["store-unavailable"].props["alertStrategy"]
+
+
+@pytest.mark.parametrize(("schedule", "window"), [
+    ("*/10 * * * *", 900), ("* * * * *", 360), ("0 * * * *", 3900), ("0 3 * * *", 86700)])
+def test_the_incident_window_follows_the_watchdog_period(schedule: str, window: int) -> None:
+    cfg = load_config(_dev(watchdog={"schedule": schedule, "lookbackSeconds": 43200}))
+    assert incident_window_seconds(cfg.watchdog) == window
+
+
 def test_alert_policies_meet_the_monitoring_api_contract(stack: StackUnderTest) -> None:
-    """Google's AlertPolicy type and the documented duration rules accept all three."""
+    """Google's AlertPolicy type and the documented duration rules accept all five."""
     found = stack.all(ALERT_POLICY)
-    assert len(found) == 3
+    assert len(found) == 5
     assert check_resources(found) == []
 
 
@@ -397,6 +444,8 @@ def test_dashboard_json(stack: StackUnderTest) -> None:
     assert "Duplicates suppressed by job" in titles
     assert any("duration" in t.lower() for t in titles)
     assert "Watchdog problems by job and kind" in titles
+    assert "Incidents opened and resolved by job" in titles
+    assert "Runs executed twice by job" in titles
     declared = {m.props["name"] for m in stack.all(METRIC)}
     for tile in tiles:
         query = tile["widget"]["xyChart"]["dataSets"][0]["timeSeriesQuery"]

@@ -262,3 +262,27 @@ def test_a_failed_run_shows_its_last_error_on_a_line_under_its_row(
     # Only the failed run has one.
     assert sum("last error" in line for line in lines) == 1
     assert rows_by_time(out)["2026-10-16 09:07:00Z"][-1] == "failed"
+
+
+def test_a_run_taken_over_unfinished_is_shown_ran_twice() -> None:
+    """A finished record with an attempt taken over unfinished (dedup.ran_twice) gets the
+    watchdog's `+ran_twice`; one retried after a failure does not."""
+    from dataclasses import replace as changed
+    from datetime import timedelta
+
+    from dedup.store import RunRecord, RunStatus, StoredRun
+    from dedup.watchdog import WatchedJob
+
+    job = WatchedJob("sched-dedup-runs-hourly", "7 * * * *", retry_window_seconds=600)
+    t1, t2 = at(9, 7), at(10, 7)
+
+    def done(t: datetime, unfinished: tuple[int, ...]) -> StoredRun:
+        key = RunKey(PROJECT, REGION, job.name, t)
+        record = changed(RunRecord.claim(key, "a" * 32, 2, 60, t + timedelta(days=7), t),
+                         status=RunStatus.COMPLETED, unfinished_attempts=unfinished)
+        return StoredRun(record, t + timedelta(minutes=1), NOW)
+
+    found = {RunKey(PROJECT, REGION, job.name, t1).run_id: done(t1, (1,)),
+             RunKey(PROJECT, REGION, job.name, t2).run_id: done(t2, ())}
+    rows = runs.job_table(job, PROJECT, REGION, found, [t2, t1], NOW, 300, t1)
+    assert [row[-1] for row in rows] == ["ok", "ok+ran_twice"]

@@ -164,8 +164,9 @@ def monitoring_counts(cfg: StackConfig) -> Counter[str]:
             JOB_COMPONENT: int(watchdog),
             JOB: int(watchdog),
             MONITORING_COMPONENT: 1,
-            METRIC: 4 + 2 * watchdog,
-            ALERT_POLICY: 1 + 2 * watchdog,
+            METRIC: 4 + 3 * watchdog,  # problems, incident transitions, summaries
+            # store-unavailable; malformed documents, incident opened and resolved, absence
+            ALERT_POLICY: 1 + 4 * watchdog,
             CHANNEL: len(cfg.alerts.emails),
             DASHBOARD: 1,
         }

@@ -9,13 +9,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.source import WATCH_JOBS_TABLE
 from policies import gcp
+from policies.job_tables import BUCKET_OBJECT
 from policies.model import Resource
 from tests.policies.fixtures import (
     APPSPOT_SA,
     BUCKET_IAM_BINDING,
     BUCKET_IAM_MEMBER,
     BUILD_SA,
+    CHANNEL_ID,
     CLOUDBUILD_SA,
     CLOUDRUN_V1_IAM_MEMBER,
     COMPUTE_SA,
@@ -64,6 +67,7 @@ from tests.policies.fixtures import (
     replace_named,
     res,
     routes_asset,
+    table_asset,
     watchdog_stack,
     without_named,
     without_type,
@@ -1609,6 +1613,78 @@ STACK_CASES["dedup-alerting-notifies"] = [
         replace(UNPROTECTED, gcp.ALERT_POLICY, "notificationChannels", []),
         True,
     ),
+]
+
+
+# --- alert thresholds (policies/alert_thresholds.py) ----------------------------------------
+
+WATCHDOG_SOURCE_OBJECT = "function-watchdog-5e6f.zip"
+INCIDENTS_FILTER = ('metric.type="logging.googleapis.com/user/dedup-watchdog-incidents" AND '
+                    'resource.type="cloud_run_revision" AND '
+                    'metric.label.event="incident_opened"')
+
+
+def watched(schedule: str = "0 3 * * *", **alerts: object) -> dict[str, object]:
+    """One entry of the watchdog's job table (what infra.watchdog.watch_jobs writes)."""
+    return {"name": "dedup-nightly-export", "schedule": schedule, "timeZone": "Europe/Berlin",
+            "attemptDeadlineSeconds": 180, "retryWindowSeconds": 690, "paused": False,
+            **alerts}
+
+
+def thresholds_stack(
+    *entries: object, protected: bool = True, channels: bool = True, table: bool = True,
+) -> list[Resource]:
+    """A stack with the watchdog built from its own source object, whose job table lists
+    `entries`, and the incident-opened alert policy (with or without its channel)."""
+    opened = patch(alert_policy_props(*([CHANNEL_ID] if channels else [])), "conditions",
+                   [{"displayName": "an incident opened", "conditionThreshold": {
+                       "filter": INCIDENTS_FILTER, "comparison": "COMPARISON_GT",
+                       "thresholdValue": 0, "duration": "60s"}}])
+    if not channels:
+        opened["notificationChannels"] = []
+    resources = [
+        *replace_named(watchdog_stack(), "watchdog-function",
+                       "buildConfig.source.storageSource.object", WATCHDOG_SOURCE_OBJECT),
+        res(gcp.ALERT_POLICY, "alert-incident-opened", opened),
+    ]
+    if table:
+        resources.append(res(BUCKET_OBJECT, "watchdog-source", {
+            "bucket": "src-bucket", "name": WATCHDOG_SOURCE_OBJECT,
+            "source": table_asset(WATCH_JOBS_TABLE, list(entries)),
+            "contentType": "application/zip"}))
+    return _with_database(resources, protected)
+
+
+STACK_CASES["dedup-alert-thresholds-page-production"] = [
+    stack_case("defaults-page-at-once",
+               thresholds_stack(watched(failureThreshold=1, recoveryThreshold=1)), False),
+    stack_case("table-before-thresholds", thresholds_stack(watched()), False),
+    stack_case("hourly-pages-within-a-day",
+               thresholds_stack(watched("0 * * * *", failureThreshold=24)), False),
+    stack_case("daily-recovers-within-a-week",
+               thresholds_stack(watched(recoveryThreshold=7, failureThreshold=1)), False),
+    stack_case("paused-job-not-judged",
+               thresholds_stack({**watched(failureThreshold=30), "paused": True}), False),
+    stack_case("unprotected-not-judged",
+               thresholds_stack(watched(failureThreshold=30), protected=False), False),
+    stack_case("no-watchdog", PROTECTED, False),
+    stack_case("daily-pages-after-two-days",
+               thresholds_stack(watched(failureThreshold=2)), True),
+    stack_case("hourly-never-recovers-in-a-week",
+               thresholds_stack(watched("0 * * * *", recoveryThreshold=200)), True),
+    stack_case("opened-policy-without-channel",
+               thresholds_stack(watched(), channels=False), True),
+    # No channel on any policy: dedup-alerting-notifies-production says so, not this one.
+    stack_case("no-channel-anywhere",
+               replace(thresholds_stack(watched()), gcp.ALERT_POLICY, "notificationChannels",
+                       []), False),
+    stack_case("no-opened-policy",
+               without_named(thresholds_stack(watched()), "alert-incident-opened"), True),
+    stack_case("table-unreadable", thresholds_stack(watched(), table=False), True),
+    stack_case("threshold-not-a-number",
+               thresholds_stack(watched(failureThreshold="three")), True),
+    stack_case("job-without-schedule",
+               thresholds_stack({**watched(), "schedule": None}), True),
 ]
 
 

@@ -208,14 +208,19 @@ _ARCHIVES = Path(tempfile.mkdtemp(prefix="policy-fixture-archives-"))
 def routes_asset(routes: Mapping[str, Any] | str | None) -> dict[str, str]:
     """A proxy source archive whose job table is `routes` (raw text as is; None: no table),
     as the offline mocks present a file asset. Written once per content."""
-    text = routes if isinstance(routes, str) or routes is None else json.dumps(routes)
-    key = hashlib.sha256(repr(text).encode()).hexdigest()[:16]
+    return table_asset(PROXY_ROUTES_TABLE, routes)
+
+
+def table_asset(table: str, content: Any) -> dict[str, str]:
+    """A source archive holding job table `table` (raw text as is; None: no table)."""
+    text = content if isinstance(content, str) or content is None else json.dumps(content)
+    key = hashlib.sha256(repr((table, text)).encode()).hexdigest()[:16]
     path = _ARCHIVES / f"{key}.zip"
     if not path.exists():
         with zipfile.ZipFile(path, "w") as zf:
             zf.writestr("main.py", "")
             if text is not None:
-                zf.writestr(archive_path(PROXY_ROUTES_TABLE), text)
+                zf.writestr(archive_path(table), text)
     return {"__asset": "file", "path": str(path)}
 
 
