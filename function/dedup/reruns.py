@@ -103,6 +103,9 @@ class RerunRequest:
     # When Firestore's TTL policy on the requests' collection may delete it (infra sets
     # requested_at + the stack's retention: the records of the run are gone by then too).
     expire_at: datetime | None = None
+    # The backfill (dedup/backfills.py) that released it, if one did: a tick that meets
+    # the request again (its own release, retried) adopts it instead of counting it twice.
+    backfill: str | None = None
 
     @property
     def key(self) -> RunKey:
@@ -137,6 +140,7 @@ class RerunRequest:
             "outcome": self.outcome,
             "finished_at": self.finished_at,
             "expire_at": self.expire_at,
+            "backfill": self.backfill,
         }
 
     @classmethod
@@ -172,6 +176,7 @@ class RerunRequest:
             outcome=outcome,
             finished_at=_instant(data, "finished_at", required=False),
             expire_at=_instant(data, "expire_at", required=False),
+            backfill=_text(data, "backfill", required=False) or None,
         )
         try:
             expected = request.to_document()
@@ -297,6 +302,55 @@ class FirestoreRerunQueue:
             found = self.get_many([request.request_id]).get(request.request_id)
             if found is None or _asked(found) != _asked(request):
                 raise
+
+    def create_many(self, requests: Sequence[RerunRequest]) -> dict[str, RerunRequest]:
+        """Create each request that does not exist yet, in one commit when none does; the
+        requests found already there instead (request ID -> the stored one), for the caller
+        to judge (its own, written by an earlier try, or someone else's)."""
+        def op() -> None:
+            batch = self._runs.client.batch()
+            for request in requests:
+                batch.create(self._collection.document(request.request_id),
+                             request.to_document())
+            try:
+                batch.commit(retry=self._runs.retry, timeout=self._runs.timeout)
+            except gexc.AlreadyExists as exc:
+                raise RecordExists(requests[0].request_id) from exc
+
+        if not requests:
+            return {}
+        try:
+            self._runs.call(op)
+            return {}
+        except RecordExists:  # some exist (or the commit landed unseen): one by one
+            pass
+        found: dict[str, RerunRequest] = {}
+        for request in requests:
+            try:
+                self.create(request)
+            except RecordExists:
+                stored = self.get_many([request.request_id]).get(request.request_id)
+                if stored is not None:
+                    found[request.request_id] = stored
+        return found
+
+    def statuses(self, request_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """(status, outcome) of each request that exists, read as stored (a document that
+        is no request is `refused` by the watchdog's pending pass, and read so here)."""
+        def op() -> dict[str, tuple[str, str | None]]:
+            refs = [self._collection.document(i) for i in dict.fromkeys(request_ids)]
+            found: dict[str, tuple[str, str | None]] = {}
+            for s in self._runs.client.get_all(
+                    refs, retry=self._runs.retry, timeout=self._runs.timeout):
+                if not s.exists:
+                    continue
+                data = s.to_dict() or {}
+                status, outcome = data.get("status"), data.get("outcome")
+                found[s.id] = (status if isinstance(status, str) else REFUSED,
+                               outcome if isinstance(outcome, str) else None)
+            return found
+
+        return self._runs.call(op) if request_ids else {}
 
     def finish(self, request: RerunRequest, status: str, outcome: str, now: datetime) -> None:
         # Two ticks finishing the same request write the same status: no guard needed.

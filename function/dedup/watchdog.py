@@ -69,6 +69,12 @@ import requests
 from croniter import croniter
 from google.cloud import firestore
 
+from dedup.backfills import (
+    BackfillPacer,
+    BackfillSettings,
+    FirestoreBackfills,
+    backfills_collection,
+)
 from dedup.business_runs import DST_REPEATED, DST_SKIPPED, BusinessSchedule, business_schedule
 from dedup.cloud_tasks import CloudTasksDeliverer, TaskQueue
 from dedup.delivery import (
@@ -242,6 +248,8 @@ class WatchSettings:
     # DEDUP_WATCH_DATABASE: its own database (cursors, re-run queue), which job code cannot
     # write; None: both in DEDUP_DATABASE (the demo, tests).
     watch_database: str | None = None
+    # DEDUP_WATCH_BACKFILL_*: how fast `make backfill`'s runs are released (dedup/backfills.py).
+    backfill: BackfillSettings = field(default_factory=BackfillSettings)
 
     @property
     def cursor_collection(self) -> str:
@@ -303,6 +311,7 @@ class WatchSettings:
         return cls(
             store, jobs, lookback, grace, target_url, target_auth_setting(env), timeout,
             TaskQueue.from_env(env), watch_database_setting(env, store, jobs),
+            BackfillSettings.from_env(env),
         )
 
 
@@ -748,6 +757,7 @@ class TickResult:
     caught_up: list[Delivered] = field(default_factory=list)
     reruns: list[Delivered] = field(default_factory=list)
     forced: list[ForcedRun] = field(default_factory=list)
+    backfills: list[dict[str, Any]] = field(default_factory=list)  # each one's progress
 
 
 def rfc3339(instant: datetime) -> str:
@@ -765,6 +775,7 @@ class Watchdog:
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         deliverer: DeliversRuns | None = None,
         reruns: RerunQueue | None = None,
+        backfills: BackfillPacer | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -772,6 +783,7 @@ class Watchdog:
         # Catch-up and re-runs need both a deliverer and a target URL (settings.delivers).
         self._deliverer = deliverer if settings.delivers else None
         self._reruns = reruns if self._deliverer is not None else None
+        self._backfills = backfills if self._reruns is not None else None
         # This tick's pending catch-ups (run_id -> job, schedule time), set before re-runs.
         self._catching_up: dict[str, tuple[WatchedJob, datetime]] = {}
 
@@ -815,6 +827,7 @@ class Watchdog:
         }
         reruns = self._deliver_reruns(now, problems)  # a store error here, too, leaves
         # every cursor as it was
+        reruns, backfills = self._advance_backfills(now, problems, reruns)
         self._store.put_cursors({job.name: cursor for job, cursor, _ in judged}, now)
         forced: list[ForcedRun] = self._forced_before_missed(judged)
         counts["reads"] += len(forced)
@@ -824,7 +837,23 @@ class Watchdog:
             problems.extend(result.problems)
             forced.extend(result.forced)
         counts["forced"] = len(forced)
-        return TickResult(checked, problems, counts, caught_up, reruns, forced)
+        return TickResult(checked, problems, counts, caught_up, reruns, forced, backfills)
+
+    def _advance_backfills(
+        self, now: datetime, problems: list[Problem], reruns: list[Delivered]
+    ) -> tuple[list[Delivered], list[dict[str, Any]]]:
+        """Release the next runs of each backfill (dedup/backfills.py) into the re-run
+        queue and deliver them as any pending re-run; a request delivered twice in one tick
+        (one still waiting) is listed once, as it ended."""
+        if self._backfills is None:
+            return reruns, []
+        more, progress = self._backfills.advance(
+            [job.name for job in self._settings.jobs if job.reruns], now,
+            lambda: self._deliver_reruns(now, problems), self._asynchronous,
+            lambda job, document, why: problems.append(
+                Problem(job, None, MALFORMED, error=why, document=document)),
+        )
+        return list({d.run_id: d for d in [*reruns, *more]}.values()), progress
 
     def _forced_before_missed(
         self, judged: Sequence[tuple[WatchedJob, Cursor, JobTick]]
@@ -1424,7 +1453,11 @@ def build_watchdog_handler(
             plain = requests.Session() if settings.target_auth is TargetAuth.NONE else None
             deliverer = CloudTasksDeliverer(settings.queue, plain)
     reruns = FirestoreRerunQueue(own, settings.reruns_collection)
-    watchdog = Watchdog(settings, watch_store, wall_clock, deliverer, reruns)
+    backfills = BackfillPacer(
+        settings.backfill, FirestoreBackfills(own, backfills_collection(store.collection)),
+        reruns, store.retention_seconds,
+    )
+    watchdog = Watchdog(settings, watch_store, wall_clock, deliverer, reruns, backfills)
     return WatchdogHandler(settings, watchdog, emit)
 
 
@@ -1471,6 +1504,17 @@ class WatchdogHandler:
         checked, problems, counts = result.checked, result.problems, result.counts
         for delivered in [*result.caught_up, *result.reruns]:
             self._emit_delivered(delivered)
+        for progress in result.backfills:
+            self._emit({
+                "severity": "INFO",
+                "message": f"watchdog backfill: {progress['job']}: {progress['state']}, "
+                f"{progress['done']} done, {progress['failed']} failed, "
+                f"{progress['refused']} refused, {progress['in_flight']} in flight, "
+                f"{progress['released']}/{progress['total']} released",
+                "component": "watchdog",
+                "outcome": "backfill",
+                **progress,
+            })
         for run in result.forced:
             how = "replaced the scheduled run" if run.replaced else "kept apart"
             self._emit({
@@ -1512,6 +1556,8 @@ class WatchdogHandler:
         if self._settings.delivers:  # a watchdog given a target delivers, and says what
             reply[CAUGHT_UP] = [d.to_json() for d in result.caught_up]
             reply["reruns"] = [d.to_json() for d in result.reruns]
+        if result.backfills:
+            reply["backfills"] = result.backfills
         return HttpReply(200, reply)
 
     def _emit_delivered(self, delivered: Delivered) -> None:
