@@ -49,7 +49,6 @@ from dedup.reruns import (
     DONE,
     FAILED,
     PENDING,
-    REFUSED,
     FirestoreRerunQueue,
     MalformedDocument,
     RerunRequest,
@@ -370,11 +369,12 @@ class BackfillPacer:
 
     def advance(
         self, jobs: Sequence[str], now: datetime,
-        deliver: Callable[[], list[_Delivered]], asynchronous: bool,
-        report: Callable[[str, str, str], None],
+        deliver: Callable[[list[RerunRequest], dict[str, list[RerunRequest]]], list[_Delivered]],
+        asynchronous: bool, report: Callable[[str, str, str], None],
     ) -> tuple[list[_Delivered], list[dict[str, Any]]]:
-        """Settle, release and deliver (`deliver`: the watchdog's pending re-runs pass) the
-        backfills of `jobs`; (what `deliver` delivered, each backfill's progress).
+        """Settle, release and deliver the backfills of `jobs`: `deliver(requests, of_runs)`
+        is the watchdog's delivery of pending re-run requests (its checks included), given
+        every request of their runs. (What it delivered, each backfill's progress.)
         `report(job, document, why)` is told of a document that is no backfill."""
         live: dict[str, _Live] = {}
         for job, stored in self._backfills.get_many(jobs).items():
@@ -390,59 +390,82 @@ class BackfillPacer:
         pages: dict[tuple[str, int], list[PlannedRun]] = {}
         budget_end = self._monotonic() + TICK_BUDGET_SECONDS
         delivered: list[_Delivered] = []
+        first = True
         while True:
-            self._settle(live)
-            released = sum(self._release(entry, now, pages) for entry in live.values())
+            pending = self._settle(live)
+            released = [r for entry in live.values() for r in self._release(entry, now, pages)]
             self._write(live, now)
-            if not released:
-                break
-            delivered += deliver()
+            todo = [*pending, *released]
+            if not todo or not (released or first):
+                break  # nothing new: what still waits is delivered again at the next tick
+            first = False
+            delivered += deliver(todo, self._siblings(todo))
             if asynchronous or self._monotonic() > budget_end:
-                self._settle(live)
+                self._settle(live)  # a queue delivers them: their outcome, next tick
                 self._write(live, now)
                 break
         return delivered, [entry.backfill.progress() for entry in live.values()]
 
-    def _settle(self, live: Mapping[str, _Live]) -> None:
-        """Count the in-flight requests that finished, and let them go."""
+    def _siblings(self, requests: Sequence[RerunRequest]) -> dict[str, list[RerunRequest]]:
+        """Every request of each run, read by ID: `make rerun` and `make backfill` number a
+        request past every request of its run, so those of generation g's run are among
+        generations 0 to g + 1 (no query: the watchdog's pending pass queries)."""
+        ids = {
+            replace(r.key, generation=g).run_id: r.base_run_id
+            for r in requests for g in range(r.generation + 2)
+        }
+        found: dict[str, list[RerunRequest]] = {}
+        for request_id, request in self._queue.read_many(list(ids)).items():
+            if isinstance(request, RerunRequest):
+                found.setdefault(ids[request_id], []).append(request)
+        return {run: sorted(of_run, key=lambda r: r.generation) for run, of_run in found.items()}
+
+    def _settle(self, live: Mapping[str, _Live]) -> list[RerunRequest]:
+        """Count the in-flight requests that finished, and let them go; the pending ones."""
         wanted = [r for entry in live.values() for r in entry.backfill.in_flight]
-        statuses = self._queue.statuses(wanted) if wanted else {}
+        found = self._queue.read_many(wanted) if wanted else {}
+        pending: list[RerunRequest] = []
         for entry in live.values():
             backfill = entry.backfill
             for request_id in list(backfill.in_flight):
-                status, outcome = statuses.get(request_id, (REFUSED, "the request is gone"))
-                if status == PENDING:
+                request = found.get(request_id)
+                if isinstance(request, RerunRequest) and request.status == PENDING:
+                    pending.append(request)
                     continue
                 del backfill.in_flight[request_id]
                 entry.changed = True
-                if status == DONE:
+                if request is None or not isinstance(request, RerunRequest):
+                    backfill.refused += 1
+                    backfill.last_error = ("the request is gone" if request is None
+                                           else f"the request is malformed: {request.reason}")
+                elif request.status == DONE:
                     backfill.done += 1
-                elif status == FAILED:
+                elif request.status == FAILED:
                     backfill.failed += 1
-                    backfill.last_error = outcome
+                    backfill.last_error = request.outcome
                 else:
                     backfill.refused += 1
-                    backfill.last_error = outcome
+                    backfill.last_error = request.outcome
             if backfill.next >= backfill.total and not backfill.in_flight and (
                     backfill.state == ACTIVE):
                 backfill.state = FINISHED
                 entry.changed = True
+        return pending
 
     def _release(
         self, entry: _Live, now: datetime, pages: dict[tuple[str, int], list[PlannedRun]]
-    ) -> int:
-        """Create the requests of the next positions the bounds admit; how many."""
+    ) -> list[RerunRequest]:
+        """Create the requests of the next positions the bounds admit; those to deliver."""
         backfill = entry.backfill
         if backfill.state != ACTIVE:
-            return 0
+            return []
         room = min(self._settings.in_flight - len(backfill.in_flight),
                    self._settings.runs_per_tick - entry.released,
                    backfill.total - backfill.next)
         if room <= 0:
-            return 0
-        positions = range(backfill.next, backfill.next + room)
+            return []
         requests: list[tuple[int, RerunRequest]] = []
-        for position in positions:
+        for position in range(backfill.next, backfill.next + room):
             k = position // PAGE_SIZE
             if (backfill.backfill_id, k) not in pages:
                 pages[(backfill.backfill_id, k)] = self._backfills.page(backfill, k)
@@ -456,6 +479,7 @@ class BackfillPacer:
                 backfill=backfill.backfill_id,
             )))
         found = self._queue.create_many([r for _, r in requests])
+        released: list[RerunRequest] = []
         for position, request in requests:
             other = found.get(request.request_id)
             if other is not None and other.backfill != backfill.backfill_id:
@@ -467,10 +491,15 @@ class BackfillPacer:
                     f"{other.requested_by} meanwhile")
                 continue
             backfill.in_flight[request.request_id] = position
+            # Released by an earlier try (its tick died before writing the progress):
+            # that request, as it now stands (perhaps finished: settled next round).
+            adopted = other if other is not None else request
+            if adopted.status == PENDING:
+                released.append(adopted)
         backfill.next += room
         entry.released += room
         entry.changed = True
-        return room
+        return released
 
     def _write(self, live: dict[str, _Live], now: datetime) -> None:
         for job, entry in list(live.items()):

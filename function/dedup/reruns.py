@@ -41,6 +41,8 @@ PENDING, DONE, FAILED, REFUSED = "pending", "done", "failed", "refused"
 STATUSES = frozenset({PENDING, DONE, FAILED, REFUSED})
 # Firestore's "in" filter takes at most 30 values.
 _IN_BATCH = 30
+# Writes per commit (Firestore's limit).
+_WRITE_BATCH = 500
 
 
 class MalformedDocument(ValueError):
@@ -218,6 +220,11 @@ class RerunQueue(Protocol):
     def finish(self, request: RerunRequest, status: str, outcome: str, now: datetime) -> None:
         ...
 
+    def finish_all(
+        self, finished: Sequence[tuple[RerunRequest, str, str]], now: datetime
+    ) -> None:
+        ...
+
     def refuse(self, malformed: MalformedRequest, now: datetime) -> None:
         ...
 
@@ -334,23 +341,31 @@ class FirestoreRerunQueue:
                     found[request.request_id] = stored
         return found
 
-    def statuses(self, request_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
-        """(status, outcome) of each request that exists, read as stored (a document that
-        is no request is `refused` by the watchdog's pending pass, and read so here)."""
-        def op() -> dict[str, tuple[str, str | None]]:
+    def read_many(self, request_ids: Sequence[str]) -> dict[str, RerunRequest | MalformedRequest]:
+        """The documents of these IDs that exist, each a request or, if it is none, why."""
+        def op() -> dict[str, RerunRequest | MalformedRequest]:
             refs = [self._collection.document(i) for i in dict.fromkeys(request_ids)]
-            found: dict[str, tuple[str, str | None]] = {}
-            for s in self._runs.client.get_all(
-                    refs, retry=self._runs.retry, timeout=self._runs.timeout):
-                if not s.exists:
-                    continue
-                data = s.to_dict() or {}
-                status, outcome = data.get("status"), data.get("outcome")
-                found[s.id] = (status if isinstance(status, str) else REFUSED,
-                               outcome if isinstance(outcome, str) else None)
-            return found
+            snapshots: Any = self._runs.client.get_all(
+                refs, retry=self._runs.retry, timeout=self._runs.timeout)
+            return {s.id: _parsed(s.id, s.to_dict() or {}) for s in snapshots if s.exists}
 
         return self._runs.call(op) if request_ids else {}
+
+    def finish_all(
+        self, finished: Sequence[tuple[RerunRequest, str, str]], now: datetime
+    ) -> None:
+        """`finish` each (request, status, outcome), in one commit per 500."""
+        for start in range(0, len(finished), _WRITE_BATCH):
+            chunk = finished[start:start + _WRITE_BATCH]
+
+            def op(chunk: Sequence[tuple[RerunRequest, str, str]] = chunk) -> None:
+                batch = self._runs.client.batch()
+                for request, status, outcome in chunk:
+                    batch.update(self._collection.document(request.request_id),
+                                 {"status": status, "outcome": outcome, "finished_at": now})
+                batch.commit(retry=self._runs.retry, timeout=self._runs.timeout)
+
+            self._runs.call(op)
 
     def finish(self, request: RerunRequest, status: str, outcome: str, now: datetime) -> None:
         # Two ticks finishing the same request write the same status: no guard needed.

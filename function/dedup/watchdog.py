@@ -786,6 +786,8 @@ class Watchdog:
         self._backfills = backfills if self._reruns is not None else None
         # This tick's pending catch-ups (run_id -> job, schedule time), set before re-runs.
         self._catching_up: dict[str, tuple[WatchedJob, datetime]] = {}
+        # The re-run requests one delivery pass finished, written together at its end.
+        self._finishing: list[tuple[RerunRequest, str, str]] = []
 
     def tick(self) -> tuple[int, list[Problem], dict[str, int]]:
         """(runs judged, problems, counts) for every job; StoreUnavailable on an outage."""
@@ -825,9 +827,12 @@ class Watchdog:
             for job, cursor, _ in judged for run_id in cursor.catch_ups
             if run_id in cursor.watching
         }
+        # Backfills first: they deliver their own requests, by ID; then the pending ones.
+        backfilled, backfills = self._advance_backfills(now, problems)
         reruns = self._deliver_reruns(now, problems)  # a store error here, too, leaves
         # every cursor as it was
-        reruns, backfills = self._advance_backfills(now, problems, reruns)
+        # A request delivered twice in one tick (one still waiting) is listed once, as it ended.
+        reruns = list({d.run_id: d for d in [*backfilled, *reruns]}.values())
         self._store.put_cursors({job.name: cursor for job, cursor, _ in judged}, now)
         forced: list[ForcedRun] = self._forced_before_missed(judged)
         counts["reads"] += len(forced)
@@ -840,20 +845,21 @@ class Watchdog:
         return TickResult(checked, problems, counts, caught_up, reruns, forced, backfills)
 
     def _advance_backfills(
-        self, now: datetime, problems: list[Problem], reruns: list[Delivered]
+        self, now: datetime, problems: list[Problem]
     ) -> tuple[list[Delivered], list[dict[str, Any]]]:
         """Release the next runs of each backfill (dedup/backfills.py) into the re-run
-        queue and deliver them as any pending re-run; a request delivered twice in one tick
-        (one still waiting) is listed once, as it ended."""
+        queue and deliver them as any pending re-run (the same checks and delivery)."""
         if self._backfills is None:
-            return reruns, []
-        more, progress = self._backfills.advance(
+            return [], []
+        delivered, progress = self._backfills.advance(
             [job.name for job in self._settings.jobs if job.reruns], now,
-            lambda: self._deliver_reruns(now, problems), self._asynchronous,
+            lambda requests, of_runs: self._deliver_requests(requests, of_runs, now),
+            self._asynchronous,
             lambda job, document, why: problems.append(
                 Problem(job, None, MALFORMED, error=why, document=document)),
         )
-        return list({d.run_id: d for d in [*reruns, *more]}.values()), progress
+        unique = {d.run_id: d for d in delivered}  # each round re-delivers what still waits
+        return list(unique.values()), progress
 
     def _forced_before_missed(
         self, judged: Sequence[tuple[WatchedJob, Cursor, JobTick]]
@@ -1010,9 +1016,6 @@ class Watchdog:
         `problems`) the documents that are no request."""
         if self._reruns is None:
             return []
-        jobs = {job.name: job for job in self._settings.jobs}
-        delivered: list[Delivered] = []
-        deliverable: list[tuple[RerunRequest, WatchedJob]] = []
         found = self._reruns.pending(MAX_RERUNS_PER_TICK)
         for malformed in [m for m in found if isinstance(m, MalformedRequest)]:
             self._reruns.refuse(malformed, now)
@@ -1023,12 +1026,25 @@ class Watchdog:
             ))
         pending = [r for r in found if isinstance(r, RerunRequest)]
         of_runs = self._reruns.for_runs([r.base_run_id for r in pending]) if pending else {}
+        return self._deliver_requests(pending, of_runs, now)
+
+    def _deliver_requests(
+        self, pending: Sequence[RerunRequest], of_runs: Mapping[str, Sequence[RerunRequest]],
+        now: datetime,
+    ) -> list[Delivered]:
+        """Deliver these pending requests (every request of their runs: `of_runs`, by base
+        run_id) that pass the checks; their status written in one batch at the end."""
+        assert self._reruns is not None
+        jobs = {job.name: job for job in self._settings.jobs}
+        delivered: list[Delivered] = []
+        deliverable: list[tuple[RerunRequest, WatchedJob]] = []
+        self._finishing = []
         for request in pending:
             job = jobs.get(request.job)
             why = self._rerun_refusal(request, job, of_runs.get(request.base_run_id, []), now)
             if why is not None or job is None:
                 why = why or f"job {request.job!r} is not watched by this watchdog"
-                self._reruns.finish(request, REFUSED, why, now)
+                self._finish(request, REFUSED, why)
                 delivered.append(Delivered(
                     request.job, request.schedule_time, RERUN, REFUSED, request.request_id,
                     request.generation, why, request.requested_by,
@@ -1044,17 +1060,22 @@ class Watchdog:
         ])
         for (request, _), result in zip(deliverable, results, strict=True):
             if result.executed:
-                self._reruns.finish(request, DONE, result.status, now)
+                self._finish(request, DONE, result.status)
             elif result.status == JOB_FAILED:
                 # The job ran and raised: the request is over (no retries every tick); a
                 # new `make rerun` asks for the next generation. (Refused for good, 200
                 # failed_permanent: finished by its record at the next tick, with its error.)
-                self._reruns.finish(request, RERUN_FAILED, result.error or JOB_FAILED, now)
+                self._finish(request, RERUN_FAILED, result.error or JOB_FAILED)
             delivered.append(Delivered(
                 request.job, request.schedule_time, RERUN, result.status, request.request_id,
                 request.generation, result.error, request.requested_by,
             ))
+        self._reruns.finish_all(self._finishing, now)
         return delivered
+
+    def _finish(self, request: RerunRequest, status: str, outcome: str) -> None:
+        """Mark the request finished, with the others of this pass (one batched write)."""
+        self._finishing.append((request, status, outcome))
 
     def _rerun_refusal(
         self, request: RerunRequest, job: WatchedJob | None,
@@ -1113,11 +1134,11 @@ class Watchdog:
             status = stored.record.status if stored is not None else None
             if stored is not None and status is RunStatus.COMPLETED:
                 outcome = "completed"
-                self._reruns.finish(request, DONE, outcome, now)
+                self._finish(request, DONE, outcome)
             elif stored is not None and status is RunStatus.FAILED:
                 # Final: the function answers a job failure 200 to the queue (no retry).
                 outcome = JOB_FAILED
-                self._reruns.finish(request, RERUN_FAILED, stored.record.error or outcome, now)
+                self._finish(request, RERUN_FAILED, stored.record.error or outcome)
             elif (waits_until := self._retried_until(job, request, records.get(
                     base_ids[request.request_id]), now)) is not None:
                 # Stays pending, not refused: delivered at the first tick past the window.
@@ -1137,7 +1158,7 @@ class Watchdog:
                 # so none runs it later): over, and said, not pending for good.
                 why = (f"not executed within {RERUN_DELIVERY_WINDOW_SECONDS / 3600:g} h of "
                        "being asked: no delivery reached the function")
-                self._reruns.finish(request, RERUN_FAILED, why, now)
+                self._finish(request, RERUN_FAILED, why)
                 delivered.append(Delivered(
                     request.job, request.schedule_time, RERUN, RERUN_FAILED,
                     request.request_id, request.generation, why, request.requested_by,
