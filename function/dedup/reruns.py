@@ -19,7 +19,8 @@ delivered, while Scheduler may still retry that run (its retry window + the watc
 grace). `make rerun` numbers a new request past every request of the run, whatever its
 status. The original record, and those of earlier generations, are kept.
 A request carries `expire_at` (when asked + the stack's retention), which the TTL policy
-infra declares on this collection honours, as it does the run records'.
+infra declares on this collection honours, as it does the run records'. One released by a
+backfill (dedup/backfills.py) names it in `backfill`.
 """
 
 from __future__ import annotations

@@ -45,7 +45,11 @@ next ticks; in the demo and tests, a direct POST, judged by the answer:
   X-Dedup-Generation, marked done once the generation completed (failed when the job
   raised, or when no delivery reached the function within RERUN_DELIVERY_WINDOW_SECONDS);
   one for a run not completed waits (`waiting`) until Scheduler can no longer retry that
-  run (its retry window + grace), so the two never overlap.
+  run (its retry window + grace), so the two never overlap;
+- backfills (`make backfill`, dedup/backfills.py): before the pending re-runs, each job's
+  backfill releases its next runs into the re-run queue, at most
+  DEDUP_WATCH_BACKFILL_RUNS_PER_TICK a tick and DEDUP_WATCH_BACKFILL_IN_FLIGHT at once,
+  delivered and checked as re-runs are.
 The dedup protocol makes each run (each generation) execute at most once however often it
 is delivered, by this watchdog, a concurrent tick, or Scheduler's own late retry.
 """
