@@ -69,6 +69,8 @@ FORWARD, REVERSE = "forward", "reverse"
 ORDERS = (FORWARD, REVERSE)
 ACTIVE, FINISHED, CANCELLED = "active", "finished", "cancelled"
 STATES = (ACTIVE, FINISHED, CANCELLED)
+# What the watchdog marks a document that is no backfill (never read as one again).
+REFUSED_STATE = "refused"
 RUNS_PER_TICK_ENV = "DEDUP_WATCH_BACKFILL_RUNS_PER_TICK"
 IN_FLIGHT_ENV = "DEDUP_WATCH_BACKFILL_IN_FLIGHT"
 DEFAULT_RUNS_PER_TICK = 20
@@ -232,8 +234,12 @@ class Stored(Generic[_Value]):
 
 @dataclass(frozen=True)
 class MalformedBackfill:
+    """A job's backfill document that is no backfill: why; `refused` once the watchdog
+    marked it so (then not reported again; the job's next `make backfill` replaces it)."""
+
     job: str
     reason: str
+    refused: bool = False
 
 
 class FirestoreBackfills:
@@ -254,8 +260,13 @@ class FirestoreBackfills:
                 if not s.exists:
                     continue
                 value: Backfill | MalformedBackfill
+                data = s.to_dict() or {}
+                if data.get("state") == REFUSED_STATE:
+                    found[s.id] = Stored(MalformedBackfill(
+                        s.id, str(data.get("last_error"))[:300], refused=True), s.update_time)
+                    continue
                 try:
-                    value = Backfill.from_document(s.to_dict() or {})
+                    value = Backfill.from_document(data)
                     if value.job != s.id:
                         raise MalformedDocument(f"job {value.job[:80]!r} is not its ID")
                 except MalformedDocument as exc:
@@ -339,7 +350,7 @@ class FirestoreBackfills:
         """Mark a document that is no backfill refused (not read as active again)."""
         def op() -> None:
             self._collection.document(job).update(
-                {"state": "refused", "last_error": why, "updated_at": now},
+                {"state": REFUSED_STATE, "last_error": why, "updated_at": now},
                 retry=self._store.retry, timeout=self._store.timeout)
 
         self._store.call(op)
@@ -380,6 +391,8 @@ class BackfillPacer:
         for job, stored in self._backfills.get_many(jobs).items():
             value = stored.value
             if isinstance(value, MalformedBackfill):
+                if value.refused:
+                    continue
                 self._backfills.refuse(job, value.reason, now)
                 report(job, f"{self._backfills.path}/{job}",
                        f"backfill refused, never delivered: {value.reason}")

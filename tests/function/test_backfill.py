@@ -95,9 +95,7 @@ def served(firestore_emulator: FirestoreEmulator,
     collection = f"runs_{uuid.uuid4().hex[:12]}"
     ledger = tmp_path_factory.mktemp("backfill") / "ledger.jsonl"
     with StoreFaultProxy(firestore_emulator.host) as proxy:
-        host = proxy.host if os.environ.get("BACKFILL_TEST_FUNCTION_FAULTS") else (
-            firestore_emulator.host)
-        env = function_env(collection, ledger, FIRESTORE_EMULATOR_HOST=host,
+        env = function_env(collection, ledger, FIRESTORE_EMULATOR_HOST=proxy.host,
                            DEDUP_STORE_TIMEOUT_SECONDS=f"{STORE_TIMEOUT_SECONDS:g}",
                            DEDUP_LEASE_SECONDS="10")
         with FunctionServer(env, workers=2, threads=16, extra_pythonpath=[REPO_ROOT]) as server:
@@ -275,10 +273,12 @@ def run_backfill(watch: Watch, served: Served, job_id: str, *, max_ticks: int) -
 BIG = int(os.environ.get("BACKFILL_TEST_RUNS", "10000"))
 
 
+@pytest.mark.timeout(1800)  # minutes on a busy two-core machine: the deliveries' RPCs
 def test_ten_thousand_runs_execute_once_per_generation_under_store_faults_and_kills(
     served: Served, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(watchdog_module, "MAX_PARALLEL_DELIVERIES", 16)
+    # As wide as the served function (2 workers x 16 threads): the volume, not the rate.
+    monkeypatch.setattr(watchdog_module, "MAX_PARALLEL_DELIVERIES", 32)
     name, job_id = new_job()
     now, times = minutes_back(BIG)
     # Before and after an outage (the middle 30% of the range), every run completed.
@@ -309,7 +309,7 @@ def test_ten_thousand_runs_execute_once_per_generation_under_store_faults_and_ki
     chaos = Chaos(seed=20261202, rate=float(os.environ.get("BACKFILL_TEST_KILLS", "0.004")),
                   collection=served.collection)
     watch = Watch(served.collection, [watched(job_id)], served.server.url,
-                  now=now, backfill=BackfillSettings(runs_per_tick=2000, in_flight=50),
+                  now=now, backfill=BackfillSettings(runs_per_tick=BIG, in_flight=250),
                   store_host=served.proxy.host, chaos=chaos)
     served.proxy.run_schedule(FaultSchedule(
         seed=7, duration=(1.1 * STORE_TIMEOUT_SECONDS, 1.6 * STORE_TIMEOUT_SECONDS),
@@ -419,6 +419,31 @@ def test_through_a_queue_a_backfill_releases_its_next_run_once_the_last_complete
                   store_host=served.proxy.host, deliverer=Queued(HttpDeliverer(TargetAuth.NONE)))
     released = [watch_tick(watch)["backfills"][0]["released"] for _ in range(4)]
     assert released == [1, 2, 3, 3]  # one a tick: its outcome is read at the next
+    assert served.executions(job_id) == Counter({(t.isoformat(), 0): 1 for t in times})
+
+
+def test_a_backfill_document_that_is_none_is_reported_once_and_never_delivered(
+    served: Served,
+) -> None:
+    name, job_id = new_job()
+    now, times = minutes_back(2)
+    client = firestore.Client(project=PROJECT)
+    client.collection(backfills_collection(served.collection)).document(job_id).set(
+        {"backfill_id": "x", "job": job_id, "state": "active", "total": "all of them"})
+    watch = Watch(served.collection, [watched(job_id)], served.server.url, now=now,
+                  backfill=BackfillSettings(), store_host=served.proxy.host)
+    [problem] = [p for p in watch_tick(watch)["problems"] if p["kind"] == "malformed"]
+    assert problem["document"] == f"{backfills_collection(served.collection)}/{job_id}"
+    assert problem["error"].startswith("backfill refused, never delivered: ")
+    assert [p for p in watch_tick(watch)["problems"] if p["kind"] == "malformed"] == []
+    assert served.executions(job_id) == Counter()
+    # The job's next `make backfill` replaces it.
+    cfg = stack(served.collection, name)
+    store = FirestoreRunStore(client, served.collection, 10)
+    said = backfill_cli.queue_backfill(
+        cfg, RunStores(store), plan(cfg, store, times[0], times[-1], now), now)
+    assert said.startswith("queued: backfill "), said
+    watch_tick(watch)
     assert served.executions(job_id) == Counter({(t.isoformat(), 0): 1 for t in times})
 
 
