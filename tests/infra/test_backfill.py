@@ -18,11 +18,13 @@ from dedup.backfills import (
     ACTIVE,
     CANCELLED,
     MAX_BACKFILL_RUNS,
+    BackfillSettings,
     FirestoreBackfills,
     backfills_collection,
 )
 from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
+from dedup.settings import SettingsError
 from infra import backfill, runs
 from infra.rerun import RerunRefused
 from tests.infra.test_rerun import own_queue
@@ -238,3 +240,15 @@ def test_business_runs_count_a_dst_change_once(tmp_path: Path, collection_name: 
     assert planned.scheduled == 7 and len(times) == 7
     assert datetime(2026, 10, 25, 0, 30, tzinfo=UTC) in times  # the first 01:30 (BST)
     assert datetime(2026, 10, 25, 1, 30, tzinfo=UTC) not in times
+
+
+@pytest.mark.parametrize(("env", "error"), [
+    ({"DEDUP_WATCH_BACKFILL_IN_FLIGHT": "0"}, "DEDUP_WATCH_BACKFILL_IN_FLIGHT"),
+    ({"DEDUP_WATCH_BACKFILL_RUNS_PER_TICK": "2.5"}, "must be whole numbers of runs"),
+])
+def test_a_bad_backfill_rate_setting_stops_the_watchdog_naming_it(
+    env: dict[str, str], error: str,
+) -> None:
+    with pytest.raises(SettingsError, match=error):
+        BackfillSettings.from_env(env)
+    assert BackfillSettings.from_env({}) == BackfillSettings(20, 1)
