@@ -33,6 +33,7 @@ backfill at a time.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -337,7 +338,8 @@ def main(
     parser.add_argument("--dry-run", action="store_true",
                         help="print the runs it would queue; write nothing")
     parser.add_argument("--reason", default="", help="why the runs must execute")
-    parser.add_argument("--requested-by", default=None, help="who asks (as make rerun)")
+    parser.add_argument("--requested-by", default=os.environ.get("REQUESTED_BY"),
+                        help="who asks (default: REQUESTED_BY, the ADC account or $USER)")
     parser.add_argument("--again", action="store_true", default=confirmed(),
                         help="re-run runs that re-runs executed already (CONFIRM=1)")
     parser.add_argument("--status", action="store_true", help="show the job's backfill")
