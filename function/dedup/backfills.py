@@ -406,12 +406,16 @@ class BackfillPacer:
         first = True
         while True:
             pending = self._settle(live)
+            before = sum(entry.backfill.next for entry in live.values())
             released = [r for entry in live.values() for r in self._release(entry, now, pages)]
+            moved = sum(entry.backfill.next for entry in live.values()) > before
             self._write(live, now)
             todo = [*pending, *released]
-            if not todo or not (released or first):
+            if not (moved or first):
                 break  # nothing new: what still waits is delivered again at the next tick
             first = False
+            if not todo:
+                continue  # its positions went to others' requests: release the next ones
             delivered += deliver(todo, self._siblings(todo))
             if asynchronous or self._monotonic() > budget_end:
                 self._settle(live)  # a queue delivers them: their outcome, next tick

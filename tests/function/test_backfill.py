@@ -447,6 +447,34 @@ def test_a_backfill_document_that_is_none_is_reported_once_and_never_delivered(
     assert served.executions(job_id) == Counter({(t.isoformat(), 0): 1 for t in times})
 
 
+def test_a_generation_asked_for_by_make_rerun_meanwhile_runs_once_theirs(
+    served: Served,
+) -> None:
+    from infra.rerun import request_rerun
+
+    name, job_id = new_job()
+    now, times = minutes_back(2)
+    Runs(served.collection).bulk_completed(job_id, times)
+    cfg = stack(served.collection, name)
+    store = FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 10)
+    planned = plan(cfg, store, times[0], times[-1], now, mode="all")
+    assert [c.generation for c in planned.queued] == [1, 1]
+    backfill_cli.queue_backfill(cfg, RunStores(store), planned, now)
+    # Before the watchdog releases it, an operator re-runs the first run: generation 1.
+    theirs = request_rerun(cfg, RunStores(store), job_name=name, time_text=times[0].isoformat(),
+                           reason="by hand", requested_by="bob@example.com", now=now).request
+    assert theirs.generation == 1
+    watch = Watch(served.collection, [watched(job_id)], served.server.url, now=now,
+                  backfill=BackfillSettings(), store_host=served.proxy.host)
+    [progress] = watch_tick(watch)["backfills"]
+    assert (progress["state"], progress["done"], progress["refused"]) == (FINISHED, 1, 1)
+    stored = FirestoreBackfills(store, backfills_collection(served.collection)).get(job_id)
+    assert stored is not None and isinstance(stored.value, Backfill)
+    assert stored.value.last_error == (
+        f"generation 1 of {times[0]:%Y-%m-%dT%H:%M:%SZ} was asked by bob@example.com meanwhile")
+    assert served.executions(job_id) == Counter({(t.isoformat(), 1): 1 for t in times})
+
+
 def watch_tick(watch: Watch) -> dict[str, Any]:
     body = watch.tick()
     assert body is not None
