@@ -34,6 +34,7 @@ when it leaves `in_flight` in a write that landed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import time
@@ -60,6 +61,8 @@ BACKFILLS_SUFFIX = "_backfills"
 PAGES = "pages"
 # Runs per page document: about 30 KB, far below Firestore's 1 MiB per document.
 PAGE_SIZE = 1000
+# Backfill documents read per BatchGetDocuments (as the watchdog's cursors).
+READ_BATCH = 300
 # The most runs one backfill queues: its plan is one commit (Firestore: 500 writes, 10 MiB),
 # and `make backfill` reads about two records per run of the range to judge it.
 MAX_BACKFILL_RUNS = 20_000
@@ -252,8 +255,8 @@ class FirestoreBackfills:
         self.path = collection
 
     def get_many(self, jobs: Sequence[str]) -> dict[str, Stored[Backfill | MalformedBackfill]]:
-        def op() -> dict[str, Stored[Backfill | MalformedBackfill]]:
-            refs = [self._collection.document(job) for job in dict.fromkeys(jobs)]
+        def op(chunk: Sequence[str]) -> dict[str, Stored[Backfill | MalformedBackfill]]:
+            refs = [self._collection.document(job) for job in chunk]
             found: dict[str, Stored[Backfill | MalformedBackfill]] = {}
             for s in self._store.client.get_all(
                     refs, retry=self._store.retry, timeout=self._store.timeout):
@@ -274,7 +277,12 @@ class FirestoreBackfills:
                 found[s.id] = Stored(value, s.update_time)
             return found
 
-        return self._store.call(op) if jobs else {}
+        wanted = list(dict.fromkeys(jobs))
+        found: dict[str, Stored[Backfill | MalformedBackfill]] = {}
+        for start in range(0, len(wanted), READ_BATCH):  # thousands at once outlast a timeout
+            chunk = wanted[start:start + READ_BATCH]
+            found.update(self._store.call(functools.partial(op, chunk)))
+        return found
 
     def get(self, job: str) -> Stored[Backfill | MalformedBackfill] | None:
         return self.get_many([job]).get(job)
