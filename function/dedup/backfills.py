@@ -323,8 +323,8 @@ class FirestoreBackfills:
                 batch.update(header, backfill.to_document(now),
                              option=self._store.client.write_option(
                                  last_update_time=replacing.version))
-                if isinstance(replacing.value, Backfill):
-                    for page_id in replacing.value.page_ids():
+                if isinstance(replacing.value, Backfill):  # one write per document
+                    for page_id in set(replacing.value.page_ids()) - set(backfill.page_ids()):
                         batch.delete(self._pages(backfill.job).document(page_id))
             for k, page_id in enumerate(backfill.page_ids()):
                 chunk = runs[k * PAGE_SIZE:(k + 1) * PAGE_SIZE]
