@@ -17,7 +17,9 @@ from google.cloud import firestore
 from dedup.backfills import (
     ACTIVE,
     CANCELLED,
+    FINISHED,
     MAX_BACKFILL_RUNS,
+    Backfill,
     BackfillSettings,
     FirestoreBackfills,
     backfills_collection,
@@ -252,3 +254,25 @@ def test_a_bad_backfill_rate_setting_stops_the_watchdog_naming_it(
     with pytest.raises(SettingsError, match=error):
         BackfillSettings.from_env(env)
     assert BackfillSettings.from_env({}) == BackfillSettings(20, 1)
+
+
+def test_the_same_backfill_once_finished_is_planned_afresh(
+    tmp_path: Path, collection_name: str,
+) -> None:
+    path = stack_file(tmp_path, collection_name)
+    hourly = outage_day(path)
+    args = (str(path), "--job", JOB, "--from", "2026-10-16T00:00:00Z", "--to",
+            "2026-10-16T11:59:00Z", "--reason", "outage")
+    assert main(*args)[0] == 0
+    backfills = own_backfills(collection_name)
+    stored = backfills.get(hourly.job_id)
+    assert stored is not None and isinstance(stored.value, Backfill)
+    stored.value.state = FINISHED  # as the watchdog leaves it (its runs never delivered here)
+    backfills.update(stored.value, stored.version, NOW)
+    code, out, err = main(*args)  # the runs are still missing: the same plan, written again
+    assert (code, err) == (0, "") and "\nqueued: backfill " in out, out
+    again = backfills.get(hourly.job_id)
+    assert again is not None and isinstance(again.value, Backfill)
+    assert (again.value.backfill_id, again.value.state, again.value.total) == (
+        stored.value.backfill_id, ACTIVE, 3)
+    assert [r.schedule_time.hour for r in backfills.page(again.value, 0)] == [3, 4, 5]
