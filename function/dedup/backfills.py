@@ -540,6 +540,3 @@ class BackfillPacer:
                 # it; what it released is adopted by the next tick that releases it.
                 del live[job]
 
-
-def cancelled(backfill: Backfill) -> Backfill:
-    return replace(backfill, state=CANCELLED)
