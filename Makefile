@@ -27,7 +27,7 @@ STACK_DIR := $(or $(shell sed -n 's/^stackConfigDir: *//p' Pulumi.yaml),.)
 STACKS := $(patsubst $(STACK_DIR)/Pulumi.%.yaml,%,$(wildcard $(STACK_DIR)/Pulumi.*.yaml))
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint typecheck workflow-lint unit lock lock-kit plan runs rerun migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve
+.PHONY: help demo test lint typecheck workflow-lint unit lock lock-kit plan runs rerun backfill backfill-status backfill-cancel migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve
 
 help: ## List the targets, one line each (STACK=<name> picks a stack)
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z-]+:.*## / {printf "  make %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -116,6 +116,23 @@ rerun: $(VENV)/stamp ## Ask for one run to execute again (STACK= JOB= TIME= REAS
 	@test -n "$(STACK)" -a -n "$(JOB)" -a -n "$(TIME)" -a -n "$(REASON)" || { echo 'make rerun needs STACK=<name> JOB=<jobs[].name> TIME=<schedule time, e.g. 2026-11-30T09:15:00+01:00> REASON="<why>"' >&2; exit 2; }
 	@test -z "$(NOW)" -o -n "$(WATCHDOG_URL)" || { echo "make rerun NOW=1 needs WATCHDOG_URL=<the watchdog's URL> (one you can reach; else the next tick delivers it)" >&2; exit 2; }
 	$(BIN)/python -m infra.rerun $(STACK) --job "$(JOB)" --time "$(TIME)" --reason "$(REASON)" $(if $(NOW),--now "$(WATCHDOG_URL)")
+
+# The runs of a range executed once more, each exactly once: MODE=missing (default: no
+# record), failed or all; ORDER=reverse for newest first; DRY_RUN=1 prints exactly what it
+# would queue and writes nothing; CONFIRM=1 re-runs runs already re-run. The watchdog
+# releases its runs a few per tick (watchdog.backfillRunsPerTick, backfillInFlight).
+backfill: $(VENV)/stamp ## Queue the runs of a range again (STACK= JOB= FROM= TO= REASON= required; MODE= ORDER= DRY_RUN=)
+	@test -n "$(STACK)" -a -n "$(JOB)" -a -n "$(FROM)" -a -n "$(TO)" || { echo 'make backfill needs STACK=<name> JOB=<jobs[].name> FROM=<first schedule time, e.g. 2026-11-30T00:00:00+01:00> TO=<last one> REASON="<why>" [MODE=missing|failed|all] [ORDER=reverse] [DRY_RUN=1]' >&2; exit 2; }
+	@test -n "$(DRY_RUN)" -o -n "$(REASON)" || { echo 'make backfill needs REASON="<why>" (or DRY_RUN=1 to see what it would queue)' >&2; exit 2; }
+	$(BIN)/python -m infra.backfill $(STACK) --job "$(JOB)" --from "$(FROM)" --to "$(TO)" --reason "$(REASON)" $(if $(MODE),--mode "$(MODE)") $(if $(ORDER),--order "$(ORDER)") $(if $(DRY_RUN),--dry-run)
+
+backfill-status: $(VENV)/stamp ## A job's backfill and how far it got (STACK= JOB= required)
+	@test -n "$(STACK)" -a -n "$(JOB)" || { echo 'make backfill-status needs STACK=<name> JOB=<jobs[].name>' >&2; exit 2; }
+	$(BIN)/python -m infra.backfill $(STACK) --job "$(JOB)" --status
+
+backfill-cancel: $(VENV)/stamp ## Stop releasing a job's backfill; runs in flight finish (STACK= JOB= required)
+	@test -n "$(STACK)" -a -n "$(JOB)" || { echo 'make backfill-cancel needs STACK=<name> JOB=<jobs[].name>' >&2; exit 2; }
+	$(BIN)/python -m infra.backfill $(STACK) --job "$(JOB)" --cancel
 
 # Day 2 rehearsed locally: the stack served (Firestore emulator, the function, the proxy on
 # fake Google APIs, the Scheduler emulator in real time, the watchdog on its schedule) until

@@ -126,6 +126,9 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
         lines += ["", "notes:"] + [f"  - {note}" for note in explained]
     if outcome.watch is not None:
         lines += ["", *watch_lines(outcome.watch)]
+    if outcome.backfill is not None:
+        lines += ["", "backfill (demo/backfill.py: the runs of a simulated outage after the "
+                  "replay, make backfill MODE=missing):", *outcome.backfill.lines()]
     if outcome.proxied is not None:
         lines += ["", *proxied_lines(outcome.proxied, show_all)]
     if outcome.paths:
@@ -415,6 +418,10 @@ def verdict_line(outcome: DemoOutcome) -> str:
             "runs, or a run it caught up or re-ran did not execute exactly once (see the "
             "watchdog section)"
         )
+    backfill = outcome.backfill
+    if t["all_ok"] and backfill is not None and not backfill.ok:
+        return ("RESULT: FAIL: the backfill of the simulated outage did not execute each "
+                "missed run exactly once (see the backfill section)")
     if t["all_ok"] and not outcome.summaries and proxied is not None:
         return f"RESULT: PASS: {proxied_verdict(proxied)}" + (
             f"; {len(outcome.paths)} path(s) (DST changes, forced-run choices, long store "
@@ -450,6 +457,9 @@ def verdict_line(outcome: DemoOutcome) -> str:
                 line += f"; {len(watch.caught_up)} missed run(s) caught up, each executed once"
             if watch.rerun is not None:
                 line += "; 1 completed run re-run once (generation 1), its record kept"
+        if backfill is not None:
+            line += (f"; a backfill of {len(backfill.outage)} run(s) an outage missed: each "
+                     "executed exactly once")
         if outcome.paths:
             line += (f"; {len(outcome.paths)} path(s) (DST changes, forced-run choices, long "
                      "store stalls): each business run executed once")
@@ -492,6 +502,7 @@ def outcome_json(outcome: DemoOutcome) -> dict[str, Any]:
         "store": store_json(outcome),
         "runs": [summary_json(s) for s in outcome.summaries],
         "watchdog": watch_json(outcome.watch) if outcome.watch is not None else None,
+        "backfill": outcome.backfill.to_json() if outcome.backfill is not None else None,
         "paths": [path.to_json() for path in outcome.paths],
         "overlap": [result.to_json() for result in outcome.overlap],
         "nothing_to_run": outcome.nothing_to_run,

@@ -35,6 +35,7 @@ from dedup.protocol import Outcome
 from dedup.settings import Settings
 from dedup.store import RunStatus
 from dedup.tokens import TOKEN_SECRET_ENV
+from demo.backfill import BackfillReport, run_backfill
 from demo.job_wrapper import OTHER_JOBS
 from demo.ledger import LedgerCounts, count
 from demo.overlap import OverlapResult, run_overlap_paths
@@ -178,6 +179,8 @@ class DemoOutcome:
     proxied: ProxiedOutcome | None = None
     # Why nothing of the stack's own jobs ran locally (all paused, none chosen), or None.
     nothing_to_run: str | None = None
+    # demo.backfill: the runs of a simulated outage after the replay, backfilled.
+    backfill: BackfillReport | None = None
 
     @property
     def ok(self) -> bool:
@@ -187,8 +190,9 @@ class DemoOutcome:
         watch_ok = self.watch is None or self.watch.ok
         paths_ok = all(path.ok for path in self.paths) and all(o.ok for o in self.overlap)
         proxied_ok = self.proxied is None or self.proxied.ok
+        backfill_ok = self.backfill is None or self.backfill.ok
         return (bool(self.totals["all_ok"]) and not self.result.stopped_early and watch_ok
-                and paths_ok and proxied_ok and self.nothing_to_run is None)
+                and paths_ok and proxied_ok and backfill_ok and self.nothing_to_run is None)
 
     @property
     def scale(self) -> float:
@@ -564,7 +568,7 @@ def replay(
     errors = logged_errors(function.log_text, stack.project, names)
     injected = store_faults.records
     mark_exposed(summaries, injected, function.timing)
-    watch = None
+    watch, backfilled = None, None
     if options.watchdog and not result.stopped_early:
         settings = watch_store_settings(function, stack)
         watch = run_watchdog(
@@ -572,6 +576,11 @@ def replay(
             client_project=function.stack.project,
             function_url=function.url, ledger=function.ledger,
             lease_seconds=function.timing.lease,
+        )
+        backfilled = run_backfill(
+            stack, summaries, settings, function.firestore_host, watch.grace_seconds,
+            function_url=function.url, ledger=function.ledger,
+            client_project=function.stack.project,
         )
     return DemoOutcome(
         stack=stack,
@@ -590,6 +599,7 @@ def replay(
         store_summary=function.proxy.summary(),
         function_outcomes=logged_outcomes(function.log_text, stack.project),
         watch=watch,
+        backfill=backfilled,
         jobs=job_results(summaries, errors),
     )
 

@@ -49,6 +49,12 @@ from zoneinfo import ZoneInfo
 from croniter import croniter
 from google.cloud import firestore
 
+from dedup.backfills import (
+    BackfillPacer,
+    BackfillSettings,
+    FirestoreBackfills,
+    backfills_collection,
+)
 from dedup.delivery import TargetAuth
 from dedup.firestore_store import FirestoreRunStore
 from dedup.reruns import FirestoreRerunQueue, reruns_collection
@@ -153,6 +159,7 @@ class ServedStack:
         self._watchdog: tuple[WatchSettings, FirestoreWatchStore, FirestoreRerunQueue] | None
         self._watchdog = None
         self._deliverer: ReplayDeliverer | None = None
+        self._backfills: BackfillPacer | None = None  # built with the first tick
 
     # -- start and stop ------------------------------------------------------------------
 
@@ -241,9 +248,23 @@ class ServedStack:
             float(cfg.watchdog.grace_seconds),
             target_url=self.function.url if delivers and self.function else None,
             target_auth=TargetAuth.ID_TOKEN,
+            backfill=BackfillSettings(cfg.watchdog.backfill_runs_per_tick,
+                                      cfg.watchdog.backfill_in_flight),
         )
         store = FirestoreWatchStore(runs, dedup.collection + CURSOR_SUFFIX, by_database, own)
         return settings, store, FirestoreRerunQueue(own, reruns_collection(dedup.collection))
+
+    def _pacer(self, settings: WatchSettings, reruns: FirestoreRerunQueue) -> BackfillPacer:
+        """`make backfill`'s runs released as the deployed watchdog releases them."""
+        if self._backfills is None:
+            dedup = self.cfg.dedup
+            own = FirestoreRunStore(self._client(
+                dedup.watch_database_name if self.cfg.watchdog.enabled else dedup.database_name),
+                dedup.collection, settings.store.store_timeout_seconds)
+            self._backfills = BackfillPacer(
+                settings.backfill, FirestoreBackfills(own, backfills_collection(dedup.collection)),
+                reruns, settings.store.retention_seconds)
+        return self._backfills
 
     def tick(self, now: datetime | None = None) -> TickResult:
         """One watchdog tick, as the deployed one's (one at a time)."""
@@ -253,7 +274,8 @@ class ServedStack:
             at = now or datetime.now(UTC)
             if self._deliverer is not None:
                 self._deliverer.now = at
-            result = Watchdog(settings, store, lambda: at, self._deliverer, reruns).run_tick()
+            result = Watchdog(settings, store, lambda: at, self._deliverer, reruns,
+                              self._pacer(settings, reruns)).run_tick()
         for problem in result.problems:
             when = "-" if problem.schedule_time is None else rfc3339(problem.schedule_time)
             extra = f": {problem.error}" if problem.error else ""

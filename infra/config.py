@@ -886,6 +886,13 @@ class WatchdogSettings(_Model):
     reruns: Bool = Field(default=False, description="The watchdog delivers operator re-runs "
                          "(`make rerun`): it may then invoke the stack's functions, as for "
                          "jobs with catchUp")
+    backfill_runs_per_tick: Int = Field(
+        default=20, ge=1, le=1000, description="At most this many runs of a job's backfill "
+        "(`make backfill`) are released per watchdog tick")
+    backfill_in_flight: Int = Field(
+        default=1, ge=1, le=100, description="Runs of a job's backfill delivered and not "
+        "finished at once; 1 never runs two of them side by side: raise it only for a job "
+        "whose runs may overlap")
 
     @field_validator("schedule")
     @classmethod

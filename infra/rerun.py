@@ -39,7 +39,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -137,38 +137,37 @@ def generations(
 ) -> dict[int, StoredRun]:
     """Every generation of the run that has a record, by generation (0: the run itself),
     read at least through generation `through` (a refused request leaves a gap)."""
-    found: dict[int, StoredRun] = {}
-    start = 0
-    while True:
+    return generations_of(runs, project, location, job, {instant: through})[instant]
+
+
+def generations_of(
+    runs: FirestoreRunStore, project: str, location: str, job: str,
+    through: Mapping[datetime, int],
+) -> dict[datetime, dict[int, StoredRun]]:
+    """`generations` of many runs at once (run -> its records by generation), each read at
+    least through its `through`: generations 0 and 1 of every run first, then the next
+    _GENERATION_BATCH of the runs that may have more, in one batched read per round."""
+    found: dict[datetime, dict[int, StoredRun]] = {t: {} for t in through}
+    reading = {t: (0, 2) for t in through}  # run -> the generations [start, end) to read
+    while reading:
         keys = {
-            g: RunKey(project, location, job, instant, generation=g)
-            for g in range(start, start + _GENERATION_BATCH)
+            (t, g): RunKey(project, location, job, t, generation=g).run_id
+            for t, (start, end) in reading.items() for g in range(start, end)
         }
-        records = runs.get_many([k.run_id for k in keys.values()])
-        batch = {g: records[k.run_id] for g, k in keys.items() if k.run_id in records}
-        found.update(batch)
-        if max(batch, default=-1) < start + _GENERATION_BATCH - 1 and (
-            start + _GENERATION_BATCH > through
-        ):
-            return found
-        start += _GENERATION_BATCH
+        records = runs.get_many(list(keys.values()))
+        more: dict[datetime, tuple[int, int]] = {}
+        for t, (start, end) in reading.items():
+            batch = {g: records[keys[(t, g)]] for g in range(start, end)
+                     if keys[(t, g)] in records}
+            found[t].update(batch)
+            if max(batch, default=-1) == end - 1 or end <= through[t]:
+                more[t] = (end, end + _GENERATION_BATCH)
+        reading = more
+    return found
 
 
-def request_rerun(
-    cfg: StackConfig,
-    stores: RunStores,
-    *,
-    job_name: str,
-    time_text: str,
-    reason: str,
-    requested_by: str,
-    now: datetime | None = None,
-    again: bool = False,
-) -> Requested:
-    """Validate and record one re-run request; RerunRefused says why not. A run already
-    re-run (a generation past 0 completed, or a request of it done) is asked for once more
-    only with `again` (the operator confirmed: CONFIRM=1, --again)."""
-    now = now or datetime.now(UTC)
+def rerun_job(cfg: StackConfig, job_name: str, reason: str) -> WatchedJob:
+    """The job a re-run (or a backfill) asks for, if it may: a reason, and re-runs on."""
     if not reason.strip():
         raise RerunRefused('REASON is required: say why the run must execute again, e.g. '
                            'REASON="invoice import fixed, re-sync 09:15"')
@@ -179,17 +178,27 @@ def request_rerun(
             "watchdog.reruns: true in the stack file (and `pulumi up`), so the watchdog may "
             "call the job's function"
         )
-    instant = parse_time(time_text)
-    check_scheduled(job, instant, now)
-    project, location = cfg.project, cfg.region
-    queue = stores.reruns()  # in the watchdog's own database
-    # Every request of the run, whatever its status: a refused one left no record for its
-    # generation, and the next request must still be numbered past it (IDs are per generation).
-    asked = queue.for_run(RunKey(project, location, job.name, instant).run_id)
+    return job
+
+
+@dataclass(frozen=True)
+class RerunPlan:
+    """The generation a re-run of one run asks for, once it passed every check."""
+
+    generation: int
+    previous: StoredRun | None  # the latest generation's record
+    already: tuple[str, ...] = ()  # the generations re-runs executed already (`again`)
+
+
+def plan_rerun(
+    job: WatchedJob, instant: datetime, asked: Sequence[RerunRequest],
+    found: Mapping[int, StoredRun], *, now: datetime, grace_seconds: float,
+    again: bool = False,
+) -> RerunPlan:
+    """`make rerun`'s checks of one run, from its requests (`asked`, every status) and its
+    records by generation (`found`); RerunRefused says why not. A run already re-run is
+    asked for once more only with `again`."""
     highest_asked = max((r.generation for r in asked), default=-1)
-    found = generations(
-        stores.records(job), project, location, job.name, instant, through=highest_asked
-    )
     latest = max(found, default=-1)
     pending = [r for r in asked if r.status == PENDING]
     zone = ZoneInfo(job.time_zone)
@@ -212,7 +221,7 @@ def request_rerun(
         )
     generation = max(latest, highest_asked) + 1
     run = found.get(0)
-    possible_at = verdict_due_at(job, instant, float(cfg.watchdog.grace_seconds))
+    possible_at = verdict_due_at(job, instant, grace_seconds)
     if generation > 0 and retries_may_execute(run) and now < possible_at:
         # Scheduler stops retrying a run only once it got a 2xx: until the retry window
         # has passed, a retry may take generation 0 over while generation g runs.
@@ -222,7 +231,7 @@ def request_rerun(
         raise RerunRefused(
             f"{job.name} @ {when} has not completed ({status}) and Scheduler may still "
             f"retry it until its retry window ({job.retry_window_seconds:g} s) + the "
-            f"watchdog's grace ({cfg.watchdog.grace_seconds:g} s) have passed: a re-run "
+            f"watchdog's grace ({grace_seconds:g} s) have passed: a re-run "
             "now could execute next to that retry; ask again at or after "
             f"{_both(possible_at, zone, 'seconds')}"
         )
@@ -233,22 +242,55 @@ def request_rerun(
             f"re-run executes it once more, as generation {generation}: if that is what "
             "you want, ask again with CONFIRM=1 (python -m infra.rerun --again)"
         )
+    return RerunPlan(generation, previous, tuple(already))
+
+
+def request_rerun(
+    cfg: StackConfig,
+    stores: RunStores,
+    *,
+    job_name: str,
+    time_text: str,
+    reason: str,
+    requested_by: str,
+    now: datetime | None = None,
+    again: bool = False,
+) -> Requested:
+    """Validate and record one re-run request; RerunRefused says why not. A run already
+    re-run (a generation past 0 completed, or a request of it done) is asked for once more
+    only with `again` (the operator confirmed: CONFIRM=1, --again)."""
+    now = now or datetime.now(UTC)
+    job = rerun_job(cfg, job_name, reason)
+    instant = parse_time(time_text)
+    check_scheduled(job, instant, now)
+    project, location = cfg.project, cfg.region
+    queue = stores.reruns()  # in the watchdog's own database
+    # Every request of the run, whatever its status: a refused one left no record for its
+    # generation, and the next request must still be numbered past it (IDs are per generation).
+    asked = queue.for_run(RunKey(project, location, job.name, instant).run_id)
+    highest_asked = max((r.generation for r in asked), default=-1)
+    found = generations(
+        stores.records(job), project, location, job.name, instant, through=highest_asked
+    )
+    plan = plan_rerun(job, instant, asked, found, now=now,
+                      grace_seconds=float(cfg.watchdog.grace_seconds), again=again)
     request = RerunRequest(
         project=project, location=location, job=job.name, schedule_time=instant,
-        generation=generation, requested_by=requested_by, reason=reason.strip(),
+        generation=plan.generation, requested_by=requested_by, reason=reason.strip(),
         requested_at=now, expire_at=now + timedelta(seconds=cfg.dedup.retention_seconds),
     )
     try:
         queue.create(request)
     except RecordExists:
         raise RerunRefused(
-            f"a re-run request for generation {request.generation} of {job.name} @ {when} "
-            "was created a moment ago by someone else: see `make runs`"
+            f"a re-run request for generation {request.generation} of {job.name} @ "
+            f"{_both(instant, ZoneInfo(job.time_zone))} was created a moment ago by someone "
+            "else: see `make runs`"
         ) from None
-    return Requested(request, previous, tuple(already))
+    return Requested(request, plan.previous, plan.already)
 
 
-def already_run(asked: Sequence[RerunRequest], found: dict[int, StoredRun]) -> list[str]:
+def already_run(asked: Sequence[RerunRequest], found: Mapping[int, StoredRun]) -> list[str]:
     """The generations of a run that re-runs already executed, lowest first, one phrase
     each: every request `done` (generation 0 too: a missed run delivered late) and every
     generation past 0 whose record is completed (its request may be gone: TTL, or written

@@ -235,6 +235,8 @@ class WatchdogArgs:
             "DEDUP_WATCH_DATABASE": self.watch_database_name,
             "DEDUP_WATCH_LOOKBACK_SECONDS": str(self.settings.lookback_seconds),
             "DEDUP_WATCH_GRACE_SECONDS": str(self.settings.grace_seconds),
+            "DEDUP_WATCH_BACKFILL_RUNS_PER_TICK": str(self.settings.backfill_runs_per_tick),
+            "DEDUP_WATCH_BACKFILL_IN_FLIGHT": str(self.settings.backfill_in_flight),
         }
         if "dedup" in self.delivery_targets:
             environment["DEDUP_WATCH_TARGET_URL"] = self.delivery_targets["dedup"][0]

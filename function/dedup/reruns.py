@@ -19,7 +19,8 @@ delivered, while Scheduler may still retry that run (its retry window + the watc
 grace). `make rerun` numbers a new request past every request of the run, whatever its
 status. The original record, and those of earlier generations, are kept.
 A request carries `expire_at` (when asked + the stack's retention), which the TTL policy
-infra declares on this collection honours, as it does the run records'.
+infra declares on this collection honours, as it does the run records'. One released by a
+backfill (dedup/backfills.py) names it in `backfill`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ PENDING, DONE, FAILED, REFUSED = "pending", "done", "failed", "refused"
 STATUSES = frozenset({PENDING, DONE, FAILED, REFUSED})
 # Firestore's "in" filter takes at most 30 values.
 _IN_BATCH = 30
+# Writes per commit (Firestore's limit).
+_WRITE_BATCH = 500
 
 
 class MalformedDocument(ValueError):
@@ -103,6 +106,9 @@ class RerunRequest:
     # When Firestore's TTL policy on the requests' collection may delete it (infra sets
     # requested_at + the stack's retention: the records of the run are gone by then too).
     expire_at: datetime | None = None
+    # The backfill (dedup/backfills.py) that released it, if one did: a tick that meets
+    # the request again (its own release, retried) adopts it instead of counting it twice.
+    backfill: str | None = None
 
     @property
     def key(self) -> RunKey:
@@ -137,6 +143,7 @@ class RerunRequest:
             "outcome": self.outcome,
             "finished_at": self.finished_at,
             "expire_at": self.expire_at,
+            "backfill": self.backfill,
         }
 
     @classmethod
@@ -172,6 +179,7 @@ class RerunRequest:
             outcome=outcome,
             finished_at=_instant(data, "finished_at", required=False),
             expire_at=_instant(data, "expire_at", required=False),
+            backfill=_text(data, "backfill", required=False) or None,
         )
         try:
             expected = request.to_document()
@@ -211,6 +219,11 @@ class RerunQueue(Protocol):
         ...
 
     def finish(self, request: RerunRequest, status: str, outcome: str, now: datetime) -> None:
+        ...
+
+    def finish_all(
+        self, finished: Sequence[tuple[RerunRequest, str, str]], now: datetime
+    ) -> None:
         ...
 
     def refuse(self, malformed: MalformedRequest, now: datetime) -> None:
@@ -297,6 +310,63 @@ class FirestoreRerunQueue:
             found = self.get_many([request.request_id]).get(request.request_id)
             if found is None or _asked(found) != _asked(request):
                 raise
+
+    def create_many(self, requests: Sequence[RerunRequest]) -> dict[str, RerunRequest]:
+        """Create each request that does not exist yet, in one commit when none does; the
+        requests found already there instead (request ID -> the stored one), for the caller
+        to judge (its own, written by an earlier try, or someone else's)."""
+        def op() -> None:
+            batch = self._runs.client.batch()
+            for request in requests:
+                batch.create(self._collection.document(request.request_id),
+                             request.to_document())
+            try:
+                batch.commit(retry=self._runs.retry, timeout=self._runs.timeout)
+            except gexc.AlreadyExists as exc:
+                raise RecordExists(requests[0].request_id) from exc
+
+        if not requests:
+            return {}
+        try:
+            self._runs.call(op)
+            return {}
+        except RecordExists:  # some exist (or the commit landed unseen): one by one
+            pass
+        found: dict[str, RerunRequest] = {}
+        for request in requests:
+            try:
+                self.create(request)
+            except RecordExists:
+                stored = self.get_many([request.request_id]).get(request.request_id)
+                if stored is not None:
+                    found[request.request_id] = stored
+        return found
+
+    def read_many(self, request_ids: Sequence[str]) -> dict[str, RerunRequest | MalformedRequest]:
+        """The documents of these IDs that exist, each a request or, if it is none, why."""
+        def op() -> dict[str, RerunRequest | MalformedRequest]:
+            refs = [self._collection.document(i) for i in dict.fromkeys(request_ids)]
+            snapshots: Any = self._runs.client.get_all(
+                refs, retry=self._runs.retry, timeout=self._runs.timeout)
+            return {s.id: _parsed(s.id, s.to_dict() or {}) for s in snapshots if s.exists}
+
+        return self._runs.call(op) if request_ids else {}
+
+    def finish_all(
+        self, finished: Sequence[tuple[RerunRequest, str, str]], now: datetime
+    ) -> None:
+        """`finish` each (request, status, outcome), in one commit per 500."""
+        for start in range(0, len(finished), _WRITE_BATCH):
+            chunk = finished[start:start + _WRITE_BATCH]
+
+            def op(chunk: Sequence[tuple[RerunRequest, str, str]] = chunk) -> None:
+                batch = self._runs.client.batch()
+                for request, status, outcome in chunk:
+                    batch.update(self._collection.document(request.request_id),
+                                 {"status": status, "outcome": outcome, "finished_at": now})
+                batch.commit(retry=self._runs.retry, timeout=self._runs.timeout)
+
+            self._runs.call(op)
 
     def finish(self, request: RerunRequest, status: str, outcome: str, now: datetime) -> None:
         # Two ticks finishing the same request write the same status: no guard needed.

@@ -45,7 +45,11 @@ next ticks; in the demo and tests, a direct POST, judged by the answer:
   X-Dedup-Generation, marked done once the generation completed (failed when the job
   raised, or when no delivery reached the function within RERUN_DELIVERY_WINDOW_SECONDS);
   one for a run not completed waits (`waiting`) until Scheduler can no longer retry that
-  run (its retry window + grace), so the two never overlap.
+  run (its retry window + grace), so the two never overlap;
+- backfills (`make backfill`, dedup/backfills.py): before the pending re-runs, each job's
+  backfill releases its next runs into the re-run queue, at most
+  DEDUP_WATCH_BACKFILL_RUNS_PER_TICK a tick and DEDUP_WATCH_BACKFILL_IN_FLIGHT at once,
+  delivered and checked as re-runs are.
 The dedup protocol makes each run (each generation) execute at most once however often it
 is delivered, by this watchdog, a concurrent tick, or Scheduler's own late retry.
 """
@@ -71,6 +75,12 @@ from croniter import croniter
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from dedup.backfills import (
+    BackfillPacer,
+    BackfillSettings,
+    FirestoreBackfills,
+    backfills_collection,
+)
 from dedup.business_runs import DST_REPEATED, DST_SKIPPED, BusinessSchedule, business_schedule
 from dedup.cloud_tasks import CloudTasksDeliverer, TaskQueue
 from dedup.delivery import (
@@ -260,6 +270,8 @@ class WatchSettings:
     # DEDUP_WATCH_DATABASE: its own database (cursors, re-run queue), which job code cannot
     # write; None: both in DEDUP_DATABASE (the demo, tests).
     watch_database: str | None = None
+    # DEDUP_WATCH_BACKFILL_*: how fast `make backfill`'s runs are released (dedup/backfills.py).
+    backfill: BackfillSettings = field(default_factory=BackfillSettings)
 
     @property
     def cursor_collection(self) -> str:
@@ -321,6 +333,7 @@ class WatchSettings:
         return cls(
             store, jobs, lookback, grace, target_url, target_auth_setting(env), timeout,
             TaskQueue.from_env(env), watch_database_setting(env, store, jobs),
+            BackfillSettings.from_env(env),
         )
 
 
@@ -796,6 +809,7 @@ class TickResult:
     forced: list[ForcedRun] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
     overlapped: str | None = None  # why its cursors were not written (another tick's were)
+    backfills: list[dict[str, Any]] = field(default_factory=list)  # each one's progress
 
 
 def rfc3339(instant: datetime) -> str:
@@ -813,6 +827,7 @@ class Watchdog:
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         deliverer: DeliversRuns | None = None,
         reruns: RerunQueue | None = None,
+        backfills: BackfillPacer | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -820,11 +835,14 @@ class Watchdog:
         # Catch-up and re-runs need both a deliverer and a target URL (settings.delivers).
         self._deliverer = deliverer if settings.delivers else None
         self._reruns = reruns if self._deliverer is not None else None
+        self._backfills = backfills if self._reruns is not None else None
         # This tick's pending catch-ups (run_id -> job, schedule time), set before re-runs.
         self._catching_up: dict[str, tuple[WatchedJob, datetime]] = {}
         # Where a tick's incident transitions are logged, before its cursors are written
         # (WatchdogHandler sets it); None: only returned in the TickResult.
         self.announce: Callable[[Sequence[Transition]], None] | None = None
+        # The re-run requests one delivery pass finished, written together at its end.
+        self._finishing: list[tuple[RerunRequest, str, str]] = []
 
     def tick(self) -> tuple[int, list[Problem], dict[str, int]]:
         """(runs judged, problems, counts) for every job; StoreUnavailable on an outage."""
@@ -865,8 +883,12 @@ class Watchdog:
             for job, cursor, _ in judged for run_id in cursor.catch_ups
             if run_id in cursor.watching
         }
+        # Backfills first: they deliver their own requests, by ID; then the pending ones.
+        backfilled, backfills = self._advance_backfills(now, problems)
         reruns = self._deliver_reruns(now, problems)  # a store error here, too, leaves
         # every cursor as it was
+        # A request delivered twice in one tick (one still waiting) is listed once, as it ended.
+        reruns = list({d.run_id: d for d in [*backfilled, *reruns]}.values())
         transitions = self._advance_streaks(judged, now)
         if transitions and self.announce is not None:
             # Logged before the cursors move: a tick that fails now repeats them at its
@@ -886,7 +908,7 @@ class Watchdog:
         counts["incidents_opened"] = sum(t.event == OPENED for t in transitions)
         counts["incidents_resolved"] = len(transitions) - counts["incidents_opened"]
         return TickResult(checked, problems, counts, caught_up, reruns, forced, transitions,
-                          overlapped)
+                          overlapped, backfills)
 
     def _put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> str | None:
         """Write the cursors; why not, if another tick moved one since this tick read it.
@@ -914,6 +936,23 @@ class Watchdog:
                 job.name, job.thresholds, cursor.incidents, problems, good, now)
             made += transitions
         return made
+
+    def _advance_backfills(
+        self, now: datetime, problems: list[Problem]
+    ) -> tuple[list[Delivered], list[dict[str, Any]]]:
+        """Release the next runs of each backfill (dedup/backfills.py) into the re-run
+        queue and deliver them as any pending re-run (the same checks and delivery)."""
+        if self._backfills is None:
+            return [], []
+        delivered, progress = self._backfills.advance(
+            [job.name for job in self._settings.jobs if job.reruns], now,
+            lambda requests, of_runs: self._deliver_requests(requests, of_runs, now),
+            self._asynchronous,
+            lambda job, document, why: problems.append(
+                Problem(job, None, MALFORMED, error=why, document=document)),
+        )
+        unique = {d.run_id: d for d in delivered}  # each round re-delivers what still waits
+        return list(unique.values()), progress
 
     def _forced_before_missed(
         self, judged: Sequence[tuple[WatchedJob, Cursor, JobTick]]
@@ -1071,9 +1110,6 @@ class Watchdog:
         `problems`) the documents that are no request."""
         if self._reruns is None:
             return []
-        jobs = {job.name: job for job in self._settings.jobs}
-        delivered: list[Delivered] = []
-        deliverable: list[tuple[RerunRequest, WatchedJob]] = []
         found = self._reruns.pending(MAX_RERUNS_PER_TICK)
         for malformed in [m for m in found if isinstance(m, MalformedRequest)]:
             self._reruns.refuse(malformed, now)
@@ -1084,12 +1120,25 @@ class Watchdog:
             ))
         pending = [r for r in found if isinstance(r, RerunRequest)]
         of_runs = self._reruns.for_runs([r.base_run_id for r in pending]) if pending else {}
+        return self._deliver_requests(pending, of_runs, now)
+
+    def _deliver_requests(
+        self, pending: Sequence[RerunRequest], of_runs: Mapping[str, Sequence[RerunRequest]],
+        now: datetime,
+    ) -> list[Delivered]:
+        """Deliver these pending requests (every request of their runs: `of_runs`, by base
+        run_id) that pass the checks; their status written in one batch at the end."""
+        assert self._reruns is not None
+        jobs = {job.name: job for job in self._settings.jobs}
+        delivered: list[Delivered] = []
+        deliverable: list[tuple[RerunRequest, WatchedJob]] = []
+        self._finishing = []
         for request in pending:
             job = jobs.get(request.job)
             why = self._rerun_refusal(request, job, of_runs.get(request.base_run_id, []), now)
             if why is not None or job is None:
                 why = why or f"job {request.job!r} is not watched by this watchdog"
-                self._reruns.finish(request, REFUSED, why, now)
+                self._finish(request, REFUSED, why)
                 delivered.append(Delivered(
                     request.job, request.schedule_time, RERUN, REFUSED, request.request_id,
                     request.generation, why, request.requested_by,
@@ -1105,17 +1154,22 @@ class Watchdog:
         ])
         for (request, _), result in zip(deliverable, results, strict=True):
             if result.executed:
-                self._reruns.finish(request, DONE, result.status, now)
+                self._finish(request, DONE, result.status)
             elif result.status == JOB_FAILED:
                 # The job ran and raised: the request is over (no retries every tick); a
                 # new `make rerun` asks for the next generation. (Refused for good, 200
                 # failed_permanent: finished by its record at the next tick, with its error.)
-                self._reruns.finish(request, RERUN_FAILED, result.error or JOB_FAILED, now)
+                self._finish(request, RERUN_FAILED, result.error or JOB_FAILED)
             delivered.append(Delivered(
                 request.job, request.schedule_time, RERUN, result.status, request.request_id,
                 request.generation, result.error, request.requested_by,
             ))
+        self._reruns.finish_all(self._finishing, now)
         return delivered
+
+    def _finish(self, request: RerunRequest, status: str, outcome: str) -> None:
+        """Mark the request finished, with the others of this pass (one batched write)."""
+        self._finishing.append((request, status, outcome))
 
     def _rerun_refusal(
         self, request: RerunRequest, job: WatchedJob | None,
@@ -1174,11 +1228,11 @@ class Watchdog:
             status = stored.record.status if stored is not None else None
             if stored is not None and status is RunStatus.COMPLETED:
                 outcome = "completed"
-                self._reruns.finish(request, DONE, outcome, now)
+                self._finish(request, DONE, outcome)
             elif stored is not None and status is RunStatus.FAILED:
                 # Final: the function answers a job failure 200 to the queue (no retry).
                 outcome = JOB_FAILED
-                self._reruns.finish(request, RERUN_FAILED, stored.record.error or outcome, now)
+                self._finish(request, RERUN_FAILED, stored.record.error or outcome)
             elif (waits_until := self._retried_until(job, request, records.get(
                     base_ids[request.request_id]), now)) is not None:
                 # Stays pending, not refused: delivered at the first tick past the window.
@@ -1198,7 +1252,7 @@ class Watchdog:
                 # so none runs it later): over, and said, not pending for good.
                 why = (f"not executed within {RERUN_DELIVERY_WINDOW_SECONDS / 3600:g} h of "
                        "being asked: no delivery reached the function")
-                self._reruns.finish(request, RERUN_FAILED, why, now)
+                self._finish(request, RERUN_FAILED, why)
                 delivered.append(Delivered(
                     request.job, request.schedule_time, RERUN, RERUN_FAILED,
                     request.request_id, request.generation, why, request.requested_by,
@@ -1576,7 +1630,11 @@ def build_watchdog_handler(
             plain = requests.Session() if settings.target_auth is TargetAuth.NONE else None
             deliverer = CloudTasksDeliverer(settings.queue, plain)
     reruns = FirestoreRerunQueue(own, settings.reruns_collection)
-    watchdog = Watchdog(settings, watch_store, wall_clock, deliverer, reruns)
+    backfills = BackfillPacer(
+        settings.backfill, FirestoreBackfills(own, backfills_collection(store.collection)),
+        reruns, store.retention_seconds,
+    )
+    watchdog = Watchdog(settings, watch_store, wall_clock, deliverer, reruns, backfills)
     return WatchdogHandler(settings, watchdog, emit)
 
 
@@ -1635,6 +1693,17 @@ class WatchdogHandler:
         checked, problems, counts = result.checked, result.problems, result.counts
         for delivered in [*result.caught_up, *result.reruns]:
             self._emit_delivered(delivered)
+        for progress in result.backfills:
+            self._emit({
+                "severity": "INFO",
+                "message": f"watchdog backfill: {progress['job']}: {progress['state']}, "
+                f"{progress['done']} done, {progress['failed']} failed, "
+                f"{progress['refused']} refused, {progress['in_flight']} in flight, "
+                f"{progress['released']}/{progress['total']} released",
+                "component": "watchdog",
+                "outcome": "backfill",
+                **progress,
+            })
         for run in result.forced:
             how = "replaced the scheduled run" if run.replaced else "kept apart"
             self._emit({
@@ -1687,6 +1756,8 @@ class WatchdogHandler:
         if self._settings.delivers:  # a watchdog given a target delivers, and says what
             reply[CAUGHT_UP] = [d.to_json() for d in result.caught_up]
             reply["reruns"] = [d.to_json() for d in result.reruns]
+        if result.backfills:
+            reply["backfills"] = result.backfills
         return HttpReply(200, reply)
 
     def _emit_delivered(self, delivered: Delivered) -> None:

@@ -98,6 +98,9 @@ def test_watchdog_function_identity_and_settings(stack: StackUnderTest) -> None:
     lookback = {"dev": "43200", "prod": "172800"}[stack.name]
     assert env["DEDUP_WATCH_LOOKBACK_SECONDS"] == str(cfg.watchdog.lookback_seconds) == lookback
     assert env["DEDUP_WATCH_GRACE_SECONDS"] == str(cfg.watchdog.grace_seconds) == "300"
+    # A backfill's rate (dedup/backfills.py): 20 runs a tick, one at a time, by default.
+    assert (env["DEDUP_WATCH_BACKFILL_RUNS_PER_TICK"], env["DEDUP_WATCH_BACKFILL_IN_FLIGHT"]) == (
+        "20", "1")
     # Its archive carries its own job table only: no other function's routes.
     assert stack.job_table(watchdog, JOB_ROUTES_TABLE) is None
     assert stack.job_table(watchdog, PROXY_ROUTES_TABLE) is None

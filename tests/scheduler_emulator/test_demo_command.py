@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from demo.backfill import OUTAGE_RUNS
 from demo.paths import path_specs
 from local_stack import FirestoreEmulator
 from tests.stacks import fixture_stack_file
@@ -236,6 +237,12 @@ def test_the_default_demo_catches_up_the_missed_run_and_re_runs_one_once() -> No
         if (run["job"], run["schedule_time"]) == (rerun["job"], rerun["schedule_time"])
     ]
     assert original["executions"] == 1
+    # The backfill of a simulated outage (demo/backfill.py): each missed run executed once.
+    backfill = report["backfill"]
+    assert backfill is not None and backfill["ok"], backfill
+    assert len(backfill["outage"]) == OUTAGE_RUNS
+    assert set(backfill["executions"].values()) == {1}
+    assert backfill["progress"]["done"] == OUTAGE_RUNS
     # The paths (demo/paths.py): the DST changes (Scheduler firing the repeated 01:30
     # once and twice), every forcedRuns choice, long store stalls: each business run once.
     assert [(p["path"], p["executed"] == p["runs"], p["ok"]) for p in report["paths"]] == [

@@ -1,0 +1,483 @@
+"""Backfills: `make backfill`'s code path plans the runs of a range, the watchdog releases
+them into the re-run queue at a bounded rate and delivers them to the served function
+(real Firestore emulator, the ledger job counting executions), and every run executes
+once per generation: under store faults and kills, for 10,000 runs.
+
+The watchdog runs in-process with its ticks driven by the test (its clock fixed), so the
+volume costs the deliveries, not waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.cloud import firestore
+
+from dedup import watchdog as watchdog_module
+from dedup.backfills import (
+    FINISHED,
+    Backfill,
+    BackfillPacer,
+    BackfillSettings,
+    FirestoreBackfills,
+    backfills_collection,
+)
+from dedup.cache import CompletedRunCache
+from dedup.delivery import DeliversRuns, DeliveryResult, HttpDeliverer, RunDelivery, TargetAuth
+from dedup.firestore_store import FirestoreRunStore
+from dedup.keys import RunKey
+from dedup.protocol import Claim, Deduplicator
+from dedup.reruns import DONE, FirestoreRerunQueue, reruns_collection
+from dedup.settings import Settings
+from dedup.watchdog import FirestoreWatchStore, Watchdog, WatchdogHandler, WatchedJob, WatchSettings
+from infra import backfill as backfill_cli
+from infra.config import StackConfig, load_config
+from infra.runs import RunStores
+from local_stack import FirestoreEmulator, FunctionServer
+from local_stack.deliveries import LOCATION, PROJECT, function_env
+from local_stack.processes import REPO_ROOT
+from local_stack.steered_job import read_ledger
+from local_stack.store_faults import FaultSchedule, StoreFaultProxy
+from tests.function.test_catch_up import JOB_HEADERS
+from tests.function.test_watchdog import Runs
+
+pytestmark = pytest.mark.usefixtures("firestore_emulator")
+
+PREFIX = "backfill-test"
+FAST_BODY = json.dumps({"result": "backfilled"})
+STORE_TIMEOUT_SECONDS = 1.0
+
+
+@contextlib.contextmanager
+def emulator_at(host: str) -> Iterator[None]:
+    """Clients built inside talk to `host` (a store-fault proxy): the client reads
+    FIRESTORE_EMULATOR_HOST when it is constructed."""
+    before = os.environ["FIRESTORE_EMULATOR_HOST"]
+    os.environ["FIRESTORE_EMULATOR_HOST"] = host
+    try:
+        yield
+    finally:
+        os.environ["FIRESTORE_EMULATOR_HOST"] = before
+
+
+@dataclass
+class Served:
+    server: FunctionServer
+    collection: str
+    ledger: Path
+    proxy: StoreFaultProxy
+
+    def executions(self, job: str) -> Counter[tuple[str, int]]:
+        return Counter((e["schedule_time"], e["generation"])
+                       for e in read_ledger(str(self.ledger)) if e["job"] == job)
+
+
+@pytest.fixture(scope="module")
+def served(firestore_emulator: FirestoreEmulator,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The function, whose store is behind a fault proxy (shared by the watchdog)."""
+    collection = f"runs_{uuid.uuid4().hex[:12]}"
+    ledger = tmp_path_factory.mktemp("backfill") / "ledger.jsonl"
+    with StoreFaultProxy(firestore_emulator.host) as proxy:
+        env = function_env(collection, ledger, FIRESTORE_EMULATOR_HOST=proxy.host,
+                           DEDUP_STORE_TIMEOUT_SECONDS=f"{STORE_TIMEOUT_SECONDS:g}",
+                           DEDUP_LEASE_SECONDS="10")
+        with FunctionServer(env, workers=2, threads=16, extra_pythonpath=[REPO_ROOT]) as server:
+            yield Served(server, collection, ledger, proxy)
+
+
+def stack(collection: str, job: str, schedule: str = "* * * * *",
+          time_zone: str = "Etc/UTC") -> StackConfig:
+    return load_config({
+        "gcp:project": PROJECT, "gcp:region": LOCATION,
+        "scheduler-dedup:namePrefix": PREFIX, "scheduler-dedup:collection": collection,
+        "scheduler-dedup:watchdog": {"reruns": True, "graceSeconds": 30},
+        "scheduler-dedup:jobs": [{
+            "name": job, "schedule": schedule, "timeZone": time_zone,
+            "attemptDeadlineSeconds": 60, "body": json.loads(FAST_BODY),
+        }],
+    })
+
+
+def watched(job_id: str) -> WatchedJob:
+    return WatchedJob(job_id, "* * * * *", "Etc/UTC", attempt_deadline_seconds=60,
+                      body=FAST_BODY, headers=JOB_HEADERS, reruns=True)
+
+
+class Killed(Exception):
+    """The watchdog instance died here (the tick ends with nothing more written)."""
+
+
+@dataclass
+class Chaos:
+    """Seeded kills: of the watchdog after the function ran (the answer never read), before
+    it delivered, and after its requests were created (before its progress was written,
+    or after); of a function instance that claimed the run and died (its lease lapses)."""
+
+    seed: int
+    rate: float = 0.0
+    collection: str = ""
+    rng: random.Random = field(init=False)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    counts: Counter[str] = field(default_factory=Counter)
+    dead_claims: int = 0
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def strikes(self, what: str, rate: float | None = None) -> bool:
+        with self.lock:
+            hit = self.rng.random() < (self.rate if rate is None else rate)
+            if hit:
+                self.counts[what] += 1
+            return hit
+
+
+@dataclass
+class ChaoticDeliverer:
+    inner: DeliversRuns
+    chaos: Chaos
+    asynchronous = False
+
+    def deliver(self, delivery: RunDelivery) -> DeliveryResult:
+        if self.chaos.strikes("watchdog killed before delivering"):
+            raise Killed("before delivering")
+        if self.chaos.dead_claims < 5 and self.chaos.strikes("function instance died", 0.002):
+            # A function instance claims the run (1 s lease) and dies: nothing renews it.
+            self.chaos.dead_claims += 1
+            store = FirestoreRunStore(firestore.Client(project=PROJECT),
+                                      self.chaos.collection, 5)
+            dedup = Deduplicator(store, lease_seconds=1, retention_seconds=86400,
+                                 cache=CompletedRunCache(0, 60))
+            key = RunKey(PROJECT, LOCATION, delivery.job_id, delivery.schedule_time,
+                         generation=delivery.generation)
+            if isinstance(dedup.claim(key), Claim):
+                return DeliveryResult("error", error="connection reset by peer")
+        result = self.inner.deliver(delivery)
+        if self.chaos.strikes("watchdog killed after the function ran"):
+            raise Killed("after delivering")
+        return result
+
+
+class ChaoticBackfills(FirestoreBackfills):
+    def __init__(self, store: FirestoreRunStore, collection: str, chaos: Chaos) -> None:
+        super().__init__(store, collection)
+        self.chaos = chaos
+
+    def update(self, backfill: Any, version: datetime, now: datetime) -> datetime:
+        if self.chaos.strikes("watchdog killed before writing progress"):
+            raise Killed("before writing progress")
+        written = super().update(backfill, version, now)
+        if self.chaos.strikes("watchdog killed after writing progress"):
+            raise Killed("after writing progress")
+        return written
+
+
+@dataclass
+class Watch:
+    """An in-process watchdog (store behind `store_host`) with the test's clock."""
+
+    collection: str
+    jobs: list[WatchedJob]
+    url: str
+    now: datetime
+    backfill: BackfillSettings
+    store_host: str
+    chaos: Chaos | None = None
+    deliverer: DeliversRuns | None = None  # default: HttpDeliverer, no token
+    logs: list[Mapping[str, Any]] = field(default_factory=list)
+
+    def handler(self) -> WatchdogHandler:
+        settings = WatchSettings(
+            Settings(project=PROJECT, location=LOCATION, collection=self.collection,
+                     store_timeout_seconds=STORE_TIMEOUT_SECONDS),
+            tuple(self.jobs), lookback_seconds=3600, grace_seconds=30, target_url=self.url,
+            target_auth=TargetAuth.NONE, delivery_timeout_seconds=20, backfill=self.backfill,
+        )
+        with emulator_at(self.store_host):
+            client = firestore.Client(project=PROJECT)
+        runs = FirestoreRunStore(client, self.collection, STORE_TIMEOUT_SECONDS)
+        queue = FirestoreRerunQueue(runs, reruns_collection(self.collection))
+        deliverer = self.deliverer or HttpDeliverer(TargetAuth.NONE)
+        backfills = FirestoreBackfills(runs, backfills_collection(self.collection))
+        if self.chaos is not None:
+            deliverer = ChaoticDeliverer(deliverer, self.chaos)
+            backfills = ChaoticBackfills(runs, backfills_collection(self.collection), self.chaos)
+        pacer = BackfillPacer(self.backfill, backfills, queue, 86400 * 30)
+        watchdog = Watchdog(settings, FirestoreWatchStore(runs, settings.cursor_collection),
+                            lambda: self.now, deliverer, queue, pacer)
+        return WatchdogHandler(settings, watchdog, self.logs.append)
+
+    def tick(self) -> dict[str, Any] | None:
+        """One tick; None if the instance was killed or the store failed it (500)."""
+        try:
+            reply = self.handler().handle({}, b"")
+        except Killed:
+            return None
+        return dict(reply.body) if reply.status == 200 else None
+
+
+def plan(cfg: StackConfig, store: FirestoreRunStore, first: datetime, last: datetime,
+         now: datetime, **options: Any) -> backfill_cli.Planned:
+    return backfill_cli.plan_backfill(
+        cfg, RunStores(store), job_name=cfg.jobs[0].name, first_text=first.isoformat(),
+        last_text=last.isoformat(), reason=options.pop("reason", "outage of 2026-11-30"),
+        requested_by="alice@example.com", now=now, **options)
+
+
+def minutes_back(count: int, *, end_minutes_ago: int = 10) -> tuple[datetime, list[datetime]]:
+    """Now, and `count` real past minutes ending `end_minutes_ago` before it, oldest first
+    (the served function takes a future schedule time for a forced run)."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    last = now - timedelta(minutes=end_minutes_ago)
+    return now, [last - timedelta(minutes=k) for k in range(count - 1, -1, -1)]
+
+
+def new_job() -> tuple[str, str]:
+    name = f"sync{uuid.uuid4().hex[:6]}"
+    return name, f"{PREFIX}-{name}"
+
+
+def run_backfill(watch: Watch, served: Served, job_id: str, *, max_ticks: int) -> int:
+    """Tick until the job's backfill finished; the number of ticks."""
+    backfills = FirestoreBackfills(
+        FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 5),
+        backfills_collection(served.collection))
+    for n in range(1, max_ticks + 1):
+        watch.tick()
+        stored = backfills.get(job_id)
+        assert stored is not None
+        if getattr(stored.value, "state", None) == FINISHED:
+            return n
+    raise AssertionError(f"not finished after {max_ticks} ticks: {stored}")
+
+
+# -- the 10,000 runs ---------------------------------------------------------------------------
+
+BIG = int(os.environ.get("BACKFILL_TEST_RUNS", "10000"))
+
+
+@pytest.mark.timeout(1800)  # minutes on a busy two-core machine: the deliveries' RPCs
+def test_ten_thousand_runs_execute_once_per_generation_under_store_faults_and_kills(
+    served: Served, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As wide as the served function (2 workers x 16 threads): the volume, not the rate.
+    monkeypatch.setattr(watchdog_module, "MAX_PARALLEL_DELIVERIES", 32)
+    name, job_id = new_job()
+    now, times = minutes_back(BIG)
+    # Before and after an outage (the middle 30% of the range), every run completed.
+    outage = set(times[int(BIG * 0.35):int(BIG * 0.65)])
+    Runs(served.collection).bulk_completed(job_id, [t for t in times if t not in outage])
+    cfg = stack(served.collection, name)
+    store = FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 10)
+    started = time.monotonic()
+    planned = plan(cfg, store, times[0], times[-1], now, mode="all")
+    assert [c.generation for c in planned.queued].count(0) == len(outage)
+    assert len(planned.queued) == BIG and planned.skipped == []
+    # Written with its reply lost (the store stalls, then drops it), and asked again by
+    # the operator: one backfill, queued once.
+    with emulator_at(served.proxy.host):
+        faulty = FirestoreRunStore(firestore.Client(project=PROJECT), served.collection,
+                                   STORE_TIMEOUT_SECONDS)
+    faulty.get_many(["warm-up"])  # connected: the commit reaches the store in the stall
+    served.proxy.stall(2 * STORE_TIMEOUT_SECONDS + 0.5, drop=True)
+    with pytest.raises(Exception):  # noqa: B017 - StoreUnavailable, whichever layer says so
+        backfill_cli.queue_backfill(cfg, RunStores(faulty), planned, now)
+    served.proxy.wait_healthy(10)
+    again = plan(cfg, store, times[0], times[-1], now, mode="all")
+    said = backfill_cli.queue_backfill(cfg, RunStores(store), again, now)
+    assert said.startswith("already queued: backfill "), said  # the lost commit landed
+    assert said.endswith(f"0/{BIG} released; nothing queued again")
+    planned_seconds = time.monotonic() - started
+
+    chaos = Chaos(seed=20261202, rate=float(os.environ.get("BACKFILL_TEST_KILLS", "0.001")),
+                  collection=served.collection)
+    watch = Watch(served.collection, [watched(job_id)], served.server.url,
+                  now=now, backfill=BackfillSettings(runs_per_tick=BIG, in_flight=250),
+                  store_host=served.proxy.host, chaos=chaos)
+    served.proxy.run_schedule(FaultSchedule(
+        seed=7, duration=(1.1 * STORE_TIMEOUT_SECONDS, 1.6 * STORE_TIMEOUT_SECONDS),
+        gap=(2.0, 5.0), count=int(os.environ.get("BACKFILL_TEST_FAULTS", "6"))))
+    try:
+        ticks = run_backfill(watch, served, job_id, max_ticks=400)
+    finally:
+        served.proxy.stop_schedule()
+    delivered_seconds = time.monotonic() - started - planned_seconds
+
+    executions = served.executions(job_id)
+    expected = {(c.schedule_time.isoformat(), c.generation) for c in planned.queued}
+    twice = {run: n for run, n in executions.items() if n > 1}
+    print(f"\n{BIG} runs: planned in {planned_seconds:.1f}s, delivered in "
+          f"{delivered_seconds:.1f}s over {ticks} ticks; kills {dict(chaos.counts)}; store "
+          f"faults {store_faults(served.proxy)}; executed twice: {len(twice)}")
+    assert twice == {}, f"runs executed more than once: {list(twice.items())[:5]}"
+    assert set(executions) == expected
+    assert sum(chaos.counts.values()) >= 5, "too few kills to judge"
+    assert sum(served.proxy.counts.values()) >= 3, "too few store faults to judge"
+    # Each position counted once, whatever died when: the backfill's own tally.
+    stored = FirestoreBackfills(store, backfills_collection(served.collection)).get(job_id)
+    assert stored is not None and isinstance(stored.value, Backfill)
+    final = stored.value
+    assert (final.state, final.done, final.failed, final.refused, final.in_flight) == (
+        FINISHED, BIG, 0, 0, {})
+    queue = FirestoreRerunQueue(store, reruns_collection(served.collection))
+    requests = queue.for_job(job_id)
+    assert len(requests) == BIG and {r.status for r in requests} == {DONE}
+
+
+def store_faults(proxy: StoreFaultProxy) -> dict[str, int]:
+    return {kind.value: n for kind, n in proxy.counts.items()}
+
+
+# -- the rate: per tick, in flight, order ------------------------------------------------------
+
+@dataclass
+class Overlaps:
+    """Delivers for real, and records how many deliveries of each job ran at once."""
+
+    inner: DeliversRuns
+    asynchronous = False
+    running: Counter[str] = field(default_factory=Counter)
+    most: Counter[str] = field(default_factory=Counter)
+    order: list[tuple[datetime, int]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def deliver(self, delivery: RunDelivery) -> DeliveryResult:
+        with self.lock:
+            self.running[delivery.job_id] += 1
+            self.most[delivery.job_id] = max(self.most[delivery.job_id],
+                                             self.running[delivery.job_id])
+            self.order.append((delivery.schedule_time, delivery.generation))
+        try:
+            return self.inner.deliver(delivery)
+        finally:
+            with self.lock:
+                self.running[delivery.job_id] -= 1
+
+
+@dataclass
+class Queued:
+    """A queue's hand-over (Cloud Tasks): the run is delivered, the answer is `queued`."""
+
+    inner: DeliversRuns
+    asynchronous = True
+
+    def deliver(self, delivery: RunDelivery) -> DeliveryResult:
+        self.inner.deliver(delivery)
+        return DeliveryResult("queued")
+
+
+def test_a_backfill_runs_one_at_a_time_at_most_n_a_tick_in_its_order(
+    served: Served,
+) -> None:
+    name, job_id = new_job()
+    now, times = minutes_back(7)
+    cfg = stack(served.collection, name)
+    store = FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 10)
+    planned = plan(cfg, store, times[0], times[-1], now, order="reverse")
+    assert [c.schedule_time for c in planned.queued] == times[::-1]
+    backfill_cli.queue_backfill(cfg, RunStores(store), planned, now)
+    overlaps = Overlaps(HttpDeliverer(TargetAuth.NONE))
+    watch = Watch(served.collection, [watched(job_id)], served.server.url, now=now,
+                  backfill=BackfillSettings(runs_per_tick=3, in_flight=1),
+                  store_host=served.proxy.host, deliverer=overlaps)
+    progress = []
+    for _ in range(3):
+        body = watch_tick(watch)
+        progress.append((body["backfills"][0]["released"], body["backfills"][0]["done"]))
+    assert progress == [(3, 3), (6, 6), (7, 7)]  # 3 a tick, the last one then finished
+    assert body["backfills"][0]["state"] == FINISHED
+    assert overlaps.most[job_id] == 1  # never two of its runs at once
+    assert overlaps.order == [(t, 0) for t in times[::-1]]  # newest first, once each
+    assert served.executions(job_id) == Counter({(t.isoformat(), 0): 1 for t in times})
+
+
+def test_through_a_queue_a_backfill_releases_its_next_run_once_the_last_completed(
+    served: Served,
+) -> None:
+    name, job_id = new_job()
+    now, times = minutes_back(3)
+    cfg = stack(served.collection, name)
+    store = FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 10)
+    backfill_cli.queue_backfill(cfg, RunStores(store), plan(cfg, store, times[0], times[-1],
+                                                            now), now)
+    watch = Watch(served.collection, [watched(job_id)], served.server.url, now=now,
+                  backfill=BackfillSettings(runs_per_tick=20, in_flight=1),
+                  store_host=served.proxy.host, deliverer=Queued(HttpDeliverer(TargetAuth.NONE)))
+    released = [watch_tick(watch)["backfills"][0]["released"] for _ in range(4)]
+    assert released == [1, 2, 3, 3]  # one a tick: its outcome is read at the next
+    assert served.executions(job_id) == Counter({(t.isoformat(), 0): 1 for t in times})
+
+
+def test_a_backfill_document_that_is_none_is_reported_once_and_never_delivered(
+    served: Served,
+) -> None:
+    name, job_id = new_job()
+    now, times = minutes_back(2)
+    client = firestore.Client(project=PROJECT)
+    client.collection(backfills_collection(served.collection)).document(job_id).set(
+        {"backfill_id": "x", "job": job_id, "state": "active", "total": "all of them"})
+    watch = Watch(served.collection, [watched(job_id)], served.server.url, now=now,
+                  backfill=BackfillSettings(), store_host=served.proxy.host)
+    [problem] = [p for p in watch_tick(watch)["problems"] if p["kind"] == "malformed"]
+    assert problem["document"] == f"{backfills_collection(served.collection)}/{job_id}"
+    assert problem["error"].startswith("backfill refused, never delivered: ")
+    assert [p for p in watch_tick(watch)["problems"] if p["kind"] == "malformed"] == []
+    assert served.executions(job_id) == Counter()
+    # The job's next `make backfill` replaces it.
+    cfg = stack(served.collection, name)
+    store = FirestoreRunStore(client, served.collection, 10)
+    said = backfill_cli.queue_backfill(
+        cfg, RunStores(store), plan(cfg, store, times[0], times[-1], now), now)
+    assert said.startswith("queued: backfill "), said
+    watch_tick(watch)
+    assert served.executions(job_id) == Counter({(t.isoformat(), 0): 1 for t in times})
+
+
+def test_a_generation_asked_for_by_make_rerun_meanwhile_runs_once_theirs(
+    served: Served,
+) -> None:
+    from infra.rerun import request_rerun
+
+    name, job_id = new_job()
+    now, times = minutes_back(2)
+    Runs(served.collection).bulk_completed(job_id, times)
+    cfg = stack(served.collection, name)
+    store = FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 10)
+    planned = plan(cfg, store, times[0], times[-1], now, mode="all")
+    assert [c.generation for c in planned.queued] == [1, 1]
+    backfill_cli.queue_backfill(cfg, RunStores(store), planned, now)
+    # Before the watchdog releases it, an operator re-runs the first run: generation 1.
+    theirs = request_rerun(cfg, RunStores(store), job_name=name, time_text=times[0].isoformat(),
+                           reason="by hand", requested_by="bob@example.com", now=now).request
+    assert theirs.generation == 1
+    watch = Watch(served.collection, [watched(job_id)], served.server.url, now=now,
+                  backfill=BackfillSettings(), store_host=served.proxy.host)
+    [progress] = watch_tick(watch)["backfills"]
+    assert (progress["state"], progress["done"], progress["refused"]) == (FINISHED, 1, 1)
+    stored = FirestoreBackfills(store, backfills_collection(served.collection)).get(job_id)
+    assert stored is not None and isinstance(stored.value, Backfill)
+    assert stored.value.last_error == (
+        f"generation 1 of {times[0]:%Y-%m-%dT%H:%M:%SZ} was asked by bob@example.com meanwhile")
+    assert served.executions(job_id) == Counter({(t.isoformat(), 1): 1 for t in times})
+
+
+def watch_tick(watch: Watch) -> dict[str, Any]:
+    body = watch.tick()
+    assert body is not None
+    return body
+
+
