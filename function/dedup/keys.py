@@ -233,26 +233,26 @@ def parse_attempt_deadline(value: str | None) -> float | None:
     return float(text)
 
 
+def _parse_choice(header: str, value: str | None, choices: tuple[str, ...], absent: str,
+                  what: str = "") -> str:
+    """A header naming one of a job's choices (the stack config's), `absent` when unset."""
+    if value is None:
+        return absent
+    text = value.strip()
+    if text not in choices:
+        raise BadDelivery(f"{header} {_shown(value)} is not one of {', '.join(choices)}{what}")
+    return text
+
+
 def parse_forced_runs(value: str | None) -> str:
     """X-Dedup-Forced-Runs: absent is `separate`."""
-    if value is None:
-        return FORCED_SEPARATE
-    text = value.strip()
-    if text not in FORCED_RUNS:
-        raise BadDelivery(f"X-Dedup-Forced-Runs {_shown(value)} is not one of "
-                          f"{', '.join(FORCED_RUNS)}")
-    return text
+    return _parse_choice("X-Dedup-Forced-Runs", value, FORCED_RUNS, FORCED_SEPARATE)
 
 
 def parse_overlap(value: str | None) -> str:
     """X-Dedup-Overlap: absent is `allow`."""
-    if value is None:
-        return OVERLAP_ALLOW
-    text = value.strip()
-    if text not in OVERLAP_POLICIES:
-        raise BadDelivery(f"X-Dedup-Overlap {_shown(value)} is not one of "
-                          f"{', '.join(OVERLAP_POLICIES)} (the job's overlap policy)")
-    return text
+    return _parse_choice("X-Dedup-Overlap", value, OVERLAP_POLICIES, OVERLAP_ALLOW,
+                         " (the job's overlap policy)")
 
 
 def parse_generation(value: str | None) -> int:

@@ -13,6 +13,7 @@ import re
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -35,7 +36,9 @@ JOB = "five-minutely"
 JOB_ID = f"{PREFIX}-{JOB}"
 
 
-def stack_file(tmp_path: Path, collection: str) -> Path:
+def write_stack(tmp_path: Path, name: str, collection: str, **settings: Any) -> Path:
+    """A stack file of the served test project: `settings` (kit keys without the
+    namespace) over its common ones."""
     config = {
         "gcp:project": PROJECT,
         "gcp:region": REGION,
@@ -43,16 +46,19 @@ def stack_file(tmp_path: Path, collection: str) -> Path:
         "scheduler-dedup:databaseName": "sched-serve-runs",
         "scheduler-dedup:collection": collection,
         "scheduler-dedup:deleteProtection": False,
-        "scheduler-dedup:watchdog": {"reruns": True},
-        "scheduler-dedup:jobs": [
-            {"name": JOB, "schedule": "*/5 * * * *", "timeZone": "Etc/UTC",
-             "attemptDeadlineSeconds": 60, "retry": {"retryCount": 0},
-             "catchUp": True, "catchUpWithinSeconds": 3600},
-        ],
+        **{f"scheduler-dedup:{key}": value for key, value in settings.items()},
     }
-    path = tmp_path / "Pulumi.serve-test.yaml"
+    path = tmp_path / f"Pulumi.{name}.yaml"
     path.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
     return path
+
+
+def stack_file(tmp_path: Path, collection: str) -> Path:
+    return write_stack(tmp_path, "serve-test", collection, watchdog={"reruns": True}, jobs=[
+        {"name": JOB, "schedule": "*/5 * * * *", "timeZone": "Etc/UTC",
+         "attemptDeadlineSeconds": 60, "retry": {"retryCount": 0},
+         "catchUp": True, "catchUpWithinSeconds": 3600},
+    ])
 
 
 def z(instant: datetime) -> str:
@@ -117,15 +123,8 @@ def day2_stack_file(tmp_path: Path, collection: str, export_logic: str, name: st
     """Two jobs every minute: `sync` (catchUp, no retries) and `export`, the flaky example
     job failing every run (failEvery 1) with one quick retry; or, once "fixed", the same
     job with `export_logic`."""
-    config = {
-        "gcp:project": PROJECT,
-        "gcp:region": REGION,
-        "scheduler-dedup:namePrefix": PREFIX,
-        "scheduler-dedup:databaseName": "sched-serve-runs",
-        "scheduler-dedup:collection": collection,
-        "scheduler-dedup:deleteProtection": False,
-        "scheduler-dedup:watchdog": {"reruns": True, "graceSeconds": 5},
-        "scheduler-dedup:jobs": [
+    return write_stack(
+        tmp_path, name, collection, watchdog={"reruns": True, "graceSeconds": 5}, jobs=[
             {"name": SYNC, "schedule": "* * * * *", "timeZone": "Etc/UTC",
              "attemptDeadlineSeconds": 15, "retry": {"retryCount": 0},
              "catchUp": True, "catchUpWithinSeconds": 600},
@@ -133,11 +132,7 @@ def day2_stack_file(tmp_path: Path, collection: str, export_logic: str, name: st
              "attemptDeadlineSeconds": 15,
              "retry": {"retryCount": 1, "minBackoffSeconds": 1, "maxBackoffSeconds": 1},
              "body": {"failEvery": 1}, "jobLogic": export_logic},
-        ],
-    }
-    path = tmp_path / f"Pulumi.{name}.yaml"
-    path.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
-    return path
+        ])
 
 
 def table(out: str, job_id: str) -> str:
