@@ -425,8 +425,11 @@ class BackfillPacer:
             if not todo:
                 continue  # its positions went to others' requests: release the next ones
             delivered += deliver(todo, self._siblings(todo))
-            if asynchronous or self._monotonic() > budget_end:
-                self._settle(live)  # a queue delivers them: their outcome, next tick
+            # Through a queue: the first round settles what the last tick handed over (its
+            # records read by `deliver`), so the next round releases the runs after them;
+            # once new runs are handed over, their outcome is read at the next tick.
+            if (asynchronous and released) or self._monotonic() > budget_end:
+                self._settle(live)
                 self._write(live, now)
                 break
         return delivered, [entry.backfill.progress() for entry in live.values()]

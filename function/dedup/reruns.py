@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from google.api_core import exceptions as gexc
@@ -109,6 +109,12 @@ class RerunRequest:
     # The backfill (dedup/backfills.py) that released it, if one did: a tick that meets
     # the request again (its own release, retried) adopts it instead of counting it twice.
     backfill: str | None = None
+    # How often the watchdog delivered it (each delivery a Cloud Tasks task of its own:
+    # `<run_id>-<n>` past the first, as catch-ups are numbered), the last one when, and what
+    # the last answer said when it was no execution (e.g. "held off (409)").
+    deliveries: int = 0
+    delivered_at: datetime | None = None
+    last_error: str | None = None
 
     @property
     def key(self) -> RunKey:
@@ -144,6 +150,9 @@ class RerunRequest:
             "finished_at": self.finished_at,
             "expire_at": self.expire_at,
             "backfill": self.backfill,
+            "deliveries": self.deliveries,
+            "delivered_at": self.delivered_at,
+            "last_error": self.last_error,
         }
 
     @classmethod
@@ -166,6 +175,9 @@ class RerunRequest:
         outcome = data.get("outcome")
         if outcome is not None and not isinstance(outcome, str):
             raise MalformedDocument(f"outcome is {_shown(outcome)}, not text")
+        deliveries = data.get("deliveries") or 0
+        if isinstance(deliveries, bool) or not isinstance(deliveries, int) or deliveries < 0:
+            raise MalformedDocument(f"deliveries is {_shown(deliveries)}, not a count")
         request = cls(
             project=_text(data, "project"),
             location=_text(data, "location"),
@@ -180,6 +192,9 @@ class RerunRequest:
             finished_at=_instant(data, "finished_at", required=False),
             expire_at=_instant(data, "expire_at", required=False),
             backfill=_text(data, "backfill", required=False) or None,
+            deliveries=deliveries,
+            delivered_at=_instant(data, "delivered_at", required=False),
+            last_error=_text(data, "last_error", required=False) or None,
         )
         try:
             expected = request.to_document()
@@ -229,6 +244,10 @@ class RerunQueue(Protocol):
     def refuse(self, malformed: MalformedRequest, now: datetime) -> None:
         ...
 
+    def note_deliveries(self, delivered: Sequence[tuple[RerunRequest, str | None]],
+                        now: datetime) -> None:
+        ...
+
 
 class FirestoreRerunQueue:
     """The requests' collection, through the run store's client, timeouts and errors."""
@@ -238,9 +257,36 @@ class FirestoreRerunQueue:
         self._collection = runs.client.collection(collection)
 
     def pending(self, limit: int) -> list[RerunRequest | MalformedRequest]:
-        """Up to `limit` pending documents (a single-field equality: Firestore's automatic
-        index serves it), each a request or, if it is none, why."""
-        return self._where("status", "==", PENDING, limit)
+        """Up to `limit` pending documents that no backfill released (those are delivered
+        by their backfill, by ID: dedup/backfills.py), oldest asked first, each a request
+        or, if it is none, why.
+
+        Two queries: `status` pending with `backfill` null (two equalities, which Firestore
+        serves by merging its automatic single-field indexes: no composite index), so a
+        large backfill in flight never crowds an operator's request out; then `status`
+        pending alone, for the documents the first cannot match (no `backfill` field at
+        all: a malformed one, refused, or one written before the field existed). Sorted
+        here by when asked (a query order would need a composite index)."""
+        found: dict[str, RerunRequest | MalformedRequest] = {}
+        for where in ((("status", PENDING), ("backfill", None)), (("status", PENDING),)):
+            for document in self._equal(where, limit):
+                if isinstance(document, RerunRequest) and document.backfill is not None:
+                    continue  # its backfill delivers it
+                found.setdefault(document.request_id, document)
+        return sorted(found.values(), key=_asked_at)[:limit]
+
+    def _equal(
+        self, where: Sequence[tuple[str, Any]], limit: int
+    ) -> list[RerunRequest | MalformedRequest]:
+        def op() -> list[RerunRequest | MalformedRequest]:
+            query: Any = self._collection
+            for field, value in where:
+                query = query.where(filter=FieldFilter(field, "==", value))
+            snapshots = query.limit(limit).get(
+                retry=self._runs.retry, timeout=self._runs.timeout)
+            return [_parsed(s.id, s.to_dict() or {}) for s in snapshots]
+
+        return self._runs.call(op)
 
     def for_job(self, job: str) -> list[RerunRequest]:
         """Every request of one job, oldest schedule time first (for `make runs`); a
@@ -378,6 +424,23 @@ class FirestoreRerunQueue:
 
         self._runs.call(op)
 
+    def note_deliveries(self, delivered: Sequence[tuple[RerunRequest, str | None]],
+                        now: datetime) -> None:
+        """Count one more delivery of each request (and its last answer, if no execution),
+        in one commit per 500: the next delivery's task is numbered past it."""
+        for start in range(0, len(delivered), _WRITE_BATCH):
+            chunk = delivered[start:start + _WRITE_BATCH]
+
+            def op(chunk: Sequence[tuple[RerunRequest, str | None]] = chunk) -> None:
+                batch = self._runs.client.batch()
+                for request, error in chunk:
+                    batch.update(self._collection.document(request.request_id), {
+                        "deliveries": request.deliveries + 1, "delivered_at": now,
+                        "last_error": error})
+                batch.commit(retry=self._runs.retry, timeout=self._runs.timeout)
+
+            self._runs.call(op)
+
     def refuse(self, malformed: MalformedRequest, now: datetime) -> None:
         """Mark a document that is no request refused, with why (by its ID): no tick
         reads it as pending again."""
@@ -404,6 +467,13 @@ def _parsed(document_id: str, data: Mapping[str, Any]) -> RerunRequest | Malform
 
 def _requests(found: Sequence[RerunRequest | MalformedRequest]) -> list[RerunRequest]:
     return [r for r in found if isinstance(r, RerunRequest)]
+
+
+def _asked_at(found: RerunRequest | MalformedRequest) -> tuple[bool, datetime]:
+    """Malformed documents first (refused at once), then requests oldest asked first."""
+    if isinstance(found, MalformedRequest):
+        return (False, datetime.min.replace(tzinfo=UTC))
+    return (True, found.requested_at)
 
 
 def _asked(request: RerunRequest) -> tuple[str, str, datetime]:

@@ -843,6 +843,9 @@ class Watchdog:
         self.announce: Callable[[Sequence[Transition]], None] | None = None
         # The re-run requests one delivery pass finished, written together at its end.
         self._finishing: list[tuple[RerunRequest, str, str]] = []
+        # This tick's ran_twice problems of re-run and backfill generations (a request that
+        # settled on a record showing a second execution): put into their job's streak.
+        self._generation_problems: list[Problem] = []
 
     def tick(self) -> tuple[int, list[Problem], dict[str, int]]:
         """(runs judged, problems, counts) for every job; StoreUnavailable on an outage."""
@@ -884,11 +887,18 @@ class Watchdog:
             if run_id in cursor.watching
         }
         # Backfills first: they deliver their own requests, by ID; then the pending ones.
+        self._generation_problems = []
         backfilled, backfills = self._advance_backfills(now, problems)
         reruns = self._deliver_reruns(now, problems)  # a store error here, too, leaves
         # every cursor as it was
         # A request delivered twice in one tick (one still waiting) is listed once, as it ended.
         reruns = list({d.run_id: d for d in [*backfilled, *reruns]}.values())
+        ticks = {job.name: tick for job, _, tick in judged}
+        for problem in self._generation_problems:  # reported, and counted in its streak
+            if problem.job in ticks:
+                ticks[problem.job].problems.append(problem)
+            else:
+                problems.append(problem)  # a paused job's: reported (its cursor stands)
         transitions = self._advance_streaks(judged, now)
         if transitions and self.announce is not None:
             # Logged before the cursors move: a tick that fails now repeats them at its
@@ -1068,7 +1078,10 @@ class Watchdog:
                     job.name, t, CAUGHT_UP, "completed" if error else result.status, run_id,
                     error=error,
                 ))
-                tick.good[run_id] = t
+                if result.status == SKIPPED and status is not RunStatus.COMPLETED:
+                    tick.skipped += 1  # overlap held it off for good: a skip is no recovery
+                else:
+                    tick.good[run_id] = t
                 cursor.catch_ups.pop(run_id, None)
                 cursor.watching.pop(run_id, None)
                 continue
@@ -1148,24 +1161,51 @@ class Watchdog:
         deliverable = self._unsettled_reruns(deliverable, delivered, now)
         results = self._deliver_all([
             self._delivery(
-                job, r.schedule_time, r.generation,
+                # Numbered per delivery, as catch-ups are: a queued task's name is refused
+                # for about an hour after it ran (its 409s spent, a re-delivery would be
+                # ALREADY_EXISTS, read as queued, and never reach the function).
+                job, r.schedule_time, r.generation, number=r.deliveries,
                 deliver_within_seconds=(_rerun_deliver_by(r) - now).total_seconds(),
             ) for r, job in deliverable
         ])
-        for (request, _), result in zip(deliverable, results, strict=True):
+        noted: list[tuple[RerunRequest, str | None]] = []
+        finished_direct: list[tuple[RerunRequest, WatchedJob]] = []
+        for (request, job), result in zip(deliverable, results, strict=True):
             if result.executed:
                 self._finish(request, DONE, result.status)
+                finished_direct.append((request, job))
             elif result.status == JOB_FAILED:
                 # The job ran and raised: the request is over (no retries every tick); a
                 # new `make rerun` asks for the next generation. (Refused for good, 200
                 # failed_permanent: finished by its record at the next tick, with its error.)
                 self._finish(request, RERUN_FAILED, result.error or JOB_FAILED)
+                finished_direct.append((request, job))
+            else:
+                noted.append((request, _delivery_error(result)))
             delivered.append(Delivered(
                 request.job, request.schedule_time, RERUN, result.status, request.request_id,
                 request.generation, result.error, request.requested_by,
             ))
+        self._judge_generations(finished_direct, self._records(
+            [(job, r.request_id) for r, job in finished_direct]) if finished_direct else {})
         self._reruns.finish_all(self._finishing, now)
+        if noted:
+            self._reruns.note_deliveries(noted, now)
         return delivered
+
+    def _judge_generations(
+        self, settled: Sequence[tuple[RerunRequest, WatchedJob]],
+        records: Mapping[str, StoredRun],
+    ) -> None:
+        """ran_twice for re-run and backfill generations that settled this pass: judged on
+        the generation's record, once (the request is finished in the same pass)."""
+        for request, job in settled:
+            stored = records.get(request.request_id)
+            why = second_execution(stored)
+            if why is not None and stored is not None:
+                self._generation_problems.append(Problem(
+                    job.name, request.schedule_time, RAN_TWICE, request.request_id,
+                    stored.record.attempts, f"generation {request.generation}: {why}"))
 
     def _finish(self, request: RerunRequest, status: str, outcome: str) -> None:
         """Mark the request finished, with the others of this pass (one batched write)."""
@@ -1223,16 +1263,19 @@ class Watchdog:
             for run_id in {request.request_id, base_ids[request.request_id]}
         ])
         unsettled: list[tuple[RerunRequest, WatchedJob]] = []
+        settled: list[tuple[RerunRequest, WatchedJob]] = []
         for request, job in requests:
             stored = records.get(request.request_id)
             status = stored.record.status if stored is not None else None
             if stored is not None and status is RunStatus.COMPLETED:
                 outcome = "completed"
                 self._finish(request, DONE, outcome)
+                settled.append((request, job))
             elif stored is not None and status is RunStatus.FAILED:
                 # Final: the function answers a job failure 200 to the queue (no retry).
                 outcome = JOB_FAILED
                 self._finish(request, RERUN_FAILED, stored.record.error or outcome)
+                settled.append((request, job))
             elif (waits_until := self._retried_until(job, request, records.get(
                     base_ids[request.request_id]), now)) is not None:
                 # Stays pending, not refused: delivered at the first tick past the window.
@@ -1248,14 +1291,21 @@ class Watchdog:
                 continue
             elif stored is None and now > _rerun_deliver_by(request) + timedelta(
                     seconds=self._queue_span_seconds(job) if self._asynchronous else 0):
-                # Never reached the function while it could (deliveries carry the bound,
-                # so none runs it later): over, and said, not pending for good.
-                why = (f"not executed within {RERUN_DELIVERY_WINDOW_SECONDS / 3600:g} h of "
-                       "being asked: no delivery reached the function")
+                # Not executed while it could be (deliveries carry the bound, so none runs
+                # it later): over, and said, not pending for good.
+                why = self._never_executed(request)
                 self._finish(request, RERUN_FAILED, why)
                 delivered.append(Delivered(
                     request.job, request.schedule_time, RERUN, RERUN_FAILED,
                     request.request_id, request.generation, why, request.requested_by,
+                ))
+                continue
+            elif self._still_queued(job, request, now):
+                # Its last task may still be dispatching (the queue's attempts and
+                # backoffs): not handed over again meanwhile (one task at a time).
+                delivered.append(Delivered(
+                    request.job, request.schedule_time, RERUN, QUEUED, request.request_id,
+                    request.generation, None, request.requested_by,
                 ))
                 continue
             else:
@@ -1265,7 +1315,29 @@ class Watchdog:
                 request.job, request.schedule_time, RERUN, outcome, request.request_id,
                 request.generation, stored.record.error, request.requested_by,
             ))
+        self._judge_generations(settled, records)
         return unsettled
+
+    def _still_queued(self, job: WatchedJob, request: RerunRequest, now: datetime) -> bool:
+        """Whether the request's last delivery was handed to the queue (no error) so
+        recently that the queue may still be dispatching it."""
+        return self._asynchronous and request.delivered_at is not None and (
+            request.last_error is None) and (
+            now - request.delivered_at).total_seconds() < self._queue_span_seconds(job)
+
+    def _never_executed(self, request: RerunRequest) -> str:
+        """Why a request that ran nothing within its window is over, as far as known."""
+        within = (f"not executed within {RERUN_DELIVERY_WINDOW_SECONDS / 3600:g} h of "
+                  f"being asked, delivered {request.deliveries} time(s)")
+        if request.last_error is not None and request.last_error.startswith(HELD_OFF):
+            return f"{within}: {request.last_error}"
+        if self._asynchronous and request.deliveries and request.last_error is None:
+            return (f"{within} through the queue, none executed it: each task's attempts "
+                    f"were {HELD_OFF} by the function (another run of the job held it: "
+                    "overlap) or reached no function; the queue's task logs tell which")
+        if request.last_error is not None:
+            return f"{within}: no delivery executed it, the last: {request.last_error}"
+        return f"{within}: no delivery reached the function"
 
     def _retried_until(
         self, job: WatchedJob, request: RerunRequest, run: StoredRun | None, now: datetime
@@ -1790,6 +1862,19 @@ def _deliveries(cursor: Cursor, run_id: str) -> int:
     """How often a pending catch-up was delivered (0: never): the next delivery's number."""
     pending = cursor.catch_ups.get(run_id)
     return pending.deliveries if pending is not None else 0
+
+
+HELD_OFF = "held off (409)"
+
+
+def _delivery_error(result: DeliveryResult) -> str | None:
+    """What a delivery that executed nothing answered, kept on its request: None when it
+    was handed to the queue (what came of it is read from the record)."""
+    if result.queued:
+        return None
+    if result.in_progress or result.http_status == 409:
+        return f"{HELD_OFF}: {result.error or 'another attempt or run of the job held it'}"
+    return result.error or result.status
 
 
 def _rerun_deliver_by(request: RerunRequest) -> datetime:
