@@ -1048,7 +1048,7 @@ class StackConfig(_Model):
         budget = self.proxy_timeout_seconds + 2 * store_timeout
         for index, job in enumerate(self.jobs):
             self._check_catch_up(index, job, watchdog, problems)
-            self._check_overlap(index, job, dedup, problems)
+            self._check_overlap(index, job, dedup, watchdog, problems)
             if job.name in first_index:
                 problems.add(("jobs", index, "name"), f"{job.name!r} is already the name of "
                              f"jobs[{first_index[job.name]}]", "give every job a unique name "
@@ -1158,11 +1158,22 @@ class StackConfig(_Model):
 
     @staticmethod
     def _check_overlap(
-        index: int, job: JobSettings, dedup: DedupSettings, problems: _Problems
+        index: int, job: JobSettings, dedup: DedupSettings, watchdog: WatchdogSettings,
+        problems: _Problems,
     ) -> None:
         """`wait` and `replace` answer 409 and count on Scheduler's retries to start the
-        run later: a job that is never retried would never run while another runs."""
+        run later: a job that is never retried would never run while another runs. And
+        `replace` contradicts backfill runs in flight side by side: the watchdog's
+        deliveries never replace one another (they wait), so more than one buys nothing."""
         overlap = job.overlap or dedup.overlap
+        if overlap == "replace" and watchdog.enabled and watchdog.backfill_in_flight > 1:
+            problems.add(("jobs", index, "overlap") if job.overlap else "overlap",
+                         f"'replace' lets no two runs of jobs[{index}] ({job.name}) run at "
+                         "once, but watchdog.backfillInFlight is "
+                         f"{watchdog.backfill_in_flight} (backfill runs side by side; a "
+                         "watchdog delivery waits for a live run, it never replaces it)",
+                         "set watchdog.backfillInFlight to 1, or use overlap 'allow' for a "
+                         "job whose runs may overlap")
         if overlap in ("wait", "replace") and job.retry.retry_count == 0:
             problems.add(("jobs", index, "overlap") if job.overlap else "overlap",
                          f"{overlap!r} waits for Scheduler's retries to start a run while "

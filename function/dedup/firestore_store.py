@@ -75,11 +75,15 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
     if record.generation:
         # Likewise only re-runs: a run_id's generation never changes.
         document["generation"] = record.generation
-    # Only the overlap policy's records carry these; once set on a run they stay (a
-    # replaced run is never taken over again, a skipped one is final).
-    for name in ("blocked_by", "replaced_by"):
-        if getattr(record, name) is not None:
-            document[name] = getattr(record, name)
+    # Written by claims and skips even when None (None clears them): a new life of a
+    # record (past expiry) must not keep an old life's skip or replacement, any more than
+    # its `permanent`. An outcome (completed, failed) without `replaced_by` leaves it as
+    # it is: the run was asked to stop while it ran (overlap: replace), and ending must
+    # not erase that; its claim cleared any older life's.
+    document["blocked_by"] = record.blocked_by
+    if record.replaced_by is not None or record.status in (
+            RunStatus.IN_PROGRESS, RunStatus.SKIPPED):
+        document["replaced_by"] = record.replaced_by
     return document
 
 
@@ -231,6 +235,18 @@ class FirestoreRunStore:
 
     def replace(self, run_id: str, record: RunRecord, if_version: datetime) -> datetime:
         return self._conditional_update(run_id, record_to_document(record), if_version)
+
+    def delete(self, run_id: str, if_version: datetime) -> None:
+        """One Commit with a `last_update_time` precondition (the overlap gate's give-back
+        of a claim that ran nothing)."""
+        def op() -> None:
+            try:
+                self._collection.document(run_id).delete(
+                    option=self._guarded(if_version), retry=self._retry, timeout=self._timeout)
+            except (gexc.FailedPrecondition, gexc.NotFound) as exc:
+                raise RecordChanged(run_id) from exc
+
+        self._call(op)
 
     def renew(self, run_id: str, expire_at: datetime, if_version: datetime) -> datetime:
         # Any change gives the document a new update_time, which is what extends the lease;

@@ -50,29 +50,34 @@ from dedup.keys import (
     RunKey,
 )
 from dedup.store import (
+    DeletableRunStore,
     RecordChanged,
     RecordExists,
     RunRecord,
     RunStatus,
-    RunStore,
     StoredRun,
     StoreUnavailable,
 )
 
 # The per-job documents' collection, beside the run records' (`<collection>_overlap`).
 COLLECTION_SUFFIX = "_overlap"
-# A skip races a claim of the same run at most this often before answering 409.
-_SKIP_ROUNDS = 3
 # The run named by a latest-run document that cannot be read: no run has this ID.
 MALFORMED = "(malformed)"
 
 
 def effective_policy(policy: str, lowered: Mapping[str, str]) -> str:
-    """The policy a delivery follows: a queued watchdog delivery (catch-up, re-run) under
-    `forbid` waits instead of being skipped (it was asked for; skipped, it would be lost)."""
-    if policy == OVERLAP_FORBID and DELIVER_WITHIN_HEADER in lowered:
+    """The policy a delivery follows: a queued watchdog delivery (catch-up, re-run,
+    backfill) under `forbid` or `replace` waits instead: it was asked for (skipped, it
+    would be lost), and it must not cut short the run it meets (replaced, that run would
+    be judged `skipped` and lost)."""
+    if policy in (OVERLAP_FORBID, OVERLAP_REPLACE) and DELIVER_WITHIN_HEADER in lowered:
         return OVERLAP_WAIT
     return policy
+
+
+def is_delivery(lowered: Mapping[str, str]) -> bool:
+    """A delivery the watchdog queued (catch-up, re-run, backfill)."""
+    return DELIVER_WITHIN_HEADER in lowered
 
 
 def latest_run_id(key: RunKey) -> str:
@@ -91,6 +96,14 @@ class LatestRun:
     schedule_time: datetime
     generation: int = 0
     forced: bool = False
+    # A watchdog delivery (catch-up, re-run, backfill): a scheduled run meeting it live
+    # waits (409) instead of being skipped or replacing it. Documents written before it:
+    # False.
+    delivered: bool = False
+
+
+# The run named when the latest-run document could not be read after a lost race.
+UNKNOWN = "(unknown)"
 
 
 @dataclass(frozen=True)
@@ -132,7 +145,7 @@ class FirestoreLatestRunStore:
                 latest = LatestRun(
                     str(data["run_id"]), str(data["attempt_id"]), str(data["job"]),
                     data["schedule_time"], int(data.get("generation", 0)),
-                    bool(data.get("forced", False)))
+                    bool(data.get("forced", False)), bool(data.get("delivered", False)))
             except (KeyError, TypeError, ValueError):
                 # Edited by hand, say: it names no run, so it blocks nothing, and the next
                 # run that takes the job overwrites it (guarded by this version).
@@ -146,7 +159,8 @@ class FirestoreLatestRunStore:
         document = {
             "run_id": latest.run_id, "attempt_id": latest.attempt_id, "job": latest.job,
             "schedule_time": latest.schedule_time, "generation": latest.generation,
-            "forced": latest.forced, "taken_at": firestore.SERVER_TIMESTAMP,
+            "forced": latest.forced, "delivered": latest.delivered,
+            "taken_at": firestore.SERVER_TIMESTAMP,
         }
 
         def op() -> datetime:
@@ -219,7 +233,7 @@ class OverlapGate:
     """Steps 1-4 of the module's docstring, over the run store and the latest-run store."""
 
     def __init__(
-        self, latest: LatestRunStore, runs: RunStore, lease_seconds: float,
+        self, latest: LatestRunStore, runs: DeletableRunStore, lease_seconds: float,
         expire_at: Callable[[], datetime], wall_clock: Callable[[], datetime],
     ) -> None:
         self._latest = latest
@@ -244,8 +258,15 @@ class OverlapGate:
         if previous is None or not is_live(blocking):
             return Clear(job_doc, found.version if found is not None else None, previous)
         assert blocking is not None
+        assert found is not None
+        own = records.get(key.run_id)
+        if found.latest.delivered and policy in (OVERLAP_FORBID, OVERLAP_REPLACE):
+            # The watchdog delivered the live run (a re-run, a backfill, a catch-up): it is
+            # never replaced, and a scheduled run meeting it is not lost: it waits.
+            return Answer("in_progress", key.run_id, f"run {previous} of the job (a watchdog "
+                          "delivery) holds a live claim; this run waits for it")
         if policy == OVERLAP_FORBID:
-            return self._skip(key, previous, records.get(key.run_id))
+            return self._skip(key, previous, own)
         if policy == OVERLAP_REPLACE and blocking.record.replaced_by is None:
             # Best effort: a write that failed or lost a race is made by the next retry.
             with contextlib.suppress(RecordChanged, StoreUnavailable):
@@ -256,12 +277,14 @@ class OverlapGate:
         return Answer("in_progress", key.run_id,
                       f"run {previous} of the job holds a live claim; {why}")
 
-    def take(self, key: RunKey, attempt_id: str, clear: Clear) -> str | None:
+    def take(self, key: RunKey, attempt_id: str, clear: Clear, delivered: bool = False
+             ) -> LatestRun | None:
         """After the claim, before the job: make this attempt the job's latest run. None:
-        done; else the run that took the job first (this attempt must run nothing).
-        StoreUnavailable: unknown (the caller releases its claim)."""
+        done; else the run that took the job first (this attempt must run nothing; its
+        run_id is UNKNOWN if it could not be read). `delivered`: this is a watchdog
+        delivery. StoreUnavailable: unknown (the caller gives its claim back)."""
         latest = LatestRun(key.run_id, attempt_id, key.job_id, key.schedule_time,
-                           key.generation, key.forced or key.early)
+                           key.generation, key.forced or key.early, delivered)
         try:
             self._latest.put(clear.job_doc, latest, clear.version)
             return None
@@ -270,7 +293,22 @@ class OverlapGate:
         if now is not None and (now.latest.run_id, now.latest.attempt_id) == (
                 key.run_id, attempt_id):
             return None  # our own write landed and the client's retry of it conflicted
-        return now.latest.run_id if now is not None else "(unknown)"
+        if now is None:
+            return LatestRun(UNKNOWN, "", "", datetime.min.replace(tzinfo=UTC))
+        return now.latest
+
+    def give_back(self, run_id: str, previous: RunRecord | None, if_version: datetime
+                  ) -> datetime | None:
+        """Undo a claim that ran nothing and must leave no outcome (it lost the race to take
+        the job, or could not take it): a fresh claim is deleted, a takeover restores the
+        record it replaced (a lapsed claim restored lapsed: lease 0, so it blocks nothing).
+        Guarded by the claim's version: RecordChanged if the record moved on."""
+        if previous is None:
+            self._runs.delete(run_id, if_version)
+            return None
+        if previous.status is RunStatus.IN_PROGRESS:
+            previous = replace(previous, lease_seconds=0.0)
+        return self._runs.replace(run_id, previous, if_version)
 
     def skipped_record(self, key: RunKey, blocked_by: str) -> RunRecord:
         return replace(
@@ -280,23 +318,32 @@ class OverlapGate:
         )
 
     def _skip(self, key: RunKey, blocked_by: str, own: StoredRun | None) -> Answer:
-        """Record this run `skipped`; a record of it that is not over (failed, a lapsed
-        claim) is turned into the skipped one, guarded; a live one is answered 409."""
+        """Record this run `skipped`, only if it has no record: a run with one (it failed,
+        or its claim lapsed) keeps that evidence and waits instead (409); a live one is
+        answered 409 too, a settled one from its record."""
         detail = f"skipped: run {blocked_by} of the job holds a live claim (overlap: forbid)"
-        for _ in range(_SKIP_ROUNDS):
+        if own is None:
             record = self.skipped_record(key, blocked_by)
             try:
-                if own is None:
-                    self._runs.create(key.run_id, record)
-                else:
-                    settled = settled_answer(key.run_id, own)
-                    if settled is not None:
-                        return settled
-                    if is_live(own):
-                        return Answer("in_progress", key.run_id, "another attempt holds it",
-                                      own.record.attempt_id, own.record.attempts)
-                    self._runs.replace(key.run_id, record, own.version)
+                self._runs.create(key.run_id, record)
                 return Answer("skipped", key.run_id, detail, record.attempt_id, 0)
-            except (RecordExists, RecordChanged):
+            except RecordExists:
                 own = self._runs.get(key.run_id)
-        return Answer("in_progress", key.run_id, "record kept changing; retry")
+        if own is not None and own.past_expiry and not is_live(own):
+            record = self.skipped_record(key, blocked_by)  # a leftover counts as absent
+            try:
+                self._runs.replace(key.run_id, record, own.version)
+                return Answer("skipped", key.run_id, detail, record.attempt_id, 0)
+            except RecordChanged:
+                own = self._runs.get(key.run_id)
+        if own is None or own.past_expiry:
+            return Answer("in_progress", key.run_id, "record kept changing; retry")
+        settled = settled_answer(key.run_id, own)
+        if settled is not None:
+            return settled
+        if is_live(own):
+            return Answer("in_progress", key.run_id, "another attempt holds it",
+                          own.record.attempt_id, own.record.attempts)
+        return Answer("in_progress", key.run_id, f"run {blocked_by} of the job holds a live "
+                      f"claim; this run has a record ({own.record.status.value}), kept: it "
+                      "waits (overlap: forbid)", own.record.attempt_id, own.record.attempts)

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from dedup.cache import CompletedRunCache
 from dedup.heartbeat import HEARTBEATS, Heartbeats
 from dedup.keys import OVERLAP_ALLOW, OVERLAP_FORBID, RunKey
-from dedup.overlap import Answer, Clear, OverlapGate
+from dedup.overlap import Answer, Clear, OverlapGate, is_delivery
 from dedup.store import (
     MAX_ERROR_CHARS,
     RecordChanged,
@@ -179,6 +179,10 @@ class Claim:
     # The earlier attempts this run's claims took over unfinished (RunRecord's field),
     # kept by every write of this attempt.
     unfinished_attempts: tuple[int, ...] = ()
+    # The record this claim replaced (a takeover of a failed run or a lapsed claim); None:
+    # it created the record (or replaced a leftover past its expiry, which counts as
+    # absent). What the overlap gate restores when the claim must leave no outcome.
+    previous: RunRecord | None = None
     lost: ClaimLost = field(init=False)
 
     def __post_init__(self) -> None:
@@ -254,7 +258,7 @@ class Deduplicator:
                 continue  # released or deleted between our create and read: try again
             if stored.record.attempt_id == attempt_id:
                 # Our create landed though its reply was lost: this attempt holds the run.
-                return self._adopt(key, attempt_id, stored, sent)
+                return self._adopt(key, attempt_id, stored, sent, None)
             decided = self._judge(key, attempt_id, stored, answer_within)
             if decided is not None:
                 return decided
@@ -266,7 +270,9 @@ class Deduplicator:
         run_id = key.run_id
         record = stored.record
         unfinished = record.unfinished_attempts
+        previous: RunRecord | None = record
         if stored.past_expiry:
+            previous = None
             attempts, unfinished = 1, ()  # a leftover the TTL has not deleted yet: a new life
         elif record.status is RunStatus.COMPLETED:
             lives = (record.expire_at - stored.read_time).total_seconds()
@@ -304,20 +310,22 @@ class Deduplicator:
         except StoreUnavailable:
             now = self._resolve(run_id, sent, answer_within)
             if now is not None and now.record.attempt_id == attempt_id:
-                return self._adopt(key, attempt_id, now, sent)
+                return self._adopt(key, attempt_id, now, sent, previous)
             if now is not None and now.version == stored.version:
                 raise  # our takeover did not land: the record is as the crash left it
             return None  # it moved (or went): look again
         return self._claim(key, attempt_id, attempts, version, sent, takeover.claimed_at,
-                           unfinished)
+                           unfinished, previous)
 
     def _claim(
         self, key: RunKey, attempt_id: str, attempts: int, version: datetime, sent: float,
         claimed_at: datetime | None, unfinished_attempts: tuple[int, ...] = (),
+        previous: RunRecord | None = None,
     ) -> Claim:
         return Claim(
             key, key.run_id, attempt_id, attempts, version, sent, self._fence_after,
             self._monotonic, claimed_at=claimed_at, unfinished_attempts=unfinished_attempts,
+            previous=previous,
         )
 
     def complete(
@@ -420,12 +428,14 @@ class Deduplicator:
             and stored.record.status is status
         )
 
-    def _adopt(self, key: RunKey, attempt_id: str, stored: StoredRun, sent: float) -> Claim:
+    def _adopt(self, key: RunKey, attempt_id: str, stored: StoredRun, sent: float,
+               previous: RunRecord | None) -> Claim:
         """This attempt's claim, found by reading after its write's reply was lost. Learnt
         too late to use (its fence time has passed), it is released, so the retry claims
         the run at once, and the attempt answers a 5xx: nothing ran."""
         claim = self._claim(key, attempt_id, stored.record.attempts, stored.version, sent,
-                            stored.record.claimed_at, stored.record.unfinished_attempts)
+                            stored.record.claimed_at, stored.record.unfinished_attempts,
+                            previous)
         if claim.lost.is_set():
             self._finish_late(claim)
             raise StoreUnavailable(
@@ -506,7 +516,7 @@ class Deduplicator:
             return decision
         claim = decision
         if clear is not None:
-            refused = self._take_job(key, claim, clear, overlap)
+            refused = self._take_job(key, claim, clear, overlap, is_delivery(headers))
             if refused is not None:
                 return refused
         context = RunContext(
@@ -547,38 +557,57 @@ class Deduplicator:
             return replace(base, outcome=Outcome.FAILED, detail=repr(exc))
         return self._record_completion(claim, base, result, self._monotonic() - started)
 
-    def _take_job(self, key: RunKey, claim: Claim, clear: Clear, overlap: str
-                  ) -> Delivery | None:
+    def _take_job(self, key: RunKey, claim: Claim, clear: Clear, overlap: str,
+                  delivered: bool) -> Delivery | None:
         """Make this claim the job's latest run before the job runs (dedup/overlap.py);
-        a Delivery when it must run nothing: another run took the job first (forbid: this
-        run is recorded skipped; else released, 409), or the write's outcome is unknown
-        (released, 500)."""
+        a Delivery when it must run nothing: another run took the job first, or the write's
+        outcome is unknown. A run that had no record and lost to a scheduled run under
+        `forbid` is recorded skipped; otherwise the claim is given back (deleted, or the
+        record it took over restored: no outcome is left, as nothing ran) and answered 409,
+        or 500 when the write's outcome is unknown. `delivered`: a watchdog delivery."""
         assert self._overlap is not None
         base = Delivery(Outcome.IN_PROGRESS, key.run_id, claim.attempt_id, claim.attempt)
         try:
-            first = self._overlap.take(key, claim.attempt_id, clear)
+            first = self._overlap.take(key, claim.attempt_id, clear, delivered)
         except StoreUnavailable as exc:
-            self._finish_late(claim)
-            return replace(base, outcome=Outcome.STORE_UNAVAILABLE,
-                           detail=f"the job's latest run could not be written ({exc}); "
-                           "released, nothing ran")
+            detail = f"the job's latest run could not be written ({exc}); nothing ran"
+            try:
+                self._finish(claim, lambda: self._give_back(claim))
+            except StoreUnavailable as again:
+                # The claim stays for one lease, as any claim the store would not take back.
+                detail += f"; not given back ({again})"
+            return replace(base, outcome=Outcome.STORE_UNAVAILABLE, detail=detail)
         if first is None:
             return None
-        if overlap == OVERLAP_FORBID:
-            skipped = replace(self._overlap.skipped_record(key, first),
+        if overlap == OVERLAP_FORBID and claim.previous is None and not first.delivered:
+            skipped = replace(self._overlap.skipped_record(key, first.run_id),
                               attempt_id=claim.attempt_id, attempts=claim.attempt)
             step = lambda: self._write_outcome(claim, skipped)  # noqa: E731
             outcome = Outcome.SKIPPED
         else:
-            step = lambda: self.release(  # noqa: E731
-                claim, f"run {first} of the job started first ({overlap}); nothing ran")
+            step = lambda: self._give_back(claim)  # noqa: E731
             outcome = Outcome.IN_PROGRESS
         try:
             held = self._finish(claim, step)
         except StoreUnavailable as exc:
             return replace(base, outcome=Outcome.STORE_UNAVAILABLE, detail=str(exc))
         return replace(base, outcome=outcome if held else Outcome.IN_PROGRESS,
-                       detail=f"run {first} of the job took it first; nothing ran")
+                       detail=f"run {first.run_id} of the job took it first; nothing ran")
+
+    def _give_back(self, claim: Claim) -> bool:
+        """Undo this claim, guarded (OverlapGate.give_back): a retry of a give-back that
+        landed finds the record gone or no longer this attempt's. True: given back."""
+        assert self._overlap is not None
+        gate = self._overlap
+
+        def write(version: datetime) -> datetime:
+            written = gate.give_back(claim.run_id, claim.previous, version)
+            return written if written is not None else version
+
+        def done(stored: StoredRun | None) -> bool:
+            return stored is None or stored.record.attempt_id != claim.attempt_id
+
+        return self._guarded_write(claim, write, already_done=done)
 
     def _record_permanent_failure(
         self, claim: Claim, base: Delivery, failure: PermanentFailure, duration_seconds: float

@@ -174,3 +174,13 @@ class RunStore(Protocol):
     def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun]:
         """Read many records by ID (batched); absent ones are left out of the result."""
         ...
+
+
+class DeletableRunStore(RunStore, Protocol):
+    """A RunStore that can also delete a record, guarded: the overlap gate's (a claim that
+    lost the race to take its job gives itself back, leaving no outcome behind)."""
+
+    def delete(self, run_id: str, if_version: datetime) -> None:
+        """Delete the record if still at `if_version`. Raises RecordChanged (moved on, or
+        already gone)."""
+        ...
