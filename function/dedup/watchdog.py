@@ -938,8 +938,12 @@ class Watchdog:
         """Each job's incident streaks moved by its verdicts of this tick (in its cursor,
         written with it); the incidents they opened or resolved."""
         made: list[Transition] = []
+        # A re-run or backfill generation is counted when it settled (now), after the runs
+        # this tick judged: a run scheduled days ago must not be resolved at once by them.
+        settled = {p.run_id for p in self._generation_problems}
         for job, cursor, tick in judged:
-            problems = [(p.schedule_time, p.run_id, p.kind) for p in tick.problems
+            problems = [(now if p.run_id in settled else p.schedule_time, p.run_id, p.kind)
+                        for p in tick.problems
                         if p.kind == RAN_TWICE or p.run_id not in tick.counted]
             good = {r: t for r, t in tick.good.items() if r not in tick.counted}
             cursor.incidents, transitions = judge_streaks(
