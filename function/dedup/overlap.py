@@ -11,22 +11,30 @@ records (a "must not exist" create or a `last_update_time` precondition):
 2. the previous run is *live* while its record is `in_progress` with a lease that has not
    lapsed by the store's clock; anything else (ended, failed, a crashed holder, a stale
    pointer to a run whose lease lapsed or whose record is gone) does not block;
-3. blocked: `forbid` records this run `skipped` (naming the blocking run) and answers 200;
-   `wait` answers 409, so Scheduler's retries start it once that run ended; `replace`
-   marks that run's record `replaced_by` (its next renewal sets its `claim_lost`) and
-   answers 409 until it stopped or its lease lapsed;
+3. blocked: `forbid` records this run `skipped` (naming the blocking run) and answers 200
+   if it has no record (one that failed or whose claim lapsed keeps that record and
+   answers 409); `wait` answers 409, so Scheduler's retries start it once that run ended;
+   `replace` marks that run's record `replaced_by` (its next renewal sets its
+   `claim_lost`) and answers 409 until it stopped or its lease lapsed;
 4. not blocked: this run is claimed as always, and then the job's latest run is moved to
    it, guarded by the version read in step 1, before the job runs. Two runs that both
-   found the job free cannot both move it: the one that loses gives its claim back
-   (`forbid`: recorded `skipped`; else released, 409) and runs nothing.
+   found the job free cannot both move it: the one that loses runs nothing and, unless it
+   had no record and lost under `forbid` to a scheduled run (then recorded `skipped`),
+   gives its claim back, leaving no outcome: a claim it created is deleted (guarded by
+   its version), a record it took over is restored as it was (a lapsed claim restored
+   lapsed), and it answers 409.
 
 The pointer is written at claim only: once the run ends, its own record says so, which
-step 2 reads anyway. A write whose outcome is unknown releases the claim (500, nothing
-ran): a pointer that did land then names a run that is not live, which blocks nothing.
+step 2 reads anyway. A pointer write whose outcome is unknown gives the claim back the
+same way, retried until the claim's fence time (500, nothing ran): a pointer that did
+land then names a run that is not live, which blocks nothing.
 
-Deliveries the watchdog queues (catch-up, re-runs: they carry X-Dedup-Deliver-Within)
-are asked for explicitly: under `forbid` they wait (409, delivered again at a later tick)
-rather than being skipped for good.
+Deliveries the watchdog queues (catch-up, re-runs, backfills: they carry
+X-Dedup-Deliver-Within) were asked for: under `forbid` and `replace` they wait (409,
+delivered again at a later tick) rather than being skipped for good or cutting short the
+run they meet. The pointer records that its run is such a delivery (`delivered`): a
+scheduled run meeting it live waits (409) under every policy, never skipped, never
+replacing it.
 """
 
 from __future__ import annotations

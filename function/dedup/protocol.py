@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from dedup.cache import CompletedRunCache
 from dedup.heartbeat import HEARTBEATS, Heartbeats
 from dedup.keys import OVERLAP_ALLOW, OVERLAP_FORBID, RunKey
-from dedup.overlap import Answer, Clear, OverlapGate, is_delivery
+from dedup.overlap import UNKNOWN, Answer, Clear, OverlapGate, is_delivery
 from dedup.store import (
     MAX_ERROR_CHARS,
     RecordChanged,
@@ -579,7 +579,8 @@ class Deduplicator:
             return replace(base, outcome=Outcome.STORE_UNAVAILABLE, detail=detail)
         if first is None:
             return None
-        if overlap == OVERLAP_FORBID and claim.previous is None and not first.delivered:
+        if (overlap == OVERLAP_FORBID and claim.previous is None and not first.delivered
+                and first.run_id != UNKNOWN):  # an unknown winner may be a delivery: 409
             skipped = replace(self._overlap.skipped_record(key, first.run_id),
                               attempt_id=claim.attempt_id, attempts=claim.attempt)
             step = lambda: self._write_outcome(claim, skipped)  # noqa: E731
