@@ -10,7 +10,9 @@ A request asks for one more execution of one run: generation g of the run (g >= 
 when the run never ran at all: a late delivery of the run itself), whose own run_id
 (keys.RunKey.generation) is also the request's document ID, so two requests for the same
 generation cannot both be created (a conditional create). `make rerun` (infra/rerun.py)
-writes it `pending`; the watchdog delivers every pending request at each tick and marks it
+writes it `pending`; the watchdog delivers the pending requests at each tick (those a
+backfill released, by their backfill: dedup/backfills.py), counting each delivery on the
+request (`deliveries`, `delivered_at`, `last_error`), and marks it
 `done` once the function answered completed or duplicate (the dedup protocol makes however
 many deliveries execute that generation once), `failed` when the job ran and raised (not
 retried at every tick: a new request asks for the next generation), `refused` when it

@@ -43,13 +43,17 @@ next ticks; in the demo and tests, a direct POST, judged by the answer:
   times and not in the future, the next generation of the run, no other request of the
   run pending: else `refused`, with why, and never delivered), delivered with
   X-Dedup-Generation, marked done once the generation completed (failed when the job
-  raised, or when no delivery reached the function within RERUN_DELIVERY_WINDOW_SECONDS);
-  one for a run not completed waits (`waiting`) until Scheduler can no longer retry that
-  run (its retry window + grace), so the two never overlap;
+  raised, or when no delivery executed it within RERUN_DELIVERY_WINDOW_SECONDS, with what
+  is known of why); one for a run not completed waits (`waiting`) until Scheduler can no
+  longer retry that run (its retry window + grace), so the two never overlap. Each
+  delivery of a request is numbered (a queued task of its own, `<run_id>-<n>`), and none
+  is handed over while the last may still be dispatching. A generation that settles on a
+  record showing a second execution is reported `ran_twice`, in its job's streak;
 - backfills (`make backfill`, dedup/backfills.py): before the pending re-runs, each job's
   backfill releases its next runs into the re-run queue, at most
   DEDUP_WATCH_BACKFILL_RUNS_PER_TICK a tick and DEDUP_WATCH_BACKFILL_IN_FLIGHT at once,
-  delivered and checked as re-runs are.
+  delivered and checked as re-runs are, by the backfill only (the pending pass leaves
+  requests a backfill released to it).
 The dedup protocol makes each run (each generation) execute at most once however often it
 is delivered, by this watchdog, a concurrent tick, or Scheduler's own late retry.
 """
