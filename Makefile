@@ -69,9 +69,10 @@ workflow-lint: $(VENV)/stamp ## zizmor's audits of the GitHub Actions workflows
 
 # The tests in TEST_WORKERS processes (pytest-xdist): most of their time is spent waiting
 # (emulators, served functions, scaled deadlines), so two workers halve it on two cores.
+# --dist loadgroup: tests sharing an expensive module fixture (xdist_group) share a worker.
 TEST_WORKERS ?= 2
 unit: $(VENV)/stamp ## The kit's tests (pytest; they never read your stack files; TEST_WORKERS=)
-	$(BIN)/pytest -n $(TEST_WORKERS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The team's function dependencies: function/jobs/requirements.in -> function/jobs/
 # requirements.txt, every package and what it needs, with hashes, resolved with the kit's

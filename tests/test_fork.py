@@ -28,6 +28,9 @@ from infra.program import REPO_ROOT
 from infra.team_files import is_team_file
 from tests.stacks import FIXTURE_STACKS, fixture_stack_file
 
+# One fork for the module: its tests share a worker (make unit runs --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("fork")
+
 VENV = Path(sys.prefix)  # the virtualenv running the tests
 # The team's job validates its body with jsonschema: not a package of the kit's function
 # (a dev one, so this virtualenv has it), with dependencies of its own (attrs, referencing,
@@ -137,37 +140,42 @@ def forked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return fork(tmp_path_factory.mktemp("fork"))
 
 
-@pytest.mark.timeout(240)
-def test_make_plan_covers_every_stack_of_the_fork(forked: Path) -> None:
-    code, output = make(forked, "plan")
-    assert code == 0, output
+@pytest.fixture(scope="module")
+def checked(forked: Path) -> str:
+    """`make test`'s targets but the kit's unit suite (which this test is part of), once:
+    the team's code held to the kit's ruff and mypy --strict, every stack checked by the
+    policy pack and planned."""
+    code, output = make(forked, "lint", "typecheck", "workflow-lint", "policy-check", "plan",
+                        "docs", timeout=840)
+    assert code == 0, output[-4000:]
+    return output
+
+
+@pytest.mark.timeout(900)
+def test_make_plan_covers_every_stack_of_the_fork(checked: str) -> None:
     for stack in ("dev", "prod", "staging"):
-        assert f"Offline plan for stack '{stack}'" in output
-    assert "'0 6 1 * *' America/New_York" in output
+        assert f"Offline plan for stack '{stack}'" in checked
+    assert "'0 6 1 * *' America/New_York" in checked
     # The staging job has no retry settings: the kit's defaults recover its runs.
-    assert "retries=3 backoff=30s..300s" in output
-    assert "billing-stg-month-end-invoices" in output
-    assert "sched-dedup-dev-send-invoices" in output
-    assert "sched-dedup-dev-heartbeat" not in output
+    assert "retries=3 backoff=30s..300s" in checked
+    assert "billing-stg-month-end-invoices" in checked
+    assert "sched-dedup-dev-send-invoices" in checked
+    assert "sched-dedup-dev-heartbeat" not in checked
+
+
+@pytest.mark.timeout(900)
+def test_make_policy_check_passes_for_every_stack_of_the_fork(checked: str) -> None:
+    assert "stack staging (stacks/Pulumi.staging.yaml): " in checked
+    assert "policy check: 3 stack(s)" in checked
+    assert "0 mandatory violation(s), 0 stack(s) not checkable" in checked
 
 
 @pytest.mark.timeout(240)
-def test_make_plan_with_a_stack_plans_that_one(forked: Path) -> None:
-    code, output = make(forked, "plan", "STACK=staging")
+def test_make_plan_and_policy_check_with_a_stack_check_that_one(forked: Path) -> None:
+    code, output = make(forked, "plan", "policy-check", "STACK=staging")
     assert code == 0, output
     assert output.count("Offline plan for stack ") == 1
     assert "Offline plan for stack 'staging'" in output
-
-
-@pytest.mark.timeout(240)
-def test_make_policy_check_passes_for_every_stack_of_the_fork(forked: Path) -> None:
-    code, output = make(forked, "policy-check")
-    assert code == 0, output
-    assert "stack staging (stacks/Pulumi.staging.yaml): " in output
-    assert "policy check: 3 stack(s)" in output
-    assert "0 mandatory violation(s), 0 stack(s) not checkable" in output
-    code, output = make(forked, "policy-check", "STACK=staging")
-    assert code == 0, output
     assert "policy check: 1 stack(s)" in output
 
 
@@ -185,23 +193,15 @@ def test_a_typo_in_the_forks_job_logic_fails_plan_and_policy_check(forked: Path)
         staging.write_text(STAGING)
 
 
-def test_make_lock_pinned_the_teams_dependency_and_what_it_needs(forked: Path) -> None:
+@pytest.mark.timeout(900)
+def test_make_lock_pinned_the_teams_dependency_and_what_it_needs(
+    forked: Path, checked: str
+) -> None:
+    """Pinned with what it needs; the functions started with it (the plan's start-up
+    check installs the archive's requirements.txt, the kit's lock and the team's)."""
     pinned = {pin.name for pin in parse_lock((forked / TEAM_LOCK).read_text())}
     assert {"jsonschema", "attrs", "referencing", "rpds-py"} <= pinned
-    # The function's archive installs it: the plan started the function with it (above).
-    code, output = make(forked, "plan", "STACK=dev")
-    assert code == 0, output
-
-
-@pytest.mark.timeout(600)
-def test_make_tests_checks_pass_in_the_fork(forked: Path) -> None:
-    """`make test`'s targets but the kit's unit suite (which this test is part of): the
-    team's code held to the kit's ruff and mypy --strict, its stacks planned and checked."""
-    code, output = make(forked, "lint", "typecheck", "workflow-lint", "policy-check", "plan",
-                        "docs", timeout=540)
-    assert code == 0, output[-4000:]
-    assert "Offline plan for stack 'staging'" in output
-    assert "policy check: 3 stack(s)" in output
+    assert "Offline plan for stack 'dev'" in checked
 
 
 def pytest_in_fork(fork_dir: Path, *paths: str) -> subprocess.CompletedProcess[str]:
