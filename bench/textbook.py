@@ -132,7 +132,9 @@ class TextbookDeduplicator:
                 done = dataclasses.replace(
                     claim.record, status=RunStatus.COMPLETED, result_json=result_json
                 )
-                transaction.set(ref, record_to_document(done))
+                # A whole-document set: replaced_by too, which the kit's completed record
+                # keeps from its claim (None) and record_to_document leaves to the claim.
+                transaction.set(ref, {**record_to_document(done), "replaced_by": done.replaced_by})
             else:
                 transaction.delete(ref)
             return True

@@ -245,7 +245,7 @@ def test_names_follow_from_the_prefix() -> None:
         f"team-a-{suffix}"
         for suffix in (
             "claim-lost", "completed-unrecorded", "deliveries", "job-duration",
-            "watchdog-problems", "watchdog-summaries",
+            "watchdog-incidents", "watchdog-problems", "watchdog-summaries",
         )
     ]
     assert run.one(BUCKET).props["name"] == f"{SHARED_PROJECT}-team-a-source"

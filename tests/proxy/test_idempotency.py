@@ -182,7 +182,7 @@ def test_steps_and_tokens_are_independent_and_records_use_the_protocol_format(
         "status", "attempt_id", "attempts", "lease_seconds", "expire_at", "job",
         "schedule_time", "project", "location", "result_json",
         "claimed_at", "finished_at", "duration_seconds", "failed_at", "error", "permanent",
-        "unfinished_attempts",
+        "unfinished_attempts", "blocked_by", "replaced_by",
     }
     assert (data["status"], data["job"], data["attempts"]) == ("completed", "charge", 1)
     # The token is the scheduled run's own ID, yet the records never collide.

@@ -69,9 +69,14 @@ def test_make_demo_keep_leaves_its_records_for_make_runs(
         rows = [line.split() for line in out.getvalue().splitlines()
                 if re.match(r"^  \d{4}-", line)]
         verdicts = [(r[5], r[6], r[-1]) for r in rows]
-        assert verdicts[:5] == [("-", "-", "not_due"), *[("completed", "1", "ok")] * 4], (
+        # The replayed runs (and the demo's backfill of a simulated outage after them):
+        # each completed once; the run after them not due yet at --at; nothing missed.
+        assert verdicts[0] == ("-", "-", "not_due"), out.getvalue()
+        recorded = [v for v in verdicts if v[0] != "-"]
+        assert len(recorded) >= 4 and set(recorded) == {("completed", "1", "ok")}, (
             out.getvalue())
-        assert set(verdicts[5:]) == {("-", "-", "before_first_run")}, out.getvalue()
+        assert {v[2] for v in verdicts} <= {"ok", "not_due", "before_first_run"}, (
+            out.getvalue())
         # Without --at ("now"), the last replayed run is still ahead of the clock: not shown.
         out = io.StringIO()
         assert runs.main([str(REPO / stack), "--job", "heartbeat"], out=out, err=err) == 0
