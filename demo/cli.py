@@ -671,6 +671,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
+    # Ctrl-C stops it even when started with SIGINT ignored (a background job of a
+    # non-interactive shell: Python then keeps SIG_IGN instead of raising KeyboardInterrupt).
+    signal.signal(signal.SIGINT, _terminate)
     try:
         outcome = run_demo(options, status=log, progress=progress_printer(sys.stderr))
     except (StackError, LocalStackError, ValueError) as exc:
