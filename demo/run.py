@@ -12,6 +12,7 @@ child runs in its own process group and is stopped with it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import json
 import os
@@ -503,8 +504,11 @@ class LocalFunction:
 
 def watch_store_settings(function: LocalFunction, stack: Stack) -> Settings:
     """The function's own store settings for `stack`'s project, but on the Firestore
-    emulator directly: the watchdog is no part of the replay, no store fault strikes it."""
-    return Settings.from_env(
+    emulator directly: the watchdog is no part of the replay, no store fault strikes it.
+    Its store budget is the stack's own, unscaled, as the deployed watchdog's and the
+    operator tools' are: the function's scaled budget (1 s) is for the replay's faults,
+    and on a loaded machine the emulator alone can take longer than that to answer."""
+    scaled = Settings.from_env(
         function_env(
             stack,
             firestore_host=function.firestore_host,
@@ -515,6 +519,7 @@ def watch_store_settings(function: LocalFunction, stack: Stack) -> Settings:
             missing_schedule_time=function.missing_schedule_time,
         )
     )
+    return dataclasses.replace(scaled, store_timeout_seconds=stack.store_timeout_seconds)
 
 
 def replay(
