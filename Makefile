@@ -53,7 +53,7 @@ $(VENV_BUILT)/.switch:
 # DEMO_ARGS=--keep keeps the Firestore emulator, with the demo's records, up after the report
 # until Ctrl-C, and prints the make runs commands that read them (RUNS_ARGS="--at ...").
 demo: $(VENV)/stamp ## Run a stack's jobs locally under faults and report (STACK=, DEMO_ARGS=)
-	$(BIN)/python -m demo $(if $(STACK),--stack $(STACK)) $(DEMO_ARGS)
+	$(BIN)/python -m operator_tools demo $(if $(STACK),--stack $(STACK)) $(DEMO_ARGS)
 
 test: lint typecheck workflow-lint policy-check plan docs unit ## Everything CI runs
 
@@ -79,7 +79,7 @@ unit: $(VENV)/stamp ## The kit's tests (pytest; they never read your stack files
 # pins (constraints.txt); a conflict is one error naming both packages (infra/lock.py).
 # Needs the package index. What Cloud Build installs is the kit's lock plus this one.
 lock: $(VENV)/stamp ## Pin your jobs' dependencies (function/jobs/requirements.in) with hashes
-	$(BIN)/python -m infra.lock
+	$(BIN)/python -m operator_tools lock
 
 # The kit's own locks, for its maintainers (a team never runs it: these are kit files).
 # function/requirements.txt: every package of function/requirements.in and their
@@ -100,7 +100,7 @@ lock-kit: $(VENV)/stamp ## Kit maintainers: re-pin the kit's function lock and C
 	done
 
 plan: $(VENV)/stamp ## Offline plan of every stack, or STACK=, job logic imported
-	$(BIN)/python -m infra.plan $(STACK)
+	$(BIN)/python -m operator_tools plan $(STACK)
 
 # Per job, the last expected runs with status, attempts, duration and the watchdog's verdict,
 # read from the stack's Firestore database (the emulator if FIRESTORE_EMULATOR_HOST is set,
@@ -108,7 +108,7 @@ plan: $(VENV)/stamp ## Offline plan of every stack, or STACK=, job logic importe
 # 3339>" judges the runs as at that instant (a make demo window, ahead of the clock).
 runs: $(VENV)/stamp ## A stack's last runs per job from Firestore (STACK= required, RUNS_ARGS=)
 	@test -n "$(STACK)" || { echo "make runs needs a stack: make runs STACK=<name> (stacks: $(STACKS))" >&2; exit 2; }
-	$(BIN)/python -m infra.runs $(STACK) $(RUNS_ARGS)
+	$(BIN)/python -m operator_tools runs $(STACK) $(RUNS_ARGS)
 
 # One run executed once more, exactly once: records a re-run request that the watchdog
 # delivers at its next tick (needs watchdog.reruns: true), or at once with NOW=1
@@ -116,7 +116,7 @@ runs: $(VENV)/stamp ## A stack's last runs per job from Firestore (STACK= requir
 rerun: $(VENV)/stamp ## Ask for one run to execute again (STACK= JOB= TIME= REASON= required)
 	@test -n "$(STACK)" -a -n "$(JOB)" -a -n "$(TIME)" -a -n "$(REASON)" || { echo 'make rerun needs STACK=<name> JOB=<jobs[].name> TIME=<schedule time, e.g. 2026-11-30T09:15:00+01:00> REASON="<why>"' >&2; exit 2; }
 	@test -z "$(NOW)" -o -n "$(WATCHDOG_URL)" || { echo "make rerun NOW=1 needs WATCHDOG_URL=<the watchdog's URL> (one you can reach; else the next tick delivers it)" >&2; exit 2; }
-	$(BIN)/python -m infra.rerun $(STACK) --job "$(JOB)" --time "$(TIME)" --reason "$(REASON)" $(if $(NOW),--now "$(WATCHDOG_URL)")
+	$(BIN)/python -m operator_tools rerun $(STACK) --job "$(JOB)" --time "$(TIME)" --reason "$(REASON)" $(if $(NOW),--now "$(WATCHDOG_URL)")
 
 # The runs of a range executed once more, each exactly once: MODE=missing (default: no
 # record), failed or all; ORDER=reverse for newest first; DRY_RUN=1 prints exactly what it
@@ -125,15 +125,15 @@ rerun: $(VENV)/stamp ## Ask for one run to execute again (STACK= JOB= TIME= REAS
 backfill: $(VENV)/stamp ## Queue the runs of a range again (STACK= JOB= FROM= TO= REASON= required; MODE= ORDER= DRY_RUN=)
 	@test -n "$(STACK)" -a -n "$(JOB)" -a -n "$(FROM)" -a -n "$(TO)" || { echo 'make backfill needs STACK=<name> JOB=<jobs[].name> FROM=<first schedule time, e.g. 2026-11-30T00:00:00+01:00> TO=<last one> REASON="<why>" [MODE=missing|failed|all] [ORDER=reverse] [DRY_RUN=1]' >&2; exit 2; }
 	@test -n "$(DRY_RUN)" -o -n "$(REASON)" || { echo 'make backfill needs REASON="<why>" (or DRY_RUN=1 to see what it would queue)' >&2; exit 2; }
-	$(BIN)/python -m infra.backfill $(STACK) --job "$(JOB)" --from "$(FROM)" --to "$(TO)" --reason "$(REASON)" $(if $(MODE),--mode "$(MODE)") $(if $(ORDER),--order "$(ORDER)") $(if $(DRY_RUN),--dry-run)
+	$(BIN)/python -m operator_tools backfill $(STACK) --job "$(JOB)" --from "$(FROM)" --to "$(TO)" --reason "$(REASON)" $(if $(MODE),--mode "$(MODE)") $(if $(ORDER),--order "$(ORDER)") $(if $(DRY_RUN),--dry-run)
 
 backfill-status: $(VENV)/stamp ## A job's backfill and how far it got (STACK= JOB= required)
 	@test -n "$(STACK)" -a -n "$(JOB)" || { echo 'make backfill-status needs STACK=<name> JOB=<jobs[].name>' >&2; exit 2; }
-	$(BIN)/python -m infra.backfill $(STACK) --job "$(JOB)" --status
+	$(BIN)/python -m operator_tools backfill $(STACK) --job "$(JOB)" --status
 
 backfill-cancel: $(VENV)/stamp ## Stop releasing a job's backfill; runs in flight finish (STACK= JOB= required)
 	@test -n "$(STACK)" -a -n "$(JOB)" || { echo 'make backfill-cancel needs STACK=<name> JOB=<jobs[].name>' >&2; exit 2; }
-	$(BIN)/python -m infra.backfill $(STACK) --job "$(JOB)" --cancel
+	$(BIN)/python -m operator_tools backfill $(STACK) --job "$(JOB)" --cancel
 
 # Day 2 rehearsed locally: the stack served (Firestore emulator, the function, the proxy on
 # fake Google APIs, the Scheduler emulator in real time, the watchdog on its schedule) until
@@ -142,28 +142,28 @@ backfill-cancel: $(VENV)/stamp ## Stop releasing a job's backfill; runs in fligh
 # hourly-sync" has Scheduler never deliver that job's second fire (the watchdog reports it).
 .PHONY: serve
 serve: $(VENV)/stamp ## Serve a stack locally until Ctrl-C, for make runs/rerun (STACK=, SERVE_ARGS=)
-	$(BIN)/python -m demo.serve $(if $(STACK),--stack $(STACK)) $(SERVE_ARGS)
+	$(BIN)/python -m operator_tools serve $(if $(STACK),--stack $(STACK)) $(SERVE_ARGS)
 
 # Once, when upgrading a stack whose proxy kept its records in the dedup database (see
 # docs/deploy.md, "Upgrading"): copies them into the proxy's own database; safe to repeat.
 migrate-proxy-records: $(VENV)/stamp ## Copy proxied jobs' records into the proxy's database (STACK= required)
 	@test -n "$(STACK)" || { echo "make migrate-proxy-records needs a stack: make migrate-proxy-records STACK=<name> (stacks: $(STACKS))" >&2; exit 2; }
-	$(BIN)/python -m infra.migrate_records $(STACK)
+	$(BIN)/python -m operator_tools migrate-proxy-records $(STACK)
 
 # The steps a running deployment needs to reach this checkout's release, from CHANGELOG.md's
 # "Upgrading" sections: FROM=<the version it runs> (pulumi stack output kitVersion), or
 # FROM=unversioned for a checkout from before the first release.
 upgrade-check: $(VENV)/stamp ## Print the upgrade steps from a release to this one (FROM= required)
-	@$(BIN)/python -m infra.upgrade_check "$(FROM)"
+	@$(BIN)/python -m operator_tools upgrade-check "$(FROM)"
 
 # A job module, function/jobs/<NAME>.py, and its test, tests/jobs/test_<NAME>.py (which
-# make test runs), from the kit's templates (infra/templates/); never over an existing file.
+# make test runs), from the kit's templates (operator_tools/templates/); never over an existing file.
 new-job: $(VENV)/stamp ## Write a job module and its test from the kit's template (NAME= required)
 	@test -n "$(NAME)" || { echo "make new-job needs a name: make new-job NAME=<module name, e.g. send_invoices>" >&2; exit 2; }
-	@$(BIN)/python -m infra.new_job "$(NAME)"
+	@$(BIN)/python -m operator_tools new-job "$(NAME)"
 
 policy-check: $(VENV)/stamp ## The policy pack over every stack, or STACK=, offline (POLICY_CONFIG=)
-	$(BIN)/python -m policies.offline_check$(if $(STACK), --stack $(STACK))$(if $(POLICY_CONFIG), --policy-config $(POLICY_CONFIG))
+	$(BIN)/python -m operator_tools policy-check$(if $(STACK), --stack $(STACK))$(if $(POLICY_CONFIG), --policy-config $(POLICY_CONFIG))
 
 bench: $(VENV)/stamp ## The dedup benchmark (BENCH_ARGS=)
 	$(BIN)/python -m bench $(BENCH_ARGS)
@@ -171,7 +171,7 @@ bench: $(VENV)/stamp ## The dedup benchmark (BENCH_ARGS=)
 # Pulumi.yaml's config block, README's configuration reference and schema/stack.schema.json,
 # regenerated from the config models in infra/config.py (tests/infra/test_schema.py checks).
 schema: $(VENV)/stamp ## Regenerate Pulumi.yaml's config block, the config docs and the schema
-	$(BIN)/python -m infra.schema
+	$(BIN)/python -m operator_tools schema
 
 # The documentation site (docs/, mkdocs.yml): built with --strict, so a broken link or a page
 # missing from the nav fails make test. docs-serve browses it on http://127.0.0.1:8000.

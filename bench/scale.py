@@ -37,10 +37,10 @@ from typing import Any, Final
 import yaml
 from google.cloud import firestore
 
-from dedup.firestore_store import FirestoreRunStore, record_to_document
 from dedup.keys import RunKey
 from dedup.settings import Settings
 from dedup.store import RunRecord, RunStatus
+from dedup.store.firestore import FirestoreRunStore, record_to_document
 from dedup.watchdog import (
     CURSOR_SUFFIX,
     Cursor,
@@ -129,11 +129,12 @@ def command_seconds(args: Sequence[str]) -> Timing:
 
 
 def plan_seconds(stack_file: Path) -> Timing:
-    return command_seconds(["-m", "infra.plan", str(stack_file)])
+    return command_seconds(["-m", "operator_tools", "plan", str(stack_file)])
 
 
 def policy_check_seconds(stack_file: Path) -> Timing:
-    return command_seconds(["-m", "policies.offline_check", "--stack-file", str(stack_file)])
+    return command_seconds(
+        ["-m", "operator_tools", "policy-check", "--stack-file", str(stack_file)])
 
 
 # --- one watchdog tick ---------------------------------------------------------------------
@@ -153,9 +154,9 @@ class TickFigures:
 
 
 def watched_jobs_of(config: Mapping[str, Any]) -> tuple[WatchedJob, ...]:
-    """The watchdog's job table for the stack, as infra writes it (infra.runs)."""
+    """The watchdog's job table for the stack, as infra writes it (operator_tools.runs)."""
     from infra.config import load_config
-    from infra.runs import watched_jobs
+    from operator_tools.runs import watched_jobs
 
     return watched_jobs(load_config(config))
 

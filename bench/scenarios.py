@@ -37,11 +37,11 @@ from google.cloud import firestore
 from bench.paired import abba, median, round_medians
 from bench.servers import HANDLERS, KIT, Handler, serve
 from bench.textbook import build_textbook_handler
-from dedup.app import build_handler
-from dedup.firestore_store import record_to_document
-from dedup.http import DedupHandler
+from dedup.entry.app import build_handler
+from dedup.entry.http import DedupHandler
 from dedup.keys import RunKey, format_instant
 from dedup.store import RunRecord
+from dedup.store.firestore import record_to_document
 from local_stack import FunctionServer
 from local_stack.deliveries import (
     LOCATION,

@@ -11,7 +11,7 @@ What the usual sample does, implemented correctly:
 A fresh run costs 6 RPCs (BeginTransaction, BatchGetDocuments, Commit, twice). No lease
 renewal, no per-instance cache. Everything else is the kit's own, so that the two differ
 only in protocol: the same headers and key (dedup.keys), the same record fields
-(dedup.firestore_store's document mapping), the same job registry, the same HTTP layer,
+(dedup.store.firestore's document mapping), the same job registry, the same HTTP layer,
 replies and log line (dedup.http.DedupHandler), the same settings and Firestore client.
 Error outcomes map like the kit's: a failed claim is `store_unavailable` (500), a failed
 finish after the job ran is `completed_unrecorded` (200). As in the usual sample, only the
@@ -32,13 +32,13 @@ from typing import Any, cast
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from dedup.firestore_store import document_to_record, record_to_document
-from dedup.http import DedupHandler, emit_log_line
+from dedup.entry.http import DedupHandler, emit_log_line
 from dedup.job_logic import JobRegistry
 from dedup.keys import RunKey
 from dedup.protocol import Delivery, Job, Outcome, RunContext, encode_result
 from dedup.settings import Settings
 from dedup.store import RunRecord, RunStatus
+from dedup.store.firestore import document_to_record, record_to_document
 
 log = logging.getLogger(__name__)
 

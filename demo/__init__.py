@@ -5,7 +5,7 @@ functions-framework (several worker processes, like several Cloud Run instances)
 it with the local Cloud Scheduler emulator while injecting the faults that make Scheduler
 deliver a run twice, and reports, per scheduled run, the deliveries, the replies and how
 many times the job logic really executed (counted in a ledger file, independently of the
-dedup store). `python -m demo --help`.
+dedup store). `python -m operator_tools demo --help`.
 
 Kept import-light: the served function imports `demo.job_wrapper` from this package.
 """

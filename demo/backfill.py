@@ -4,7 +4,7 @@ The outage: Scheduler delivered nothing for the OUTAGE_RUNS business runs of one
 job that follow the replay's last one (a job without catchUp, if the stack has one: the
 watchdog would deliver a catchUp job's missed runs on its own). With the watchdog's
 clock past their retry window + grace, they are `missed`, and `make backfill`'s code path
-(infra.backfill: plan_backfill, its dry run, queue_backfill) queues them, mode missing;
+(operator_tools.backfill: plan_backfill, its dry run, queue_backfill) queues them, mode missing;
 the same command asked again queues nothing. Then the watchdog's own code ticks (its
 BackfillPacer, the stack's watchdog.backfillRunsPerTick and backfillInFlight) until the
 backfill is finished, delivering to the served function on the replay's clock as
@@ -23,18 +23,18 @@ from typing import Any
 
 from google.cloud import firestore
 
-from dedup.backfills import (
+from dedup.keys import RunKey
+from dedup.settings import Settings
+from dedup.store.firestore import FirestoreRunStore
+from dedup.watchdog import FirestoreWatchStore, Watchdog, WatchedJob, WatchSettings, rfc3339
+from dedup.watchdog.backfills import (
     FINISHED,
     BackfillPacer,
     BackfillSettings,
     FirestoreBackfills,
     backfills_collection,
 )
-from dedup.firestore_store import FirestoreRunStore
-from dedup.keys import RunKey
-from dedup.reruns import FirestoreRerunQueue, reruns_collection
-from dedup.settings import Settings
-from dedup.watchdog import FirestoreWatchStore, Watchdog, WatchedJob, WatchSettings, rfc3339
+from dedup.watchdog.reruns import FirestoreRerunQueue, reruns_collection
 from demo.ledger import commits_by_run_id
 from demo.watch import (
     ReplayDeliverer,
@@ -113,8 +113,12 @@ def run_backfill(
 ) -> BackfillReport | None:
     """Backfill the outage after the replay of one job; None where the stack's watchdog
     delivers no re-runs (no backfill is possible)."""
-    from infra.backfill import plan_backfill, print_plan, queue_backfill  # the Pulumi program
-    from infra.runs import RunStores
+    from operator_tools.backfill import (  # the Pulumi program
+        plan_backfill,
+        print_plan,
+        queue_backfill,
+    )
+    from operator_tools.runs import RunStores
 
     cfg = delivering_config(stack)
     if cfg is None:

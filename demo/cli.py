@@ -1,4 +1,4 @@
-"""`python -m demo` (what `make demo` runs)."""
+"""`python -m operator_tools demo` (what `make demo` runs)."""
 
 from __future__ import annotations
 
@@ -594,9 +594,17 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def command(argv: Sequence[str]) -> int:
+    """`python -m operator_tools demo` (make demo): the demo; with --keep, its Firestore
+    emulator outlives the report, for make runs to read (demo.run.main_keeping_firestore)."""
+    from demo.run import main_keeping_firestore  # demo.run imports this module
+
+    return main_keeping_firestore(list(argv), main)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m demo",
+        prog="python -m operator_tools demo",
         description="Run the kit's main job locally: the Firestore emulator, the kit's "
         "function served by functions-framework, and the local Cloud Scheduler emulator "
         "replaying the stack's jobs with injected faults. Reports per scheduled run the "

@@ -1,6 +1,6 @@
 """The local stack, end to end: Firestore emulator + served function + Scheduler emulator.
 
-`run_demo(options)` is what `python -m demo` runs and what the end-to-end tests call: it
+`run_demo(options)` is what `make demo` runs and what the end-to-end tests call: it
 starts (or reuses) the Firestore emulator, serves the kit's function with
 functions-framework behind a store-fault proxy (the function's only way to its store),
 replays the stack's jobs through the Scheduler emulator with the chosen faults, and
@@ -30,12 +30,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
 from dedup.protocol import Outcome
+from dedup.proxy.tokens import TOKEN_SECRET_ENV
 from dedup.settings import Settings
 from dedup.store import RunStatus
-from dedup.tokens import TOKEN_SECRET_ENV
+from dedup.store.firestore import FirestoreRunStore
 from demo.backfill import BackfillReport, run_backfill
 from demo.job_wrapper import OTHER_JOBS
 from demo.ledger import LedgerCounts, count
@@ -1148,7 +1148,7 @@ def kept_at(stack_file: Path, firestore_host: str) -> dict[str, datetime]:
     window + the watchdog's grace after it), as the demo's watchdog judges each job at the
     end of its own window; a later run, never replayed, is not judged yet."""
     from dedup.watchdog import verdict_due_at
-    from infra.runs import open_store, stack_config, watched_jobs  # the Pulumi program
+    from operator_tools.runs import open_store, stack_config, watched_jobs  # the Pulumi program
 
     cfg = stack_config(str(stack_file))
     grace = float(cfg.watchdog.grace_seconds)
@@ -1177,7 +1177,7 @@ def kept_at(stack_file: Path, firestore_host: str) -> dict[str, datetime]:
 def kept_commands(stack_file: Path, firestore_host: str, at: dict[str, datetime]) -> str:
     """The `make runs` commands that read the kept records, one per job (each at the end
     of its own replayed window)."""
-    from infra.stack_files import display_path
+    from operator_tools.stack_files import display_path
 
     stack = display_path(stack_file)
     lines = [f"  FIRESTORE_EMULATOR_HOST={firestore_host} make runs STACK={stack} "
@@ -1193,7 +1193,7 @@ def main_keeping_firestore(
     out: Any = None,
     wait: Callable[[], None] | None = None,
 ) -> int:
-    """`python -m demo [...] --keep`: the demo (`demo_main`, demo.cli's) on a Firestore
+    """`make demo DEMO_ARGS=--keep`: the demo (`demo_main`, demo.cli's) on a Firestore
     emulator started here and kept running after the report, until Ctrl-C (or SIGTERM),
     with the `make runs` commands that read its records (`--at`: the demo replays a window
     ahead of the clock). Without --keep, just the demo. With --firestore-host, the demo's

@@ -1,6 +1,7 @@
 """`make serve STACK=dev`: the stack served locally until Ctrl-C, to rehearse day 2.
 
-    python -m demo.serve [--stack STACK] [--every SECONDS] [--no-scheduler] [--miss JOB[:N]]
+    python -m operator_tools serve [--stack STACK] [--every SECONDS] [--no-scheduler]
+        [--miss JOB[:N]]
 
 Starts the Firestore emulator (or reuses one: --firestore-host), serves the kit's
 function (demo/run.py's LocalFunction, the demo's ledger job running each job's logic) and,
@@ -49,16 +50,8 @@ from zoneinfo import ZoneInfo
 from croniter import croniter
 from google.cloud import firestore
 
-from dedup.backfills import (
-    BackfillPacer,
-    BackfillSettings,
-    FirestoreBackfills,
-    backfills_collection,
-)
-from dedup.delivery import TargetAuth
-from dedup.firestore_store import FirestoreRunStore
-from dedup.reruns import FirestoreRerunQueue, reruns_collection
 from dedup.settings import Settings
+from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog import (
     CURSOR_SUFFIX,
     FirestoreWatchStore,
@@ -68,6 +61,14 @@ from dedup.watchdog import (
     WatchSettings,
     rfc3339,
 )
+from dedup.watchdog.backfills import (
+    BackfillPacer,
+    BackfillSettings,
+    FirestoreBackfills,
+    backfills_collection,
+)
+from dedup.watchdog.delivery import TargetAuth
+from dedup.watchdog.reruns import FirestoreRerunQueue, reruns_collection
 from demo.run import LocalFunction, LocalProxy, function_env
 from demo.store_faults import store_timing
 from demo.watch import ReplayDeliverer, _emulator_env, delivering_config
@@ -220,7 +221,7 @@ class ServedStack:
 
     def _build_watchdog(self) -> tuple[WatchSettings, FirestoreWatchStore, FirestoreRerunQueue]:
         """The deployed watchdog's settings and stores, where `make runs` reads them."""
-        from infra.runs import watched_jobs  # imports the Pulumi program
+        from operator_tools.runs import watched_jobs  # imports the Pulumi program
 
         cfg, dedup = self.cfg, self.cfg.dedup
         timing = store_timing(self.stack, 1.0, False)
@@ -402,7 +403,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m demo.serve", description="Serve a stack locally (function, proxy, "
+        prog="python -m operator_tools serve",
+        description="Serve a stack locally (function, proxy, "
         "Scheduler, watchdog) until Ctrl-C, for make runs and make rerun to rehearse on.")
     parser.add_argument("--stack", default="dev", help="stack name or stack file")
     parser.add_argument("--every", type=float, metavar="SECONDS",
@@ -445,7 +447,3 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

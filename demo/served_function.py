@@ -12,7 +12,7 @@ every future tick of a fast-forwarded replay would look forced, and every forced
 replay in the past would look scheduled. Requests without the header (the warm-up) keep
 the real clock.
 
-The function reads its clock as `datetime.now(UTC)` in dedup/http.py; that module's
+The function reads its clock as `datetime.now(UTC)` in dedup/entry/http.py; that module's
 `datetime` is swapped for one whose now() follows the header, for the request's thread
 only. (An explicit clock parameter of the handler would make this swap unnecessary.)
 """
@@ -29,7 +29,7 @@ import functions_framework
 import main  # function/main.py: builds the kit's handler at import, as on Cloud Run
 from flask.typing import ResponseReturnValue
 
-import dedup.http
+import dedup.entry.http
 
 NOW_HEADER = "X-Emulator-Now"
 _request = threading.local()
@@ -46,9 +46,9 @@ class _ReplayClock(datetime):
         return cls.fromtimestamp(simulated.timestamp(), tz)
 
 
-if getattr(dedup.http, "datetime", None) is not datetime:
+if getattr(dedup.entry.http, "datetime", None) is not datetime:
     raise RuntimeError(
-        "dedup/http.py no longer reads its clock as datetime.now(): update "
+        "dedup/entry/http.py no longer reads its clock as datetime.now(): update "
         "demo/served_function.py to give the function the replay's clock"
     )
 dedup.http.datetime = _ReplayClock  # type: ignore[attr-defined]

@@ -57,13 +57,10 @@ from pathlib import Path
 
 from google.cloud import firestore
 
-from dedup.delivery import DeliveryResult, HttpDeliverer, RunDelivery, TargetAuth
-from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
-from dedup.ran_twice import RAN_TWICE
-from dedup.reruns import FirestoreRerunQueue, RerunQueue, reruns_collection
 from dedup.settings import Settings
 from dedup.store import RunStatus
+from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog import (
     CAUGHT_UP,
     DEFAULT_GRACE_SECONDS,
@@ -79,6 +76,9 @@ from dedup.watchdog import (
     WatchSettings,
     rfc3339,
 )
+from dedup.watchdog.delivery import DeliveryResult, HttpDeliverer, RunDelivery, TargetAuth
+from dedup.watchdog.ran_twice import RAN_TWICE
+from dedup.watchdog.reruns import FirestoreRerunQueue, RerunQueue, reruns_collection
 from demo.ledger import commits_by_run_id
 from example_jobs.flaky import fail_every, fails
 from infra.config import JobSettings, StackConfig, with_stack_defaults
@@ -275,7 +275,7 @@ def watched_jobs_of(stack: Stack) -> dict[str, WatchedJob]:
     headers where the watchdog delivers); another (the demo's flaky job): watched_job."""
     infra_jobs: dict[str, WatchedJob] = {}
     if stack.config is not None:
-        from infra.runs import watched_jobs  # imports the Pulumi program: only when needed
+        from operator_tools.runs import watched_jobs  # imports the Pulumi program: only when needed
 
         infra_jobs = {w.name: w for w in watched_jobs(stack.config)}
     return {
@@ -500,8 +500,8 @@ def _held_rerun(
 ) -> HeldRerun | None:
     """Ask a re-run of the flaky job's first failed run one second after its time, while
     Scheduler may still retry it; None if no run of it failed."""
-    from infra.rerun import RerunRefused, request_rerun  # imports the Pulumi program
-    from infra.runs import RunStores
+    from operator_tools.rerun import RerunRefused, request_rerun  # imports the Pulumi program
+    from operator_tools.runs import RunStores
 
     failed = sorted(s.schedule_time for s in summaries if s.job == FLAKY_SETTINGS.name
                     and s.schedule_time is not None and not s.forced and not s.executions
@@ -536,8 +536,8 @@ def _rerun_one(
 ) -> Rerun | None:
     """Re-run the first completed run through `make rerun`'s code path, then one tick of
     its job's watchdog; None if no run completed."""
-    from infra.rerun import RerunRefused, request_rerun  # imports the Pulumi program
-    from infra.runs import RunStores
+    from operator_tools.rerun import RerunRefused, request_rerun  # imports the Pulumi program
+    from operator_tools.runs import RunStores
 
     in_config = {job.name for job in cfg.jobs}
     completed = sorted(

@@ -3,17 +3,17 @@
 - handle_scheduled_job: runs the job logic (its job table's routes; DEDUP_JOB when there
   are no routes: dedup/job_logic.py scheduled_jobs) once per run.
 - proxy_scheduled_job: starts a Workflows / Cloud Run job / Cloud Build execution once
-  per run, with a token of the run (its dedup key and an HMAC: dedup/tokens.py) as
+  per run, with a token of the run (its dedup key and an HMAC: dedup/proxy/tokens.py) as
   idempotency token (DEDUP_PROXY_*, DEDUP_TOKEN_SECRET).
-- watch_scheduled_runs: the run watchdog (dedup/watchdog.py): reports missed, failed and
+- watch_scheduled_runs: the run watchdog (dedup/watchdog/): reports missed, failed and
   overlong runs of the jobs in its job table; reads run records, writes only its own
   cursor documents (`<DEDUP_COLLECTION>_watchdog`) and re-run requests' status; when given
-  DEDUP_WATCH_TARGET_URL, delivers catch-up runs and re-runs (dedup/delivery.py). A tick
+  DEDUP_WATCH_TARGET_URL, delivers catch-up runs and re-runs (dedup/watchdog/delivery.py). A tick
   runs on POST only (what its Scheduler job sends); any other method (a probe's GET) gets
   a 405 and reads nothing.
 
 Every entry point first refuses a body over DEDUP_MAX_BODY_BYTES (default 1 MiB) with a
-413, before reading the rest of it (dedup/http.py read_bounded_body).
+413, before reading the rest of it (dedup/entry/http.py read_bounded_body).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Protocol
 import flask
 import functions_framework
 
-from dedup.app import build_handler_from_env, build_proxy_handler_from_env
-from dedup.http import (
+from dedup.entry.app import build_handler_from_env, build_proxy_handler_from_env
+from dedup.entry.http import (
     BodyTooLarge,
     HttpReply,
     emit_log_line,

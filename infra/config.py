@@ -2,7 +2,7 @@
 
 Each setting is one field of a pydantic model below, with its type, bounds, default and a
 one-line description. From these models follow the validation (`load_config`), `DEFAULTS`
-and, through `python -m infra.schema` (`make schema`), the `config:` block of `Pulumi.yaml`,
+and, through `make schema` (operator_tools/schema.py), the `config:` block of `Pulumi.yaml`,
 docs/configuration.md's reference and `schema/stack.schema.json` for editors.
 
 `load_config(values)` is a pure function over a plain mapping of full config keys
@@ -46,7 +46,7 @@ from pydantic_core import ErrorDetails
 
 import infra.source  # noqa: F401  (puts function/ on sys.path: DST defaults are the function's)
 from dedup.business_runs import default_dst
-from dedup.incidents import MAX_THRESHOLD
+from dedup.watchdog.incidents import MAX_THRESHOLD
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
     ATTEMPT_DEADLINE_MAX_SECONDS,
@@ -72,7 +72,7 @@ GCP_PROJECT_KEY: Final = "gcp:project"
 GCP_REGION_KEY: Final = "gcp:region"
 DEFAULT_TIME_ZONE: Final = "Etc/UTC"
 
-# The proxy's downstream targets (function/dedup/targets.py accepts the same names and
+# The proxy's downstream targets (function/dedup/proxy/targets.py accepts the same names and
 # resource shapes; tests/infra/test_proxy.py checks both agree).
 PROXY_TARGET_WORKFLOW: Final = "workflow"
 PROXY_TARGET_RUN_JOB: Final = "run_job"
@@ -124,7 +124,7 @@ _PROXY_RULES: Final[Mapping[str, tuple[re.Pattern[str], str, re.Pattern[str], st
         "e.g. _DEDUP_TOKEN",
     ),
 }
-# What the proxy sends beside the token (function/dedup/targets.py RESERVED_TOKEN_NAMES):
+# What the proxy sends beside the token (function/dedup/proxy/targets.py RESERVED_TOKEN_NAMES):
 # a tokenName among them would overwrite it, and every run would carry the same token.
 PROXY_RESERVED_TOKEN_NAMES: Final[Mapping[str, frozenset[str]]] = {
     PROXY_TARGET_WORKFLOW: frozenset({"job", "schedule_time", "payload"}),

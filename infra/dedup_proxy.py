@@ -36,7 +36,7 @@ The token secret (`<namePrefix>-token-secret`): 64 random letters and digits mad
 pulumi-random's RandomPassword (kept encrypted in the stack's state), one Secret Manager
 version, read by Cloud Run at instance start as DEDUP_TOKEN_SECRET (a secret environment
 variable: no client library, no Secret Manager call in the function). The proxy signs
-each run's token with it (function/dedup/tokens.py); the accounts in `tokenSecretReaders`
+each run's token with it (function/dedup/proxy/tokens.py); the accounts in `tokenSecretReaders`
 (the downstream services' IdempotencyGuard) get the accessor role on it to check them.
 
 It takes the dedup function's memory, timeout and instance settings, but never keeps an
@@ -93,7 +93,7 @@ ROLE_RUN_JOBS_EXECUTOR_WITH_OVERRIDES: Final = "roles/run.jobsExecutorWithOverri
 ROLE_PUBSUB_PUBLISHER: Final = "roles/pubsub.publisher"
 ROLE_SECRET_ACCESSOR: Final = "roles/secretmanager.secretAccessor"
 TOKEN_SECRET_ENV: Final = "DEDUP_TOKEN_SECRET"
-"""function/dedup/tokens.py reads the token secret from this variable."""
+"""function/dedup/proxy/tokens.py reads the token secret from this variable."""
 TOKEN_SECRET_LENGTH: Final = 64
 SECRET_APIS: Final = ("secretmanager.googleapis.com",)
 

@@ -1,4 +1,4 @@
-"""`make lock`: the team's function dependencies, pinned with hashes beside the kit's.
+"""The team's function dependencies beside the kit's: the two locks read and checked.
 
 Two locks, never mixed, so that neither side's change conflicts with the other's on a merge:
 
@@ -17,21 +17,14 @@ What Cloud Build installs is their union (`deployed_requirements`: the archive's
 line records the digests of the files it was resolved from (the team's `.in`, the kit's
 lock); `lock_problems` says, offline, when any of them changed since (a kit release that
 adds, drops or moves a package the team's depend on included), for `make plan` and
-`make policy-check` to refuse before a deploy.
-
-    python -m infra.lock                  # make lock
-    python -m infra.lock --root DIR       # the same for another checkout
+`make policy-check` to refuse before a deploy. `make lock` writes the team's lock
+(operator_tools/lock.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import re
-import subprocess
-import sys
-import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -119,63 +112,6 @@ def digest_line(root: Path) -> str:
     )
 
 
-def lock_team(root: Path = REPO_ROOT, uv: str | None = None) -> Path | None:
-    """Resolve the team's requirements into its lock; the lock written (None: the team has
-    no requirements file, and any old lock is removed). Raises LockError when they cannot
-    be resolved with the kit's pins, or uv fails."""
-    requirements, lock = root / TEAM_REQUIREMENTS, root / TEAM_LOCK
-    if not requirements.is_file():
-        lock.unlink(missing_ok=True)
-        return None
-    kit_pins = parse_lock((root / KIT_LOCK).read_text(encoding="utf-8"))
-    with tempfile.TemporaryDirectory() as scratch:
-        constraints = Path(scratch) / "kit-constraints.txt"
-        constraints.write_text("".join(f"{p.name}=={p.version}\n" for p in kit_pins
-                                       if "://" not in p.version))
-        resolved = Path(scratch) / "requirements.txt"
-        command = [
-            uv or str(Path(sys.executable).with_name("uv")), "pip", "compile",
-            str(requirements), "--constraint", str(constraints), "--generate-hashes",
-            "--python-version", FUNCTION_PYTHON, "--python-platform", "linux",
-            "--no-header", "--quiet", "--output-file", str(resolved),
-        ]
-        result = subprocess.run(command, cwd=root, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise LockError(resolver_message(result.stderr or result.stdout))
-        pins = parse_lock(resolved.read_text(encoding="utf-8"))
-    kit = {pin.name for pin in kit_pins}
-    own = [pin for pin in pins if pin.name not in kit]
-    options = index_options(requirements.read_text(encoding="utf-8"))
-    lock.write_text(
-        f"{digest_line(root)}\n"
-        "# The team's function dependencies and theirs, pinned with hashes by `make lock`\n"
-        "# (resolved with the kit's function/requirements.txt as constraints; what that\n"
-        "# file pins is installed from there). Do not edit: change requirements.in.\n"
-        + "".join(f"{option}\n" for option in options)
-        + "".join(pin.block for pin in own),
-        encoding="utf-8",
-    )
-    return lock
-
-
-def resolver_message(output: str) -> str:
-    """uv's explanation, which names the packages on both sides of a conflict, under what
-    it means here."""
-    lines = [line.rstrip() for line in output.strip().splitlines() if line.strip()]
-    explanation = "\n".join(f"  {line}" for line in lines)
-    flat = " ".join(output.split())  # uv wraps its lines to the terminal's width
-    if "No solution found" not in flat or "not found in the package registry" in flat:
-        return (f"resolving {TEAM_REQUIREMENTS} failed:\n{explanation}\nFix: check the "
-                f"package names and versions there and that the package index is "
-                f"reachable, then {FIX}")
-    return (
-        f"{TEAM_REQUIREMENTS} cannot be resolved together with the kit's pins "
-        f"({KIT_LOCK}: the versions the deployed function runs):\n{explanation}\n"
-        "Fix: choose a version of your package that accepts the kit's version of the package "
-        f"named above (loosen or change the pin in {TEAM_REQUIREMENTS}), then {FIX}"
-    )
-
-
 def lock_problems(root: Path = REPO_ROOT) -> list[str]:
     """Why the team's lock is not what `make lock` would write now, one line each (the fix
     of every one: FIX)."""
@@ -210,28 +146,3 @@ def deployed_requirements(source_dir: Path) -> bytes:
     if not team.is_file():
         return kit
     return kit + b"# The team's, from function/jobs/requirements.txt:\n" + team.read_bytes()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m infra.lock",
-        description=f"Pin {TEAM_REQUIREMENTS} (and what it needs) with hashes into {TEAM_LOCK}.",
-    )
-    parser.add_argument("--root", type=Path, default=REPO_ROOT, help="the checkout")
-    args = parser.parse_args(argv)
-    try:
-        written = lock_team(args.root)
-    except LockError as exc:
-        print(f"make lock: {exc}", file=sys.stderr)
-        return 2
-    if written is None:
-        print(f"make lock: no {TEAM_REQUIREMENTS}: your jobs use the kit's packages only "
-              f"(add theirs there, one per line, then {FIX})")
-        return 0
-    count = len(parse_lock(written.read_text(encoding="utf-8")))
-    print(f"make lock: wrote {TEAM_LOCK} ({count} package(s) beside the kit's {KIT_LOCK})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,7 +7,7 @@ Logging parses into `jsonPayload`); the functions export nothing themselves:
   ID), `latency_ms`;
 - the watchdog's problem lines: `component: "watchdog"`, `kind` (missed, failed, overlong,
   never_ran, ran_twice, malformed), `job`; one summary line per tick (`message` "watchdog
-  summary ..."); and one line per incident transition (dedup/incidents.py): `event`
+  summary ..."); and one line per incident transition (dedup/watchdog/incidents.py): `event`
   (`incident_opened`, `incident_resolved`), `incident_kind` (failing, ran_twice), `job`.
 
 Log-based metrics (user-defined, `logging.googleapis.com/user/<namePrefix>-...`):

@@ -1,6 +1,6 @@
 """The kit's Pulumi program: validated config in, components out, stack outputs exported.
 
-`main()` is what `infra/__main__.py` runs under `pulumi up` and what `infra.offline`
+`main()` is what `infra/__main__.py` runs under `pulumi up` and what `operator_tools.offline`
 runs under Pulumi's mocks: it reads and validates the whole stack config first (a
 `ConfigError` stops it before any resource is declared), checks the two APIs it cannot
 enable itself (`infra.preflight`: a `PrerequisiteError` stops it too), then declares one

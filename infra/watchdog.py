@@ -79,7 +79,7 @@ from infra.source import WATCH_JOBS_TABLE
 COMPONENT_TYPE: Final = "scheduler-dedup:index:Watchdog"
 ENTRY_POINT: Final = "watch_scheduled_runs"
 RERUNS_COLLECTION_SUFFIX: Final = "_reruns"
-"""`make rerun`'s requests, `<collection>_reruns` (function/dedup/reruns.py)."""
+"""`make rerun`'s requests, `<collection>_reruns` (function/dedup/watchdog/reruns.py)."""
 ATTEMPT_DEADLINE_SECONDS: Final = 180
 """The watchdog job's attempt deadline (bounded by the function's timeout)."""
 DELIVERY_QUEUE_SUFFIX: Final = "-deliveries"
@@ -126,7 +126,7 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
         if job.catch_up:
             entry.update(catchUp=True, catchUpWithinSeconds=job.catch_up_within_seconds)
         if cfg.watchdog_delivers_to(proxied=job.proxy is not None):
-            # `make rerun` accepts a request for it (infra/rerun.py), and the watchdog
+            # `make rerun` accepts a request for it (operator_tools/rerun.py), and the watchdog
             # delivers only requests of jobs with this flag.
             entry["reruns"] = True
             entry["headers"] = job_headers(cfg.project, cfg.region, job)
@@ -459,7 +459,7 @@ class Watchdog(pulumi.ComponentResource):
         return queue, [enqueuer, acts_as_itself]
 
     def _queue_environment(self, args: WatchdogArgs) -> dict[str, pulumi.Input[str]]:
-        """DEDUP_WATCH_QUEUE and DEDUP_WATCH_TASK_ACCOUNT (function/dedup/cloud_tasks.py)."""
+        """DEDUP_WATCH_QUEUE and DEDUP_WATCH_TASK_ACCOUNT (dedup/watchdog/cloud_tasks.py)."""
         if self.delivery_queue is None:
             return {}
         return {

@@ -10,8 +10,8 @@ from typing import Any
 
 from google.cloud import firestore
 
-from dedup.app import build_handler
-from dedup.http import DedupHandler
+from dedup.entry.app import build_handler
+from dedup.entry.http import DedupHandler
 from dedup.settings import Settings
 from local_stack.rpc_counter import RpcCounter
 

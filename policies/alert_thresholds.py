@@ -1,6 +1,6 @@
 """Stack policy: a production stack's alert thresholds page someone, and soon enough.
 
-A job's incidents (function/dedup/incidents.py) open after `failureThreshold` bad runs in
+A job's incidents (function/dedup/watchdog/incidents.py) open after `failureThreshold` bad runs in
 a row and close after `recoveryThreshold` good ones; the watchdog reads both from its job
 table (watch_jobs.json in its declared source archive, policies/job_tables.py). On a
 production-like stack (a database with delete protection, policies/alerting.py):

@@ -33,13 +33,13 @@ HIERARCHY_IAM_MODULES: Final = frozenset({"projects", "folder", "organizations"}
 DEDUP_ENTRY_POINT: Final = "handle_scheduled_job"
 PROXY_ENTRY_POINT: Final = "proxy_scheduled_job"
 WATCHDOG_ENTRY_POINT: Final = "watch_scheduled_runs"
-# The watchdog's settings (DEDUP_WATCH_LOOKBACK_SECONDS, ...: function/dedup/watchdog.py).
+# The watchdog's settings (DEDUP_WATCH_LOOKBACK_SECONDS, ...: function/dedup/watchdog/).
 WATCH_SETTINGS_PREFIX: Final = "DEDUP_WATCH_"
 FIRESTORE_DATABASE: Final = "gcp:firestore/database:Database"
 ALERT_POLICY: Final = "gcp:monitoring/alertPolicy:AlertPolicy"
 NOTIFICATION_CHANNEL: Final = "gcp:monitoring/notificationChannel:NotificationChannel"
 # The proxy's settings (DEDUP_PROXY_TIMEOUT_SECONDS, ...), those that name its default
-# target (function/dedup/proxy.py); its per-job routes travel in its source archive
+# target (function/dedup/proxy/handler.py); its per-job routes travel in its source archive
 # (policies/job_tables.py).
 PROXY_SETTINGS_PREFIX: Final = "DEDUP_PROXY_"
 PROXY_TARGET_ENV: Final = "DEDUP_PROXY_TARGET"

@@ -15,7 +15,7 @@ case, as the mocks and the engine resolve them), or, while that URL is not known
 first preview), whose environment holds an unknown value and which depends on it. It
 passes when all its egress goes through a VPC (a connector or Direct VPC egress, all
 traffic), or when it hands its calls to a Cloud Tasks queue declared in the stack in the
-target's project (the watchdog's DEDUP_WATCH_QUEUE, function/dedup/cloud_tasks.py),
+target's project (the watchdog's DEDUP_WATCH_QUEUE, function/dedup/watchdog/cloud_tasks.py),
 whose HTTP tasks are internal. Not judged: 1st gen functions, Cloud Run jobs and v1
 services as callers (the kit declares none).
 """
@@ -33,7 +33,7 @@ from policies.values import as_list, as_mapping, get, is_unknown
 
 RUN_V2_SERVICE: Final = "gcp:cloudrunv2/service:Service"
 TASKS_QUEUE: Final = "gcp:cloudtasks/queue:Queue"
-QUEUE_ENV: Final = "DEDUP_WATCH_QUEUE"  # function/dedup/cloud_tasks.py
+QUEUE_ENV: Final = "DEDUP_WATCH_QUEUE"  # function/dedup/watchdog/cloud_tasks.py
 ALL_TRAFFIC_CONNECTOR: Final = "ALL_TRAFFIC"  # functions v2 vpcConnectorEgressSettings
 ALL_TRAFFIC_DIRECT_VPC: Final = "VPC_EGRESS_ALL_TRAFFIC"  # functions v2 directVpcEgress
 ALL_TRAFFIC_RUN_V2: Final = "ALL_TRAFFIC"  # cloudrunv2 template.vpcAccess.egress

@@ -1,10 +1,10 @@
-"""The policy pack without Pulumi's CLI or a cloud account: `python -m policies.offline_check`.
+"""The policy pack without Pulumi's CLI or a cloud account: `python -m operator_tools policy-check`.
 
 For every `Pulumi.<stack>.yaml` in the team's stack directory, `stacks/` (while it has none,
 the kit's example stacks; or each `--stack` / `--stack-file`),
 validate its config and import its job logic as the deployed function would
 (`infra.offline.load_checked_stack`), run the kit's Pulumi program under mocks
-(infra/offline.py), hand each declared resource's
+(operator_tools/offline.py), hand each declared resource's
 camelCase inputs to the resource policies and the declared state of the whole stack to
 the stack policies (as `pulumi preview --policy-pack policies` does), print each
 violation with its policy, enforcement, resource and message, and exit non-zero if any
@@ -75,7 +75,7 @@ class StackReport:
 
 
 def stack_name(path: Path) -> str:
-    from infra.offline import stack_name_of  # the program needs pulumi_gcp
+    from operator_tools.offline import stack_name_of  # the program needs pulumi_gcp
 
     return stack_name_of(path)
 
@@ -107,7 +107,7 @@ def check_declared(
 def declare(path: Path) -> list[Declared]:
     """Run the Pulumi program under mocks with the stack file's config, once the config is
     valid and every job's logic imports."""
-    from infra.offline import run_checked_stack  # the program needs pulumi_gcp
+    from operator_tools.offline import run_checked_stack  # the program needs pulumi_gcp
 
     run = run_checked_stack(path)
     return list(run.resources)
@@ -161,7 +161,7 @@ def print_report(report: StackReport, out: TextIO) -> None:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     parser = argparse.ArgumentParser(
-        prog="python -m policies.offline_check",
+        prog="python -m operator_tools policy-check",
         description="Run the CrossGuard policies against every stack under Pulumi's mocks.",
     )
     parser.add_argument(
@@ -196,7 +196,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return EXIT_ERROR
         levels, settings = config.levels, config.settings
 
-    from infra.stack_files import STACK_FILE_DIR, checked_stack_files, display_path, stack_path
+    from operator_tools.stack_files import (
+        STACK_FILE_DIR,
+        checked_stack_files,
+        display_path,
+        stack_path,
+    )
 
     try:
         paths = [*args.stack_file, *(stack_path(name) for name in args.stack)]
@@ -225,7 +230,3 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if errors:
         return EXIT_ERROR
     return EXIT_VIOLATIONS if must else EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())

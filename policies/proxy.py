@@ -11,7 +11,7 @@ through the grants' dependencies on it.
 The proxy is the `gcp:cloudfunctionsv2/function:Function` with the entry point
 `proxy_scheduled_job`, with a DEDUP_PROXY_* setting in its environment (infra always sets
 DEDUP_PROXY_TIMEOUT_SECONDS), or with the proxy's job table in its source archive. Its
-targets come from what function/dedup/proxy.py reads: that table, proxy_routes.json =
+targets come from what function/dedup/proxy/handler.py reads: that table, proxy_routes.json =
 {"job-id": {"target": ..., "resource": "projects/P/locations/L/..."}} (read from the
 declared source object, policies/job_tables.py), and DEDUP_PROXY_TARGET +
 DEDUP_PROXY_RESOURCE.

@@ -48,7 +48,7 @@ from policies.proxy import (
 from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known_str
 
 TOKEN_SECRET_ENV: Final = "DEDUP_TOKEN_SECRET"
-"""function/dedup/tokens.py reads the token secret from this variable."""
+"""function/dedup/proxy/tokens.py reads the token secret from this variable."""
 _ONE_SECRET: Final = re.compile(
     r"""\s*resource\.name\s*==\s*(["'])projects/([^/"']+)/secrets/([^/"']+)\1\s*"""
 )

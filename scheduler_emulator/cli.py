@@ -83,7 +83,7 @@ def add_replay_arguments(parser: argparse.ArgumentParser, default_ticks: int) ->
         default=None,
         metavar="NAME=RATE[:SEED]",
         help=f"inject a fault (repeatable); names: {', '.join(FAULT_NAMES)} "
-        f"({' and '.join(STORE_FAULTS)} need the demo's store-fault proxy: python -m demo)",
+        f"({' and '.join(STORE_FAULTS)} need the demo's store-fault proxy: make demo)",
     )
     parser.add_argument("--no-faults", action="store_true", help="deliver like a healthy Scheduler")
     parser.add_argument("--seed", type=int, default=1, help="seed for every fault (default 1)")

@@ -1,6 +1,6 @@
 """The jobs the emulator delivers, read from a Pulumi stack file.
 
-The stack file is read by `infra.stack_files` (as `make plan` and the policy check read it)
+The stack file is read by `operator_tools.stack_files` (as `make plan` and the policy check read it)
 and validated by the kit's own config loader (`infra.config.load_config`), the same one the
 Pulumi program uses, and each job's deployed ID, httpTarget headers and body come from the
 Pulumi program's own code (`infra.config.scheduler_job_id`,
@@ -35,7 +35,7 @@ from infra.config import (
 )
 from infra.scheduled_job import ScheduledJobArgs
 from infra.scheduler_rules import ATTEMPT_DEADLINE_DEFAULT_SECONDS, RetrySettings
-from infra.stack_files import (
+from operator_tools.stack_files import (
     EXAMPLE_STACKS_DIR,
     STACK_FILE_DIR,
     StackFileError,
@@ -197,7 +197,7 @@ def resolve_stack(choice: str | Path, directories: tuple[Path, ...] | None = Non
 def load_stack(path: str | Path) -> Stack:
     """Read and validate a stack file (e.g. Pulumi.dev.yaml); raise `StackError`.
 
-    The file is read by `infra.stack_files` (as `make plan` and the policy check read it),
+    The file is read by `operator_tools.stack_files` (as `make plan` and the policy check read it),
     so a broken file gives the same one-line error (file, line, column, fix) everywhere.
     """
     path = Path(path)

@@ -1,6 +1,6 @@
 """The kit forked the way a team adopts it stays green.
 
-A clean clone of the kit (the repository's files, minus any team file: infra/team_files.py)
+A clean clone of the kit (the repository's files, minus any team file: operator_tools/team_files.py)
 is forked as a team does, each change in the team's own places and the README's way: a job
 written by `make new-job` that imports a dependency of its own, added to
 `function/jobs/requirements.in` and pinned by `make lock` (with the package index, as a
@@ -25,7 +25,7 @@ import yaml
 
 from infra.lock import TEAM_LOCK, TEAM_REQUIREMENTS, parse_lock
 from infra.program import REPO_ROOT
-from infra.team_files import is_team_file
+from operator_tools.team_files import is_team_file
 from tests.stacks import FIXTURE_STACKS, fixture_stack_file
 
 # One fork for the module: its tests share a worker (make unit runs --dist loadgroup).

@@ -1,7 +1,7 @@
 """An upstream release merges into a fork without a conflict.
 
 In a scratch git history: "upstream" commits the kit's files (this checkout's, minus any
-team file: infra/team_files.py); a fork clones it and adds what a team adds, in each of the
+team file: operator_tools/team_files.py); a fork clones it and adds what a team adds, in each of the
 team's places only (stacks, jobs with their dependencies and lock, job tests, a policy
 config). Upstream then releases a change to every file the kit ships, adds an example
 stack, an example job and a module, and removes a file; `git merge` in the fork completes
@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 from infra.program import REPO_ROOT
-from infra.team_files import TEAM_PLACES, is_team_file
+from operator_tools.team_files import TEAM_PLACES, is_team_file
 
 ENV = {
     **os.environ,

@@ -34,7 +34,7 @@ from typing import Any
 import flask
 import functions_framework
 
-from dedup.http import BodyTooLarge, read_bounded_body
+from dedup.entry.http import BodyTooLarge, read_bounded_body
 from dedup.idempotency import ForgedToken, IdempotencyGuard, StepInProgress
 from dedup.protocol import RunContext
 from dedup.store import StoreUnavailable

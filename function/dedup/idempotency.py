@@ -46,12 +46,12 @@ from typing import Any, ParamSpec, TypeVar
 
 from google.cloud import firestore
 
-from dedup.app import build_deduplicator
+from dedup.entry.app import build_deduplicator
 from dedup.keys import RunKey
 from dedup.protocol import Deduplicator, Outcome, RunContext
+from dedup.proxy.tokens import ForgedToken, token_secret_setting, verify_token
 from dedup.settings import Settings
 from dedup.store import StoreUnavailable
-from dedup.tokens import ForgedToken, token_secret_setting, verify_token
 
 __all__ = ["ForgedToken", "IdempotencyGuard", "StepInProgress", "StepOutcome", "validate_token"]
 

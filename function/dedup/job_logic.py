@@ -4,7 +4,7 @@
 Only what can run is imported: with routes (a deployed stack routes every job it declares,
 its `defaultJobLogic` already filled in), the routes' specs and nothing else; with none,
 DEDUP_JOB. `make plan` and `make policy-check` start each declared function offline, in an
-environment of function/requirements.txt alone (infra/job_logic.py), so what they accept
+environment of function/requirements.txt alone (operator_tools/job_logic.py), so what they accept
 starts.
 """
 

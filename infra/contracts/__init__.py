@@ -6,7 +6,7 @@
 Each declared resource whose type has a Google API counterpart is converted to that API's
 request body and parsed strictly with Google's own client type (infra/contracts/convert.py),
 then checked against the limits Google documents that no type encodes
-(infra/contracts/limits.py). `make plan` (infra/plan.py) fails a stack with findings like
+(infra/contracts/limits.py). `make plan` (operator_tools/plan.py) fails a stack with findings like
 a config error. docs/contracts.md lists every rule with its source.
 """
 

@@ -16,7 +16,7 @@ import pytest
 from google.cloud import firestore
 
 from bench.textbook import TextbookClaim, TextbookDeduplicator, build_textbook_handler
-from dedup.http import DedupHandler
+from dedup.entry.http import DedupHandler
 from dedup.keys import RunKey
 from dedup.protocol import Delivery
 from local_stack.deliveries import (

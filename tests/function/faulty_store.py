@@ -19,8 +19,8 @@ from datetime import datetime
 from enum import Enum
 from typing import TypeVar
 
-from dedup.firestore_store import FirestoreRunStore
 from dedup.store import RunRecord, StoredRun, StoreUnavailable
+from dedup.store.firestore import FirestoreRunStore
 
 T = TypeVar("T")
 

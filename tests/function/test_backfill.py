@@ -27,7 +27,13 @@ import pytest
 from google.cloud import firestore
 
 from dedup import watchdog as watchdog_module
-from dedup.backfills import (
+from dedup.cache import CompletedRunCache
+from dedup.keys import RunKey
+from dedup.protocol import Claim, Deduplicator
+from dedup.settings import Settings
+from dedup.store.firestore import FirestoreRunStore
+from dedup.watchdog import FirestoreWatchStore, Watchdog, WatchdogHandler, WatchedJob, WatchSettings
+from dedup.watchdog.backfills import (
     FINISHED,
     Backfill,
     BackfillPacer,
@@ -35,22 +41,22 @@ from dedup.backfills import (
     FirestoreBackfills,
     backfills_collection,
 )
-from dedup.cache import CompletedRunCache
-from dedup.delivery import DeliversRuns, DeliveryResult, HttpDeliverer, RunDelivery, TargetAuth
-from dedup.firestore_store import FirestoreRunStore
-from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator
-from dedup.reruns import DONE, FirestoreRerunQueue, reruns_collection
-from dedup.settings import Settings
-from dedup.watchdog import FirestoreWatchStore, Watchdog, WatchdogHandler, WatchedJob, WatchSettings
-from infra import backfill as backfill_cli
+from dedup.watchdog.delivery import (
+    DeliversRuns,
+    DeliveryResult,
+    HttpDeliverer,
+    RunDelivery,
+    TargetAuth,
+)
+from dedup.watchdog.reruns import DONE, FirestoreRerunQueue, reruns_collection
 from infra.config import StackConfig, load_config
-from infra.runs import RunStores
 from local_stack import FirestoreEmulator, FunctionServer
 from local_stack.deliveries import LOCATION, PROJECT, function_env
 from local_stack.processes import REPO_ROOT
 from local_stack.steered_job import read_ledger
 from local_stack.store_faults import FaultSchedule, StoreFaultProxy
+from operator_tools import backfill as backfill_cli
+from operator_tools.runs import RunStores
 from tests.function.test_catch_up import JOB_HEADERS
 from tests.function.test_watchdog import Runs
 
@@ -450,7 +456,7 @@ def test_a_backfill_document_that_is_none_is_reported_once_and_never_delivered(
 def test_a_generation_asked_for_by_make_rerun_meanwhile_runs_once_theirs(
     served: Served,
 ) -> None:
-    from infra.rerun import request_rerun
+    from operator_tools.rerun import request_rerun
 
     name, job_id = new_job()
     now, times = minutes_back(2)

@@ -15,7 +15,7 @@ import pytest
 import requests
 from google.cloud import firestore
 
-from dedup.http import (
+from dedup.entry.http import (
     DEFAULT_MAX_BODY_BYTES,
     BodyTooLarge,
     max_body_bytes_setting,

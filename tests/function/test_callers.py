@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dedup.callers import (
+from dedup.entry.callers import (
     NO_EMAIL,
     NO_TOKEN,
     NOT_A_JWT,

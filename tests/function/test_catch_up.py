@@ -26,12 +26,10 @@ import requests
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
-from dedup.delivery import DeliversRuns, DeliveryResult, HttpDeliverer, RunDelivery, TargetAuth
-from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator
-from dedup.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection
 from dedup.settings import Settings, SettingsError
+from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog import (
     CAUGHT_UP,
     FirestoreWatchStore,
@@ -40,6 +38,14 @@ from dedup.watchdog import (
     WatchedJob,
     WatchSettings,
 )
+from dedup.watchdog.delivery import (
+    DeliversRuns,
+    DeliveryResult,
+    HttpDeliverer,
+    RunDelivery,
+    TargetAuth,
+)
+from dedup.watchdog.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection
 from local_stack import FunctionServer, free_port
 from local_stack.deliveries import (
     INVOKER,

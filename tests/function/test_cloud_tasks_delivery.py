@@ -2,7 +2,7 @@
 
 Cloud Run admits a Cloud Tasks HTTP task from the same project on an internal-only
 function's run.app URL, not a POST from another function without VPC egress: the deployed
-watchdog hands each catch-up and re-run to a queue (dedup/cloud_tasks.py). Here the fake
+watchdog hands each catch-up and re-run to a queue (dedup/watchdog/cloud_tasks.py). Here the fake
 (tests/function/fake_cloud_tasks.py, checked with Google's own CloudTasksClient) dispatches
 the tasks to the served function with OIDC tokens of the watchdog's account, against the
 real Firestore emulator; the watchdog runs in-process on a clock the test sets.
@@ -27,17 +27,17 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tasks_v2
 
-from dedup.cloud_tasks import CloudTasksDeliverer, TaskQueue, task_of
-from dedup.delivery import QUEUED, RunDelivery
-from dedup.firestore_store import FirestoreRunStore
-from dedup.reruns import DONE, FirestoreRerunQueue, RerunRequest, reruns_collection
 from dedup.settings import SettingsError
+from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog import (
     CAUGHT_UP,
     QUEUE_MAX_ATTEMPTS,
     QUEUE_MAX_BACKOFF_SECONDS,
     RERUN_DELIVERY_WINDOW_SECONDS,
 )
+from dedup.watchdog.cloud_tasks import CloudTasksDeliverer, TaskQueue, task_of
+from dedup.watchdog.delivery import QUEUED, RunDelivery
+from dedup.watchdog.reruns import DONE, FirestoreRerunQueue, RerunRequest, reruns_collection
 from local_stack import FunctionServer, free_port
 from local_stack.deliveries import INVOKER, LOCATION, PROJECT, bearer, function_env
 from local_stack.processes import REPO_ROOT

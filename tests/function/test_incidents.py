@@ -15,8 +15,20 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
-from dedup.firestore_store import FirestoreRunStore
-from dedup.incidents import (
+from dedup.keys import RunKey
+from dedup.protocol import Claim, Deduplicator, Outcome, RunContext
+from dedup.settings import SettingsError
+from dedup.store import StoredRun, StoreUnavailable
+from dedup.store.firestore import FirestoreRunStore
+from dedup.watchdog import (
+    Cursor,
+    CursorMoved,
+    WatchedJob,
+    WatchStore,
+    build_watchdog_handler,
+    parse_watch_jobs,
+)
+from dedup.watchdog.incidents import (
     FAILING,
     OPENED,
     RAN_TWICE,
@@ -26,18 +38,6 @@ from dedup.incidents import (
     Thresholds,
     advance,
     incident_id,
-)
-from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator, Outcome, RunContext
-from dedup.settings import SettingsError
-from dedup.store import StoredRun, StoreUnavailable
-from dedup.watchdog import (
-    Cursor,
-    CursorMoved,
-    WatchedJob,
-    WatchStore,
-    build_watchdog_handler,
-    parse_watch_jobs,
 )
 from local_stack.deliveries import LOCATION, PROJECT
 from local_stack.processes import FirestoreEmulator

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from google.cloud import firestore
 
-from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
 from dedup.overlap import latest_run_id
 from dedup.store import RunStatus
+from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog import (
     SKIPPED,
     WatchedJob,

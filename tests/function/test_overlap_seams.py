@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
 from dedup.overlap import Answer, Clear, FirestoreLatestRunStore, LatestRun, OverlapGate
 from dedup.store import RunRecord, RunStatus, StoreUnavailable
+from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog import FAILED, FINE, MISSED, WatchedJob, classify_run
 from infra.config import ConfigError, load_config
 from local_stack.deliveries import (

@@ -16,7 +16,6 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
-from dedup.firestore_store import FirestoreRunStore, document_to_record
 from dedup.keys import RunKey
 from dedup.protocol import (
     Claim,
@@ -27,6 +26,7 @@ from dedup.protocol import (
     RunContext,
 )
 from dedup.store import MAX_ERROR_CHARS, RecordChanged, RunStatus
+from dedup.store.firestore import FirestoreRunStore, document_to_record
 from local_stack import FirestoreEmulator
 from local_stack.deliveries import (
     LOCATION,

@@ -19,10 +19,12 @@ import requests
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
-from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
 from dedup.protocol import Deduplicator, Outcome, PermanentFailure, RunContext
-from dedup.reruns import (
+from dedup.store import RecordExists, RunStatus
+from dedup.store.firestore import FirestoreRunStore
+from dedup.watchdog import WatchedJob
+from dedup.watchdog.reruns import (
     DONE,
     FAILED,
     PENDING,
@@ -30,11 +32,7 @@ from dedup.reruns import (
     RerunRequest,
     reruns_collection,
 )
-from dedup.store import RecordExists, RunStatus
-from dedup.watchdog import WatchedJob
 from infra.config import StackConfig, load_config
-from infra.rerun import RerunRefused, request_rerun, tick_now
-from infra.runs import RunStores
 from local_stack import FunctionServer
 from local_stack.deliveries import (
     INVOKER,
@@ -44,6 +42,8 @@ from local_stack.deliveries import (
     scheduler_headers,
 )
 from local_stack.tables import job_tables_env
+from operator_tools.rerun import RerunRefused, request_rerun, tick_now
+from operator_tools.runs import RunStores
 from tests.function.test_catch_up import JOB_HEADERS, SLOW_BODY, Served, Watch, z
 
 # The served function (a module fixture), shared with the catch-up tests' helpers.

@@ -16,11 +16,11 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
-from dedup.firestore_store import FirestoreRunStore
-from dedup.http import STATUS
+from dedup.entry.http import STATUS
 from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator, Delivery, Outcome, RunContext
 from dedup.store import StoredRun, StoreUnavailable
+from dedup.store.firestore import FirestoreRunStore
 from local_stack.deliveries import LOCATION, PROJECT
 from tests.function.faulty_store import Fault, FaultyStore
 

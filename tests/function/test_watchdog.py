@@ -14,11 +14,11 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
-from dedup.firestore_store import GET_MANY_BATCH, FirestoreRunStore, record_to_document
 from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator, Outcome, RunContext
 from dedup.settings import Settings, SettingsError
 from dedup.store import RunRecord, RunStatus, StoredRun, StoreUnavailable
+from dedup.store.firestore import GET_MANY_BATCH, FirestoreRunStore, record_to_document
 from dedup.tables import SOURCE_ROOT, TABLES_DIR
 from dedup.watchdog import (
     PROXY_URL_ENV,

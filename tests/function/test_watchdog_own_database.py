@@ -22,10 +22,18 @@ from typing import Any
 import pytest
 from google.cloud import firestore
 
-from dedup.delivery import TargetAuth
-from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
-from dedup.reruns import (
+from dedup.settings import Settings, SettingsError
+from dedup.store.firestore import FirestoreRunStore
+from dedup.watchdog import (
+    MALFORMED,
+    Cursor,
+    WatchedJob,
+    WatchSettings,
+    build_watchdog_handler,
+)
+from dedup.watchdog.delivery import TargetAuth
+from dedup.watchdog.reruns import (
     DONE,
     PENDING,
     REFUSED,
@@ -33,14 +41,6 @@ from dedup.reruns import (
     MalformedDocument,
     RerunRequest,
     reruns_collection,
-)
-from dedup.settings import Settings, SettingsError
-from dedup.watchdog import (
-    MALFORMED,
-    Cursor,
-    WatchedJob,
-    WatchSettings,
-    build_watchdog_handler,
 )
 from local_stack.deliveries import LOCATION, PROJECT
 from tests.function.test_catch_up import Served, minutely, recent_minutes, z

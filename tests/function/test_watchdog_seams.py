@@ -13,14 +13,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from google.cloud import firestore
 
-from dedup.delivery import DeliveryResult, RunDelivery
-from dedup.firestore_store import FirestoreRunStore
-from dedup.incidents import OPENED, RESOLVED
 from dedup.keys import RunKey
-from dedup.ran_twice import RAN_TWICE
-from dedup.reruns import DONE, PENDING, FirestoreRerunQueue, RerunRequest, reruns_collection
 from dedup.settings import Settings
 from dedup.store import RunRecord, RunStatus
+from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog import (
     MAX_RERUNS_PER_TICK,
     FirestoreWatchStore,
@@ -28,6 +24,16 @@ from dedup.watchdog import (
     Watchdog,
     WatchedJob,
     WatchSettings,
+)
+from dedup.watchdog.delivery import DeliveryResult, RunDelivery
+from dedup.watchdog.incidents import OPENED, RESOLVED
+from dedup.watchdog.ran_twice import RAN_TWICE
+from dedup.watchdog.reruns import (
+    DONE,
+    PENDING,
+    FirestoreRerunQueue,
+    RerunRequest,
+    reruns_collection,
 )
 from local_stack.deliveries import LOCATION, PROJECT
 

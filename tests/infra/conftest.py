@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from infra.config import load_config
-from infra.offline import load_stack_config, run_offline
+from operator_tools.offline import load_stack_config, run_offline
 from tests.infra.helpers import StackUnderTest
 from tests.stacks import FIXTURE_STACKS, FIXTURE_STACKS_DIR
 

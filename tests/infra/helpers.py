@@ -15,9 +15,9 @@ from typing import Any
 
 from dedup.tables import TABLES_DIR, TABLES_DIR_ENV
 from infra.config import StackConfig
-from infra.offline import DeclaredResource, OfflineRun, engine_config
 from infra.program import REPO_ROOT
 from infra.source import read_archive_table
+from operator_tools.offline import DeclaredResource, OfflineRun, engine_config
 
 FUNCTION = "gcp:cloudfunctionsv2/function:Function"
 JOB = "gcp:cloudscheduler/job:Job"

@@ -1,4 +1,4 @@
-"""`make backfill` (python -m infra.backfill): which runs of a range it queues, as which
+"""`make backfill` (python -m operator_tools backfill): which runs of a range it queues, as which
 generation, what it refuses, and that asking twice queues nothing twice; against the real
 Firestore emulator with records written by the real protocol."""
 
@@ -14,7 +14,10 @@ import pytest
 import yaml
 from google.cloud import firestore
 
-from dedup.backfills import (
+from dedup.keys import RunKey
+from dedup.settings import SettingsError
+from dedup.store.firestore import FirestoreRunStore
+from dedup.watchdog.backfills import (
     ACTIVE,
     CANCELLED,
     FINISHED,
@@ -24,11 +27,8 @@ from dedup.backfills import (
     FirestoreBackfills,
     backfills_collection,
 )
-from dedup.firestore_store import FirestoreRunStore
-from dedup.keys import RunKey
-from dedup.settings import SettingsError
-from infra import backfill, runs
-from infra.rerun import RerunRefused
+from operator_tools import backfill, runs
+from operator_tools.rerun import RerunRefused
 from tests.infra.test_rerun import own_queue
 from tests.infra.test_runs import DATABASE, NOW, PROJECT, REGION, Protocol, at
 

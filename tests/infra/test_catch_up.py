@@ -15,9 +15,9 @@ import yaml
 from dedup.settings import Settings
 from dedup.watchdog import WatchSettings
 from infra.config import ConfigError, load_config
-from infra.offline import load_stack_config, run_offline
 from infra.source import WATCH_JOBS_TABLE
 from local_stack.tables import job_tables_env
+from operator_tools.offline import load_stack_config, run_offline
 from policies import offline_check
 from tests.infra.helpers import StackUnderTest
 from tests.stacks import FIXTURE_STACKS_DIR, fixture_stack_file

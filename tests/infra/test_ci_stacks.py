@@ -1,4 +1,4 @@
-"""`python -m infra.ci_stacks`: the team's stacks as the workflows deploy and preview them,
+"""`python -m operator_tools ci-stacks`: the team's stacks as the workflows deploy and preview them,
 by `reviewBeforeUp` (unset: reviewed, failing closed), an invalid stack file an
 error (exit 2), and the `--github-output` lines the workflows read."""
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.ci_stacks import classify, github_output_lines, main
 from infra.program import REPO_ROOT
-from infra.stack_files import STACK_FILE_DIR
+from operator_tools.ci_stacks import classify, github_output_lines, main
+from operator_tools.stack_files import STACK_FILE_DIR
 
 ONCALL = {"emails": ["oncall@example.com"]}
 

@@ -7,7 +7,7 @@
   token, a secret, an environment) installs nothing else and runs no `make`.
 - Prod: a pull request never previews a production stack (one deploy.yml deploys in the
   `production` environment: a reviewed stack, `reviewBeforeUp`, unset: reviewed,
-  as infra.ci_stacks lists them), never runs in `production`, and a secret is only
+  as operator_tools.ci_stacks lists them), never runs in `production`, and a secret is only
   referenced by a job bound to an environment (environment secrets, which a branch's
   workflow cannot read without that environment's branch rules and reviewers). The
   listings are run, on stack files written for the test (never the team's).
@@ -169,11 +169,11 @@ FIXTURE_UNREVIEWED = {"dev", "staging", "sandbox"}
 
 def listing_outputs(job: dict[str, Any], stack_dir: Path, out_dir: Path) -> dict[str, list[str]]:
     """Runs the job's listing step (`id: list`) in `stack_dir`, as a checkout whose stack
-    directory it is: the kit's listing (`python -m infra.ci_stacks`, the test's Python)
+    directory it is: the kit's listing (`python -m operator_tools ci-stacks`, the test's Python)
     pointed at it with --stack-dir, any other script there as written. Its outputs."""
     (step,) = [s for s in steps(job) if s.get("id") == "list"]
     script = step["run"].replace(".venv/bin/python", shlex.quote(sys.executable)).replace(
-        "-m infra.ci_stacks", "-m infra.ci_stacks --stack-dir .")
+        "-m operator_tools ci-stacks", "-m operator_tools ci-stacks --stack-dir .")
     handle, name = tempfile.mkstemp(prefix="github-output-", dir=out_dir)
     os.close(handle)
     env = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": name, "PYTHONPATH": str(REPO_ROOT),

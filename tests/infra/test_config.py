@@ -18,8 +18,8 @@ from infra.config import (
     ConfigError,
     load_config,
 )
-from infra.offline import DeclaredResource, engine_config, run_offline
 from infra.program import REPO_ROOT
+from operator_tools.offline import DeclaredResource, engine_config, run_offline
 from policies import offline_check
 from policies.evaluate import mandatory
 from policies.model import Enforcement

@@ -27,7 +27,7 @@ from infra.contracts.convert import (
     request_body,
 )
 from infra.contracts.findings import VALUE_SHOWN_CHARS, abbreviate
-from infra.offline import DeclaredResource
+from operator_tools.offline import DeclaredResource
 from tests.infra.helpers import StackUnderTest
 
 FUNCTION = "gcp:cloudfunctionsv2/function:Function"

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import offline, plan
 from infra.contracts import check_resources
 from infra.contracts.limits import R_JOB_BODY, SCHEDULER_JOB_MAX_BYTES
-from infra.offline import DeclaredResource, load_stack_config
+from operator_tools import offline, plan
+from operator_tools.offline import DeclaredResource, load_stack_config
 from tests.infra.helpers import JOB, StackUnderTest
 from tests.stacks import FIXTURE_STACKS_DIR, fixture_stack_file
 

@@ -11,7 +11,6 @@ import pytest
 from croniter import croniter
 
 from infra import scheduler_rules
-from infra.plan import dst_advisories, render
 from infra.scheduler_rules import (
     GAP,
     REPEAT,
@@ -21,6 +20,7 @@ from infra.scheduler_rules import (
     dst_hazards,
     offset_changes,
 )
+from operator_tools.plan import dst_advisories, render
 from tests.infra.helpers import StackUnderTest
 
 # 2027: Europe/Berlin springs forward on 28 March (02:00 -> 03:00) and falls back on

@@ -18,7 +18,6 @@ from google.protobuf.json_format import ParseError  # type: ignore[import-untype
 from infra.config import ConfigError, load_config
 from infra.contracts import check_resource
 from infra.contracts.convert import CONTRACTS, request_body
-from infra.offline import load_stack_config, run_offline
 from infra.scheduled_job import duration
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_MAX_SECONDS,
@@ -27,6 +26,7 @@ from infra.scheduler_rules import (
     MAX_DOUBLINGS_MAX,
     duration_string,
 )
+from operator_tools.offline import load_stack_config, run_offline
 from tests.infra.helpers import JOB
 from tests.stacks import FIXTURE_STACKS_DIR
 

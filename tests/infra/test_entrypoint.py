@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.offline import load_stack_config
+from operator_tools.offline import load_stack_config
 from tests.infra.helpers import run_entrypoint
 from tests.stacks import FIXTURE_STACKS_DIR
 

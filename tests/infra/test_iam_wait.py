@@ -11,7 +11,7 @@ import pytest
 
 from infra.config import ConfigError, load_config
 from infra.iam_wait import SLEEP_TYPE
-from infra.offline import load_stack_config, run_offline
+from operator_tools.offline import load_stack_config, run_offline
 from tests.infra.helpers import FUNCTION, SLEEP, StackUnderTest
 from tests.infra.test_proxy import CONFIGS as PROXY_CONFIGS
 from tests.stacks import FIXTURE_STACKS_DIR

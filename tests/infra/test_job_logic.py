@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from infra.config import ConfigError, load_config
-from infra.job_logic import check_job_logic, job_logic_uses, job_modules
-from infra.offline import load_stack_config
 from infra.program import DEFAULT_SOURCE_DIR, REPO_ROOT
+from operator_tools.job_logic import check_job_logic, job_logic_uses, job_modules
+from operator_tools.offline import load_stack_config
 from tests.stacks import FIXTURE_STACKS, FIXTURE_STACKS_DIR, fixture_stack_file
 
 JOBS = "scheduler-dedup:jobs"
@@ -52,8 +52,9 @@ def default_job_logic(spec: str) -> Callable[[dict[str, Any]], None]:
 # Each entry point as `make plan` / `make policy-check` runs it: a fresh interpreter in
 # the repository root (the same venv's python), one stack file.
 ENTRY_POINTS: dict[str, Callable[[Path], list[str]]] = {
-    "plan": lambda path: ["-m", "infra.plan", str(path)],
-    "policy-check": lambda path: ["-m", "policies.offline_check", "--stack-file", str(path)],
+    "plan": lambda path: ["-m", "operator_tools", "plan", str(path)],
+    "policy-check": lambda path: [
+        "-m", "operator_tools", "policy-check", "--stack-file", str(path)],
 }
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from infra.config import ConfigError, load_config
-from infra.job_logic import check_job_logic
 from infra.lock import (
     KIT_LOCK,
     TEAM_LOCK,
@@ -23,13 +22,13 @@ from infra.lock import (
     LockError,
     deployed_requirements,
     lock_problems,
-    lock_team,
-    main,
     parse_lock,
 )
-from infra.offline import load_stack_config
 from infra.program import DEFAULT_SOURCE_DIR, REPO_ROOT
 from infra.source import build_source_archive
+from operator_tools.job_logic import check_job_logic
+from operator_tools.lock import lock_team, main
+from operator_tools.offline import load_stack_config
 from tests.stacks import FIXTURE_STACKS_DIR
 
 

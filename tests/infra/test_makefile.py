@@ -44,12 +44,12 @@ def test_help_is_what_a_bare_make_prints() -> None:
 @pytest.mark.parametrize(
     ("args", "command"),
     [
-        (["plan"], "-m infra.plan \n"),
-        (["plan", "STACK=staging"], "-m infra.plan staging\n"),
-        (["policy-check"], "-m policies.offline_check\n"),
-        (["policy-check", "STACK=staging"], "-m policies.offline_check --stack staging\n"),
-        (["demo", "STACK=staging"], "-m demo --stack staging "),
-        (["runs", "STACK=staging"], "-m infra.runs staging "),
+        (["plan"], "-m operator_tools plan \n"),
+        (["plan", "STACK=staging"], "-m operator_tools plan staging\n"),
+        (["policy-check"], "-m operator_tools policy-check\n"),
+        (["policy-check", "STACK=staging"], "-m operator_tools policy-check --stack staging\n"),
+        (["demo", "STACK=staging"], "-m operator_tools demo --stack staging "),
+        (["runs", "STACK=staging"], "-m operator_tools runs staging "),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else None,
 )

@@ -1,4 +1,4 @@
-"""`make migrate-proxy-records` (python -m infra.migrate_records): the upgrade that gives the
+"""`make migrate-proxy-records` (operator_tools/migrate_records.py): the upgrade that gives the
 proxy a database of its own, against the real Firestore emulator with records written by
 the real protocol in the old place (the dedup database)."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
 from dedup.store import RunStatus
-from infra import migrate_records, runs
+from dedup.store.firestore import FirestoreRunStore
 from infra.config import StackConfig
+from operator_tools import migrate_records, runs
 from tests.infra.test_runs import DATABASE, PROJECT, REGION, Protocol, at, stack_file
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")

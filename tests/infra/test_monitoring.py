@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from dedup.reruns import RERUNS_SUFFIX
 from dedup.settings import Settings
+from dedup.watchdog.reruns import RERUNS_SUFFIX
 from infra.config import ConfigError, load_config
 from infra.contracts import check_resources
 from infra.monitoring import (
@@ -21,9 +21,9 @@ from infra.monitoring import (
     absence_seconds,
     incident_window_seconds,
 )
-from infra.offline import load_stack_config, run_offline
 from infra.scheduler_rules import retry_window_seconds, schedule_period_seconds
 from infra.source import JOB_ROUTES_TABLE, PROXY_ROUTES_TABLE, WATCH_JOBS_TABLE
+from operator_tools.offline import load_stack_config, run_offline
 from policies import offline_check
 from tests.infra.helpers import (
     ACCOUNT,
@@ -98,7 +98,7 @@ def test_watchdog_function_identity_and_settings(stack: StackUnderTest) -> None:
     lookback = {"dev": "43200", "prod": "172800"}[stack.name]
     assert env["DEDUP_WATCH_LOOKBACK_SECONDS"] == str(cfg.watchdog.lookback_seconds) == lookback
     assert env["DEDUP_WATCH_GRACE_SECONDS"] == str(cfg.watchdog.grace_seconds) == "300"
-    # A backfill's rate (dedup/backfills.py): 20 runs a tick, one at a time, by default.
+    # A backfill's rate (dedup/watchdog/backfills.py): 20 runs a tick, one at a time, by default.
     assert (env["DEDUP_WATCH_BACKFILL_RUNS_PER_TICK"], env["DEDUP_WATCH_BACKFILL_IN_FLIGHT"]) == (
         "20", "1")
     # Its archive carries its own job table only: no other function's routes.
@@ -147,7 +147,7 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
 
 
 def test_rerun_requests_expire_with_the_runs(stack: StackUnderTest) -> None:
-    """`make rerun`'s requests (function/dedup/reruns.py's collection) carry expire_at, and
+    """`make rerun`'s requests (function/dedup/watchdog/reruns.py's collection) carry expire_at, and
     the watchdog's component declares the TTL policy on it, in the watchdog's own database."""
     field = stack.run.by_name("watchdog-reruns-ttl-field")
     cfg = stack.config
@@ -571,7 +571,7 @@ def test_the_watchdog_passes_the_policy_pack(stack: StackUnderTest) -> None:
 
 
 def test_the_watchdog_reads_the_settings_infra_gives_it(stack: StackUnderTest) -> None:
-    """The contract with function/dedup/watchdog.py: its own parser accepts the
+    """The contract with function/dedup/watchdog/: its own parser accepts the
     environment as deployed, with the stack's jobs, lookback, grace and caller."""
     from dedup.watchdog import WatchSettings
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.new_job import NewJobError, main, write_job
 from infra.program import REPO_ROOT
+from operator_tools.new_job import NewJobError, main, write_job
 from tests.infra.team_code import kit_checks, make_in, minimal_checkout, pytest_in
 
 
@@ -116,12 +116,12 @@ def test_make_new_job_refuses_a_missing_name() -> None:
 def test_make_new_job_writes_into_a_checkout(tmp_path: Path) -> None:
     checkout = minimal_checkout(tmp_path)
     (checkout / "Makefile").write_text((REPO_ROOT / "Makefile").read_text(encoding="utf-8"))
-    (checkout / "infra").mkdir()
-    for name in ("__init__.py", "new_job.py"):
-        (checkout / "infra" / name).write_text((REPO_ROOT / "infra" / name).read_text())
-    (checkout / "infra" / "templates").mkdir()
-    for template in (REPO_ROOT / "infra" / "templates").iterdir():
-        (checkout / "infra" / "templates" / template.name).write_text(template.read_text())
+    tools = checkout / "operator_tools"
+    (tools / "templates").mkdir(parents=True)
+    for name in ("__init__.py", "__main__.py", "new_job.py"):
+        (tools / name).write_text((REPO_ROOT / "operator_tools" / name).read_text())
+    for template in (REPO_ROOT / "operator_tools" / "templates").iterdir():
+        (tools / "templates" / template.name).write_text(template.read_text())
     code, output = make_in(checkout, "new-job", "NAME=nightly_export")
     assert code == 0, output
     assert "wrote function/jobs/nightly_export.py" in output

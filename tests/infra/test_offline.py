@@ -10,7 +10,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from infra.offline import (
+from operator_tools.offline import (
     DeclaredResource,
     StackFileError,
     declare_stack,

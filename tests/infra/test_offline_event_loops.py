@@ -23,7 +23,7 @@ from typing import Any
 
 from pulumi_gcp import storage
 
-from infra.offline import run_offline
+from operator_tools.offline import run_offline
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,7 +56,7 @@ def test_a_run_leaves_no_open_event_loop_and_no_thread(tmp_path: Path) -> None:
 def test_a_process_that_runs_the_program_reports_no_unclosed_loop(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         from tests.infra.test_offline_event_loops import _program
-        from infra.offline import run_offline
+        from operator_tools.offline import run_offline
         run_offline({{"gcp:project": "acme-loops"}}, build_dir={str(tmp_path)!r},
                     program=_program)
     """)

@@ -1,4 +1,4 @@
-"""`python -m infra.plan <stack>`: one row per resource, and clear config errors."""
+"""`python -m operator_tools plan <stack>`: one row per resource, and clear config errors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.plan import main, render
+from operator_tools.plan import main, render
 from tests.infra.helpers import StackUnderTest
 from tests.stacks import fixture_stack_file
 

@@ -11,8 +11,6 @@ from typing import Any, ClassVar
 import pytest
 from pulumi.runtime import mocks as pulumi_mocks
 
-from infra import offline
-from infra.offline import DeclaredResource, load_stack_config, run_offline
 from infra.preflight import (
     CLOUD_RESOURCE_MANAGER,
     SERVICE_USAGE,
@@ -20,6 +18,8 @@ from infra.preflight import (
     disabled_api_message,
     enable_command,
 )
+from operator_tools import offline
+from operator_tools.offline import DeclaredResource, load_stack_config, run_offline
 from tests.infra.helpers import run_entrypoint
 from tests.stacks import FIXTURE_STACKS_DIR
 

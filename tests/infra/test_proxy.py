@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from dedup.proxy import ProxySettings
+from dedup.proxy.handler import ProxySettings
+from dedup.proxy.targets import parse_target
 from dedup.settings import Settings, SettingsError
-from dedup.targets import parse_target
 from infra.config import ConfigError, load_config
 from infra.dedup_proxy import ENTRY_POINT, WORKFLOW_START_PERMISSIONS
-from infra.offline import run_offline
 from infra.source import JOB_ROUTES_TABLE, PROXY_ROUTES_TABLE
+from operator_tools.offline import run_offline
 from policies import offline_check
 from tests.infra.helpers import (
     CUSTOM_ROLE,
@@ -473,7 +473,7 @@ def test_reserved_token_names_are_config_errors(target: str, resource: str, toke
 
 
 def test_config_and_proxy_reserve_the_same_token_names() -> None:
-    from dedup.targets import RESERVED_TOKEN_NAMES
+    from dedup.proxy.targets import RESERVED_TOKEN_NAMES
     from infra.config import PROXY_RESERVED_TOKEN_NAMES
 
     assert {k.value: v for k, v in RESERVED_TOKEN_NAMES.items()} == dict(

@@ -18,10 +18,12 @@ from typing import Any
 import pytest
 import requests
 
-from dedup.http import emit_log_line
+from dedup.entry.http import emit_log_line
 from dedup.version import __version__
 from infra.program import REPO_ROOT
-from infra.upgrade_check import (
+from local_stack import FunctionServer
+from local_stack.deliveries import function_env, scheduler_headers
+from operator_tools.upgrade_check import (
     CHANGELOG,
     UNVERSIONED,
     UpgradeCheckError,
@@ -30,8 +32,6 @@ from infra.upgrade_check import (
     parse_changelog,
     upgrade_steps,
 )
-from local_stack import FunctionServer
-from local_stack.deliveries import function_env, scheduler_headers
 from tests.infra.helpers import StackUnderTest
 from tests.infra.test_makefile import make
 
@@ -53,8 +53,8 @@ def test_the_version_is_one_semantic_version_and_changelogs_latest_release() -> 
 def test_no_other_file_declares_the_version() -> None:
     """No second `__version__` or copy of the number in the kit's code or packaging."""
     others = []
-    for root in ("function", "infra", "policies", "local_stack", "scheduler_emulator", "demo",
-                 "bench", "examples"):
+    for root in ("function", "infra", "operator_tools", "policies", "local_stack",
+                 "scheduler_emulator", "demo", "bench", "examples"):
         for path in sorted((REPO_ROOT / root).rglob("*.py")):
             if path == VERSION_FILE:
                 continue

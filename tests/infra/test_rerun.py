@@ -1,4 +1,4 @@
-"""`make rerun` (python -m infra.rerun) and the generations `make runs` shows, against the
+"""`make rerun` (python -m operator_tools rerun) and the generations `make runs` shows, against the
 real Firestore emulator with records written by the real protocol."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import yaml
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
-from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator, Outcome, PermanentFailure, RunContext
-from dedup.reruns import DONE, REFUSED, FirestoreRerunQueue, reruns_collection
-from infra import rerun, runs
+from dedup.store.firestore import FirestoreRunStore
+from dedup.watchdog.reruns import DONE, REFUSED, FirestoreRerunQueue, reruns_collection
+from operator_tools import rerun, runs
 from tests.infra.test_runs import DATABASE, NOW, PROJECT, REGION, Protocol, at, run_main
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
@@ -288,7 +288,7 @@ def test_a_second_rerun_of_a_run_already_rerun_asks_for_confirmation(
         "been re-run already: generation 1 completed (asked by ops@example.com at "
         "2026-10-16 12:00Z: ledger import fixed). Another re-run executes it once more, as "
         "generation 2: if that is what you want, ask again with CONFIRM=1 (python -m "
-        "infra.rerun --again)\n"
+        "operator_tools.rerun --again)\n"
     )
     assert [r.generation for r in queue.for_job(hourly.job_id)] == [1]  # nothing queued
 

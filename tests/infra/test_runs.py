@@ -15,11 +15,11 @@ import yaml
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
-from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator, Outcome, RunContext
-from infra import runs
+from dedup.store.firestore import FirestoreRunStore
 from infra.config import StackConfig
+from operator_tools import runs
 from tests.stacks import FIXTURE_STACKS_DIR
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
@@ -265,7 +265,7 @@ def test_a_failed_run_shows_its_last_error_on_a_line_under_its_row(
 
 
 def test_a_run_taken_over_unfinished_is_shown_ran_twice() -> None:
-    """A finished record with an attempt taken over unfinished (dedup.ran_twice) gets the
+    """A finished record with an attempt taken over unfinished (dedup.watchdog.ran_twice) gets the
     watchdog's `+ran_twice`; one retried after a failure does not."""
     from dataclasses import replace as changed
     from datetime import timedelta

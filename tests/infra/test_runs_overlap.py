@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from dedup.app import overlap_gate
 from dedup.cache import CompletedRunCache
+from dedup.entry.app import overlap_gate
 from dedup.protocol import Deduplicator, Delivery, Outcome, RunContext
 from dedup.settings import Settings
-from infra import runs
+from operator_tools import runs
 from tests.infra.test_runs import NOW, REGION, Protocol, at, rows_by_time, run_main, stack_file
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")

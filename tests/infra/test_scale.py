@@ -11,9 +11,9 @@ import pytest
 
 from bench.scale import PROXIED_EVERY, scaled_stack_config
 from infra.config import load_config
-from infra.offline import run_offline
-from infra.plan import render
 from infra.source import JOB_ROUTES_TABLE, PROXY_ROUTES_TABLE, WATCH_JOBS_TABLE
+from operator_tools.offline import run_offline
+from operator_tools.plan import render
 from policies.evaluate import mandatory
 from policies.offline_check import check_declared
 from tests.infra.helpers import FUNCTION, StackUnderTest
@@ -99,7 +99,7 @@ def test_the_watchdog_reads_its_thousand_jobs_at_start_up(big: StackUnderTest) -
 
 def test_the_stack_file_round_trips(tmp_path: Path) -> None:
     from bench.scale import write_scaled_stack
-    from infra.offline import load_stack_config
+    from operator_tools.offline import load_stack_config
 
     path = write_scaled_stack(tmp_path, 30)
     assert path.name == "Pulumi.scale30.yaml"

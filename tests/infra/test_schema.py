@@ -1,4 +1,4 @@
-"""The files generated from the config models (infra/schema.py) are current, and the stack
+"""The files generated from the config models (operator_tools/schema.py) are current, and the stack
 files' JSON Schema accepts the example stacks and rejects broken ones."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from infra import schema
 from infra.config import DEFAULTS, ConfigError, load_config
 from infra.program import REPO_ROOT
+from operator_tools import schema
 from tests.stacks import FIXTURE_STACKS, fixture_stack_file
 
 SCHEMA_COMMENT = "# yaml-language-server: $schema="
@@ -177,4 +177,4 @@ def test_make_schema_runs_the_generator() -> None:
     dry_run = subprocess.run(
         ["make", "-n", "schema"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     )
-    assert "-m infra.schema" in dry_run.stdout
+    assert "-m operator_tools schema" in dry_run.stdout

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from infra.config import ConfigError, load_config
-from infra.offline import DeclaredResource, OfflineRun, load_stack_config, run_offline
 from infra.source import JOB_ROUTES_TABLE, PROXY_ROUTES_TABLE, read_archive_table
+from operator_tools.offline import DeclaredResource, OfflineRun, load_stack_config, run_offline
 from tests.infra.helpers import (
     ACCOUNT,
     ALERT_POLICY,

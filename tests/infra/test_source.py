@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from infra.offline import load_stack_config, run_offline
 from infra.program import DEFAULT_SOURCE_DIR
 from infra.source import (
     JOB_ROUTES_TABLE,
@@ -25,6 +24,7 @@ from infra.source import (
     table_files,
     write_source_archive,
 )
+from operator_tools.offline import load_stack_config, run_offline
 from tests.infra.helpers import OBJECT
 from tests.stacks import FIXTURE_STACKS_DIR
 

@@ -19,7 +19,6 @@ from dedup.version import __version__ as KIT_VERSION
 from infra.config import AT_MOST_ONCE, RETRY_COUNT_DEFAULT, DedupSettings, StackConfig
 from infra.dedup_proxy import SECRET_APIS, TARGET_APIS
 from infra.dedup_service import REQUIRED_APIS
-from infra.offline import DeclaredResource
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
     fast_failure_retry_span_seconds,
@@ -32,6 +31,7 @@ from infra.source import (
     table_files,
 )
 from infra.watchdog import watch_jobs
+from operator_tools.offline import DeclaredResource
 from tests.infra.helpers import (
     ACCOUNT,
     ALERT_POLICY,

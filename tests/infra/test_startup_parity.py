@@ -1,8 +1,9 @@
 """What `make plan` accepts, starts: every declared function is started offline from its
 declared archive, with its declared environment, in a virtualenv of function/requirements.txt
-alone (infra/job_logic.py). A fork without the kit's example jobs that names its own job logic
-everywhere plans; a job falling back to the deleted default, or importing a package only the
-kit's dev virtualenv has, fails naming the key or the function, the module and the fix."""
+alone (operator_tools/job_logic.py). A fork without the kit's example jobs that names its
+own job logic everywhere plans; a job falling back to the deleted default, or importing a
+package only the kit's dev virtualenv has, fails naming the key or the function, the module
+and the fix."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ from typing import Any
 import pytest
 
 from infra.config import ConfigError, load_config
-from infra.job_logic import (
+from infra.program import DEFAULT_SOURCE_DIR
+from operator_tools.job_logic import (
     REQUIREMENTS_FILE,
     check_job_logic,
     declared_startups,
     function_python,
 )
-from infra.offline import load_stack_config, run_offline
-from infra.program import DEFAULT_SOURCE_DIR
+from operator_tools.offline import load_stack_config, run_offline
 from tests.stacks import FIXTURE_STACKS_DIR
 
 JOBS = "scheduler-dedup:jobs"
@@ -114,7 +115,7 @@ def test_a_job_importing_a_dev_only_package_fails(tmp_path: Path) -> None:
 
 
 def test_a_dev_only_import_in_one_functions_code_fails_that_function(tmp_path: Path) -> None:
-    """Only the watchdog imports dedup/watchdog.py (main.py, at its start-up): the dedup
+    """Only the watchdog imports dedup/watchdog/ (main.py, at its start-up): the dedup
     function and the proxy start; the watchdog is named with the module and the fix."""
     source = forked_function(tmp_path, {"billing": BILLING})
     watchdog = source / "dedup" / "watchdog.py"

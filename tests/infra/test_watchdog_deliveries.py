@@ -1,6 +1,6 @@
 """The watchdog's deliveries take a path Cloud Run admits: a Cloud Tasks queue of the stack,
 with the enqueuer grant on it, actAs on the watchdog's own account only, and the settings
-the function reads (function/dedup/cloud_tasks.py)."""
+the function reads (function/dedup/watchdog/cloud_tasks.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The GitHub Actions workflows: the deploy path (make test, the team's stacks listed by
-infra.ci_stacks, then `pulumi up` of each unreviewed stack in `dev`, then of each reviewed
+operator_tools.ci_stacks, then `pulumi up` of each unreviewed stack in `dev`, then of each reviewed
 one behind the `production` environment, with the same steps: policy pack enforced,
 Workload Identity Federation, one update per stack at a time, outputs in the job summary)
 and the hardening (actions pinned to commit SHAs, no persisted credentials, no expressions
@@ -69,7 +69,7 @@ def test_hardening(path: Path) -> None:
 
 
 DEPLOY_JOBS = {"up": "unreviewed", "up-reviewed": "reviewed"}
-"""deploy.yml's `pulumi up` jobs, each with the infra.ci_stacks list it runs over."""
+"""deploy.yml's `pulumi up` jobs, each with the operator_tools.ci_stacks list it runs over."""
 
 
 def test_deploy_runs_on_push_to_main_test_then_unreviewed_then_reviewed() -> None:
@@ -87,13 +87,14 @@ def test_deploy_runs_on_push_to_main_test_then_unreviewed_then_reviewed() -> Non
 
 
 def test_the_stacks_are_listed_by_the_kit_not_named_in_the_workflows() -> None:
-    """No stack name in a workflow: the jobs run over infra.ci_stacks's lists, from a job
+    """No stack name in a workflow: the jobs run over operator_tools.ci_stacks's lists, from a job
     that holds no credential (contents: read; the hash-locked .venv, as the deploy jobs)."""
     for path in FILES:
         job = load(path)["jobs"]["stacks"]
         assert job["permissions"] == {"contents": "read"}, path.name
         (listing,) = [s for s in steps(job) if s.get("id") == "list"]
-        assert listing["run"].strip() == ".venv/bin/python -m infra.ci_stacks --github-output"
+        assert listing["run"].strip() == (
+            ".venv/bin/python -m operator_tools ci-stacks --github-output")
         names = [s.get("name") or s.get("uses", "").split("@")[0] for s in steps(job)]
         assert names.index("Build .venv from the hash-locked deploy toolchain") < names.index(
             listing["name"])

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from infra.offline import DeclaredResource, load_stack_config, run_offline
+from operator_tools.offline import DeclaredResource, load_stack_config, run_offline
 from policies import deployers, offline_check
 from policies.evaluate import (
     PolicyConfigError,

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from infra.config import load_config
-from infra.offline import DeclaredResource, load_stack_config, run_offline
 from infra.program import build
+from operator_tools.offline import DeclaredResource, load_stack_config, run_offline
 from policies import offline_check
 from policies.evaluate import Violation, mandatory
 from policies.model import Enforcement

@@ -11,7 +11,7 @@ from typing import Any
 
 from dedup.idempotency import IdempotencyGuard
 from dedup.protocol import RunContext
-from dedup.tokens import TOKEN_SECRET_ENV
+from dedup.proxy.tokens import TOKEN_SECRET_ENV
 from local_stack.deliveries import LOCATION, PROJECT
 from tests.proxy.support import TOKEN_SECRET
 

@@ -13,11 +13,11 @@ from google.auth.credentials import AnonymousCredentials
 from google.auth.transport.requests import AuthorizedSession
 from google.cloud import firestore
 
-from dedup.app import build_proxy_handler
+from dedup.entry.app import build_proxy_handler
 from dedup.keys import RunKey, parse_schedule_time
-from dedup.proxy import ProxySettings
-from dedup.targets import SessionFactory, Target, TargetKind
-from dedup.tokens import TOKEN_SECRET_ENV, mint_token
+from dedup.proxy.handler import ProxySettings
+from dedup.proxy.targets import SessionFactory, Target, TargetKind
+from dedup.proxy.tokens import TOKEN_SECRET_ENV, mint_token
 from local_stack.deliveries import LOCATION, PROJECT, InProcessFunction, settings_for
 from local_stack.fake_google_apis import BUILD_TRIGGER, RUN_JOB, WORKFLOW
 from local_stack.fake_google_apis import service_account_file as fake_service_account_file
@@ -42,7 +42,7 @@ SCHEDULE = "2026-10-16T12:00:00Z"
 
 
 def target(kind: str) -> Target:
-    from dedup.targets import DEFAULT_TOKEN_NAME
+    from dedup.proxy.targets import DEFAULT_TOKEN_NAME
 
     target_kind = TargetKind(kind)
     topic = BUILD_TOPIC if target_kind is TargetKind.BUILD_TRIGGER else None

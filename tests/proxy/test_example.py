@@ -18,7 +18,7 @@ import yaml
 from google.cloud import firestore
 
 from dedup.idempotency import ForgedToken
-from dedup.tokens import TOKEN_SECRET_ENV, mint_token
+from dedup.proxy.tokens import TOKEN_SECRET_ENV, mint_token
 from local_stack import FunctionServer
 from local_stack.deliveries import LOCATION, PROJECT, scheduler_headers
 from local_stack.fake_google_apis import WORKFLOW, Behaviour, FakeGoogleApis, StartRequest

@@ -16,8 +16,8 @@ from google.cloud import firestore
 
 from dedup.idempotency import ForgedToken, IdempotencyGuard, StepInProgress, StepOutcome
 from dedup.protocol import Outcome, RunContext
+from dedup.proxy.tokens import TOKEN_SECRET_ENV, mint_token
 from dedup.settings import SettingsError
-from dedup.tokens import TOKEN_SECRET_ENV, mint_token
 from local_stack.deliveries import PROJECT, settings_for
 from local_stack.rpc_counter import RpcCounter
 from local_stack.steered_job import read_ledger

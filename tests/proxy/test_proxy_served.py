@@ -17,14 +17,14 @@ import pytest
 import requests
 from google.cloud import firestore
 
-from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
-from dedup.reruns import DONE as RERUN_DONE
-from dedup.reruns import FAILED as RERUN_FAILED
-from dedup.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection
+from dedup.proxy.tokens import mint_token
 from dedup.store import RunStatus
-from dedup.tokens import mint_token
+from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog import WatchedJob
+from dedup.watchdog.reruns import DONE as RERUN_DONE
+from dedup.watchdog.reruns import FAILED as RERUN_FAILED
+from dedup.watchdog.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection
 from local_stack import FunctionServer, LocalStackError
 from local_stack.deliveries import LOCATION, PROJECT, scheduler_headers
 from local_stack.fake_google_apis import (
@@ -272,7 +272,7 @@ def test_a_caught_up_run_whose_start_is_refused_is_reported_failed_once_not_miss
 
 
 def rerun_request(job: str, t: datetime, generation: int) -> RerunRequest:
-    """What `make rerun` writes (infra/rerun.py) for one generation of a run."""
+    """What `make rerun` writes (operator_tools/rerun.py) for one generation of a run."""
     return RerunRequest(
         project=PROJECT, location=LOCATION, job=job, schedule_time=t, generation=generation,
         requested_by="alice@example.com", reason="grant fixed", requested_at=t,

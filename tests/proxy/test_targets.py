@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from dedup.proxy import ProxySettings
-from dedup.settings import SettingsError
-from dedup.targets import (
+from dedup.proxy.handler import ProxySettings
+from dedup.proxy.targets import (
     MAX_WORKFLOW_ARGUMENT_BYTES,
     DownstreamError,
     StartInfo,
@@ -21,7 +20,8 @@ from dedup.targets import (
     start_request,
     started_from_response,
 )
-from dedup.tokens import TOKEN_SECRET_ENV
+from dedup.proxy.tokens import TOKEN_SECRET_ENV
+from dedup.settings import SettingsError
 from local_stack.tables import write_job_tables
 from tests.proxy.support import BUILD_TOPIC, RESOURCES, TOKEN_SECRET, target
 

@@ -1,4 +1,4 @@
-"""`python -m demo` as a user runs it: the default mix of faults, store faults included,
+"""`make demo` as a user runs it: the default mix of faults, store faults included,
 runs every run once; clear errors; nothing left behind on Ctrl-C."""
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ DEV_STACK = str(fixture_stack_file("dev"))
 
 
 def demo(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """`python -m demo` on the fixture dev stack unless `args` name another."""
+    """`python -m operator_tools demo` on the fixture dev stack unless `args` name another."""
     stack = [] if "--stack" in args else ["--stack", DEV_STACK]
     return subprocess.Popen(
-        [sys.executable, "-m", "demo", *stack, *args],
+        [sys.executable, "-m", "operator_tools", "demo", *stack, *args],
         cwd=REPO,
         env=env or dict(os.environ),
         stdout=subprocess.PIPE,

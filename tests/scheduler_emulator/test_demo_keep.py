@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import runs
+from operator_tools import runs
 from tests.stacks import fixture_stack_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,8 +37,8 @@ def test_make_demo_keep_leaves_its_records_for_make_runs(
     report = tmp_path / "report.txt"
     with report.open("w") as stdout:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "demo", "--keep", "--stack", str(DEV_STACK), "--job",
-             "heartbeat", "--ticks", "4", "--no-faults", "--no-paths", "--no-proxied-job"],
+            [sys.executable, "-m", "operator_tools", "demo", "--keep", "--stack", str(DEV_STACK),
+             "--job", "heartbeat", "--ticks", "4", "--no-faults", "--no-paths", "--no-proxied-job"],
             cwd=REPO, stdout=stdout, stderr=subprocess.PIPE, text=True,
         )
     try:

@@ -125,7 +125,7 @@ def test_a_run_started_twice_downstream_fails_the_verdict(
 
 def demo(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "demo", *args], cwd=REPO, env=dict(os.environ),
+        [sys.executable, "-m", "operator_tools", "demo", *args], cwd=REPO, env=dict(os.environ),
         capture_output=True, text=True, timeout=120, check=False,
     )
 

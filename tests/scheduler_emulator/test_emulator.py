@@ -655,7 +655,7 @@ def test_an_outage_wins_over_a_stall_and_a_killed_attempt_gets_neither() -> None
 
 def test_a_store_fault_without_a_hook_is_an_error_naming_the_fix() -> None:
     for spec in ("store-stall=0.1", "store-outage=1"):
-        with pytest.raises(StoreFaultsUnsupported, match=r"python -m demo") as caught:
+        with pytest.raises(StoreFaultsUnsupported, match=r"make demo") as caught:
             SchedulerEmulator(
                 "http://127.0.0.1:9/", stack_of(RETRYING), faults=FaultPlan.parse([spec])
             )

@@ -319,7 +319,7 @@ def test_cli_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_a_stack_file_that_is_not_yaml_is_one_line_naming_where_and_the_fix(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The emulator reads stack files with infra.stack_files, as `make plan` does: the same
+    """The emulator reads stack files with operator_tools.stack_files, as `make plan` does: the same
     one-line error (file:line:column, what, fix), not a multi-line PyYAML dump."""
     broken = tmp_path / "Pulumi.broken.yaml"
     broken.write_text("config:\n  gcp:project: acme-x\n   gcp:region: europe-west1\n")
@@ -455,7 +455,7 @@ def test_cli_refuses_store_faults_it_cannot_inject(
         )
     err = capsys.readouterr().err
     assert code == 2 and target.received == []  # refused before anything was sent
-    assert "store-outage" in err and "python -m demo" in err
+    assert "store-outage" in err and "make demo" in err
 
 
 def test_cli_retry_cut_off_switch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,8 +22,8 @@ import yaml
 from dedup.keys import RunKey
 from demo.ledger import commits_by_run_id
 from demo.serve import MissedFires, ServedStack, instructions, main, parse_miss
-from infra import rerun, runs
 from local_stack.deliveries import scheduler_headers
+from operator_tools import rerun, runs
 from scheduler_emulator.oidc import scheduler_token
 from scheduler_emulator.stack import load_stack
 

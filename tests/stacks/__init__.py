@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from infra.stack_files import EXAMPLE_STACKS_DIR, stack_file, stack_names
+from operator_tools.stack_files import EXAMPLE_STACKS_DIR, stack_file, stack_names
 
 FIXTURE_STACKS_DIR: Final = EXAMPLE_STACKS_DIR
 """The directory holding the example `Pulumi.dev.yaml` and `Pulumi.prod.yaml`."""

@@ -1,7 +1,7 @@
 """Backfills (`make backfill`): the runs of a range, released into the re-run queue a few
 at a time, so the watchdog delivers them at a bounded rate, exactly once per generation.
 
-`make backfill` (infra/backfill.py) judges every run of the range with `make rerun`'s
+`make backfill` (operator_tools/backfill.py) judges every run of the range with `make rerun`'s
 checks and writes the plan in one commit (atomic: a killed command wrote all of it or
 nothing) to the watchdog's own database, next to the re-run requests:
 
@@ -19,7 +19,7 @@ with re-runs on, the watchdog (BackfillPacer) reads its in-flight requests: fini
 are counted and leave `in_flight`; then it releases the next runs, as many as keep
 `in_flight` within DEDUP_WATCH_BACKFILL_IN_FLIGHT (default 1: a backfill never runs two
 runs of a job at once) and at most DEDUP_WATCH_BACKFILL_RUNS_PER_TICK a tick: each becomes
-a re-run request (dedup/reruns.py, `backfill` set) and is delivered by the same code,
+a re-run request (dedup/watchdog/reruns.py, `backfill` set) and is delivered by the same code,
 with the same checks, as `make rerun`'s. Delivered directly (the demo, tests), the tick
 repeats this while the requests finish at once, up to the per-tick bound and
 TICK_BUDGET_SECONDS; through Cloud Tasks, once a tick (their outcome is read at the next).
@@ -45,8 +45,10 @@ from typing import Any, Generic, TypeVar
 
 from google.api_core import exceptions as gexc
 
-from dedup.firestore_store import FirestoreRunStore
-from dedup.reruns import (
+from dedup.settings import SettingsError, number_setting
+from dedup.store import RecordChanged, RecordExists
+from dedup.store.firestore import FirestoreRunStore
+from dedup.watchdog.reruns import (
     DONE,
     FAILED,
     PENDING,
@@ -54,8 +56,6 @@ from dedup.reruns import (
     MalformedDocument,
     RerunRequest,
 )
-from dedup.settings import SettingsError, number_setting
-from dedup.store import RecordChanged, RecordExists
 
 BACKFILLS_SUFFIX = "_backfills"
 PAGES = "pages"

@@ -3,7 +3,7 @@
 `config-reference` markers), and `schema/stack.schema.json`, the JSON Schema of
 `Pulumi.<stack>.yaml` files that editors use through the files' `yaml-language-server` comment.
 
-`make schema` (`python -m infra.schema`) rewrites whichever has drifted from the models;
+`make schema` (`python -m operator_tools schema`) rewrites whichever has drifted from the models;
 `--check` only lists them (exit 1). tests/infra/test_schema.py fails on any drift.
 """
 
@@ -217,7 +217,3 @@ def main(argv: Sequence[str] = (), root: Path = REPO_ROOT) -> int:
         path.write_text(text)
         print(f"wrote {name}")
     return 1 if drifted and "--check" in args else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

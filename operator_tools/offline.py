@@ -2,11 +2,11 @@
 
 No Pulumi CLI, cloud account or network: the program runs in-process against a mock
 resource monitor that records every resource registration. Used by the offline plan
-(`python -m infra.plan dev`), the infra tests and the policy pack's offline check.
+(`python -m operator_tools plan dev`), the infra tests and the policy pack's offline check.
 
 Public API::
 
-    from infra.offline import declare_stack, run_offline, load_stack_config
+    from operator_tools.offline import declare_stack, run_offline, load_stack_config
 
     resources = declare_stack(load_stack_config("dev"))      # list[DeclaredResource]
     run = run_offline(load_stack_config("prod"))             # resources + stack outputs
@@ -48,9 +48,9 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from infra.config import GCP_PROJECT_KEY, GCP_REGION_KEY, PROJECT_NAME, load_config
-from infra.job_logic import check_job_logic
 from infra.program import DEFAULT_BUILD_DIR, DEFAULT_SOURCE_DIR, main
-from infra.stack_files import (
+from operator_tools.job_logic import check_job_logic
+from operator_tools.stack_files import (
     STACK_FILE_DIR,
     StackFileError,
     load_stack_config,
@@ -147,7 +147,7 @@ def load_checked_stack(
 ) -> dict[str, Any]:
     """`load_stack_config`, then what `pulumi up` and the deployed function would reject:
     the config validated (`ConfigError`) and every job's `module:function` imported in
-    the function's environment (infra/job_logic.py). What `make plan` and
+    the function's environment (operator_tools/job_logic.py). What `make plan` and
     `make policy-check` read a stack with."""
     values = load_stack_config(stack_or_path, directory)
     check_job_logic(values, load_config(values), source_dir)

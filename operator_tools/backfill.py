@@ -1,10 +1,10 @@
 """`make backfill STACK=prod JOB=invoice-sync FROM=... TO=... [MODE=missing|failed|all]
 [ORDER=reverse] [DRY_RUN=1] [REASON="..."]`: the runs of a range, executed once more.
 
-    python -m infra.backfill STACK --job NAME --from RFC3339 --to RFC3339
+    python -m operator_tools backfill STACK --job NAME --from RFC3339 --to RFC3339
         [--mode missing|failed|all] [--order forward|reverse] [--dry-run] [--reason TEXT]
-    python -m infra.backfill STACK --job NAME --status      (make backfill-status)
-    python -m infra.backfill STACK --job NAME --cancel      (make backfill-cancel)
+    python -m operator_tools backfill STACK --job NAME --status      (make backfill-status)
+    python -m operator_tools backfill STACK --job NAME --cancel      (make backfill-cancel)
 
 The range's runs are the job's business runs (dedup.business_runs, DST included, as the
 watchdog computes them) whose key time is in [FROM, TO]; TO must not be in the future, and
@@ -24,7 +24,7 @@ not in progress, not held by Scheduler's retry window, not re-run already unless
 and gets the generation `make rerun` would give it; a run that fails a check is skipped,
 with why. `--dry-run` prints exactly the runs it would queue (and the skipped) and writes
 nothing. Otherwise the plan is written in one commit to the watchdog's own database
-(dedup/backfills.py), and the watchdog releases its runs into the re-run queue a few at a
+(dedup/watchdog/backfills.py), and the watchdog releases its runs into the re-run queue a few at a
 time: `make backfill-status` shows how far it got. The same command asked again finds its
 backfill (same job, range, mode and order) and queues nothing; a job has one active
 backfill at a time.
@@ -42,12 +42,15 @@ from pathlib import Path
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
-# The function's source root imports as `dedup` (as in infra/runs.py).
+# The function's source root imports as `dedup` (as in operator_tools/runs.py).
 _FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
 if _FUNCTION_DIR not in sys.path:
     sys.path.insert(0, _FUNCTION_DIR)
 
-from dedup.backfills import (  # noqa: E402
+from dedup.keys import RunKey  # noqa: E402
+from dedup.store import RecordChanged, RecordExists, RunStatus, StoredRun, StoreError  # noqa: E402
+from dedup.watchdog import WatchedJob, verdict_due_at  # noqa: E402
+from dedup.watchdog.backfills import (  # noqa: E402
     ACTIVE,
     ALL,
     CANCELLED,
@@ -66,12 +69,9 @@ from dedup.backfills import (  # noqa: E402
     backfill_id,
     backfills_collection,
 )
-from dedup.keys import RunKey  # noqa: E402
-from dedup.reruns import RerunRequest  # noqa: E402
-from dedup.store import RecordChanged, RecordExists, RunStatus, StoredRun, StoreError  # noqa: E402
-from dedup.watchdog import WatchedJob, verdict_due_at  # noqa: E402
+from dedup.watchdog.reruns import RerunRequest  # noqa: E402
 from infra.config import StackConfig  # noqa: E402
-from infra.rerun import (  # noqa: E402
+from operator_tools.rerun import (  # noqa: E402
     RerunRefused,
     _both,
     confirmed,
@@ -81,7 +81,7 @@ from infra.rerun import (  # noqa: E402
     rerun_job,
     who_asks,
 )
-from infra.runs import (  # noqa: E402
+from operator_tools.runs import (  # noqa: E402
     RunsError,
     RunStores,
     open_store,
@@ -325,7 +325,7 @@ def main(
     now: datetime | None = None, client_factory: Callable[..., Any] | None = None,
 ) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m infra.backfill", description="Queue the runs of a range for one "
+        prog="python -m operator_tools backfill", description="Queue the runs of a range for one "
         "more execution each (the watchdog delivers them at a bounded rate, exactly once).")
     parser.add_argument("stack", help="stack name (Pulumi.<stack>.yaml) or stack file path")
     parser.add_argument("--job", required=True, help="the job (jobs[].name)")
@@ -383,7 +383,3 @@ def main(
             raise
         err.write(store_failure("make backfill", "read or write the runs", cfg, exc))
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

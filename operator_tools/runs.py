@@ -1,6 +1,6 @@
 """`make runs STACK=dev`: per job, the last N expected runs and what became of them.
 
-    python -m infra.runs STACK [--last N] [--job NAME] [--at RFC3339]
+    python -m operator_tools runs STACK [--last N] [--job NAME] [--at RFC3339]
 
 STACK is a stack name (`Pulumi.<stack>.yaml`) or the path of a stack file. For every job
 of the stack the expected runs come from its cron and time zone (DST included), exactly as
@@ -9,7 +9,7 @@ no index) from the stack's dedup database (the watchdog's cursors and the re-run
 from the watchdog's own database, `<databaseName>-watchdog`), and each run gets the
 watchdog's own verdict
 (`dedup.watchdog.classify_run`): ok, not_due, running, missed, failed, overlong (ok or
-failed with `+ran_twice` when the record shows a second execution, dedup.ran_twice), or
+failed with `+ran_twice` when the record shows a second execution, dedup.watchdog.ran_twice), or
 before_first_run (the job's first recorded run, from the watchdog's cursor or else the
 earliest record shown, is later: the watchdog does not judge it); never_ran when neither
 exists (no record among the runs shown and no watchdog cursor); paused for a paused job's
@@ -40,12 +40,10 @@ _FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
 if _FUNCTION_DIR not in sys.path:
     sys.path.insert(0, _FUNCTION_DIR)
 
-from dedup.firestore_store import FirestoreRunStore  # noqa: E402
 from dedup.keys import RunKey  # noqa: E402
-from dedup.ran_twice import RAN_TWICE, second_execution  # noqa: E402
-from dedup.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection  # noqa: E402
 from dedup.settings import SettingsError  # noqa: E402
 from dedup.store import RunStatus, StoredRun, StoreError  # noqa: E402
+from dedup.store.firestore import FirestoreRunStore  # noqa: E402
 from dedup.watchdog import (  # noqa: E402
     BEFORE_FIRST_RUN,
     CURSOR_SUFFIX,
@@ -57,9 +55,11 @@ from dedup.watchdog import (  # noqa: E402
     parse_watch_jobs,
     running_seconds,
 )
+from dedup.watchdog.ran_twice import RAN_TWICE, second_execution  # noqa: E402
+from dedup.watchdog.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection  # noqa: E402
 from infra.config import ConfigError, StackConfig, load_config  # noqa: E402
-from infra.offline import load_stack_config, stack_names  # noqa: E402
 from infra.watchdog import watch_jobs  # noqa: E402
+from operator_tools.offline import load_stack_config, stack_names  # noqa: E402
 
 DEFAULT_LAST = 10
 ADC_HINT = (
@@ -193,7 +193,7 @@ def job_table(
         if verdict == BEFORE_FIRST_RUN and first_run is None:
             verdict = NEVER_RAN  # no record of the job at all in what is shown
         if verdict in (FINE, FAILED) and second_execution(stored) is not None:
-            verdict += f"+{RAN_TWICE}"  # the watchdog's ran_twice (dedup.ran_twice)
+            verdict += f"+{RAN_TWICE}"  # the watchdog's ran_twice (dedup.watchdog.ran_twice)
         rows.append((
             t.strftime("%Y-%m-%d %H:%M:%SZ"),
             t.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z"),
@@ -412,7 +412,8 @@ def main(
     client_factory: Callable[..., Any] | None = None,
 ) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m infra.runs", description="The last expected runs of a stack's jobs, "
+        prog="python -m operator_tools runs",
+        description="The last expected runs of a stack's jobs, "
         "with their records and the watchdog's verdict.")
     parser.add_argument("stack", help="stack name (Pulumi.<stack>.yaml) or stack file path")
     parser.add_argument("--last", type=int, default=DEFAULT_LAST, metavar="N",
@@ -441,7 +442,3 @@ def main(
         err.write(store_failure("make runs", "read the runs", cfg, exc))
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

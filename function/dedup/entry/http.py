@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from dedup.business_runs import SkippedTime
-from dedup.callers import check_caller
+from dedup.entry.callers import check_caller
 from dedup.job_logic import JobRegistry
 from dedup.keys import (
     FORCED_REFUSE,

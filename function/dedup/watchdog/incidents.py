@@ -8,7 +8,7 @@ runs each tick judged, in schedule order:
   `failureThreshold` consecutive bad runs open an incident, `recoveryThreshold`
   consecutive good runs close it (as Sentry Crons' failure_issue_threshold and
   recovery_threshold). A `never_ran` job opens it at once: no later run would count.
-- `ran_twice`: a run whose record shows a second execution (dedup.ran_twice) opens an
+- `ran_twice`: a run whose record shows a second execution (dedup.watchdog.ran_twice) opens an
   incident at once (threshold 1, always); `recoveryThreshold` runs without one close it.
 
 Each open and each close is one `Transition`, logged as one `incident_opened` or

@@ -14,15 +14,15 @@ from typing import Any
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
-from dedup.firestore_store import FirestoreRunStore
-from dedup.http import DedupHandler, emit_log_line
+from dedup.entry.http import DedupHandler, emit_log_line
 from dedup.job_logic import scheduled_jobs
 from dedup.overlap import COLLECTION_SUFFIX as OVERLAP_COLLECTION_SUFFIX
 from dedup.overlap import FirestoreLatestRunStore, OverlapGate
 from dedup.protocol import Deduplicator
-from dedup.proxy import ProxySettings, authorized_sessions, check_body, proxy_jobs
+from dedup.proxy.handler import ProxySettings, authorized_sessions, check_body, proxy_jobs
+from dedup.proxy.targets import DownstreamClient, SessionFactory
 from dedup.settings import Settings
-from dedup.targets import DownstreamClient, SessionFactory
+from dedup.store.firestore import FirestoreRunStore
 
 
 def build_deduplicator(settings: Settings, client: firestore.Client | None = None) -> Deduplicator:

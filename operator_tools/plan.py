@@ -1,11 +1,11 @@
 """Offline plan: what `pulumi up` would create for a stack, without Pulumi CLI or cloud.
 
-    python -m infra.plan                # every stacks/Pulumi.<stack>.yaml (make plan)
-    python -m infra.plan dev            # stacks/Pulumi.dev.yaml (make plan STACK=dev)
-    python -m infra.plan path/to/Pulumi.test.yaml
+    python -m operator_tools plan                # every stacks/Pulumi.<stack>.yaml (make plan)
+    python -m operator_tools plan dev            # stacks/Pulumi.dev.yaml (make plan STACK=dev)
+    python -m operator_tools plan path/to/Pulumi.test.yaml
 
 Validates the stack's config, imports every job's `module:function` in the function's own
-environment (infra/job_logic.py), runs the program under Pulumi's mocks, checks every
+environment (operator_tools/job_logic.py), runs the program under Pulumi's mocks, checks every
 declared resource against Google's API contracts (infra/contracts, docs/contracts.md) and
 prints one row per resource: type, name and its key settings, then the stack outputs. A
 stack that cannot be deployed is one error message naming its file and keys, or each
@@ -26,7 +26,14 @@ from typing import Any
 
 from infra.config import ConfigError
 from infra.contracts import Finding, check_resources
-from infra.offline import (
+from infra.scheduler_rules import ScheduleError, dst_advisory
+from infra.source import (
+    JOB_ROUTES_TABLE,
+    PROXY_ROUTES_TABLE,
+    WATCH_JOBS_TABLE,
+    read_archive_table,
+)
+from operator_tools.offline import (
     STACK_FILE_DIR,
     DeclaredResource,
     OfflineRun,
@@ -35,14 +42,7 @@ from infra.offline import (
     stack_names,
     stack_path,
 )
-from infra.scheduler_rules import ScheduleError, dst_advisory
-from infra.source import (
-    JOB_ROUTES_TABLE,
-    PROXY_ROUTES_TABLE,
-    WATCH_JOBS_TABLE,
-    read_archive_table,
-)
-from infra.stack_files import checked_stack_files, display_path
+from operator_tools.stack_files import checked_stack_files, display_path
 
 
 def _get(props: Mapping[str, Any], *path: str) -> Any:
@@ -257,7 +257,7 @@ def contract_error(path: object, findings: Sequence[Finding]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m infra.plan",
+        prog="python -m operator_tools plan",
         description="Print what the kit's Pulumi program declares for each stack (offline), "
         "after validating its config and importing its job logic as the function would.",
     )
@@ -302,7 +302,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         print(render(run))
     return status
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -53,7 +53,7 @@ from infra.lock import TEAM_LOCK, lock_problems
 from infra.program import DEFAULT_BUILD_DIR, DEFAULT_SOURCE_DIR, REPO_ROOT
 
 if TYPE_CHECKING:
-    from infra.offline import DeclaredResource, OfflineRun
+    from operator_tools.offline import DeclaredResource, OfflineRun
 
 JOBS_PACKAGE: Final = "jobs"
 """The package in `function/` that holds the team's job modules."""
@@ -565,8 +565,8 @@ def check_job_logic(
     if stale:  # the archive's requirements.txt would not be what make lock would write
         raise ConfigError([Problem(str(TEAM_LOCK), what, LOCK_FIX) for what in stale])
     if run is None:
-        # Imported here: infra.offline imports this module (load_checked_stack).
-        from infra.offline import run_offline
+        # Imported here: operator_tools.offline imports this module (load_checked_stack).
+        from operator_tools.offline import run_offline
 
         run = run_offline(values, source_dir=source_dir, build_dir=build_dir)
     uses = job_logic_uses(values, config)

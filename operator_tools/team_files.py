@@ -13,7 +13,7 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Final
 
-from infra.stack_files import PROJECT_DIR, STACK_FILE_DIR
+from operator_tools.stack_files import PROJECT_DIR, STACK_FILE_DIR
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """`make new-job NAME=<name>`: a job module and its test, written from the kit's templates.
 
-    python -m infra.new_job send_invoices            # function/jobs/send_invoices.py and
+    python -m operator_tools new-job send_invoices            # function/jobs/send_invoices.py and
                                                      # tests/jobs/test_send_invoices.py
-    python -m infra.new_job send_invoices --root DIR # the same under another checkout
+    python -m operator_tools new-job send_invoices --root DIR # the same under another checkout
 
 The module (infra/templates/job.py.template) is job logic a stack names with
 `jobLogic: jobs.<name>:run`; its test (test_job.py.template) goes where the kit's pytest
@@ -95,7 +95,7 @@ def write_job(name: str, root: Path = REPO_ROOT) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m infra.new_job",
+        prog="python -m operator_tools new-job",
         description="Write a job module (function/jobs/<name>.py) and its test "
         "(tests/jobs/test_<name>.py) from the kit's templates.",
     )
@@ -114,7 +114,3 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"(jobLogic: jobs.{args.name}:run), and run make test (it runs "
           f"{TESTS_DIR / f'test_{args.name}.py'} too).")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

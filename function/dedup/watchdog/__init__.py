@@ -29,8 +29,8 @@ naming it, and never trusted: the job is judged afresh over the lookback, the re
 refused; the other jobs are judged as ever, and the tick answers 200.
 
 Two things it also delivers, when infra gives it a target (DEDUP_WATCH_TARGET_URL, and
-DEDUP_WATCH_PROXY_URL for proxied jobs), through the one seam of dedup/delivery.py: as
-deployed, a Cloud Tasks task per run (dedup/cloud_tasks.py: Cloud Run admits a task on an
+DEDUP_WATCH_PROXY_URL for proxied jobs), through the one seam of dedup/watchdog/delivery.py: as
+deployed, a Cloud Tasks task per run (dedup/watchdog/cloud_tasks.py: Cloud Run admits a task on an
 internal-only URL, not a direct call from a function), judged by the run's record at the
 next ticks; in the demo and tests, a direct POST, judged by the answer:
 - catch-up: a `missed` run of a job with `catchUp`, scheduled within its
@@ -49,7 +49,7 @@ next ticks; in the demo and tests, a direct POST, judged by the answer:
   delivery of a request is numbered (a queued task of its own, `<run_id>-<n>`), and none
   is handed over while the last may still be dispatching. A generation that settles on a
   record showing a second execution is reported `ran_twice`, in its job's streak;
-- backfills (`make backfill`, dedup/backfills.py): before the pending re-runs, each job's
+- backfills (`make backfill`, dedup/watchdog/backfills.py): before the pending re-runs, each job's
   backfill releases its next runs into the re-run queue, at most
   DEDUP_WATCH_BACKFILL_RUNS_PER_TICK a tick and DEDUP_WATCH_BACKFILL_IN_FLIGHT at once,
   delivered and checked as re-runs are, by the backfill only (the pending pass leaves
@@ -79,15 +79,21 @@ from croniter import croniter
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from dedup.backfills import (
+from dedup.business_runs import DST_REPEATED, DST_SKIPPED, BusinessSchedule, business_schedule
+from dedup.entry.http import HttpReply, emit_log_line, refuse_caller
+from dedup.keys import FORCED_RUNS, FORCED_SEPARATE, RunKey, lower_keys
+from dedup.settings import Settings, SettingsError, number_setting, read_table, table_path
+from dedup.store import RunStatus, StoredRun, StoreError, StoreUnavailable
+from dedup.store.firestore import GET_MANY_BATCH, FirestoreRunStore
+from dedup.tables import WATCH_JOBS_TABLE
+from dedup.watchdog.backfills import (
     BackfillPacer,
     BackfillSettings,
     FirestoreBackfills,
     backfills_collection,
 )
-from dedup.business_runs import DST_REPEATED, DST_SKIPPED, BusinessSchedule, business_schedule
-from dedup.cloud_tasks import CloudTasksDeliverer, TaskQueue
-from dedup.delivery import (
+from dedup.watchdog.cloud_tasks import CloudTasksDeliverer, TaskQueue
+from dedup.watchdog.delivery import (
     QUEUED,
     TARGET_URL_ENV,
     DeliversRuns,
@@ -97,9 +103,7 @@ from dedup.delivery import (
     TargetAuth,
     target_auth_setting,
 )
-from dedup.firestore_store import GET_MANY_BATCH, FirestoreRunStore
-from dedup.http import HttpReply, emit_log_line, refuse_caller
-from dedup.incidents import (
+from dedup.watchdog.incidents import (
     OPENED,
     MalformedStreak,
     Streak,
@@ -108,9 +112,8 @@ from dedup.incidents import (
     judge_streaks,
     streaks_from_document,
 )
-from dedup.keys import FORCED_RUNS, FORCED_SEPARATE, RunKey, lower_keys
-from dedup.ran_twice import RAN_TWICE, second_execution
-from dedup.reruns import (
+from dedup.watchdog.ran_twice import RAN_TWICE, second_execution
+from dedup.watchdog.reruns import (
     DONE,
     PENDING,
     REFUSED,
@@ -122,12 +125,9 @@ from dedup.reruns import (
     reruns_collection,
     retries_may_execute,
 )
-from dedup.reruns import (
+from dedup.watchdog.reruns import (
     FAILED as RERUN_FAILED,
 )
-from dedup.settings import Settings, SettingsError, number_setting, read_table, table_path
-from dedup.store import RunStatus, StoredRun, StoreError, StoreUnavailable
-from dedup.tables import WATCH_JOBS_TABLE
 
 # The proxy's URL: where runs of the jobs marked `proxied` are delivered (the table is built
 # before the proxy exists, so its URL comes with the environment).
@@ -231,7 +231,7 @@ class WatchedJob:
     # Its forcedRuns (dedup.keys): `separate` forced runs are read next to the scheduled
     # runs they precede, and shown.
     forced_runs: str = FORCED_SEPARATE
-    # How many bad runs in a row open an incident and good ones close it (dedup.incidents).
+    # How many bad runs in a row open an incident and good ones close it (dedup.watchdog.incidents).
     thresholds: Thresholds = field(default_factory=Thresholds)
 
     @property
@@ -269,12 +269,13 @@ class WatchSettings:
     target_auth: TargetAuth = TargetAuth.ID_TOKEN
     delivery_timeout_seconds: float = DEFAULT_DELIVERY_TIMEOUT_SECONDS
     # DEDUP_WATCH_QUEUE (+ _TASK_ACCOUNT): deliveries become Cloud Tasks HTTP tasks, the
-    # path an internal-only function admits (dedup/cloud_tasks.py); None: POSTed directly.
+    # path an internal-only function admits (dedup/watchdog/cloud_tasks.py); None: POSTed directly.
     queue: TaskQueue | None = None
     # DEDUP_WATCH_DATABASE: its own database (cursors, re-run queue), which job code cannot
     # write; None: both in DEDUP_DATABASE (the demo, tests).
     watch_database: str | None = None
-    # DEDUP_WATCH_BACKFILL_*: how fast `make backfill`'s runs are released (dedup/backfills.py).
+    # DEDUP_WATCH_BACKFILL_*: how fast `make backfill`'s runs are released
+    # (dedup/watchdog/backfills.py).
     backfill: BackfillSettings = field(default_factory=BackfillSettings)
 
     @property
@@ -518,7 +519,7 @@ class Cursor:
     # Catch-ups delivered but not executed yet (run_id -> PendingCatchUp): delivered again
     # while inside their bound, reported with their last error once it is over.
     catch_ups: dict[str, PendingCatchUp] = field(default_factory=dict)
-    # The job's incident streaks by kind (dedup.incidents): moved with the cursor, in one
+    # The job's incident streaks by kind (dedup.watchdog.incidents): moved with the cursor, in one
     # guarded write, so a transition is made once.
     incidents: dict[str, Streak] = field(default_factory=dict)
     # Not stored: why the document read was no cursor (this one then starts afresh).
@@ -958,7 +959,7 @@ class Watchdog:
     def _advance_backfills(
         self, now: datetime, problems: list[Problem]
     ) -> tuple[list[Delivered], list[dict[str, Any]]]:
-        """Release the next runs of each backfill (dedup/backfills.py) into the re-run
+        """Release the next runs of each backfill (dedup/watchdog/backfills.py) into the re-run
         queue and deliver them as any pending re-run (the same checks and delivery)."""
         if self._backfills is None:
             return [], []
@@ -1224,7 +1225,7 @@ class Watchdog:
         of_run: Sequence[RerunRequest], now: datetime,
     ) -> str | None:
         """Why a pending request is not delivered, checked as `make rerun` checks it before
-        writing one (infra/rerun.py); None if it passes."""
+        writing one (operator_tools/rerun.py); None if it passes."""
         if (request.project, request.location) != (self._project, self._location):
             return (f"it asks for project {request.project!r}, location {request.location!r}: "
                     f"this watchdog watches {self._project!r}, {self._location!r}")
@@ -1543,7 +1544,7 @@ class Watchdog:
     def _ran_twice(
         job: WatchedJob, t: datetime, run_id: str, stored: StoredRun | None, tick: JobTick
     ) -> None:
-        """A finished run whose record shows a second execution (dedup.ran_twice): a
+        """A finished run whose record shows a second execution (dedup.watchdog.ran_twice): a
         problem of its own, judged once (when the run is judged finished)."""
         why = second_execution(stored)
         if why is not None and stored is not None:

@@ -1,7 +1,7 @@
 """`make upgrade-check FROM=1.0.0`: the steps a running deployment needs to reach this
 checkout's release, from CHANGELOG.md's "Upgrading" sections.
 
-    python -m infra.upgrade_check FROM [--changelog PATH]
+    python -m operator_tools upgrade-check FROM [--changelog PATH]
 
 FROM is the release the deployment runs (`pulumi stack output kitVersion --stack <stack>`),
 or `unversioned` for a checkout from before the first release. Printed: the "Upgrading"
@@ -197,7 +197,3 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
         err.write(f"upgrade-check: {exc}\n")
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

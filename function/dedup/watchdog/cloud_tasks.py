@@ -31,7 +31,9 @@ from typing import Any
 
 import requests
 
-from dedup.delivery import (
+from dedup.proxy.targets import api_base_setting
+from dedup.settings import SettingsError
+from dedup.watchdog.delivery import (
     ERROR,
     QUEUED,
     DeliveryResult,
@@ -39,8 +41,6 @@ from dedup.delivery import (
     brief_error,
     json_or_none,
 )
-from dedup.settings import SettingsError
-from dedup.targets import api_base_setting
 
 QUEUE_ENV = "DEDUP_WATCH_QUEUE"
 TASK_ACCOUNT_ENV = "DEDUP_WATCH_TASK_ACCOUNT"

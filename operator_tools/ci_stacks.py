@@ -1,4 +1,5 @@
-"""The team's stacks as the workflows deploy and preview them (`python -m infra.ci_stacks`).
+"""The team's stacks as the workflows deploy and preview them
+(`python -m operator_tools ci-stacks`).
 
 Prints `{"reviewed": [...], "unreviewed": [...]}`: every `Pulumi.<stack>.yaml` in the
 team's stack directory (Pulumi.yaml's `stackConfigDir`, `stacks/`; never the kit's example
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Final, TextIO
 
 from infra.config import ConfigError, load_config
-from infra.stack_files import (
+from operator_tools.stack_files import (
     STACK_FILE_DIR,
     StackFileError,
     display_path,
@@ -71,7 +72,7 @@ def github_output_lines(stacks: dict[str, list[str]]) -> str:
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
          err: TextIO = sys.stderr) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m infra.ci_stacks",
+        prog="python -m operator_tools ci-stacks",
         description="Print the team's stacks as JSON, by whether CI's pulumi up of each waits "
         "for a reviewer (reviewBeforeUp; unset: reviewed).",
     )
@@ -98,7 +99,3 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
             output.write(github_output_lines(stacks))
     print(json.dumps(stacks), file=out)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

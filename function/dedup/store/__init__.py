@@ -77,7 +77,7 @@ class RunRecord:
     # was still `in_progress`: each held the run and ended without recording an outcome
     # (its lease lapsed), so it may have executed the job (completed_unrecorded, claim_lost,
     # killed mid-job). Carried by every attempt after; records written before read ().
-    # The watchdog's `ran_twice` evidence (dedup.ran_twice).
+    # The watchdog's `ran_twice` evidence (dedup.watchdog.ran_twice).
     unfinished_attempts: tuple[int, ...] = ()
 
     @classmethod

@@ -1,7 +1,8 @@
 """`make rerun STACK=prod JOB=invoice-sync TIME=2026-11-30T09:15:00+01:00 REASON="..."`:
 ask for one run of a job to be executed once more.
 
-    python -m infra.rerun STACK --job NAME --time RFC3339 --reason TEXT [--requested-by WHO]
+    python -m operator_tools rerun STACK --job NAME --time RFC3339 --reason TEXT
+        [--requested-by WHO]
 
 TIME must be one of the job's scheduled times (its cron in its time zone, as the watchdog
 computes them) and not in the future. The run's records are read by ID (generation 0, the
@@ -48,23 +49,23 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-# The function's source root imports as `dedup` (as in infra/runs.py).
+# The function's source root imports as `dedup` (as in operator_tools/runs.py).
 _FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
 if _FUNCTION_DIR not in sys.path:
     sys.path.insert(0, _FUNCTION_DIR)
 
-from dedup.firestore_store import FirestoreRunStore  # noqa: E402
 from dedup.keys import RunKey  # noqa: E402
-from dedup.reruns import (  # noqa: E402
+from dedup.store import RecordExists, RunStatus, StoredRun, StoreError  # noqa: E402
+from dedup.store.firestore import FirestoreRunStore  # noqa: E402
+from dedup.watchdog import WatchedJob, verdict_due_at  # noqa: E402
+from dedup.watchdog.reruns import (  # noqa: E402
     DONE,
     PENDING,
     RerunRequest,
     retries_may_execute,
 )
-from dedup.store import RecordExists, RunStatus, StoredRun, StoreError  # noqa: E402
-from dedup.watchdog import WatchedJob, verdict_due_at  # noqa: E402
 from infra.config import StackConfig  # noqa: E402
-from infra.runs import (  # noqa: E402
+from operator_tools.runs import (  # noqa: E402
     RunsError,
     RunStores,
     first_line,
@@ -240,7 +241,7 @@ def plan_rerun(
         raise RerunRefused(
             f"{job.name} @ {when} has been re-run already: {'; '.join(already)}. Another "
             f"re-run executes it once more, as generation {generation}: if that is what "
-            "you want, ask again with CONFIRM=1 (python -m infra.rerun --again)"
+            "you want, ask again with CONFIRM=1 (python -m operator_tools rerun --again)"
         )
     return RerunPlan(generation, previous, tuple(already))
 
@@ -316,7 +317,7 @@ def tick_now(url: str, timeout_seconds: float = 300) -> str:
     watchdog) without one."""
     import requests
 
-    from dedup.delivery import fetch_id_token
+    from dedup.watchdog.delivery import fetch_id_token
 
     headers: dict[str, str] = {}
     if url.startswith("https://"):
@@ -374,7 +375,8 @@ def main(
     client_factory: Callable[..., Any] | None = None,
 ) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m infra.rerun", description="Ask for one run of a job to be executed "
+        prog="python -m operator_tools rerun",
+        description="Ask for one run of a job to be executed "
         "once more (the watchdog delivers it, exactly once).")
     parser.add_argument("stack", help="stack name (Pulumi.<stack>.yaml) or stack file path")
     parser.add_argument("--job", required=True, help="the job (jobs[].name)")
@@ -421,7 +423,3 @@ def main(
     if args.now:
         out.write(tick_now(args.now) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

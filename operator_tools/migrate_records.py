@@ -17,7 +17,7 @@ that was in progress, whose attempt (the same `attempt_id`) has finished in the 
 database since, is brought up to date. Running it again copies nothing twice. The old
 records are left to expire.
 
-    python -m infra.migrate_records STACK
+    python -m operator_tools migrate-proxy-records STACK
 
 Firestore is the emulator when FIRESTORE_EMULATOR_HOST is set, otherwise the stack's
 databases with Application Default Credentials (as `make runs`).
@@ -35,14 +35,14 @@ from typing import Any, Final, TextIO
 from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-# The function's source root imports as `dedup` (as in infra/runs.py).
+# The function's source root imports as `dedup` (as in operator_tools/runs.py).
 _FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
 if _FUNCTION_DIR not in sys.path:
     sys.path.insert(0, _FUNCTION_DIR)
 
-from dedup.firestore_store import FirestoreRunStore  # noqa: E402
 from dedup.store import RunStatus, StoreError  # noqa: E402
-from infra.runs import (  # noqa: E402
+from dedup.store.firestore import FirestoreRunStore  # noqa: E402
+from operator_tools.runs import (  # noqa: E402
     RunsError,
     open_store,
     stack_config,
@@ -132,7 +132,8 @@ def main(
     client_factory: Callable[..., Any] | None = None,
 ) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m infra.migrate_records", description="Copy the proxied jobs' run "
+        prog="python -m operator_tools migrate-proxy-records",
+        description="Copy the proxied jobs' run "
         "records from the dedup database into the proxy's own database (once, when "
         "upgrading a stack whose proxy shared the dedup database).")
     parser.add_argument("stack", help="stack name (Pulumi.<stack>.yaml) or stack file path")
@@ -164,7 +165,3 @@ def main(
         f"{len(done.kept)} already there (kept)\n"
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

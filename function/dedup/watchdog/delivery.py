@@ -30,7 +30,8 @@ TARGET_AUTH_ENV = "DEDUP_WATCH_TARGET_AUTH"
 EXECUTED = frozenset({"completed", "duplicate", "completed_unrecorded", "claim_lost",
                       "skipped"})
 IN_PROGRESS = "in_progress"
-# Handed to a queue that delivers it (dedup/cloud_tasks.py): the outcome is the run's record.
+# Handed to a queue that delivers it (dedup/watchdog/cloud_tasks.py): the outcome is the
+# run's record.
 QUEUED = "queued"
 ERROR = "error"
 
@@ -66,7 +67,7 @@ class RunDelivery:
     # queued task of a later one needs a name of its own (a used name is refused ~1 h).
     number: int = 0
     # X-Dedup-Deliver-Within: a queued delivery later than this after its task's ETA runs
-    # nothing (dedup/http.py): the watchdog reports the run once that bound is over.
+    # nothing (dedup/entry/http.py): the watchdog reports the run once that bound is over.
     deliver_within_seconds: float | None = None
 
     def request_headers(self) -> dict[str, str]:
@@ -110,7 +111,7 @@ class DeliveryResult:
 
 class DeliversRuns(Protocol):
     """The one seam for deliveries: a direct POST (HttpDeliverer: the demo, tests) or a
-    queue that POSTs with its own retries (dedup/cloud_tasks.py: what infra deploys)."""
+    queue that POSTs with its own retries (dedup/watchdog/cloud_tasks.py: what infra deploys)."""
 
     # True when `deliver` only hands the run over (answers QUEUED): what became of it is
     # read from the run's record at the next ticks, while the queue may still retry it.

@@ -4,14 +4,14 @@ The collection is in the watchdog's own database (DEDUP_WATCH_DATABASE, infra's
 `<databaseName>-watchdog`), which only the watchdog's account and the operators running
 `make rerun` may write: the dedup function's account, running the team's job code, holds
 nothing there. The watchdog still re-checks every request before it delivers it
-(dedup/watchdog.py), and a document it cannot read as a request is refused, not a 500.
+(dedup/watchdog/), and a document it cannot read as a request is refused, not a 500.
 
 A request asks for one more execution of one run: generation g of the run (g >= 1; 0
 when the run never ran at all: a late delivery of the run itself), whose own run_id
 (keys.RunKey.generation) is also the request's document ID, so two requests for the same
-generation cannot both be created (a conditional create). `make rerun` (infra/rerun.py)
+generation cannot both be created (a conditional create). `make rerun` (operator_tools/rerun.py)
 writes it `pending`; the watchdog delivers the pending requests at each tick (those a
-backfill released, by their backfill: dedup/backfills.py), counting each delivery on the
+backfill released, by their backfill: dedup/watchdog/backfills.py), counting each delivery on the
 request (`deliveries`, `delivered_at`, `last_error`), and marks it
 `done` once the function answered completed or duplicate (the dedup protocol makes however
 many deliveries execute that generation once), `failed` when the job ran and raised (not
@@ -22,7 +22,7 @@ grace). `make rerun` numbers a new request past every request of the run, whatev
 status. The original record, and those of earlier generations, are kept.
 A request carries `expire_at` (when asked + the stack's retention), which the TTL policy
 infra declares on this collection honours, as it does the run records'. One released by a
-backfill (dedup/backfills.py) names it in `backfill`.
+backfill (dedup/watchdog/backfills.py) names it in `backfill`.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from typing import Any, Protocol
 from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from dedup.firestore_store import FirestoreRunStore
 from dedup.keys import RunKey
 from dedup.store import RecordExists, RunStatus, StoredRun
+from dedup.store.firestore import FirestoreRunStore
 
 RERUNS_SUFFIX = "_reruns"
 PENDING, DONE, FAILED, REFUSED = "pending", "done", "failed", "refused"
@@ -108,7 +108,7 @@ class RerunRequest:
     # When Firestore's TTL policy on the requests' collection may delete it (infra sets
     # requested_at + the stack's retention: the records of the run are gone by then too).
     expire_at: datetime | None = None
-    # The backfill (dedup/backfills.py) that released it, if one did: a tick that meets
+    # The backfill (dedup/watchdog/backfills.py) that released it, if one did: a tick that meets
     # the request again (its own release, retried) adopts it instead of counting it twice.
     backfill: str | None = None
     # How often the watchdog delivered it (each delivery a Cloud Tasks task of its own:
@@ -260,7 +260,7 @@ class FirestoreRerunQueue:
 
     def pending(self, limit: int) -> list[RerunRequest | MalformedRequest]:
         """Up to `limit` pending documents that no backfill released (those are delivered
-        by their backfill, by ID: dedup/backfills.py), oldest asked first, each a request
+        by their backfill, by ID: dedup/watchdog/backfills.py), oldest asked first, each a request
         or, if it is none, why.
 
         Two queries: `status` pending with `backfill` null (two equalities, which Firestore

@@ -47,9 +47,7 @@ from google.auth import exceptions as auth_exceptions
 from dedup.job_logic import JobRegistry
 from dedup.keys import format_instant
 from dedup.protocol import Job, PermanentFailure, RunContext
-from dedup.settings import SettingsError, read_table
-from dedup.tables import PROXY_ROUTES_TABLE
-from dedup.targets import (
+from dedup.proxy.targets import (
     DownstreamClient,
     DownstreamError,
     SessionFactory,
@@ -58,7 +56,9 @@ from dedup.targets import (
     api_base_setting,
     parse_target,
 )
-from dedup.tokens import mint_token, token_secret_setting
+from dedup.proxy.tokens import mint_token, token_secret_setting
+from dedup.settings import SettingsError, read_table
+from dedup.tables import PROXY_ROUTES_TABLE
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 _JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")

@@ -1,0 +1,59 @@
+"""`python -m operator_tools <command> [args]`: the one entry point of the operator tools,
+which the make targets call (`make plan` is `python -m operator_tools plan`).
+
+Each command is a module's `main(argv) -> exit code`, imported only when it is run: `plan`
+and `policy-check` import the Pulumi program, `runs` the Firestore client, `schema` neither.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Final
+
+# command -> (module, function, what it does); the make target of the same name runs it.
+COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
+    "plan": ("operator_tools.plan", "main", "the offline plan of a stack (make plan)"),
+    "policy-check": ("policies.offline_check", "main",
+                     "the policy pack over the stacks, offline (make policy-check)"),
+    "demo": ("demo.cli", "command", "a stack's jobs replayed locally under faults (make demo)"),
+    "serve": ("demo.serve", "main", "a stack served locally until Ctrl-C (make serve)"),
+    "runs": ("operator_tools.runs", "main", "each job's last runs, from its records (make runs)"),
+    "rerun": ("operator_tools.rerun", "main", "ask for one run to execute again (make rerun)"),
+    "backfill": ("operator_tools.backfill", "main",
+                 "queue the runs of a range, or show or cancel a backfill (make backfill)"),
+    "migrate-proxy-records": ("operator_tools.migrate_records", "main",
+                              "copy proxied jobs' records into the proxy's database"),
+    "lock": ("operator_tools.lock", "main", "pin your jobs' dependencies (make lock)"),
+    "new-job": ("operator_tools.new_job", "main", "a job module and its test (make new-job)"),
+    "upgrade-check": ("operator_tools.upgrade_check", "main",
+                      "the upgrade steps from a release to this one (make upgrade-check)"),
+    "schema": ("operator_tools.schema", "main",
+               "regenerate the config block, reference and JSON Schema (make schema)"),
+    "ci-stacks": ("operator_tools.ci_stacks", "main", "the team's stacks, as CI deploys them"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {what}" for name, (_, _, what) in COMMANDS.items()]
+    return "usage: python -m operator_tools <command> [args]\n\ncommands:\n" + "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"python -m operator_tools: no command {name!r}\n{usage()}", file=sys.stderr)
+        return 2
+    module, function, _ = COMMANDS[name]
+    command: Callable[[list[str]], int] = getattr(importlib.import_module(module), function)
+    return command(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
