@@ -79,7 +79,7 @@ def test_a_start_up_that_imports_the_deleted_default_fails(tmp_path: Path) -> No
     """The function as it was (DEDUP_JOB imported whatever the routes): every job names its
     own logic, so only starting the function shows that it does not start."""
     source = forked_function(tmp_path, {"billing": BILLING})
-    app = source / "dedup" / "app.py"
+    app = source / "dedup" / "entry" / "app.py"
     app.write_text(app.read_text().replace(
         "scheduled_jobs(settings.default_job, settings.job_routes)",
         "JobRegistry(settings.default_job, settings.job_routes)",
@@ -118,7 +118,7 @@ def test_a_dev_only_import_in_one_functions_code_fails_that_function(tmp_path: P
     """Only the watchdog imports dedup/watchdog/ (main.py, at its start-up): the dedup
     function and the proxy start; the watchdog is named with the module and the fix."""
     source = forked_function(tmp_path, {"billing": BILLING})
-    watchdog = source / "dedup" / "watchdog.py"
+    watchdog = source / "dedup" / "watchdog" / "__init__.py"
     future = "from __future__ import annotations\n"
     watchdog.write_text(watchdog.read_text().replace(future, future + "\nimport yaml\n", 1))
     error = failure(prod_naming("jobs.billing:run"), source)
