@@ -1,0 +1,6 @@
+"""The operator tools: what a person runs from a shell against a stack (plan, policy check,
+runs, re-runs, backfills, locks, new jobs, upgrades), behind one entry point,
+`python -m operator_tools <command>` (__main__.py), which the make targets call. They
+import the Pulumi program (infra/) and the function code (dedup); nothing imports them
+but the demo, the Scheduler emulator (stack files), the policy pack's offline check, the
+bench and the tests (docs/layout.md)."""

@@ -1,15 +1,20 @@
 """Effectively-exactly-once execution of Cloud Scheduler runs: a run delivered more than
 once (retries, duplicate deliveries) runs its job once, and its duplicates get the result.
 
-keys.py      headers -> RunKey (the run_id), or a 400 reason
-protocol.py  claim / complete / release / renew, the lease heartbeat, RunContext
-store.py     the storage seam (RunStore); firestore_store.py implements it
-cache.py     per-instance memory of completed runs
-callers.py   who may call (DEDUP_ALLOWED_CALLERS): the Cloud-Run-verified token's email
-http.py      one delivery -> reply + one JSON log line
-app.py       wiring from DEDUP_* settings (settings.py); job_logic.py loads job logic
-logs.py      job code's `logging` output as JSON lines with its run's fields
-watchdog.py  the run watchdog (DEDUP_WATCH_*): missed / failed / overlong runs, by ID
+The protocol, at the top of the package (what job code and its tests import):
+keys.py        headers -> RunKey (the run_id), or a 400 reason
+protocol.py    claim / complete / release / renew, RunContext; heartbeat.py renews leases
+overlap.py     a job's runs that would overlap (forbid, wait, replace)
+business_runs  one run per scheduled local time (DST); cache.py, completed runs in memory
+job_logic.py   loads job logic (its job table, tables.py); logs.py, its JSON log lines
+settings.py    the DEDUP_* environment; version.py, the kit's one version
+idempotency.py the downstream guard (a downstream service's steps, once per run)
+
+One subpackage per other concern, each with a map of its own:
+store/     the storage seam (RunStore) and store/firestore.py, its one implementation
+entry/     the HTTP entry: a delivery parsed and answered, its caller, the wiring
+proxy/     the idempotent proxy: one start of a Google target per run, its tokens
+watchdog/  the run watchdog: missed / failed / overlong runs, catch-up, re-runs, backfills
 """
 
 from dedup.protocol import RunContext

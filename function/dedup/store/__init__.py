@@ -1,6 +1,6 @@
 """The storage seam: what the dedup protocol needs from a store, and nothing more.
 
-The protocol (protocol.py) speaks only to `RunStore`; firestore_store.py is the one
+The protocol (dedup/protocol.py) speaks only to `RunStore`; store/firestore.py is the one
 implementation. Every write is conditional, so the store's own clock and versions decide
 who holds a claim: `version` is the server time of a record's last write, `read_time`
 the server time of a read, and both come from the store, never from this instance.
