@@ -12,7 +12,7 @@ A fresh run costs 6 RPCs (BeginTransaction, BatchGetDocuments, Commit, twice). N
 renewal, no per-instance cache. Everything else is the kit's own, so that the two differ
 only in protocol: the same headers and key (dedup.keys), the same record fields
 (dedup.store.firestore's document mapping), the same job registry, the same HTTP layer,
-replies and log line (dedup.http.DedupHandler), the same settings and Firestore client.
+replies and log line (dedup.entry.http.DedupHandler), the same settings and Firestore client.
 Error outcomes map like the kit's: a failed claim is `store_unavailable` (500), a failed
 finish after the job ran is `completed_unrecorded` (200). As in the usual sample, only the
 reads carry DEDUP_STORE_TIMEOUT_SECONDS; BeginTransaction and Commit keep the client

@@ -51,7 +51,7 @@ if getattr(dedup.entry.http, "datetime", None) is not datetime:
         "dedup/entry/http.py no longer reads its clock as datetime.now(): update "
         "demo/served_function.py to give the function the replay's clock"
     )
-dedup.http.datetime = _ReplayClock  # type: ignore[attr-defined]
+dedup.entry.http.datetime = _ReplayClock  # type: ignore[attr-defined]
 
 
 def _on_replay_clock(

@@ -40,7 +40,7 @@ verdict is due (its retry window + the grace after it), so each missed run is ju
 caught up, within `catchUpWithinSeconds`. A run the `missed` fault struck (or Scheduler
 skipped) of such a job is then expected `caught_up`, and the ledger must show it executed
 exactly once. Then one completed run is re-run through `make rerun`'s code path
-(infra.rerun.request_rerun) and one more watchdog tick: its generation 1 must execute
+(operator_tools.rerun.request_rerun) and one more watchdog tick: its generation 1 must execute
 exactly once (the ledger, by the generation's run_id) and the run's original record stay.
 """
 

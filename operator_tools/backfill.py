@@ -19,7 +19,7 @@ the range may hold at most MAX_BACKFILL_RUNS of them. The mode picks which:
 `retentionSeconds`: a range reaching back further is refused (a run without a record there
 may have completed). `all` judges nothing and is not bounded so.
 
-Each chosen run then passes `make rerun`'s checks (infra.rerun.plan_rerun: none pending,
+Each chosen run then passes `make rerun`'s checks (operator_tools.rerun.plan_rerun: none pending,
 not in progress, not held by Scheduler's retry window, not re-run already unless CONFIRM=1)
 and gets the generation `make rerun` would give it; a run that fails a check is skipped,
 with why. `--dry-run` prints exactly the runs it would queue (and the skipped) and writes

@@ -1,7 +1,7 @@
 """Start-up parity: every function the program declares is started offline as Cloud Run would
 start it, so what `make plan` and `make policy-check` accept starts once deployed.
 
-`check_job_logic` (called by both, through `infra.offline.load_checked_stack`) runs the
+`check_job_logic` (called by both, through `operator_tools.offline.load_checked_stack`) runs the
 program under its mocks, and for each declared Cloud Run function takes:
 
 - the very source archive the program declared for it (its `buildConfig.source` object's

@@ -3,7 +3,7 @@
 For every `Pulumi.<stack>.yaml` in the team's stack directory, `stacks/` (while it has none,
 the kit's example stacks; or each `--stack` / `--stack-file`),
 validate its config and import its job logic as the deployed function would
-(`infra.offline.load_checked_stack`), run the kit's Pulumi program under mocks
+(`operator_tools.offline.load_checked_stack`), run the kit's Pulumi program under mocks
 (operator_tools/offline.py), hand each declared resource's
 camelCase inputs to the resource policies and the declared state of the whole stack to
 the stack policies (as `pulumi preview --policy-pack policies` does), print each
@@ -43,7 +43,7 @@ EXIT_ERROR = 2
 
 
 class Declared(Protocol):
-    """What infra.offline.DeclaredResource provides (inputs and the mocked state)."""
+    """What operator_tools.offline.DeclaredResource provides (inputs and the mocked state)."""
 
     @property
     def type(self) -> str: ...

@@ -1,6 +1,6 @@
 """The kit's version, declared here and nowhere else.
 
-The deployed functions name it in every log line (`kit_version`, dedup.http.emit_log_line),
+The deployed functions name it in every log line (`kit_version`, dedup.entry.http.emit_log_line),
 the Pulumi program in the stack outputs (`kitVersion`), and CHANGELOG.md's latest release
 carries it (tests/test_release.py checks all three). A plain constant: the function reads no
 package metadata to know it. Bump it with a release in CHANGELOG.md; this file is part of

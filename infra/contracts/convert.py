@@ -355,7 +355,8 @@ UNKNOWN_PROPERTY_RULE_TEXT: Final = (
 
 
 class Declared(Protocol):
-    """What a check reads of a declared resource (infra.offline.DeclaredResource has it)."""
+    """What a check reads of a declared resource (operator_tools/offline.py's DeclaredResource
+    has it)."""
 
     @property
     def type(self) -> str: ...

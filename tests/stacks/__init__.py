@@ -3,7 +3,7 @@
 The tests never read the team's stack files (stacks/, Pulumi.yaml's `stackConfigDir`): the
 team adds, edits or removes them freely, and `make plan` / `make policy-check` check them.
 The examples are the kit's files, which a team never needs to touch. Load one with
-`infra.offline.load_stack_config("dev", FIXTURE_STACKS_DIR)`; the project file
+`operator_tools.offline.load_stack_config("dev", FIXTURE_STACKS_DIR)`; the project file
 (`Pulumi.yaml`) stays the repository root's.
 """
 
