@@ -34,25 +34,14 @@ from local_stack.deliveries import (
 )
 from local_stack.steered_job import read_ledger
 from tests.function.helpers import running
+from tests.function.test_overlap import JOB, T1, T2, T3, headers, z
 from tests.infra.test_config import base_config, set_job, set_key
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
-JOB = "sync"
-T1 = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
-T2 = T1 + timedelta(minutes=1)
-T3 = T1 + timedelta(minutes=2)
 OLD = T1 - timedelta(days=1)
 DELIVERY = {"X-Dedup-Generation": "1", "X-Dedup-Deliver-Within": "600"}
 WATCHED = WatchedJob(JOB, "* * * * *", attempt_deadline_seconds=60, retry_window_seconds=60)
-
-
-def z(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def headers(t: datetime, overlap: str, **extra: str) -> dict[str, str]:
-    return {**scheduler_headers(JOB, z(t)), "X-Dedup-Overlap": overlap, **extra}
 
 
 def key(t: datetime, generation: int = 0) -> RunKey:
