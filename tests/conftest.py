@@ -1,4 +1,4 @@
-"""Session fixtures shared by every test folder.
+"""Fixtures shared by every test folder.
 
 Tests that touch Firestore run against the real emulator, started once per session on a
 free port. If it is missing the suite fails with how to install it: never a silent skip.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from google.cloud import firestore
@@ -45,3 +46,14 @@ def firestore_emulator() -> Iterator[FirestoreEmulator]:
 def collection_name() -> str:
     """Each test gets its own collection, so tests never see each other's records."""
     return f"runs_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The steered test job's ledger (TEST_LEDGER) for a function run in this process: each
+    execution appends a line. A served function's tests define their own `ledger`, a path
+    alone, and pass it through function_env: TEST_LEDGER set here would reach the served
+    process through os.environ and hide a function_env that lost it."""
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("TEST_LEDGER", str(path))
+    return path

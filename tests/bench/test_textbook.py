@@ -35,13 +35,6 @@ SCHEDULE_TIME = "2026-10-16T12:00:00Z"
 KEY = RunKey(PROJECT, LOCATION, "nightly-export", datetime(2026, 10, 16, 12, tzinfo=UTC))
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv("TEST_LEDGER", str(path))
-    return path
-
-
 @dataclass
 class Textbook:
     handler: DedupHandler

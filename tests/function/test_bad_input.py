@@ -60,10 +60,8 @@ MALFORMED: dict[str, tuple[dict[str, str], str]] = {
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_malformed_delivery_is_a_400_that_writes_nothing(
-    case: str, collection_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    case: str, collection_name: str, ledger: Path
 ) -> None:
-    ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv("TEST_LEDGER", str(ledger))
     headers, reason = MALFORMED[case]
     function = in_process_function(collection_name)
     status, body = function.deliver(headers, b'{"result": 1}')
@@ -87,10 +85,8 @@ def test_the_reason_quotes_a_huge_header_only_in_part(collection_name: str) -> N
 
 
 def test_missing_schedule_time_can_be_set_to_run_without_dedup(
-    collection_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    collection_name: str, ledger: Path
 ) -> None:
-    ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv("TEST_LEDGER", str(ledger))
     function = in_process_function(
         collection_name, missing_schedule_time=MissingScheduleTime.RUN)
     replies = [function.deliver(with_(time=None)) for _ in range(2)]

@@ -35,13 +35,6 @@ FIRST, SECOND = (datetime(2026, 10, 25, h, 30, tzinfo=UTC) for h in (0, 1))
 SPRING_CHANGE = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv("TEST_LEDGER", str(path))
-    return path
-
-
 def headers(at: datetime, schedule: str = "30 1 * * *", **choices: str) -> dict[str, str]:
     """What the kit's Scheduler job sends (infra.scheduled_job.job_headers)."""
     names = {"repeated": HEADER_DST_REPEATED, "skipped": HEADER_DST_SKIPPED,

@@ -33,13 +33,6 @@ JOB = "nightly-export"
 KNOWN_SCHEDULED_RUN_ID = "e00248cd737c46d5e7b22f2e8d4c22de329a416cd189936e7128eb87a17c03a0"
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv("TEST_LEDGER", str(path))
-    return path
-
-
 def document(collection: str, run_id: str) -> dict[str, Any] | None:
     snapshot: Any = firestore.Client(project=PROJECT).collection(collection).document(
         run_id).get()

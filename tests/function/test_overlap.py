@@ -8,7 +8,6 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,6 +36,7 @@ from local_stack.deliveries import (
     settings_for,
 )
 from local_stack.steered_job import read_ledger
+from tests.function import helpers
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -61,35 +61,10 @@ def run_id(t: datetime) -> str:
     return RunKey(PROJECT, LOCATION, JOB, t).run_id
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv("TEST_LEDGER", str(path))
-    return path
-
-
-@pytest.fixture
-def function(collection_name: str, ledger: Path) -> InProcessFunction:
-    return in_process_function(collection_name)
-
-
-@pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(max_workers=4) as executor:
-        yield executor
-
-
 def running(function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path, t: datetime,
             overlap: str, seconds: float) -> Future[tuple[int, Any]]:
     """Run `t` in the background and return once its job has started."""
-    before = len(read_ledger(str(ledger)))
-    body = json.dumps({"sleep": seconds}).encode()
-    future = pool.submit(function.deliver, headers(t, overlap), body)
-    deadline = time.monotonic() + 20
-    while len(read_ledger(str(ledger))) == before:
-        assert time.monotonic() < deadline and not future.done(), "the job never started"
-        time.sleep(0.02)
-    return future
+    return helpers.running(function, pool, ledger, headers(t, overlap), seconds)
 
 
 @pytest.mark.parametrize("value", ["Forbid", "skip", "", "allow,forbid"])

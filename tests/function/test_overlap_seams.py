@@ -10,8 +10,8 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,25 +33,15 @@ from local_stack.deliveries import (
     scheduler_headers,
 )
 from local_stack.steered_job import read_ledger
+from tests.function.helpers import running
+from tests.function.test_overlap import JOB, T1, T2, T3, headers, z
 from tests.infra.test_config import base_config, set_job, set_key
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
-JOB = "sync"
-T1 = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
-T2 = T1 + timedelta(minutes=1)
-T3 = T1 + timedelta(minutes=2)
 OLD = T1 - timedelta(days=1)
 DELIVERY = {"X-Dedup-Generation": "1", "X-Dedup-Deliver-Within": "600"}
 WATCHED = WatchedJob(JOB, "* * * * *", attempt_deadline_seconds=60, retry_window_seconds=60)
-
-
-def z(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def headers(t: datetime, overlap: str, **extra: str) -> dict[str, str]:
-    return {**scheduler_headers(JOB, z(t)), "X-Dedup-Overlap": overlap, **extra}
 
 
 def key(t: datetime, generation: int = 0) -> RunKey:
@@ -59,38 +49,8 @@ def key(t: datetime, generation: int = 0) -> RunKey:
 
 
 @pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv("TEST_LEDGER", str(path))
-    return path
-
-
-@pytest.fixture
-def function(collection_name: str, ledger: Path) -> InProcessFunction:
-    return in_process_function(collection_name)
-
-
-@pytest.fixture
 def store(function: InProcessFunction, collection_name: str) -> FirestoreRunStore:
     return FirestoreRunStore(function.client, collection_name, 5)
-
-
-@pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(max_workers=4) as executor:
-        yield executor
-
-
-def running(function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path,
-            sent: dict[str, str], seconds: float) -> Future[tuple[int, Any]]:
-    """Deliver `sent` in the background and return once its job has started."""
-    before = len(read_ledger(str(ledger)))
-    future = pool.submit(function.deliver, sent, json.dumps({"sleep": seconds}).encode())
-    deadline = time.monotonic() + 20
-    while len(read_ledger(str(ledger))) == before:
-        assert time.monotonic() < deadline and not future.done(), "the job never started"
-        time.sleep(0.02)
-    return future
 
 
 def until_200(function: InProcessFunction, sent: dict[str, str], within: float = 25

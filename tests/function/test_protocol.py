@@ -40,13 +40,6 @@ from local_stack.steered_job import read_ledger
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv("TEST_LEDGER", str(path))
-    return path
-
-
 def make_dedup(
     collection: str, lease: float = 60, heartbeat: float | None = None,
     wall_clock_skew: timedelta = timedelta(0),

@@ -18,13 +18,6 @@ ROUTED = "sched-dedup-dev-nightly-report"
 DELETED_DEFAULT = "jobs.deleted_example:run"
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv("TEST_LEDGER", str(path))
-    return path
-
-
 def executions(ledger: Path) -> list[str]:
     if not ledger.exists():
         return []

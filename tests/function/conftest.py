@@ -1,0 +1,25 @@
+"""Fixtures shared by the function's in-process tests (`ledger` and `collection_name` are
+in tests/conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from local_stack.deliveries import InProcessFunction, in_process_function
+
+
+@pytest.fixture
+def function(collection_name: str, ledger: Path) -> InProcessFunction:
+    """The dedup function in process, on the test's own collection, with the test job."""
+    return in_process_function(collection_name)
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    """Threads for deliveries a test runs in the background."""
+    with ThreadPoolExecutor(max_workers=4) as executor:
+        yield executor
