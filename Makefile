@@ -169,7 +169,7 @@ bench: $(VENV)/stamp ## The dedup benchmark (BENCH_ARGS=)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 # Pulumi.yaml's config block, README's configuration reference and schema/stack.schema.json,
-# regenerated from the config models in infra/config.py (tests/infra/test_schema.py checks).
+# regenerated from the config models in infra/config/ (tests/infra/test_schema.py checks).
 schema: $(VENV)/stamp ## Regenerate Pulumi.yaml's config block, the config docs and the schema
 	$(BIN)/python -m operator_tools schema
 

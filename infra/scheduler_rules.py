@@ -1,6 +1,6 @@
 """Cloud Scheduler's documented rules, as pure functions.
 
-One implementation shared by the stack-config validation (infra/config.py), the policy
+One implementation shared by the stack-config validation (infra/config/), the policy
 pack (policies/) and the local Scheduler emulator, so the three never disagree about what
 Scheduler accepts, how it retries, or which DST changes a schedule runs into (`dst_hazards`).
 No Pulumi imports here: this module must load in the policy pack's and the emulator's

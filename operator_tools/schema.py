@@ -1,4 +1,4 @@
-"""What follows from the config models (infra/config.py), generated and checked in: the
+"""What follows from the config models (infra/config/), generated and checked in: the
 `config:` block of `Pulumi.yaml` and docs/configuration.md's reference (each between its
 `config-reference` markers), and `schema/stack.schema.json`, the JSON Schema of
 `Pulumi.<stack>.yaml` files that editors use through the files' `yaml-language-server` comment.

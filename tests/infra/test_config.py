@@ -725,7 +725,7 @@ def test_a_deploy_rule_refuses_what_its_policy_would_block(
     assert declared == []
 
     with monkeypatch.context() as patch:
-        patch.setattr("infra.config.DEPLOY_RULES", ())
+        patch.setattr("infra.config.stack.DEPLOY_RULES", ())
         run = run_offline(broken, stack="test", build_dir=tmp_path / "unruled")
     blocked = mandatory(offline_check.check_declared(run.resources))
     assert [v.policy for v in blocked] == [policy]

@@ -1,4 +1,4 @@
-"""The config models (infra/config.py) beyond the invalid-config table: odd shapes of values
+"""The config models (infra/config/) beyond the invalid-config table: odd shapes of values
 are reported as problems naming the key, never raised as anything else."""
 
 from __future__ import annotations

@@ -553,8 +553,8 @@ def test_production_stack_without_alert_emails_fails_the_policy_check(
 ) -> None:
     raw = copy.deepcopy(load_stack_config("prod", FIXTURE_STACKS_DIR))
     del raw["scheduler-dedup:alerts"]
-    # The program's config refuses it first (infra.config.DEPLOY_RULES): here, the pack's own.
-    monkeypatch.setattr("infra.config.DEPLOY_RULES", ())
+    # The program's config refuses it first (infra.config.stack.DEPLOY_RULES): here, the pack's own.
+    monkeypatch.setattr("infra.config.stack.DEPLOY_RULES", ())
     run = run_offline(raw, stack="prod", build_dir=tmp_path)
     found = offline_check.check_declared(run.resources)
     assert [(v.policy, v.enforcement.value) for v in found] == [

@@ -35,7 +35,7 @@ def stack_file(stack: str = "prod") -> Stack:
 
 def test_generated_files_are_current() -> None:
     stale = sorted(str(path.relative_to(REPO_ROOT)) for path in schema.stale())
-    assert stale == [], f"{', '.join(stale)} drifted from infra/config.py: run `make schema`"
+    assert stale == [], f"{', '.join(stale)} drifted from infra/config/: run `make schema`"
 
 
 def test_the_schema_is_a_valid_json_schema() -> None:

@@ -1,6 +1,6 @@
 """The offline check end to end: the kit's stacks pass, broken stacks and programs fail.
 
-Config validation (infra/config.py) rejects some mistakes before any resource exists;
+Config validation (infra/config/) rejects some mistakes before any resource exists;
 the offline check reports those as "not checkable" (exit 2). Mistakes config cannot see
 are made in the program: either the dev stack's declared resources with one property
 changed (as if the program had been edited), or an alternative program run under the

@@ -81,7 +81,7 @@ _SUBSTITUTION = re.compile(r"_[A-Z0-9_]{1,99}")
 _TOPIC = re.compile(rf"projects/({_PROJECT})/topics/([A-Za-z][A-Za-z0-9._~+%-]{{2,254}})")
 # What the proxy itself puts beside the token in the downstream's input: a token name
 # among them would overwrite (or be overwritten by) it, and every run would then carry the
-# same token. infra/config.py keeps the same table (tests/infra/test_proxy.py compares).
+# same token. infra/config/jobs.py keeps the same table (tests/infra/test_proxy.py compares).
 RESERVED_TOKEN_NAMES: dict[TargetKind, frozenset[str]] = {
     TargetKind.WORKFLOW: frozenset({"job", "schedule_time", "payload"}),
     TargetKind.RUN_JOB: frozenset({"DEDUP_SCHEDULE_TIME"}),
