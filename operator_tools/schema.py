@@ -119,9 +119,9 @@ def pulumi_config_block() -> str:
     followers = [f"{k} (unset: {hint(i).default})" for k, i in stack_fields().items()
                  if hint(i).default]
     header = textwrap.fill(
-        "Generated from infra/config.py by `make schema`: edit the models there, not this "
+        "Generated from infra/config/ by `make schema`: edit the models there, not this "
         f"block. The kit's settings with a fixed default (stack files set them as {PROJECT_NAME}:"
-        "<key>); infra/config.py validates every key, and their relations, before any resource "
+        "<key>); infra/config/ validates every key, and their relations, before any resource "
         "is declared. Not declared here, as a declared key without a default is required: "
         f"{', '.join(followers)}; jobs (required), a list of objects, which a project config "
         "schema cannot type; gcp:project and gcp:region (required). Every key, the jobs' too: "
@@ -163,7 +163,7 @@ def stack_schema() -> dict[str, Any]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"Pulumi.<stack>.yaml of the {PROJECT_NAME} project",
-        "description": "Generated from infra/config.py by `make schema`; do not edit.",
+        "description": "Generated from infra/config/ by `make schema`; do not edit.",
         "type": "object",
         "properties": {"config": _without_titles(config)},
         "required": ["config"],
