@@ -41,14 +41,10 @@ from dedup.keys import RunKey
 from dedup.settings import Settings
 from dedup.store import RunRecord, RunStatus
 from dedup.store.firestore import FirestoreRunStore, record_to_document
-from dedup.watchdog import (
-    CURSOR_SUFFIX,
-    Cursor,
-    FirestoreWatchStore,
-    Watchdog,
-    WatchedJob,
-    WatchSettings,
-)
+from dedup.watchdog.cursors import Cursor, FirestoreWatchStore
+from dedup.watchdog.due import WatchedJob
+from dedup.watchdog.settings import CURSOR_SUFFIX, WatchSettings
+from dedup.watchdog.tick import Watchdog
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 BASE_STACK: Final = REPO_ROOT / "examples" / "stacks" / "Pulumi.dev.yaml"

@@ -26,7 +26,6 @@ from google.cloud import firestore
 from dedup.keys import RunKey
 from dedup.settings import Settings
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog import FirestoreWatchStore, Watchdog, WatchedJob, WatchSettings, rfc3339
 from dedup.watchdog.backfills import (
     FINISHED,
     BackfillPacer,
@@ -34,7 +33,11 @@ from dedup.watchdog.backfills import (
     FirestoreBackfills,
     backfills_collection,
 )
+from dedup.watchdog.cursors import FirestoreWatchStore
+from dedup.watchdog.due import WatchedJob, rfc3339
 from dedup.watchdog.reruns import FirestoreRerunQueue, reruns_collection
+from dedup.watchdog.settings import WatchSettings
+from dedup.watchdog.tick import Watchdog
 from demo.ledger import commits_by_run_id
 from demo.watch import (
     ReplayDeliverer,

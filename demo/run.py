@@ -1147,7 +1147,7 @@ def kept_at(stack_file: Path, firestore_host: str) -> dict[str, datetime]:
     reads its replayed runs at: the verdict of its latest recorded run due (its retry
     window + the watchdog's grace after it), as the demo's watchdog judges each job at the
     end of its own window; a later run, never replayed, is not judged yet."""
-    from dedup.watchdog import verdict_due_at
+    from dedup.watchdog.due import verdict_due_at
     from operator_tools.runs import open_store, stack_config, watched_jobs  # the Pulumi program
 
     cfg = stack_config(str(stack_file))

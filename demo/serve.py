@@ -8,7 +8,7 @@ function (demo/run.py's LocalFunction, the demo's ledger job running each job's 
 for proxied jobs, the proxy against local fake Google APIs (LocalProxy), fires the
 stack's jobs in real time with the Scheduler emulator, and runs the stack's watchdog in
 this process on its schedule (`watchdog.schedule`, or every --every seconds): the
-deployed watchdog's code (dedup.watchdog), its job table from the stack's declarations
+deployed watchdog's code (dedup.watchdog.tick), its job table from the stack's declarations
 (infra.watchdog.watch_jobs, as `make plan` deploys it), its cursors and re-run requests in
 its own database (`<databaseName>-watchdog`), delivering catch-ups and re-runs to the
 served function with its own account's token, as deployed. Everything runs on the real
@@ -52,23 +52,18 @@ from google.cloud import firestore
 
 from dedup.settings import Settings
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog import (
-    CURSOR_SUFFIX,
-    FirestoreWatchStore,
-    TickResult,
-    Watchdog,
-    WatchedJob,
-    WatchSettings,
-    rfc3339,
-)
 from dedup.watchdog.backfills import (
     BackfillPacer,
     BackfillSettings,
     FirestoreBackfills,
     backfills_collection,
 )
+from dedup.watchdog.cursors import FirestoreWatchStore
 from dedup.watchdog.delivery import TargetAuth
+from dedup.watchdog.due import WatchedJob, rfc3339
 from dedup.watchdog.reruns import FirestoreRerunQueue, reruns_collection
+from dedup.watchdog.settings import CURSOR_SUFFIX, WatchSettings
+from dedup.watchdog.tick import TickResult, Watchdog
 from demo.run import LocalFunction, LocalProxy, function_env
 from demo.store_faults import store_timing
 from demo.watch import ReplayDeliverer, _emulator_env, delivering_config

@@ -1,6 +1,6 @@
 """After the replay: the run watchdog over the simulated window, checked against the faults.
 
-The demo runs the watchdog's own code (dedup.watchdog.Watchdog, one tick) in-process
+The demo runs the watchdog's own code (dedup.watchdog.tick.Watchdog, one tick) in-process
 against the demo's store: the Firestore emulator directly, not through the fault proxy.
 Its jobs are the replayed jobs under their deployed IDs (`<namePrefix>-<name>`, the ID the
 function receives and keys its records by), its project and location the function's.
@@ -61,24 +61,15 @@ from dedup.keys import RunKey
 from dedup.settings import Settings
 from dedup.store import RunStatus
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog import (
-    CAUGHT_UP,
-    DEFAULT_GRACE_SECONDS,
-    FAILED,
-    MISSED,
-    OVERLONG,
-    Delivered,
-    FirestoreWatchStore,
-    Problem,
-    TickResult,
-    Watchdog,
-    WatchedJob,
-    WatchSettings,
-    rfc3339,
-)
+from dedup.watchdog.cursors import FirestoreWatchStore
+from dedup.watchdog.deliveries import CAUGHT_UP, Delivered
 from dedup.watchdog.delivery import DeliveryResult, HttpDeliverer, RunDelivery, TargetAuth
+from dedup.watchdog.due import WatchedJob, rfc3339
 from dedup.watchdog.ran_twice import RAN_TWICE
 from dedup.watchdog.reruns import FirestoreRerunQueue, RerunQueue, reruns_collection
+from dedup.watchdog.settings import DEFAULT_GRACE_SECONDS, WatchSettings
+from dedup.watchdog.tick import TickResult, Watchdog
+from dedup.watchdog.verdicts import FAILED, MISSED, OVERLONG, Problem
 from demo.ledger import commits_by_run_id
 from example_jobs.flaky import fail_every, fails
 from infra.config import JobSettings, StackConfig, with_stack_defaults

@@ -5,7 +5,7 @@
 - proxy_scheduled_job: starts a Workflows / Cloud Run job / Cloud Build execution once
   per run, with a token of the run (its dedup key and an HMAC: dedup/proxy/tokens.py) as
   idempotency token (DEDUP_PROXY_*, DEDUP_TOKEN_SECRET).
-- watch_scheduled_runs: the run watchdog (dedup/watchdog/): reports missed, failed and
+- watch_scheduled_runs: the run watchdog (dedup/watchdog/tick.py): reports missed, failed and
   overlong runs of the jobs in its job table; reads run records, writes only its own
   cursor documents (`<DEDUP_COLLECTION>_watchdog`) and re-run requests' status; when given
   DEDUP_WATCH_TARGET_URL, delivers catch-up runs and re-runs (dedup/watchdog/delivery.py). A tick
@@ -46,7 +46,7 @@ class _Handler(Protocol):
 
 def _build_watchdog() -> _Handler:
     # Imported here: croniter is loaded only by the watchdog's instances (cold start).
-    from dedup.watchdog import build_watchdog_handler_from_env
+    from dedup.watchdog.tick import build_watchdog_handler_from_env
 
     return build_watchdog_handler_from_env()
 

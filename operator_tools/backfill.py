@@ -49,7 +49,6 @@ if _FUNCTION_DIR not in sys.path:
 
 from dedup.keys import RunKey  # noqa: E402
 from dedup.store import RecordChanged, RecordExists, RunStatus, StoredRun, StoreError  # noqa: E402
-from dedup.watchdog import WatchedJob, verdict_due_at  # noqa: E402
 from dedup.watchdog.backfills import (  # noqa: E402
     ACTIVE,
     ALL,
@@ -69,6 +68,7 @@ from dedup.watchdog.backfills import (  # noqa: E402
     backfill_id,
     backfills_collection,
 )
+from dedup.watchdog.due import WatchedJob, verdict_due_at  # noqa: E402
 from dedup.watchdog.reruns import RerunRequest  # noqa: E402
 from infra.config import StackConfig  # noqa: E402
 from operator_tools.rerun import (  # noqa: E402

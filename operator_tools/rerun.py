@@ -57,7 +57,7 @@ if _FUNCTION_DIR not in sys.path:
 from dedup.keys import RunKey  # noqa: E402
 from dedup.store import RecordExists, RunStatus, StoredRun, StoreError  # noqa: E402
 from dedup.store.firestore import FirestoreRunStore  # noqa: E402
-from dedup.watchdog import WatchedJob, verdict_due_at  # noqa: E402
+from dedup.watchdog.due import WatchedJob, verdict_due_at  # noqa: E402
 from dedup.watchdog.reruns import (  # noqa: E402
     DONE,
     PENDING,

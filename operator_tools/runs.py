@@ -8,7 +8,7 @@ the watchdog computes them; their records are read by ID in one batch per job (n
 no index) from the stack's dedup database (the watchdog's cursors and the re-run requests
 from the watchdog's own database, `<databaseName>-watchdog`), and each run gets the
 watchdog's own verdict
-(`dedup.watchdog.classify_run`): ok, not_due, running, missed, failed, overlong (ok or
+(`dedup.watchdog.verdicts.classify_run`): ok, not_due, running, missed, failed, overlong (ok or
 failed with `+ran_twice` when the record shows a second execution, dedup.watchdog.ran_twice), or
 before_first_run (the job's first recorded run, from the watchdog's cursor or else the
 earliest record shown, is later: the watchdog does not judge it); never_ran when neither
@@ -44,19 +44,18 @@ from dedup.keys import RunKey  # noqa: E402
 from dedup.settings import SettingsError  # noqa: E402
 from dedup.store import RunStatus, StoredRun, StoreError  # noqa: E402
 from dedup.store.firestore import FirestoreRunStore  # noqa: E402
-from dedup.watchdog import (  # noqa: E402
+from dedup.watchdog.due import WatchedJob  # noqa: E402
+from dedup.watchdog.ran_twice import RAN_TWICE, second_execution  # noqa: E402
+from dedup.watchdog.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection  # noqa: E402
+from dedup.watchdog.settings import CURSOR_SUFFIX, parse_watch_jobs  # noqa: E402
+from dedup.watchdog.verdicts import (  # noqa: E402
     BEFORE_FIRST_RUN,
-    CURSOR_SUFFIX,
     FAILED,
     FINE,
     NEVER_RAN,
-    WatchedJob,
     classify_run,
-    parse_watch_jobs,
     running_seconds,
 )
-from dedup.watchdog.ran_twice import RAN_TWICE, second_execution  # noqa: E402
-from dedup.watchdog.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection  # noqa: E402
 from infra.config import ConfigError, StackConfig, load_config  # noqa: E402
 from infra.watchdog import watch_jobs  # noqa: E402
 from operator_tools.offline import load_stack_config, stack_names  # noqa: E402

@@ -33,7 +33,7 @@ HIERARCHY_IAM_MODULES: Final = frozenset({"projects", "folder", "organizations"}
 DEDUP_ENTRY_POINT: Final = "handle_scheduled_job"
 PROXY_ENTRY_POINT: Final = "proxy_scheduled_job"
 WATCHDOG_ENTRY_POINT: Final = "watch_scheduled_runs"
-# The watchdog's settings (DEDUP_WATCH_LOOKBACK_SECONDS, ...: function/dedup/watchdog/).
+# The watchdog's settings (DEDUP_WATCH_LOOKBACK_SECONDS, ...: function/dedup/watchdog/settings.py).
 WATCH_SETTINGS_PREFIX: Final = "DEDUP_WATCH_"
 FIRESTORE_DATABASE: Final = "gcp:firestore/database:Database"
 ALERT_POLICY: Final = "gcp:monitoring/alertPolicy:AlertPolicy"

@@ -44,13 +44,13 @@ from policies.proxy import (
 from policies.values import MISSING, as_mapping, get, known_str
 
 # Set when the watchdog delivers runs (function/dedup/watchdog/delivery.py): to the dedup function,
-# and to the proxy (its proxied jobs', function/dedup/watchdog/).
+# and to the proxy (its proxied jobs', function/dedup/watchdog/settings.py).
 TARGET_URL_ENV = "DEDUP_WATCH_TARGET_URL"
 PROXY_URL_ENV = "DEDUP_WATCH_PROXY_URL"
 # Its deliveries' Cloud Tasks queue and the account whose OIDC token the tasks carry
 # (function/dedup/watchdog/cloud_tasks.py).
 QUEUE_ENV = "DEDUP_WATCH_QUEUE"
-# Its own database: its cursors and the re-run queue (function/dedup/watchdog/).
+# Its own database: its cursors and the re-run queue (function/dedup/watchdog/settings.py).
 WATCH_DATABASE_ENV = "DEDUP_WATCH_DATABASE"
 TASKS_ENQUEUER: Final = "roles/cloudtasks.enqueuer"
 SA_USER: Final = "roles/iam.serviceAccountUser"

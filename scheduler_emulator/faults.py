@@ -19,7 +19,7 @@ Faults the emulator itself applies (they need nothing from the target):
   first backoff wait, as a "Run now" pressed at any moment would (per run).
 - manual-bare: a forced run that carries no X-CloudScheduler-ScheduleTime header at all.
 - missed: Scheduler never delivers the scheduled run at all: no attempt, no retry (per
-  run). Nothing dedup can do; the run watchdog (function/dedup/watchdog/) reports it.
+  run). Nothing dedup can do; the run watchdog (function/dedup/watchdog/verdicts.py) reports it.
 
 Faults the target applies when asked through the `X-Emulator-Fault` request header (the
 demo's job honours it; the kit's function knows nothing about it):

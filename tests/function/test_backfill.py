@@ -26,13 +26,12 @@ from typing import Any
 import pytest
 from google.cloud import firestore
 
-from dedup import watchdog as watchdog_module
 from dedup.cache import CompletedRunCache
 from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator
 from dedup.settings import Settings
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog import FirestoreWatchStore, Watchdog, WatchdogHandler, WatchedJob, WatchSettings
+from dedup.watchdog import deliveries as watchdog_deliveries
 from dedup.watchdog.backfills import (
     FINISHED,
     Backfill,
@@ -41,6 +40,7 @@ from dedup.watchdog.backfills import (
     FirestoreBackfills,
     backfills_collection,
 )
+from dedup.watchdog.cursors import FirestoreWatchStore
 from dedup.watchdog.delivery import (
     DeliversRuns,
     DeliveryResult,
@@ -48,7 +48,10 @@ from dedup.watchdog.delivery import (
     RunDelivery,
     TargetAuth,
 )
+from dedup.watchdog.due import WatchedJob
 from dedup.watchdog.reruns import DONE, FirestoreRerunQueue, reruns_collection
+from dedup.watchdog.settings import WatchSettings
+from dedup.watchdog.tick import Watchdog, WatchdogHandler
 from infra.config import StackConfig, load_config
 from local_stack import FirestoreEmulator, FunctionServer
 from local_stack.deliveries import LOCATION, PROJECT, function_env
@@ -281,7 +284,7 @@ def test_ten_thousand_runs_execute_once_per_generation_under_store_faults_and_ki
     served: Served, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # As wide as the served function (2 workers x 16 threads): the volume, not the rate.
-    monkeypatch.setattr(watchdog_module, "MAX_PARALLEL_DELIVERIES", 32)
+    monkeypatch.setattr(watchdog_deliveries, "MAX_PARALLEL_DELIVERIES", 32)
     name, job_id = new_job()
     now, times = minutes_back(BIG)
     # Before and after an outage (the middle 30% of the range), every run completed.

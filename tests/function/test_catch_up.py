@@ -30,14 +30,8 @@ from dedup.keys import RunKey
 from dedup.protocol import Claim, Deduplicator
 from dedup.settings import Settings, SettingsError
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog import (
-    CAUGHT_UP,
-    FirestoreWatchStore,
-    Watchdog,
-    WatchdogHandler,
-    WatchedJob,
-    WatchSettings,
-)
+from dedup.watchdog.cursors import FirestoreWatchStore
+from dedup.watchdog.deliveries import CAUGHT_UP
 from dedup.watchdog.delivery import (
     DeliversRuns,
     DeliveryResult,
@@ -45,7 +39,10 @@ from dedup.watchdog.delivery import (
     RunDelivery,
     TargetAuth,
 )
+from dedup.watchdog.due import WatchedJob
 from dedup.watchdog.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection
+from dedup.watchdog.settings import WatchSettings
+from dedup.watchdog.tick import Watchdog, WatchdogHandler
 from local_stack import FunctionServer, free_port
 from local_stack.deliveries import (
     INVOKER,

@@ -29,14 +29,10 @@ from google.cloud import tasks_v2
 
 from dedup.settings import SettingsError
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog import (
-    CAUGHT_UP,
-    QUEUE_MAX_ATTEMPTS,
-    QUEUE_MAX_BACKOFF_SECONDS,
-    RERUN_DELIVERY_WINDOW_SECONDS,
-)
 from dedup.watchdog.cloud_tasks import CloudTasksDeliverer, TaskQueue, task_of
+from dedup.watchdog.deliveries import CAUGHT_UP, QUEUE_MAX_ATTEMPTS, QUEUE_MAX_BACKOFF_SECONDS
 from dedup.watchdog.delivery import QUEUED, RunDelivery
+from dedup.watchdog.rerun_deliveries import RERUN_DELIVERY_WINDOW_SECONDS
 from dedup.watchdog.reruns import DONE, FirestoreRerunQueue, RerunRequest, reruns_collection
 from local_stack import FunctionServer, free_port
 from local_stack.deliveries import INVOKER, LOCATION, PROJECT, bearer, function_env

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dedup.keys import RunKey, format_instant
-from dedup.watchdog import WatchedJob
+from dedup.watchdog.due import WatchedJob
 from infra.scheduled_job import (
     HEADER_DST_REPEATED,
     HEADER_DST_SKIPPED,

@@ -20,14 +20,8 @@ from dedup.protocol import Claim, Deduplicator, Outcome, RunContext
 from dedup.settings import SettingsError
 from dedup.store import StoredRun, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog import (
-    Cursor,
-    CursorMoved,
-    WatchedJob,
-    WatchStore,
-    build_watchdog_handler,
-    parse_watch_jobs,
-)
+from dedup.watchdog.cursors import Cursor, CursorMoved, WatchStore
+from dedup.watchdog.due import WatchedJob
 from dedup.watchdog.incidents import (
     FAILING,
     OPENED,
@@ -39,6 +33,8 @@ from dedup.watchdog.incidents import (
     advance,
     incident_id,
 )
+from dedup.watchdog.settings import parse_watch_jobs
+from dedup.watchdog.tick import build_watchdog_handler
 from local_stack.deliveries import LOCATION, PROJECT
 from local_stack.processes import FirestoreEmulator
 from local_stack.store_faults import StoreFaultProxy

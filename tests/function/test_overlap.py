@@ -20,13 +20,10 @@ from dedup.keys import RunKey
 from dedup.overlap import latest_run_id
 from dedup.store import RunStatus
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog import (
-    SKIPPED,
-    WatchedJob,
-    WatchSettings,
-    build_watchdog_handler,
-    classify_run,
-)
+from dedup.watchdog.due import WatchedJob
+from dedup.watchdog.settings import WatchSettings
+from dedup.watchdog.tick import build_watchdog_handler
+from dedup.watchdog.verdicts import SKIPPED, classify_run
 from local_stack.deliveries import (
     LOCATION,
     PROJECT,

@@ -23,7 +23,8 @@ from dedup.keys import RunKey
 from dedup.overlap import Answer, Clear, FirestoreLatestRunStore, LatestRun, OverlapGate
 from dedup.store import RunRecord, RunStatus, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog import FAILED, FINE, MISSED, WatchedJob, classify_run
+from dedup.watchdog.due import WatchedJob
+from dedup.watchdog.verdicts import FAILED, FINE, MISSED, classify_run
 from infra.config import ConfigError, load_config
 from local_stack.deliveries import (
     LOCATION,

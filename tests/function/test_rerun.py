@@ -23,7 +23,7 @@ from dedup.keys import RunKey
 from dedup.protocol import Deduplicator, Outcome, PermanentFailure, RunContext
 from dedup.store import RecordExists, RunStatus
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog import WatchedJob
+from dedup.watchdog.due import WatchedJob
 from dedup.watchdog.reruns import (
     DONE,
     FAILED,

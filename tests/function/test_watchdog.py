@@ -20,16 +20,10 @@ from dedup.settings import Settings, SettingsError
 from dedup.store import RunRecord, RunStatus, StoredRun, StoreUnavailable
 from dedup.store.firestore import GET_MANY_BATCH, FirestoreRunStore, record_to_document
 from dedup.tables import SOURCE_ROOT, TABLES_DIR
-from dedup.watchdog import (
-    PROXY_URL_ENV,
-    Cursor,
-    FirestoreWatchStore,
-    Watchdog,
-    WatchdogHandler,
-    WatchedJob,
-    WatchSettings,
-    build_watchdog_handler,
-)
+from dedup.watchdog.cursors import Cursor, FirestoreWatchStore
+from dedup.watchdog.due import WatchedJob
+from dedup.watchdog.settings import PROXY_URL_ENV, WatchSettings
+from dedup.watchdog.tick import Watchdog, WatchdogHandler, build_watchdog_handler
 from local_stack.deliveries import LOCATION, PROJECT, bearer
 from local_stack.tables import write_job_tables
 

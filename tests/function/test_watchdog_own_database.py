@@ -25,14 +25,9 @@ from google.cloud import firestore
 from dedup.keys import RunKey
 from dedup.settings import Settings, SettingsError
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog import (
-    MALFORMED,
-    Cursor,
-    WatchedJob,
-    WatchSettings,
-    build_watchdog_handler,
-)
+from dedup.watchdog.cursors import Cursor
 from dedup.watchdog.delivery import TargetAuth
+from dedup.watchdog.due import WatchedJob
 from dedup.watchdog.reruns import (
     DONE,
     PENDING,
@@ -42,6 +37,9 @@ from dedup.watchdog.reruns import (
     RerunRequest,
     reruns_collection,
 )
+from dedup.watchdog.settings import WatchSettings
+from dedup.watchdog.tick import build_watchdog_handler
+from dedup.watchdog.verdicts import MALFORMED
 from local_stack.deliveries import LOCATION, PROJECT
 from tests.function.test_catch_up import Served, minutely, recent_minutes, z
 

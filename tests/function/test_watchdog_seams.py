@@ -17,17 +17,12 @@ from dedup.keys import RunKey
 from dedup.settings import Settings
 from dedup.store import RunRecord, RunStatus
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog import (
-    MAX_RERUNS_PER_TICK,
-    FirestoreWatchStore,
-    TickResult,
-    Watchdog,
-    WatchedJob,
-    WatchSettings,
-)
+from dedup.watchdog.cursors import FirestoreWatchStore
 from dedup.watchdog.delivery import DeliveryResult, RunDelivery
+from dedup.watchdog.due import WatchedJob
 from dedup.watchdog.incidents import OPENED, RESOLVED
 from dedup.watchdog.ran_twice import RAN_TWICE
+from dedup.watchdog.rerun_deliveries import MAX_RERUNS_PER_TICK
 from dedup.watchdog.reruns import (
     DONE,
     PENDING,
@@ -35,6 +30,8 @@ from dedup.watchdog.reruns import (
     RerunRequest,
     reruns_collection,
 )
+from dedup.watchdog.settings import WatchSettings
+from dedup.watchdog.tick import TickResult, Watchdog
 from local_stack.deliveries import LOCATION, PROJECT
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")

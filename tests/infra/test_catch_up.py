@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from dedup.settings import Settings
-from dedup.watchdog import WatchSettings
+from dedup.watchdog.settings import WatchSettings
 from infra.config import ConfigError, load_config
 from infra.source import WATCH_JOBS_TABLE
 from local_stack.tables import job_tables_env

@@ -571,9 +571,9 @@ def test_the_watchdog_passes_the_policy_pack(stack: StackUnderTest) -> None:
 
 
 def test_the_watchdog_reads_the_settings_infra_gives_it(stack: StackUnderTest) -> None:
-    """The contract with function/dedup/watchdog/: its own parser accepts the
+    """The contract with function/dedup/watchdog/settings.py: its own parser accepts the
     environment as deployed, with the stack's jobs, lookback, grace and caller."""
-    from dedup.watchdog import WatchSettings
+    from dedup.watchdog.settings import WatchSettings
 
     assert stack.watchdog is not None
     cfg = stack.config

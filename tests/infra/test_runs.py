@@ -271,7 +271,7 @@ def test_a_run_taken_over_unfinished_is_shown_ran_twice() -> None:
     from datetime import timedelta
 
     from dedup.store import RunRecord, RunStatus, StoredRun
-    from dedup.watchdog import WatchedJob
+    from dedup.watchdog.due import WatchedJob
 
     job = WatchedJob("sched-dedup-runs-hourly", "7 * * * *", retry_window_seconds=600)
     t1, t2 = at(9, 7), at(10, 7)

@@ -88,7 +88,7 @@ def test_the_plan_shows_each_functions_table(big: StackUnderTest) -> None:
 
 
 def test_the_watchdog_reads_its_thousand_jobs_at_start_up(big: StackUnderTest) -> None:
-    from dedup.watchdog import WatchSettings
+    from dedup.watchdog.settings import WatchSettings
 
     assert big.watchdog is not None
     env = big.watchdog.props["serviceConfig"]["environmentVariables"]

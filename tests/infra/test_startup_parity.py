@@ -118,7 +118,7 @@ def test_a_dev_only_import_in_one_functions_code_fails_that_function(tmp_path: P
     """Only the watchdog imports dedup/watchdog/ (main.py, at its start-up): the dedup
     function and the proxy start; the watchdog is named with the module and the fix."""
     source = forked_function(tmp_path, {"billing": BILLING})
-    watchdog = source / "dedup" / "watchdog" / "__init__.py"
+    watchdog = source / "dedup" / "watchdog" / "tick.py"
     future = "from __future__ import annotations\n"
     watchdog.write_text(watchdog.read_text().replace(future, future + "\nimport yaml\n", 1))
     error = failure(prod_naming("jobs.billing:run"), source)

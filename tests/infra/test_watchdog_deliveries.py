@@ -9,7 +9,7 @@ from typing import Any
 
 from google.cloud import tasks_v2
 
-from dedup.watchdog import (
+from dedup.watchdog.deliveries import (
     QUEUE_MAX_ATTEMPTS,
     QUEUE_MAX_BACKOFF_SECONDS,
     QUEUE_MAX_DOUBLINGS,

@@ -21,7 +21,7 @@ from dedup.keys import RunKey
 from dedup.proxy.tokens import mint_token
 from dedup.store import RunStatus
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog import WatchedJob
+from dedup.watchdog.due import WatchedJob
 from dedup.watchdog.reruns import DONE as RERUN_DONE
 from dedup.watchdog.reruns import FAILED as RERUN_FAILED
 from dedup.watchdog.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection

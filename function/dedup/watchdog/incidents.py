@@ -202,7 +202,7 @@ def _rfc3339(instant: datetime | None) -> str | None:
     return None if instant is None else instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# Problem kinds (dedup.watchdog) that make a run bad for the `failing` streak; `never_ran`
+# Problem kinds (dedup.watchdog.verdicts) that make a run bad for the `failing` streak; `never_ran`
 # opens the incident at once (the job has no run to count).
 FAILING_PROBLEMS: Final = frozenset({"missed", "failed", "overlong"})
 OPENS_AT_ONCE: Final = frozenset({"never_ran"})

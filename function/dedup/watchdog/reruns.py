@@ -4,7 +4,8 @@ The collection is in the watchdog's own database (DEDUP_WATCH_DATABASE, infra's
 `<databaseName>-watchdog`), which only the watchdog's account and the operators running
 `make rerun` may write: the dedup function's account, running the team's job code, holds
 nothing there. The watchdog still re-checks every request before it delivers it
-(dedup/watchdog/), and a document it cannot read as a request is refused, not a 500.
+(dedup/watchdog/rerun_deliveries.py), and a document it cannot read as a request is refused,
+not a 500.
 
 A request asks for one more execution of one run: generation g of the run (g >= 1; 0
 when the run never ran at all: a late delivery of the run itself), whose own run_id
