@@ -38,18 +38,12 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
-# The function's source root imports as `dedup` (as in operator_tools/runs.py).
-_FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
-if _FUNCTION_DIR not in sys.path:
-    sys.path.insert(0, _FUNCTION_DIR)
-
-from dedup.keys import RunKey  # noqa: E402
-from dedup.store import RecordChanged, RecordExists, RunStatus, StoredRun, StoreError  # noqa: E402
-from dedup.watchdog.backfills import (  # noqa: E402
+from dedup.keys import RunKey
+from dedup.store import RecordChanged, RecordExists, RunStatus, StoredRun, StoreError
+from dedup.watchdog.backfills import (
     ACTIVE,
     ALL,
     CANCELLED,
@@ -68,10 +62,10 @@ from dedup.watchdog.backfills import (  # noqa: E402
     backfill_id,
     backfills_collection,
 )
-from dedup.watchdog.due import WatchedJob, verdict_due_at  # noqa: E402
-from dedup.watchdog.reruns import RerunRequest  # noqa: E402
-from infra.config import StackConfig  # noqa: E402
-from operator_tools.rerun import (  # noqa: E402
+from dedup.watchdog.due import WatchedJob, verdict_due_at
+from dedup.watchdog.reruns import RerunRequest
+from infra.config import StackConfig
+from operator_tools.rerun import (
     RerunRefused,
     _both,
     confirmed,
@@ -81,7 +75,7 @@ from operator_tools.rerun import (  # noqa: E402
     rerun_job,
     who_asks,
 )
-from operator_tools.runs import (  # noqa: E402
+from operator_tools.runs import (
     RunsError,
     RunStores,
     open_store,

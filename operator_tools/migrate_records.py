@@ -29,20 +29,14 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final, TextIO
 
 from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-# The function's source root imports as `dedup` (as in operator_tools/runs.py).
-_FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
-if _FUNCTION_DIR not in sys.path:
-    sys.path.insert(0, _FUNCTION_DIR)
-
-from dedup.store import RunStatus, StoreError  # noqa: E402
-from dedup.store.firestore import FirestoreRunStore  # noqa: E402
-from operator_tools.runs import (  # noqa: E402
+from dedup.store import RunStatus, StoreError
+from dedup.store.firestore import FirestoreRunStore
+from operator_tools.runs import (
     RunsError,
     open_store,
     stack_config,

@@ -43,29 +43,23 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-# The function's source root imports as `dedup` (as in operator_tools/runs.py).
-_FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
-if _FUNCTION_DIR not in sys.path:
-    sys.path.insert(0, _FUNCTION_DIR)
-
-from dedup.keys import RunKey  # noqa: E402
-from dedup.store import RecordExists, RunStatus, StoredRun, StoreError  # noqa: E402
-from dedup.store.firestore import FirestoreRunStore  # noqa: E402
-from dedup.watchdog.due import WatchedJob, verdict_due_at  # noqa: E402
-from dedup.watchdog.reruns import (  # noqa: E402
+from dedup.keys import RunKey
+from dedup.store import RecordExists, RunStatus, StoredRun, StoreError
+from dedup.store.firestore import FirestoreRunStore
+from dedup.watchdog.due import WatchedJob, verdict_due_at
+from dedup.watchdog.reruns import (
     DONE,
     PENDING,
     RerunRequest,
     retries_may_execute,
 )
-from infra.config import StackConfig  # noqa: E402
-from operator_tools.runs import (  # noqa: E402
+from infra.config import StackConfig
+from operator_tools.runs import (
     RunsError,
     RunStores,
     first_line,

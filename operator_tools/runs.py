@@ -35,20 +35,15 @@ from pathlib import Path
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
-# The function's source root imports as `dedup` (as on Cloud Run, and as bench/ does).
-_FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
-if _FUNCTION_DIR not in sys.path:
-    sys.path.insert(0, _FUNCTION_DIR)
-
-from dedup.keys import RunKey  # noqa: E402
-from dedup.settings import SettingsError  # noqa: E402
-from dedup.store import RunStatus, StoredRun, StoreError  # noqa: E402
-from dedup.store.firestore import FirestoreRunStore  # noqa: E402
-from dedup.watchdog.due import WatchedJob  # noqa: E402
-from dedup.watchdog.ran_twice import RAN_TWICE, second_execution  # noqa: E402
-from dedup.watchdog.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection  # noqa: E402
-from dedup.watchdog.settings import CURSOR_SUFFIX, parse_watch_jobs  # noqa: E402
-from dedup.watchdog.verdicts import (  # noqa: E402
+from dedup.keys import RunKey
+from dedup.settings import SettingsError
+from dedup.store import RunStatus, StoredRun, StoreError
+from dedup.store.firestore import FirestoreRunStore
+from dedup.watchdog.due import WatchedJob
+from dedup.watchdog.ran_twice import RAN_TWICE, second_execution
+from dedup.watchdog.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection
+from dedup.watchdog.settings import CURSOR_SUFFIX, parse_watch_jobs
+from dedup.watchdog.verdicts import (
     BEFORE_FIRST_RUN,
     FAILED,
     FINE,
@@ -56,9 +51,9 @@ from dedup.watchdog.verdicts import (  # noqa: E402
     classify_run,
     running_seconds,
 )
-from infra.config import ConfigError, StackConfig, load_config  # noqa: E402
-from infra.watchdog import watch_jobs  # noqa: E402
-from operator_tools.offline import load_stack_config, stack_names  # noqa: E402
+from infra.config import ConfigError, StackConfig, load_config
+from infra.watchdog import watch_jobs
+from operator_tools.offline import load_stack_config, stack_names
 
 DEFAULT_LAST = 10
 ADC_HINT = (
