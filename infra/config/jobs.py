@@ -98,6 +98,23 @@ CATCH_UP_WITHIN_DEFAULT_SECONDS: Final = 6 * 3600
 """jobs[].catchUpWithinSeconds: a missed run is caught up at most six hours late."""
 
 
+class _Scheduled(_Model):
+    """A model with a Scheduler `schedule` and `timeZone`, checked as Cloud Scheduler
+    checks them; the error's example is the model's CRON_EXAMPLE."""
+
+    CRON_EXAMPLE: ClassVar[str]
+
+    @field_validator("schedule", check_fields=False)
+    @classmethod
+    def _unix_cron(cls, schedule: str) -> str:
+        return checked_cron(schedule, cls.CRON_EXAMPLE)
+
+    @field_validator("time_zone", check_fields=False)
+    @classmethod
+    def _iana(cls, time_zone: str) -> str:
+        return checked_time_zone(time_zone)
+
+
 class ProxyTarget(_Model):
     """The downstream execution a proxied job starts (`jobs[].proxy`)."""
 
@@ -237,9 +254,10 @@ class JobAlertSettings(_Model):
         json_schema_extra=Hint(default="alerts.recoveryThreshold"))
 
 
-class JobSettings(_Model):
+class JobSettings(_Scheduled):
     """One Cloud Scheduler job, served by the stack's dedup function (or its proxy)."""
 
+    CRON_EXAMPLE: ClassVar[str] = "'0 3 * * *'"
     setting_of: ClassVar[str] = "a job setting"
     name: str = Field(
         pattern=rf"^[A-Za-z0-9_-]{{1,{JOB_ID_MAX_LENGTH}}}$",
@@ -301,16 +319,6 @@ class JobSettings(_Model):
     alerts: JobAlertSettings = Field(
         default_factory=JobAlertSettings, description="The job's own alert thresholds "
         "(failureThreshold, recoveryThreshold); unset: the stack's alerts")
-
-    @field_validator("schedule")
-    @classmethod
-    def _unix_cron(cls, schedule: str) -> str:
-        return checked_cron(schedule, "'0 3 * * *'")
-
-    @field_validator("time_zone")
-    @classmethod
-    def _iana(cls, time_zone: str) -> str:
-        return checked_time_zone(time_zone)
 
     @field_validator("body")
     @classmethod

@@ -18,8 +18,6 @@ from infra.config.errors import _Problems, invalid
 from infra.config.fields import Bool, Hint, Int, _Model
 from infra.config.hints import (
     DEFAULT_TIME_ZONE,
-    checked_cron,
-    checked_time_zone,
     firestore_location_problem,
 )
 from infra.config.jobs import (
@@ -36,6 +34,7 @@ from infra.config.jobs import (
     DstSkipped,
     ForcedRuns,
     Overlap,
+    _Scheduled,
 )
 from infra.config.names import proxy_database_of, watch_database_of
 from infra.scheduler_rules import DURATION_MAX_SECONDS, LEASE_STORE_TIMEOUTS, min_lease_seconds
@@ -259,10 +258,11 @@ _EMAIL_ADDRESS = (r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 EmailAddress = Annotated[str, Field(pattern=_EMAIL_ADDRESS)]
 
 
-class WatchdogSettings(_Model):
+class WatchdogSettings(_Scheduled):
     """The run watchdog (`watchdog`): its own function, account and Scheduler job, which
     reports missed, failed, overlong and never-run runs of the stack's jobs."""
 
+    CRON_EXAMPLE: ClassVar[str] = "'*/10 * * * *'"
     setting_of: ClassVar[str] = "a watchdog setting"
     enabled: Bool = Field(default=True, description="Deploy the watchdog (its function, "
                           "account, Scheduler job) and its alerts")
@@ -289,16 +289,6 @@ class WatchdogSettings(_Model):
         default=1, ge=1, le=100, description="Runs of a job's backfill delivered and not "
         "finished at once; 1 never runs two of them side by side: raise it only for a job "
         "whose runs may overlap")
-
-    @field_validator("schedule")
-    @classmethod
-    def _unix_cron(cls, schedule: str) -> str:
-        return checked_cron(schedule, "'*/10 * * * *'")
-
-    @field_validator("time_zone")
-    @classmethod
-    def _iana(cls, time_zone: str) -> str:
-        return checked_time_zone(time_zone)
 
 
 class AlertSettings(_Model):
