@@ -69,10 +69,12 @@ workflow-lint: $(VENV)/stamp ## zizmor's audits of the GitHub Actions workflows
 
 # The tests in TEST_WORKERS processes (pytest-xdist): most of their time is spent waiting
 # (emulators, served functions, scaled deadlines), so two workers halve it on two cores.
-# --dist loadgroup: tests sharing an expensive module fixture (xdist_group) share a worker.
+# --dist loadfile: a file's tests share a worker, so a costly module fixture (the fork, the
+# 1,000-job stack, the bench's run, a served function) is built once. Not loadgroup: under
+# pytest 9.2 it no longer groups anything (pytest-xdist#1386), each worker built its own.
 TEST_WORKERS ?= 2
 unit: $(VENV)/stamp ## The kit's tests (pytest; they never read your stack files; TEST_WORKERS=)
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The team's function dependencies: function/jobs/requirements.in -> function/jobs/
 # requirements.txt, every package and what it needs, with hashes, resolved with the kit's

@@ -28,8 +28,7 @@ from infra.program import REPO_ROOT
 from operator_tools.team_files import is_team_file
 from tests.stacks import FIXTURE_STACKS, fixture_stack_file
 
-# One fork for the module: its tests share a worker (make unit runs --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("fork")
+# One fork for the module: its tests share a worker (make unit runs --dist loadfile).
 
 VENV = Path(sys.prefix)  # the virtualenv running the tests
 # The team's job validates its body with jsonschema: not a package of the kit's function

@@ -14,9 +14,6 @@ from bench import report
 from bench.harness import run_benchmark
 from local_stack import FirestoreEmulator
 
-# Its module fixture is costly: its tests share one worker (--dist loadgroup).
-pytestmark = pytest.mark.xdist_group("bench")
-
 
 @pytest.fixture(scope="module")
 def quick_run(

@@ -32,8 +32,7 @@ from local_stack.deliveries import (
 from local_stack.processes import REPO_ROOT
 from local_stack.steered_job import read_ledger
 
-pytestmark = [pytest.mark.usefixtures("firestore_emulator"),
-              pytest.mark.xdist_group("callers-served")]
+pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
 SECOND = f"watchdog-invoker@{PROJECT}.iam.gserviceaccount.com"
 OTHER = f"ci-deployer@{PROJECT}.iam.gserviceaccount.com"

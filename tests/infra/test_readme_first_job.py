@@ -23,9 +23,6 @@ from tests.infra.team_code import (
     pytest_in,
 )
 
-# Its module fixture is costly: its tests share one worker (--dist loadgroup).
-pytestmark = pytest.mark.xdist_group("readme")
-
 
 def stack_name() -> str:
     """The stack file the README's example names (`e.g. stacks/Pulumi.<name>.yaml`)."""

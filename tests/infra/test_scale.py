@@ -18,9 +18,6 @@ from policies.evaluate import mandatory
 from policies.offline_check import check_declared
 from tests.infra.helpers import FUNCTION, StackUnderTest
 
-# Its module fixture is costly: its tests share one worker (--dist loadgroup).
-pytestmark = pytest.mark.xdist_group("scale")
-
 JOBS: Final = 1000
 ENV_BYTES_LIMIT: Final = 32 * 1024
 """Cloud Run functions: runtime environment variables, names and values together, at most

@@ -43,9 +43,6 @@ from tests.infra.helpers import (
 )
 from tests.stacks import FIXTURE_STACKS_DIR
 
-# Its module fixture is costly: its tests share one worker (--dist loadgroup).
-pytestmark = pytest.mark.xdist_group("shared-project")
-
 SHARED_PROJECT = "acme-scheduler-shared"
 SHARED_REGION = "europe-west1"
 

@@ -49,9 +49,6 @@ from tests.proxy.support import (
     token_for,
 )
 
-# Its module fixture is costly: its tests share one worker (--dist loadgroup).
-pytestmark = pytest.mark.xdist_group("proxy-served")
-
 PROXY_TIMEOUT = 2.0
 
 

@@ -36,7 +36,7 @@ from scheduler_emulator.report import (
 )
 from scheduler_emulator.stack import Job, Stack, parse_stack_config
 
-pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("end-to-end")]
+pytestmark = pytest.mark.timeout(240)
 
 START = datetime(2026, 10, 16, 0, 0, tzinfo=UTC)
 # Simulated time: 1 s of schedule time = 20 ms, so the 15 s deadline lasts 0.3 s. The
