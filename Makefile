@@ -78,7 +78,7 @@ unit: $(VENV)/stamp ## The kit's tests (pytest; they never read your stack files
 
 # The team's function dependencies: function/jobs/requirements.in -> function/jobs/
 # requirements.txt, every package and what it needs, with hashes, resolved with the kit's
-# pins (constraints.txt); a conflict is one error naming both packages (infra/lock.py).
+# pins (constraints.txt); a conflict is one error naming both packages (operator_tools/lock.py).
 # Needs the package index. What Cloud Build installs is the kit's lock plus this one.
 lock: $(VENV)/stamp ## Pin your jobs' dependencies (function/jobs/requirements.in) with hashes
 	$(BIN)/python -m operator_tools lock

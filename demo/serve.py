@@ -442,3 +442,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
+
+
+if __name__ == "__main__":  # the entry point it was: say where it went, and fail
+    raise SystemExit("run `python -m operator_tools serve` (or its make target)")

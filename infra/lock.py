@@ -146,3 +146,7 @@ def deployed_requirements(source_dir: Path) -> bytes:
     if not team.is_file():
         return kit
     return kit + b"# The team's, from function/jobs/requirements.txt:\n" + team.read_bytes()
+
+
+if __name__ == "__main__":  # the entry point it was: say where it went, and fail
+    raise SystemExit("run `python -m operator_tools lock` (or its make target)")

@@ -7,9 +7,17 @@ bench and the tests (docs/layout.md)."""
 
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 # The function's source root imports as `dedup` (as on Cloud Run, and as demo/ and bench/
 # do): every tool reads records, settings or job tables with the function's own code.
 _FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
 if _FUNCTION_DIR not in sys.path:
     sys.path.insert(0, _FUNCTION_DIR)
+
+
+def not_an_entry_point(command: str) -> NoReturn:
+    """What `python -m operator_tools.<module>` runs: nothing but this refusal (exit 1), so a
+    script that ran a tool that way fails instead of passing without doing anything."""
+    sys.exit(f"this module is not an entry point: run `python -m operator_tools {command}` "
+             "(or its make target)")

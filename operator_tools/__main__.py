@@ -43,9 +43,12 @@ def usage() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
+    if not args:
+        print(usage(), file=sys.stderr)
+        return 2
+    if args[0] in ("-h", "--help"):
         print(usage())
-        return 0 if args else 2
+        return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         print(f"python -m operator_tools: no command {name!r}\n{usage()}", file=sys.stderr)

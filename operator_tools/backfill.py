@@ -377,3 +377,9 @@ def main(
             raise
         err.write(store_failure("make backfill", "read or write the runs", cfg, exc))
         return 1
+
+
+if __name__ == "__main__":
+    from operator_tools import not_an_entry_point
+
+    not_an_entry_point("backfill")

@@ -99,3 +99,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
             output.write(github_output_lines(stacks))
     print(json.dumps(stacks), file=out)
     return 0
+
+
+if __name__ == "__main__":
+    from operator_tools import not_an_entry_point
+
+    not_an_entry_point("ci-stacks")

@@ -102,3 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"make lock: wrote {TEAM_LOCK} ({count} package(s) beside the kit's {KIT_LOCK})")
     return 0
 
+
+if __name__ == "__main__":
+    from operator_tools import not_an_entry_point
+
+    not_an_entry_point("lock")

@@ -159,3 +159,9 @@ def main(
         f"{len(done.kept)} already there (kept)\n"
     )
     return 0
+
+
+if __name__ == "__main__":
+    from operator_tools import not_an_entry_point
+
+    not_an_entry_point("migrate-proxy-records")

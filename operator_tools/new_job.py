@@ -4,7 +4,7 @@
                                                      # tests/jobs/test_send_invoices.py
     python -m operator_tools new-job send_invoices --root DIR # the same under another checkout
 
-The module (infra/templates/job.py.template) is job logic a stack names with
+The module (operator_tools/templates/job.py.template) is job logic a stack names with
 `jobLogic: jobs.<name>:run`; its test (test_job.py.template) goes where the kit's pytest
 collects it (tests/, pyproject.toml's testpaths), in tests/jobs/, the team's test folder,
 so `make test` runs it. Both pass the checks `make test` holds the team's code to (ruff,
@@ -114,3 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"(jobLogic: jobs.{args.name}:run), and run make test (it runs "
           f"{TESTS_DIR / f'test_{args.name}.py'} too).")
     return 0
+
+
+if __name__ == "__main__":
+    from operator_tools import not_an_entry_point
+
+    not_an_entry_point("new-job")

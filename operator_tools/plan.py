@@ -302,3 +302,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         print(render(run))
     return status
+
+
+if __name__ == "__main__":
+    from operator_tools import not_an_entry_point
+
+    not_an_entry_point("plan")

@@ -417,3 +417,9 @@ def main(
     if args.now:
         out.write(tick_now(args.now) + "\n")
     return 0
+
+
+if __name__ == "__main__":
+    from operator_tools import not_an_entry_point
+
+    not_an_entry_point("rerun")

@@ -436,3 +436,9 @@ def main(
         err.write(store_failure("make runs", "read the runs", cfg, exc))
         return 1
     return 0
+
+
+if __name__ == "__main__":
+    from operator_tools import not_an_entry_point
+
+    not_an_entry_point("runs")

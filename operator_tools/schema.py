@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import textwrap
@@ -206,14 +207,26 @@ def stale(root: Path = REPO_ROOT) -> dict[Path, str]:
 
 
 def main(argv: Sequence[str] = (), root: Path = REPO_ROOT) -> int:
-    args = list(argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m operator_tools schema",
+        description="Regenerate Pulumi.yaml's config block, docs/configuration.md's reference "
+        "and schema/stack.schema.json from the config models (make schema).")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 naming each file that is not current")
+    check = parser.parse_args(list(argv)).check
     drifted = stale(root)
     for path, text in drifted.items():
         name = path.relative_to(root)
-        if "--check" in args:
+        if check:
             print(f"{name} is not current: run `make schema`", file=sys.stderr)
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         print(f"wrote {name}")
-    return 1 if drifted and "--check" in args else 0
+    return 1 if drifted and check else 0
+
+
+if __name__ == "__main__":
+    from operator_tools import not_an_entry_point
+
+    not_an_entry_point("schema")

@@ -183,7 +183,7 @@ def upgrade_steps(changelog: Changelog, from_version: str, current: str) -> str:
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
          err: TextIO = sys.stderr) -> int:
     parser = argparse.ArgumentParser(
-        prog="make upgrade-check",
+        prog="python -m operator_tools upgrade-check",
         description="The Upgrading steps of every release after FROM (CHANGELOG.md).",
     )
     parser.add_argument("from_version", metavar="FROM", nargs="?", default="",
@@ -197,3 +197,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
         err.write(f"upgrade-check: {exc}\n")
         return 2
     return 0
+
+
+if __name__ == "__main__":
+    from operator_tools import not_an_entry_point
+
+    not_an_entry_point("upgrade-check")

@@ -230,3 +230,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if errors:
         return EXIT_ERROR
     return EXIT_VIOLATIONS if must else EXIT_OK
+
+
+if __name__ == "__main__":  # the entry point it was: say where it went, and fail
+    raise SystemExit("run `python -m operator_tools policy-check` (or its make target)")

@@ -66,8 +66,12 @@ def module_file(name: str) -> str | None:
     return None
 
 
+DOTTED = re.compile(r"[a-z_]+(\.[a-z_]+)+")
+
+
 def imported_files(path: Path) -> set[str]:
-    """The kit modules `path` imports, anywhere in it (`from pkg import module` included)."""
+    """The kit modules `path` imports, anywhere in it (`from pkg import module` included),
+    and those it names as a string to import by name (operator_tools' COMMANDS)."""
     targets: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         names: list[str] = []
@@ -75,6 +79,9 @@ def imported_files(path: Path) -> set[str]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and DOTTED.fullmatch(node.value):
+            names = [node.value]
         targets |= {file for name in names if (file := module_file(name)) is not None}
     return targets
 
@@ -123,3 +130,6 @@ def test_the_map_catches_an_import_it_does_not_allow(tmp_path: Path) -> None:
     probe.write_text("from dedup.watchdog import reruns\n")
     assert imported_files(probe) == {"function/dedup/watchdog/reruns.py",
                                      "function/dedup/watchdog/__init__.py"}
+    # a module named to be imported by name counts too (operator_tools' COMMANDS)
+    probe.write_text('COMMANDS = {"demo": ("demo.cli", "command")}\n')
+    assert imported_files(probe) == {"demo/cli.py"}

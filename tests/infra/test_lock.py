@@ -1,4 +1,5 @@
-"""`make lock` (infra/lock.py): the team's dependencies pinned with hashes beside the kit's.
+"""`make lock` (operator_tools/lock.py; infra/lock.py reads locks): the team's dependencies
+pinned with hashes beside the kit's.
 
 The resolving tests call uv against the package index, as `make lock` does (the machine's
 package registries are reachable; nothing else is). The staleness checks and the deployed

@@ -44,7 +44,8 @@ from dedup.protocol import (
 from dedup.settings import MissingScheduleTime, Settings, number_setting
 from dedup.version import __version__ as KIT_VERSION
 
-log = logging.getLogger(__name__)
+# The name its log lines carried before the move (jsonPayload.logger): queries keep matching.
+log = logging.getLogger("dedup.http")
 
 # 409 (not 503) while another attempt runs: App Engine targets retry a 503 without
 # counting it, and Scheduler treats any non-2xx as a failed attempt to retry.
