@@ -208,17 +208,21 @@ class Watch:
     chaos: Chaos | None = None
     deliverer: DeliversRuns | None = None  # default: HttpDeliverer, no token
     logs: list[Mapping[str, Any]] = field(default_factory=list)
+    # The function's default budget: a test without store faults never fails a tick because
+    # a loaded machine's emulator took longer than 1 s; the fault test passes the budget its
+    # faults are sized to (STORE_TIMEOUT_SECONDS).
+    store_timeout_seconds: float = 10.0
 
     def handler(self) -> WatchdogHandler:
         settings = WatchSettings(
             Settings(project=PROJECT, location=LOCATION, collection=self.collection,
-                     store_timeout_seconds=STORE_TIMEOUT_SECONDS),
+                     store_timeout_seconds=self.store_timeout_seconds),
             tuple(self.jobs), lookback_seconds=3600, grace_seconds=30, target_url=self.url,
             target_auth=TargetAuth.NONE, delivery_timeout_seconds=20, backfill=self.backfill,
         )
         with emulator_at(self.store_host):
             client = firestore.Client(project=PROJECT)
-        runs = FirestoreRunStore(client, self.collection, STORE_TIMEOUT_SECONDS)
+        runs = FirestoreRunStore(client, self.collection, self.store_timeout_seconds)
         queue = FirestoreRerunQueue(runs, reruns_collection(self.collection))
         deliverer = self.deliverer or HttpDeliverer(TargetAuth.NONE)
         backfills = FirestoreBackfills(runs, backfills_collection(self.collection))
@@ -316,7 +320,8 @@ def test_ten_thousand_runs_execute_once_per_generation_under_store_faults_and_ki
                   collection=served.collection)
     watch = Watch(served.collection, [watched(job_id)], served.server.url,
                   now=now, backfill=BackfillSettings(runs_per_tick=BIG, in_flight=250),
-                  store_host=served.proxy.host, chaos=chaos)
+                  store_host=served.proxy.host, chaos=chaos,
+                  store_timeout_seconds=STORE_TIMEOUT_SECONDS)
     served.proxy.run_schedule(FaultSchedule(
         seed=7, duration=(1.1 * STORE_TIMEOUT_SECONDS, 1.6 * STORE_TIMEOUT_SECONDS),
         gap=(2.0, 5.0), count=int(os.environ.get("BACKFILL_TEST_FAULTS", "6"))))

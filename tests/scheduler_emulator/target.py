@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import select
 import socket
 import threading
@@ -11,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 @dataclass
@@ -58,9 +61,14 @@ class RecordingTarget:
         self.responder: Responder = responder or (lambda r: (200, 0.0))
         self.redirects = redirects or {}
         self.now = now
+        # In the order the requests' connections arrived (accepted one at a time), not the
+        # order their handler threads got to run: on a loaded machine a later request's
+        # thread may run first.
         self.received: list[Received] = []
         self.completed: list[Received] = []
         self._lock = threading.Lock()
+        self._arrivals: dict[socket.socket, int] = {}
+        self._received_at: list[int] = []  # each received request's arrival number
         target = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -75,7 +83,10 @@ class RecordingTarget:
                     target.now() if target.now else None,
                 )
                 with target._lock:
-                    target.received.append(rec)
+                    arrival = target._arrivals.pop(self.connection)
+                    index = bisect.bisect(target._received_at, arrival)
+                    target._received_at.insert(index, arrival)
+                    target.received.insert(index, rec)
                 location = None
                 if self.path in target.redirects:
                     (status, location), delay = target.redirects[self.path], 0.0
@@ -104,7 +115,16 @@ class RecordingTarget:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        arrivals = itertools.count()
+
+        class Server(ThreadingHTTPServer):
+            def process_request(self, request: Any, client_address: Any) -> None:
+                # The serving thread, in the order connections were accepted.
+                with target._lock:
+                    target._arrivals[request] = next(arrivals)
+                super().process_request(request, client_address)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
 
