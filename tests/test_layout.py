@@ -87,10 +87,13 @@ def imported_files(path: Path) -> set[str]:
 
 
 def kit_modules() -> list[str]:
+    """Every .py file of the checkout, outside virtualenvs, caches and build output (never
+    walked into: a .venv holds tens of thousands)."""
+    tops = [p for p in REPO_ROOT.iterdir() if not p.name.startswith(NOT_ROOMS)]
+    paths = [p for top in tops for p in ([top] if top.is_file() else top.rglob("*.py"))]
     return sorted(
-        path.relative_to(REPO_ROOT).as_posix() for path in REPO_ROOT.rglob("*.py")
-        if not path.relative_to(REPO_ROOT).parts[0].startswith(NOT_ROOMS)
-        and "__pycache__" not in path.parts
+        path.relative_to(REPO_ROOT).as_posix() for path in paths
+        if path.suffix == ".py" and "__pycache__" not in path.parts
     )
 
 

@@ -370,9 +370,11 @@ def test_store_stalls_and_outages(store_faulted: LocalFunction) -> None:
         else:
             # Retries for longer than a store fault lasts: acknowledged in the end.
             assert s.acknowledged and s.executions == 1, s.reply_text()
-    # A claim of unknown outcome was settled (the stalls), or nothing was left behind (the
-    # outages' 500s); and no job that ran went unrecorded.
-    assert outcome.function_outcomes["store_unavailable"] >= 1
+    # No job that ran went unrecorded. Whether an outage costs a 500 store_unavailable
+    # depends on when it meets the claim: on a loaded machine the function may reach its
+    # store only after gRPC has reconnected (200 after 1.0 s), or answer after Scheduler hung
+    # up; each struck run's outcome is checked above, and the bounded retryable 500 itself
+    # by tests/function/test_protocol.py::test_store_outage_is_a_bounded_retryable_500.
     assert outcome.function_outcomes["completed_unrecorded"] == 0
     text = "\n".join(render(outcome))
     assert "store faults: what the function answered" in text
