@@ -1,7 +1,7 @@
 """The kit's Pulumi program (Pulumi.yaml: `main: infra/`).
 
-Importable pieces (this package imports nothing itself, so `infra.scheduler_rules` stays
-light for the policy pack and the Scheduler emulator):
+Importable pieces (this package imports nothing of the kit itself, so
+`infra.scheduler_rules` stays light for the policy pack and the Scheduler emulator):
 
 - `infra.config`: `load_config(mapping)` / `config_from_pulumi()` -> validated `StackConfig`
 - `infra.dedup_service`: `DedupService` component (function, identities, Firestore, IAM)
@@ -14,3 +14,13 @@ light for the policy pack and the Scheduler emulator):
 The operator tools that run this program offline (make plan, policy-check, runs, ...) are
 operator_tools/, a room of their own: nothing here imports them.
 """
+
+import sys
+from pathlib import Path
+
+# The function's source root imports as `dedup`, once for every module of the program and
+# of what imports it: the table names, thresholds, DST defaults and version it declares
+# are the function's own (one declaration each), and its archive is that folder.
+FUNCTION_DIR = Path(__file__).resolve().parent.parent / "function"
+if str(FUNCTION_DIR) not in sys.path:
+    sys.path.insert(0, str(FUNCTION_DIR))

@@ -17,7 +17,6 @@ from typing import Any, Final
 
 import pulumi
 
-import infra.source  # noqa: F401  (puts function/ on sys.path: the version is the function's)
 from dedup.version import __version__ as KIT_VERSION
 from infra.config import StackConfig, config_from_pulumi
 from infra.dedup_proxy import DedupProxy, DedupProxyArgs

@@ -16,26 +16,20 @@ import hashlib
 import io
 import json
 import os
-import sys
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-# The table names are the function's (dedup/tables.py, stdlib only): one declaration.
-_FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
-if _FUNCTION_DIR not in sys.path:
-    sys.path.insert(0, _FUNCTION_DIR)
-
-from dedup.tables import (  # noqa: E402
+from dedup.tables import (
     JOB_ROUTES_TABLE,
     PROXY_ROUTES_TABLE,
     TABLES_DIR,
     WATCH_JOBS_TABLE,
     archive_path,
 )
-from infra.lock import deployed_requirements  # noqa: E402
+from infra.lock import deployed_requirements
 
 __all__ = [
     "JOB_ROUTES_TABLE",

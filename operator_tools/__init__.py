@@ -6,14 +6,9 @@ but the demo, the Scheduler emulator (stack files), the policy pack's offline ch
 bench and the tests (docs/layout.md)."""
 
 import sys
-from pathlib import Path
 from typing import NoReturn
 
-# The function's source root imports as `dedup` (as on Cloud Run, and as demo/ and bench/
-# do): every tool reads records, settings or job tables with the function's own code.
-_FUNCTION_DIR = str(Path(__file__).resolve().parent.parent / "function")
-if _FUNCTION_DIR not in sys.path:
-    sys.path.insert(0, _FUNCTION_DIR)
+import infra  # noqa: F401  (puts function/ on sys.path: the tools read with the function's code)
 
 
 def not_an_entry_point(command: str) -> NoReturn:

@@ -14,7 +14,6 @@ from typing import Annotated, Any, ClassVar, Final, Literal, get_args
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-import infra.source  # noqa: F401  (puts function/ on sys.path: the thresholds are the function's)
 from dedup.watchdog.incidents import MAX_THRESHOLD
 from infra.config.errors import _Problems, invalid
 from infra.config.fields import Bool, Hint, Int, _Model

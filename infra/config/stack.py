@@ -16,7 +16,6 @@ from typing import Any, ClassVar, Final
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
-import infra.source  # noqa: F401  (puts function/ on sys.path: DST defaults are the function's)
 from dedup.business_runs import default_dst
 from infra.config.errors import Loc, _Problems, invalid
 from infra.config.fields import Hint, Int, _Model, has_fixed_default, model_fields
