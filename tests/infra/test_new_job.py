@@ -122,6 +122,8 @@ def test_make_new_job_writes_into_a_checkout(tmp_path: Path) -> None:
         (tools / name).write_text((REPO_ROOT / "operator_tools" / name).read_text())
     for template in (REPO_ROOT / "operator_tools" / "templates").iterdir():
         (tools / "templates" / template.name).write_text(template.read_text())
+    (checkout / "infra").mkdir()  # operator_tools imports infra (function/ on sys.path)
+    (checkout / "infra" / "__init__.py").write_text((REPO_ROOT / "infra/__init__.py").read_text())
     code, output = make_in(checkout, "new-job", "NAME=nightly_export")
     assert code == 0, output
     assert "wrote function/jobs/nightly_export.py" in output
