@@ -15,12 +15,43 @@ The operator tools that run this program offline (make plan, policy-check, runs,
 operator_tools/, a room of their own: nothing here imports them.
 """
 
+import os
 import sys
 from pathlib import Path
 
-# The function's source root imports as `dedup`, once for every module of the program and
-# of what imports it: the table names, thresholds, DST defaults and version it declares
-# are the function's own (one declaration each), and its archive is that folder.
-FUNCTION_DIR = Path(__file__).resolve().parent.parent / "function"
-if str(FUNCTION_DIR) not in sys.path:
-    sys.path.insert(0, str(FUNCTION_DIR))
+KIT_ROOT = Path(__file__).resolve().parent.parent
+"""The kit's tree: this checkout, or the installed package's folder (scheduler_dedup_kit/)."""
+KIT_FUNCTION_DIR = KIT_ROOT / "function"
+"""The kit's function source root: `dedup`, `example_jobs`, main.py and the kit's lock."""
+KIT_INSTALLED = (KIT_ROOT / "__init__.py").is_file()
+"""True when the kit runs from its wheel (`pip install scheduler-dedup-kit`), not a checkout."""
+
+
+def _project_dir() -> Path:
+    """The Pulumi project the kit works on: the nearest folder holding a Pulumi.yaml, from
+    the working directory up (where Pulumi runs the program, and where a person runs
+    `scheduler-dedup`); else, in a checkout, the checkout (the kit's own example stacks),
+    and, installed, the working directory (whose commands then say there is no project)."""
+    here = Path(os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "Pulumi.yaml").is_file():
+            return folder
+    return here if KIT_INSTALLED else KIT_ROOT
+
+
+PROJECT_DIR = _project_dir()
+"""The team's repository: its stacks, its `function/jobs/` and their lock, its build/."""
+PROJECT_FUNCTION_DIR = PROJECT_DIR / "function"
+"""The project's function source root, which holds its `jobs/` package: the kit's own
+function/ in a fork, a folder of the team's repository when the kit is installed."""
+TEAM_FUNCTION_DIR = None if PROJECT_FUNCTION_DIR == KIT_FUNCTION_DIR else PROJECT_FUNCTION_DIR
+"""The team's function/ when it is not the kit's (the kit installed), whose `jobs/` each
+archive carries beside the kit's runtime (infra/source.py); None in a fork, whose one
+function/ holds both."""
+
+# The function's source roots import as `dedup` and `jobs`, once for every module of the
+# program and of what imports it: the table names, thresholds, DST defaults and version it
+# declares are the function's own (one declaration each), and its archive is made of them.
+for _root in (PROJECT_FUNCTION_DIR, KIT_FUNCTION_DIR):
+    if str(_root) not in sys.path:
+        sys.path.insert(0, str(_root))

@@ -79,6 +79,8 @@ class FunctionBase:
     invoker_email: pulumi.Input[str]
     """E of that account: what its OIDC tokens' `email` claim says, and so the one caller
     the functions built from this base serve (DEDUP_ALLOWED_CALLERS)."""
+    team_dir: Path | None = None
+    """The team's function/ when it is not `source_dir` (the kit installed): its jobs/."""
 
 
 class FunctionSource(NamedTuple):
@@ -97,7 +99,7 @@ def declare_source(
     `content`, uploaded to the source bucket under its hash. Only a change of the tree or of
     this table renames it, and so redeploys this function."""
     archive, path = write_source_archive(
-        base.source_dir, base.build_dir, table_files(table, content)
+        base.source_dir, base.build_dir, table_files(table, content), base.team_dir
     )
     source_object = gcp.storage.BucketObject(
         f"{name}-source",

@@ -81,6 +81,8 @@ class DedupServiceArgs:
     """The function's source root (main.py, requirements.txt, packages)."""
     build_dir: Path
     """Where the source zip is written before upload."""
+    team_dir: Path | None = None
+    """The team's function/ when it is not `source_dir` (the kit installed): its jobs/."""
     enable_apis: bool = True
     labels: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_LABELS))
     iam_propagation_seconds: int = int(DEFAULTS["iamPropagationSeconds"])
@@ -91,7 +93,7 @@ class DedupServiceArgs:
 
     @classmethod
     def from_config(
-        cls, cfg: StackConfig, *, source_dir: Path, build_dir: Path
+        cls, cfg: StackConfig, *, source_dir: Path, build_dir: Path, team_dir: Path | None = None
     ) -> DedupServiceArgs:
         return cls(
             project=cfg.project,
@@ -102,6 +104,7 @@ class DedupServiceArgs:
             job_routes=cfg.job_routes(),
             source_dir=source_dir,
             build_dir=build_dir,
+            team_dir=team_dir,
             iam_propagation_seconds=cfg.iam_propagation_seconds,
             watchdog_caller=(
                 cfg.watchdog_email if cfg.watchdog_delivers_to(proxied=False) else None
@@ -355,6 +358,7 @@ class DedupService(pulumi.ComponentResource):
             source_bucket=self.bucket.name,
             source_dir=args.source_dir,
             build_dir=args.build_dir,
+            team_dir=args.team_dir,
             build_service_account=self.build_account.name,
             docker_repository=self.repository.id,
             settings=args.function,

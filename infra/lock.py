@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-REPO_ROOT: Final = Path(__file__).resolve().parent.parent
+from infra import KIT_ROOT, PROJECT_DIR
+
 KIT_LOCK: Final = Path("function") / "requirements.txt"
 TEAM_REQUIREMENTS: Final = Path("function") / "jobs" / "requirements.in"
 TEAM_LOCK: Final = Path("function") / "jobs" / "requirements.txt"
@@ -105,16 +106,26 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def digest_line(root: Path) -> str:
-    """The team lock's first line for the files it is resolved from, as they are now."""
+def digest_line(root: Path, kit_root: Path | None = None) -> str:
+    """The team lock's first line for the files it is resolved from, as they are now: the
+    team's file in the project `root`, the kit's lock in `kit_root` (unset: the same)."""
+    files = ((TEAM_REQUIREMENTS, root), (KIT_LOCK, kit_root or root))
     return f"{DIGEST_PREFIX} " + " ".join(
-        f"{name} sha256:{_digest(root / name)}" for name in (TEAM_REQUIREMENTS, KIT_LOCK)
+        f"{name} sha256:{_digest(folder / name)}" for name, folder in files
     )
 
 
-def lock_problems(root: Path = REPO_ROOT) -> list[str]:
-    """Why the team's lock is not what `make lock` would write now, one line each (the fix
-    of every one: FIX)."""
+def kit_root_of(root: Path) -> Path:
+    """Where the kit's lock is for the project `root`: in `root` when it is a checkout of the
+    kit (a fork), else the installed kit's."""
+    return root if (root / KIT_LOCK).is_file() else KIT_ROOT
+
+
+def lock_problems(root: Path = PROJECT_DIR, kit_root: Path | None = None) -> list[str]:
+    """Why the team's lock (in the project `root`) is not what `make lock` would write now
+    against the kit's lock (in `kit_root`, unset: `kit_root_of(root)`), one line each (the
+    fix of every one: FIX)."""
+    kit_root = kit_root or kit_root_of(root)
     requirements, lock = root / TEAM_REQUIREMENTS, root / TEAM_LOCK
     if not requirements.is_file():
         if lock.is_file():
@@ -124,7 +135,7 @@ def lock_problems(root: Path = REPO_ROOT) -> list[str]:
         return [f"{TEAM_REQUIREMENTS} is not locked yet"]
     text = lock.read_text(encoding="utf-8")
     first = text.split("\n", 1)[0]
-    if first != digest_line(root):
+    if first != digest_line(root, kit_root):
         return [f"{TEAM_LOCK} was resolved from another {TEAM_REQUIREMENTS} or another kit "
                 f"lock ({KIT_LOCK}, which a kit release changes)"]
     problems: list[str] = []
@@ -138,11 +149,12 @@ def lock_problems(root: Path = REPO_ROOT) -> list[str]:
     return problems
 
 
-def deployed_requirements(source_dir: Path) -> bytes:
-    """The `requirements.txt` Cloud Build installs for a function of `source_dir`
-    (function/): the kit's lock, then the team's pins if it has any."""
+def deployed_requirements(source_dir: Path, team_dir: Path | None = None) -> bytes:
+    """The `requirements.txt` Cloud Build installs for a function of `source_dir` (the
+    kit's function/): the kit's lock, then the team's pins if it has any (in `team_dir`,
+    the team's function/, unset: `source_dir`)."""
     kit = (source_dir / KIT_LOCK.name).read_bytes()
-    team = source_dir / TEAM_LOCK.relative_to("function")
+    team = (team_dir or source_dir) / TEAM_LOCK.relative_to("function")
     if not team.is_file():
         return kit
     return kit + b"# The team's, from function/jobs/requirements.txt:\n" + team.read_bytes()

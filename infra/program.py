@@ -18,6 +18,7 @@ from typing import Any, Final
 import pulumi
 
 from dedup.version import __version__ as KIT_VERSION
+from infra import KIT_FUNCTION_DIR, PROJECT_DIR, TEAM_FUNCTION_DIR
 from infra.config import StackConfig, config_from_pulumi
 from infra.dedup_proxy import DedupProxy, DedupProxyArgs
 from infra.dedup_service import DedupService, DedupServiceArgs
@@ -26,9 +27,9 @@ from infra.preflight import check_prerequisites
 from infra.scheduled_job import ScheduledJob, ScheduledJobArgs
 from infra.watchdog import Watchdog, WatchdogArgs
 
-REPO_ROOT: Final = Path(__file__).resolve().parent.parent
-DEFAULT_SOURCE_DIR: Final = REPO_ROOT / "function"
-DEFAULT_BUILD_DIR: Final = REPO_ROOT / "build" / "function-source"
+DEFAULT_SOURCE_DIR: Final = KIT_FUNCTION_DIR
+DEFAULT_TEAM_DIR: Final = TEAM_FUNCTION_DIR
+DEFAULT_BUILD_DIR: Final = PROJECT_DIR / "build" / "function-source"
 SERVICE_NAME: Final = "dedup"
 PROXY_NAME: Final = "proxy"
 WATCHDOG_NAME: Final = "watchdog"
@@ -40,9 +41,12 @@ def build(
     *,
     source_dir: Path = DEFAULT_SOURCE_DIR,
     build_dir: Path = DEFAULT_BUILD_DIR,
+    team_dir: Path | None = DEFAULT_TEAM_DIR,
 ) -> dict[str, pulumi.Output[Any]]:
     """Declare the stack's resources from a validated config and export its outputs."""
-    service_args = DedupServiceArgs.from_config(cfg, source_dir=source_dir, build_dir=build_dir)
+    service_args = DedupServiceArgs.from_config(
+        cfg, source_dir=source_dir, build_dir=build_dir, team_dir=team_dir
+    )
     service = DedupService(SERVICE_NAME, service_args)
     proxy_args = DedupProxyArgs.from_service(cfg, service) if cfg.proxied_jobs else None
     proxy = DedupProxy(PROXY_NAME, proxy_args) if proxy_args is not None else None
@@ -122,9 +126,10 @@ def main(
     *,
     source_dir: Path = DEFAULT_SOURCE_DIR,
     build_dir: Path = DEFAULT_BUILD_DIR,
+    team_dir: Path | None = DEFAULT_TEAM_DIR,
 ) -> dict[str, pulumi.Output[Any]]:
     """Validate the running stack's config, check the project's prerequisites (the APIs the
     program cannot enable itself), then declare everything."""
     cfg = config_from_pulumi()
     check_prerequisites(cfg.project)
-    return build(cfg, source_dir=source_dir, build_dir=build_dir)
+    return build(cfg, source_dir=source_dir, build_dir=build_dir, team_dir=team_dir)

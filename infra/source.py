@@ -1,6 +1,9 @@
 """Each function's source archive: a deterministic zip of `function/` plus that function's
 job table (dedup/tables.py), named by its hash. Its `requirements.txt` is the kit's lock and
-the team's (infra/lock.py), what Cloud Build installs.
+the team's (infra/lock.py), what Cloud Build installs. `function/` is the kit's (dedup,
+main.py, its lock) and the team's `jobs/`: one folder in a fork, and, when the kit is
+installed, the installed kit's function/ plus the `function/jobs/` of the team's repository
+(`team_dir`), so a new kit version is a new archive and redeploys.
 
 The same tree and table always give the same bytes (entries sorted, fixed timestamps and
 permissions, caches skipped, the table's JSON with sorted keys), so the object name
@@ -49,6 +52,8 @@ SKIPPED_DIRS: Final = frozenset({"__pycache__", "node_modules"})
 SKIPPED_SUFFIXES: Final = (".pyc", ".pyo")
 SKIPPED_FILES: Final = frozenset({".DS_Store"})
 OBJECT_PREFIX: Final = "function-source/"
+JOBS_DIR: Final = "jobs"
+"""The team's package in function/ (`jobLogic: jobs.<module>:<function>`)."""
 
 
 @dataclass(frozen=True)
@@ -64,12 +69,24 @@ class SourceArchive:
         return f"{OBJECT_PREFIX}{self.sha256}.zip"
 
 
-def source_files(source_dir: Path) -> list[tuple[str, Path]]:
-    """(archive name, path) of every file to ship, sorted by archive name.
+def source_files(source_dir: Path, team_dir: Path | None = None) -> list[tuple[str, Path]]:
+    """(archive name, path) of every file to ship, sorted by archive name: `source_dir`'s,
+    and when the team's function/ is another folder (`team_dir`, an installed kit), its
+    `jobs/` instead of any in `source_dir`.
 
     Skips `__pycache__`, compiled files and hidden files or directories (tool caches,
     virtual environments, editor files).
     """
+    if team_dir is None or team_dir.resolve() == source_dir.resolve():
+        return _tree_files(source_dir)
+    kit = [(name, path) for name, path in _tree_files(source_dir)
+           if not name.startswith(f"{JOBS_DIR}/")]
+    jobs = team_dir / JOBS_DIR
+    team = _tree_files(jobs) if jobs.is_dir() else []
+    return sorted(kit + [(f"{JOBS_DIR}/{name}", path) for name, path in team])
+
+
+def _tree_files(source_dir: Path) -> list[tuple[str, Path]]:
     if not source_dir.is_dir():
         raise FileNotFoundError(f"function source directory {source_dir} does not exist")
     found: list[tuple[str, Path]] = []
@@ -93,19 +110,22 @@ def table_files(table: str, content: object) -> dict[str, bytes]:
 
 
 def build_source_archive(
-    source_dir: Path, extra_files: Mapping[str, bytes] | None = None
+    source_dir: Path,
+    extra_files: Mapping[str, bytes] | None = None,
+    team_dir: Path | None = None,
 ) -> SourceArchive:
-    """Zip `source_dir` and `extra_files` (archive name -> bytes: a function's job table)
-    deterministically; return the bytes and their SHA-256."""
+    """Zip `source_dir` (with `team_dir`'s jobs, see `source_files`) and `extra_files`
+    (archive name -> bytes: a function's job table) deterministically; return the bytes and
+    their SHA-256."""
     extra = dict(extra_files or {})
     # Only the tables generated for this function ship: never a local job_tables/ (a stale
     # table of another function would be read as this one's).
     entries: dict[str, Path | bytes] = {
-        arcname: path for arcname, path in source_files(source_dir)
+        arcname: path for arcname, path in source_files(source_dir, team_dir)
         if not arcname.startswith(f"{TABLES_DIR}/")
     }
     if "requirements.txt" in entries:  # what Cloud Build installs: the kit's and the team's
-        entries["requirements.txt"] = deployed_requirements(source_dir)
+        entries["requirements.txt"] = deployed_requirements(source_dir, team_dir)
     entries.update(extra)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
@@ -121,7 +141,10 @@ def build_source_archive(
 
 
 def write_source_archive(
-    source_dir: Path, build_dir: Path, extra_files: Mapping[str, bytes] | None = None
+    source_dir: Path,
+    build_dir: Path,
+    extra_files: Mapping[str, bytes] | None = None,
+    team_dir: Path | None = None,
 ) -> tuple[SourceArchive, Path]:
     """Build the archive and write it to `build_dir/<sha256>.zip` (atomically, once).
 
@@ -129,7 +152,7 @@ def write_source_archive(
     pack reads the job tables from it too); the name is content-addressed, so concurrent or
     repeated runs write identical files.
     """
-    archive = build_source_archive(source_dir, extra_files)
+    archive = build_source_archive(source_dir, extra_files, team_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     path = build_dir.resolve() / f"{archive.sha256}.zip"
     if not path.exists() or path.read_bytes() != archive.data:

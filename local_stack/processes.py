@@ -22,7 +22,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from infra import PROJECT_FUNCTION_DIR
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
+"""The kit's tree (a checkout, or the installed package's folder)."""
 FUNCTION_DIR = REPO_ROOT / "function"
 
 INSTALL_HINT = (
@@ -214,7 +217,8 @@ class FunctionServer(_ManagedProcess):
         self._workers = workers
         self._threads = threads
         self._target = target
-        self._pythonpath = [FUNCTION_DIR, *(extra_pythonpath or [])]
+        # The team's function/ too (its `jobs`), when the kit is installed (infra.PROJECT_DIR).
+        self._pythonpath = [FUNCTION_DIR, PROJECT_FUNCTION_DIR, *(extra_pythonpath or [])]
 
     @property
     def url(self) -> str:

@@ -45,12 +45,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from infra import PROJECT_DIR
 from infra.cloud_function import FUNCTION_RUNTIME
 from infra.config import ConfigError, Problem, StackConfig, kit_key
 from infra.dedup_service import ENTRY_POINT as JOB_LOGIC_ENTRY_POINT
 from infra.lock import FIX as LOCK_FIX
 from infra.lock import TEAM_LOCK, lock_problems
-from infra.program import DEFAULT_BUILD_DIR, DEFAULT_SOURCE_DIR, REPO_ROOT
+from infra.program import DEFAULT_BUILD_DIR, DEFAULT_SOURCE_DIR, DEFAULT_TEAM_DIR
 
 if TYPE_CHECKING:
     from operator_tools.offline import DeclaredResource, OfflineRun
@@ -63,7 +64,7 @@ REQUIREMENTS_FILE: Final = "requirements.txt"
 """What Cloud Build installs for a Python function: the file beside main.py."""
 STARTUP_TIMEOUT_SECONDS: Final = 120
 VENV_BUILD_TIMEOUT_SECONDS: Final = 900
-FUNCTION_VENVS_DIR: Final = REPO_ROOT / ".cache" / "function-venv"
+FUNCTION_VENVS_DIR: Final = PROJECT_DIR / ".cache" / "function-venv"
 """The cached virtualenvs, one per (requirements.txt, Python version): gitignored."""
 MIN_PIP: Final = "24"
 """The oldest pip that installs a hash-pinned lock with extras (see `_build_venv`)."""
@@ -194,14 +195,17 @@ def job_logic_uses(values: Mapping[str, Any], config: StackConfig) -> list[JobLo
     return uses
 
 
-def job_modules(source_dir: Path = DEFAULT_SOURCE_DIR) -> list[str]:
-    """The modules under `function/jobs/` and the kit's `function/example_jobs/` (subpackages
-    too), as `jobs.<name>` and `example_jobs.<name>`."""
+def job_modules(
+    source_dir: Path = DEFAULT_SOURCE_DIR, team_dir: Path | None = DEFAULT_TEAM_DIR
+) -> list[str]:
+    """The modules under `function/jobs/` (the team's function/, `team_dir`; unset: in
+    `source_dir`) and the kit's `function/example_jobs/` (subpackages too), as
+    `jobs.<name>` and `example_jobs.<name>`."""
     found: set[str] = set()
-    paths = [p for package in (JOBS_PACKAGE, EXAMPLE_JOBS_PACKAGE)
-             for p in (source_dir / package).rglob("*.py")]
-    for path in paths:
-        parts = path.relative_to(source_dir).with_suffix("").parts
+    roots = ((team_dir or source_dir, JOBS_PACKAGE), (source_dir, EXAMPLE_JOBS_PACKAGE))
+    paths = [(root, p) for root, package in roots for p in (root / package).rglob("*.py")]
+    for root, path in paths:
+        parts = path.relative_to(root).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
         if len(parts) > 1 and "__pycache__" not in parts:
@@ -491,13 +495,16 @@ def _fix_missing(name: str, source_dir: Path | None) -> str:
     return f"{FIX_DEPENDENCY}{where}"
 
 
-def _spec_problem(use: JobLogicUse, found: Mapping[str, Any], source_dir: Path) -> Problem:
+def _spec_problem(
+    use: JobLogicUse, found: Mapping[str, Any], source_dir: Path, team_dir: Path | None
+) -> Problem:
     module_name, _, attribute = use.spec.partition(":")
     where = source_dir.name or "function"
     kind, name = found["missing"], str(found["name"])
-    close = difflib.get_close_matches(module_name, job_modules(source_dir), n=1)
+    modules = job_modules(source_dir, team_dir)
+    close = difflib.get_close_matches(module_name, modules, n=1)
     if (kind == "module" and name == JOBS_PACKAGE and not close
-            and not (source_dir / JOBS_PACKAGE).is_dir()):
+            and not ((team_dir or source_dir) / JOBS_PACKAGE).is_dir()):
         module = module_name.split(".")[1] if "." in module_name else "<module>"
         return Problem(
             use.key,
@@ -511,7 +518,7 @@ def _spec_problem(use: JobLogicUse, found: Mapping[str, Any], source_dir: Path) 
             use.key,
             f"{use.spec!r}: no module {name!r} in {where}/",
             f"{guess}name a module of {where}/{JOBS_PACKAGE}/ "
-            f"({', '.join(job_modules(source_dir)) or 'none yet'}), as 'module:function'",
+            f"({', '.join(modules) or 'none yet'}), as 'module:function'",
         )
     if kind == "dependency":
         return Problem(
@@ -557,11 +564,12 @@ def check_job_logic(
     source_dir: Path = DEFAULT_SOURCE_DIR,
     build_dir: Path = DEFAULT_BUILD_DIR,
     run: OfflineRun | None = None,
+    team_dir: Path | None = DEFAULT_TEAM_DIR,
 ) -> None:
     """Raise `ConfigError` naming every job-logic key whose `module:function` the deployed
     function could not import, and every declared function that would not start (see the
     module docstring). `run`: the program's run for `values`, if the caller made one."""
-    stale = lock_problems(source_dir.parent)
+    stale = lock_problems((team_dir or source_dir).parent, source_dir.parent)
     if stale:  # the archive's requirements.txt would not be what make lock would write
         raise ConfigError([Problem(str(TEAM_LOCK), what, LOCK_FIX) for what in stale])
     if run is None:
@@ -583,7 +591,7 @@ def check_job_logic(
     if unresolved:  # the program declared no function that runs job logic
         raise RuntimeError(f"no declared {JOB_LOGIC_ENTRY_POINT} function imported {unresolved}")
     problems = [
-        _spec_problem(use, found, source_dir)
+        _spec_problem(use, found, source_dir, team_dir)
         for use in uses
         if (found := results.specs.get(use.spec)) is not None
     ]

@@ -11,29 +11,34 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from infra import PROJECT_DIR
 from infra.lock import (
     FIX,
     FUNCTION_PYTHON,
     KIT_LOCK,
-    REPO_ROOT,
     TEAM_LOCK,
     TEAM_REQUIREMENTS,
     LockError,
     digest_line,
     index_options,
+    kit_root_of,
     parse_lock,
 )
 
 
-def lock_team(root: Path = REPO_ROOT, uv: str | None = None) -> Path | None:
-    """Resolve the team's requirements into its lock; the lock written (None: the team has
-    no requirements file, and any old lock is removed). Raises LockError when they cannot
-    be resolved with the kit's pins, or uv fails."""
+def lock_team(
+    root: Path = PROJECT_DIR, uv: str | None = None, kit_root: Path | None = None
+) -> Path | None:
+    """Resolve the team's requirements (in the project `root`) into its lock, with the
+    kit's lock (in `kit_root`; unset: `kit_root_of(root)`) as constraints; the lock written
+    (None: the team has no requirements file, and any old lock is removed). Raises
+    LockError when they cannot be resolved with the kit's pins, or uv fails."""
+    kit_root = kit_root or kit_root_of(root)
     requirements, lock = root / TEAM_REQUIREMENTS, root / TEAM_LOCK
     if not requirements.is_file():
         lock.unlink(missing_ok=True)
         return None
-    kit_pins = parse_lock((root / KIT_LOCK).read_text(encoding="utf-8"))
+    kit_pins = parse_lock((kit_root / KIT_LOCK).read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory() as scratch:
         constraints = Path(scratch) / "kit-constraints.txt"
         constraints.write_text("".join(f"{p.name}=={p.version}\n" for p in kit_pins
@@ -53,7 +58,7 @@ def lock_team(root: Path = REPO_ROOT, uv: str | None = None) -> Path | None:
     own = [pin for pin in pins if pin.name not in kit]
     options = index_options(requirements.read_text(encoding="utf-8"))
     lock.write_text(
-        f"{digest_line(root)}\n"
+        f"{digest_line(root, kit_root)}\n"
         "# The team's function dependencies and theirs, pinned with hashes by `make lock`\n"
         "# (resolved with the kit's function/requirements.txt as constraints; what that\n"
         "# file pins is installed from there). Do not edit: change requirements.in.\n"
@@ -87,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m operator_tools lock",
         description=f"Pin {TEAM_REQUIREMENTS} (and what it needs) with hashes into {TEAM_LOCK}.",
     )
-    parser.add_argument("--root", type=Path, default=REPO_ROOT, help="the checkout")
+    parser.add_argument("--root", type=Path, default=PROJECT_DIR,
+                        help="the project (default: the one around the working directory)")
     args = parser.parse_args(argv)
     try:
         written = lock_team(args.root)

@@ -24,12 +24,13 @@ from pathlib import Path
 from string import Template
 from typing import Final
 
-REPO_ROOT: Final = Path(__file__).resolve().parent.parent
+from infra import PROJECT_DIR
+
 TEMPLATES: Final = Path(__file__).resolve().parent / "templates"
 JOB_TEMPLATE: Final = TEMPLATES / "job.py.template"
 TEST_TEMPLATE: Final = TEMPLATES / "test_job.py.template"
 JOBS_DIR: Final = Path("function") / "jobs"
-"""Where job modules live, relative to the checkout: they import as `jobs.<name>`."""
+"""Where job modules live, relative to the project: they import as `jobs.<name>`."""
 TESTS_DIR: Final = Path("tests") / "jobs"
 """The team's job tests, under the kit's pytest testpaths (tests/)."""
 _NAME: Final = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -42,12 +43,12 @@ class NewJobError(ValueError):
         super().__init__(f"NAME={name!r} {problem}. Fix: {fix}")
 
 
-def job_paths(name: str, root: Path = REPO_ROOT) -> tuple[Path, Path]:
+def job_paths(name: str, root: Path = PROJECT_DIR) -> tuple[Path, Path]:
     """The job module and its test for `name`."""
     return root / JOBS_DIR / f"{name}.py", root / TESTS_DIR / f"test_{name}.py"
 
 
-def check_name(name: str, root: Path = REPO_ROOT) -> None:
+def check_name(name: str, root: Path = PROJECT_DIR) -> None:
     """Raise `NewJobError` unless `name` makes a new module `jobs.<name>` and a new test."""
     if not name:
         raise NewJobError(name, "is empty", "give the module's name: make new-job "
@@ -69,7 +70,7 @@ def check_name(name: str, root: Path = REPO_ROOT) -> None:
                               f"edit {shown} (make new-job never overwrites a file)")
 
 
-def write_job(name: str, root: Path = REPO_ROOT) -> list[Path]:
+def write_job(name: str, root: Path = PROJECT_DIR) -> list[Path]:
     """Write the job module and its test for `name` under `root`; the paths written."""
     check_name(name, root)
     module, test = job_paths(name, root)
@@ -100,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(tests/jobs/test_<name>.py) from the kit's templates.",
     )
     parser.add_argument("name", help="the module's name: jobs.<name>, e.g. send_invoices")
-    parser.add_argument("--root", type=Path, default=REPO_ROOT,
+    parser.add_argument("--root", type=Path, default=PROJECT_DIR,
                         help="the checkout to write into (default: this one)")
     args = parser.parse_args(argv)
     try:

@@ -15,18 +15,21 @@ from typing import Any, Final
 
 import yaml
 
+from infra import KIT_ROOT, PROJECT_DIR
 from infra.config import PROVIDER_NAMESPACES
 
-PROJECT_DIR: Final = Path(__file__).resolve().parent.parent
-"""The Pulumi project's directory: Pulumi.yaml's."""
 PROJECT_FILE: Final = PROJECT_DIR / "Pulumi.yaml"
-EXAMPLE_STACKS_DIR: Final = PROJECT_DIR / "examples" / "stacks"
+"""The Pulumi project's file: this checkout's, or the team repository's (infra.PROJECT_DIR)."""
+EXAMPLE_STACKS_DIR: Final = KIT_ROOT / "examples" / "stacks"
 """The kit's example stacks (dev, prod): planned, policy-checked and demoed by `make test`."""
 
 
 def _stack_config_dir(project_file: Path = PROJECT_FILE) -> Path:
     """Pulumi.yaml's `stackConfigDir` (relative to Pulumi.yaml; unset: beside it), the one
-    declaration of where the team's stack files live, for the CLI and the kit alike."""
+    declaration of where the team's stack files live, for the CLI and the kit alike. No
+    project file (an installed kit run outside any project): its folder."""
+    if not project_file.is_file():
+        return project_file.parent
     document = yaml.safe_load(project_file.read_text(encoding="utf-8")) or {}
     return (project_file.parent / str(document.get("stackConfigDir") or ".")).resolve()
 

@@ -13,7 +13,8 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Final
 
-from operator_tools.stack_files import PROJECT_DIR, STACK_FILE_DIR
+from infra import PROJECT_DIR
+from operator_tools.stack_files import STACK_FILE_DIR
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TextIO
 
-REPO_ROOT: Final = Path(__file__).resolve().parent.parent
-CHANGELOG: Final = REPO_ROOT / "CHANGELOG.md"
-VERSION_FILE: Final = REPO_ROOT / "function" / "dedup" / "version.py"
+from infra import KIT_FUNCTION_DIR, KIT_ROOT
+
+CHANGELOG: Final = KIT_ROOT / "CHANGELOG.md"
+VERSION_FILE: Final = KIT_FUNCTION_DIR / "dedup" / "version.py"
 UNRELEASED: Final = "Unreleased"
 # FROM for a deployment of a checkout older than the first release.
 UNVERSIONED: Final = "unversioned"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from infra import PROJECT_DIR
 from policies.evaluate import (
     PolicyConfigError,
     Settings,
@@ -34,8 +35,6 @@ from policies.evaluate import (
 )
 from policies.model import Enforcement, Resource
 from policies.registry import ALL_POLICIES
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
@@ -80,7 +79,7 @@ def stack_name(path: Path) -> str:
     return stack_name_of(path)
 
 
-def stack_files(directory: Path = REPO_ROOT) -> list[Path]:
+def stack_files(directory: Path = PROJECT_DIR) -> list[Path]:
     """`Pulumi.<stack>.yaml` files (not the project file `Pulumi.yaml`), by name."""
     return sorted(p for p in directory.glob("Pulumi.*.y*ml") if p.suffix in (".yaml", ".yml"))
 
@@ -141,7 +140,7 @@ def _describe(exc: BaseException) -> str:
 
 def print_report(report: StackReport, out: TextIO) -> None:
     try:
-        shown = report.path.resolve().relative_to(REPO_ROOT)
+        shown = report.path.resolve().relative_to(PROJECT_DIR)
     except ValueError:
         shown = report.path
     if report.error is not None:

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
+from infra import KIT_ROOT as REPO_ROOT
 from infra.lock import TEAM_LOCK, TEAM_REQUIREMENTS, parse_lock
-from infra.program import REPO_ROOT
 from operator_tools.team_files import is_team_file
 from tests.stacks import FIXTURE_STACKS, fixture_stack_file
 

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from infra.program import REPO_ROOT
+from infra import KIT_ROOT as REPO_ROOT
 from operator_tools.team_files import TEAM_PLACES, is_team_file
 
 ENV = {

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from dedup.tables import TABLES_DIR, TABLES_DIR_ENV
+from infra import KIT_ROOT as REPO_ROOT
 from infra.config import StackConfig
-from infra.program import REPO_ROOT
 from infra.source import read_archive_table
 from operator_tools.offline import DeclaredResource, OfflineRun, engine_config
 

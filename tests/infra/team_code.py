@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.program import REPO_ROOT
+from infra import KIT_ROOT as REPO_ROOT
 
 README = REPO_ROOT / "README.md"
 FIRST_JOB_SECTION = "## Add your first job in five steps"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.program import REPO_ROOT
+from infra import KIT_ROOT as REPO_ROOT
 from operator_tools.ci_stacks import classify, github_output_lines, main
 from operator_tools.stack_files import STACK_FILE_DIR
 

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.program import REPO_ROOT
+from infra import KIT_ROOT as REPO_ROOT
 from tests.function.test_requirements_lock import closure as lock_closure
 from tests.function.test_requirements_lock import pins, requirement_lines
 from tests.infra.test_ci_stacks import write_stack

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from infra import KIT_ROOT as REPO_ROOT
 from infra.config import (
     DEFAULTS,
     DEPLOY_RULES,
@@ -18,7 +19,6 @@ from infra.config import (
     ConfigError,
     load_config,
 )
-from infra.program import REPO_ROOT
 from operator_tools.offline import DeclaredResource, engine_config, run_offline
 from policies import offline_check
 from policies.evaluate import mandatory

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from infra.program import REPO_ROOT
+from infra import KIT_ROOT as REPO_ROOT
 
 SCRIPT = textwrap.dedent(
     """

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
+from infra import KIT_ROOT as REPO_ROOT
 from infra.config import ConfigError, load_config
-from infra.program import DEFAULT_SOURCE_DIR, REPO_ROOT
+from infra.program import DEFAULT_SOURCE_DIR
 from operator_tools.job_logic import check_job_logic, job_logic_uses, job_modules
 from operator_tools.offline import load_stack_config
 from tests.stacks import FIXTURE_STACKS, FIXTURE_STACKS_DIR, fixture_stack_file

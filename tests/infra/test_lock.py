@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from infra import KIT_ROOT as REPO_ROOT
 from infra.config import ConfigError, load_config
 from infra.lock import (
     KIT_LOCK,
@@ -25,7 +26,7 @@ from infra.lock import (
     lock_problems,
     parse_lock,
 )
-from infra.program import DEFAULT_SOURCE_DIR, REPO_ROOT
+from infra.program import DEFAULT_SOURCE_DIR
 from infra.source import build_source_archive
 from operator_tools.job_logic import check_job_logic
 from operator_tools.lock import lock_team, main

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from infra.program import REPO_ROOT
+from infra import KIT_ROOT as REPO_ROOT
 
 MAKEFILE = REPO_ROOT / "Makefile"
 

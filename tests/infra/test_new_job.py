@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.program import REPO_ROOT
+from infra import KIT_ROOT as REPO_ROOT
 from operator_tools.new_job import NewJobError, main, write_job
 from tests.infra.team_code import kit_checks, make_in, minimal_checkout, pytest_in
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.program import REPO_ROOT
+from infra import KIT_ROOT as REPO_ROOT
 from tests.infra.team_code import (
     README,
     first_job_block,

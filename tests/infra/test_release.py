@@ -20,7 +20,7 @@ import requests
 
 from dedup.entry.http import emit_log_line
 from dedup.version import __version__
-from infra.program import REPO_ROOT
+from infra import KIT_ROOT as REPO_ROOT
 from local_stack import FunctionServer
 from local_stack.deliveries import function_env, scheduler_headers
 from operator_tools.upgrade_check import (

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
+from infra import KIT_ROOT as REPO_ROOT
 from infra.config import DEFAULTS, ConfigError, load_config
-from infra.program import REPO_ROOT
 from operator_tools import schema
 from tests.stacks import FIXTURE_STACKS, fixture_stack_file
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.program import REPO_ROOT
+from infra import KIT_ROOT as REPO_ROOT
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 FILES = sorted(WORKFLOWS.glob("*.yml"))
