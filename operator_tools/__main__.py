@@ -32,6 +32,8 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
     "schema": ("operator_tools.schema", "main",
                "regenerate the config block, reference and JSON Schema (make schema)"),
     "ci-stacks": ("operator_tools.ci_stacks", "main", "the team's stacks, as CI deploys them"),
+    "init": ("operator_tools.init", "main",
+             "a team repository that depends on this kit by version (init DIR)"),
 }
 
 

@@ -268,8 +268,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"stack name ({', '.join(stack_names()) or 'none yet'}) or stack file path; "
         "none: every Pulumi.<stack>.yaml in stacks/ (none yet: the kit's examples)",
     )
+    parser.add_argument("--stack", action="append", default=[], dest="named",
+                        help="the same as a STACK argument, as policy-check, demo and serve "
+                        "take it (repeatable)")
     args = parser.parse_args(argv)
-    stacks: list[str | Path] = list(args.stacks)
+    stacks: list[str | Path] = [*args.stacks, *args.named]
     if not stacks:
         files, examples = checked_stack_files()
         if examples:

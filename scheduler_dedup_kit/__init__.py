@@ -1,6 +1,8 @@
 """The kit as a package (`pip install scheduler-dedup-kit`): where its tree is, and the two
-doors a team's repository uses, the `scheduler-dedup` command (`cli.main`) and the Pulumi
-program its `__main__.py` runs (`run_program`).
+doors a team's repository uses: the `scheduler-dedup` command (`cli.main`), the Pulumi
+program its `__main__.py` runs (`run_program`) and the policy pack its `policy/` folder runs
+(`run_policy_pack`); examples/team-repo/ is that repository, as `scheduler-dedup init` writes
+it.
 
 The kit's modules import as this repository lays them out (`infra`, `operator_tools`,
 `policies`, ..., and `dedup` from the function's source root `function/`), so the wheel
@@ -36,3 +38,12 @@ def run_program() -> None:
     import runpy
 
     runpy.run_path(str(KIT_ROOT / "infra" / "__main__.py"), run_name="__main__")
+
+
+def run_policy_pack() -> None:
+    """What `pulumi preview|up --policy-pack policy` runs in a team's repository (its
+    policy/__main__.py calls this): the kit's pack, as policies/__main__.py builds it here."""
+    activate()
+    import runpy
+
+    runpy.run_path(str(KIT_ROOT / "policies" / "__main__.py"), run_name="__main__")

@@ -1,0 +1,1 @@
+"""Your tests (tests.jobs.*: a package, so its modules never shadow your `jobs`)."""

@@ -1,0 +1,170 @@
+"""Use it by version (docs/by-version.md): the kit's wheel installed into a fresh virtualenv
+with nothing else of this repository, a team repository written by `scheduler-dedup init`,
+a job of the team's with a dependency of its own, and there, exactly as a team runs them:
+`lock`, the team's tests, `plan --stack dev`, `policy-check` and `demo`. The function's
+archive must hold the team's job, the kit's runtime at the installed version, and the
+team's pinned dependency."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dedup.version import __version__ as KIT_VERSION
+from operator_tools.init import KIT_PIN, STARTER
+from tests.dist_helpers import build_wheel, clean_env
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# The team's job and its own dependency (not one the kit's function lock has).
+JOB = "weekly_digest"
+DEPENDENCY = "humanize==4.15.0"
+JOB_CODE = '''"""The team's job: a digest line formatted by its own dependency, humanize."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import humanize
+
+from dedup import RunContext
+
+# Where the demo's runs leave their mark (the team repository's root).
+RAN = Path(__file__).resolve().parents[2] / "digest-runs.txt"
+
+
+def run(context: RunContext) -> dict[str, str]:
+    line = f"{context.schedule_time.isoformat()} {humanize.intcomma(1234567)}"
+    with RAN.open("a", encoding="utf-8") as out:
+        out.write(line + "\\n")
+    return {"digest": line}
+'''
+STACK_JOB = f"""    - name: weekly-digest
+      schedule: "0 7 * * 1"
+      timeZone: Europe/Berlin
+      attemptDeadlineSeconds: 120
+      jobLogic: jobs.{JOB}:run
+"""
+
+
+@dataclass(frozen=True)
+class TeamRepo:
+    path: Path
+    bin: Path
+
+    dist: Path
+    """The folder of the kit's wheel: the team's package index, as pip's --find-links."""
+
+    def run(self, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        """A command of the team's virtualenv (or `make`), in the team's repository, with
+        nothing of this checkout on any path."""
+        command = [argv[0] if argv[0] == "make" else str(self.bin / argv[0]), *argv[1:]]
+        env = {**clean_env(), "PIP_FIND_LINKS": str(self.dist)}
+        return subprocess.run(command, cwd=self.path, env=env, capture_output=True,
+                              text=True, timeout=timeout, check=False)
+
+    def ok(self, *argv: str, timeout: float = 600) -> str:
+        result = self.run(*argv, timeout=timeout)
+        assert result.returncode == 0, (f"{' '.join(argv)} exited {result.returncode}:\n"
+                                        f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+        return result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamRepo]:
+    """The wheel, a team repository from `scheduler-dedup init` (run by a first virtualenv
+    holding only the wheel and its pinned dependencies), that repository's own virtualenv
+    from its requirements.txt (the starter's `make`, the wheel found as in a team's package
+    index), and the team's job with its dependency, locked and installed by `make`."""
+    root = tmp_path_factory.mktemp("by-version")
+    dist = root / "dist"
+    build_wheel(dist)
+    base = getattr(sys, "_base_executable", sys.executable)
+    installer = TeamRepo(root, root / "installer" / "bin", dist)
+    subprocess.run([base, "-m", "venv", str(root / "installer")], check=True, env=clean_env())
+    installer.ok("pip", "install", "--quiet", "--disable-pip-version-check",
+                 "scheduler-dedup-kit")
+    installer.ok("scheduler-dedup", "init", "team")
+    repo = TeamRepo(root / "team", root / "team" / ".venv" / "bin", dist)
+    repo.ok("make", ".venv/stamp", f"PYTHON={base}", timeout=900)
+    repo.ok("scheduler-dedup", "new-job", JOB)
+    (repo.path / "function" / "jobs" / f"{JOB}.py").write_text(JOB_CODE, encoding="utf-8")
+    (repo.path / "function" / "jobs" / "requirements.in").write_text(f"{DEPENDENCY}\n")
+    stack = repo.path / "stacks" / "Pulumi.dev.yaml"
+    stack.write_text(stack.read_text(encoding="utf-8") + STACK_JOB, encoding="utf-8")
+    repo.ok("make", "lock")
+    repo.ok("make", ".venv/stamp", f"PYTHON={base}")  # now with the team's lock
+    yield repo
+
+
+def test_the_installed_kit_is_the_wheel_and_nothing_of_this_checkout(team: TeamRepo) -> None:
+    where = team.ok("python", "-c", "import scheduler_dedup_kit as k, dedup.version as v; "
+                    "k.activate(); import infra, dedup.version as v; "
+                    "print(k.KIT_ROOT, infra.PROJECT_DIR, v.__file__)")
+    kit_root, project, version_file = where.split()
+    assert "site-packages" in kit_root and str(REPO_ROOT) not in where
+    assert Path(project) == team.path
+    assert Path(version_file).is_relative_to(kit_root)
+
+
+def test_init_writes_the_starter_and_the_first_job_pinned_to_this_version(
+    team: TeamRepo,
+) -> None:
+    starter = sorted(p.relative_to(STARTER).as_posix() for p in STARTER.rglob("*")
+                     if p.is_file() and "__pycache__" not in p.parts)
+    for name in [*starter, "function/jobs/hello.py", "tests/jobs/test_hello.py"]:
+        assert (team.path / name).is_file(), name
+    pins = [line for line in (team.path / "requirements.txt").read_text().splitlines()
+            if line and not line.startswith("#")]
+    assert KIT_PIN in pins and f"scheduler-dedup-kit=={KIT_VERSION}" == KIT_PIN
+    again = team.run("scheduler-dedup", "init", str(team.path))
+    assert again.returncode == 2 and "not an empty folder" in again.stderr
+
+
+def test_the_teams_tests_pass_there(team: TeamRepo) -> None:
+    out = team.ok("make", "unit")
+    assert re.search(r"\b4 passed\b", out), out  # hello's two tests and the digest's two
+
+
+def test_plan_builds_an_archive_of_the_pinned_runtime_and_the_teams_job(team: TeamRepo) -> None:
+    out = team.ok("scheduler-dedup", "plan", "--stack", "dev")
+    (source_object,) = re.findall(r'sourceObject: "function-source/([0-9a-f]{64})\.zip"', out)
+    archive = team.path / "build" / "function-source" / f"{source_object}.zip"
+    with zipfile.ZipFile(archive) as zf:
+        names = set(zf.namelist())
+        version = zf.read("dedup/version.py").decode()
+        requirements = zf.read("requirements.txt").decode()
+        routes = json.loads(zf.read("job_tables/job_routes.json"))
+    assert {f"jobs/{JOB}.py", "jobs/hello.py", "main.py", "dedup/protocol.py"} <= names
+    assert f'__version__: Final = "{KIT_VERSION}"' in version
+    # the kit's function lock, then the team's: its dependency pinned with hashes
+    assert requirements.index("google-cloud-firestore==") < requirements.index(DEPENDENCY)
+    assert re.search(rf"{re.escape(DEPENDENCY)} \\\n\s+--hash=sha256:", requirements)
+    assert f"jobs.{JOB}:run" in routes.values()
+    assert "kitVersion" in out and f'"{KIT_VERSION}"' in out
+
+
+def test_policy_check_passes_there(team: TeamRepo) -> None:
+    out = team.ok("scheduler-dedup", "policy-check")
+    assert "stack dev (stacks/Pulumi.dev.yaml)" in out
+    assert "0 mandatory violation(s)" in out
+
+
+def test_the_demo_runs_the_teams_job_exactly_once_per_run(team: TeamRepo) -> None:
+    ran = team.path / "digest-runs.txt"
+    ran.unlink(missing_ok=True)
+    # --no-paths: the kit's own scenes (DST, forced runs), which the kit's tests replay.
+    out = team.ok("scheduler-dedup", "demo", "--stack", "dev", "--no-paths", timeout=900)
+    assert "RESULT: PASS" in out
+    assert "job weekly-digest" in out
+    lines = ran.read_text(encoding="utf-8").splitlines()
+    assert lines and all(line.endswith(" 1,234,567") for line in lines)
+    times = [line.split()[0] for line in lines]
+    assert len(times) == len(set(times)), "a scheduled run of the team's job ran twice"
