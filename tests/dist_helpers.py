@@ -27,10 +27,10 @@ def clean_env() -> dict[str, str]:
 
 
 def build_wheel(out_dir: Path, source: Path = REPO_ROOT) -> Path:
-    """The wheel of `source` (a checkout of the kit), built as `make dist` builds it: pip
-    with this virtualenv's pinned hatchling, no build isolation, nothing downloaded."""
+    """The wheel of `source` (a checkout of the kit) in `out_dir` (a folder of its own),
+    built as `make dist` builds it: pip with this virtualenv's pinned hatchling, no build
+    isolation, nothing downloaded."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    before = set(out_dir.glob("*.whl"))
     result = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
          "--disable-pip-version-check", "--no-index", "-w", str(out_dir), str(source)],
@@ -39,9 +39,8 @@ def build_wheel(out_dir: Path, source: Path = REPO_ROOT) -> Path:
     if result.returncode != 0:
         raise RuntimeError(f"building the wheel of {source} failed:\n{result.stdout}"
                            f"{result.stderr}")
-    built = sorted(set(out_dir.glob(f"{PACKAGE}-*.whl")) - before) or sorted(
-        out_dir.glob(f"{PACKAGE}-*.whl"))
-    assert len(built) == 1, built
+    built = sorted(out_dir.glob(f"{PACKAGE}-*.whl"))
+    assert len(built) == 1, f"{out_dir} should be a folder of its own: {built}"
     return built[0]
 
 

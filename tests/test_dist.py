@@ -9,6 +9,7 @@ into a fresh virtualenv, its `scheduler-dedup` command finds the installed tree.
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import shutil
 import subprocess
@@ -133,6 +134,30 @@ def test_its_requirements_are_the_declared_pins_each_once(wheel: Path) -> None:
     # the tools' own: the stack files (PyYAML), make lock (uv), the demo's fake Google APIs
     assert {"pyyaml==6.0.4", "uv==0.13.9"} <= set(requirements)
     assert any(r.startswith("cryptography==") for r in requirements)
+
+
+def test_the_plans_google_api_types_come_with_the_wheels_requirements(wheel: Path) -> None:
+    """make plan parses each resource with Google's types, imported by name
+    (infra/contracts): each module is shipped by a Requires-Dist or what it requires."""
+    from infra.contracts.convert import CONTRACTS
+
+    modules = {c.api_type.module for c in CONTRACTS.values()}
+    modules |= {t.module for c in CONTRACTS.values() for t in c.parsed_apart.values()}
+    shipped: set[str] = set()
+    pending = [r.split("==")[0] for r in requires_dist(wheel)]
+    seen: set[str] = set()
+    while pending:  # the installed closure, as this virtualenv has it
+        name = canonicalize_name(pending.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        distribution = importlib.metadata.distribution(name)
+        shipped |= {f.as_posix() for f in distribution.files or ()}
+        needs = [Requirement(r) for r in distribution.requires or ()]
+        pending += [r.name for r in needs if r.marker is None or r.marker.evaluate({"extra": ""})]
+    missing = [m for m in sorted(modules) if not {f"{m.replace('.', '/')}/__init__.py",
+                                                  f"{m.replace('.', '/')}.py"} & shipped]
+    assert missing == []
 
 
 def test_the_dev_environment_installs_every_declaring_file() -> None:
