@@ -16,6 +16,10 @@ PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print(*sys.version_info[:2],
 VENV := .venv
 VENV_BUILT := .venv-$(PYTHON_VERSION)
 BIN := $(VENV)/bin
+# The kit's console entry (pyproject.toml's [project.scripts]; the venv installs this checkout
+# editable). PYTHONPATH names this checkout first: a venv borrowed from another checkout (a
+# git worktree's link, a fork's VENV=) has an editable install naming that one instead.
+SCHEDULER_DEDUP := PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(BIN)/scheduler-dedup
 # STACK=<name> picks one stack (Pulumi.<name>.yaml) for demo, plan, policy-check and runs;
 # unset, plan and policy-check take every stack file and the demo its default stack.
 STACK ?=
@@ -27,7 +31,7 @@ STACK_DIR := $(or $(shell sed -n 's/^stackConfigDir: *//p' Pulumi.yaml),.)
 STACKS := $(patsubst $(STACK_DIR)/Pulumi.%.yaml,%,$(wildcard $(STACK_DIR)/Pulumi.*.yaml))
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint typecheck workflow-lint unit lock lock-kit plan runs rerun backfill backfill-status backfill-cancel migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve
+.PHONY: help demo test lint typecheck workflow-lint unit lock lock-kit plan runs rerun backfill backfill-status backfill-cancel migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve dist
 
 help: ## List the targets, one line each (STACK=<name> picks a stack)
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z-]+:.*## / {printf "  make %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -35,13 +39,16 @@ help: ## List the targets, one line each (STACK=<name> picks a stack)
 # The virtual environment is built from pinned requirements on first use, and again for
 # another Python version (a .venv that is not a link to $(VENV_BUILT)).
 # The team's lock (make lock), once it has one, is installed too: its job tests import it.
+# Then this checkout, editable (hatchling, pinned in requirements-dev.txt, no download): the
+# scheduler-dedup command; pyproject.toml and hatch_build.py declare it and its metadata.
 TEAM_LOCK := $(wildcard function/jobs/requirements.txt)
-$(VENV)/stamp: requirements.txt requirements-dev.txt function/requirements.in policies/requirements.txt constraints.txt $(TEAM_LOCK) \
+$(VENV)/stamp: requirements.txt requirements-dev.txt requirements-tools.txt function/requirements.in policies/requirements.txt constraints.txt pyproject.toml hatch_build.py $(TEAM_LOCK) \
 		$(if $(filter $(VENV_BUILT),$(shell readlink $(VENV) 2>/dev/null)),,$(VENV_BUILT)/.switch)
 	$(PYTHON) -m venv $(VENV_BUILT)
 	$(VENV_BUILT)/bin/pip install --quiet --upgrade pip
 	$(VENV_BUILT)/bin/pip install --quiet -r requirements-dev.txt -c constraints.txt
 	$(if $(TEAM_LOCK),$(VENV_BUILT)/bin/pip install --quiet --require-hashes --no-deps -r $(TEAM_LOCK))
+	$(VENV_BUILT)/bin/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(VENV_BUILT)/stamp
 	if [ -d $(VENV) ] && [ ! -L $(VENV) ]; then rm -rf $(VENV); fi
 	ln -sfn $(VENV_BUILT) $(VENV)
@@ -53,7 +60,7 @@ $(VENV_BUILT)/.switch:
 # DEMO_ARGS=--keep keeps the Firestore emulator, with the demo's records, up after the report
 # until Ctrl-C, and prints the make runs commands that read them (RUNS_ARGS="--at ...").
 demo: $(VENV)/stamp ## Run a stack's jobs locally under faults and report (STACK=, DEMO_ARGS=)
-	$(BIN)/python -m operator_tools demo $(if $(STACK),--stack $(STACK)) $(DEMO_ARGS)
+	$(SCHEDULER_DEDUP) demo $(if $(STACK),--stack $(STACK)) $(DEMO_ARGS)
 
 test: lint typecheck workflow-lint policy-check plan docs unit ## Everything CI runs
 
@@ -81,7 +88,7 @@ unit: $(VENV)/stamp ## The kit's tests (pytest; they never read your stack files
 # pins (constraints.txt); a conflict is one error naming both packages (operator_tools/lock.py).
 # Needs the package index. What Cloud Build installs is the kit's lock plus this one.
 lock: $(VENV)/stamp ## Pin your jobs' dependencies (function/jobs/requirements.in) with hashes
-	$(BIN)/python -m operator_tools lock
+	$(SCHEDULER_DEDUP) lock
 
 # The kit's own locks, for its maintainers (a team never runs it: these are kit files).
 # function/requirements.txt: every package of function/requirements.in and their
@@ -102,7 +109,7 @@ lock-kit: $(VENV)/stamp ## Kit maintainers: re-pin the kit's function lock and C
 	done
 
 plan: $(VENV)/stamp ## Offline plan of every stack, or STACK=, job logic imported
-	$(BIN)/python -m operator_tools plan $(STACK)
+	$(SCHEDULER_DEDUP) plan $(STACK)
 
 # Per job, the last expected runs with status, attempts, duration and the watchdog's verdict,
 # read from the stack's Firestore database (the emulator if FIRESTORE_EMULATOR_HOST is set,
@@ -110,7 +117,7 @@ plan: $(VENV)/stamp ## Offline plan of every stack, or STACK=, job logic importe
 # 3339>" judges the runs as at that instant (a make demo window, ahead of the clock).
 runs: $(VENV)/stamp ## A stack's last runs per job from Firestore (STACK= required, RUNS_ARGS=)
 	@test -n "$(STACK)" || { echo "make runs needs a stack: make runs STACK=<name> (stacks: $(STACKS))" >&2; exit 2; }
-	$(BIN)/python -m operator_tools runs $(STACK) $(RUNS_ARGS)
+	$(SCHEDULER_DEDUP) runs $(STACK) $(RUNS_ARGS)
 
 # One run executed once more, exactly once: records a re-run request that the watchdog
 # delivers at its next tick (needs watchdog.reruns: true), or at once with NOW=1
@@ -118,7 +125,7 @@ runs: $(VENV)/stamp ## A stack's last runs per job from Firestore (STACK= requir
 rerun: $(VENV)/stamp ## Ask for one run to execute again (STACK= JOB= TIME= REASON= required)
 	@test -n "$(STACK)" -a -n "$(JOB)" -a -n "$(TIME)" -a -n "$(REASON)" || { echo 'make rerun needs STACK=<name> JOB=<jobs[].name> TIME=<schedule time, e.g. 2026-11-30T09:15:00+01:00> REASON="<why>"' >&2; exit 2; }
 	@test -z "$(NOW)" -o -n "$(WATCHDOG_URL)" || { echo "make rerun NOW=1 needs WATCHDOG_URL=<the watchdog's URL> (one you can reach; else the next tick delivers it)" >&2; exit 2; }
-	$(BIN)/python -m operator_tools rerun $(STACK) --job "$(JOB)" --time "$(TIME)" --reason "$(REASON)" $(if $(NOW),--now "$(WATCHDOG_URL)")
+	$(SCHEDULER_DEDUP) rerun $(STACK) --job "$(JOB)" --time "$(TIME)" --reason "$(REASON)" $(if $(NOW),--now "$(WATCHDOG_URL)")
 
 # The runs of a range executed once more, each exactly once: MODE=missing (default: no
 # record), failed or all; ORDER=reverse for newest first; DRY_RUN=1 prints exactly what it
@@ -127,15 +134,15 @@ rerun: $(VENV)/stamp ## Ask for one run to execute again (STACK= JOB= TIME= REAS
 backfill: $(VENV)/stamp ## Queue the runs of a range again (STACK= JOB= FROM= TO= REASON= required; MODE= ORDER= DRY_RUN=)
 	@test -n "$(STACK)" -a -n "$(JOB)" -a -n "$(FROM)" -a -n "$(TO)" || { echo 'make backfill needs STACK=<name> JOB=<jobs[].name> FROM=<first schedule time, e.g. 2026-11-30T00:00:00+01:00> TO=<last one> REASON="<why>" [MODE=missing|failed|all] [ORDER=reverse] [DRY_RUN=1]' >&2; exit 2; }
 	@test -n "$(DRY_RUN)" -o -n "$(REASON)" || { echo 'make backfill needs REASON="<why>" (or DRY_RUN=1 to see what it would queue)' >&2; exit 2; }
-	$(BIN)/python -m operator_tools backfill $(STACK) --job "$(JOB)" --from "$(FROM)" --to "$(TO)" --reason "$(REASON)" $(if $(MODE),--mode "$(MODE)") $(if $(ORDER),--order "$(ORDER)") $(if $(DRY_RUN),--dry-run)
+	$(SCHEDULER_DEDUP) backfill $(STACK) --job "$(JOB)" --from "$(FROM)" --to "$(TO)" --reason "$(REASON)" $(if $(MODE),--mode "$(MODE)") $(if $(ORDER),--order "$(ORDER)") $(if $(DRY_RUN),--dry-run)
 
 backfill-status: $(VENV)/stamp ## A job's backfill and how far it got (STACK= JOB= required)
 	@test -n "$(STACK)" -a -n "$(JOB)" || { echo 'make backfill-status needs STACK=<name> JOB=<jobs[].name>' >&2; exit 2; }
-	$(BIN)/python -m operator_tools backfill $(STACK) --job "$(JOB)" --status
+	$(SCHEDULER_DEDUP) backfill $(STACK) --job "$(JOB)" --status
 
 backfill-cancel: $(VENV)/stamp ## Stop releasing a job's backfill; runs in flight finish (STACK= JOB= required)
 	@test -n "$(STACK)" -a -n "$(JOB)" || { echo 'make backfill-cancel needs STACK=<name> JOB=<jobs[].name>' >&2; exit 2; }
-	$(BIN)/python -m operator_tools backfill $(STACK) --job "$(JOB)" --cancel
+	$(SCHEDULER_DEDUP) backfill $(STACK) --job "$(JOB)" --cancel
 
 # Day 2 rehearsed locally: the stack served (Firestore emulator, the function, the proxy on
 # fake Google APIs, the Scheduler emulator in real time, the watchdog on its schedule) until
@@ -144,28 +151,28 @@ backfill-cancel: $(VENV)/stamp ## Stop releasing a job's backfill; runs in fligh
 # hourly-sync" has Scheduler never deliver that job's second fire (the watchdog reports it).
 .PHONY: serve
 serve: $(VENV)/stamp ## Serve a stack locally until Ctrl-C, for make runs/rerun (STACK=, SERVE_ARGS=)
-	$(BIN)/python -m operator_tools serve $(if $(STACK),--stack $(STACK)) $(SERVE_ARGS)
+	$(SCHEDULER_DEDUP) serve $(if $(STACK),--stack $(STACK)) $(SERVE_ARGS)
 
 # Once, when upgrading a stack whose proxy kept its records in the dedup database (see
 # docs/deploy.md, "Upgrading"): copies them into the proxy's own database; safe to repeat.
 migrate-proxy-records: $(VENV)/stamp ## Copy proxied jobs' records into the proxy's database (STACK= required)
 	@test -n "$(STACK)" || { echo "make migrate-proxy-records needs a stack: make migrate-proxy-records STACK=<name> (stacks: $(STACKS))" >&2; exit 2; }
-	$(BIN)/python -m operator_tools migrate-proxy-records $(STACK)
+	$(SCHEDULER_DEDUP) migrate-proxy-records $(STACK)
 
 # The steps a running deployment needs to reach this checkout's release, from CHANGELOG.md's
 # "Upgrading" sections: FROM=<the version it runs> (pulumi stack output kitVersion), or
 # FROM=unversioned for a checkout from before the first release.
 upgrade-check: $(VENV)/stamp ## Print the upgrade steps from a release to this one (FROM= required)
-	@$(BIN)/python -m operator_tools upgrade-check "$(FROM)"
+	@$(SCHEDULER_DEDUP) upgrade-check "$(FROM)"
 
 # A job module, function/jobs/<NAME>.py, and its test, tests/jobs/test_<NAME>.py (which
 # make test runs), from the kit's templates (operator_tools/templates/); never over an existing file.
 new-job: $(VENV)/stamp ## Write a job module and its test from the kit's template (NAME= required)
 	@test -n "$(NAME)" || { echo "make new-job needs a name: make new-job NAME=<module name, e.g. send_invoices>" >&2; exit 2; }
-	@$(BIN)/python -m operator_tools new-job "$(NAME)"
+	@$(SCHEDULER_DEDUP) new-job "$(NAME)"
 
 policy-check: $(VENV)/stamp ## The policy pack over every stack, or STACK=, offline (POLICY_CONFIG=)
-	$(BIN)/python -m operator_tools policy-check$(if $(STACK), --stack $(STACK))$(if $(POLICY_CONFIG), --policy-config $(POLICY_CONFIG))
+	$(SCHEDULER_DEDUP) policy-check$(if $(STACK), --stack $(STACK))$(if $(POLICY_CONFIG), --policy-config $(POLICY_CONFIG))
 
 bench: $(VENV)/stamp ## The dedup benchmark (BENCH_ARGS=)
 	$(BIN)/python -m bench $(BENCH_ARGS)
@@ -173,7 +180,7 @@ bench: $(VENV)/stamp ## The dedup benchmark (BENCH_ARGS=)
 # Pulumi.yaml's config block, README's configuration reference and schema/stack.schema.json,
 # regenerated from the config models in infra/config/ (tests/infra/test_schema.py checks).
 schema: $(VENV)/stamp ## Regenerate Pulumi.yaml's config block, the config docs and the schema
-	$(BIN)/python -m operator_tools schema
+	$(SCHEDULER_DEDUP) schema
 
 # The documentation site (docs/, mkdocs.yml): built with --strict, so a broken link or a page
 # missing from the nav fails make test. docs-serve browses it on http://127.0.0.1:8000.
@@ -183,5 +190,13 @@ docs: $(VENV)/stamp ## Build the documentation site (strict)
 docs-serve: $(VENV)/stamp ## Serve the documentation on http://127.0.0.1:8000
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
-clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) .venv-* .cache .mypy_cache .ruff_cache .pytest_cache
+# The kit as a wheel, dist/scheduler_dedup_kit-<version>-py3-none-any.whl (pyproject.toml:
+# its tree under scheduler_dedup_kit/, Requires-Dist from hatch_build.py). Built by the pinned
+# hatchling of the venv (--no-build-isolation): reproducible, and offline. Not part of make test.
+dist: $(VENV)/stamp ## Build the kit's wheel into dist/
+	rm -f dist/scheduler_dedup_kit-*.whl
+	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w dist .
+	@ls dist/scheduler_dedup_kit-*.whl
+
+clean: ## Remove the virtualenv, caches and dist/
+	rm -rf $(VENV) .venv-* .cache .mypy_cache .ruff_cache .pytest_cache dist

@@ -1,5 +1,7 @@
-"""`python -m operator_tools <command> [args]`: the one entry point of the operator tools,
-which the make targets call (`make plan` is `python -m operator_tools plan`).
+"""`scheduler-dedup <command> [args]`: the one entry point of the operator tools, which the
+make targets call (`make plan` is `scheduler-dedup plan`). The console command
+(scheduler_dedup_kit.cli) runs this `main`; `python -m operator_tools <command>` still does
+too, from a checkout (CHANGELOG.md documents it; the workflows' venvs install no command).
 
 Each command is a module's `main(argv) -> exit code`, imported only when it is run: `plan`
 and `policy-check` import the Pulumi program, `runs` the Firestore client, `schema` neither.
@@ -40,7 +42,7 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {what}" for name, (_, _, what) in COMMANDS.items()]
-    return "usage: python -m operator_tools <command> [args]\n\ncommands:\n" + "\n".join(lines)
+    return "usage: scheduler-dedup <command> [args]\n\ncommands:\n" + "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
-        print(f"python -m operator_tools: no command {name!r}\n{usage()}", file=sys.stderr)
+        print(f"scheduler-dedup: no command {name!r}\n{usage()}", file=sys.stderr)
         return 2
     module, function, _ = COMMANDS[name]
     command: Callable[[list[str]], int] = getattr(importlib.import_module(module), function)

@@ -14,7 +14,9 @@ LAYOUT = REPO_ROOT / "docs" / "layout.md"
 # Where `import x` finds the kit's modules: function/ is the Cloud Run source root
 # (pyproject.toml's pythonpath), then the repository.
 IMPORT_ROOTS = (REPO_ROOT / "function", REPO_ROOT)
-NOT_ROOMS = (".", "build", "dist", "site", "node_modules")
+# hatch_build.py: the wheel's build hook (docs/layout.md, "Outside the rooms"), run by
+# hatchling, never imported by the kit.
+NOT_ROOMS = (".", "build", "dist", "site", "node_modules", "hatch_build.py")
 
 
 @dataclass(frozen=True)

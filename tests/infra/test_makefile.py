@@ -44,12 +44,12 @@ def test_help_is_what_a_bare_make_prints() -> None:
 @pytest.mark.parametrize(
     ("args", "command"),
     [
-        (["plan"], "-m operator_tools plan \n"),
-        (["plan", "STACK=staging"], "-m operator_tools plan staging\n"),
-        (["policy-check"], "-m operator_tools policy-check\n"),
-        (["policy-check", "STACK=staging"], "-m operator_tools policy-check --stack staging\n"),
-        (["demo", "STACK=staging"], "-m operator_tools demo --stack staging "),
-        (["runs", "STACK=staging"], "-m operator_tools runs staging "),
+        (["plan"], "scheduler-dedup plan \n"),
+        (["plan", "STACK=staging"], "scheduler-dedup plan staging\n"),
+        (["policy-check"], "scheduler-dedup policy-check\n"),
+        (["policy-check", "STACK=staging"], "scheduler-dedup policy-check --stack staging\n"),
+        (["demo", "STACK=staging"], "scheduler-dedup demo --stack staging "),
+        (["runs", "STACK=staging"], "scheduler-dedup runs staging "),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else None,
 )
@@ -69,3 +69,25 @@ def test_make_test_runs_the_plan_and_the_policy_check() -> None:
     prerequisites = re.search(r"^test:([^#\n]*)", MAKEFILE.read_text(), re.M)
     assert prerequisites is not None
     assert {"plan", "policy-check", "unit"} <= set(prerequisites.group(1).split())
+    assert "dist" not in prerequisites.group(1).split()  # make dist is a release's, not CI's
+
+
+def test_the_targets_run_the_kits_console_command_on_this_checkout() -> None:
+    """`scheduler-dedup <command>` (the venv installs this checkout editable), with this
+    checkout first on PYTHONPATH: a venv borrowed from another checkout runs this one."""
+    text = MAKEFILE.read_text()
+    assert "-m operator_tools" not in text
+    result = make("plan")
+    assert result.returncode == 0, result.stderr
+    assert re.search(rf"PYTHONPATH={re.escape(str(REPO_ROOT))}\S* \.venv/bin/scheduler-dedup plan",
+                     result.stdout), result.stdout
+
+
+def test_the_venv_is_rebuilt_when_the_kits_package_declaration_changes() -> None:
+    """A fresh clone's `make` builds the venv and installs the checkout (-e), and again
+    after pyproject.toml, hatch_build.py or a requirements file changes."""
+    stamp = re.search(r"^\$\(VENV\)/stamp:(.*(?:\\\n.*)*)", MAKEFILE.read_text(), re.M)
+    assert stamp is not None
+    assert {"pyproject.toml", "hatch_build.py", "requirements-tools.txt", "requirements-dev.txt",
+            "constraints.txt"} <= set(stamp.group(1).replace("\\", " ").split())
+    assert "pip install --quiet --no-deps --no-build-isolation -e ." in MAKEFILE.read_text()

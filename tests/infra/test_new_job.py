@@ -124,6 +124,12 @@ def test_make_new_job_writes_into_a_checkout(tmp_path: Path) -> None:
         (tools / "templates" / template.name).write_text(template.read_text())
     (checkout / "infra").mkdir()  # operator_tools imports infra (function/ on sys.path)
     (checkout / "infra" / "__init__.py").write_text((REPO_ROOT / "infra/__init__.py").read_text())
+    # make runs the kit's door, scheduler-dedup, on the checkout's own (else the venv's
+    # editable install would find this one's, and write the job here).
+    door = checkout / "scheduler_dedup_kit"
+    door.mkdir()
+    for name in ("__init__.py", "__main__.py", "cli.py"):
+        (door / name).write_text((REPO_ROOT / "scheduler_dedup_kit" / name).read_text())
     code, output = make_in(checkout, "new-job", "NAME=nightly_export")
     assert code == 0, output
     assert "wrote function/jobs/nightly_export.py" in output

@@ -66,12 +66,15 @@ def test_no_other_file_declares_the_version() -> None:
                 ):
                     others.append(f"{path.relative_to(REPO_ROOT)}:{getattr(node, 'lineno', 0)}")
     assert others == []
-    # pyproject.toml reads it from version.py instead of declaring its own.
+    # pyproject.toml reads it from version.py instead of declaring its own (hatchling's
+    # regex source: its pattern finds this very version there).
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     assert "version" not in project["project"]
-    assert project["project"]["dynamic"] == ["version"]
-    dynamic = project["tool"]["setuptools"]["dynamic"]["version"]
-    assert dynamic == {"attr": "dedup.version.__version__"}
+    assert "version" in project["project"]["dynamic"]
+    source = project["tool"]["hatch"]["version"]
+    assert REPO_ROOT / source["path"] == VERSION_FILE
+    found = re.search(source["pattern"], VERSION_FILE.read_text(), re.M)
+    assert found is not None and found["version"] == __version__
 
 
 def test_the_function_reads_no_package_metadata_for_it() -> None:
