@@ -208,7 +208,8 @@ def _load() -> tuple[types.ModuleType, _Rendering, str]:
     # mtime None: linecache.checkcache keeps the entry (it has no file to compare with).
     linecache.cache[_TYPES_FILE] = (len(source), None, source.splitlines(True), _TYPES_FILE)
     sys.modules[TYPES_MODULE] = module
-    exec(compile(source, _TYPES_FILE, "exec"), module.__dict__)  # the text rendered above
+    # dont_inherit: not this module's `from __future__ import annotations`.
+    exec(compile(source, _TYPES_FILE, "exec", dont_inherit=True), module.__dict__)
     return module, rendering, source
 
 
@@ -258,7 +259,8 @@ def _unknown(path: str, known: Mapping[str, InputField]) -> Problem:
 
 
 def _config_value(value: Any, spec: InputField, path: str, problems: list[Problem]) -> Any:
-    if _not_plain(value):
+    # An object's or a list's own fields are checked one by one, so the problem names one.
+    if _not_plain(value, deep=spec.model is None):
         problems.append(Problem(path, "is an Output (a value known only once resources exist, "
                                 "or a secret): the kit's settings must be plain, known values, "
                                 "as they decide the resources' names and how many there are",
@@ -275,7 +277,7 @@ def _config_value(value: Any, spec: InputField, path: str, problems: list[Proble
 
 
 def _object(value: Any, model: type[BaseModel], path: str, problems: list[Problem]) -> Any:
-    if _not_plain(value) or not isinstance(value, Mapping):
+    if _not_plain(value, deep=False) or not isinstance(value, Mapping):
         return _config_value(value, InputField(path, path, None), path, problems)
     known = INPUTS[model.__name__]
     found: dict[str, Any] = {}
@@ -288,16 +290,16 @@ def _object(value: Any, model: type[BaseModel], path: str, problems: list[Proble
     return found
 
 
-def _not_plain(value: Any) -> bool:
-    """An Output, a future, or the engine's unknown sentinel, at any depth."""
+def _not_plain(value: Any, *, deep: bool) -> bool:
+    """An Output, a future, or the engine's unknown sentinel (inside it too, if `deep`)."""
     import pulumi
 
     if isinstance(value, pulumi.Output | Awaitable) or type(value).__name__ == "Unknown":
         return True
-    if isinstance(value, Mapping):
-        return any(_not_plain(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(_not_plain(v) for v in value)
+    if deep and isinstance(value, Mapping):
+        return any(_not_plain(v, deep=True) for v in value.values())
+    if deep and isinstance(value, list | tuple):
+        return any(_not_plain(v, deep=True) for v in value)
     return False
 
 
