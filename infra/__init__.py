@@ -9,7 +9,11 @@ Importable pieces (this package imports nothing of the kit itself, so
 - `infra.cloud_function`: what both declare alike (the function and its invoker grant,
   the conditioned database role, API enablement)
 - `infra.scheduled_job`: `ScheduledJob` component (one Cloud Scheduler job with OIDC)
-- `infra.program`: `build(cfg)` declares the whole stack; `main()` is what `pulumi up` runs
+- `infra.component`: `SchedulerDedup`, the whole stack as one component (its inputs'
+  types rendered from the config models by `infra.component_args`), which the component
+  package (provider/) serves too
+- `infra.program`: `build(values)` declares the whole stack through it; `main()` is what
+  `pulumi up` runs
 
 The operator tools that run this program offline (make plan, policy-check, runs, ...) are
 operator_tools/, a room of their own: nothing here imports them.

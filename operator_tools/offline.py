@@ -104,6 +104,8 @@ class DeclaredResource:
     protect: bool = False
     outputs: Mapping[str, Any] = field(default_factory=dict)
     """The state the mocks returned (inputs plus computed outputs)."""
+    aliases: tuple[Mapping[str, Any], ...] = ()
+    """Its aliases as registered: `{"urn": ...}`, or a spec (`{"noParent": True}`, ...)."""
 
 
 @dataclass(frozen=True)
@@ -332,10 +334,20 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
             dependencies=tuple(sorted(request.dependencies)),
             protect=bool(getattr(request, "protect", False)),
             outputs=_plain(registered.state) if registered is not None else {},
+            aliases=tuple(_alias(a) for a in getattr(request, "aliases", ())),
         )
         with self._lock:
             self._sink.append(declared)
         return response
+
+
+def _alias(alias: Any) -> dict[str, Any]:
+    """An alias of a RegisterResource request as plain data."""
+    if alias.WhichOneof("alias") == "urn":
+        return {"urn": alias.urn}
+    spec = alias.spec  # only the fields set: "" and False are "the resource's own"
+    fields = ("name", "type", "stack", "project", "parentUrn", "noParent")
+    return {f: getattr(spec, f) for f in fields if getattr(spec, f)}
 
 
 def _plain(value: Any) -> Any:

@@ -1,7 +1,16 @@
 """What follows from the config models (infra/config/), generated and checked in: the
 `config:` block of `Pulumi.yaml` and docs/configuration.md's reference (each between its
-`config-reference` markers), and `schema/stack.schema.json`, the JSON Schema of
-`Pulumi.<stack>.yaml` files that editors use through the files' `yaml-language-server` comment.
+`config-reference` markers), `schema/stack.schema.json`, the JSON Schema of
+`Pulumi.<stack>.yaml` files that editors use through the files' `yaml-language-server` comment,
+and the component package's (provider/): `provider/schema.json`, the package schema Pulumi's
+host infers from the SchedulerDedup component (infra/component_host.py), and
+`provider/requirements.txt`, the kit release the package installs.
+
+`breaking_changes(released, current)` lists what a consumer of the last release's schema
+(`provider/schema.released.json`, `--record-release` writes it) would break on: a removed
+or renamed property or type, a changed type, an input made required, an output made
+optional, an enum value removed. tests/infra/test_component_package.py allows them only with
+a new major version.
 
 `make schema` (`python -m operator_tools schema`) rewrites whichever has drifted from the models;
 `--check` only lists them (exit 1). tests/infra/test_schema.py fails on any drift.
@@ -37,6 +46,10 @@ from infra.config import (
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 SCHEMA_PATH: Final = Path("schema/stack.schema.json")
+PACKAGE_SCHEMA_PATH: Final = Path("provider/schema.json")
+RELEASED_SCHEMA_PATH: Final = Path("provider/schema.released.json")
+PROVIDER_REQUIREMENTS_PATH: Final = Path("provider/requirements.txt")
+KIT_DISTRIBUTION: Final = "scheduler-dedup-kit"
 REFERENCE_PATH: Final = Path("docs/configuration.md")
 REFERENCE_MARKERS: Final = ("<!-- config-reference:start -->", "<!-- config-reference:end -->")
 PULUMI_MARKERS: Final = ("# config-reference:start", "# config-reference:end")
@@ -181,6 +194,82 @@ def _without_titles(node: Any) -> Any:
     return node
 
 
+def package_schema() -> dict[str, Any]:
+    """The component package's schema, exactly as `component_provider_host` infers and
+    serves it (GetSchema), from the same ComponentProvider."""
+    from infra.component_host import component_provider
+
+    schema: dict[str, Any] = json.loads(component_provider().schema or "{}")
+    return schema
+
+
+def provider_requirements() -> str:
+    from infra.component_host import PACKAGE_VERSION
+
+    return ("# Generated from function/dedup/version.py by `make schema`: the kit release the "
+            "component\n# package runs; Pulumi installs it into the plugin's virtualenv "
+            "(docs/component-package.md).\n"
+            f"{KIT_DISTRIBUTION}=={PACKAGE_VERSION}\n")
+
+
+def breaking_changes(released: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """What a program written against `released` would break on in `current` (additions
+    are fine: a new optional input, a new output, a new type, a new enum value)."""
+    found: list[str] = []
+    for token, old in released.get("resources", {}).items():
+        new = current.get("resources", {}).get(token)
+        if new is None:
+            found.append(f"resource {token} removed")
+            continue
+        found += _properties(token, "input", old.get("inputProperties", {}),
+                             new.get("inputProperties", {}))
+        found += _properties(token, "output", old.get("properties", {}),
+                             new.get("properties", {}))
+        found += [f"{token}: input {k} is now required" for k in
+                  sorted(set(new.get("requiredInputs", [])) - set(old.get("requiredInputs", [])))]
+        found += [f"{token}: output {k} is no longer always set" for k in
+                  sorted(set(old.get("required", [])) - set(new.get("required", [])))
+                  if k in new.get("properties", {})]
+    for token, old in released.get("types", {}).items():
+        new = current.get("types", {}).get(token)
+        if new is None:
+            found.append(f"type {token} removed")
+            continue
+        if old.get("type") != new.get("type"):
+            found.append(f"type {token}: {old.get('type')} is now {new.get('type')}")
+        found += _properties(f"type {token}", "property", old.get("properties", {}),
+                             new.get("properties", {}))
+        old_values = {v["value"] for v in old.get("enum") or []}
+        new_values = {v["value"] for v in new.get("enum") or []}
+        found += [f"type {token}: enum value {v!r} removed"
+                  for v in sorted(old_values - new_values)]
+        found += [f"type {token}: property {k} is now required" for k in
+                  sorted(set(new.get("required", [])) - set(old.get("required", [])))]
+    return found
+
+
+def _properties(owner: str, what: str, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    found: list[str] = []
+    for name, spec in old.items():
+        if name not in new:
+            found.append(f"{owner}: {what} {name} removed (or renamed)")
+        elif _shape(spec) != _shape(new[name]):
+            found.append(f"{owner}: {what} {name} is {_shape(new[name])}, was {_shape(spec)}")
+    return found
+
+
+def _shape(spec: Any) -> Any:
+    """A property's type, without its description: type, $ref, items, map values, plain."""
+    if not isinstance(spec, dict):
+        return spec
+    return {k: _shape(v) for k, v in spec.items()
+            if k not in ("description", "willReplaceOnChanges")}
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
 def _between(text: str, markers: tuple[str, str], body: str, path: Path) -> str:
     start, end = markers
     if start not in text or end not in text.split(start, 1)[1]:
@@ -197,7 +286,9 @@ def generated(root: Path = REPO_ROOT) -> dict[Path, str]:
                               pulumi_yaml),
         reference: _between(reference.read_text(), REFERENCE_MARKERS, reference_table(),
                             reference),
-        root / SCHEMA_PATH: json.dumps(stack_schema(), indent=2, ensure_ascii=False) + "\n",
+        root / SCHEMA_PATH: _json(stack_schema()),
+        root / PACKAGE_SCHEMA_PATH: _json(package_schema()),
+        root / PROVIDER_REQUIREMENTS_PATH: provider_requirements(),
     }
 
 
@@ -209,11 +300,16 @@ def stale(root: Path = REPO_ROOT) -> dict[Path, str]:
 def main(argv: Sequence[str] = (), root: Path = REPO_ROOT) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m operator_tools schema",
-        description="Regenerate Pulumi.yaml's config block, docs/configuration.md's reference "
-        "and schema/stack.schema.json from the config models (make schema).")
+        description="Regenerate Pulumi.yaml's config block, docs/configuration.md's reference, "
+        "schema/stack.schema.json, provider/schema.json and provider/requirements.txt from the "
+        "config models and the SchedulerDedup component (make schema).")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 naming each file that is not current")
-    check = parser.parse_args(list(argv)).check
+    parser.add_argument("--record-release", action="store_true",
+                        help=f"also record {PACKAGE_SCHEMA_PATH} as the released schema "
+                        f"({RELEASED_SCHEMA_PATH}), when tagging a release")
+    options = parser.parse_args(list(argv))
+    check = options.check
     drifted = stale(root)
     for path, text in drifted.items():
         name = path.relative_to(root)
@@ -223,6 +319,9 @@ def main(argv: Sequence[str] = (), root: Path = REPO_ROOT) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         print(f"wrote {name}")
+    if options.record_release and not check:
+        (root / RELEASED_SCHEMA_PATH).write_text(_json(package_schema()))
+        print(f"wrote {RELEASED_SCHEMA_PATH}")
     return 1 if drifted and check else 0
 
 

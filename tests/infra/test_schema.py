@@ -153,12 +153,13 @@ def drifted_copy(tmp_path: Path) -> Path:
 
 def test_make_schema_rewrites_what_drifted(tmp_path: Path) -> None:
     root = drifted_copy(tmp_path)
-    assert set(schema.stale(root)) == {root / "Pulumi.yaml", root / schema.REFERENCE_PATH,
-                                       root / schema.SCHEMA_PATH}
+    generated = ("Pulumi.yaml", str(schema.REFERENCE_PATH), str(schema.SCHEMA_PATH),
+                 str(schema.PACKAGE_SCHEMA_PATH), str(schema.PROVIDER_REQUIREMENTS_PATH))
+    assert set(schema.stale(root)) == {root / name for name in generated}
     assert schema.main(["--check"], root=root) == 1
     assert schema.main([], root=root) == 0
     assert schema.stale(root) == {}
-    for name in ("Pulumi.yaml", str(schema.REFERENCE_PATH), str(schema.SCHEMA_PATH)):
+    for name in generated:
         assert (root / name).read_text() == (REPO_ROOT / name).read_text(), name
     assert schema.main(["--check"], root=root) == 0
 

@@ -56,6 +56,7 @@ from tests.infra.helpers import (
     RUN_IAM,
     SERVICE,
     SLEEP,
+    STACK_COMPONENT,
     WATCHDOG_COMPONENT,
     StackUnderTest,
     walk_strings,
@@ -74,6 +75,7 @@ def expected_counts(cfg: StackConfig) -> Counter[str]:
     with one grant per kind of target when some job has `proxy:`."""
     counts: Counter[str] = Counter(
         {
+            STACK_COMPONENT: 1,
             DEDUP_COMPONENT: 1,
             SERVICE: len(REQUIRED_APIS),
             ACCOUNT: 3,
@@ -192,9 +194,13 @@ def test_children_are_parented_to_their_component(stack: StackUnderTest) -> None
             if resource.name == "watchdog-job":  # the watchdog's own job is its child
                 assert components[resource.parent or ""] == WATCHDOG_COMPONENT
                 continue
-            assert resource.parent is not None and resource.parent.endswith(
-                f"::scheduler-dedup-{stack.name}"
-            ), "components hang off the stack"
+            if resource.type == STACK_COMPONENT:
+                assert resource.parent is not None and resource.parent.endswith(
+                    f"::scheduler-dedup-{stack.name}"
+                ), "the stack's component hangs off the stack"
+                continue
+            assert components[resource.parent or ""] == STACK_COMPONENT, (
+                "the other components hang off the stack's component")
             continue
         assert resource.parent in components, f"{resource.name} has no component parent"
         if resource.type == JOB:

@@ -20,7 +20,6 @@ import pulumi_gcp as gcp
 import pytest
 import yaml
 
-from infra.config import load_config
 from infra.program import build
 from operator_tools.offline import DeclaredResource, load_stack_config, run_offline
 from policies import offline_check
@@ -193,7 +192,7 @@ def extra_resource_program(declare_extra: Callable[[str], None]) -> Callable[[Pa
         config = load_stack_config(path)
 
         def program() -> Mapping[str, Any]:
-            outputs = build(load_config(config))
+            outputs = build(config)
             declare_extra(str(config["gcp:project"]))
             return outputs
 
