@@ -178,4 +178,4 @@ def test_make_schema_runs_the_generator() -> None:
     dry_run = subprocess.run(
         ["make", "-n", "schema"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     )
-    assert "-m operator_tools schema" in dry_run.stdout
+    assert "scheduler-dedup schema" in dry_run.stdout
