@@ -20,7 +20,7 @@ import pytest
 
 from dedup.version import __version__ as KIT_VERSION
 from operator_tools.init import KIT_PIN, STARTER
-from tests.dist_helpers import build_wheel, clean_env
+from tests.dist_helpers import UV, build_wheel, clean_env, fresh_venv, install_wheel
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The team's job and its own dependency (not one the kit's function lock has).
@@ -41,7 +41,7 @@ RAN = Path(__file__).resolve().parents[2] / "digest-runs.txt"
 
 
 def run(context: RunContext) -> dict[str, str]:
-    line = f"{context.schedule_time.isoformat()} {humanize.intcomma(1234567)}"
+    line = f"{context.run_id} {context.schedule_time.isoformat()} {humanize.intcomma(1234567)}"
     with RAN.open("a", encoding="utf-8") as out:
         out.write(line + "\\n")
     return {"digest": line}
@@ -85,27 +85,30 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamRepo]:
     index), and the team's job with its dependency, locked and installed by `make`."""
     root = tmp_path_factory.mktemp("by-version")
     dist = root / "dist"
-    build_wheel(dist)
-    base = getattr(sys, "_base_executable", sys.executable)
-    installer = TeamRepo(root, root / "installer" / "bin", dist)
-    subprocess.run([base, "-m", "venv", str(root / "installer")], check=True, env=clean_env())
-    installer.ok("pip", "install", "--quiet", "--disable-pip-version-check",
-                 "scheduler-dedup-kit")
+    wheel = build_wheel(dist)
+    installer = TeamRepo(root, fresh_venv(root / "installer").parent, dist)
+    install_wheel(wheel, installer.bin / "python", deps=True)
     installer.ok("scheduler-dedup", "init", "team")
     repo = TeamRepo(root / "team", root / "team" / ".venv" / "bin", dist)
-    repo.ok("make", ".venv/stamp", f"PYTHON={base}", timeout=900)
+    # The starter's make, with uv as its installer (pip takes minutes for the same
+    # packages); the wheel found as on a team's index.
+    base = getattr(sys, "_base_executable", sys.executable)
+    make_venv = ("make", ".venv/stamp", f"PYTHON={base}",
+                 f"INSTALL={UV} pip install --quiet --python .venv/bin/python "
+                 f"--find-links {dist}")
+    repo.ok(*make_venv, timeout=900)
     repo.ok("scheduler-dedup", "new-job", JOB)
     (repo.path / "function" / "jobs" / f"{JOB}.py").write_text(JOB_CODE, encoding="utf-8")
     (repo.path / "function" / "jobs" / "requirements.in").write_text(f"{DEPENDENCY}\n")
     stack = repo.path / "stacks" / "Pulumi.dev.yaml"
     stack.write_text(stack.read_text(encoding="utf-8") + STACK_JOB, encoding="utf-8")
     repo.ok("make", "lock")
-    repo.ok("make", ".venv/stamp", f"PYTHON={base}")  # now with the team's lock
+    repo.ok(*make_venv)  # again: now with the team's lock
     yield repo
 
 
 def test_the_installed_kit_is_the_wheel_and_nothing_of_this_checkout(team: TeamRepo) -> None:
-    where = team.ok("python", "-c", "import scheduler_dedup_kit as k, dedup.version as v; "
+    where = team.ok("python", "-c", "import scheduler_dedup_kit as k; "
                     "k.activate(); import infra, dedup.version as v; "
                     "print(k.KIT_ROOT, infra.PROJECT_DIR, v.__file__)")
     kit_root, project, version_file = where.split()
@@ -166,5 +169,6 @@ def test_the_demo_runs_the_teams_job_exactly_once_per_run(team: TeamRepo) -> Non
     assert "job weekly-digest" in out
     lines = ran.read_text(encoding="utf-8").splitlines()
     assert lines and all(line.endswith(" 1,234,567") for line in lines)
-    times = [line.split()[0] for line in lines]
-    assert len(times) == len(set(times)), "a scheduled run of the team's job ran twice"
+    # One line per execution: each run (its run_id; a forced run is a run of its own) once.
+    run_ids = [line.split()[0] for line in lines]
+    assert len(run_ids) == len(set(run_ids)), "a run of the team's job executed twice"
