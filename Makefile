@@ -72,7 +72,7 @@ typecheck: $(VENV)/stamp ## mypy
 
 # The GitHub Actions workflows: zizmor's security audits, offline (no GitHub API calls).
 workflow-lint: $(VENV)/stamp ## zizmor's audits of the GitHub Actions workflows
-	$(BIN)/zizmor --offline .github/workflows
+	$(BIN)/zizmor --offline .github/workflows examples/team-repo/.github/workflows
 
 # The tests in TEST_WORKERS processes (pytest-xdist): most of their time is spent waiting
 # (emulators, served functions, scaled deadlines), so two workers halve it on two cores.

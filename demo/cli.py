@@ -604,7 +604,7 @@ def command(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m operator_tools demo",
+        prog="scheduler-dedup demo",
         description="Run the kit's main job locally: the Firestore emulator, the kit's "
         "function served by functions-framework, and the local Cloud Scheduler emulator "
         "replaying the stack's jobs with injected faults. Reports per scheduled run the "

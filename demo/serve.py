@@ -398,7 +398,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m operator_tools serve",
+        prog="scheduler-dedup serve",
         description="Serve a stack locally (function, proxy, "
         "Scheduler, watchdog) until Ctrl-C, for make runs and make rerun to rehearse on.")
     parser.add_argument("--stack", default="dev", help="stack name or stack file")

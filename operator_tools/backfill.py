@@ -319,7 +319,7 @@ def main(
     now: datetime | None = None, client_factory: Callable[..., Any] | None = None,
 ) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m operator_tools backfill", description="Queue the runs of a range for one "
+        prog="scheduler-dedup backfill", description="Queue the runs of a range for one "
         "more execution each (the watchdog delivers them at a bounded rate, exactly once).")
     parser.add_argument("stack", help="stack name (Pulumi.<stack>.yaml) or stack file path")
     parser.add_argument("--job", required=True, help="the job (jobs[].name)")

@@ -72,7 +72,7 @@ def github_output_lines(stacks: dict[str, list[str]]) -> str:
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
          err: TextIO = sys.stderr) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m operator_tools ci-stacks",
+        prog="scheduler-dedup ci-stacks",
         description="Print the team's stacks as JSON, by whether CI's pulumi up of each waits "
         "for a reviewer (reviewBeforeUp; unset: reviewed).",
     )

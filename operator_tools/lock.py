@@ -89,7 +89,7 @@ def resolver_message(output: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m operator_tools lock",
+        prog="scheduler-dedup lock",
         description=f"Pin {TEAM_REQUIREMENTS} (and what it needs) with hashes into {TEAM_LOCK}.",
     )
     parser.add_argument("--root", type=Path, default=PROJECT_DIR,

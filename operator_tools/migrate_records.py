@@ -126,7 +126,7 @@ def main(
     client_factory: Callable[..., Any] | None = None,
 ) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m operator_tools migrate-proxy-records",
+        prog="scheduler-dedup migrate-proxy-records",
         description="Copy the proxied jobs' run "
         "records from the dedup database into the proxy's own database (once, when "
         "upgrading a stack whose proxy shared the dedup database).")

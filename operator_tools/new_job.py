@@ -96,7 +96,7 @@ def write_job(name: str, root: Path = PROJECT_DIR) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m operator_tools new-job",
+        prog="scheduler-dedup new-job",
         description="Write a job module (function/jobs/<name>.py) and its test "
         "(tests/jobs/test_<name>.py) from the kit's templates.",
     )

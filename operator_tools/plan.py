@@ -257,7 +257,7 @@ def contract_error(path: object, findings: Sequence[Finding]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m operator_tools plan",
+        prog="scheduler-dedup plan",
         description="Print what the kit's Pulumi program declares for each stack (offline), "
         "after validating its config and importing its job logic as the function would.",
     )

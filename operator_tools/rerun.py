@@ -369,7 +369,7 @@ def main(
     client_factory: Callable[..., Any] | None = None,
 ) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m operator_tools rerun",
+        prog="scheduler-dedup rerun",
         description="Ask for one run of a job to be executed "
         "once more (the watchdog delivers it, exactly once).")
     parser.add_argument("stack", help="stack name (Pulumi.<stack>.yaml) or stack file path")

@@ -406,7 +406,7 @@ def main(
     client_factory: Callable[..., Any] | None = None,
 ) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m operator_tools runs",
+        prog="scheduler-dedup runs",
         description="The last expected runs of a stack's jobs, "
         "with their records and the watchdog's verdict.")
     parser.add_argument("stack", help="stack name (Pulumi.<stack>.yaml) or stack file path")

@@ -299,7 +299,7 @@ def stale(root: Path = REPO_ROOT) -> dict[Path, str]:
 
 def main(argv: Sequence[str] = (), root: Path = REPO_ROOT) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m operator_tools schema",
+        prog="scheduler-dedup schema",
         description="Regenerate Pulumi.yaml's config block, docs/configuration.md's reference, "
         "schema/stack.schema.json, provider/schema.json and provider/requirements.txt from the "
         "config models and the SchedulerDedup component (make schema).")

@@ -184,7 +184,7 @@ def upgrade_steps(changelog: Changelog, from_version: str, current: str) -> str:
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
          err: TextIO = sys.stderr) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m operator_tools upgrade-check",
+        prog="scheduler-dedup upgrade-check",
         description="The Upgrading steps of every release after FROM (CHANGELOG.md).",
     )
     parser.add_argument("from_version", metavar="FROM", nargs="?", default="",

@@ -160,7 +160,7 @@ def print_report(report: StackReport, out: TextIO) -> None:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     parser = argparse.ArgumentParser(
-        prog="python -m operator_tools policy-check",
+        prog="scheduler-dedup policy-check",
         description="Run the CrossGuard policies against every stack under Pulumi's mocks.",
     )
     parser.add_argument(

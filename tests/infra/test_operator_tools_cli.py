@@ -20,7 +20,7 @@ def test_every_command_answers_help(command: str, capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit) as exited:
         main([command, "--help"])
     assert exited.value.code == 0
-    assert f"python -m operator_tools {command}" in capsys.readouterr().out
+    assert f"scheduler-dedup {command}" in capsys.readouterr().out
 
 
 def test_no_command_is_a_usage_error_and_an_unknown_one_names_itself(
