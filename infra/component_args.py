@@ -44,6 +44,7 @@ from infra.config import (
     model_fields,
     stack_fields,
 )
+from infra.config.load import parse_structure
 
 TYPES_MODULE: Final = "infra.component_types"
 """The module the rendered classes live in (in sys.modules, with no file of its own)."""
@@ -313,16 +314,8 @@ def component_args(values: Mapping[str, Any]) -> dict[str, Any]:
     lists given as JSON text are parsed, so their keys can be named."""
     by_key = {spec.config_key if ":" in spec.config_key else kit_key(spec.config_key): spec
               for spec in INPUTS[ARGS_TYPE].values()}
-    return {by_key[k].key: _arg(_parsed(v), by_key[k]) for k, v in values.items() if k in by_key}
-
-
-def _parsed(raw: Any) -> Any:
-    if isinstance(raw, str) and raw.lstrip()[:1] in ("[", "{"):
-        try:
-            return json.loads(raw)
-        except json.JSONDecodeError:
-            return raw
-    return raw
+    return {by_key[k].key: _arg(parse_structure(v), by_key[k])
+            for k, v in values.items() if k in by_key}
 
 
 def _arg(value: Any, spec: InputField) -> Any:

@@ -51,7 +51,7 @@ def load_config(values: Mapping[str, Any], *, deploying: bool = False) -> StackC
         elif namespace == PROJECT_NAME and name in GROUPS:  # the models' name, not a key
             raise ConfigError([Problem(full_key, "is not a setting of the kit", "remove it")])
         elif namespace == PROJECT_NAME:
-            (data[group_of[name]] if name in group_of else data)[name] = _parse_structure(value)
+            (data[group_of[name]] if name in group_of else data)[name] = parse_structure(value)
     try:
         config = StackConfig.model_validate(data, context={DEPLOYING: deploying})
     except ValidationError as exc:
@@ -80,7 +80,7 @@ def _namespace_problem(full_key: str) -> Problem | None:
     return Problem(full_key, what, fix)
 
 
-def _parse_structure(raw: Any) -> Any:
+def parse_structure(raw: Any) -> Any:
     """Objects and lists arrive from the Pulumi engine as JSON strings."""
     if isinstance(raw, str) and raw.lstrip()[:1] in ("[", "{"):
         try:
