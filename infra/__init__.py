@@ -31,13 +31,23 @@ KIT_INSTALLED = (KIT_ROOT / "__init__.py").is_file()
 """True when the kit runs from its wheel (`pip install scheduler-dedup-kit`), not a checkout."""
 
 
+PROJECT_DIR_ENV = "SCHEDULER_DEDUP_PROJECT"
+"""Names the project outright, e.g. for a component provider the engine starts elsewhere."""
+
+
 def _project_dir() -> Path:
-    """The Pulumi project the kit works on: the nearest folder holding a Pulumi.yaml, from
-    the working directory up (where Pulumi runs the program, and where a person runs
-    `scheduler-dedup`); else, in a checkout, the checkout (the kit's own example stacks),
-    and, installed, the working directory (whose commands then say there is no project)."""
+    """The Pulumi project the kit works on: the folder SCHEDULER_DEDUP_PROJECT names, else
+    the nearest folder holding a Pulumi.yaml from the working directory up (where Pulumi
+    runs the program, and where a person runs `scheduler-dedup`), never the installed kit's
+    own folder; else, in a checkout, the checkout (the kit's own example stacks), and,
+    installed, the working directory (where `scheduler-dedup` then says there is no
+    project)."""
+    if named := os.environ.get(PROJECT_DIR_ENV):
+        return Path(named).resolve()
     here = Path(os.getcwd()).resolve()
     for folder in (here, *here.parents):
+        if KIT_INSTALLED and folder.is_relative_to(KIT_ROOT):
+            continue  # a folder of the installed kit (its provider/, say) is nobody's project
         if (folder / "Pulumi.yaml").is_file():
             return folder
     return here if KIT_INSTALLED else KIT_ROOT
@@ -56,6 +66,7 @@ function/ holds both."""
 # The function's source roots import as `dedup` and `jobs`, once for every module of the
 # program and of what imports it: the table names, thresholds, DST defaults and version it
 # declares are the function's own (one declaration each), and its archive is made of them.
-for _root in (PROJECT_FUNCTION_DIR, KIT_FUNCTION_DIR):
+# The project's first: its `jobs` is what the archive ships (infra/source.py).
+for _root in (KIT_FUNCTION_DIR, PROJECT_FUNCTION_DIR):
     if str(_root) not in sys.path:
         sys.path.insert(0, str(_root))

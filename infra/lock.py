@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from infra import KIT_ROOT, PROJECT_DIR
+from infra import KIT_INSTALLED, KIT_ROOT, PROJECT_DIR
 
 KIT_LOCK: Final = Path("function") / "requirements.txt"
 TEAM_REQUIREMENTS: Final = Path("function") / "jobs" / "requirements.in"
@@ -116,9 +116,10 @@ def digest_line(root: Path, kit_root: Path | None = None) -> str:
 
 
 def kit_root_of(root: Path) -> Path:
-    """Where the kit's lock is for the project `root`: in `root` when it is a checkout of the
-    kit (a fork), else the installed kit's."""
-    return root if (root / KIT_LOCK).is_file() else KIT_ROOT
+    """Where the kit's lock is for the project `root`: the installed kit's when the kit runs
+    from its wheel (whatever else `root` holds: a team's own function/requirements.txt is
+    not the kit's lock); in a checkout, `root`'s own when it has one (a fork)."""
+    return root if not KIT_INSTALLED and (root / KIT_LOCK).is_file() else KIT_ROOT
 
 
 def lock_problems(root: Path = PROJECT_DIR, kit_root: Path | None = None) -> list[str]:

@@ -218,7 +218,7 @@ class FunctionServer(_ManagedProcess):
         self._threads = threads
         self._target = target
         # The team's function/ too (its `jobs`), when the kit is installed (infra.PROJECT_DIR).
-        self._pythonpath = [FUNCTION_DIR, PROJECT_FUNCTION_DIR, *(extra_pythonpath or [])]
+        self._pythonpath = [PROJECT_FUNCTION_DIR, FUNCTION_DIR, *(extra_pythonpath or [])]
 
     @property
     def url(self) -> str:

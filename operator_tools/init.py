@@ -31,8 +31,9 @@ def init_repository(target: Path) -> list[Path]:
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise InitError(f"{target} exists and is not an empty folder. Fix: name a new folder "
                         "(init never writes over a file)")
-    shutil.copytree(STARTER, target, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # Never what a run of the starter left behind (its .gitignore's build/, .cache/, .venv).
+    shutil.copytree(STARTER, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
+        "__pycache__", "*.pyc", ".venv", "build", ".cache", ".pytest_cache"))
     write_job(FIRST_JOB, target)
     return sorted(p for p in target.rglob("*") if p.is_file())
 
@@ -52,9 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for path in written:
         print(f"wrote {path.relative_to(args.directory)}")
-    print(f"Next, in {args.directory}: python3.12 -m venv .venv && .venv/bin/pip install -r "
-          "requirements.txt; set your project in stacks/Pulumi.dev.yaml; make test; "
-          "pulumi stack init dev && pulumi up --policy-pack policy (README.md there).")
+    print(f"Next, in {args.directory}: set your project in stacks/Pulumi.dev.yaml, then "
+          "`make test` (it builds .venv from requirements.txt), `make demo STACK=dev`, and "
+          "`pulumi stack init dev && pulumi up --policy-pack policy` (README.md there).")
     return 0
 
 

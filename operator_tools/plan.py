@@ -279,6 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"no Pulumi.<stack>.yaml in {display_path(STACK_FILE_DIR)}/ yet: planning the "
                   "kit's example stacks (add yours: docs/adopting.md)\n")
         stacks = list(files)
+        if not stacks:
+            print(f"no Pulumi.<stack>.yaml in {display_path(STACK_FILE_DIR)}/: nothing to plan "
+                  "(add one: pulumi stack init <stack>, or copy a stack file there)",
+                  file=sys.stderr)
+            return 2
     status = 0
     for index, stack in enumerate(stacks):
         if index:

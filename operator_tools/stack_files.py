@@ -21,6 +21,10 @@ from infra.config import PROVIDER_NAMESPACES
 PROJECT_FILE: Final = PROJECT_DIR / "Pulumi.yaml"
 """The Pulumi project's file: this checkout's, or the team repository's (infra.PROJECT_DIR)."""
 EXAMPLE_STACKS_DIR: Final = KIT_ROOT / "examples" / "stacks"
+EXAMPLES_STAND_IN: Final = PROJECT_DIR == KIT_ROOT
+"""In a checkout of the kit (a fork), its example stacks stand in for the team's while it
+has none, and a stack name it lacks is the example of that name; in a team's repository
+(the kit installed) never: a missing stack there is an error, not somebody else's project."""
 """The kit's example stacks (dev, prod): planned, policy-checked and demoed by `make test`."""
 
 
@@ -55,7 +59,7 @@ def checked_stack_files(directory: Path = STACK_FILE_DIR) -> tuple[list[Path], b
     """The stack files `make plan`, `make policy-check` and CI check when given none: the
     team's, or, while it has none yet, the kit's examples. Also says which (True: examples)."""
     team = [stack_file(name, directory) for name in stack_names(directory)]
-    if team:
+    if team or not EXAMPLES_STAND_IN:
         return team, False
     return [stack_file(name, EXAMPLE_STACKS_DIR) for name in stack_names(EXAMPLE_STACKS_DIR)], True
 
@@ -84,13 +88,14 @@ def stack_path(stack_or_path: str | Path, directory: Path = STACK_FILE_DIR) -> P
     if path.suffix not in (".yaml", ".yml"):
         path = stack_file(str(stack_or_path), directory)
         example = stack_file(str(stack_or_path), EXAMPLE_STACKS_DIR)
-        if not path.exists() and directory == STACK_FILE_DIR and example.exists():
+        if (not path.exists() and directory == STACK_FILE_DIR and EXAMPLES_STAND_IN
+                and example.exists()):
             path = example
     if not path.exists():
         known = ", ".join(stack_names(directory)) or "none"
-        examples = ", ".join(stack_names(EXAMPLE_STACKS_DIR))
-        raise FileNotFoundError(f"no stack file {path} (stacks: {known}; the kit's examples: "
-                                f"{examples})")
+        examples = (f"; the kit's examples: {', '.join(stack_names(EXAMPLE_STACKS_DIR))}"
+                    if EXAMPLES_STAND_IN else "")
+        raise FileNotFoundError(f"no stack file {path} (stacks: {known}{examples})")
     return path
 
 

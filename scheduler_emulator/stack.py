@@ -37,6 +37,7 @@ from infra.scheduled_job import ScheduledJobArgs
 from infra.scheduler_rules import ATTEMPT_DEADLINE_DEFAULT_SECONDS, RetrySettings
 from operator_tools.stack_files import (
     EXAMPLE_STACKS_DIR,
+    EXAMPLES_STAND_IN,
     STACK_FILE_DIR,
     StackFileError,
     load_stack_config,
@@ -178,7 +179,8 @@ def resolve_stack(choice: str | Path, directories: tuple[Path, ...] | None = Non
     or a path to a stack file."""
     text = str(choice)
     places = (
-        directories if directories is not None else (Path(), STACK_FILE_DIR, EXAMPLE_STACKS_DIR)
+        directories if directories is not None
+        else (Path(), STACK_FILE_DIR, *([EXAMPLE_STACKS_DIR] if EXAMPLES_STAND_IN else []))
     )
     looks_like_path = "/" in text or text.endswith((".yaml", ".yml"))
     candidates = [Path(text)] if looks_like_path else [stack_file(text, p) for p in places]

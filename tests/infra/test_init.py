@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dedup.version import __version__ as KIT_VERSION
+from infra import KIT_ROOT as REPO_ROOT
 from operator_tools.init import FIRST_JOB, KIT_PIN, STARTER, main
 
 
@@ -44,3 +45,23 @@ def test_init_never_writes_over_anything(
     assert main([str(target)]) == 2
     assert "is not an empty folder" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.rglob("*")) in (["our-jobs"], ["notes.txt", "our-jobs"])
+
+
+def _commands(makefile: Path, call: str) -> dict[str, str]:
+    """target -> the scheduler-dedup command line of its recipe (what follows the call)."""
+    found: dict[str, str] = {}
+    target = ""
+    for line in makefile.read_text(encoding="utf-8").splitlines():
+        if line and not line[0].isspace() and ":" in line and not line.startswith("#"):
+            target = line.split(":", 1)[0]
+        elif call in line:
+            found[target] = line.split(call, 1)[1].strip()
+    return found
+
+
+def test_the_starters_make_targets_are_the_kits_with_the_same_arguments() -> None:
+    """Every message that says `make <target> VAR=...` holds in a team repository too."""
+    kit = _commands(REPO_ROOT / "Makefile", "$(SCHEDULER_DEDUP)")
+    starter = _commands(STARTER / "Makefile", "$(BIN)/scheduler-dedup")
+    kit.pop("schema")  # the kit maintainers' own (it rewrites the kit's files)
+    assert starter == kit
