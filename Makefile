@@ -101,6 +101,10 @@ lock-kit: $(VENV)/stamp ## Kit maintainers: re-pin the kit's function lock and C
 	$(BIN)/uv pip compile function/requirements.in --constraint constraints.txt \
 		--generate-hashes --python-version 3.12 --python-platform linux \
 		--custom-compile-command "make lock-kit" --quiet --output-file function/requirements.txt
+	$(BIN)/uv pip compile requirements.txt function/requirements.in policies/requirements.txt \
+		requirements-tools.txt --constraint constraints.txt --python-version 3.12 \
+		--python-platform linux --custom-compile-command "make lock-kit" --quiet \
+		--output-file requirements-dist.txt
 	for lock in bootstrap deploy; do \
 		$(BIN)/uv pip compile .github/requirements/$$lock.in --constraint constraints.txt \
 			--generate-hashes --python-version 3.11 --python-platform linux \

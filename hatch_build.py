@@ -3,7 +3,10 @@ the kit's runtime needs, read at build time from the files that already declare 
 pin is written once and a changed pin changes the wheel.
 
 Each file pins exactly (`name==version`); a package named by several (croniter by three) is
-listed once, and two different pins of it fail the build naming both files.
+listed once, and two different pins of it fail the build naming both files. The packages
+those need in turn are pinned too, from requirements-dist.txt (`make lock-kit`: the
+declaring files resolved at constraints.txt's versions), so a team's install gets the
+versions the kit was tested with, all the way down, as the function's lock does.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ DECLARING_FILES: Final = (
     "policies/requirements.txt",  # the policy pack
     "requirements-tools.txt",  # what the tools import, or run (uv), and nothing else pins
 )
+CLOSURE_FILE: Final = "requirements-dist.txt"
+"""Everything the declaring files need, transitively, pinned (`make lock-kit`)."""
 
 
 def requirement_lines(path: Path) -> list[str]:
@@ -55,7 +60,7 @@ def pinned_requirements(root: Path, files: tuple[str, ...] = DECLARING_FILES) ->
             if len(specifiers) != 1 or specifiers[0].operator != "==":
                 raise ValueError(f"{relative}: {line!r} is not pinned exactly (name==version)")
             name = canonicalize_name(requirement.name)
-            if name in pins and pins[name][0] != str(requirement):
+            if name in pins and Requirement(pins[name][0]).specifier != requirement.specifier:
                 raise ValueError(f"{name} is pinned twice, differently: {pins[name][0]!r} in "
                                  f"{pins[name][1]}, {str(requirement)!r} in {relative}")
             pins.setdefault(name, (str(requirement), relative))
@@ -68,4 +73,5 @@ class PinnedDependencies(MetadataHookInterface):
     PLUGIN_NAME = "custom"
 
     def update(self, metadata: dict[str, Any]) -> None:
-        metadata["dependencies"] = pinned_requirements(Path(self.root))
+        metadata["dependencies"] = pinned_requirements(
+            Path(self.root), (*DECLARING_FILES, CLOSURE_FILE))

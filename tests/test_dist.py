@@ -42,9 +42,11 @@ SHIPPED = ("scheduler_dedup_kit/", "function/dedup/", "function/example_jobs/",
 # Pinned by these, in this order (hatch_build.py's DECLARING_FILES).
 DECLARING = ("requirements.txt", "function/requirements.in", "policies/requirements.txt",
              "requirements-tools.txt")
+# Their closure, pinned (make lock-kit), which the wheel pins too.
+CLOSURE = "requirements-dist.txt"
 # What a build needs of a checkout but the kit's tree (test_one_declaration... copies).
 BUILD_INPUTS = ("pyproject.toml", "hatch_build.py", "LICENSE", "CHANGELOG.md", "Pulumi.yaml",
-                *DECLARING, "function/dedup/version.py", "scheduler_dedup_kit/__init__.py",
+                *DECLARING, CLOSURE, "function/dedup/version.py", "scheduler_dedup_kit/__init__.py",
                 "scheduler_dedup_kit/cli.py", "scheduler_dedup_kit/__main__.py")
 
 
@@ -67,11 +69,11 @@ def checkout_files() -> set[str]:
     return {path for path in listed if path and (REPO_ROOT / path).is_file()}
 
 
-def pins_of(root: Path) -> set[str]:
-    """`name==version` of every requirement line of the declaring files (read here on
-    purpose without hatch_build.py, whose output this checks)."""
+def pins_of(root: Path, files: tuple[str, ...] = (*DECLARING, CLOSURE)) -> set[str]:
+    """`name==version` of every requirement line of `files` (read here on purpose without
+    hatch_build.py, whose output this checks)."""
     pins: set[str] = set()
-    for relative in DECLARING:
+    for relative in files:
         for line in (root / relative).read_text(encoding="utf-8").splitlines():
             match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s#;\\]+)", line)
             if match:
@@ -179,8 +181,9 @@ def test_one_declaration_a_changed_pin_changes_the_wheel(tmp_path: Path) -> None
     code and a folder's dotfiles (examples/team-repo/.github/) as the tree has them."""
     source = checkout_copy(tmp_path / "kit")
     requirements_in = source / "function" / "requirements.in"
-    requirements_in.write_text(re.sub(r"(?m)^requests==\S+", "requests==2.0.1",
-                                      requirements_in.read_text(encoding="utf-8")))
+    for pinned in (requirements_in, source / CLOSURE):  # as make lock-kit would, both
+        pinned.write_text(re.sub(r"(?m)^requests==\S+", "requests==2.0.1",
+                                 pinned.read_text(encoding="utf-8")))
     team_repo = source / "examples" / "team-repo"
     (team_repo / ".github" / "workflows").mkdir(parents=True)
     (team_repo / ".github" / "workflows" / "deploy.yml").write_text("name: deploy\n")
@@ -279,3 +282,35 @@ def test_installed_scheduler_dedup_help_lists_the_commands(installed: Path,
         assert result.stdout.startswith("usage: scheduler-dedup <command> [args]")
         listed = re.findall(r"(?m)^  (\S+)  ", result.stdout)
         assert listed == list(COMMANDS)
+
+
+def test_the_closure_is_every_package_the_declared_pins_need_at_the_tested_versions() -> None:
+    """requirements-dist.txt is current: the declared pins and, through the dev venv's own
+    metadata (built from constraints.txt), each package they need on Linux, transitively,
+    each at constraints.txt's version. Else: make lock-kit."""
+    import importlib.metadata as metadata
+
+    from packaging.markers import default_environment
+
+    environment = {key: str(value) for key, value in default_environment().items()}
+    environment |= {"sys_platform": "linux", "platform_system": "Linux"}
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo = [(r.split("==")[0], frozenset[str]()) for r in pins_of(REPO_ROOT, DECLARING)]
+    while todo:
+        name, extras = todo.pop()
+        if (canonicalize_name(name), extras) in seen:
+            continue
+        seen.add((canonicalize_name(name), extras))
+        for line in metadata.distribution(name).requires or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or any(
+                    requirement.marker.evaluate({**environment, "extra": extra})
+                    for extra in ("", *extras)):
+                todo.append((requirement.name, frozenset(requirement.extras)))
+    needed = {name for name, _ in seen}
+    constraints = pins_of(REPO_ROOT, ("constraints.txt",))
+    closure = pins_of(REPO_ROOT, (CLOSURE,))
+    assert {p.split("==")[0] for p in closure} == needed, "run make lock-kit"
+    tested = {p.split("==")[0]: p for p in constraints}
+    assert [p for p in closure if tested.get(p.split("==")[0], p) != p] == [], (
+        "requirements-dist.txt and constraints.txt disagree: run make lock-kit")
