@@ -284,6 +284,20 @@ def test_installed_scheduler_dedup_help_lists_the_commands(installed: Path,
         assert listed == list(COMMANDS)
 
 
+def test_installed_outside_a_project_it_refuses_and_never_plans_its_own_folder(
+    installed: Path, tmp_path: Path,
+) -> None:
+    """No Pulumi.yaml around: a project command says so (it would otherwise write a team's
+    files into whatever folder it ran in), and `schema` would rewrite the installed kit."""
+    command = str(installed.with_name("scheduler-dedup"))
+    for argv, says in (([command, "new-job", "billing"], "no Pulumi.yaml in"),
+                       ([command, "plan"], "no Pulumi.yaml in"),
+                       ([command, "schema"], "a kit maintainer's command")):
+        result = run(argv, cwd=tmp_path)
+        assert result.returncode == 2 and says in result.stderr, (argv, result.stderr)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 def test_the_closure_is_every_package_the_declared_pins_need_at_the_tested_versions() -> None:
     """requirements-dist.txt is current: the declared pins and, through the dev venv's own
     metadata (built from constraints.txt), each package they need on Linux, transitively,
