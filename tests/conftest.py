@@ -17,6 +17,26 @@ from google.cloud import firestore
 from local_stack import FirestoreEmulator, LocalStackError
 
 EMULATOR_PROJECT = "dedup-kit-test"
+# The files that take minutes (the --durations leaders), collected first: under --dist
+# loadfile each file goes to one worker in collection order, so a long file met last
+# leaves the other worker idle at the end.
+LONG_FILES = (
+    "tests/function/test_backfill.py",
+    "tests/test_by_version.py",
+    "tests/test_fork.py",
+    "tests/scheduler_emulator/test_serve.py",
+    "tests/scheduler_emulator/test_demo_command.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+
+    def rank(item: pytest.Item) -> int:
+        relative = item.path.relative_to(root).as_posix()
+        return LONG_FILES.index(relative) if relative in LONG_FILES else len(LONG_FILES)
+
+    items.sort(key=rank)  # stable: every other file keeps its place
 
 
 @pytest.fixture(scope="session")
