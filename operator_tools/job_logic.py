@@ -564,11 +564,12 @@ def check_job_logic(
     source_dir: Path = DEFAULT_SOURCE_DIR,
     build_dir: Path = DEFAULT_BUILD_DIR,
     run: OfflineRun | None = None,
-    team_dir: Path | None = DEFAULT_TEAM_DIR,
 ) -> None:
     """Raise `ConfigError` naming every job-logic key whose `module:function` the deployed
     function could not import, and every declared function that would not start (see the
     module docstring). `run`: the program's run for `values`, if the caller made one."""
+    # The team's function/ is the one the program's archives took theirs from (its default).
+    team_dir = DEFAULT_TEAM_DIR
     stale = lock_problems((team_dir or source_dir).parent, source_dir.parent)
     if stale:  # the archive's requirements.txt would not be what make lock would write
         raise ConfigError([Problem(str(TEAM_LOCK), what, LOCK_FIX) for what in stale])

@@ -31,19 +31,21 @@ def activate() -> None:
     import infra  # noqa: F401  (puts the function source roots on sys.path)
 
 
-def run_program() -> None:
-    """What `pulumi up` runs in a team's repository (its `__main__.py` calls this): the kit's
-    program, exactly as infra/__main__.py runs it in this repository."""
+def _run_entry_point(room: str) -> None:
+    """Run the kit's `<room>/__main__.py` as the Pulumi CLI runs it in this repository."""
     activate()
     import runpy
 
-    runpy.run_path(str(KIT_ROOT / "infra" / "__main__.py"), run_name="__main__")
+    runpy.run_path(str(KIT_ROOT / room / "__main__.py"), run_name="__main__")
+
+
+def run_program() -> None:
+    """What `pulumi up` runs in a team's repository (its `__main__.py` calls this): the kit's
+    program, exactly as infra/__main__.py runs it in this repository."""
+    _run_entry_point("infra")
 
 
 def run_policy_pack() -> None:
     """What `pulumi preview|up --policy-pack policy` runs in a team's repository (its
     policy/__main__.py calls this): the kit's pack, as policies/__main__.py builds it here."""
-    activate()
-    import runpy
-
-    runpy.run_path(str(KIT_ROOT / "policies" / "__main__.py"), run_name="__main__")
+    _run_entry_point("policies")
