@@ -3,6 +3,7 @@ what a policy pack sees (camelCase inputs, URNs, parents)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,10 @@ def test_callers_pulumi_settings_are_left_alone(tmp_path: Path) -> None:
             return {}, []
 
     def check() -> None:
+        # The caller's own event loop, as @pulumi.runtime.test gives it: set_mocks registers
+        # the root stack on the current loop, which an earlier test in this worker may or may
+        # not have left set (the order of files per worker varies).
+        asyncio.set_event_loop(asyncio.new_event_loop())
         pulumi.runtime.set_mocks(CallerMocks(), project="caller", stack="callerstack")
         pulumi.runtime.set_all_config({"caller:key": "value"})
         monitor = pulumi.runtime.settings.SETTINGS.monitor
