@@ -83,22 +83,25 @@ def wait_for(predicate: object, timeout: float) -> None:
 def test_crashed_attempt_is_taken_over_only_after_its_lease_expires(
     collection_name: str, ledger: Path
 ) -> None:
-    lease = 4.0
+    lease = 6.0
     env = function_env(collection_name, ledger, DEDUP_LEASE_SECONDS=str(lease))
     headers = scheduler_headers()
-    first = FunctionServer(env, workers=1, extra_pythonpath=TESTS_IMPORTABLE).start()
-    try:
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pending = pool.submit(post, first.url, headers, {"sleep": 60})
-            wait_for(lambda: len(read_ledger(str(ledger))) == 1, timeout=10)
-            claimed_at = time.monotonic()
-            os.killpg(first.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
-            with pytest.raises(requests.ConnectionError):
-                pending.result()
-    finally:
-        first.stop()
-
+    # The taker is up before the crash: its start-up (seconds on a loaded machine) must not
+    # eat the lease, or its first request could already come after expiry and the test
+    # would never see the refusals it is about.
     with FunctionServer(env, workers=1, extra_pythonpath=TESTS_IMPORTABLE) as second:
+        first = FunctionServer(env, workers=1, extra_pythonpath=TESTS_IMPORTABLE).start()
+        try:
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                pending = pool.submit(post, first.url, headers, {"sleep": 60})
+                wait_for(lambda: len(read_ledger(str(ledger))) == 1, timeout=10)
+                claimed_at = time.monotonic()
+                os.killpg(first.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+                with pytest.raises(requests.ConnectionError):
+                    pending.result()
+        finally:
+            first.stop()
+
         answers: list[tuple[float, int]] = []
         while True:
             reply = post(second.url, headers, {"result": "taken over"})
@@ -110,5 +113,7 @@ def test_crashed_attempt_is_taken_over_only_after_its_lease_expires(
     took_over_after, status = answers[-1]
     assert status == 200 and reply.json()["result"]["echo"] == "taken over"
     assert took_over_after >= lease - 0.5  # store clock vs ours: allow for RPC latency
+    # Refused while the lease ran: the first answer came well inside it.
+    assert answers[0][0] < lease - 0.5, answers
     assert len(answers) > 1 and all(s == 409 for _, s in answers[:-1])
     assert [e["attempt"] for e in read_ledger(str(ledger))] == [1, 2]
