@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 import pulumi
-import pulumi_gcp as gcp
 
+from infra import gcp
 from infra.config import FunctionSettings
 from infra.source import table_files, write_source_archive
 

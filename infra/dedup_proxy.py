@@ -55,9 +55,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import pulumi
-import pulumi_gcp as gcp
 import pulumi_random as random
 
+from infra import gcp
 from infra.cloud_function import (
     FunctionBase,
     declare_function,

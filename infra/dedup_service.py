@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Final
 
 import pulumi
-import pulumi_gcp as gcp
 
+from infra import gcp
 from infra.cloud_function import (
     FunctionBase,
     declare_function,

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pulumi
-import pulumi_gcp as gcp
 
+from infra import gcp
 from infra.config import WatchdogSettings
 from infra.contracts.limits import (
     ALERT_ALIGNMENT_PERIOD_MAX_SECONDS,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-import pulumi_gcp as gcp
+from infra import gcp
 
 CLOUD_RESOURCE_MANAGER: Final = "cloudresourcemanager.googleapis.com"
 SERVICE_USAGE: Final = "serviceusage.googleapis.com"

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Final
 
 import pulumi
-import pulumi_gcp as gcp
 
+from infra import gcp
 from infra.config import DedupSettings
 
 TTL_FIELD: Final = "expire_at"

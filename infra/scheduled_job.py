@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import pulumi
-import pulumi_gcp as gcp
 
+from infra import gcp
 from infra.config import JobSettings
 from infra.scheduler_rules import duration_string
 

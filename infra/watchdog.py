@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pulumi
-import pulumi_gcp as gcp
 
+from infra import gcp
 from infra.cloud_function import (
     FunctionBase,
     declare_function,

@@ -21,8 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pulumi_gcp import storage
-
+from infra.gcp import storage
 from operator_tools.offline import run_offline
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

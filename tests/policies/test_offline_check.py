@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import pulumi_gcp as gcp
 import pytest
 import yaml
 
+from infra import gcp
 from infra.program import build
 from operator_tools.offline import DeclaredResource, load_stack_config, run_offline
 from policies import offline_check
