@@ -10,13 +10,15 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import requests
+from google.cloud import firestore
 
 from local_stack import FunctionServer
-from local_stack.deliveries import function_env, scheduler_headers
+from local_stack.deliveries import PROJECT, function_env, scheduler_headers
 from local_stack.processes import REPO_ROOT
 from local_stack.steered_job import read_ledger
 
@@ -80,6 +82,17 @@ def wait_for(predicate: object, timeout: float) -> None:
     raise AssertionError("condition not reached in time")
 
 
+def lease_lapses_at(collection_name: str) -> datetime:
+    """When the one claimed run's lease lapses by the store's clock: its record's version
+    (update_time, which each renewal moves) plus its lease."""
+    (lapse,) = [snapshot.update_time + timedelta(seconds=data["lease_seconds"])
+                for snapshot in firestore.Client(project=PROJECT).collection(
+                    collection_name).stream()
+                if "lease_seconds" in (data := snapshot.to_dict() or {})]
+    assert isinstance(lapse, datetime)
+    return lapse
+
+
 def test_crashed_attempt_is_taken_over_only_after_its_lease_expires(
     collection_name: str, ledger: Path
 ) -> None:
@@ -87,7 +100,7 @@ def test_crashed_attempt_is_taken_over_only_after_its_lease_expires(
     env = function_env(collection_name, ledger, DEDUP_LEASE_SECONDS=str(lease))
     headers = scheduler_headers()
     # The taker is up before the crash: its start-up (seconds on a loaded machine) must not
-    # eat the lease, or its first request could already come after expiry and the test
+    # eat the lease, or its first request could already come after the lapse and the test
     # would never see the refusals it is about.
     with FunctionServer(env, workers=1, extra_pythonpath=TESTS_IMPORTABLE) as second:
         first = FunctionServer(env, workers=1, extra_pythonpath=TESTS_IMPORTABLE).start()
@@ -95,25 +108,29 @@ def test_crashed_attempt_is_taken_over_only_after_its_lease_expires(
             with ThreadPoolExecutor(max_workers=1) as pool:
                 pending = pool.submit(post, first.url, headers, {"sleep": 60})
                 wait_for(lambda: len(read_ledger(str(ledger))) == 1, timeout=10)
-                claimed_at = time.monotonic()
                 os.killpg(first.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
                 with pytest.raises(requests.ConnectionError):
                     pending.result()
+            # Timed against the store's own record, not a mark taken after the fact: the
+            # dead holder renewed nothing after the kill, so this is when its lease lapses.
+            lapses_at = lease_lapses_at(collection_name)
+            # (sent, answered, status) by the wall clock, which the emulator shares.
+            answers: list[tuple[datetime, datetime, int]] = []
+            while True:
+                sent = datetime.now(UTC)
+                reply = post(second.url, headers, {"result": "taken over"})
+                answers.append((sent, datetime.now(UTC), reply.status_code))
+                if reply.status_code != 409:
+                    break
+                assert sent < lapses_at + timedelta(seconds=60), "never taken over"  # guard
+                time.sleep(0.25)
         finally:
             first.stop()
-
-        answers: list[tuple[float, int]] = []
-        while True:
-            reply = post(second.url, headers, {"result": "taken over"})
-            answers.append((time.monotonic() - claimed_at, reply.status_code))
-            if reply.status_code != 409:
-                break
-            assert answers[-1][0] < lease + 60, "never taken over"  # a guard, not a timing claim
-            time.sleep(0.25)
-    took_over_after, status = answers[-1]
+    assert answers[0][0] < lapses_at, "the host was too slow to ask inside the lease"
+    _, answered, status = answers[-1]
     assert status == 200 and reply.json()["result"]["echo"] == "taken over"
-    assert took_over_after >= lease - 0.5  # store clock vs ours: allow for RPC latency
-    # Refused while the lease ran: the first answer came well inside it.
-    assert answers[0][0] < lease - 0.5, answers
-    assert len(answers) > 1 and all(s == 409 for _, s in answers[:-1])
+    assert answered >= lapses_at
+    # Every request the taker sent while the lease ran was refused.
+    assert all(s == 409 for sent, _, s in answers if sent < lapses_at)
+    assert len(answers) > 1 and all(s == 409 for _, _, s in answers[:-1])
     assert [e["attempt"] for e in read_ledger(str(ledger))] == [1, 2]
