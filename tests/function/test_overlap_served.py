@@ -26,6 +26,8 @@ import requests
 from google.cloud import firestore
 
 from dedup.keys import RunKey
+from dedup.store import RunStatus
+from dedup.store.firestore import FirestoreRunStore
 from local_stack import FunctionServer
 from local_stack.deliveries import LOCATION, PROJECT, function_env, scheduler_headers
 from local_stack.interval_job import Execution, executions, overlapping
@@ -40,7 +42,11 @@ PERIOD_SECONDS = 2.0  # the simulated schedule: a run every 2 s ...
 JOB_SECONDS = 3.0  # ... of a job that takes 3
 RUNS = 5
 LEASE_SECONDS = 4.0  # renewed every 1.3 s: `replace` stops the previous run within that
-STORE_TIMEOUT_SECONDS = 1.0
+# The store budget of the tests without store faults: long enough that a slow emulator on
+# a loaded host (1.3 s for one call has been seen) is an answer, not a 500 to an
+# un-retried post; below the lease's fence time (lease - lease/6 = 3.3 s, dedup.protocol),
+# so a create whose reply is late is still looked up before its claim would be fenced.
+STORE_TIMEOUT_SECONDS = 3.0
 RETRY_WINDOW_SECONDS = 40.0
 FIRST = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
 
@@ -49,6 +55,7 @@ FIRST = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
 class RunLog:
     schedule_time: datetime
     replies: list[tuple[int, str]] = field(default_factory=list)
+    replied_at: list[float] = field(default_factory=list)  # time.time() of each reply
     again: tuple[int, str] | None = None  # the delivery after its 200 (a lost reply)
 
     @property
@@ -81,6 +88,7 @@ def deliver(url: str, t: datetime, overlap: str, seconds: float = JOB_SECONDS) -
     give_up = time.monotonic() + RETRY_WINDOW_SECONDS
     while time.monotonic() < give_up:
         log.replies.append(post(url, t, overlap, seconds))
+        log.replied_at.append(time.time())
         if log.final[0] == 200:
             log.again = post(url, t, overlap, seconds)
             break
@@ -110,9 +118,10 @@ def finished_once(found: list[Execution]) -> Counter[str]:
     return Counter(e.run_id for e in found if e.ended is not None and not e.stopped)
 
 
-def server_env(collection: str, ledger: Path, **extra: str) -> dict[str, str]:
-    settings = {"DEDUP_JOB": INTERVAL_JOB, "DEDUP_LEASE_SECONDS": f"{LEASE_SECONDS:g}",
-                "DEDUP_STORE_TIMEOUT_SECONDS": f"{STORE_TIMEOUT_SECONDS:g}"}
+def server_env(collection: str, ledger: Path, *, lease: float = LEASE_SECONDS,
+               store_timeout: float = STORE_TIMEOUT_SECONDS, **extra: str) -> dict[str, str]:
+    settings = {"DEDUP_JOB": INTERVAL_JOB, "DEDUP_LEASE_SECONDS": f"{lease:g}",
+                "DEDUP_STORE_TIMEOUT_SECONDS": f"{store_timeout:g}"}
     return function_env(collection, ledger, **{**settings, **extra})
 
 
@@ -199,10 +208,12 @@ def test_replace_stops_the_running_run_before_the_next_starts(
     assert max(finished_once(found).values()) == 1
 
 
+# The stall test's own store budget: its faults are sized to it (each outlasts one call).
+STALL_STORE_TIMEOUT_SECONDS = 1.0
 SCHEDULE = FaultSchedule(
     seed=20261202,
     weights=((FaultKind.STALL_LATE, 1.0), (FaultKind.STALL_DROP, 1.0), (FaultKind.OUTAGE, 1.0)),
-    duration=(1.1 * STORE_TIMEOUT_SECONDS, 1.6 * STORE_TIMEOUT_SECONDS),
+    duration=(1.1 * STALL_STORE_TIMEOUT_SECONDS, 1.6 * STALL_STORE_TIMEOUT_SECONDS),
     gap=(1.5, 3.0),  # as in test_store_faults_served: never away for a lease
 )
 STALL_LEASE_SECONDS = 10.0
@@ -213,8 +224,9 @@ def test_under_store_stalls_and_outages_no_two_runs_overlap_and_each_runs_once(
     firestore_emulator: object, collection_name: str, ledger: Path, overlap: str
 ) -> None:
     with StoreFaultProxy(os.environ["FIRESTORE_EMULATOR_HOST"]) as proxy:
-        env = server_env(collection_name, ledger, FIRESTORE_EMULATOR_HOST=proxy.host,
-                         DEDUP_LEASE_SECONDS=f"{STALL_LEASE_SECONDS:g}")
+        env = server_env(collection_name, ledger, lease=STALL_LEASE_SECONDS,
+                         store_timeout=STALL_STORE_TIMEOUT_SECONDS,
+                         FIRESTORE_EMULATOR_HOST=proxy.host)
         with FunctionServer(env, workers=2, threads=8, extra_pythonpath=[REPO_ROOT]) as served:
             warm = deliver(served.url, FIRST - timedelta(days=1), overlap, 0)  # not counted
             assert warm.final[0] == 200
@@ -239,12 +251,28 @@ def test_under_store_stalls_and_outages_no_two_runs_overlap_and_each_runs_once(
         assert {log.final for log in logs} <= {(200, "completed"), (200, "skipped")}
 
 
+# The killed-run test's own lease: from t0's claim to t1's first reply come the pointer
+# write, the ledger poll, the kill and t1's reads (seconds on a loaded host), all of which
+# must fit inside it for the refusal to be seen; 3 x the store budget (policies.md).
+KILLED_LEASE_SECONDS = 9.0
+
+
+def lease_lapses_at(collection: str, run_id: str) -> float:
+    """When the run's claim lapses by the store's own clock (dedup.store.StoredRun:
+    the record's last write plus its lease), as time.time(): the emulator runs on this
+    host, so its clock is ours."""
+    stored = FirestoreRunStore(firestore.Client(project=PROJECT), collection, 10).get(run_id)
+    assert stored is not None and stored.record.status is RunStatus.IN_PROGRESS, stored
+    return stored.version.timestamp() + stored.record.lease_seconds
+
+
 @pytest.mark.parametrize("overlap", ["forbid", "wait"])
 def test_a_killed_run_blocks_the_job_for_at_most_its_lease(
     collection_name: str, ledger: Path, overlap: str
 ) -> None:
-    env = server_env(collection_name, ledger)
+    env = server_env(collection_name, ledger, lease=KILLED_LEASE_SECONDS)
     t0, t1, t2 = (FIRST + timedelta(minutes=i) for i in range(3))
+    killed = RunKey(PROJECT, LOCATION, JOB, t0).run_id
     # Both instances up first: the second must answer within the killed run's lease.
     with FunctionServer(env, workers=2, threads=8, extra_pythonpath=[REPO_ROOT]) as second:
         first = FunctionServer(env, workers=1, extra_pythonpath=[REPO_ROOT]).start()
@@ -256,26 +284,38 @@ def test_a_killed_run_blocks_the_job_for_at_most_its_lease(
                     assert time.monotonic() < deadline, "the first run never started"
                     time.sleep(0.05)
                 os.killpg(first.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
-                killed_at, killed_wall = time.monotonic(), time.time()
+                killed_wall = time.time()
                 assert pending.result()[0] == 0  # no reply: the instance died
         finally:
             first.stop()
+        # Read after the kill and the stop: no write of the killed instance can land later.
+        lapses_at = lease_lapses_at(collection_name, killed)
         if overlap == "forbid":
             # The killed run still holds a live claim by the store's clock: skipped.
-            assert post(second.url, t1, overlap, 0.2) == (200, "skipped")
-            assert time.monotonic() - killed_at < LEASE_SECONDS, "test host too slow"
-            while time.monotonic() < killed_at + LEASE_SECONDS:
+            posted_at = time.time()
+            assert posted_at < lapses_at, (
+                f"test host too slow: t1 posted {posted_at - lapses_at:.1f} s after the "
+                "killed run's lease lapsed")
+            skipped = post(second.url, t1, overlap, 0.2)
+            if skipped != (200, "skipped") and time.time() >= lapses_at:
+                pytest.fail(f"test host too slow: t1 got {skipped}, answered only after the "
+                            "killed run's lease lapsed")
+            assert skipped == (200, "skipped")
+            while time.time() < lapses_at:
                 time.sleep(0.1)
             # Its lease lapsed: the job's latest run names a run that is not live.
             assert post(second.url, t2, overlap, 0.2) == (200, "completed")
         else:
             log = deliver(second.url, t1, overlap, 0.2)
             assert log.final == (200, "completed")
+            # Refused while the killed run's lease ran, and let in only once it lapsed.
+            assert len(log.replies) > 1, "t1's first reply was already a 200"
             assert set(log.replies[:-1]) == {(409, "in_progress")}
-            assert time.monotonic() - killed_at >= LEASE_SECONDS - 0.5  # store clock vs ours
+            assert log.replied_at[-1] >= lapses_at, (
+                f"t1 ran {lapses_at - log.replied_at[-1]:.2f} s before the lease lapsed")
         # Scheduler's retry of the killed run takes it over, once nothing else runs.
         retried = deliver(second.url, t0, overlap, 0.2)
         assert retried.final == (200, "completed")
     found = executions(str(ledger))
     assert overlapping(found, killed_at=killed_wall) == []
-    assert finished_once(found)[RunKey(PROJECT, LOCATION, JOB, t0).run_id] == 1
+    assert finished_once(found)[killed] == 1
