@@ -44,11 +44,35 @@ START = datetime(2026, 10, 16, 0, 0, tzinfo=UTC)
 # Each job retries for longer than 3 s, so a killed instance's run is taken over by a
 # retry once the lease expires.
 SCALE = 0.02
+# A test that counts each run's replies (one delivery per run, or exactly N) needs every
+# delivery answered within its deadline: at this scale the stack's 15 s deadline is 0.3 s
+# real, and one slow answer on a loaded 2-core machine (gunicorn, the OIDC check, two
+# Firestore commits) would turn into a timeout and a retry. Such tests give their jobs a
+# 60 s deadline (1.2 s real): the longest the stack's functionTimeoutSeconds (60) allows,
+# and the stack validation refuses a longer one; Cloud Scheduler allows 15 s to 30 min.
+ROOMY_DEADLINE_SECONDS = 60
 
 
 def e2e_stack(**overrides: Any) -> Stack:
     """The test stack; each call gets its own project, so replays sharing one function
     (and one ledger) never share a run key or a ledger line."""
+    return parse_stack_config(e2e_config(**overrides), source="e2e stack")
+
+
+def roomy_stack(**overrides: Any) -> Stack:
+    """The test stack with every job's attemptDeadlineSeconds at least
+    ROOMY_DEADLINE_SECONDS; all else as in e2e_stack."""
+    config = e2e_config(**overrides)
+    config["scheduler-dedup:jobs"] = [
+        {**job, "attemptDeadlineSeconds": max(job["attemptDeadlineSeconds"],
+                                              ROOMY_DEADLINE_SECONDS)}
+        for job in config["scheduler-dedup:jobs"]
+    ]
+    return parse_stack_config(config, source="e2e stack (roomy deadlines)")
+
+
+def e2e_config(**overrides: Any) -> dict[str, Any]:
+    """The test stack's `config:` mapping, with its own project."""
     config: dict[str, Any] = {
         "gcp:project": f"acme-e2e-{uuid.uuid4().hex[:8]}",
         "gcp:region": "europe-west1",
@@ -100,7 +124,7 @@ def e2e_stack(**overrides: Any) -> Stack:
         ],
     }
     config.update(overrides)
-    return parse_stack_config(config, source="e2e stack")
+    return config
 
 
 def serve(emulator: FirestoreEmulator, ledger: Path, **options: Any) -> LocalFunction:
@@ -169,7 +193,10 @@ def replies(outcome: DemoOutcome) -> Counter[str]:
 
 
 def test_no_faults_every_run_once_with_one_delivery(function: LocalFunction) -> None:
-    outcome = replay(function, [], ticks=5)
+    # One delivery per run: each must be answered within its deadline (see
+    # ROOMY_DEADLINE_SECONDS).
+    stack = roomy_stack()
+    outcome = replay(function, [], ticks=5, stack=stack)
     assert_exactly_once(outcome)
     assert outcome.totals["scheduled_runs"] == 15
     assert outcome.totals["exhausted_runs"] == 0
@@ -254,7 +281,9 @@ def test_forced_runs_execute_once_and_leave_the_next_scheduled_run_alone(
 
 def test_bare_manual_runs_are_rejected_by_default(function: LocalFunction) -> None:
     # Scheduler retries each 400 for the job's whole retry window: one job keeps it short.
-    stack = e2e_stack().only(["five-minutely"])
+    # Every reply must be that 400, none a timeout: a deadline each answer fits in (see
+    # ROOMY_DEADLINE_SECONDS).
+    stack = roomy_stack().only(["five-minutely"])
     outcome = replay(function, ["manual-bare=0.5"], ticks=6, stack=stack)
     assert_exactly_once(outcome)
     bare = [s for s in outcome.summaries if not s.scheduled]
@@ -265,7 +294,9 @@ def test_bare_manual_runs_are_rejected_by_default(function: LocalFunction) -> No
 def test_bare_manual_runs_without_dedup_when_configured(
     firestore_emulator: FirestoreEmulator, tmp_path: Path
 ) -> None:
-    stack = e2e_stack().only(["five-minutely"])
+    # Each bare delivery runs the job: one answered after its deadline would be retried
+    # and run it again, so every answer must fit in its deadline (see ROOMY_DEADLINE_SECONDS).
+    stack = roomy_stack().only(["five-minutely"])
     with serve(firestore_emulator, tmp_path / "ledger.jsonl", missing_schedule_time="run") as run:
         outcome = replay(run, ["manual-bare=0.5"], ticks=6, stack=stack)
     assert_exactly_once(outcome)
@@ -299,11 +330,13 @@ def test_header_spellings_do_not_split_a_run(function: LocalFunction) -> None:
 
 def test_a_run_whose_deliveries_all_failed_is_reported(function: LocalFunction) -> None:
     # Every 2xx is lost on the way back: Scheduler retries until it gives up. The job
-    # still ran once (the retries got 200 'duplicate'), and the report says so.
+    # still ran once (the retries got 200 'duplicate'), and the report says so. Each of
+    # the three attempts must be answered within its deadline to be '200 lost' (see
+    # ROOMY_DEADLINE_SECONDS).
     job = {
         "name": "three-tries",
         "schedule": "*/5 * * * *",
-        "attemptDeadlineSeconds": 15,
+        "attemptDeadlineSeconds": ROOMY_DEADLINE_SECONDS,
         "retry": {"retryCount": 2, "minBackoffSeconds": 5},
     }
     stack = e2e_stack(**{"scheduler-dedup:jobs": [job]})
