@@ -260,9 +260,10 @@ def test_any_other_status_is_a_failed_attempt(status: int) -> None:
 
 
 def test_the_connection_is_closed_at_the_deadline() -> None:
-    # 15 s deadline = 0.15 s real on the test clock; the target answers after 0.6 s.
+    # 15 s deadline = 0.15 s real on the test clock; the target answers after 2 s, so a
+    # request that ended by 1.5 s was ended by Scheduler, with room for a loaded machine.
     job = Job("j", "*/5 * * * *", attempt_deadline_seconds=15)
-    result, target, clock = replay(job, lambda r: (200, 0.6))
+    result, target, clock = replay(job, lambda r: (200, 2.0))
     [run] = result.runs
     [delivery] = run.deliveries
     assert delivery.reply == "timeout" and delivery.status is None
@@ -270,8 +271,8 @@ def test_the_connection_is_closed_at_the_deadline() -> None:
     assert not run.acknowledged and run.stop_reason == "no retries configured"
     # Scheduler hung up at the deadline, as it cancels the request: the request ended
     # well before the target's answer, and the target found the connection closed.
-    assert delivery.real_seconds < 0.45
-    waited = time.monotonic() + 3
+    assert delivery.real_seconds < 1.5
+    waited = time.monotonic() + 10
     while not target.completed and time.monotonic() < waited:
         time.sleep(0.02)  # the target's handler goes on after the hang-up
     [answered] = target.completed
@@ -291,25 +292,30 @@ def test_deadline_then_retry_succeeds_with_the_same_schedule_time() -> None:
     def responder(r: Received) -> tuple[int, float]:
         slow_first["n"] += 1
         return (
-            (200, 0.5)
+            (200, 1.5)
             if slow_first["n"] == 1
             else (409, 0.0)
             if slow_first["n"] == 2
             else (200, 0.0)
         )
 
+    # A 60 s deadline is 0.6 s real on the test clock: the first answer (1.5 s) always
+    # misses it, and each retry, answered at once, has 0.6 s to arrive in, even on a
+    # loaded machine (a 15 s deadline would give it 0.15 s, and a late one would shift the
+    # offsets below).
     job = Job(
         "j",
         "0 * * * *",
-        attempt_deadline_seconds=15,
+        attempt_deadline_seconds=60,
         retry=RetrySettings(retry_count=3, min_backoff_seconds=10, max_doublings=1),
     )
     result, target, _ = replay(job, responder)
     assert [d.reply for d in result.runs[0].deliveries] == ["timeout", "409", "200"]
     assert result.runs[0].acknowledged
     assert len({utc(r) for r in target.received}) == 1
-    # First attempt at :00, gives up at :15, waits 10 s, 409 at :25, waits 20 s, 200 at :45.
-    assert offsets(target.received) == [25.0, 20.0]
+    # First attempt at 0:00, gives up at 1:00, waits 10 s, 409 at 1:10, waits 20 s, 200 at
+    # 1:30.
+    assert offsets(target.received) == [70.0, 20.0]
 
 
 # -- the retry rules -----------------------------------------------------------------
@@ -552,9 +558,20 @@ def test_scaled_clock_jumps_to_scheduled_times_and_scales_durations() -> None:
 
     from scheduler_emulator import RealClock, ScaledClock
 
-    clock = ScaledClock(START, scale=0.001)
-    clock.advance_to(START + timedelta(days=3))  # no waiting: a jump
-    assert clock.now() - (START + timedelta(days=3)) < timedelta(seconds=5)
+    scale = 0.001
+    clock = ScaledClock(START, scale=scale)
+
+    def scaled(real_seconds: float) -> timedelta:
+        """Simulated time `real_seconds` of real time make at this scale (+ rounding)."""
+        return timedelta(seconds=real_seconds / scale + 0.001)
+
+    jump = START + timedelta(days=3)
+    m0 = time.monotonic()
+    clock.advance_to(jump)  # no waiting: a jump (waiting for it would take 259 s)
+    assert time.monotonic() - m0 < 10
+    # At the jump's instant at once, then on by no more than the real time since scaled:
+    # a preempted test thread moves the clock on, not the bound.
+    assert timedelta(0) <= clock.now() - jump <= scaled(time.monotonic() - m0)
     before = time.monotonic()
     clock.sleep(100)  # 100 simulated seconds = 0.1 s
     waited = time.monotonic() - before
@@ -562,11 +579,15 @@ def test_scaled_clock_jumps_to_scheduled_times_and_scales_durations() -> None:
     assert clock.now() - (START + timedelta(days=3)) >= timedelta(seconds=90)
     assert clock.wait(threading.Event(), 50) is False  # 0.05 s real
     assert clock.real_seconds(180) == pytest.approx(0.18)
-    # A wait of the emulator's own (0.1 s real = 100 s simulated) is taken back.
+    # A wait of the emulator's own (0.5 s real = 500 s simulated) is taken back: the clock
+    # moved on by the real time that passed less those 0.5 s (without exclude: at least
+    # 500 s), and not by less than nothing (it took back no more than that).
+    m0 = time.monotonic()
     then = clock.now()
-    time.sleep(0.1)
-    clock.exclude(0.1)
-    assert clock.now() - then < timedelta(seconds=30)
+    time.sleep(0.5)
+    clock.exclude(0.5)
+    moved = clock.now() - then
+    assert timedelta(0) <= moved <= scaled(time.monotonic() - m0 - 0.5)
     real = RealClock()
     assert abs((real.now() - datetime.now(UTC)).total_seconds()) < 1
     assert real.real_seconds(3) == 3
