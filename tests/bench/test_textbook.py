@@ -101,14 +101,18 @@ def test_duplicate_of_a_completed_run_is_a_200_without_running(
 def test_live_lease_is_a_409_and_an_expired_one_is_taken_over(
     collection_name: str, ledger: Path
 ) -> None:
-    crashed = dedup(collection_name, lease=1.0)
+    # Lease 3, the function built and its client warmed first: its answer (three RPCs)
+    # must come while the lease is live, which a 1 s lease did not leave room for.
+    crashed = dedup(collection_name, lease=3.0)
+    function = textbook(collection_name)
+    warm_up: Any = function.client.collection(collection_name).document(KEY.run_id).get()
+    assert not warm_up.exists
     first = crashed.claim(KEY)
     assert isinstance(first, TextbookClaim) and first.attempt == 1
-    function = textbook(collection_name)
     status, body = function.deliver()
     assert (status, body["outcome"]) == (409, "in_progress")
     assert read_ledger(str(ledger)) == []
-    time.sleep(1.2)
+    time.sleep(3.2)
     status, body = function.deliver()
     assert (status, body["outcome"]) == (200, "completed")
     assert [e["attempt"] for e in read_ledger(str(ledger))] == [2]

@@ -109,12 +109,13 @@ def test_duplicate_while_running_gets_409_for_two_rpcs(collection_name: str) -> 
 def test_expired_lease_is_taken_over_and_the_old_attempt_is_fenced_off(
     collection_name: str,
 ) -> None:
-    dedup, store = make_dedup(collection_name, lease=1.0)
+    # Lease 3: the look that must find the claim live (two RPCs) is not raced by the lease.
+    dedup, store = make_dedup(collection_name, lease=3.0)
     old = dedup.claim(key())
     assert isinstance(old, Claim)
     live = dedup.claim(key())
     assert isinstance(live, Delivery) and live.outcome is Outcome.IN_PROGRESS
-    time.sleep(1.2)
+    time.sleep(3.2)
     new = dedup.claim(key())
     assert isinstance(new, Claim) and new.attempt == 2 and new.attempt_id != old.attempt_id
 
@@ -144,14 +145,16 @@ def test_leases_are_judged_by_the_store_clock_not_the_instance_clock(
 
 
 def test_heartbeat_keeps_a_long_job_s_lease_alive(collection_name: str) -> None:
-    """A job that runs 3x its lease is not taken over while its heartbeat renews."""
-    dedup, _ = make_dedup(collection_name, lease=1.0, heartbeat=0.3)
-    rival, _ = make_dedup(collection_name, lease=1.0)
+    """A job that runs twice its lease is not taken over while its heartbeat renews (a
+    renewal every 0.5 s of a 3 s lease: one may take 2.5 s to land; a 1 s lease renewed
+    every 0.3 s lapsed after one slow round trip on a loaded machine)."""
+    dedup, _ = make_dedup(collection_name, lease=3.0, heartbeat=0.5)
+    rival, _ = make_dedup(collection_name, lease=3.0)
     rival_answers: list[Outcome] = []
 
     def job(context: RunContext) -> str:
-        for _ in range(6):
-            time.sleep(0.5)
+        for _ in range(4):
+            time.sleep(1.5)
             decision = rival.claim(key())
             assert isinstance(decision, Delivery)
             rival_answers.append(decision.outcome)
@@ -159,7 +162,7 @@ def test_heartbeat_keeps_a_long_job_s_lease_alive(collection_name: str) -> None:
 
     delivery = dedup.run(key(), job, b"", {})
     assert delivery.outcome is Outcome.COMPLETED and delivery.result_json == '"done"'
-    assert rival_answers == [Outcome.IN_PROGRESS] * 6
+    assert rival_answers == [Outcome.IN_PROGRESS] * 4
 
 
 def test_job_is_told_when_its_claim_was_lost(collection_name: str) -> None:

@@ -171,6 +171,7 @@ def test_a_claim_left_unknown_past_its_fence_time_is_a_5xx_and_fenced(
     5xx is honest (nothing ran); the phantom cannot run anything and lapses a fence margin
     (lease / 6) later."""
     dedup, store = faulty_dedup(collection_name, lease=3.0)  # fence 2.5 s, lapses at 3 s
+    assert store.inner.get(KEY.run_id) is None  # the client's first RPC, out of the way
     store.script("create", Fault.LOST_REPLY)
     store.break_("get")
     job = CountingJob()
@@ -178,7 +179,8 @@ def test_a_claim_left_unknown_past_its_fence_time_is_a_5xx_and_fenced(
     assert dedup.run(KEY, job, b"", {}, answer_within=170).outcome is Outcome.STORE_UNAVAILABLE
     assert 1.0 < time.monotonic() - started < 2.5 + 5  # past the settle time, to the fence
     store.heal("get")
-    time.sleep(max(0.0, 3.1 - (time.monotonic() - started)))
+    # The phantom's lease runs from its commit, a round trip after `started`: 0.5 s of slack.
+    time.sleep(max(0.0, 3.5 - (time.monotonic() - started)))
     assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED
     assert len(job.executions) == 1
 
@@ -235,15 +237,17 @@ def test_renewals_move_expire_at_so_a_live_claim_is_never_past_expiry(
     collection_name: str,
 ) -> None:
     """Retention shorter than the job: the heartbeat must keep the record alive, or a rival
-    would take it over as a leftover and run the job a second time."""
-    dedup, store = faulty_dedup(collection_name, lease=1.0, heartbeat=0.2, retention=1.5)
-    rival, _ = faulty_dedup(collection_name, lease=1.0, retention=1.5)
+    would take it over as a leftover and run the job a second time. The job lasts 5/3 of
+    the lease and the retention; a renewal every 0.5 s leaves 2.5 s for one to land (a 1 s
+    lease left 0.8 s: one slow round trip on a loaded machine let the rival in)."""
+    dedup, store = faulty_dedup(collection_name, lease=3.0, heartbeat=0.5, retention=3.0)
+    rival, _ = faulty_dedup(collection_name, lease=3.0, retention=3.0)
     rival_answers: list[Outcome] = []
     expiries: list[datetime] = []
 
     def job(context: RunContext) -> str:
-        for _ in range(6):
-            time.sleep(0.5)
+        for _ in range(4):
+            time.sleep(1.25)
             stored = store.inner.get(KEY.run_id)
             assert stored is not None
             expiries.append(stored.record.expire_at)
@@ -253,19 +257,26 @@ def test_renewals_move_expire_at_so_a_live_claim_is_never_past_expiry(
         return "done"
 
     assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED
-    assert rival_answers == [Outcome.IN_PROGRESS] * 6
+    assert rival_answers == [Outcome.IN_PROGRESS] * 4
     assert expiries == sorted(expiries) and expiries[-1] > expiries[0]
 
 
 def test_the_holder_fences_itself_before_a_rival_can_take_over(collection_name: str) -> None:
-    lease = 2.0
+    """No renewal lands: the job is told at the fence (lease minus lease / 6 after the
+    claim's create was sent, by the holder's clock), while a rival still finds the lease
+    live. Timed from before the create, as the fence is (from the job's start, the create's
+    round trip fell outside the measure); lease 6 leaves the rival, its client warmed
+    beforehand, a 1 s margin to be answered in."""
+    lease = 6.0
+    fence = lease - lease / 6  # the default fence margin (dedup/protocol.py)
     dedup, store = faulty_dedup(collection_name, lease=lease, heartbeat=0.5)
-    rival, _ = faulty_dedup(collection_name, lease=lease)
+    rival, rival_store = faulty_dedup(collection_name, lease=lease)
+    assert rival_store.inner.get(KEY.run_id) is None  # its client's first RPC, out of the way
     store.break_("renew")
     seen: dict[str, Any] = {}
+    started = time.monotonic()
 
     def job(context: RunContext) -> None:
-        started = time.monotonic()
         seen["told"] = context.claim_lost.wait(3 * lease)
         seen["after"] = time.monotonic() - started
         decision = rival.claim(KEY)  # at the moment the job is told, no rival is in yet
@@ -274,20 +285,22 @@ def test_the_holder_fences_itself_before_a_rival_can_take_over(collection_name: 
 
     delivery = dedup.run(KEY, job, b"", {})
     assert seen["told"] is True
-    assert lease * 0.5 < seen["after"] < lease  # by its own clock, with a margin to spare
+    # Not before the fence, and before the lease lapses, by its own clock.
+    assert fence <= seen["after"] < lease
     assert seen["rival"] is Outcome.IN_PROGRESS
     assert delivery.outcome is Outcome.FAILED and status_of(store) == "failed"
     assert store.count("renew") >= 2  # renewals kept being tried until the fence
 
 
 def test_an_unexpected_renewal_error_does_not_end_the_heartbeat(collection_name: str) -> None:
-    dedup, store = faulty_dedup(collection_name, lease=1.0, heartbeat=0.2)
-    rival, _ = faulty_dedup(collection_name, lease=1.0)
+    # Lease 3, a renewal every 0.5 s: one may take 2.5 s to land (1 s and 0.2 s left 0.8 s).
+    dedup, store = faulty_dedup(collection_name, lease=3.0, heartbeat=0.5)
+    rival, _ = faulty_dedup(collection_name, lease=3.0)
     store.script("renew", Fault.BUG)
     answers: list[Any] = []
 
     def job(context: RunContext) -> None:
-        time.sleep(1.6)  # well past one lease: only later renewals keep the claim
+        time.sleep(4.0)  # well past one lease: only later renewals keep the claim
         decision = rival.claim(KEY)
         answers.append(decision.outcome if isinstance(decision, Delivery) else "took over")
         answers.append(context.claim_lost.is_set())
@@ -318,13 +331,22 @@ def test_completion_is_retried_until_it_lands(
 def test_a_store_away_for_longer_than_the_lease_after_the_job_is_completed_unrecorded(
     collection_name: str,
 ) -> None:
-    dedup, store = faulty_dedup(collection_name, lease=1.0)
+    """The completion is retried with doubling pauses (0.1, 0.2, 0.4 s, ...) while the
+    claim holds by its own clock: given up once the next pause would cross the fence. So
+    the attempt ends before the fence but past half of it (the pauses so far sum to about
+    the next one), whatever the create's round trip; lease 3 (fence 2.5 s) leaves room
+    for at least 3 tries after a slow create, and a warmed client makes the create quick."""
+    lease = 3.0
+    fence = lease - lease / 6  # the default fence margin (dedup/protocol.py)
+    dedup, store = faulty_dedup(collection_name, lease=lease)
+    assert store.inner.get(KEY.run_id) is None  # the client's first RPC, out of the way
     store.break_("replace")
     job = CountingJob()
     started = time.monotonic()
     delivery = dedup.run(KEY, job, b"", {})
+    elapsed = time.monotonic() - started
     assert delivery.outcome is Outcome.COMPLETED_UNRECORDED and STATUS[delivery.outcome] == 200
-    assert 0.5 < time.monotonic() - started < 3  # retried until the fence, not beyond
+    assert fence / 2 < elapsed < fence + 2  # retried until the fence, not beyond
     assert store.count("replace") >= 3
 
 
@@ -400,8 +422,10 @@ def test_cache_entries_end_at_the_record_expiry_or_the_max_age() -> None:
 
 
 def test_renewals_stop_when_the_job_returns(collection_name: str) -> None:
-    dedup, store = faulty_dedup(collection_name, lease=1.0, heartbeat=0.1)
-    assert dedup.run(KEY, CountingJob(seconds=0.45), b"", {}).outcome is Outcome.COMPLETED
+    # A 1.5 s job: two renewals 0.1 s apart even when one round trip takes a second; lease 3
+    # so a slow renewal does not fence the claim (a fenced claim is renewed no more).
+    dedup, store = faulty_dedup(collection_name, lease=3.0, heartbeat=0.1)
+    assert dedup.run(KEY, CountingJob(seconds=1.5), b"", {}).outcome is Outcome.COMPLETED
     renewals = store.count("renew")
     assert renewals >= 2  # the shared heartbeat renewed while the job ran
     time.sleep(0.4)
