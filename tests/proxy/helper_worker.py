@@ -45,7 +45,8 @@ def hold(collection: str, token: str, ledger: str) -> None:
     """Claims the token, performs half the step, then hangs until killed (a crash)."""
     guard = IdempotencyGuard.from_env(step="charge", environ={
         "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION, "DEDUP_COLLECTION": collection,
-        "DEDUP_LEASE_SECONDS": "2", "DEDUP_RETENTION_SECONDS": "60",
+        # Renewed every 2 s: one renewal may take 4 s to land (a 2 s lease left 1.3 s).
+        "DEDUP_LEASE_SECONDS": "6", "DEDUP_RETENTION_SECONDS": "60",
         TOKEN_SECRET_ENV: TOKEN_SECRET,
     })
 

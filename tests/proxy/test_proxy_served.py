@@ -49,7 +49,9 @@ from tests.proxy.support import (
     token_for,
 )
 
-PROXY_TIMEOUT = 2.0
+# Well above the fake APIs' scripted delays (1.5 s at most, bar the timeout case): a
+# start that takes 1.5 s plus a loaded machine's latency must not time out.
+PROXY_TIMEOUT = 4.0
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +142,7 @@ def test_a_lost_proxy_reply_then_a_retry_starts_nothing_new(
     [
         pytest.param(Behaviour(status=503), "2026-10-16T03:01:00Z", id="503"),
         pytest.param(Behaviour(status=429), "2026-10-16T03:02:00Z", id="429"),
-        pytest.param(Behaviour(status=503, delay=PROXY_TIMEOUT + 1), "2026-10-16T03:03:00Z",
+        pytest.param(Behaviour(status=503, delay=PROXY_TIMEOUT + 2), "2026-10-16T03:03:00Z",
                      id="timeout"),
     ],
 )
