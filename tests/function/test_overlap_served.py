@@ -253,7 +253,7 @@ def test_under_store_stalls_and_outages_no_two_runs_overlap_and_each_runs_once(
 
 # The killed-run test's own lease: from t0's claim to t1's first reply come the pointer
 # write, the ledger poll, the kill and t1's reads (seconds on a loaded host), all of which
-# must fit inside it for the refusal to be seen; 3 x the store budget (policies.md).
+# must fit inside it for the refusal to be seen; over 3 x the store budget (policies.md).
 KILLED_LEASE_SECONDS = 9.0
 
 
