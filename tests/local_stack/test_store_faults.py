@@ -115,9 +115,12 @@ def test_a_stall_forwards_the_request_at_once_and_delivers_the_reply_late(
     echo: EchoServer,
 ) -> None:
     with StoreFaultProxy(echo.host) as proxy, _connect(proxy) as sock:
-        fault = proxy.stall(0.4)
+        # Seconds, not tenths: the checks inside the stall must end before it does, on a
+        # loaded machine too.
+        fault = proxy.stall(1.5)
         sock.sendall(b"write")
-        assert echo.arrived.wait(0.2), "the request must reach the store during a stall"
+        assert echo.arrived.wait(1.0), "the request must reach the store during a stall"
+        assert time.monotonic() < fault.end - 0.15, "too slow to judge inside the stall"
         assert _recv_within(sock, 0.15) is None  # the reply is held back
         reply = _recv_within(sock, 2)
         assert reply == b"write"
@@ -132,9 +135,9 @@ def test_a_dropping_stall_discards_the_reply_and_resets_the_connection(
     echo: EchoServer,
 ) -> None:
     with StoreFaultProxy(echo.host) as proxy, _connect(proxy) as sock:
-        fault = proxy.stall(0.3, drop=True)
+        fault = proxy.stall(1.5, drop=True)
         sock.sendall(b"write")
-        assert echo.arrived.wait(0.2)
+        assert echo.arrived.wait(1.0)
         sock.settimeout(2)
         with pytest.raises(ConnectionResetError):  # a bare RST: not a byte of the reply
             sock.recv(4096)
@@ -147,10 +150,11 @@ def test_a_dropping_stall_discards_the_reply_and_resets_the_connection(
 
 def test_a_connection_opened_during_a_stall_is_stalled_too(echo: EchoServer) -> None:
     with StoreFaultProxy(echo.host) as proxy:
-        proxy.stall(0.3)
+        fault = proxy.stall(1.5)
         with _connect(proxy) as sock:
             sock.sendall(b"new")
-            assert echo.arrived.wait(0.2)
+            assert echo.arrived.wait(1.0)
+            assert time.monotonic() < fault.end - 0.1, "too slow to judge inside the stall"
             assert _recv_within(sock, 0.1) is None
             assert _recv_within(sock, 2) == b"new"
 
