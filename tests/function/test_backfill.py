@@ -306,9 +306,14 @@ def test_ten_thousand_runs_execute_once_per_generation_under_store_faults_and_ki
         faulty = FirestoreRunStore(firestore.Client(project=PROJECT), served.collection,
                                    STORE_TIMEOUT_SECONDS)
     faulty.get_many(["warm-up"])  # connected: the commit reaches the store in the stall
-    served.proxy.stall(2 * STORE_TIMEOUT_SECONDS + 0.5, drop=True)
-    with pytest.raises(Exception):  # noqa: B017 - StoreUnavailable, whichever layer says so
-        backfill_cli.queue_backfill(cfg, RunStores(faulty), planned, now)
+    # Stalled until the call has given up, however long building the 10,000-run commit
+    # takes on a loaded machine (a timed stall of 2.5 s once ended before it was sent).
+    served.proxy.stall(120, drop=True)
+    try:
+        with pytest.raises(Exception):  # noqa: B017 - StoreUnavailable, whichever layer says
+            backfill_cli.queue_backfill(cfg, RunStores(faulty), planned, now)
+    finally:
+        served.proxy.heal()  # the held reply is dropped: lost
     served.proxy.wait_healthy(10)
     again = plan(cfg, store, times[0], times[-1], now, mode="all")
     said = backfill_cli.queue_backfill(cfg, RunStores(store), again, now)
