@@ -28,6 +28,7 @@ from google.cloud import firestore
 from dedup.keys import RunKey
 from dedup.store import RunStatus
 from dedup.store.firestore import FirestoreRunStore
+from infra.scheduler_rules import LEASE_STORE_TIMEOUTS
 from local_stack import FunctionServer
 from local_stack.deliveries import LOCATION, PROJECT, function_env, scheduler_headers
 from local_stack.interval_job import Execution, executions, overlapping
@@ -46,7 +47,7 @@ LEASE_SECONDS = 4.0  # renewed every 1.3 s: `replace` stops the previous run wit
 # LEASE_SECONDS have (lease >= 3 x store timeout, docs/policies.md), so a slow emulator on a
 # loaded host (1.3 s for one call has been seen) is more often an answer than a 500 to an
 # un-retried post.
-STORE_TIMEOUT_SECONDS = LEASE_SECONDS / 3
+STORE_TIMEOUT_SECONDS = LEASE_SECONDS / LEASE_STORE_TIMEOUTS
 RETRY_WINDOW_SECONDS = 40.0
 FIRST = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
 
