@@ -22,8 +22,8 @@ from demo.watch import watchdog_caller, with_flaky_job
 from local_stack import FunctionServer, StoreFaultProxy, free_port
 from local_stack.deliveries import scheduler_headers
 from local_stack.processes import REPO_ROOT
-from scheduler_emulator.emulator import format_schedule_time
 from scheduler_emulator.oidc import scheduler_token
+from scheduler_emulator.records import format_schedule_time
 from scheduler_emulator.stack import Stack
 
 DEMO_JOB = "demo.job_wrapper:run"

@@ -36,7 +36,7 @@ class DemoOptions:
     time_style: TimeStyle = "offset"
     job_name_style: JobNameStyle = "full"
     # Off: retries go on until both retry limits are used up, skipping ticks meanwhile
-    # (scheduler_emulator.emulator explains both readings).
+    # (scheduler_emulator.retries explains both readings).
     retries_stop_at_next_run: bool = False
     work_seconds: float = 0.005  # how long the demo job's own work takes (real seconds)
     collection: str | None = None  # default: the stack's collection

@@ -15,8 +15,8 @@ from demo.options import DemoOptions, PathSpec
 from demo.overlap import OverlapResult
 from demo.store_faults import StoreFaultRecord, StoreTiming
 from demo.watch import WatchReport
-from scheduler_emulator.emulator import EmulatorResult
 from scheduler_emulator.faults import FaultPlan
+from scheduler_emulator.records import EmulatorResult
 from scheduler_emulator.report import JobResult, RunSummary
 from scheduler_emulator.stack import Stack
 

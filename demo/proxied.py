@@ -21,14 +21,10 @@ from demo.store_faults import StoreTiming
 from demo.watch import emulator_env
 from infra.config import JobSettings
 from scheduler_emulator.clock import RealClock
-from scheduler_emulator.emulator import (
-    DEADLINE_EXCEEDED,
-    EmulatorResult,
-    Progress,
-    SchedulerEmulator,
-)
+from scheduler_emulator.emulator import SchedulerEmulator
 from scheduler_emulator.faults import STORE_FAULTS, TARGET_FAULTS, FaultPlan
 from scheduler_emulator.oidc import scheduler_token
+from scheduler_emulator.records import DEADLINE_EXCEEDED, EmulatorResult, Progress
 from scheduler_emulator.report import RunSummary, job_results, summarise, totals
 from scheduler_emulator.stack import Job, Stack, job_from_settings
 

@@ -17,14 +17,10 @@ from demo.outcome import DemoOutcome
 from demo.store_faults import mark_exposed
 from demo.watch import run_watchdog
 from scheduler_emulator.clock import RealClock
-from scheduler_emulator.emulator import (
-    DEADLINE_EXCEEDED,
-    EmulatorResult,
-    Progress,
-    SchedulerEmulator,
-)
+from scheduler_emulator.emulator import SchedulerEmulator
 from scheduler_emulator.faults import STORE_OUTAGE
 from scheduler_emulator.oidc import scheduler_token
+from scheduler_emulator.records import DEADLINE_EXCEEDED, EmulatorResult, Progress
 from scheduler_emulator.report import job_results, summarise, totals
 from scheduler_emulator.stack import Stack
 

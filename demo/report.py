@@ -11,8 +11,8 @@ from demo.store_faults import StoreFaultRecord, struck_run
 from demo.verdict import verdict_line
 from demo.watch import EXPECT_EXHAUSTED, EXPECT_FAILED, EXPECT_MISSED, CaughtUp, Rerun, WatchReport
 from infra.scheduler_rules import RetrySettings, fast_failure_retry_span_seconds
-from scheduler_emulator.emulator import format_schedule_time
 from scheduler_emulator.faults import KILL, SLOW, STORE_FAULTS, STORE_OUTAGE
+from scheduler_emulator.records import format_schedule_time
 from scheduler_emulator.report import EXHAUSTED, answers_text, format_table
 
 

@@ -33,7 +33,7 @@ from demo.replay import replay
 from demo.store_faults import store_timing
 from demo.watch import with_flaky_job
 from local_stack import FirestoreEmulator
-from scheduler_emulator.emulator import EmulatorResult, Progress
+from scheduler_emulator.records import EmulatorResult, Progress
 from scheduler_emulator.report import totals
 from scheduler_emulator.stack import Stack, load_stack, resolve_stack
 
