@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from infra.scheduler_rules import min_lease_seconds
-from local_stack.store_faults import InjectedFault, StoreFaultProxy
+from local_stack.fault_schedule import InjectedFault
+from local_stack.store_faults import StoreFaultProxy
 from scheduler_emulator.faults import STORE_OUTAGE, STORE_STALL
 from scheduler_emulator.records import Delivery
 from scheduler_emulator.report import RunSummary
