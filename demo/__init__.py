@@ -7,6 +7,22 @@ deliver a run twice, and reports, per scheduled run, the deliveries, the replies
 many times the job logic really executed (counted in a ledger file, independently of the
 dedup store). `python -m operator_tools demo --help`.
 
+One module per idea:
+- cli.py: the command; options.py: what it replays (DemoOptions, a path's PathSpec);
+- run.py: run_demo, the whole local stack once: the Firestore emulator, the served function
+  and each scene in turn; keep.py: `--keep`, its emulator kept for `make runs`;
+- local_function.py: the kit's function served locally (LocalFunction, its environment),
+  behind the store-fault proxy (store_faults.py: its timings and the emulator's hook);
+  job_wrapper.py (the ledger job it runs), ledger.py (counting it), served_function.py;
+- replay.py: one replay through the Scheduler emulator, its executions counted;
+  function_log.py: what the function answered, from its log;
+- the scenes after it: watch.py (the watchdog), backfill.py, paths.py (DST changes,
+  forced runs, long store stalls), overlap.py, and the proxied jobs: local_proxy.py (the
+  proxy on fake Google APIs) and proxied.py (their replay);
+- outcome.py: what a replay found (DemoOutcome, ProxiedOutcome, PathResult);
+- report.py (for a person), verdict.py (the RESULT line), report_json.py (--json);
+- serve.py: `make serve`, the stack served until Ctrl-C.
+
 Kept import-light: the served function imports `demo.job_wrapper` from this package.
 """
 

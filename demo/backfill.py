@@ -41,9 +41,9 @@ from dedup.watchdog.tick import Watchdog
 from demo.ledger import commits_by_run_id
 from demo.watch import (
     ReplayDeliverer,
-    _emulator_env,
-    _fixed,
     delivering_config,
+    emulator_env,
+    fixed_instant,
     watched_jobs_of,
 )
 from scheduler_emulator.report import RunSummary
@@ -148,7 +148,7 @@ def run_backfill(
     cfg = cfg.model_copy(update={"watchdog": cfg.watchdog.model_copy(
         update={"grace_seconds": int(grace_seconds)})})
     st = store_settings
-    with _emulator_env(firestore_host):
+    with emulator_env(firestore_host):
         client = firestore.Client(project=client_project or st.project, database=st.database)
     runs = FirestoreRunStore(client, st.collection, st.store_timeout_seconds)
     stores = RunStores(runs)
@@ -180,8 +180,8 @@ def run_backfill(
             queue, st.retention_seconds)
         store = FirestoreWatchStore(runs, settings.cursor_collection)
         for report.ticks in range(1, MAX_TICKS + 1):
-            result = Watchdog(settings, store, functools.partial(_fixed, now), deliverer, queue,
-                              pacer).run_tick()
+            result = Watchdog(settings, store, functools.partial(fixed_instant, now), deliverer,
+                              queue, pacer).run_tick()
             report.progress = next((p for p in result.backfills if p["job"] == job.job_id),
                                    report.progress)
             if report.progress.get("state") == FINISHED:

@@ -12,74 +12,29 @@ verdict (SPEC §9, business runs):
   deadline (its claims land, and it learns so late): each run still executes once.
 
 Each path is one job replayed from a fixed start (the served function runs on the replay's
-clock), so the dates are the same every time.
+clock), so the dates are the same every time. A path is a PathSpec (demo.options), its
+outcome a PathResult (demo.outcome).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
 
+from demo.local_function import LocalFunction
+from demo.options import DemoOptions, PathSpec
+from demo.outcome import PathResult
+from demo.replay import replay
 from infra.config import DedupSettings, JobSettings, with_stack_defaults
 from scheduler_emulator import Job, Stack, job_from_settings
-from scheduler_emulator.emulator import DstFires
 from scheduler_emulator.faults import MANUAL, STORE_STALL, FaultPlan
-from scheduler_emulator.report import RunSummary
-
-if TYPE_CHECKING:
-    from demo.run import DemoOptions, DemoOutcome, LocalFunction
 
 AUTUMN_START = datetime(2026, 10, 24, 12, 0, tzinfo=UTC)  # 25 Oct: 01:30 happens twice
 SPRING_START = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)  # 29 Mar: no 01:30
 FORCED_START = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
 STALL_START = datetime(2026, 11, 3, 9, 30, tzinfo=UTC)
-
-
-@dataclass(frozen=True)
-class PathSpec:
-    """One path: a job, where its replay starts, how many ticks, which faults."""
-
-    name: str
-    job: JobSettings
-    start: datetime
-    ticks: int
-    runs: int  # the business runs that must execute once each
-    faults: FaultPlan = field(default_factory=FaultPlan)
-    dst_fires: DstFires = "twice"
-
-
-@dataclass
-class PathResult:
-    spec: PathSpec
-    outcome: DemoOutcome
-
-    @property
-    def executed(self) -> int:
-        """Business runs (not forced) that executed, each counted once."""
-        return sum(1 for s in self._scheduled if s.executions)
-
-    @property
-    def _scheduled(self) -> list[RunSummary]:
-        return [s for s in self.outcome.summaries if s.scheduled and not s.forced]
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome.ok and self.executed == self.spec.runs
-
-    @property
-    def text(self) -> str:
-        verdicts = sorted({s.verdict for s in self.outcome.summaries})
-        mark = "ok" if self.ok else "FAIL"
-        return (f"{self.spec.name}: {self.executed} of {self.spec.runs} business run(s) "
-                f"executed once; {'; '.join(verdicts)}: {mark}")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.spec.name, "runs": self.spec.runs, "executed": self.executed,
-                "verdicts": sorted({s.verdict for s in self.outcome.summaries}),
-                "ok": self.ok}
 
 
 def _job(name: str, schedule: str, time_zone: str = "Etc/UTC", **choices: str) -> JobSettings:
@@ -131,7 +86,6 @@ def run_paths(
     function: LocalFunction,
     stack: Stack,
     options: DemoOptions,
-    replay: Callable[..., DemoOutcome],
     specs: Sequence[PathSpec] | None = None,
 ) -> list[PathResult]:
     """Replay each path against `function` (served for `stack`: same project, its own

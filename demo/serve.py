@@ -4,8 +4,9 @@
         [--miss JOB[:N]]
 
 Starts the Firestore emulator (or reuses one: --firestore-host), serves the kit's
-function (demo/run.py's LocalFunction, the demo's ledger job running each job's logic) and,
-for proxied jobs, the proxy against local fake Google APIs (LocalProxy), fires the
+function (demo/local_function.py's LocalFunction, the demo's ledger job running each
+job's logic) and, for proxied jobs, the proxy against local fake Google APIs
+(demo/local_proxy.py's LocalProxy), fires the
 stack's jobs in real time with the Scheduler emulator, and runs the stack's watchdog in
 this process on its schedule (`watchdog.schedule`, or every --every seconds): the
 deployed watchdog's code (dedup.watchdog.tick), its job table from the stack's declarations
@@ -64,9 +65,10 @@ from dedup.watchdog.due import WatchedJob, rfc3339
 from dedup.watchdog.reruns import FirestoreRerunQueue, reruns_collection
 from dedup.watchdog.settings import CURSOR_SUFFIX, WatchSettings
 from dedup.watchdog.tick import TickResult, Watchdog
-from demo.run import LocalFunction, LocalProxy, function_env
+from demo.local_function import LocalFunction, function_env
+from demo.local_proxy import LocalProxy
 from demo.store_faults import store_timing
-from demo.watch import ReplayDeliverer, _emulator_env, delivering_config
+from demo.watch import ReplayDeliverer, delivering_config, emulator_env
 from infra.config import StackConfig
 from infra.scheduler_rules import schedule_times
 from local_stack import FirestoreEmulator, free_port
@@ -209,7 +211,7 @@ class ServedStack:
     # -- the watchdog --------------------------------------------------------------------
 
     def _client(self, database: str) -> firestore.Client:
-        with _emulator_env(self.firestore_host):
+        with emulator_env(self.firestore_host):
             client = firestore.Client(project=self.cfg.project, database=database)
         self._clients.append(client)
         return client

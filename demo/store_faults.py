@@ -20,9 +20,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from infra.scheduler_rules import min_lease_seconds
-from local_stack.store_faults import InjectedFault, StoreFaultProxy
-from scheduler_emulator.emulator import Delivery
+from local_stack.fault_schedule import InjectedFault
+from local_stack.store_faults import StoreFaultProxy
 from scheduler_emulator.faults import STORE_OUTAGE, STORE_STALL
+from scheduler_emulator.records import Delivery
 from scheduler_emulator.report import RunSummary
 from scheduler_emulator.stack import Stack
 

@@ -230,7 +230,7 @@ class WatchReport:
 
 
 @contextlib.contextmanager
-def _emulator_env(host: str) -> Iterator[None]:
+def emulator_env(host: str) -> Iterator[None]:
     """The Firestore client reads FIRESTORE_EMULATOR_HOST when it is built."""
     previous = os.environ.get("FIRESTORE_EMULATOR_HOST")
     os.environ["FIRESTORE_EMULATOR_HOST"] = host
@@ -243,7 +243,8 @@ def _emulator_env(host: str) -> Iterator[None]:
             os.environ["FIRESTORE_EMULATOR_HOST"] = previous
 
 
-def _fixed(instant: datetime) -> datetime:
+def fixed_instant(instant: datetime) -> datetime:
+    """The watchdog's clock in the demo (bound to a tick's "now" with functools.partial)."""
     return instant
 
 
@@ -387,7 +388,7 @@ def run_watchdog(
         if s.schedule_time is not None:
             times.setdefault(s.job, set()).add(s.schedule_time)
     st = store_settings
-    with _emulator_env(firestore_host):
+    with emulator_env(firestore_host):
         client = firestore.Client(project=client_project or st.project, database=st.database)
     runs = FirestoreRunStore(client, st.collection, st.store_timeout_seconds)
     cursor_collection = store_settings.collection + "_watchdog"
@@ -411,7 +412,8 @@ def run_watchdog(
         )
         if deliverer is not None:
             deliverer.now = now
-        watchdog = Watchdog(settings, store, functools.partial(_fixed, now), deliverer, reruns)
+        watchdog = Watchdog(settings, store, functools.partial(fixed_instant, now), deliverer,
+                            reruns)
         result = watchdog.run_tick()
         report.checked += result.checked
         for problem in result.problems:

@@ -5,9 +5,11 @@ things the same way. Also here, for the tests and the benchmark alike: deliverie
 (Scheduler-style headers, in-process function instances), steered_job.py (a job the
 request body steers, which logs each execution to a ledger file), rpc_counter.py (counts a
 Firestore client's RPCs) and store_faults.py (a TCP proxy in front of the emulator that
-stalls or cuts the store).
+stalls or cuts the store; its faults and seeded schedules are fault_schedule.py's, each
+connection through it a proxy_connection.py's).
 """
 
+from local_stack.fault_schedule import FaultKind, FaultSchedule, InjectedFault, PlannedFault
 from local_stack.processes import (
     EmulatorMissing,
     FirestoreEmulator,
@@ -16,13 +18,7 @@ from local_stack.processes import (
     PortInUse,
     free_port,
 )
-from local_stack.store_faults import (
-    FaultKind,
-    FaultSchedule,
-    InjectedFault,
-    PlannedFault,
-    StoreFaultProxy,
-)
+from local_stack.store_faults import StoreFaultProxy
 
 __all__ = [
     "EmulatorMissing",

@@ -15,7 +15,7 @@ started twice downstream shows as two, and `strike_run` makes the n-th run the f
 fail (e.g. 403 on every start of it: a refused start), whatever order runs come in.
 
 Used by the proxy's tests (tests/proxy/) and by `make demo`, which serves the proxy
-against it (demo/run.py).
+against it (demo/local_proxy.py).
 """
 
 from __future__ import annotations

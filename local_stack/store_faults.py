@@ -18,249 +18,26 @@ network does. Standard library only (threads and blocking sockets): two pump thr
 connection, one accept thread, one short timer thread per fault, one schedule thread.
 
 Point a client at it with FIRESTORE_EMULATOR_HOST=`proxy.host` (read when the client is
-constructed).
+constructed). The faults and their seeded schedules are fault_schedule.py's; each proxied
+connection is a proxy_connection.ProxyConnection.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import random
 import select
 import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from enum import StrEnum
+from collections.abc import Callable
 from types import TracebackType
 
-_BUFFER = 65536
+from local_stack.fault_schedule import FaultKind, FaultSchedule, InjectedFault
+from local_stack.proxy_connection import ProxyConnection
+
 _CONNECT_TIMEOUT = 5.0
-
-
-class FaultKind(StrEnum):
-    STALL_LATE = "stall-late"  # replies held back, then delivered
-    STALL_DROP = "stall-drop"  # replies held back, then discarded; connections reset
-    OUTAGE = "outage"  # connections reset; new ones closed at once
-
-
-@dataclass(frozen=True)
-class InjectedFault:
-    """One fault the proxy injected: `start` is time.monotonic() when it began."""
-
-    kind: FaultKind
-    start: float
-    duration: float
-
-    @property
-    def end(self) -> float:
-        return self.start + self.duration
-
-
-@dataclass(frozen=True)
-class PlannedFault:
-    """One step of a schedule: `gap` seconds of health, then `kind` for `duration`."""
-
-    kind: FaultKind
-    gap: float
-    duration: float
-
-
-_DEFAULT_WEIGHTS: tuple[tuple[FaultKind, float], ...] = (
-    (FaultKind.STALL_LATE, 1.0),
-    (FaultKind.STALL_DROP, 1.0),
-    (FaultKind.OUTAGE, 1.0),
-)
-
-
-@dataclass(frozen=True)
-class FaultSchedule:
-    """A reproducible sequence of faults: `random.Random(seed)` picks every kind,
-    duration and gap, so a failing run can be replayed with its seed.
-
-    weights: (kind, weight) pairs; a kind left out is never injected.
-    duration, gap: (low, high) ranges in seconds, drawn uniformly.
-    count: stop after this many faults; None runs until stopped.
-    """
-
-    seed: int
-    weights: tuple[tuple[FaultKind, float], ...] = _DEFAULT_WEIGHTS
-    duration: tuple[float, float] = (0.2, 1.0)
-    gap: tuple[float, float] = (0.5, 2.0)
-    count: int | None = None
-
-    def __post_init__(self) -> None:
-        if not self.weights or any(w < 0 for _, w in self.weights):
-            raise ValueError("weights: at least one kind, no negative weight")
-        if sum(w for _, w in self.weights) <= 0:
-            raise ValueError("weights: at least one kind needs a positive weight")
-        for kind, _ in self.weights:
-            FaultKind(kind)  # a typo fails here, not minutes into a run
-        for name, (low, high) in (("duration", self.duration), ("gap", self.gap)):
-            if not 0 <= low <= high:
-                raise ValueError(f"{name}: need 0 <= low <= high, got ({low}, {high})")
-        if self.duration[1] <= 0:
-            raise ValueError("duration: the high end must be positive")
-        if self.count is not None and self.count < 0:
-            raise ValueError("count must be >= 0")
-
-    def faults(self) -> Iterator[PlannedFault]:
-        """The schedule's faults in order (endless when `count` is None). Pure: no timing."""
-        rng = random.Random(self.seed)
-        kinds = [FaultKind(kind) for kind, _ in self.weights]
-        weights = [weight for _, weight in self.weights]
-        steps = itertools.count() if self.count is None else range(self.count)
-        for _ in steps:
-            gap = rng.uniform(*self.gap)
-            kind = rng.choices(kinds, weights)[0]
-            duration = rng.uniform(*self.duration)
-            if duration <= 0:  # only when low == 0 and the draw is exactly 0
-                duration = self.duration[1]
-            yield PlannedFault(kind, gap, duration)
-
-    def plan(self, n: int) -> list[PlannedFault]:
-        """The first `n` faults (fewer if `count` is smaller)."""
-        return list(itertools.islice(self.faults(), n))
-
-
-class _Connection:
-    """One client connection and its own upstream connection, pumped by two threads.
-
-    Locks: `_state` guards the flags and the held bytes and is never held across I/O;
-    `_send` serialises writes to the client, so bytes released after a stall cannot be
-    overtaken by newer ones. close() takes neither lock across I/O: shutdown() wakes a
-    pump blocked in recv or sendall, and the last pump to exit closes both sockets.
-    """
-
-    def __init__(
-        self,
-        client: socket.socket,
-        upstream: socket.socket,
-        name: str,
-        on_exit: Callable[[_Connection], None],
-    ) -> None:
-        self._client = client
-        self._upstream = upstream
-        self._on_exit = on_exit
-        self._state = threading.Lock()
-        self._send = threading.Lock()
-        self._held = bytearray()
-        self._stalled = False
-        self._upstream_eof = False
-        self._closing = False
-        self._reset = False
-        self._running = 2
-        self.threads = (
-            threading.Thread(target=self._pump_up, name=f"{name}-up", daemon=True),
-            threading.Thread(target=self._pump_down, name=f"{name}-down", daemon=True),
-        )
-
-    def start(self, stalled: bool) -> None:
-        self._stalled = stalled
-        for thread in self.threads:
-            thread.start()
-
-    def hold(self) -> None:
-        """From now on, keep store->client bytes back until release() or close()."""
-        with self._state:
-            self._stalled = True
-
-    def release(self) -> None:
-        """Deliver the held bytes (late) and forward again."""
-        with self._send:
-            with self._state:
-                if self._closing:
-                    return
-                self._stalled = False
-                data = bytes(self._held)
-                self._held.clear()
-                eof = self._upstream_eof
-            if data:
-                try:
-                    self._client.sendall(data)
-                except OSError:
-                    eof = True
-        if eof:  # the store closed while we held its last bytes: close after them
-            self.close()
-
-    def close(self, *, reset: bool = False) -> None:
-        """End the connection: a FIN to the client, or with `reset` a bare TCP RST.
-
-        For a reset the client side is only shut for reading (that wakes the pump in
-        recv() and sends nothing); the last pump then closes it with SO_LINGER 0.
-        """
-        with self._state:
-            if self._closing:
-                return
-            self._closing = True
-            self._reset = reset
-            self._held.clear()
-        _shutdown(self._client, socket.SHUT_RD if reset else socket.SHUT_RDWR)
-        _shutdown(self._upstream, socket.SHUT_RDWR)
-
-    def force(self) -> None:
-        """Shut both sockets fully: wakes a pump stuck in sendall() to a client that
-        stopped reading (a reset's SHUT_RD does not)."""
-        self.close(reset=True)
-        _shutdown(self._client, socket.SHUT_RDWR)
-
-    def _pump_up(self) -> None:
-        """Client -> store, always at once: a write reaches the store whatever the fault."""
-        try:
-            while True:
-                data = self._client.recv(_BUFFER)
-                if not data:
-                    break
-                self._upstream.sendall(data)
-        except OSError:
-            pass
-        finally:
-            self.close()
-            self._exited()
-
-    def _pump_down(self) -> None:
-        """Store -> client, unless stalled: then the bytes wait in `_held`."""
-        close = True
-        try:
-            while True:
-                data = self._upstream.recv(_BUFFER)
-                with self._send:
-                    with self._state:
-                        if self._closing:
-                            break
-                        if not data:
-                            if self._stalled:  # deliver the held tail first: release()
-                                self._upstream_eof = True
-                                close = False
-                            break
-                        if self._stalled:
-                            self._held += data
-                            continue
-                    self._client.sendall(data)
-        except OSError:
-            pass
-        finally:
-            if close:
-                self.close()
-            self._exited()
-
-    def _exited(self) -> None:
-        with self._state:
-            self._running -= 1
-            last = self._running == 0
-            reset = self._reset
-        if not last:
-            return
-        if reset:  # SO_LINGER 0: close() sends RST, the client sees a reset connection
-            with contextlib.suppress(OSError):
-                self._client.setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
-                )
-        self._client.close()
-        self._upstream.close()
-        self._on_exit(self)
 
 
 class StoreFaultProxy:
@@ -287,14 +64,14 @@ class StoreFaultProxy:
         self._started = False
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._connections: set[_Connection] = set()
+        self._connections: set[ProxyConnection] = set()
         self._conn_ids = itertools.count(1)
         # Stall state: one stall at a time; overlapping calls extend it (drop if any drops).
         self._stall_active = False
         self._stall_until = 0.0
         self._stall_drop = False
         self._stall_gen = 0
-        self._stalled_conns: set[_Connection] = set()
+        self._stalled_conns: set[ProxyConnection] = set()
         self._ending = 0  # stalls ended whose held bytes or resets are still going out
         # Outage state.
         self._outage_active = False
@@ -612,7 +389,7 @@ class StoreFaultProxy:
             self._outage_until = 0.0
             self._healthy.notify_all()
 
-    def _connection_exited(self, connection: _Connection) -> None:
+    def _connection_exited(self, connection: ProxyConnection) -> None:
         with self._lock:
             self._connections.discard(connection)
             self._stalled_conns.discard(connection)
@@ -653,7 +430,7 @@ class StoreFaultProxy:
                 self._refused += 1
                 refuse = True
             else:
-                connection = _Connection(
+                connection = ProxyConnection(
                     client, upstream, f"store-fault-proxy-conn{next(self._conn_ids)}",
                     self._connection_exited,
                 )
@@ -667,11 +444,6 @@ class StoreFaultProxy:
         if refuse:
             upstream.close()
             _abort(client)
-
-
-def _shutdown(sock: socket.socket, how: int) -> None:
-    with contextlib.suppress(OSError):  # already shut, or the peer is gone
-        sock.shutdown(how)
 
 
 def _abort(sock: socket.socket) -> None:

@@ -6,6 +6,12 @@ body and an OIDC token), with Scheduler's attempt deadline and retry rules, opti
 injecting the faults that make Scheduler deliver a run twice or force a run (and, through
 a hook, faults of the target's store).
 `python -m scheduler_emulator --help` for the command line.
+
+Its modules: emulator.py (SchedulerEmulator: what Scheduler sends, when, and its retries),
+records.py (what it sends and records: Delivery, RunResult, EmulatorResult), http_call.py
+(one request, hung up on at its deadline), retries.py (when Scheduler retries), clock.py,
+faults.py (the fault plan), oidc.py (the jobs' tokens), stack.py (a stack file's jobs),
+report.py (per-run verdicts, as text or JSON) and cli.py.
 """
 
 import sys
@@ -17,18 +23,18 @@ if _FUNCTION_DIR not in sys.path:
     sys.path.insert(0, _FUNCTION_DIR)
 
 from scheduler_emulator.clock import Clock, ManualClock, RealClock, ScaledClock  # noqa: E402
-from scheduler_emulator.emulator import (  # noqa: E402
+from scheduler_emulator.emulator import SchedulerEmulator  # noqa: E402
+from scheduler_emulator.faults import DEFAULT_MIX, FAULT_NAMES, STORE_FAULTS, FaultPlan  # noqa: E402
+from scheduler_emulator.records import (  # noqa: E402
     Delivery,
     DstNote,
     EmulatorResult,
     Progress,
     RunResult,
-    SchedulerEmulator,
     StoreFaultHook,
     format_schedule_time,
-    retry_refusal,
 )
-from scheduler_emulator.faults import DEFAULT_MIX, FAULT_NAMES, STORE_FAULTS, FaultPlan  # noqa: E402
+from scheduler_emulator.retries import retry_refusal  # noqa: E402
 from scheduler_emulator.stack import (  # noqa: E402
     Job,
     Stack,

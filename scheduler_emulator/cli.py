@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from scheduler_emulator.clock import Clock, RealClock
-from scheduler_emulator.emulator import Progress, SchedulerEmulator
+from scheduler_emulator.emulator import SchedulerEmulator
 from scheduler_emulator.faults import (
     DEFAULT_MIX,
     FAULT_NAMES,
@@ -18,6 +18,7 @@ from scheduler_emulator.faults import (
     FaultPlan,
     FaultSpecError,
 )
+from scheduler_emulator.records import Progress
 from scheduler_emulator.report import (
     format_table,
     job_result_json,

@@ -7,21 +7,12 @@ the request (the target may keep running; the attempt counts as failed, deadline
 exceeded), treats any 2xx as success and anything else as a failed attempt, and retries
 with the job's retry config: the wait follows `scheduler_rules.backoff_seconds`, retries
 continue until both `retryCount` and `maxRetryDuration` are used up (0 = no duration
-limit). All timing goes through an injectable `Clock`.
+limit). All timing goes through an injectable `Clock`. Google documents the end of a
+run's retries two ways, so both are a switch (`retries_stop_at_next_run`; retries.py says
+which is which).
 
-Google documents the end of a run's retries two ways, so both are a switch
-(`retries_stop_at_next_run`):
-- on: retries never start at or after the job's next scheduled time (RetryConfig's API
-  reference: "retry_count times, or until the next scheduled execution time, whichever
-  comes first");
-- off (the default): retries go on until both limits are reached, and a scheduled time
-  that passes while the job is still being retried is skipped: not delivered late, not
-  queued (the retry guide: "the next scheduled execution time might be skipped if the
-  retries continue through that time"). The emulator's model: a job is one sequence of
-  runs; a tick whose time comes while an earlier run (scheduled or forced) of the job is
-  still in an attempt or a backoff wait is skipped; the next tick after it is delivered.
-Off is the default: it is the reading of the current user guide, and the stricter one for
-dedup (a retry may outlive the next tick, and skipped ticks must show up as missed runs).
+What it sends and records is records.py's (Delivery, RunResult, EmulatorResult); each
+request is an http_call.HttpCall.
 
 Faults of the target's store (store-stall, store-outage) are beyond its reach: whoever
 runs it and its store passes a `store_faults` hook, called just before a struck attempt
@@ -30,27 +21,14 @@ is sent (see faults.py).
 
 from __future__ import annotations
 
-import contextlib
-import http.client
 import itertools
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
-from urllib.parse import urljoin, urlsplit
-from zoneinfo import ZoneInfo
 
-from infra.scheduler_rules import (
-    GAP,
-    DstHazard,
-    RetrySettings,
-    backoff_seconds,
-    dst_hazards,
-    schedule_times,
-)
+from infra.scheduler_rules import backoff_seconds, dst_hazards, schedule_times
 from scheduler_emulator.clock import Clock, ScaledClock
 from scheduler_emulator.faults import (
     CONCURRENT,
@@ -69,25 +47,29 @@ from scheduler_emulator.faults import (
     StoreFaultsUnsupported,
     fault_header,
 )
+from scheduler_emulator.http_call import HttpCall
 from scheduler_emulator.oidc import scheduler_token
+from scheduler_emulator.records import (
+    NEVER_DELIVERED,
+    SKIPPED,
+    Delivery,
+    DstNote,
+    EmulatorResult,
+    Progress,
+    RunKind,
+    RunResult,
+    StoreFaultHook,
+    format_schedule_time,
+)
+from scheduler_emulator.retries import retry_refusal
 from scheduler_emulator.stack import Job, Stack
 
 USER_AGENT = "Google-Cloud-Scheduler"
-# The stop reason of a run the `missed` fault struck.
-NEVER_DELIVERED = "never delivered (missed)"
-# The stop reason of a tick that came while the job was still being retried (retries not
-# stopped at the next run): Scheduler skips it.
-SKIPPED = "skipped: the job was still being retried at this time"
-DEADLINE_EXCEEDED = "deadline exceeded"
-# Redirects (3xx with Location) followed per attempt, as Scheduler follows them.
-MAX_REDIRECTS = 5
-_REDIRECTS = (301, 302, 303, 307, 308)
 # Not sent by Scheduler: only with trace_deliveries, so a test target can tell which
 # delivery executed the job, and (CLOCK_HEADER) the simulated instant it was sent at, the
 # served function's "now" in the demo (demo/served_function.py).
 DELIVERY_HEADER = "X-Emulator-Delivery"
 CLOCK_HEADER = "X-Emulator-Now"
-RunKind = Literal["scheduled", "manual", "manual-bare"]
 HeaderCase = Literal["canonical", "lower"]
 # How the schedule time is spelled: with the job's own UTC offset (what Scheduler sends,
 # e.g. 2026-03-29T03:30:00+02:00 for Europe/Berlin), in UTC with Z (the same instant, as
@@ -100,267 +82,6 @@ JobNameStyle = Literal["full", "id"]
 # the default) or at the first only. What Cloud Scheduler does is not documented; the kit
 # must run it as the job's dstRepeated says either way.
 DstFires = Literal["twice", "once"]
-
-
-def format_schedule_time(when: datetime, style: str = "utc", time_zone: str | None = None) -> str:
-    """RFC 3339 to the second: in UTC with a Z, or (style "offset") in `time_zone` (else
-    the instant's own zone) with its UTC offset, e.g. 2026-10-16T03:00:00+02:00."""
-    if style == "offset":
-        local = when.astimezone(ZoneInfo(time_zone)) if time_zone else when
-        return local.replace(microsecond=0).isoformat()
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass
-class Delivery:
-    """One HTTP request sent to the target (an attempt, or the duplicate of one)."""
-
-    job: str
-    tick: int
-    schedule_time: datetime | None  # instant in the header; None: no header was sent
-    kind: RunKind
-    worker: int
-    attempt: int  # 1-based, per worker
-    copy: int  # 0: the attempt itself; 1: a duplicate delivery of it
-    sent_at: datetime  # simulated time
-    faults: tuple[str, ...] = ()
-    status: int | None = None  # reply within the deadline
-    error: str | None = None  # "deadline exceeded" or the connection error
-    ack_lost: bool = False  # a 2xx that the lost-ack fault discarded
-    reply_body: str = ""  # the reply's body (first 500 characters)
-    real_seconds: float = 0.0  # from sending the request to its reply (or error)
-    sent_real: float | None = None  # time.monotonic() when the request was sent
-    redirects: tuple[str, ...] = ()  # the Location URLs followed, in order
-
-    @property
-    def id(self) -> str:
-        """Unique per delivery; sent as X-Emulator-Delivery when tracing deliveries."""
-        when = format_schedule_time(self.schedule_time) if self.schedule_time else "none"
-        return (
-            f"{self.job}/{self.tick}/{self.kind}/{when}/w{self.worker}/a{self.attempt}/c{self.copy}"
-        )
-
-    @property
-    def acknowledged(self) -> bool:
-        """Did Scheduler see a 2xx for this attempt?"""
-        return (
-            self.copy == 0
-            and self.status is not None
-            and 200 <= self.status < 300
-            and not self.ack_lost
-        )
-
-    @property
-    def reply(self) -> str:
-        """Short label: "200", "409", "500", "timeout", "dropped", "200 lost"."""
-        if self.status is not None:
-            return f"{self.status} lost" if self.ack_lost else str(self.status)
-        if self.error == DEADLINE_EXCEEDED:
-            return "timeout"
-        if self.error is None:
-            return "pending"
-        return "dropped"
-
-
-# Called with a store fault's name (faults.STORE_FAULTS) and the attempt it strikes, just
-# before that attempt is sent; it may block until the store can take the fault.
-StoreFaultHook = Callable[[str, Delivery], None]
-
-
-@dataclass
-class RunResult:
-    """All deliveries of one run (a scheduled tick, or a forced manual run)."""
-
-    job: str
-    tick: int
-    schedule_time: datetime | None
-    kind: RunKind
-    workers: int
-    deliveries: list[Delivery] = field(default_factory=list)
-    acknowledged: bool = False
-    stop_reason: str = ""
-    faults: tuple[str, ...] = ()
-
-
-@dataclass
-class Progress:
-    runs_done: int
-    runs_total: int
-    deliveries: int
-    acknowledged: int
-    exhausted: int
-
-
-@dataclass(frozen=True)
-class DstNote:
-    """A replayed tick at a local time a DST change makes ambiguous (infra.scheduler_rules
-    .dst_hazards): the emulator places it as croniter does, but what Cloud Scheduler does
-    then is not documented (the run may be moved, skipped or run twice)."""
-
-    job: str
-    time_zone: str
-    hazard: DstHazard
-
-    @property
-    def text(self) -> str:
-        h = self.hazard
-        what = "does not exist" if h.kind == GAP else "occurs twice"
-        return (
-            f"DST: job {self.job}: {h.date.isoformat()} {h.local_time.strftime('%H:%M')} "
-            f"{what} in {self.time_zone} ({h.kind}); replayed where croniter puts it (or "
-            "once, with dst_fires=once); the function runs it as the job's dstRepeated and "
-            "dstSkipped say"
-        )
-
-    def to_json(self) -> dict[str, str]:
-        h = self.hazard
-        return {
-            "job": self.job,
-            "time_zone": self.time_zone,
-            "date": h.date.isoformat(),
-            "local_time": h.local_time.strftime("%H:%M"),
-            "kind": h.kind,
-        }
-
-
-@dataclass
-class EmulatorResult:
-    runs: list[RunResult]
-    target_url: str
-    ticks: int
-    started: datetime
-    real_seconds: float
-    stopped_early: bool = False
-    # Replayed ticks at non-existent or repeated local times, per job, in order.
-    dst: list[DstNote] = field(default_factory=list)
-    # The replayed jobs: what their schedule times mean (Job.business), for the report.
-    jobs: Sequence[Job] = ()
-
-
-class _Call:
-    """An HTTP request in its own thread, so the emulator can stop waiting for it and, at
-    the attempt deadline, close its connection as Scheduler cancels the request."""
-
-    def __init__(self, delivery: Delivery) -> None:
-        self.delivery = delivery
-        self.done = threading.Event()
-        # Set once the request is written (or the call ended): from then on it is in flight.
-        self.sent = threading.Event()
-        self._lock = threading.Lock()
-        self._abandoned = False
-        self._conn: http.client.HTTPConnection | None = None
-        self.thread: threading.Thread | None = None
-
-    def start(
-        self,
-        url: str,
-        method: str,
-        headers: dict[str, str],
-        body: bytes | None,
-        socket_timeout: float,
-    ) -> None:
-        self.thread = threading.Thread(
-            target=self._run,
-            args=(url, method, headers, body, socket_timeout),
-            name=f"delivery-{self.delivery.job}-{self.delivery.tick}",
-            daemon=True,
-        )
-        self.thread.start()
-
-    def abandon(self) -> bool:
-        """The deadline passed: close the connection (the target sees the client go) and
-        count the attempt as failed. False if the reply came in at the same moment."""
-        with self._lock:
-            if self.done.is_set():
-                return False
-            self._abandoned = True
-            self.delivery.error = DEADLINE_EXCEEDED
-            conn = self._conn
-        if conn is not None:
-            _close(conn)
-        return True
-
-    def _run(
-        self,
-        url: str,
-        method: str,
-        headers: dict[str, str],
-        body: bytes | None,
-        socket_timeout: float,
-    ) -> None:
-        started = time.monotonic()
-        with self._lock:
-            self.delivery.sent_real = started
-        status: int | None = None
-        text = ""
-        error: str | None = None
-        followed: list[str] = []
-        try:
-            for _ in range(MAX_REDIRECTS + 1):
-                status, location, text = self._request(url, method, headers, body, socket_timeout)
-                if status not in _REDIRECTS or not location:
-                    break
-                if len(followed) == MAX_REDIRECTS:
-                    status, error = None, f"more than {MAX_REDIRECTS} redirects"
-                    break
-                url = urljoin(url, location)
-                followed.append(url)
-                if status == 303 or (status in (301, 302) and method == "POST"):
-                    # As HTTP clients generally do: 303 (and 301/302 after a POST) becomes
-                    # a GET without the body; 307/308 repeat the request as it was.
-                    method, body = "GET", None
-                    headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
-        except (OSError, http.client.HTTPException) as exc:
-            status, error = None, f"{type(exc).__name__}: {exc}".strip()
-        with self._lock:
-            d = self.delivery
-            d.real_seconds = time.monotonic() - started
-            d.redirects = tuple(followed)
-            if not self._abandoned:  # else: Scheduler has hung up; nothing more is seen
-                d.status = status
-                d.error = error
-                d.reply_body = text
-            self.done.set()
-            self.sent.set()
-
-    def _request(
-        self, url: str, method: str, headers: dict[str, str], body: bytes | None, timeout: float
-    ) -> tuple[int, str | None, str]:
-        """One HTTP exchange: (status, Location header, first 500 characters of the body)."""
-        parts = urlsplit(url)
-        conn: http.client.HTTPConnection
-        if parts.scheme == "https":
-            conn = http.client.HTTPSConnection(parts.netloc, timeout=timeout)
-        else:
-            conn = http.client.HTTPConnection(parts.netloc, timeout=timeout)
-        with self._lock:
-            if self._abandoned:
-                raise ConnectionAbortedError("deadline exceeded before the request was sent")
-            self._conn = conn
-        path = parts.path or "/"
-        if parts.query:
-            path = f"{path}?{parts.query}"
-        try:
-            conn.request(method, path, body=body, headers=headers)
-            self.sent.set()
-            response = conn.getresponse()
-            data = response.read()
-            return response.status, response.getheader("Location"), data[:500].decode(
-                "utf-8", "replace"
-            )
-        finally:
-            with self._lock:
-                self._conn = None
-            conn.close()
-
-
-def _close(conn: http.client.HTTPConnection) -> None:
-    """Hang up a connection another thread is blocked on: shutdown wakes its recv(), and
-    that thread closes it."""
-    sock = conn.sock
-    if sock is not None:
-        with contextlib.suppress(OSError):  # already closed
-            sock.shutdown(socket.SHUT_RDWR)
 
 
 class SchedulerEmulator:
@@ -421,7 +142,7 @@ class SchedulerEmulator:
         self.stop_event = threading.Event()
         self._lock = threading.Lock()
         self._results: list[RunResult] = []
-        self._calls: list[_Call] = []
+        self._calls: list[HttpCall] = []
         self._errors: list[BaseException] = []
 
     # -- what Scheduler sends -------------------------------------------------------
@@ -747,7 +468,7 @@ class SchedulerEmulator:
                 sent_at=sent_at,
                 faults=tuple(tags),
             )
-            calls.append(_Call(delivery))
+            calls.append(HttpCall(delivery))
         if store is not None and self.store_faults is not None:
             asked = time.monotonic()
             self.store_faults(store, calls[0].delivery)
@@ -831,30 +552,3 @@ class _ForcedRun:
             with emulator._lock:
                 emulator._errors.append(exc)
             emulator.stop()
-
-
-def retry_refusal(
-    retry: RetrySettings,
-    retries_done: int,
-    first_attempt: datetime,
-    next_attempt: datetime,
-    next_scheduled: datetime | None,
-) -> str | None:
-    """Why Scheduler would not make the retry starting at `next_attempt`, or None.
-
-    Scheduler retries until both retryCount and maxRetryDuration (measured from the first
-    attempt; 0 = no limit) are used up, and, if `next_scheduled` is given (retries stop at
-    the next run), never at or past the next scheduled time.
-    """
-    if next_scheduled is not None and next_attempt >= next_scheduled:
-        return "next scheduled time reached"
-    count_left = retries_done < retry.retry_count
-    duration = retry.max_retry_duration_seconds
-    duration_left = duration > 0 and (next_attempt - first_attempt).total_seconds() <= duration
-    if count_left or duration_left:
-        return None
-    if retry.retry_count == 0 and duration <= 0:
-        return "no retries configured"
-    if duration > 0:
-        return "retryCount and maxRetryDuration used up"
-    return "retryCount used up"

@@ -23,7 +23,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dedup.keys import FORCED_REFUSE, FORCED_REPLACE_NEXT, FORCED_SEPARATE
-from scheduler_emulator.emulator import (
+from scheduler_emulator.faults import MISSED
+from scheduler_emulator.records import (
     DEADLINE_EXCEEDED,
     SKIPPED,
     Delivery,
@@ -31,7 +32,6 @@ from scheduler_emulator.emulator import (
     RunResult,
     format_schedule_time,
 )
-from scheduler_emulator.faults import MISSED
 
 # Executions are counted per (job, schedule instant, forced): a forced run and the
 # scheduled run of the same time are two runs.

@@ -12,7 +12,7 @@ A job with `proxy:` calls the idempotent proxy (`proxy_scheduled_job`), not the 
 function: it is kept apart, in `Stack.proxied_jobs` (its `Job.proxy` says what the proxy
 starts), so a replay against the dedup function (`Stack.jobs`) never sends it there; the
 demo replays it against the proxy, served next to the function, pointing at fake Google
-APIs (demo/run.py).
+APIs (demo/local_proxy.py, demo/proxied.py).
 """
 
 from __future__ import annotations

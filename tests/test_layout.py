@@ -1,11 +1,15 @@
 """docs/layout.md is the map of the house: a room per row, and what each may import. These
 tests hold the code to it: every module is in a room, and every import of a kit module
-(module-level or inside a function) goes to the module's own room or one the map allows."""
+(module-level or inside a function) goes to the module's own room or one the map allows.
+And the house rules a map cannot show: no import circle, no source file over 600 lines."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
+from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +21,11 @@ IMPORT_ROOTS = (REPO_ROOT / "function", REPO_ROOT)
 # hatch_build.py: the wheel's build hook (docs/layout.md, "Outside the rooms"), run by
 # hatchling, never imported by the kit.
 NOT_ROOMS = (".", "build", "dist", "site", "node_modules", "hatch_build.py")
+# The most lines a source file may have: past it, a file holds more than one idea.
+MAX_LINES = 600
+# The size rule holds the kit's code, not its tests: a test module is a list of cases, and
+# several are longer (the policy pack's case table most of all); the circle rule holds them.
+NOT_SIZED = ("tests/",)
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,7 @@ def room_of(relative: str, all_rooms: list[Room]) -> Room | None:
     return max(holding, key=lambda room: len(room.path)) if holding else None
 
 
+@functools.cache  # the same few hundred names, asked for by every module
 def module_file(name: str) -> str | None:
     """The repository-relative file of kit module `name`, None for any other module."""
     parts = name.split(".")
@@ -71,20 +81,42 @@ def module_file(name: str) -> str | None:
 DOTTED = re.compile(r"[a-z_]+(\.[a-z_]+)+")
 
 
-def imported_files(path: Path) -> set[str]:
-    """The kit modules `path` imports, anywhere in it (`from pkg import module` included),
-    and those it names as a string to import by name (operator_tools' COMMANDS)."""
-    targets: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        names: list[str] = []
+@functools.cache  # by the source text: the room and circle checks read each file once
+def imports_in(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each import in `source`, anywhere in it, as (module, names): `import a.b` is
+    ("a.b", ()), `from a import b, c` ("a", ("b", "c")), and a string naming a module to
+    import by name (operator_tools' COMMANDS) (the string, ())."""
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            found += [(alias.name, ()) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            found.append((node.module, tuple(alias.name for alias in node.names)))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                 and DOTTED.fullmatch(node.value):
-            names = [node.value]
-        targets |= {file for name in names if (file := module_file(name)) is not None}
+            found.append((node.value, ()))
+    return tuple(found)
+
+
+def imported_files(path: Path, *, submodule_alone: bool = False) -> set[str]:
+    """The kit modules `path` imports, anywhere in it (`from pkg import module` included),
+    and those it names as a string to import by name (operator_tools' COMMANDS).
+
+    `from pkg import module` imports pkg's `__init__` and the module, the room check's
+    reading; with `submodule_alone`, the module only, the circle check's: the statement
+    uses none of `__init__`'s names, and a package's `__init__` runs before any of its
+    modules whatever they import (so a package that imports its own modules, each naming a
+    sibling this way, is no circle)."""
+    targets: set[str] = set()
+    for module, names in imports_in(path.read_text(encoding="utf-8")):
+        members = [f"{module}.{name}" for name in names]
+        if not names:
+            wanted = [module]
+        elif submodule_alone:
+            wanted = [member if module_file(member) else module for member in members]
+        else:
+            wanted = [module, *members]
+        targets |= {file for name in wanted if (file := module_file(name)) is not None}
     return targets
 
 
@@ -138,3 +170,111 @@ def test_the_map_catches_an_import_it_does_not_allow(tmp_path: Path) -> None:
     # a module named to be imported by name counts too (operator_tools' COMMANDS)
     probe.write_text('COMMANDS = {"demo": ("demo.cli", "command")}\n')
     assert imported_files(probe) == {"demo/cli.py"}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each kit module (tests included) and the kit modules it imports, anywhere in it."""
+    return {module: imported_files(REPO_ROOT / module, submodule_alone=True) - {module}
+            for module in kit_modules()}
+
+
+def reachable(graph: Mapping[str, Iterable[str]], start: str) -> set[str]:
+    """The modules `start` imports, directly or through others (itself if in a circle)."""
+    found: set[str] = set()
+    todo = deque(graph.get(start, ()))
+    while todo:
+        module = todo.popleft()
+        if module not in found:
+            found.add(module)
+            todo.extend(graph.get(module, ()))
+    return found
+
+
+def import_circles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The graph's circles: each set of modules that all reach each other (a strongly
+    connected component of two or more), sorted."""
+    reach = {module: reachable(graph, module) for module in graph}
+    circles: list[list[str]] = []
+    placed: set[str] = set()
+    for module in sorted(graph):
+        if module in placed or module not in reach[module]:
+            continue
+        members = sorted(other for other in reach[module] if module in reach[other])
+        placed.update(members)
+        circles.append(members)
+    return circles
+
+
+def shortest_circle(graph: Mapping[str, Iterable[str]], members: list[str]) -> list[str]:
+    """One circle through the first of `members`, as short as any: a -> b -> a."""
+    start, inside = members[0], set(members)
+    came_from: dict[str, str] = {}
+    todo = deque([start])
+    while todo:
+        module = todo.popleft()
+        for target in sorted(set(graph.get(module, ())) & inside):
+            if target == start:
+                path = [module]
+                while path[-1] != start:
+                    path.append(came_from[path[-1]])
+                return [*reversed(path), start]
+            if target not in came_from:
+                came_from[target] = module
+                todo.append(target)
+    raise ValueError(f"no circle through {start}")
+
+
+def describe_circle(graph: Mapping[str, Iterable[str]], members: list[str]) -> str:
+    return (f"{', '.join(members)}: e.g. " + " -> ".join(shortest_circle(graph, members)))
+
+
+def test_no_import_circle() -> None:
+    """No two modules import each other, directly or around (module-level, inside a
+    function and under TYPE_CHECKING alike): a circle means two ideas are tangled, and
+    which one loads first depends on who is imported first."""
+    graph = import_graph()
+    circles = import_circles(graph)
+    assert not circles, (
+        "import circles (each: the modules that import each other, directly or around; "
+        "break it: move what both need to a module of its own, or the import to the "
+        "side that owns the idea):\n"
+        + "\n".join(f"  {describe_circle(graph, members)}" for members in circles))
+
+
+def test_the_circle_check_catches_a_circle(tmp_path: Path) -> None:
+    """The check itself can fail: a -> b -> c -> a is one circle, d (which only imports
+    a) is in none, and the circle is named module by module."""
+    graph = {"a.py": {"b.py"}, "b.py": {"c.py"}, "c.py": {"a.py", "e.py"}, "d.py": {"a.py"},
+             "e.py": set()}
+    assert import_circles(graph) == [["a.py", "b.py", "c.py"]]
+    assert describe_circle(graph, ["a.py", "b.py", "c.py"]) == (
+        "a.py, b.py, c.py: e.g. a.py -> b.py -> c.py -> a.py")
+    assert import_circles({"a.py": {"b.py"}, "b.py": set()}) == []
+    # `from pkg import module` is the module alone for the circle check
+    probe = tmp_path / "probe.py"
+    probe.write_text("from dedup.watchdog import reruns\n")
+    assert imported_files(probe, submodule_alone=True) == {"function/dedup/watchdog/reruns.py"}
+    probe.write_text("from dedup.watchdog import reruns, not_a_module\n")
+    assert imported_files(probe, submodule_alone=True) == {
+        "function/dedup/watchdog/reruns.py", "function/dedup/watchdog/__init__.py"}
+
+
+def line_count(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def test_no_source_file_is_over_600_lines() -> None:
+    over = [f"  {module}: {lines} lines" for module in kit_modules()
+            if not module.startswith(NOT_SIZED)
+            and (lines := line_count(REPO_ROOT / module)) > MAX_LINES]
+    assert not over, (
+        f"source files over {MAX_LINES} lines (split each along the ideas it holds, not by "
+        "line count):\n" + "\n".join(over))
+
+
+def test_the_size_check_counts_lines(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("x = 1\n" * (MAX_LINES + 1))
+    assert line_count(probe) == MAX_LINES + 1
+    assert "tests/" in NOT_SIZED and not any(room.startswith(NOT_SIZED) for room in (
+        "demo/", "function/dedup/", "infra/", "scheduler_emulator/"))

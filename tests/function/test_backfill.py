@@ -55,9 +55,10 @@ from dedup.watchdog.tick import Watchdog, WatchdogHandler
 from infra.config import StackConfig, load_config
 from local_stack import FirestoreEmulator, FunctionServer
 from local_stack.deliveries import LOCATION, PROJECT, function_env
+from local_stack.fault_schedule import FaultSchedule
 from local_stack.processes import REPO_ROOT
 from local_stack.steered_job import read_ledger
-from local_stack.store_faults import FaultSchedule, StoreFaultProxy
+from local_stack.store_faults import StoreFaultProxy
 from operator_tools import backfill as backfill_cli
 from operator_tools.runs import RunStores
 from tests.function.test_catch_up import JOB_HEADERS

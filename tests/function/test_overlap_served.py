@@ -31,9 +31,10 @@ from dedup.store.firestore import FirestoreRunStore
 from infra.scheduler_rules import LEASE_STORE_TIMEOUTS
 from local_stack import FunctionServer
 from local_stack.deliveries import LOCATION, PROJECT, function_env, scheduler_headers
+from local_stack.fault_schedule import FaultKind, FaultSchedule
 from local_stack.interval_job import Execution, executions, overlapping
 from local_stack.processes import REPO_ROOT
-from local_stack.store_faults import FaultKind, FaultSchedule, StoreFaultProxy
+from local_stack.store_faults import StoreFaultProxy
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 

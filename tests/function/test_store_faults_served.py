@@ -22,9 +22,10 @@ from google.cloud import firestore
 
 from local_stack import FirestoreEmulator, FunctionServer
 from local_stack.deliveries import PROJECT, function_env, scheduler_headers
+from local_stack.fault_schedule import FaultKind, FaultSchedule
 from local_stack.processes import REPO_ROOT
 from local_stack.steered_job import read_ledger
-from local_stack.store_faults import FaultKind, FaultSchedule, StoreFaultProxy
+from local_stack.store_faults import StoreFaultProxy
 
 RUNS = 50
 STORE_TIMEOUT_SECONDS = 1.0

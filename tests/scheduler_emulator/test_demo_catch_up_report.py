@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from demo.cli import caught_up_line, rerun_line, watch_lines
+from demo.report import caught_up_line, rerun_line, watch_lines
 from demo.watch import EXPECT_CAUGHT_UP, CaughtUp, Rerun, WatchReport
 
 WHEN = datetime(2026, 12, 1, 4, 7, tzinfo=UTC)

@@ -1,10 +1,10 @@
-"""The demo's per-job last error, read from the function's log (demo.run.logged_errors)."""
+"""The demo's per-job last error, read from the function's log (demo.function_log.logged_errors)."""
 
 from __future__ import annotations
 
 import json
 
-from demo.run import logged_errors
+from demo.function_log import logged_errors
 
 
 def line(job: str, status: int, outcome: str, detail: str | None = None) -> str:

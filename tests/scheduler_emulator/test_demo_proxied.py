@@ -15,8 +15,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from demo.cli import outcome_json, render
-from demo.run import DemoOptions, LocalProxy, replay_proxied, run_demo
+from demo.local_proxy import LocalProxy
+from demo.options import DemoOptions
+from demo.proxied import replay_proxied
+from demo.report import render
+from demo.report_json import outcome_json
+from demo.run import run_demo
 from demo.store_faults import store_timing
 from local_stack import FirestoreEmulator
 from local_stack.fake_google_apis import Behaviour

@@ -18,8 +18,8 @@ from demo.store_faults import (
     store_timing,
 )
 from local_stack import FaultKind, InjectedFault, StoreFaultProxy
-from scheduler_emulator.emulator import Delivery, EmulatorResult, RunResult
 from scheduler_emulator.faults import STORE_FAULTS, STORE_OUTAGE, STORE_STALL
+from scheduler_emulator.records import Delivery, EmulatorResult, RunResult
 from scheduler_emulator.report import summarise
 from scheduler_emulator.stack import Stack
 

@@ -16,7 +16,6 @@ from infra.config import JobSettings
 from infra.scheduled_job import ScheduledJobArgs
 from infra.scheduler_rules import RetrySettings
 from scheduler_emulator import ManualClock, SchedulerEmulator
-from scheduler_emulator.emulator import Delivery, EmulatorResult, StoreFaultHook
 from scheduler_emulator.faults import (
     DEFAULT_MIX,
     MANUAL_OVERLAP,
@@ -27,6 +26,7 @@ from scheduler_emulator.faults import (
     FaultPlan,
     StoreFaultsUnsupported,
 )
+from scheduler_emulator.records import Delivery, EmulatorResult, StoreFaultHook
 from scheduler_emulator.stack import Job, Stack, job_from_settings
 from tests.scheduler_emulator.target import Received, RecordingTarget, Responder
 

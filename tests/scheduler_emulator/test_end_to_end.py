@@ -17,10 +17,13 @@ from typing import Any
 
 import pytest
 
-from demo.cli import notes, render, verdict_line, watch_lines
-from demo.run import DemoOptions, DemoOutcome, LocalFunction, watch_store_settings
-from demo.run import replay as run_replay
+from demo.local_function import LocalFunction, watch_store_settings
+from demo.options import DemoOptions
+from demo.outcome import DemoOutcome
+from demo.replay import replay as run_replay
+from demo.report import notes, render, watch_lines
 from demo.store_faults import struck_run
+from demo.verdict import verdict_line
 from demo.watch import EXPECT_FAILED, FLAKY_SETTINGS, run_watchdog, with_flaky_job
 from example_jobs.flaky import fails
 from local_stack import FirestoreEmulator

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from demo import job_wrapper
-from demo.cli import retry_text
+from demo.report import retry_text
 from infra.scheduler_rules import RetrySettings
 from scheduler_emulator.cli import main as emulator_main
-from scheduler_emulator.emulator import Delivery, EmulatorResult, RunResult
 from scheduler_emulator.faults import fault_header
+from scheduler_emulator.records import Delivery, EmulatorResult, RunResult
 from scheduler_emulator.report import (
     DUPLICATED,
     EXACTLY_ONCE,
