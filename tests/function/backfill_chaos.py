@@ -65,10 +65,12 @@ class Chaos:
 
 @dataclass
 class StoreFaultsOnCue:
-    """Store faults (each one's kind and length drawn from `schedule`'s seed) injected at
-    cues in the deliveries: one after every `every` deliveries begun while the store was
-    healthy, so faults never overlap and how many strike a backfill follows its size, not
-    how fast the machine delivers it."""
+    """Store faults (each one's kind and length drawn from `schedule`'s seed; its gaps
+    unused) injected at cues in the deliveries: one after every `every` deliveries begun
+    while the store was healthy, so faults never overlap and how many strike a backfill
+    follows its size, not how fast the machine delivers it. Two may follow each other
+    closely: the store is then away for both and a gRPC reconnect (under 5 s), still well
+    within the served backfill's lease (10 s)."""
 
     proxy: StoreFaultProxy
     schedule: FaultSchedule
