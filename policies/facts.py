@@ -10,8 +10,10 @@ custom roles, the jobs targeting each function, the proxy's targets and accounts
 Each fact is computed on first use (a policy pays only for what it reads) and then kept:
 `stack_facts(resources)` hands every policy run over the same resources (the offline
 check's, `policies.evaluate`) the same `StackFacts`, so no policy rescans the stack for
-what another derived already. What one resource is (its account, its settings) is read by
-policies/kit_resources.py, what it grants by policies/grants.py.
+what another derived already (under `pulumi preview`, pulumi_policy hands each policy
+resources of its own: there each policy derives what it reads). What one resource is (its
+account, its settings) is read by policies/kit_resources.py, what it grants by
+policies/grants.py.
 
 The arrows: helpers (values, gcp, model, permissions, deployers, job_tables, grants,
 kit_resources) <- facts <- the policy modules <- registry; no policy module imports
