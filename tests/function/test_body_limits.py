@@ -27,6 +27,7 @@ from local_stack.deliveries import PROJECT, function_env, scheduler_headers
 from local_stack.processes import REPO_ROOT
 from local_stack.steered_job import read_ledger
 from local_stack.tables import write_job_tables
+from tests.waiting import wait_until
 
 CAP = 4096
 THIRTY_TWO_MIB = 32 * 1024 * 1024
@@ -156,9 +157,8 @@ def test_served_a_failing_jobs_traceback_is_one_structured_entry(
     reply = requests.post(server.url, headers=scheduler_headers(), data=b'{"fail": true}',
                           timeout=30)
     assert (reply.status_code, reply.json()["outcome"]) == (500, "failed")
-    deadline = time.monotonic() + 5
-    while "job asked to fail" not in server.log_text and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: "job asked to fail" in server.log_text,
+               what="the job's traceback in the function's log")
     lines = server.log_text.splitlines()
     [entry] = [json.loads(line) for line in lines
                if line.startswith("{") and "Traceback" in line]
