@@ -52,18 +52,46 @@ class HeldRun:
         return self.future.result(timeout=PATIENCE_SECONDS)
 
 
+def held_body() -> tuple[bytes, threading.Event]:
+    """A body for HELD_JOB whose job runs until the returned gate is set."""
+    name = uuid.uuid4().hex
+    gate = _GATES[name] = threading.Event()
+    return json.dumps({"hold": name}).encode(), gate
+
+
 def running(function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path,
             sent: dict[str, str]) -> HeldRun:
     """Deliver `sent` in the background (the function's job: HELD_JOB) and return once its
     job has started; it runs until the test calls `finish`."""
     before = len(read_ledger(str(ledger)))
-    name = uuid.uuid4().hex
-    gate = _GATES[name] = threading.Event()
-    future = pool.submit(function.deliver, sent, json.dumps({"hold": name}).encode())
+    body, gate = held_body()
+    future = pool.submit(function.deliver, sent, body)
     wait_until(lambda: len(read_ledger(str(ledger))) > before or future.done(),
                what="the held job to start")
     assert not future.done(), f"the delivery ended before its job started: {future.result()}"
     return HeldRun(future, gate)
+
+
+def race(function: InProcessFunction, ledger: Path, deliveries: list[dict[str, str]]
+         ) -> list[tuple[int, Any]]:
+    """Deliver all at once (past a barrier), each (status, body). The job (HELD_JOB) of
+    whichever runs is held until every other delivery has been answered (or a second job
+    started, which the test will see): no loser comes after the winner ended, whatever
+    the machine's speed, so who meets whom is the race's alone."""
+    body, gate = held_body()
+    barrier = threading.Barrier(len(deliveries))
+
+    def deliver(sent: dict[str, str]) -> tuple[int, Any]:
+        barrier.wait()
+        return function.deliver(sent, body)
+
+    with ThreadPoolExecutor(max_workers=len(deliveries)) as pool:
+        futures = [pool.submit(deliver, sent) for sent in deliveries]
+        wait_until(lambda: sum(f.done() for f in futures) >= len(futures) - 1
+                   or len(read_ledger(str(ledger))) > 1,
+                   what="every delivery but the one that runs to be answered")
+        gate.set()
+        return [future.result(timeout=PATIENCE_SECONDS) for future in futures]
 
 
 def lease_lapsed(store: RunStore, run_id: str) -> StoredRun:

@@ -125,7 +125,9 @@ def test_served_a_huge_declared_body_is_a_fast_413_and_writes_nothing(
     elapsed = time.monotonic() - started
     assert status == 413, body
     assert "DEDUP_MAX_BODY_BYTES" in json.loads(body)["error"]
-    assert elapsed < 2.0, f"the 413 took {elapsed:.2f}s: was the body read?"
+    # Had the server waited for the 32 MiB never sent, the answer would come only at the
+    # client's 10 s socket timeout; a loaded machine can take seconds to answer at all.
+    assert elapsed < 8.0, f"the 413 took {elapsed:.2f}s: was the body read?"
     assert nothing_written(collection_name, ledger)
     lines = [json.loads(line) for line in server.log_text.splitlines() if line.startswith("{")]
     [refused] = [e for e in lines if e.get("outcome") == "too_large"]

@@ -5,7 +5,6 @@ judges it (never missed, never caught up). The served tests are in test_overlap_
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -228,14 +227,7 @@ def test_two_runs_that_find_the_job_free_at_once_never_both_run(
     function: InProcessFunction, ledger: Path
 ) -> None:
     times = [T1 + timedelta(minutes=i) for i in range(8)]
-    barrier = threading.Barrier(len(times))
-
-    def deliver(t: datetime) -> tuple[int, Any]:
-        barrier.wait()
-        return function.deliver(headers(t, "forbid"), json.dumps({"sleep": 1}).encode())
-
-    with ThreadPoolExecutor(max_workers=len(times)) as executor:
-        replies = list(executor.map(deliver, times))
+    replies = helpers.race(function, ledger, [headers(t, "forbid") for t in times])
     outcomes = Counter((status, body["outcome"]) for status, body in replies)
     assert len(read_ledger(str(ledger))) == 1, outcomes
     assert outcomes[(200, "completed")] == 1

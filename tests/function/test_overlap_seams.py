@@ -7,7 +7,6 @@ nothing leaves no outcome; a run's own failure evidence is kept."""
 from __future__ import annotations
 
 import json
-import threading
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +33,7 @@ from local_stack.deliveries import (
 )
 from local_stack.interval_job import executions
 from local_stack.steered_job import read_ledger
-from tests.function.helpers import lease_lapsed, running
+from tests.function.helpers import lease_lapsed, race, running
 from tests.function.test_overlap import JOB, T1, T2, T3, headers, z
 from tests.infra.test_config import base_config, set_job, set_key
 from tests.waiting import wait_until
@@ -111,16 +110,9 @@ def test_losers_of_a_real_race_leave_no_failed_record(
 ) -> None:
     # Watchdog deliveries (forbid: they wait) and scheduled runs (wait), all at once.
     times = [T1 + timedelta(minutes=i) for i in range(8)]
-    barrier = threading.Barrier(len(times))
-
-    def deliver(i: int) -> tuple[int, Any]:
-        sent = (headers(times[i], "forbid", **DELIVERY) if i % 2
-                else headers(times[i], "wait"))
-        barrier.wait()
-        return function.deliver(sent, json.dumps({"sleep": 1}).encode())
-
-    with ThreadPoolExecutor(max_workers=len(times)) as executor:
-        replies = list(executor.map(deliver, range(len(times))))
+    replies = race(function, ledger, [
+        headers(t, "forbid", **DELIVERY) if i % 2 else headers(t, "wait")
+        for i, t in enumerate(times)])
     outcomes = Counter((status, body["outcome"]) for status, body in replies)
     assert len(read_ledger(str(ledger))) == 1, outcomes
     assert set(outcomes) == {(200, "completed"), (409, "in_progress")}, outcomes
