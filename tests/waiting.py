@@ -34,11 +34,12 @@ POLL_SECONDS = 0.02
 
 
 def wait_until(
-    condition: Callable[[], T], *, timeout: float = PATIENCE_SECONDS, what: str,
+    condition: Callable[[], T | None], *, timeout: float = PATIENCE_SECONDS, what: str,
     poll: float = POLL_SECONDS,
 ) -> T:
-    """Poll `condition` until it returns something truthy, and return that. After
-    `timeout` seconds fail, naming `what` was waited for (and the last value seen)."""
+    """Poll `condition` until it returns something truthy, and return that (so a
+    condition may answer None until it holds). After `timeout` seconds fail, naming
+    `what` was waited for (and the last value seen)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
