@@ -36,6 +36,8 @@ from local_stack.deliveries import (
 )
 from local_stack.rpc_counter import RpcCounter
 from local_stack.steered_job import read_ledger
+from tests.function.helpers import lease_lapsed
+from tests.waiting import job_works_for
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -115,7 +117,7 @@ def test_expired_lease_is_taken_over_and_the_old_attempt_is_fenced_off(
     assert isinstance(old, Claim)
     live = dedup.claim(key())
     assert isinstance(live, Delivery) and live.outcome is Outcome.IN_PROGRESS
-    time.sleep(3.2)
+    lease_lapsed(store, key().run_id)
     new = dedup.claim(key())
     assert isinstance(new, Claim) and new.attempt == 2 and new.attempt_id != old.attempt_id
 
@@ -154,7 +156,7 @@ def test_heartbeat_keeps_a_long_job_s_lease_alive(collection_name: str) -> None:
 
     def job(context: RunContext) -> str:
         for _ in range(4):
-            time.sleep(1.5)
+            job_works_for(1.5)
             decision = rival.claim(key())
             assert isinstance(decision, Delivery)
             rival_answers.append(decision.outcome)
@@ -182,7 +184,7 @@ def test_job_is_told_when_its_claim_was_lost(collection_name: str) -> None:
                 break
             except RecordChanged:
                 continue
-        if context.claim_lost.wait(2.0):
+        if context.claim_lost.wait(30):
             seen.set()
 
     delivery = dedup.run(key(), job, b"", {})

@@ -512,14 +512,16 @@ def test_a_finding_no_fault_explains_fails_the_demo(function: LocalFunction) -> 
 def test_retries_through_the_next_tick_skip_it_and_the_watchdog_reports_it(
     function: LocalFunction,
 ) -> None:
-    # Retries not stopped at the next run: every 2xx lost, 5 retries of 60-120 s outlast
-    # the 5-minute interval, so Scheduler skips the tick that comes meanwhile; the
-    # watchdog reports the skipped run as missed, and the demo expected exactly that.
+    # Retries not stopped at the next run: every 2xx lost, 4 retries (60 + 3 x 120 s) and
+    # 5 attempts of at most 15 s each take 420-495 s: past the next tick (300 s), so
+    # Scheduler skips it, and before the one after (600 s) however slow the machine. The
+    # watchdog reports the skipped run as missed, and the demo expected exactly that. (5
+    # retries, 540 s, left the 6 attempts 60 simulated s: 1.2 s real on a loaded machine.)
     job = {
         "name": "long-retries",
         "schedule": "*/5 * * * *",
         "attemptDeadlineSeconds": 15,
-        "retry": {"retryCount": 5, "minBackoffSeconds": 60, "maxBackoffSeconds": 120},
+        "retry": {"retryCount": 4, "minBackoffSeconds": 60, "maxBackoffSeconds": 120},
     }
     stack = e2e_stack(**{"scheduler-dedup:jobs": [job]})
     outcome = replay(function, ["lost-ack=1"], ticks=4, stack=stack)
