@@ -27,6 +27,7 @@ from dedup.version import __version__ as KIT_VERSION
 from infra.cloud_function import FUNCTION_RUNTIME
 from infra.lock import deployed_requirements
 from infra.program import DEFAULT_SOURCE_DIR
+from local_stack import FirestoreEmulator
 from operator_tools.init import KIT_PIN, STARTER
 from tests.dist_helpers import (
     UV,
@@ -67,11 +68,17 @@ STACK_JOB = f"""    - name: weekly-digest
       attemptDeadlineSeconds: 120
       jobLogic: jobs.{JOB}:run
 """
-# What the plan says when it builds the functions' environment (operator_tools/job_logic.py).
+# What the plan says when it builds the functions' environment (function_python).
 BUILDING_FUNCTION_VENV = "building the functions' Python environment"
-# The starter's INSTALL (its Makefile): uv_pip_install into the team's .venv, the wheel
-# found in the dist folder as on a team's package index.
-INSTALLER = """#!{python}
+# The starter's PYTHON and INSTALL (its Makefile), as this test runs its make: the virtualenv
+# made without pip, the packages installed by uv_pip_install, the wheel found in the dist
+# folder as on a team's package index. pip's way (ensurepip, then a round trip to the index
+# per package) takes a minute of a loaded machine for the same packages.
+VENV_PYTHON = """#!/bin/sh
+if [ "$1 $2" = "-m venv" ]; then shift 2; exec {base} -m venv --without-pip "$@"; fi
+exec {base} "$@"
+"""
+INSTALL = """#!{python}
 import sys
 
 sys.path.insert(0, {repo!r})
@@ -120,14 +127,11 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamRepo]:
     install_wheel(wheel, installer.bin / "python", deps=True)
     installer.ok("scheduler-dedup", "init", "team")
     repo = TeamRepo(root / "team", root / "team" / ".venv" / "bin", dist)
-    # The starter's make, with uv as its installer (pip takes minutes for the same
-    # packages).
-    install = root / "install"
-    install.write_text(INSTALLER.format(python=sys.executable, repo=str(REPO_ROOT),
-                                        dist=str(dist)), encoding="utf-8")
-    install.chmod(0o755)
     base = getattr(sys, "_base_executable", sys.executable)
-    make_venv = ("make", ".venv/stamp", f"PYTHON={base}", f"INSTALL={install}")
+    python = executable(root / "python", VENV_PYTHON.format(base=base))
+    install = executable(root / "install", INSTALL.format(
+        python=sys.executable, repo=str(REPO_ROOT), dist=str(dist)))
+    make_venv = ("make", ".venv/stamp", f"PYTHON={python}", f"INSTALL={install}")
     repo.ok(*make_venv, timeout=900)
     repo.ok("scheduler-dedup", "new-job", JOB)
     (repo.path / "function" / "jobs" / f"{JOB}.py").write_text(JOB_CODE, encoding="utf-8")
@@ -139,11 +143,17 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamRepo]:
     yield replace(repo, function_venv_seeded=seed_function_venv(repo.path, base))
 
 
+def executable(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o755)
+    return path
+
+
 def seed_function_venv(project: Path, base: str) -> bool:
     """The environment the plan's start-up check starts the functions in: a virtualenv of
     the archive's requirements.txt (the kit's lock, then the team's), which the plan builds
     with pip on first use into `project`/.cache/function-venv/<its digest>-py<version>/
-    (operator_tools/job_logic.py function_python) and a team's later plans reuse. Built
+    (operator_tools' function_python) and a team's later plans reuse. Built
     here with uv from the same file, as a later plan finds it; pip's build is the kit's
     own (`make plan`, tests/infra/test_startup_parity.py). False when this Python (and
     `base`, its base interpreter) is not the functions' runtime version: the plan then
@@ -218,14 +228,18 @@ def test_policy_check_passes_there(team: TeamRepo) -> None:
     assert "0 mandatory violation(s)" in out
 
 
-def test_the_demo_runs_the_teams_job_exactly_once_per_run(team: TeamRepo) -> None:
+def test_the_demo_runs_the_teams_job_exactly_once_per_run(
+    team: TeamRepo, firestore_emulator: FirestoreEmulator,
+) -> None:
     ran = team.path / "digest-runs.txt"
     ran.unlink(missing_ok=True)
     # The team's job alone (not the starter's hello nor the demo's own flaky and proxied
-    # jobs), 8 runs under the default faults, one worker process; --no-paths: the kit's own
-    # scenes (DST, forced runs). The kit's tests replay all of those (tests/scheduler_emulator/).
+    # jobs), 8 runs under the default faults, one worker process, on the tests' Firestore
+    # emulator; --no-paths: the kit's own scenes (DST, forced runs). The kit's tests replay
+    # all of those and start the demo's own emulator (tests/scheduler_emulator/).
     out = team.ok("scheduler-dedup", "demo", "--stack", "dev", "--job", "weekly-digest",
-                  "--ticks", "8", "--workers", "1", "--no-paths", timeout=900)
+                  "--ticks", "8", "--workers", "1", "--firestore-host", firestore_emulator.host,
+                  "--no-paths", timeout=900)
     assert "RESULT: PASS" in out
     assert "job hello" not in out
     report = out.split("job weekly-digest\n", 1)[1].split("\n\n", 1)[0]
