@@ -26,7 +26,6 @@ import pytest
 from dedup.version import __version__ as KIT_VERSION
 from infra.cloud_function import FUNCTION_RUNTIME
 from infra.lock import deployed_requirements
-from infra.program import DEFAULT_SOURCE_DIR
 from local_stack import FirestoreEmulator
 from operator_tools.init import KIT_PIN, STARTER
 from tests.dist_helpers import (
@@ -151,17 +150,18 @@ def executable(path: Path, text: str) -> Path:
 
 def seed_function_venv(project: Path, base: str) -> bool:
     """The environment the plan's start-up check starts the functions in: a virtualenv of
-    the archive's requirements.txt (the kit's lock, then the team's), which the plan builds
-    with pip on first use into `project`/.cache/function-venv/<its digest>-py<version>/
-    (operator_tools' function_python) and a team's later plans reuse. Built
-    here with uv from the same file, as a later plan finds it; pip's build is the kit's
-    own (`make plan`, tests/infra/test_startup_parity.py). False when this Python (and
-    `base`, its base interpreter) is not the functions' runtime version: the plan then
-    builds its own."""
+    the archive's requirements.txt (the installed kit's lock, then the team's), which the
+    plan builds with pip on first use into `project`/.cache/function-venv/<its digest>-py
+    <version>/ (operator_tools' function_python) and a team's later plans reuse. Built here
+    with uv from the same file, as a later plan finds it; pip's build is the kit's own
+    (`make plan`, tests/infra/test_startup_parity.py). False when this Python (and `base`,
+    its base interpreter) is not the functions' runtime version: the plan then builds its
+    own."""
     runtime = FUNCTION_RUNTIME.removeprefix("python")
     if f"{sys.version_info[0]}{sys.version_info[1]}" != runtime:
         return False
-    requirements = deployed_requirements(DEFAULT_SOURCE_DIR, project / "function")
+    (kit,) = (project / ".venv").glob("lib/python*/site-packages/scheduler_dedup_kit/function")
+    requirements = deployed_requirements(kit, project / "function")
     lock = project.parent / "function-requirements.txt"
     lock.write_bytes(requirements)
     digest = hashlib.sha256(requirements).hexdigest()[:16]
