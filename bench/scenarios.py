@@ -81,8 +81,7 @@ class Config:
 
     @classmethod
     def quick(cls) -> Config:
-        # A smoke run (--quick): bursts of 16 still deliver one run to both instances at
-        # once; 50 contended transactions keep the textbook's retries busy for many seconds.
+        # A smoke run: bursts of 16 still contend; 50 kept the textbook retrying for seconds.
         return cls(
             fresh_runs=10, fresh_runs_per_round=5, rpc_runs=2, duplicate_runs=3, bursts=1,
             burst_size=16, rpc_bursts=1, throughput_seconds=0.25, throughput_rounds=2,
