@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -96,7 +97,7 @@ class RunKey:
     # schedule time: keyed as that run (not in run_id), recorded and logged as forced.
     early: bool = False
 
-    @property
+    @functools.cached_property  # read by every step of a delivery: hashed once
     def run_id(self) -> str:
         """SHA-256 hex of the canonical tuple: fixed length, evenly spread document IDs.
         A scheduled run's tuple is unchanged since records were first written (existing

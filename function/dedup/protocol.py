@@ -183,6 +183,9 @@ class Claim:
     # it created the record (or replaced a leftover past its expiry, which counts as
     # absent). What the overlap gate restores when the claim must leave no outcome.
     previous: RunRecord | None = None
+    # The record the store holds at `version`, as this attempt knows it (written or read
+    # at that version); None: unknown. An outcome written over it sends only what changed.
+    record: RunRecord | None = None
     lost: ClaimLost = field(init=False)
 
     def __post_init__(self) -> None:
@@ -244,7 +247,7 @@ class Deduplicator:
             fresh = self._record(key, attempt_id, 1)
             try:
                 version = self._store.create(run_id, fresh)
-                return self._claim(key, attempt_id, 1, version, sent, fresh.claimed_at)
+                return self._claim(key, fresh, version, sent)
             except RecordExists:
                 stored = self._store.get(run_id)
             except StoreUnavailable:
@@ -314,18 +317,17 @@ class Deduplicator:
             if now is not None and now.version == stored.version:
                 raise  # our takeover did not land: the record is as the crash left it
             return None  # it moved (or went): look again
-        return self._claim(key, attempt_id, attempts, version, sent, takeover.claimed_at,
-                           unfinished, previous)
+        return self._claim(key, takeover, version, sent, previous)
 
     def _claim(
-        self, key: RunKey, attempt_id: str, attempts: int, version: datetime, sent: float,
-        claimed_at: datetime | None, unfinished_attempts: tuple[int, ...] = (),
+        self, key: RunKey, record: RunRecord, version: datetime, sent: float,
         previous: RunRecord | None = None,
     ) -> Claim:
+        """This attempt's claim on `record`, which the store holds at `version`."""
         return Claim(
-            key, key.run_id, attempt_id, attempts, version, sent, self._fence_after,
-            self._monotonic, claimed_at=claimed_at, unfinished_attempts=unfinished_attempts,
-            previous=previous,
+            key, key.run_id, record.attempt_id, record.attempts, version, sent,
+            self._fence_after, self._monotonic, claimed_at=record.claimed_at,
+            unfinished_attempts=record.unfinished_attempts, previous=previous, record=record,
         )
 
     def complete(
@@ -366,10 +368,11 @@ class Deduplicator:
     def _write_outcome(self, claim: Claim, record: RunRecord) -> bool:
         """Replace the claim with its outcome (completed or failed), guarded; a retry of a
         write that landed finds this attempt's record already in that status."""
+        def write(version: datetime) -> tuple[datetime, RunRecord]:
+            return self._store.replace(claim.run_id, record, version, claim.record), record
+
         return self._guarded_write(
-            claim,
-            lambda version: self._store.replace(claim.run_id, record, version),
-            already_done=lambda stored: self._is_ours(claim, stored, record.status),
+            claim, write, already_done=lambda stored: self._is_ours(claim, stored, record.status),
         )
 
     def renew(self, claim: Claim) -> bool:
@@ -377,9 +380,14 @@ class Deduplicator:
         if claim.lost.is_set():
             return False
         expire_at = self._expire_at()
+
+        def write(version: datetime) -> tuple[datetime, RunRecord | None]:
+            renewed = self._store.renew(claim.run_id, expire_at, version)
+            known = claim.record
+            return renewed, None if known is None else replace(known, expire_at=expire_at)
+
         return self._guarded_write(
-            claim,
-            lambda version: self._store.renew(claim.run_id, expire_at, version),
+            claim, write,
             already_done=lambda stored: False,  # a renewal is only known by landing anew
             yields_to_replacement=True,
         )
@@ -387,24 +395,25 @@ class Deduplicator:
     def _guarded_write(
         self,
         claim: Claim,
-        write: Callable[[datetime], datetime],
+        write: Callable[[datetime], tuple[datetime, RunRecord | None]],
         already_done: Callable[[StoredRun | None], bool],
         yields_to_replacement: bool = False,
     ) -> bool:
         """One write guarded by the claim's version, with its own unseen writes accounted
-        for. `write(version)` returns the new version. False: another
-        attempt holds the run (the claim is marked lost). StoreUnavailable: unknown."""
+        for. `write(version)` returns the new version and the record the store then holds
+        (None: unknown). False: another attempt holds the run (the claim is marked lost).
+        StoreUnavailable: unknown. The claim's `version` and `record` move together."""
         with claim.lock:
             for _ in range(_ADOPT_ROUNDS):
                 sent = self._monotonic()
                 try:
-                    version = write(claim.version)
+                    version, written = write(claim.version)
                 except RecordChanged:
                     stored = self._store.get(claim.run_id)
                     if already_done(stored):
                         # This very write landed and the client's retry of it conflicted.
                         if stored is not None:
-                            claim.version = stored.version
+                            claim.version, claim.record = stored.version, stored.record
                         return True
                     if stored is None or stored.record.attempt_id != claim.attempt_id or (
                             yields_to_replacement and stored.record.replaced_by is not None):
@@ -414,9 +423,9 @@ class Deduplicator:
                         return False
                     # Still ours, at a version we never saw: an earlier write of ours (a
                     # renewal reported as failed) landed. Adopt it and write again.
-                    claim.version = stored.version
+                    claim.version, claim.record = stored.version, stored.record
                     continue
-                claim.version = version
+                claim.version, claim.record = version, written
                 claim.held_since = sent
                 return True
         raise StoreUnavailable(f"run {claim.run_id}: the record kept moving under this attempt")
@@ -433,9 +442,7 @@ class Deduplicator:
         """This attempt's claim, found by reading after its write's reply was lost. Learnt
         too late to use (its fence time has passed), it is released, so the retry claims
         the run at once, and the attempt answers a 5xx: nothing ran."""
-        claim = self._claim(key, attempt_id, stored.record.attempts, stored.version, sent,
-                            stored.record.claimed_at, stored.record.unfinished_attempts,
-                            previous)
+        claim = self._claim(key, stored.record, stored.version, sent, previous)
         if claim.lost.is_set():
             self._finish_late(claim)
             raise StoreUnavailable(
@@ -601,9 +608,10 @@ class Deduplicator:
         assert self._overlap is not None
         gate = self._overlap
 
-        def write(version: datetime) -> datetime:
+        def write(version: datetime) -> tuple[datetime, RunRecord | None]:
             written = gate.give_back(claim.run_id, claim.previous, version)
-            return written if written is not None else version
+            # Given back: the record restored, or none (deleted).
+            return (version, None) if written is None else (written, claim.previous)
 
         def done(stored: StoredRun | None) -> bool:
             return stored is None or stored.record.attempt_id != claim.attempt_id

@@ -162,8 +162,13 @@ class RunStore(Protocol):
         """Read the record, or None if there is none."""
         ...
 
-    def replace(self, run_id: str, record: RunRecord, if_version: datetime) -> datetime:
-        """Overwrite if still at `if_version`; return the new version. Raises RecordChanged."""
+    def replace(
+        self, run_id: str, record: RunRecord, if_version: datetime,
+        over: RunRecord | None = None,
+    ) -> datetime:
+        """Overwrite if still at `if_version`; return the new version. Raises RecordChanged.
+        `over`: the record the store holds at `if_version`, as the writer knows it; then
+        only what differs from it need be sent (the record stored is the same)."""
         ...
 
     def renew(self, run_id: str, expire_at: datetime, if_version: datetime) -> datetime:
