@@ -37,8 +37,8 @@ TIME_ZONE_HEADER = "x-dedup-time-zone"
 DST_REPEATED_HEADER = "x-dedup-dst-repeated"
 DST_SKIPPED_HEADER = "x-dedup-dst-skipped"
 FORCED_RUNS_HEADER = "x-dedup-forced-runs"
-# The job's attemptDeadline in seconds: how long an answer may take (dedup.protocol resolves
-# a claim whose outcome is unknown within it).
+# The job's attemptDeadline in seconds: how long an answer may take (dedup.claiming
+# resolves a claim whose outcome is unknown within it).
 ATTEMPT_DEADLINE_HEADER = "x-dedup-attempt-deadline"
 # forcedRuns: what a forced run ("Run now") is.
 FORCED_SEPARATE = "separate"  # a run of its own; the scheduled run still runs at its time

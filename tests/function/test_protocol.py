@@ -16,15 +16,11 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.keys import RunKey
-from dedup.protocol import (
-    Claim,
-    Deduplicator,
-    Delivery,
-    Outcome,
-    PermanentFailure,
-    RunContext,
-)
+from dedup.outcomes import Delivery, Outcome
+from dedup.protocol import Deduplicator
+from dedup.run_context import PermanentFailure, RunContext
 from dedup.store import MAX_ERROR_CHARS, RecordChanged, RunRecord, RunStatus
 from dedup.store.firestore import (
     FirestoreRunStore,
