@@ -239,8 +239,8 @@ class Deduplicator:
 
         def write(version: datetime) -> tuple[datetime, RunRecord | None]:
             written = gate.give_back(claim.run_id, claim.previous, version)
-            # Given back: the record restored, or none (deleted).
-            return (version, None) if written is None else (written, claim.previous)
+            # Given back (the record restored, or deleted): no longer this attempt's to know.
+            return (version if written is None else written), None
 
         def done(stored: StoredRun | None) -> bool:
             return stored is None or stored.record.attempt_id != claim.attempt_id
