@@ -17,7 +17,7 @@ from google.cloud import firestore
 from bench.textbook import TextbookClaim, TextbookDeduplicator, build_textbook_handler
 from dedup.entry.http import DedupHandler
 from dedup.keys import RunKey
-from dedup.protocol import Delivery
+from dedup.outcomes import Delivery
 from local_stack.deliveries import (
     LOCATION,
     PROJECT,

@@ -27,8 +27,9 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator
+from dedup.protocol import Deduplicator
 from dedup.settings import Settings
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog import deliveries as watchdog_deliveries

@@ -25,8 +25,9 @@ import requests
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator
+from dedup.protocol import Deduplicator
 from dedup.settings import Settings, SettingsError
 from dedup.store import RunStatus
 from dedup.store.firestore import FirestoreRunStore

@@ -14,8 +14,11 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator, Delivery, Outcome, RunContext
+from dedup.outcomes import Delivery, Outcome
+from dedup.protocol import Deduplicator
+from dedup.run_context import RunContext
 from dedup.settings import SettingsError
 from dedup.store import StoredRun, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore

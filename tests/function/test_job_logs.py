@@ -17,7 +17,7 @@ import requests
 
 from dedup.job_logic import JobRegistry
 from dedup.logs import JsonLineHandler, configure_logging, current_run_fields, severity
-from dedup.protocol import RunContext
+from dedup.run_context import RunContext
 from local_stack import FunctionServer
 from local_stack.deliveries import function_env, scheduler_headers
 from tests.waiting import wait_until

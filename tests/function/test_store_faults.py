@@ -16,9 +16,12 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.entry.http import STATUS
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator, Delivery, Outcome, RunContext
+from dedup.outcomes import Delivery, Outcome
+from dedup.protocol import Deduplicator
+from dedup.run_context import RunContext
 from dedup.store import StoredRun, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
 from local_stack.deliveries import LOCATION, PROJECT

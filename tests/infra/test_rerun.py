@@ -13,8 +13,11 @@ import yaml
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator, Outcome, PermanentFailure, RunContext
+from dedup.outcomes import Outcome
+from dedup.protocol import Deduplicator
+from dedup.run_context import PermanentFailure, RunContext
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.reruns import DONE, REFUSED, FirestoreRerunQueue, reruns_collection
 from operator_tools import rerun, runs

@@ -9,8 +9,8 @@ from multiprocessing.synchronize import Barrier
 from typing import Any
 
 from dedup.idempotency import IdempotencyGuard
-from dedup.protocol import RunContext
 from dedup.proxy.tokens import TOKEN_SECRET_ENV
+from dedup.run_context import RunContext
 from local_stack.deliveries import LOCATION, PROJECT
 from tests.proxy.support import TOKEN_SECRET
 from tests.waiting import job_works_for

@@ -14,8 +14,9 @@ import pytest
 from google.cloud import firestore
 
 from dedup.idempotency import ForgedToken, IdempotencyGuard, StepInProgress, StepOutcome
-from dedup.protocol import Outcome, RunContext
+from dedup.outcomes import Outcome
 from dedup.proxy.tokens import TOKEN_SECRET_ENV, mint_token
+from dedup.run_context import RunContext
 from dedup.settings import SettingsError
 from local_stack.deliveries import PROJECT, settings_for
 from local_stack.rpc_counter import RpcCounter
