@@ -81,10 +81,11 @@ class Config:
 
     @classmethod
     def quick(cls) -> Config:
+        # A smoke run: bursts of 16 still contend; 50 kept the textbook retrying for seconds.
         return cls(
             fresh_runs=10, fresh_runs_per_round=5, rpc_runs=2, duplicate_runs=3, bursts=1,
-            rpc_bursts=1, throughput_seconds=0.25, throughput_rounds=2, takeovers=2,
-            cold_starts=1, warmup_runs=2, seeded_lease_seconds=0.5,
+            burst_size=16, rpc_bursts=1, throughput_seconds=0.25, throughput_rounds=2,
+            takeovers=2, cold_starts=1, warmup_runs=2, seeded_lease_seconds=0.5,
         )
 
 

@@ -35,7 +35,8 @@ from google.cloud import firestore
 from dedup.entry.http import DedupHandler, emit_log_line
 from dedup.job_logic import JobRegistry
 from dedup.keys import RunKey
-from dedup.protocol import Delivery, Job, Outcome, RunContext, encode_result
+from dedup.outcomes import Delivery, Outcome, encode_result
+from dedup.run_context import Job, RunContext
 from dedup.settings import Settings
 from dedup.store import RunRecord, RunStatus
 from dedup.store.firestore import document_to_record, record_to_document

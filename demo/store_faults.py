@@ -45,7 +45,7 @@ OUTAGE_SECONDS = 0.75
 RECONNECT_FIRST_SECONDS, RECONNECT_GROWTH, RECONNECT_JITTER = 1.0, 1.6, 0.2
 # Once the store is back, a finishing write (completion, release) lands at its next try:
 # within one store budget after a pause of at most 0.4 s while the store has been away
-# for less than 3 s (dedup.protocol retries it with pauses of 0.1 s, doubling), rounded up.
+# for less than 3 s (dedup.claim retries it with pauses of 0.1 s, doubling), rounded up.
 FINISH_RETRY_PAUSE_SECONDS = 0.5
 
 

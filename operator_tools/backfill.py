@@ -67,9 +67,9 @@ from dedup.watchdog.reruns import RerunRequest
 from infra.config import StackConfig
 from operator_tools.rerun import (
     RerunRefused,
-    _both,
     confirmed,
     generations_of,
+    local_and_utc,
     parse_time,
     plan_rerun,
     rerun_job,
@@ -126,8 +126,8 @@ def range_runs(job: WatchedJob, first: datetime, last: datetime) -> list[datetim
             raise RerunRefused(
                 f"the range holds more than {MAX_BACKFILL_RUNS} scheduled runs of "
                 f"{job.name} (the most one backfill queues): split it, e.g. FROM="
-                f"{_both(first, zone)} TO={_both(times[-2], zone)}, then FROM="
-                f"{_both(t, zone)} onwards")
+                f"{local_and_utc(first, zone)} TO={local_and_utc(times[-2], zone)}, then FROM="
+                f"{local_and_utc(t, zone)} onwards")
     return times
 
 
@@ -156,23 +156,27 @@ def plan_backfill(
     first, last = parse_time(first_text), parse_time(last_text)
     zone = ZoneInfo(job.time_zone)
     if first > last:
-        raise RerunRefused(f"FROM {_both(first, zone)} is after TO {_both(last, zone)}: swap "
-                           "them (ORDER=reverse delivers the newest first)")
+        raise RerunRefused(f"FROM {local_and_utc(first, zone)} is after TO "
+                           f"{local_and_utc(last, zone)}: swap them (ORDER=reverse delivers "
+                           "the newest first)")
     if last > now:
-        raise RerunRefused(f"TO {_both(last, zone)} is in the future: give TO at or before now "
-                           f"({_both(now, zone)}); only runs that were due can be backfilled")
+        raise RerunRefused(f"TO {local_and_utc(last, zone)} is in the future: give TO at or "
+                           f"before now ({local_and_utc(now, zone)}); only runs that were due "
+                           "can be backfilled")
     retention = timedelta(seconds=cfg.dedup.retention_seconds)
     if mode != ALL and first < now - retention:
         raise RerunRefused(
-            f"FROM {_both(first, zone)} is older than the records' retention "
+            f"FROM {local_and_utc(first, zone)} is older than the records' retention "
             f"({cfg.dedup.retention_seconds} s): the TTL policy may have deleted the records "
-            f"of runs before {_both(now - retention, zone)}, so MODE={mode} cannot tell what "
-            f"became of them; give FROM at or after {_both(now - retention, zone)}, or "
-            "MODE=all to re-run every run of the range whatever its records say")
+            f"of runs before {local_and_utc(now - retention, zone)}, so MODE={mode} cannot tell "
+            f"what became of them; give FROM at or after "
+            f"{local_and_utc(now - retention, zone)}, or MODE=all to re-run every run of the "
+            "range whatever its records say")
     times = range_runs(job, first, last)
     if not times:
         raise RerunRefused(f"job {job.name} ({job.schedule!r} in {job.time_zone}) has no "
-                           f"scheduled run from {_both(first, zone)} to {_both(last, zone)}")
+                           f"scheduled run from {local_and_utc(first, zone)} to "
+                           f"{local_and_utc(last, zone)}")
     backfills = FirestoreBackfills(stores.watch, backfills_collection(cfg.dedup.collection))
     existing = backfills.get(job.name)
     ident = backfill_id(cfg.project, cfg.region, job.name, first, last, mode, order)
@@ -299,18 +303,18 @@ def print_plan(planned: Planned, out: TextIO, *, dry_run: bool) -> None:
     zone = ZoneInfo(planned.zone)
     out.write(
         f"{'dry run: ' if dry_run else ''}backfill of {backfill.job} from "
-        f"{_both(backfill.first, zone)} to {_both(backfill.last, zone)}, mode "
+        f"{local_and_utc(backfill.first, zone)} to {local_and_utc(backfill.last, zone)}, mode "
         f"{backfill.mode}, {backfill.order}: {planned.scheduled} scheduled run(s), "
         f"{len(planned.queued)} to queue, {len(planned.skipped)} skipped\n")
     shown = planned.queued if dry_run else planned.queued[:5]
     for c in shown:
-        out.write(f"  queue {_both(c.schedule_time, zone, 'seconds')} generation "
+        out.write(f"  queue {local_and_utc(c.schedule_time, zone, 'seconds')} generation "
                   f"{c.generation} ({c.before})\n")
     if len(shown) < len(planned.queued):
         out.write(f"  ... and {len(planned.queued) - len(shown)} more (DRY_RUN=1 lists "
                   "them all)\n")
     for c in planned.skipped:
-        out.write(f"  skip  {_both(c.schedule_time, zone, 'seconds')} ({c.before}): "
+        out.write(f"  skip  {local_and_utc(c.schedule_time, zone, 'seconds')} ({c.before}): "
                   f"{c.skipped}\n")
 
 

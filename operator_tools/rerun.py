@@ -110,18 +110,18 @@ def check_scheduled(job: WatchedJob, instant: datetime, now: datetime) -> None:
         before: datetime = it.get_prev(datetime)
         after: datetime = croniter(job.schedule, instant.astimezone(zone)).get_next(datetime)
         raise RerunRefused(
-            f"{_both(instant, zone)} is not a scheduled time of job {job.name} "
-            f"({job.schedule!r} in {job.time_zone}): the nearest are {_both(before, zone)} "
-            f"and {_both(after, zone)}"
+            f"{local_and_utc(instant, zone)} is not a scheduled time of job {job.name} "
+            f"({job.schedule!r} in {job.time_zone}): the nearest are {local_and_utc(before, zone)} "
+            f"and {local_and_utc(after, zone)}"
         )
     if instant > now:
         raise RerunRefused(
-            f"{_both(instant, ZoneInfo(job.time_zone))} is in the future: only a run that "
+            f"{local_and_utc(instant, ZoneInfo(job.time_zone))} is in the future: only a run that "
             "was due can be re-run"
         )
 
 
-def _both(instant: datetime, zone: ZoneInfo, timespec: str = "minutes") -> str:
+def local_and_utc(instant: datetime, zone: ZoneInfo, timespec: str = "minutes") -> str:
     local = instant.astimezone(zone).isoformat(timespec=timespec)
     return f"{local} ({instant.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')})"
 
@@ -197,7 +197,7 @@ def plan_rerun(
     latest = max(found, default=-1)
     pending = [r for r in asked if r.status == PENDING]
     zone = ZoneInfo(job.time_zone)
-    when = _both(instant, zone)
+    when = local_and_utc(instant, zone)
     if pending:
         first = pending[0]
         raise RerunRefused(
@@ -228,7 +228,7 @@ def plan_rerun(
             f"retry it until its retry window ({job.retry_window_seconds:g} s) + the "
             f"watchdog's grace ({grace_seconds:g} s) have passed: a re-run "
             "now could execute next to that retry; ask again at or after "
-            f"{_both(possible_at, zone, 'seconds')}"
+            f"{local_and_utc(possible_at, zone, 'seconds')}"
         )
     already = already_run(asked, found)
     if already and not again:
@@ -279,8 +279,8 @@ def request_rerun(
     except RecordExists:
         raise RerunRefused(
             f"a re-run request for generation {request.generation} of {job.name} @ "
-            f"{_both(instant, ZoneInfo(job.time_zone))} was created a moment ago by someone "
-            "else: see `make runs`"
+            f"{local_and_utc(instant, ZoneInfo(job.time_zone))} was created a moment ago by "
+            "someone else: see `make runs`"
         ) from None
     return Requested(request, plan.previous, plan.already)
 

@@ -1,6 +1,7 @@
-"""Stack policies on who can call the kit's functions: only the jobs' invoker accounts may
-invoke them, and nobody may mint tokens for the accounts the stack's functions run as or its
-Scheduler jobs send OIDC tokens of.
+"""Stack policies on the kit's accounts and who can call the kit's functions: the proxy and
+the watchdog each run as an account of their own, only the jobs' invoker accounts may
+invoke the functions, and nobody may mint tokens for the accounts the stack's functions run
+as or its Scheduler jobs send OIDC tokens of.
 
 An OIDC token of a job's invoker account is what Cloud Run lets through and what the
 function's DEDUP_ALLOWED_CALLERS accepts; a token of a function's runtime account carries
@@ -18,14 +19,13 @@ from collections.abc import Sequence
 from typing import Final
 
 from policies.deployers import exempt, member_email
+from policies.facts import StackFacts, stack_facts
 from policies.gcp import ALLOWED_CALLERS_ENV, SCHEDULER_JOB, service_account_email
-from policies.iam import PUBLIC_MEMBERS, custom_roles, grants_or_problem, role_permissions
+from policies.grants import PUBLIC_MEMBERS, role_permissions
+from policies.kit_resources import label, oidc_email, runtime_email
 from policies.model import Finding, Resource
 from policies.permissions import ACT_AS, IMPERSONATE, INVOKE, SET_IAM
-from policies.proxy import _runtime_email
-from policies.stack import _job_code_functions, _scheduler_oidc_emails, dedup_functions
 from policies.values import get, known_str
-from policies.watchdog import delivering_accounts
 
 MINT_TOKENS: Final = IMPERSONATE - {"iam.serviceAccounts.actAs"}
 SERVICE_ACCOUNT_IAM_MODULE: Final = "gcp:serviceaccount/"
@@ -37,23 +37,82 @@ SERVICE_IAM_NAME: Final = {
 }
 
 
-def _kit_accounts(resources: Sequence[Resource]) -> set[str]:
-    """Known e-mails of the accounts functions/services/jobs run as and jobs send tokens of."""
-    emails = {email for r in resources if (email := _runtime_email(r))}
-    return emails | _scheduler_oidc_emails(resources)[0]
+# --- dedup-proxy-own-service-account, dedup-watchdog-own-service-account -----------------
+
+
+def _functions_own_their_accounts(
+    facts: StackFacts, functions: Sequence[Resource], *, what: str, why: str,
+    invoker_hint: str,
+) -> list[Finding]:
+    """Each of `functions` (the proxy, the watchdog) runs as an account no other function
+    or service runs as and no Scheduler job sends OIDC tokens of. `what` names the function
+    in messages; `why` says why it needs its own account; `invoker_hint` what jobs use."""
+    findings: list[Finding] = []
+    for function in functions:
+        email = runtime_email(function) or facts.component_account_email(function)
+        if email is None:
+            continue  # not known yet, or unset (function-dedicated-runtime-service-account)
+        sharing = [*facts.running_as(email), *facts.jobs_sending_tokens_of(email)]
+        for other in facts.in_stack_order(sharing):
+            if other is function or other.urn == function.urn:
+                continue
+            if runtime_email(other) == email:
+                findings.append(
+                    Finding(
+                        f"the {what} {label(function)} runs as {email}, and so does "
+                        f"{label(other)}: set the {what}'s serviceConfig.serviceAccountEmail "
+                        f"to an account of its own, {why}",
+                        function.urn,
+                    )
+                )
+            if other.type == SCHEDULER_JOB:
+                oidc = known_str(oidc_email(other))
+                if oidc and service_account_email(oidc) == email:
+                    findings.append(
+                        Finding(
+                            f"Scheduler job {label(other)} sends OIDC tokens of the {what}'s "
+                            f"own account {email}: {invoker_hint}",
+                            other.urn,
+                        )
+                    )
+    return findings
+
+
+def proxy_own_service_account(resources: Sequence[Resource]) -> list[Finding]:
+    facts = stack_facts(resources)
+    return _functions_own_their_accounts(
+        facts, facts.proxy_functions, what="proxy",
+        why="so that only the proxy holds the roles that start its targets",
+        invoker_hint="use a dedicated invoker account that holds only roles/run.invoker on "
+        "the proxy's service",
+    )
+
+
+def watchdog_own_service_account(resources: Sequence[Resource]) -> list[Finding]:
+    facts = stack_facts(resources)
+    return _functions_own_their_accounts(
+        facts, facts.watchdog_functions, what="watchdog",
+        why="which holds only roles/datastore.user on the dedup database (and "
+        "roles/datastore.viewer on the proxy's)",
+        invoker_hint="use the stack's invoker account, which holds only roles/run.invoker on "
+        "the kit's services",
+    )
+
+
+# --- who may mint tokens of, act as or call the kit's accounts ----------------------------
 
 
 def accounts_not_impersonable(resources: Sequence[Resource]) -> list[Finding]:
-    accounts = _kit_accounts(resources)
-    declared = custom_roles(resources)
+    facts = stack_facts(resources)
+    accounts = facts.kit_accounts
+    declared = facts.custom_roles
     findings: list[Finding] = []
-    for resource in resources:
+    for resource, found in facts.granting:
         if not resource.type.startswith(SERVICE_ACCOUNT_IAM_MODULE):
             continue
         target = known_str(get(resource.props, "serviceAccountId"))
         if target is None or service_account_email(target) not in accounts:
             continue
-        found, _ = grants_or_problem(resource.type, resource.props)
         for grant in found:
             role = known_str(grant.role)
             allowed = role_permissions(role, declared) if role else None
@@ -78,19 +137,19 @@ def act_as_only_own_accounts(
     OIDC token), and the deployer's service accounts (the policy's `deployers` setting:
     e-mails) that are no account of the kit. Whoever else holds it attaches the account to
     a job, task or service of their own and gets its tokens."""
-    accounts = _kit_accounts(resources)
+    facts = stack_facts(resources)
+    accounts = facts.kit_accounts
     allowed = exempt(deployers, accounts)
-    own_use = delivering_accounts(resources)
-    declared = custom_roles(resources)
+    own_use = facts.delivering_accounts
+    declared = facts.custom_roles
     findings: list[Finding] = []
-    for resource in resources:
+    for resource, found in facts.granting:
         if not resource.type.startswith(SERVICE_ACCOUNT_IAM_MODULE):
             continue
         raw = known_str(get(resource.props, "serviceAccountId"))
         target = service_account_email(raw) if raw else None
         if target is None or target not in accounts:
             continue
-        found, _ = grants_or_problem(resource.type, resource.props)
         for grant in found:
             role = known_str(grant.role)
             if role is None or ACT_AS not in (role_permissions(role, declared) or frozenset()):
@@ -131,6 +190,13 @@ def _service_of(resource: Resource) -> str | None:
     return None
 
 
+def _functions_by_name(facts: StackFacts) -> dict[str, Resource]:
+    """The dedup functions by their known names (a later one wins a name)."""
+    return {
+        name: f for f in facts.dedup_functions if (name := known_str(get(f.props, "name")))
+    }
+
+
 def _served_callers(function: Resource) -> set[str]:
     """The e-mails the function's DEDUP_ALLOWED_CALLERS names (dedup-allowed-callers
     judges that setting itself)."""
@@ -144,17 +210,15 @@ def function_invokers(resources: Sequence[Resource]) -> list[Finding]:
     """On the kit's functions' services, roles that allow invoking them (or granting that)
     go only to accounts the stack's Scheduler jobs send OIDC tokens of (or that the
     function's DEDUP_ALLOWED_CALLERS names: dedup-allowed-callers judges those)."""
-    functions = {
-        name: f for f in dedup_functions(resources) if (name := known_str(get(f.props, "name")))
-    }
-    callers, some_unknown = _scheduler_oidc_emails(resources)
-    declared = custom_roles(resources)
+    facts = stack_facts(resources)
+    functions = _functions_by_name(facts)
+    callers, some_unknown = facts.oidc_emails, facts.oidc_unknown
+    declared = facts.custom_roles
     findings: list[Finding] = []
-    for resource in resources:
+    for resource, found in facts.granting:
         service = _service_of(resource)
         if service not in functions:
             continue
-        found, _ = grants_or_problem(resource.type, resource.props)
         for grant in found:
             role = known_str(grant.role)
             allowed = (role_permissions(role, declared) if role else None) or frozenset()
@@ -186,17 +250,16 @@ def runtime_account_not_a_caller(resources: Sequence[Resource]) -> list[Finding]
     DEDUP_ALLOWED_CALLERS, not an invoker of a function of the kit (dedup function, proxy,
     watchdog). Job code mints that account's tokens from the metadata server, and would
     forge deliveries with them."""
+    facts = stack_facts(resources)
     runners = {
         email: function
-        for function in _job_code_functions(resources)
-        if (email := _runtime_email(function))
+        for function in facts.job_code_functions
+        if (email := runtime_email(function))
     }
     if not runners:
         return []
-    functions = {
-        name: f for f in dedup_functions(resources) if (name := known_str(get(f.props, "name")))
-    }
-    declared = custom_roles(resources)
+    functions = _functions_by_name(facts)
+    declared = facts.custom_roles
     fix = (
         "job code mints this account's tokens from the metadata server and would forge "
         "Scheduler deliveries with them: use the stack's invoker account"
@@ -207,12 +270,12 @@ def runtime_account_not_a_caller(resources: Sequence[Resource]) -> list[Finding]
             f"of the job-running function: {fix}; remove it",
             function.urn,
         )
-        for function in dedup_functions(resources)
+        for function in facts.dedup_functions
         for caller in sorted(_served_callers(function) & set(runners))
     ]
-    for resource in resources:
+    for resource in facts.resources:
         if resource.type == SCHEDULER_JOB:
-            email = known_str(get(resource.props, "httpTarget", "oidcToken", "serviceAccountEmail"))
+            email = known_str(oidc_email(resource))
             if email and service_account_email(email) in runners:
                 findings.append(Finding(
                     f"Scheduler job {resource.name!r} sends OIDC tokens of "
@@ -222,8 +285,7 @@ def runtime_account_not_a_caller(resources: Sequence[Resource]) -> list[Finding]
                 ))
         if _service_of(resource) not in functions:
             continue
-        found, _ = grants_or_problem(resource.type, resource.props)
-        for grant in found:
+        for grant in facts.grants_of(resource):
             role = known_str(grant.role)
             if not ((role_permissions(role, declared) if role else None) or frozenset()) & INVOKE:
                 continue

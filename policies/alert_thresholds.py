@@ -3,7 +3,7 @@
 A job's incidents (function/dedup/watchdog/incidents.py) open after `failureThreshold` bad runs in
 a row and close after `recoveryThreshold` good ones; the watchdog reads both from its job
 table (watch_jobs.json in its declared source archive, policies/job_tables.py). On a
-production-like stack (a database with delete protection, policies/alerting.py):
+production-like stack (a database with delete protection, policies/facts.py):
 
 - a failing job must page within MAX_PAGE_DELAY_SECONDS: failureThreshold x the job's
   longest gap between runs (a threshold of 1 always passes: the first bad run pages);
@@ -24,12 +24,12 @@ from typing import Any, Final
 
 from infra.scheduler_rules import schedule_period_seconds
 from infra.source import WATCH_JOBS_TABLE
-from policies.alerting import notifies, production_like
+from policies.facts import stack_facts
 from policies.gcp import ALERT_POLICY
 from policies.job_tables import job_table
+from policies.kit_resources import notifies
 from policies.model import Finding, Resource
 from policies.values import MISSING, as_list, get, is_unknown, known_str
-from policies.watchdog import watchdog_functions
 
 MAX_PAGE_DELAY_SECONDS: Final = 86400
 """A failing job pages within a day of its first bad run's verdict."""
@@ -103,10 +103,11 @@ def _pages_on_opened(policy: Resource) -> bool:
 
 def thresholds_page(resources: Sequence[Resource]) -> list[Finding]:
     """dedup-alert-thresholds-page-production: mandatory for a delete-protected stack."""
-    if not production_like(resources):
+    facts = stack_facts(resources)
+    if not facts.production_like:
         return []
     findings: list[Finding] = []
-    for watchdog in watchdog_functions(resources):
+    for watchdog in facts.watchdog_functions:
         table = job_table(watchdog, resources, WATCH_JOBS_TABLE)
         if is_unknown(table) or table is MISSING or not isinstance(table, list):
             findings.append(Finding(
@@ -118,7 +119,7 @@ def thresholds_page(resources: Sequence[Resource]) -> list[Finding]:
             continue
         for entry in table:
             findings += _job_findings(entry, watchdog.urn)
-        policies = [r for r in resources if r.type == ALERT_POLICY]
+        policies = facts.of_type(ALERT_POLICY)
         # No policy notifying anyone at all is dedup-alerting-notifies-production's to say
         # (the config refuses it first): not said twice.
         if any(notifies(p) for p in policies) and not any(_pages_on_opened(p)

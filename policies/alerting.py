@@ -12,37 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from policies.gcp import ALERT_POLICY, FIRESTORE_DATABASE
+from policies.facts import StackFacts, stack_facts
+from policies.gcp import ALERT_POLICY
+from policies.kit_resources import notifies
 from policies.model import Finding, Resource
-from policies.stack import dedup_functions
-from policies.values import as_list, get, is_unknown, known_str
-
-PROTECTED: str = "DELETE_PROTECTION_ENABLED"
 
 
-def production_like(resources: Sequence[Resource]) -> bool:
-    """A Firestore database of the stack has delete protection on."""
-    return any(
-        r.type == FIRESTORE_DATABASE
-        and known_str(get(r.props, "deleteProtectionState")) == PROTECTED
-        for r in resources
-    )
-
-
-def notifies(policy: Resource) -> bool:
-    """The policy names a notification channel (or ones not known yet)."""
-    channels = get(policy.props, "notificationChannels")
-    if is_unknown(channels):
-        return True
-    listed = as_list(channels) or []
-    return any(is_unknown(c) or known_str(c) for c in listed)
-
-
-def _problem(resources: Sequence[Resource]) -> list[Finding]:
-    functions = dedup_functions(resources)
+def _problem(facts: StackFacts) -> list[Finding]:
+    functions = facts.dedup_functions
     if not functions:
         return []
-    policies = [r for r in resources if r.type == ALERT_POLICY]
+    policies = facts.of_type(ALERT_POLICY)
     if any(notifies(p) for p in policies):
         return []
     if policies:
@@ -62,9 +42,11 @@ def _problem(resources: Sequence[Resource]) -> list[Finding]:
 
 def production_alerting(resources: Sequence[Resource]) -> list[Finding]:
     """dedup-alerting-notifies-production: mandatory for a delete-protected stack."""
-    return _problem(resources) if production_like(resources) else []
+    facts = stack_facts(resources)
+    return _problem(facts) if facts.production_like else []
 
 
 def alerting(resources: Sequence[Resource]) -> list[Finding]:
     """dedup-alerting-notifies: the same advice for the other stacks (advisory)."""
-    return [] if production_like(resources) else _problem(resources)
+    facts = stack_facts(resources)
+    return [] if facts.production_like else _problem(facts)

@@ -20,22 +20,30 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from policies.function import DEFAULT_DATABASE, RecordsDatabase, database_id
+from policies.facts import StackFacts, stack_facts
 from policies.gcp import FIRESTORE_DATABASE, service_account_email
-from policies.iam import PRIMITIVE_ROLES, custom_roles, grants_or_problem, role_permissions
-from policies.model import Finding, Resource
-from policies.permissions import DATASTORE_WRITE
-from policies.proxy import _runtime_email, is_proxy_function, own_account_emails
-from policies.stack import _reach, dedup_functions
-from policies.values import MISSING, as_mapping, get, is_unknown, known_str
-from policies.watchdog import (
+from policies.grants import (
+    PRIMITIVE_ROLES,
+    condition_database,
+    is_hierarchy_level,
+    level_name,
+    role_permissions,
+)
+from policies.kit_resources import (
+    DEFAULT_DATABASE,
     WATCH_DATABASE_ENV,
+    RecordsDatabase,
+    database_id,
     has_own_database,
     is_watchdog_function,
-    watchdog_functions,
+    label,
+    runtime_email,
 )
+from policies.model import Finding, Resource
+from policies.permissions import DATASTORE_WRITE
+from policies.values import MISSING, as_mapping, get, is_unknown, known_str
 
 FIREBASE_RULES_RELEASE: Final = "gcp:firebaserules/release:Release"
 # Release names of Firestore rules: `cloud.firestore` (the (default) database) or
@@ -72,42 +80,40 @@ def _named_databases(function: Resource) -> Iterator[tuple[str, RecordsDatabase]
             yield key, RecordsDatabase(known_str(project), name)
 
 
-def kit_databases(resources: Sequence[Resource]) -> list[KitDatabase]:
+def kit_databases(facts: StackFacts) -> list[KitDatabase]:
+    """The databases of the kit and who must write each (derived once per stack:
+    `facts.derived(kit_databases)`)."""
     found: list[KitDatabase] = []
 
-    def add(database: RecordsDatabase, writers: frozenset[str] | None, label: str) -> None:
+    def add(database: RecordsDatabase, writers: frozenset[str] | None, named_by: str) -> None:
         for index, known in enumerate(found):
             if known.database.same_as(database):
                 merged = None if known.writers is None or writers is None else (
                     known.writers | writers)
-                labels = (*known.named_by, label) if label else known.named_by
+                labels = (*known.named_by, named_by) if named_by else known.named_by
                 found[index] = KitDatabase(known.database, merged, labels)
                 return
-        found.append(KitDatabase(database, writers, (label,) if label else ()))
+        found.append(KitDatabase(database, writers, (named_by,) if named_by else ()))
 
     unsure = False  # some function's database settings are unknown: it may name any
-    functions = dedup_functions(resources)
-    functions += [w for w in watchdog_functions(resources) if w not in functions]
-    for function in functions:
+    for function in facts.kit_functions:
         env = get(function.props, "serviceConfig", "environmentVariables")
         unsure = unsure or is_unknown(env) or any(
             is_unknown(v) for k, v in (as_mapping(env) or {}).items()
             if str(k).startswith("DEDUP_") and str(k).endswith(("DATABASE", "PROJECT"))
         )
-        if is_proxy_function(function, resources):
-            accounts: frozenset[str] | None = own_account_emails(function, resources) or None
+        if facts.is_proxy(function):
+            accounts: frozenset[str] | None = facts.own_account_emails(function) or None
         else:
-            email = _runtime_email(function)
+            email = runtime_email(function)
             accounts = frozenset({email}) if email else None
-        label = repr(known_str(get(function.props, "name")) or function.name)
+        named_as = label(function)
         # A watchdog with a database of its own writes only that one: it reads the others.
         reads_only = is_watchdog_function(function) and has_own_database(function)
         for key, database in _named_databases(function):
             writes = frozenset() if reads_only and key != WATCH_DATABASE_ENV else accounts
-            add(database, writes, f"{label} ({key})")
-    for declared in resources:
-        if declared.type != FIRESTORE_DATABASE:
-            continue
+            add(database, writes, f"{named_as} ({key})")
+    for declared in facts.of_type(FIRESTORE_DATABASE):
         name = known_str(get(declared.props, "name"))
         if name is not None:
             project = known_str(get(declared.props, "project"))
@@ -125,11 +131,11 @@ def database_writers(resources: Sequence[Resource]) -> list[Finding]:
     """Every database of the kit: a member holding a role that writes entities on it is
     one of the accounts that must write it. Not judged while those accounts, a grant's
     member or its condition are unknown."""
-    declared = custom_roles(resources)
+    facts = stack_facts(resources)
+    declared = facts.custom_roles
     findings: list[Finding] = []
-    databases = [d for d in kit_databases(resources) if d.writers is not None]
-    for resource in resources:
-        found, _ = grants_or_problem(resource.type, resource.props)
+    databases = [d for d in facts.derived(kit_databases) if d.writers is not None]
+    for resource, found in facts.granting:
         for grant in found:
             role = known_str(grant.role)
             if role is None or role in PRIMITIVE_ROLES:
@@ -150,6 +156,30 @@ def database_writers(resources: Sequence[Resource]) -> list[Finding]:
                         continue
                     findings.append(Finding(_writer_message(name, role, kit, how), resource.urn))
     return findings
+
+
+def _reach(grant_on: Resource, condition: Any, database: RecordsDatabase) -> str | None:
+    """How a grant on `grant_on` with `condition` reaches `database`, or None if it does
+    not (or is not known yet): its one-database condition names it, or it has no such
+    condition and is granted on the database's project, a folder or the organization."""
+    if not is_hierarchy_level(grant_on.type):
+        return None  # Firestore roles act on databases through the project only
+    named = condition_database(condition)
+    if is_unknown(named):
+        return None
+    if isinstance(named, str):
+        return "its condition names it" if database.named_by(named) else None
+    level = level_name(grant_on.type)
+    if level != "project":
+        return f"granted at {level} level without a one-database condition"
+    project = get(grant_on.props, "project")
+    if is_unknown(project):
+        return None
+    text = known_str(project)  # unset: the provider's default project, the stack's own
+    if text is None or database.project is None or text == database.project:
+        return "granted on its project without a one-database condition"
+    return None
+
 
 
 def _writer_message(member: str, role: str, kit: KitDatabase, how: str) -> str:
@@ -187,11 +217,10 @@ def no_firebase_rules_on_kit_databases(resources: Sequence[Resource]) -> list[Fi
     """No Firebase rules release for a database of the kit: the kit reaches its databases
     with IAM only (server client libraries bypass rules), so rules can only open them to
     Firebase clients (`allow read, write: if true` opens them to the internet)."""
-    databases = [d.database for d in kit_databases(resources)]
+    facts = stack_facts(resources)
+    databases = [d.database for d in facts.derived(kit_databases)]
     findings: list[Finding] = []
-    for release in resources:
-        if release.type != FIREBASE_RULES_RELEASE:
-            continue
+    for release in facts.of_type(FIREBASE_RULES_RELEASE):
         target = _release_database(release)
         if target is None:
             continue

@@ -1,97 +1,26 @@
-"""Resource policies for the Cloud Run function and Cloud Run services, and the DEDUP_*
-settings a function of the kit reads (`setting`, `records_database`)."""
+"""Resource policies for the Cloud Run function and Cloud Run services: dedicated runtime
+and build accounts, internal ingress, Cloud Run's invoker check kept on."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from policies.gcp import (
     CLOUD_RUN_V1_SERVICE,
     CLOUD_RUN_V2_SERVICE,
-    DEDUP_DEFAULTS,
+    FUNCTION_INTERNAL_INGRESS,
     FUNCTION_V1,
     FUNCTION_V2,
+    RUN_V2_INTERNAL_INGRESS,
     is_default_build_account,
     is_default_runtime_account,
 )
-from policies.model import Resource
-from policies.values import MISSING, UNKNOWN, get, is_unknown, known_str
+from policies.values import MISSING, get, is_unknown, known_str
 
-_FUNCTION_INGRESS: Final = ("ALLOW_INTERNAL_ONLY", "ALLOW_INTERNAL_AND_GCLB")
-_RUN_V2_INGRESS: Final = ("INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER")
 _RUN_V1_INGRESS: Final = ("internal", "internal-and-cloud-load-balancing")
 _V1_INGRESS_ANNOTATION: Final = "run.googleapis.com/ingress"
 _INVOKER_IAM_DISABLED: Final = "run.googleapis.com/invoker-iam-disabled"
-DEFAULT_DATABASE: Final = "(default)"
-
-
-# --- a function's DEDUP_* settings (function/dedup/settings.py) ---------------------------
-
-
-def _env(function: Resource) -> Any:
-    return get(function.props, "serviceConfig", "environmentVariables")
-
-
-def setting(function: Resource, key: str) -> Any:
-    """The function's DEDUP_* value (a string), its default, or UNKNOWN."""
-    env = _env(function)
-    if is_unknown(env):
-        return UNKNOWN
-    value = get(env, key)
-    if value is MISSING:
-        return DEDUP_DEFAULTS[key]
-    return value
-
-
-def database_id(value: Any) -> Any:
-    """A Firestore database ID from an ID or a `projects/P/databases/D` name; unset or
-    empty is the default database (as the function and the provider read it)."""
-    if value is MISSING or value == "":
-        return DEFAULT_DATABASE
-    if isinstance(value, str) and "/databases/" in value:
-        return value.rsplit("/databases/", 1)[1]
-    return value
-
-
-@dataclass(frozen=True)
-class RecordsDatabase:
-    """The Firestore database a function of the kit keeps its run records in."""
-
-    project: str | None
-    """None: not known yet (a name is then matched by its database ID alone)."""
-    database: str
-
-    def same_as(self, other: RecordsDatabase) -> bool:
-        """The same database ID in the same project (or a project not known yet)."""
-        return self.database == other.database and (
-            self.project is None or other.project is None or self.project == other.project
-        )
-
-    def named_by(self, name: str) -> bool:
-        """`projects/P/databases/D` (an IAM condition's resource.name) is this database."""
-        project, _, database = name.removeprefix("projects/").partition("/databases/")
-        return self.same_as(RecordsDatabase(project or None, database))
-
-    def resource_name(self, default_project: str = "P") -> str:
-        """`projects/P/databases/D`, as an IAM condition names it."""
-        return f"projects/{self.project or default_project}/databases/{self.database}"
-
-    def __str__(self) -> str:
-        return self.database if self.project is None else self.resource_name()
-
-
-def records_database(function: Resource) -> RecordsDatabase | None:
-    """DEDUP_DATABASE (default "(default)") in DEDUP_PROJECT (default: the function's own
-    project); None while the database is not known."""
-    database = known_str(database_id(setting(function, "DEDUP_DATABASE")))
-    if database is None:
-        return None
-    project = get(_env(function), "DEDUP_PROJECT")
-    if project is MISSING or project == "":
-        project = get(function.props, "project")
-    return RecordsDatabase(known_str(project), database)
 
 
 def _account_problem(value: Any, where: str, *, build: bool) -> list[str]:
@@ -171,15 +100,15 @@ def ingress_not_public(resource_type: str, props: Mapping[str, Any]) -> list[str
             return []
         return _ingress_problem(
             get(props, "serviceConfig", "ingressSettings"), "serviceConfig.ingressSettings",
-            _FUNCTION_INGRESS, "ALLOW_ALL",
+            FUNCTION_INTERNAL_INGRESS, "ALLOW_ALL",
         )
     if resource_type == FUNCTION_V1:
         return _ingress_problem(
-            get(props, "ingressSettings"), "ingressSettings", _FUNCTION_INGRESS, "ALLOW_ALL"
+            get(props, "ingressSettings"), "ingressSettings", FUNCTION_INTERNAL_INGRESS, "ALLOW_ALL"
         )
     if resource_type == CLOUD_RUN_V2_SERVICE:
         return _ingress_problem(
-            get(props, "ingress"), "ingress", _RUN_V2_INGRESS, "INGRESS_TRAFFIC_ALL"
+            get(props, "ingress"), "ingress", RUN_V2_INTERNAL_INGRESS, "INGRESS_TRAFFIC_ALL"
         )
     if resource_type == CLOUD_RUN_V1_SERVICE:
         return _ingress_problem(

@@ -23,8 +23,16 @@ PUBSUB_TOPIC_IAM_PREFIX: Final = "gcp:pubsub/topicIAM"
 PROXY_COMPONENT: Final = "scheduler-dedup:index:DedupProxy"
 # IAM resources of one Cloud Run (v2) job: JobIamMember / JobIamBinding / JobIamPolicy.
 CLOUD_RUN_V2_JOB_IAM_PREFIX: Final = "gcp:cloudrunv2/jobIam"
+# IAM resources of one Secret Manager secret: SecretIamMember / SecretIamBinding / ...
+SECRET_IAM_PREFIX: Final = "gcp:secretmanager/secretIam"
 FIRESTORE_FIELD: Final = "gcp:firestore/field:Field"
 STORAGE_BUCKET: Final = "gcp:storage/bucket:Bucket"
+
+# The ingress settings that keep a function (both generations) or a Cloud Run (v2) service
+# internal: an allow-list (policies/function.py, policies/ingress.py).
+FUNCTION_INTERNAL_INGRESS: Final = ("ALLOW_INTERNAL_ONLY", "ALLOW_INTERNAL_AND_GCLB")
+RUN_V2_INTERNAL_INGRESS: Final = (
+    "INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER")
 
 # Modules whose IAM resources grant on a whole project, folder or organization.
 HIERARCHY_IAM_MODULES: Final = frozenset({"projects", "folder", "organizations"})

@@ -26,14 +26,18 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from policies.function import _FUNCTION_INGRESS, _RUN_V2_INGRESS
-from policies.gcp import FUNCTION_V2
+from policies.facts import StackFacts, stack_facts
+from policies.gcp import (
+    CLOUD_RUN_V2_SERVICE,
+    FUNCTION_INTERNAL_INGRESS,
+    FUNCTION_V2,
+    RUN_V2_INTERNAL_INGRESS,
+)
+from policies.kit_resources import QUEUE_ENV
 from policies.model import Finding, Resource
 from policies.values import as_list, as_mapping, get, is_unknown
 
-RUN_V2_SERVICE: Final = "gcp:cloudrunv2/service:Service"
 TASKS_QUEUE: Final = "gcp:cloudtasks/queue:Queue"
-QUEUE_ENV: Final = "DEDUP_WATCH_QUEUE"  # function/dedup/watchdog/cloud_tasks.py
 ALL_TRAFFIC_CONNECTOR: Final = "ALL_TRAFFIC"  # functions v2 vpcConnectorEgressSettings
 ALL_TRAFFIC_DIRECT_VPC: Final = "VPC_EGRESS_ALL_TRAFFIC"  # functions v2 directVpcEgress
 ALL_TRAFFIC_RUN_V2: Final = "ALL_TRAFFIC"  # cloudrunv2 template.vpcAccess.egress
@@ -43,11 +47,11 @@ def _internal_hosts(resource: Resource) -> tuple[str, ...] | None:
     """The hosts an internal-only function or service is called at (lower case), from its
     state; () while not known; None if it is not internal-only."""
     if resource.type == FUNCTION_V2:
-        if get(resource.props, "serviceConfig", "ingressSettings") not in _FUNCTION_INGRESS:
+        if get(resource.props, "serviceConfig", "ingressSettings") not in FUNCTION_INTERNAL_INGRESS:
             return None
         urls = [get(resource.props, "serviceConfig", "uri"), get(resource.props, "url")]
-    elif resource.type == RUN_V2_SERVICE:
-        if get(resource.props, "ingress") not in _RUN_V2_INGRESS:
+    elif resource.type == CLOUD_RUN_V2_SERVICE:
+        if get(resource.props, "ingress") not in RUN_V2_INTERNAL_INGRESS:
             return None
         urls = [get(resource.props, "uri"), *(as_list(get(resource.props, "urls")) or [])]
     else:
@@ -61,7 +65,7 @@ def _environment(resource: Resource) -> list[Any]:
     if resource.type == FUNCTION_V2:
         env = as_mapping(get(resource.props, "serviceConfig", "environmentVariables"))
         return list(env.values()) if env is not None else []
-    if resource.type == RUN_V2_SERVICE:
+    if resource.type == CLOUD_RUN_V2_SERVICE:
         values: list[Any] = []
         for container in as_list(get(resource.props, "template", "containers")) or []:
             for entry in as_list(get(container, "envs")) or []:
@@ -94,15 +98,12 @@ def _hands_calls_to_a_queue(resource: Resource, target: Resource, queues: set[st
             and isinstance(project, str) and named.startswith(f"projects/{project}/"))
 
 
-def _queue_names(resources: Sequence[Resource]) -> set[str]:
-    names = set()
-    for queue in resources:
-        if queue.type == TASKS_QUEUE:
-            names.add(
-                f"projects/{get(queue.props, 'project')}/locations/"
-                f"{get(queue.props, 'location')}/queues/{get(queue.props, 'name')}"
-            )
-    return names
+def _queue_names(facts: StackFacts) -> set[str]:
+    return {
+        f"projects/{get(queue.props, 'project')}/locations/"
+        f"{get(queue.props, 'location')}/queues/{get(queue.props, 'name')}"
+        for queue in facts.of_type(TASKS_QUEUE)
+    }
 
 
 def _calls(caller: Resource, target: Resource, hosts: tuple[str, ...]) -> bool:
@@ -113,21 +114,22 @@ def _calls(caller: Resource, target: Resource, hosts: tuple[str, ...]) -> bool:
     return target.urn in caller.dependencies and any(is_unknown(v) for v in values)
 
 
-def _callers(resources: Sequence[Resource]) -> Iterator[tuple[Resource, Resource, str]]:
-    targets = [(r, hosts) for r in resources if (hosts := _internal_hosts(r)) is not None]
-    for caller in resources:
-        if caller.type not in (FUNCTION_V2, RUN_V2_SERVICE):
-            continue
+def _callers(facts: StackFacts) -> Iterator[tuple[Resource, Resource, str]]:
+    workloads = facts.in_stack_order(
+        [*facts.of_type(FUNCTION_V2), *facts.of_type(CLOUD_RUN_V2_SERVICE)])
+    targets = [(r, hosts) for r in workloads if (hosts := _internal_hosts(r)) is not None]
+    for caller in workloads:
         for target, hosts in targets:
             if target.urn != caller.urn and _calls(caller, target, hosts):
                 yield caller, target, ", ".join(hosts)
 
 
 def internal_callers_take_an_admitted_path(resources: Sequence[Resource]) -> list[Finding]:
-    queues = _queue_names(resources)
+    facts = stack_facts(resources)
+    queues = _queue_names(facts)
     findings: list[Finding] = []
     reported: set[tuple[str, str]] = set()
-    for caller, target, url in _callers(resources):
+    for caller, target, url in _callers(facts):
         if _egress_through_vpc(caller) or _hands_calls_to_a_queue(caller, target, queues):
             continue
         if (caller.urn, target.urn) in reported:

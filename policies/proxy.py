@@ -1,25 +1,19 @@
-"""Policies for the idempotent proxy (one downstream execution per scheduled run): it runs
-as its own service account, and that account holds only the roles the proxy's targets need.
+"""Policies for the idempotent proxy (one downstream execution per scheduled run): its
+account holds only the roles the proxy's targets need.
 
 The proxy is linked by the resource graph, not only by its account's e-mail (unknown at a
 first preview): a resource declared inside the kit's DedupProxy component carries the
 component's type in its URN, which a resource policy sees before anything is applied
-(`dedup-proxy-component-grants`); the stack policies link the proxy's account through the
+(`dedup-proxy-component-grants`); the stack policy links the proxy's account through the
 Account resource declared in that component (its accountId and project fix the e-mail) and
-through the grants' dependencies on it.
-
-The proxy is the `gcp:cloudfunctionsv2/function:Function` with the entry point
-`proxy_scheduled_job`, with a DEDUP_PROXY_* setting in its environment (infra always sets
-DEDUP_PROXY_TIMEOUT_SECONDS), or with the proxy's job table in its source archive. Its
-targets come from what function/dedup/proxy/handler.py reads: that table, proxy_routes.json =
-{"job-id": {"target": ..., "resource": "projects/P/locations/L/..."}} (read from the
-declared source object, policies/job_tables.py), and DEDUP_PROXY_TARGET +
-DEDUP_PROXY_RESOURCE.
+through the grants' dependencies on it. Which function is the proxy and what it targets:
+policies/kit_resources.py and policies/facts.py.
 
 Its records live in a Firestore database of its own (its DEDUP_DATABASE): its
 roles/datastore.user is conditioned to that database (dedup-proxy-least-privilege), and no
 one else writes it (dedup-proxy-own-database, in policies/stack.py), since the dedup
-function's job code could otherwise forge a proxied job's record.
+function's job code could otherwise forge a proxied job's record. That it runs as an
+account of its own is dedup-proxy-own-service-account's (policies/accounts.py).
 
 The other policies apply to the proxy as to any function: dedicated runtime and build
 accounts, internal ingress, no public members, run.invoker on its service only, the
@@ -29,46 +23,36 @@ policy (in its own database) and the jobs' dedup headers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Final
 
-from infra.source import PROXY_ROUTES_TABLE
-from policies.function import RecordsDatabase, records_database
+from policies.facts import ProxyAccount, stack_facts
 from policies.gcp import (
-    CLOUD_BUILD_TRIGGER,
-    CLOUD_RUN_V1_SERVICE,
-    CLOUD_RUN_V2_JOB,
     CLOUD_RUN_V2_JOB_IAM_PREFIX,
-    CLOUD_RUN_V2_SERVICE,
-    FUNCTION_V1,
-    FUNCTION_V2,
-    PROXY_COMPONENT,
-    PROXY_ENTRY_POINT,
-    PROXY_RESOURCE_ENV,
-    PROXY_SETTINGS_PREFIX,
-    PROXY_TARGET_ENV,
     PUBSUB_TOPIC_IAM_PREFIX,
-    SCHEDULER_JOB,
-    SERVICE_ACCOUNT,
-    WORKFLOWS_WORKFLOW,
-    service_account_email,
+    SECRET_IAM_PREFIX,
     type_module,
 )
-from policies.iam import (
+from policies.grants import (
     DATASTORE_USER,
+    RUN_INVOKER,
+    SECRET_ACCESSOR,
     CustomRoles,
     Grant,
-    PolicyDataError,
     condition_database,
-    custom_roles,
-    grants,
     grants_or_problem,
+    holds,
 )
-from policies.job_tables import job_table
+from policies.kit_resources import (
+    RecordsDatabase,
+    Target,
+    in_proxy_component,
+    label,
+    records_database,
+)
 from policies.model import Finding, Resource
 from policies.permissions import custom_permissions, is_custom_role
-from policies.values import MISSING, as_mapping, get, is_unknown, known_str
+from policies.values import MISSING, get, is_unknown, known_str
 
 WORKFLOW: Final = "workflow"
 RUN_JOB: Final = "run_job"
@@ -78,9 +62,6 @@ WORKFLOWS_INVOKER: Final = "roles/workflows.invoker"
 RUN_JOBS_EXECUTOR_WITH_OVERRIDES: Final = "roles/run.jobsExecutorWithOverrides"
 CLOUDBUILD_BUILDS_EDITOR: Final = "roles/cloudbuild.builds.editor"
 PUBSUB_PUBLISHER: Final = "roles/pubsub.publisher"
-RUN_INVOKER: Final = "roles/run.invoker"
-SECRET_ACCESSOR: Final = "roles/secretmanager.secretAccessor"
-SECRET_IAM_PREFIX: Final = "gcp:secretmanager/secretIam"
 WORKFLOW_START_PERMISSIONS: Final = frozenset({"workflows.executions.create"})
 """What starting a workflow execution checks; the most a custom role for the proxy may
 hold (Workflows has no IAM on one workflow)."""
@@ -99,259 +80,16 @@ BUILDS_CREATE_FIX: Final = (
 )
 
 
-# --- who is the proxy, what does it target ----------------------------------------------
-
-
-def _env(function: Resource) -> Any:
-    return get(function.props, "serviceConfig", "environmentVariables")
-
-
-def is_proxy_function(resource: Resource, resources: Sequence[Resource] = ()) -> bool:
-    """The proxy: by its entry point, a setting of the proxy's or, among `resources` (the
-    stack), a source object holding the proxy's job table."""
-    if resource.type != FUNCTION_V2:
-        return False
-    if get(resource.props, "buildConfig", "entryPoint") == PROXY_ENTRY_POINT:
-        return True
-    env = as_mapping(_env(resource))
-    if env is not None and any(str(k).startswith(PROXY_SETTINGS_PREFIX) for k in env):
-        return True
-    routes = job_table(resource, resources, PROXY_ROUTES_TABLE) if resources else MISSING
-    return routes is not MISSING and not is_unknown(routes)
-
-
-def proxy_functions(resources: Sequence[Resource]) -> list[Resource]:
-    return [r for r in resources if is_proxy_function(r, resources)]
-
-
-@dataclass(frozen=True)
-class Target:
-    kind: str
-    project: str
-    location: str
-    resource_id: str
-    topic: str | None = None
-    """A build trigger's Pub/Sub topic (projects/P/topics/T) the proxy publishes to."""
-
-
-def _target(kind: Any, resource: Any, topic: Any = None) -> Target | None:
-    parts = resource.split("/") if isinstance(resource, str) else []
-    if not isinstance(kind, str) or len(parts) != 6 or parts[0] != "projects":
-        return None
-    return Target(kind, parts[1], parts[3], parts[5], topic if isinstance(topic, str) else None)
-
-
-def targets(function: Resource, resources: Sequence[Resource]) -> list[Target] | None:
-    """The proxy's targets (its job table, in its source object among `resources`, and its
-    default target); None if they are not known (or not readable)."""
-    env = _env(function)
-    if is_unknown(env):
-        return None
-    found: list[Target] = []
-    routes = job_table(function, resources, PROXY_ROUTES_TABLE)
-    if is_unknown(routes):
-        return None  # not readable here, or not JSON (the function refuses to start)
-    if routes is not MISSING:
-        if not isinstance(routes, Mapping):
-            return None
-        for spec in routes.values():
-            if not isinstance(spec, Mapping):
-                return None
-            target = _target(spec.get("target"), spec.get("resource"), spec.get("topic"))
-            if target is None:
-                return None
-            found.append(target)
-    kind, resource = get(env, PROXY_TARGET_ENV), get(env, PROXY_RESOURCE_ENV)
-    if is_unknown(kind) or is_unknown(resource):
-        return None
-    if kind is not MISSING or resource is not MISSING:
-        target = _target(kind, resource)
-        if target is None:
-            return None
-        found.append(target)
-    return found
-
-
-def _runtime_email(resource: Resource) -> str | None:
-    """The known runtime service account of a function or Cloud Run service / job."""
-    paths: dict[str, tuple[str, ...]] = {
-        FUNCTION_V2: ("serviceConfig", "serviceAccountEmail"),
-        CLOUD_RUN_V2_SERVICE: ("template", "serviceAccount"),
-        CLOUD_RUN_V1_SERVICE: ("template", "spec", "serviceAccountName"),
-        CLOUD_RUN_V2_JOB: ("template", "template", "serviceAccount"),
-        FUNCTION_V1: ("serviceAccountEmail",),
-        WORKFLOWS_WORKFLOW: ("serviceAccount",),
-        CLOUD_BUILD_TRIGGER: ("serviceAccount",),
-    }
-    path = paths.get(resource.type)
-    if path is None:
-        return None
-    email = known_str(get(resource.props, *path))
-    return service_account_email(email) if email else None
-
-
-def _label(resource: Resource) -> str:
-    return repr(known_str(get(resource.props, "name")) or resource.name)
-
-
-# --- dedup-proxy-own-service-account ----------------------------------------------------
-
-
-def functions_own_their_accounts(
-    functions: Sequence[Resource], resources: Sequence[Resource], *, what: str, why: str,
-    invoker_hint: str,
-) -> list[Finding]:
-    """Each of `functions` (the proxy, the watchdog) runs as an account no other function
-    or service runs as and no Scheduler job sends OIDC tokens of. `what` names the function
-    in messages; `why` says why it needs its own account; `invoker_hint` what jobs use."""
-    findings: list[Finding] = []
-    for function in functions:
-        email = _runtime_email(function) or _component_account_email(function, resources)
-        if email is None:
-            continue  # not known yet, or unset (function-dedicated-runtime-service-account)
-        for other in resources:
-            if other is function or other.urn == function.urn:
-                continue
-            if _runtime_email(other) == email:
-                findings.append(
-                    Finding(
-                        f"the {what} {_label(function)} runs as {email}, and so does "
-                        f"{_label(other)}: set the {what}'s serviceConfig.serviceAccountEmail "
-                        f"to an account of its own, {why}",
-                        function.urn,
-                    )
-                )
-            if other.type == SCHEDULER_JOB:
-                oidc = known_str(get(other.props, "httpTarget", "oidcToken", "serviceAccountEmail"))
-                if oidc and service_account_email(oidc) == email:
-                    findings.append(
-                        Finding(
-                            f"Scheduler job {_label(other)} sends OIDC tokens of the {what}'s "
-                            f"own account {email}: {invoker_hint}",
-                            other.urn,
-                        )
-                    )
-    return findings
-
-
-def own_service_account(resources: Sequence[Resource]) -> list[Finding]:
-    return functions_own_their_accounts(
-        proxy_functions(resources), resources, what="proxy",
-        why="so that only the proxy holds the roles that start its targets",
-        invoker_hint="use a dedicated invoker account that holds only roles/run.invoker on "
-        "the proxy's service",
-    )
-
-
-# --- linking resources to the proxy by the resource graph --------------------------------
-
-
-def in_proxy_component(resource: Resource) -> bool:
-    """Declared inside the kit's DedupProxy component (its URN's type chain names it)."""
-    parts = resource.urn.split("::")
-    return len(parts) >= 4 and f"{PROXY_COMPONENT}$" in parts[2]
-
-
-def _component_prefix(resource: Resource) -> str | None:
-    """The type chain and name prefix shared by children of the same component."""
-    parts = resource.urn.split("::")
-    if len(parts) < 4 or "$" not in parts[2]:
-        return None
-    return parts[2].rsplit("$", 1)[0]
-
-
-def _account_email(account: Resource) -> str | None:
-    """A service account's e-mail: known, or fixed by its accountId and project."""
-    email = known_str(get(account.props, "email"))
-    if email:
-        return email.lower()
-    account_id = known_str(get(account.props, "accountId"))
-    project = known_str(get(account.props, "project"))
-    if account_id and project:
-        return f"{account_id}@{project}.iam.gserviceaccount.com".lower()
-    return None
-
-
-def _proxy_account_resources(proxy: Resource, resources: Sequence[Resource]) -> list[Resource]:
-    """The service accounts declared in the same DedupProxy component as `proxy`."""
-    prefix = _component_prefix(proxy)
-    if prefix is None or not in_proxy_component(proxy):
-        return []
-    return [
-        r for r in resources
-        if r.type == SERVICE_ACCOUNT and in_proxy_component(r) and _component_prefix(r) == prefix
-    ]
-
-
-def _component_account_email(function: Resource, resources: Sequence[Resource]) -> str | None:
-    """The proxy's account e-mail from its component's Account while its output is unknown
-    (a first preview). Only when the function's own setting is unknown, not unset."""
-    if not is_unknown(get(function.props, "serviceConfig", "serviceAccountEmail")):
-        return None
-    emails = {_account_email(a) for a in _proxy_account_resources(function, resources)}
-    emails.discard(None)
-    return emails.pop() if len(emails) == 1 else None
-
-
-@dataclass(frozen=True)
-class ProxyAccount:
-    email: str | None
-    account_urns: frozenset[str]
-
-
-def proxy_account(proxy: Resource, resources: Sequence[Resource]) -> ProxyAccount:
-    email = _runtime_email(proxy) or _component_account_email(proxy, resources)
-    urns = frozenset(a.urn for a in _proxy_account_resources(proxy, resources))
-    return ProxyAccount(email, urns)
-
-
-def own_account_emails(proxy: Resource, resources: Sequence[Resource]) -> frozenset[str]:
-    """The known e-mails of the proxy's accounts: the one it runs as and the ones declared
-    in its component (meant to hold its grants)."""
-    emails = {_account_email(a) for a in _proxy_account_resources(proxy, resources)}
-    emails.add(proxy_account(proxy, resources).email)
-    return frozenset(e for e in emails if e is not None)
+# --- dedup-proxy-component-grants (resource policy), dedup-proxy-least-privilege (stack) ---
 
 
 def _granted_to(members: list[Any] | None, account: ProxyAccount, resource: Resource) -> bool:
     """A grant to the proxy's account: by e-mail, or (member not known yet) by the grant's
     dependency on the proxy's Account resource."""
-    if account.email and _holds(members, account.email):
+    if account.email and holds(members, account.email):
         return True
     unknown_member = members is None or any(is_unknown(m) for m in members)
     return unknown_member and bool(account.account_urns & set(resource.dependencies))
-
-
-# --- dedup-proxy-component-grants (resource policy), dedup-proxy-least-privilege (stack) ---
-
-
-def _holds(members: list[Any] | None, email: str) -> bool:
-    for member in members or []:
-        text = known_str(member)
-        if (
-            text
-            and text.startswith("serviceAccount:")
-            and service_account_email(text) == email
-        ):
-            return True
-    return False
-
-
-def roles_held(
-    resources: Sequence[Resource], email: str
-) -> Iterator[tuple[Resource, str, Grant]]:
-    """(grant-bearing resource, role, grant) for every known role granted to service
-    account `email`, IAM or ACL-style. An unreadable grant is skipped:
-    iam-no-public-members reports it."""
-    for resource in resources:
-        try:
-            found = grants(resource.type, resource.props)
-        except PolicyDataError:
-            continue
-        for grant in found:
-            role = known_str(grant.role)
-            if role is not None and _holds(grant.members, email):
-                yield resource, role, grant
 
 
 def _job_target(resource: Resource) -> tuple[str | None, str | None, str | None]:
@@ -552,15 +290,15 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
     """Every grant in the stack to the proxy's account (IAM or ACL-style, anywhere),
     linked by e-mail or, while the member is not known, by the resource graph."""
     findings: list[Finding] = []
-    declared = custom_roles(resources)
-    for proxy in proxy_functions(resources):
-        account = proxy_account(proxy, resources)
+    facts = stack_facts(resources)
+    declared = facts.custom_roles
+    for proxy in facts.proxy_functions:
+        account = facts.proxy_account(proxy)
         if account.email is None and not account.account_urns:
             continue  # nothing links any grant to this proxy yet
-        proxy_targets = targets(proxy, resources)
+        proxy_targets = facts.proxy_targets(proxy)
         who = account.email or "(not known yet)"
-        for resource in resources:
-            found, _ = grants_or_problem(resource.type, resource.props)
+        for resource, found in facts.granting:
             for grant in found:
                 role = known_str(grant.role)
                 if role is None or not _granted_to(grant.members, account, resource):
@@ -569,7 +307,7 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
                 if problem is not None:
                     findings.append(
                         Finding(
-                            f"the proxy's account {who} ({_label(proxy)}): {problem}",
+                            f"the proxy's account {who} ({label(proxy)}): {problem}",
                             resource.urn,
                         )
                     )

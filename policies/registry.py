@@ -259,7 +259,7 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "build trigger or Scheduler OIDC token may use it. While its e-mail is unknown (a "
         "first preview) it comes from the Account declared in the proxy's component.",
         MANDATORY,
-        proxy.own_service_account,
+        accounts.proxy_own_service_account,
     ),
     StackPolicy(
         "dedup-proxy-least-privilege",
@@ -375,7 +375,7 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "The run watchdog (entry point watch_scheduled_runs) must run as its own service "
         "account: no other function, service, job or Scheduler OIDC token may use it.",
         MANDATORY,
-        watchdog.own_service_account,
+        accounts.watchdog_own_service_account,
     ),
     StackPolicy(
         "dedup-watchdog-least-privilege",

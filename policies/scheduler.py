@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -22,6 +25,25 @@ _DEFAULT_PORTS: Final = {"https": 443, "http": 80}
 # A plain host name or IPv4 address, optionally with a port: no user info, no backslash,
 # no percent-encoding, nothing two URL parsers could read as different hosts.
 _PLAIN_NETLOC: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?")
+# A stack repeats schedules (a 5,000-job stack has a few hundred distinct ones): each is
+# judged once per check, not once per job.
+_SCHEDULES_REMEMBERED: Final = 4096
+
+
+@functools.lru_cache(maxsize=_SCHEDULES_REMEMBERED)
+def _cron_problem(schedule: str) -> str | None:
+    try:
+        validate_cron(schedule)
+    except ScheduleError as exc:
+        return f"{exc}; set schedule to a 5-field unix-cron expression"
+    return None
+
+
+@functools.lru_cache(maxsize=_SCHEDULES_REMEMBERED)
+def _dst_advisory_from(schedule: str, zone: str, minute: int) -> str | None:
+    """The DST advisory of the year from the start of `minute` (minutes since the epoch):
+    the same for every job of one check with the same schedule and zone."""
+    return dst_advisory(schedule, zone, datetime.fromtimestamp(minute * 60, UTC))
 
 
 def _http_target(resource_type: str, props: Mapping[str, Any]) -> Any:
@@ -39,11 +61,8 @@ def unix_cron_schedule(resource_type: str, props: Mapping[str, Any]) -> list[str
         return []
     if schedule is MISSING or not isinstance(schedule, str) or not schedule.strip():
         return ["the job has no schedule: set a 5-field unix-cron schedule, e.g. '0 3 * * *'"]
-    try:
-        validate_cron(schedule)
-    except ScheduleError as exc:
-        return [f"{exc}; set schedule to a 5-field unix-cron expression"]
-    return []
+    problem = _cron_problem(schedule)
+    return [] if problem is None else [problem]
 
 
 def time_zone(resource_type: str, props: Mapping[str, Any]) -> list[str]:
@@ -72,7 +91,7 @@ def dst_changes(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     if schedule is None or zone_name is None:
         return []  # unknown until applied, or another scheduler policy's violation
     try:
-        advisory = dst_advisory(schedule, zone_name)
+        advisory = _dst_advisory_from(schedule, zone_name, int(time.time() // 60))
     except ScheduleError:
         return []  # scheduler-job-unix-cron-schedule / scheduler-job-time-zone report it
     return [] if advisory is None else [advisory]
@@ -136,7 +155,8 @@ def origin(url: str) -> tuple[str, str, int] | None:
     """(scheme, host, port) of an http(s) URL, lower-cased, the port made explicit; None
     for anything else, or a spelling two parsers could read differently (user info,
     backslashes, percent-encoding, whitespace, non-ASCII)."""
-    if not url.isascii() or any(c.isspace() or not c.isprintable() for c in url):
+    # ASCII: the only whitespace that is printable is the space.
+    if not url.isascii() or not url.isprintable() or " " in url:
         return None
     try:
         parts = urlsplit(url)

@@ -19,32 +19,27 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from policies.facts import StackFacts, stack_facts
 from policies.gcp import (
     CLOUD_RUN_V1_SERVICE,
     CLOUD_RUN_V2_JOB,
     CLOUD_RUN_V2_SERVICE,
     FUNCTION_V1,
     FUNCTION_V2,
+    SECRET_IAM_PREFIX,
     service_account_email,
 )
-from policies.iam import (
+from policies.grants import (
     PRIMITIVE_ROLES,
+    SECRET_ACCESSOR,
     Grant,
-    custom_roles,
-    grants_or_problem,
     is_hierarchy_level,
     level_name,
     role_permissions,
 )
+from policies.kit_resources import in_proxy_component
 from policies.model import Finding, Resource
 from policies.permissions import SECRET_ACCESS
-from policies.proxy import (
-    SECRET_ACCESSOR,
-    SECRET_IAM_PREFIX,
-    in_proxy_component,
-    own_account_emails,
-    proxy_functions,
-)
 from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known_str
 
 TOKEN_SECRET_ENV: Final = "DEDUP_TOKEN_SECRET"
@@ -112,16 +107,15 @@ def _reaches(resource: Resource, grant: Grant, secret: Secret) -> bool:
     return match is None or _same((match.group(2), match.group(3)), secret)
 
 
-def _declared_readers(resources: Sequence[Resource], secret: Secret) -> set[str]:
+def _declared_readers(facts: StackFacts, secret: Secret) -> set[str]:
     """The service accounts the proxy's component grants the accessor role on `secret`."""
     readers: set[str] = set()
-    for resource in resources:
+    for resource, found in facts.granting:
         if not (in_proxy_component(resource) and resource.type.startswith(SECRET_IAM_PREFIX)):
             continue
         on = _grant_secret(resource)
         if on is None or not _same(on, secret):
             continue
-        found, _ = grants_or_problem(resource.type, resource.props)
         for grant in found:
             if known_str(grant.role) != SECRET_ACCESSOR:
                 continue
@@ -135,16 +129,16 @@ def _declared_readers(resources: Sequence[Resource], secret: Secret) -> set[str]
 def token_secret_readers(resources: Sequence[Resource]) -> list[Finding]:
     """Only the proxy's accounts and the declared readers read the token secret. Not
     judged while the proxy's account, the secret, or a grant's member is unknown."""
-    declared = custom_roles(resources)
+    facts = stack_facts(resources)
+    declared = facts.custom_roles
     findings: list[Finding] = []
-    for proxy in proxy_functions(resources):
-        own = own_account_emails(proxy, resources)
+    for proxy in facts.proxy_functions:
+        own = facts.own_account_emails(proxy)
         if not own:
             continue
         for secret in token_secrets(proxy):
-            allowed = set(own) | _declared_readers(resources, secret)
-            for resource in resources:
-                found, _ = grants_or_problem(resource.type, resource.props)
+            allowed = set(own) | _declared_readers(facts, secret)
+            for resource, found in facts.granting:
                 for grant in found:
                     role = known_str(grant.role)
                     if role is None or role in PRIMITIVE_ROLES:

@@ -1,12 +1,10 @@
 """Stack policies: rules that hold between the dedup function, its jobs and Firestore
-(including the idempotent proxy's records in a database of its own).
+(including the idempotent proxy's records in a database of its own), and the callers each
+function of the kit serves.
 
-The dedup function is the `gcp:cloudfunctionsv2/function:Function` that runs one of the
-kit's entry points (the idempotent proxy is one as well) or reads DEDUP_* settings; a job
-targets it when its httpTarget.uri is the function's URL, a Cloud Run / Cloud Functions
-URL while the function's URL is not known, or not known itself (at preview the job's URI
-is the function's not-yet-known URL).
-Values the function does not set take the function's own defaults (function/dedup/settings.py).
+Which function is the dedup function and which jobs target it: policies/kit_resources.py
+and policies/facts.py. Values the function does not set take the function's own defaults
+(function/dedup/settings.py).
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
@@ -25,102 +22,33 @@ from infra.scheduler_rules import (
     retry_duration_to_recover_seconds,
     retry_window_seconds,
 )
-from policies.function import (
-    DEFAULT_DATABASE,
-    RecordsDatabase,
-    database_id,
-    records_database,
-    setting,
-)
+from policies.facts import stack_facts
 from policies.gcp import (
     ALLOWED_CALLERS_ENV,
-    DEDUP_ENTRY_POINT,
     DEDUP_TTL_FIELD,
     FIRESTORE_FIELD,
-    FUNCTION_V2,
-    PROXY_ENTRY_POINT,
-    SCHEDULER_JOB,
     parse_duration_seconds,
     parse_int,
     parse_seconds,
     service_account_email,
 )
-from policies.iam import (
-    DATASTORE_USER,
-    condition_database,
-    is_hierarchy_level,
-    level_name,
+from policies.grants import DATASTORE_USER
+from policies.kit_resources import (
+    DEFAULT_DATABASE,
+    database_id,
+    environment,
+    label,
+    records_database,
+    setting,
 )
 from policies.model import Finding, Resource
-from policies.proxy import is_proxy_function, proxy_functions
 from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known_str
-from policies.watchdog import delivering_accounts, is_watchdog_function
 
-_RUN_HOSTS = (".run.app", ".cloudfunctions.net")
 # What the function accepts as an entry of DEDUP_ALLOWED_CALLERS (function/dedup/settings.py).
 _EMAIL = re.compile(
     r"[A-Za-z0-9._%+-]+@"
     r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+"
 )
-
-
-# --- who is who -------------------------------------------------------------------------
-
-
-def _env(function: Resource) -> Any:
-    return get(function.props, "serviceConfig", "environmentVariables")
-
-
-def is_dedup_function(resource: Resource) -> bool:
-    """The dedup function, or the idempotent proxy (same protocol, same DEDUP_* settings)."""
-    if resource.type != FUNCTION_V2:
-        return False
-    if get(resource.props, "buildConfig", "entryPoint") in (DEDUP_ENTRY_POINT, PROXY_ENTRY_POINT):
-        return True
-    env = as_mapping(_env(resource))
-    return env is not None and any(str(k).startswith("DEDUP_") for k in env)
-
-
-def dedup_functions(resources: Sequence[Resource]) -> list[Resource]:
-    return [r for r in resources if is_dedup_function(r)]
-
-
-def job_targets(job: Resource, function: Resource) -> bool:
-    if job.type != SCHEDULER_JOB:
-        return False
-    target = get(job.props, "httpTarget")
-    if target is MISSING:
-        return False
-    uri = get(target, "uri")
-    if is_unknown(uri):
-        return True
-    text = known_str(uri)
-    if text is None:
-        return False
-    urls = [
-        u.rstrip("/")
-        for u in (
-            known_str(get(function.props, "url")),
-            known_str(get(function.props, "serviceConfig", "uri")),
-        )
-        if u
-    ]
-    if urls:
-        # The URL itself or a path below it (the proxy's ".../<name>-proxy" URL does not
-        # target the function ".../<name>").
-        target = text.rstrip("/")
-        return any(target == u or target.startswith((f"{u}/", f"{u}?")) for u in urls)
-    host = urlsplit(text).hostname or ""
-    return host.endswith(_RUN_HOSTS)
-
-
-def job_label(job: Resource) -> str:
-    """The Scheduler job ID if known, else the Pulumi name."""
-    return repr(known_str(get(job.props, "name")) or job.name)
-
-
-def jobs_targeting(function: Resource, resources: Sequence[Resource]) -> list[Resource]:
-    return [r for r in resources if job_targets(r, function)]
 
 
 def _deadline_seconds(job: Resource) -> float | None:
@@ -167,7 +95,7 @@ def lease_survives_missed_renewals(resources: Sequence[Resource]) -> list[Findin
     take up to the store timeout. Not judged while the lease or the store timeout is
     unknown; a malformed lease or store timeout is reported (fail closed)."""
     findings: list[Finding] = []
-    for function in dedup_functions(resources):
+    for function in stack_facts(resources).dedup_functions:
         lease = _int_setting(function, "DEDUP_LEASE_SECONDS")
         if isinstance(lease, str):
             findings.append(Finding(lease, function.urn))
@@ -223,17 +151,18 @@ def _retry_settings(job: Resource) -> RetrySettings | None:
 
 
 def retention_exceeds_retry_window(resources: Sequence[Resource]) -> list[Finding]:
+    facts = stack_facts(resources)
     findings: list[Finding] = []
-    for function in dedup_functions(resources):
+    for function in facts.dedup_functions:
         retention = _int_setting(function, "DEDUP_RETENTION_SECONDS")
         if isinstance(retention, str):
             findings.append(Finding(retention, function.urn))
             continue
         if retention is None:
             continue
-        for job in jobs_targeting(function, resources):
-            deadline = _deadline_seconds(job)
-            retry = _retry_settings(job)
+        for job in facts.jobs_targeting(function):
+            deadline = facts.per_resource(_deadline_seconds, job)
+            retry = facts.per_resource(_retry_settings, job)
             if deadline is None or retry is None:
                 continue
             window = retry_window_seconds(deadline, retry)
@@ -241,7 +170,7 @@ def retention_exceeds_retry_window(resources: Sequence[Resource]) -> list[Findin
                 findings.append(
                     Finding(
                         f"records are kept DEDUP_RETENTION_SECONDS={retention}s, not longer "
-                        f"than the retry window of job {job_label(job)} ({window:g}s): a late "
+                        f"than the retry window of job {label(job)} ({window:g}s): a late "
                         "retry would find no record and run the job again; set "
                         f"retentionSeconds > {window:g}",
                         function.urn,
@@ -265,11 +194,11 @@ def retries_outlast_lease(resources: Sequence[Resource]) -> list[Finding]:
     dedup-lease-survives-missed-renewals'.
     """
     findings: list[Finding] = []
-    functions = dedup_functions(resources)
-    for job in resources:
-        targeted = [f for f in functions if job_targets(job, f)]
+    facts = stack_facts(resources)
+    for job in facts.scheduler_jobs:
+        targeted = facts.functions_targeted(job)
         leases = [_int_setting(f, "DEDUP_LEASE_SECONDS") for f in targeted]
-        retry = _retry_settings(job)
+        retry = facts.per_resource(_retry_settings, job)
         if not leases or retry is None or not all(isinstance(v, int) for v in leases):
             continue
         lease = min(v for v in leases if isinstance(v, int))
@@ -280,13 +209,13 @@ def retries_outlast_lease(resources: Sequence[Resource]) -> list[Finding]:
             f"set retryConfig.maxRetryDuration >= {lease}s (retry.maxRetryDurationSeconds >= "
             "leaseSeconds)"
         )
-        deadline = _deadline_seconds(job)
+        deadline = facts.per_resource(_deadline_seconds, job)
         if deadline is not None:
             sure = retry_duration_to_recover_seconds(deadline, lease, retry)
             fix += f"; with its deadline and backoffs, {sure:g}s makes sure a retry comes after it"
         if span <= 0:
             message = (
-                f"job {job_label(job)} is not retried (retry: none, or retryCount 0 and no "
+                f"job {label(job)} is not retried (retry: none, or retryCount 0 and no "
                 "maxRetryDuration), so "
                 "a run whose instance crashed mid-job is skipped, not recovered: at-most-once "
                 "by design. If such runs must be recovered, a retry has to come after the "
@@ -294,7 +223,7 @@ def retries_outlast_lease(resources: Sequence[Resource]) -> list[Finding]:
             )
         else:
             message = (
-                f"job {job_label(job)} stops retrying {span:g}s after its first attempt when "
+                f"job {label(job)} stops retrying {span:g}s after its first attempt when "
                 "every attempt is answered at once, but a claim whose instance crashed mid-job "
                 f"answers 409 until its lease (DEDUP_LEASE_SECONDS={lease}s) lapses: the "
                 f"retries run out first and the run is skipped, never recovered. To recover it, "
@@ -336,8 +265,9 @@ def _field_defects(field: Resource) -> list[str]:
 
 def ttl_policy_on_expire_at(resources: Sequence[Resource]) -> list[Finding]:
     findings: list[Finding] = []
-    fields = [r for r in resources if r.type == FIRESTORE_FIELD]
-    for function in dedup_functions(resources):
+    facts = stack_facts(resources)
+    fields = facts.of_type(FIRESTORE_FIELD)
+    for function in facts.dedup_functions:
         collection = setting(function, "DEDUP_COLLECTION")
         database = database_id(setting(function, "DEDUP_DATABASE"))
         candidates = [
@@ -369,58 +299,27 @@ def ttl_policy_on_expire_at(resources: Sequence[Resource]) -> list[Finding]:
 # --- dedup-proxy-own-database -----------------------------------------------------------
 
 
-def _job_code_functions(resources: Sequence[Resource]) -> list[Resource]:
-    """The dedup functions that run the team's job code: neither a proxy nor a watchdog."""
-    return [
-        f
-        for f in dedup_functions(resources)
-        if not is_proxy_function(f, resources) and not is_watchdog_function(f)
-    ]
-
-
-def _reach(grant_on: Resource, condition: Any, database: RecordsDatabase) -> str | None:
-    """How a grant on `grant_on` with `condition` reaches `database`, or None if it does
-    not (or is not known yet): its one-database condition names it, or it has no such
-    condition and is granted on the database's project, a folder or the organization."""
-    if not is_hierarchy_level(grant_on.type):
-        return None  # Firestore roles act on databases through the project only
-    named = condition_database(condition)
-    if is_unknown(named):
-        return None
-    if isinstance(named, str):
-        return "its condition names it" if database.named_by(named) else None
-    level = level_name(grant_on.type)
-    if level != "project":
-        return f"granted at {level} level without a one-database condition"
-    project = get(grant_on.props, "project")
-    if is_unknown(project):
-        return None
-    text = known_str(project)  # unset: the provider's default project, the stack's own
-    if text is None or database.project is None or text == database.project:
-        return "granted on its project without a one-database condition"
-    return None
-
-
 def proxy_own_database(resources: Sequence[Resource]) -> list[Finding]:
     """Every proxy keeps its records in a database of its own: not the database of a dedup
     function that runs job code (Firestore IAM conditions name databases, not
     collections). Who writes it is dedup-database-writers' (policies/databases.py), as for
     every database of the kit. Not judged while the databases are unknown."""
     findings: list[Finding] = []
-    for proxy in proxy_functions(resources):
+    facts = stack_facts(resources)
+    for proxy in facts.proxy_functions:
         database = records_database(proxy)
         if database is None:
             continue
-        for function in _job_code_functions(resources):
+        for function in facts.job_code_functions:
             shared = records_database(function)
             if shared is None or not database.same_as(shared):
                 continue
             own = "dedup" if database.database == DEFAULT_DATABASE else database.database
             findings.append(
                 Finding(
-                    f"the proxy {_function_label(proxy)} keeps its records in database "
+                    f"the proxy {label(proxy)} keeps its records in database "
                     f"{str(database)!r} (DEDUP_DATABASE), the database of the dedup function "
-                    f"{_function_label(function)}, whose job code could write (forge) a "
+                    f"{label(function)}, whose job code could write (forge) a "
                     "proxied job's record there and suppress the run: set the proxy's "
                     f"DEDUP_DATABASE to a database of its own (e.g. '{own}-proxy', with its "
                     f"own TTL field on expire_at), and condition the proxy's {DATASTORE_USER} "
@@ -441,8 +340,9 @@ def _header(headers: Mapping[str, Any], name: str) -> Any:
 def dedup_headers(resources: Sequence[Resource]) -> list[Finding]:
     findings: list[Finding] = []
     seen: set[str] = set()
-    for function in dedup_functions(resources):
-        for job in jobs_targeting(function, resources):
+    facts = stack_facts(resources)
+    for function in facts.dedup_functions:
+        for job in facts.jobs_targeting(function):
             if job.urn in seen:
                 continue
             seen.add(job.urn)
@@ -461,7 +361,7 @@ def dedup_headers(resources: Sequence[Resource]) -> list[Finding]:
                 if value is MISSING or not str(value).strip():
                     findings.append(
                         Finding(
-                            f"job {job_label(job)} does not send the {name} header, so its runs "
+                            f"job {label(job)} does not send the {name} header, so its runs "
                             "are keyed with the function's own project/location and can "
                             "collide with a same-named job elsewhere: add "
                             f"httpTarget.headers[{name!r}]",
@@ -471,32 +371,12 @@ def dedup_headers(resources: Sequence[Resource]) -> list[Finding]:
                 elif known_str(own) and value != own:
                     findings.append(
                         Finding(
-                            f"job {job_label(job)} sends {name}: {value!r} but runs in {own!r}: "
+                            f"job {label(job)} sends {name}: {value!r} but runs in {own!r}: "
                             "send the job's own project and location",
                             job.urn,
                         )
                     )
     return findings
-
-
-def _function_label(function: Resource) -> str:
-    return repr(known_str(get(function.props, "name")) or function.name)
-
-
-def _scheduler_oidc_emails(resources: Sequence[Resource]) -> tuple[set[str], bool]:
-    """The e-mails of the accounts the stack's Scheduler jobs send OIDC tokens of, and
-    whether some job's is not known yet (it may be any account)."""
-    emails: set[str] = set()
-    unknown = False
-    for job in resources:
-        if job.type != SCHEDULER_JOB:
-            continue
-        email = get(job.props, "httpTarget", "oidcToken", "serviceAccountEmail")
-        if is_unknown(email):
-            unknown = True
-        elif known_str(email):
-            emails.add(service_account_email(email))
-    return emails, unknown
 
 
 def allowed_callers(resources: Sequence[Resource]) -> list[Finding]:
@@ -508,21 +388,22 @@ def allowed_callers(resources: Sequence[Resource]) -> list[Finding]:
     A value the function would refuse, or that is not a string, is reported (fail closed).
     """
     findings: list[Finding] = []
-    oidc, oidc_unknown = _scheduler_oidc_emails(resources)
+    facts = stack_facts(resources)
+    oidc, oidc_unknown = facts.oidc_emails, facts.oidc_unknown
     # A watchdog that delivers runs (catch-up, re-runs) calls with its own account's tokens.
-    delivering = delivering_accounts(resources)
-    for function in dedup_functions(resources):
-        env = _env(function)
+    delivering = facts.delivering_accounts
+    for function in facts.dedup_functions:
+        env = environment(function)
         if is_unknown(env):
             continue
         raw = get(env, ALLOWED_CALLERS_ENV)
         if is_unknown(raw):
             continue
-        label = _function_label(function)
+        who = label(function)
         if raw is MISSING or (isinstance(raw, str) and not raw.strip()):
             findings.append(
                 Finding(
-                    f"function {label} does not set {ALLOWED_CALLERS_ENV}, so it serves every "
+                    f"function {who} does not set {ALLOWED_CALLERS_ENV}, so it serves every "
                     "caller Cloud Run lets through (anyone holding roles/run.invoker, or a "
                     "broader role, on it or its project) and trusts the X-CloudScheduler-* "
                     f"headers they choose: set {ALLOWED_CALLERS_ENV} to the e-mail of the "
@@ -534,7 +415,7 @@ def allowed_callers(resources: Sequence[Resource]) -> list[Finding]:
         if not isinstance(raw, str):
             findings.append(
                 Finding(
-                    f"function {label}: {ALLOWED_CALLERS_ENV} is not a string: set a "
+                    f"function {who}: {ALLOWED_CALLERS_ENV} is not a string: set a "
                     "comma-separated list of service-account e-mails",
                     function.urn,
                 )
@@ -546,7 +427,7 @@ def allowed_callers(resources: Sequence[Resource]) -> list[Finding]:
             shown = ", ".join(repr(entry[:80]) for entry in bad)
             findings.append(
                 Finding(
-                    f"function {label}: {ALLOWED_CALLERS_ENV} has entries that are not "
+                    f"function {who}: {ALLOWED_CALLERS_ENV} has entries that are not "
                     f"e-mail addresses ({shown}), so the function refuses to start: set a "
                     "comma-separated list of service-account e-mails",
                     function.urn,
@@ -559,14 +440,14 @@ def allowed_callers(resources: Sequence[Resource]) -> list[Finding]:
         named = ", ".join(others)
         if oidc:
             message = (
-                f"function {label}: {ALLOWED_CALLERS_ENV} names {named}, which no Scheduler "
+                f"function {who}: {ALLOWED_CALLERS_ENV} names {named}, which no Scheduler "
                 "job of the stack sends OIDC tokens of, so it lets another identity forge "
                 "Scheduler deliveries: remove what no job uses (the jobs' accounts: "
                 f"{', '.join(sorted(oidc))})"
             )
         else:
             message = (
-                f"function {label}: {ALLOWED_CALLERS_ENV} names {named}, but no Scheduler job "
+                f"function {who}: {ALLOWED_CALLERS_ENV} names {named}, but no Scheduler job "
                 "of the stack sends OIDC tokens, so nothing shows these are the jobs' "
                 "accounts: set the jobs' httpTarget.oidcToken.serviceAccountEmail to the "
                 "invoker account it names"

@@ -1,17 +1,16 @@
-"""Stack policies for the run watchdog: it runs as its own service account, and that account
-holds no more than `roles/datastore.user` conditioned to its own database (its
-DEDUP_WATCH_DATABASE: its cursors and the re-run queue) and `roles/datastore.viewer`
-conditioned to the databases of run records it reads (its DEDUP_DATABASE, the proxy's).
+"""Stack policy for the run watchdog's account: it holds no more than
+`roles/datastore.user` conditioned to its own database (its DEDUP_WATCH_DATABASE: its
+cursors and the re-run queue) and `roles/datastore.viewer` conditioned to the databases of
+run records it reads (its DEDUP_DATABASE, the proxy's).
 
-The watchdog is the `gcp:cloudfunctionsv2/function:Function` with the entry point
-`watch_scheduled_runs`, or with a DEDUP_WATCH_* setting in its environment (its job list
-travels in its source archive, function/dedup/tables.py). It reads the run records and
-writes only its cursors and the re-run requests' status, in a database of its own: job code
-can write the dedup database, and would blind the watchdog or have it deliver runs. A
-watchdog without DEDUP_WATCH_DATABASE (before it had a database of its own) keeps both in
-DEDUP_DATABASE and may hold the user role there. As a function of the kit, the other
-policies apply to it as well (dedicated accounts, internal ingress, DEDUP_ALLOWED_CALLERS,
-invoker on its service only); who writes each database is dedup-database-writers'.
+The watchdog (policies/kit_resources.py) reads the run records and writes only its cursors
+and the re-run requests' status, in a database of its own: job code can write the dedup
+database, and would blind the watchdog or have it deliver runs. A watchdog without
+DEDUP_WATCH_DATABASE (before it had a database of its own) keeps both in DEDUP_DATABASE and
+may hold the user role there. As a function of the kit, the other policies apply to it as
+well (its own service account: policies/accounts.py; dedicated accounts, internal ingress,
+DEDUP_ALLOWED_CALLERS, invoker on its service only); who writes each database is
+dedup-database-writers'.
 """
 
 from __future__ import annotations
@@ -19,104 +18,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from policies.function import RecordsDatabase, database_id, records_database
-from policies.gcp import (
-    FUNCTION_V2,
-    WATCH_SETTINGS_PREFIX,
-    WATCHDOG_ENTRY_POINT,
-    type_module,
-)
-from policies.iam import (
+from policies.facts import stack_facts
+from policies.gcp import type_module
+from policies.grants import (
     DATASTORE_USER,
     DATASTORE_VIEWER,
+    RUN_INVOKER,
     condition_database,
     single_database_problem,
 )
-from policies.model import Finding, Resource
-from policies.proxy import (
-    RUN_INVOKER,
-    _label,
-    _runtime_email,
-    functions_own_their_accounts,
-    proxy_functions,
-    roles_held,
+from policies.kit_resources import (
+    QUEUE_ENV,
+    RecordsDatabase,
+    delivers_runs,
+    environment,
+    has_own_database,
+    label,
+    own_database,
+    records_database,
+    runtime_email,
 )
-from policies.values import MISSING, as_mapping, get, known_str
+from policies.model import Finding, Resource
+from policies.values import as_mapping, get
 
-# Set when the watchdog delivers runs (function/dedup/watchdog/delivery.py): to the dedup function,
-# and to the proxy (its proxied jobs', function/dedup/watchdog/settings.py).
-TARGET_URL_ENV = "DEDUP_WATCH_TARGET_URL"
-PROXY_URL_ENV = "DEDUP_WATCH_PROXY_URL"
-# Its deliveries' Cloud Tasks queue and the account whose OIDC token the tasks carry
-# (function/dedup/watchdog/cloud_tasks.py).
-QUEUE_ENV = "DEDUP_WATCH_QUEUE"
-# Its own database: its cursors and the re-run queue (function/dedup/watchdog/settings.py).
-WATCH_DATABASE_ENV = "DEDUP_WATCH_DATABASE"
 TASKS_ENQUEUER: Final = "roles/cloudtasks.enqueuer"
 SA_USER: Final = "roles/iam.serviceAccountUser"
-
-
-def _env(function: Resource) -> Any:
-    return get(function.props, "serviceConfig", "environmentVariables")
-
-
-def is_watchdog_function(resource: Resource) -> bool:
-    if resource.type != FUNCTION_V2:
-        return False
-    if get(resource.props, "buildConfig", "entryPoint") == WATCHDOG_ENTRY_POINT:
-        return True
-    env = as_mapping(_env(resource))
-    return env is not None and any(str(k).startswith(WATCH_SETTINGS_PREFIX) for k in env)
-
-
-def watchdog_functions(resources: Sequence[Resource]) -> list[Resource]:
-    return [r for r in resources if is_watchdog_function(r)]
-
-
-def has_own_database(watchdog: Resource) -> bool:
-    """It names a database of its own (DEDUP_WATCH_DATABASE), known or not yet."""
-    env = as_mapping(_env(watchdog))
-    value = get(env, WATCH_DATABASE_ENV) if env is not None else MISSING
-    return value is not MISSING and value != ""
-
-
-def own_database(watchdog: Resource) -> RecordsDatabase | None:
-    """Its DEDUP_WATCH_DATABASE (in its DEDUP_PROJECT); None if unset or not known yet."""
-    env = as_mapping(_env(watchdog))
-    if env is None or not has_own_database(watchdog):
-        return None
-    name = known_str(database_id(get(env, WATCH_DATABASE_ENV)))
-    records = records_database(watchdog)
-    if name is None or records is None:
-        return None
-    return RecordsDatabase(records.project, name)
-
-
-def delivers_runs(watchdog: Resource) -> bool:
-    """A watchdog that delivers runs itself (catch-up, operator re-runs): infra gives it
-    DEDUP_WATCH_TARGET_URL (the dedup function's) or DEDUP_WATCH_PROXY_URL (the proxy's)."""
-    env = as_mapping(_env(watchdog))
-    return env is not None and (TARGET_URL_ENV in env or PROXY_URL_ENV in env)
-
-
-def delivering_accounts(resources: Sequence[Resource]) -> set[str]:
-    """The runtime accounts of the watchdogs that deliver runs: allowed callers of the
-    functions they deliver to (dedup-allowed-callers), with run.invoker on those services."""
-    found = {_runtime_email(w) for w in watchdog_functions(resources) if delivers_runs(w)}
-    return {email for email in found if email is not None}
-
-
-# --- dedup-watchdog-own-service-account -------------------------------------------------
-
-
-def own_service_account(resources: Sequence[Resource]) -> list[Finding]:
-    return functions_own_their_accounts(
-        watchdog_functions(resources), resources, what="watchdog",
-        why="which holds only roles/datastore.user on the dedup database (and "
-        "roles/datastore.viewer on the proxy's)",
-        invoker_hint="use the stack's invoker account, which holds only roles/run.invoker on "
-        "the kit's services",
-    )
 
 
 # --- dedup-watchdog-least-privilege -----------------------------------------------------
@@ -135,7 +61,7 @@ def _own_queue_grant(watchdog: Resource, grant: Resource, role: str, email: str)
     enqueuer on the one queue its DEDUP_WATCH_QUEUE names, and serviceAccountUser (actAs,
     to have its tasks carry its own OIDC token) on its own account, nobody else's."""
     if role == TASKS_ENQUEUER and grant.type.startswith("gcp:cloudtasks/queueIam"):
-        queue = get(as_mapping(_env(watchdog)) or {}, QUEUE_ENV)
+        queue = get(as_mapping(environment(watchdog)) or {}, QUEUE_ENV)
         named = (f"projects/{get(grant.props, 'project')}/locations/"
                  f"{get(grant.props, 'location')}/queues/{get(grant.props, 'name')}")
         return isinstance(queue, str) and named == queue
@@ -191,15 +117,16 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
     iam-no-project-level-invoker covers the rest). Which databases the roles name:
     dedup-database-writers and dedup-proxy-own-database."""
     findings: list[Finding] = []
-    proxies = proxy_functions(resources)
-    for watchdog in watchdog_functions(resources):
-        email = _runtime_email(watchdog)
+    facts = stack_facts(resources)
+    proxies = facts.proxy_functions
+    for watchdog in facts.watchdog_functions:
+        email = runtime_email(watchdog)
         if email is None:
             continue  # not known yet: the grants cannot be attributed to the watchdog
-        prefix = f"the watchdog's account {email} ({_label(watchdog)})"
+        prefix = f"the watchdog's account {email} ({label(watchdog)})"
         delivers = delivers_runs(watchdog)
         own, records = own_database(watchdog), records_database(watchdog)
-        for resource, role, grant in roles_held(resources, email):
+        for resource, role, grant in facts.roles_held(email):
             if delivers and role == RUN_INVOKER and resource.type.startswith(
                 "gcp:cloudrunv2/serviceIam"
             ):

@@ -58,7 +58,7 @@ REFUSED_START = "start refused downstream ({status}): failed (permanent), nothin
 REFUSED_RETRIED = "REFUSED START NOT ANSWERED 200 failed_permanent (Scheduler retried it)"
 REFUSED_COUNTED_DONE = "REFUSED START ANSWERED AS DONE"
 REFUSED_BUT_STARTED = "REFUSED START STARTED ANYWAY"
-# The outcome a proxy's reply names for a refused start (dedup.protocol PermanentFailure).
+# The outcome a proxy's reply names for a refused start (dedup.run_context PermanentFailure).
 FAILED_PERMANENT = "failed_permanent"
 
 

@@ -17,15 +17,28 @@ from google.cloud import firestore
 from local_stack import FirestoreEmulator, LocalStackError
 
 EMULATOR_PROJECT = "dedup-kit-test"
-# The files that take minutes (the --durations leaders), collected first: under --dist
-# loadfile each file goes to one worker in collection order, so a long file met last
-# leaves the other worker idle at the end.
+# The files that take longest, collected first and longest first: under --dist loadfile
+# each file goes to one worker in collection order, so a long file met last leaves the
+# other worker idle at the end, while the short ones that follow even the two out. Each
+# file's seconds (its tests' summed durations in a loaded `make test`, pytest's junit
+# report) beside it: re-measure when a file's time changes much, and keep every file over
+# ~20 s here, in that order.
 LONG_FILES = (
-    "tests/function/test_backfill.py",
-    "tests/test_by_version.py",
-    "tests/test_fork.py",
-    "tests/scheduler_emulator/test_serve.py",
-    "tests/scheduler_emulator/test_demo_command.py",
+    "tests/function/test_backfill.py",  # 158
+    "tests/test_fork.py",  # 152
+    "tests/function/test_overlap_served.py",  # 147
+    "tests/scheduler_emulator/test_end_to_end.py",  # 142
+    "tests/scheduler_emulator/test_demo_command.py",  # 139
+    "tests/scheduler_emulator/test_serve.py",  # 99
+    "tests/test_by_version.py",  # 55
+    "tests/infra/test_lock.py",  # 54
+    "tests/infra/test_job_logic.py",  # 47
+    "tests/function/test_store_faults.py",  # 33
+    "tests/function/test_forced_runs_served.py",  # 31
+    "tests/bench/test_harness.py",  # 30
+    "tests/infra/test_readme_first_job.py",  # 27
+    "tests/function/test_store_faults_served.py",  # 26
+    "tests/infra/test_scale.py",  # 20
 )
 
 

@@ -78,8 +78,22 @@ def fresh_venv(path: Path) -> Path:
 def install_wheel(wheel: Path, python: Path, *, deps: bool = False,
                   extra: Sequence[str] = ()) -> None:
     """Install `wheel` into the virtualenv of `python`: alone and offline (the default), or
-    with its pinned dependencies from the package index (`deps=True`, `extra` for more
-    uv pip install arguments, e.g. `["--constraint", "constraints.txt"]`)."""
-    argv = [str(UV), "pip", "install", "--quiet", "--python", str(python), str(wheel), *extra]
-    argv += [] if deps else ["--no-deps", "--offline"]
-    subprocess.run(argv, env=clean_env(), check=True, timeout=900)
+    with its pinned dependencies (`deps=True`, `extra` for more uv pip install arguments,
+    e.g. `["--constraint", "constraints.txt"]`: see uv_pip_install)."""
+    argv = ["--python", str(python), str(wheel), *extra]
+    if deps:
+        uv_pip_install(argv)
+    else:
+        subprocess.run([str(UV), "pip", "install", "--quiet", *argv, "--no-deps", "--offline"],
+                       env=clean_env(), check=True, timeout=900)
+
+
+def uv_pip_install(argv: Sequence[str]) -> None:
+    """`uv pip install argv`, from uv's cache alone when it holds every package (the dev
+    virtualenv's build filled it), else from the package index: online, uv asks the index
+    about every package, seconds of round trips per install for the same files."""
+    command = [str(UV), "pip", "install", "--quiet", *argv]
+    offline = subprocess.run([*command, "--offline"], env=clean_env(), capture_output=True,
+                             timeout=900, check=False)
+    if offline.returncode != 0:
+        subprocess.run(command, env=clean_env(), check=True, timeout=900)

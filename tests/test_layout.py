@@ -278,3 +278,33 @@ def test_the_size_check_counts_lines(tmp_path: Path) -> None:
     assert line_count(probe) == MAX_LINES + 1
     assert "tests/" in NOT_SIZED and not any(room.startswith(NOT_SIZED) for room in (
         "demo/", "function/dedup/", "infra/", "scheduler_emulator/"))
+
+
+def private_imports(path: Path) -> list[str]:
+    """Each `_private` name `path` takes from another kit module (`from m import _x`):
+    a private name is its module's own, so whoever needs it is owed a public one."""
+    own = path.resolve().relative_to(REPO_ROOT).as_posix() if path.is_relative_to(
+        REPO_ROOT) else None
+    found: list[str] = []
+    for module, names in imports_in(path.read_text(encoding="utf-8")):
+        target = module_file(module)
+        if target is None or target == own:
+            continue
+        found += [f"{module}.{name}" for name in names
+                  if name.startswith("_") and not name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    taken = [f"  {module}: {', '.join(names)}" for module in kit_modules()
+             if (names := private_imports(REPO_ROOT / module))]
+    assert not taken, (
+        "modules importing another module's private (_x) names (make the name public in "
+        "its module, or move what both need to a module of its own):\n" + "\n".join(taken))
+
+
+def test_the_private_name_check_catches_one(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("from infra.config.errors import invalid, _hidden\n"
+                     "from pulumi.runtime.sync_await import _sync_await\n")
+    assert private_imports(probe) == ["infra.config.errors._hidden"]  # the kit's only

@@ -3,7 +3,12 @@ once (retries, duplicate deliveries) runs its job once, and its duplicates get t
 
 The protocol, at the top of the package (what job code and its tests import):
 keys.py        headers -> RunKey (the run_id), or a 400 reason
-protocol.py    claim / complete / release / renew, RunContext; heartbeat.py renews leases
+protocol.py    one delivery end to end (Deduplicator); the names below, importable here too
+run_context.py RunContext, what a job is told; PermanentFailure, what it may raise
+outcomes.py    what a delivery came to (Outcome, Delivery); its result and error, kept
+claiming.py    claim a run: create, or take over; settle a claim whose outcome is unknown
+claim.py       the claim held and its guarded writes (renew, complete, release)
+heartbeat.py   renews the claims of the jobs running, on one timer thread
 overlap.py     a job's runs that would overlap (forbid, wait, replace)
 business_runs  one run per scheduled local time (DST); cache.py, completed runs in memory
 job_logic.py   loads job logic (its job table, tables.py); logs.py, its JSON log lines

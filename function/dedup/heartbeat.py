@@ -17,6 +17,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -80,6 +81,10 @@ class Heartbeats:
         self._due: list[tuple[float, int, _Renewal]] = []
         self._order = itertools.count()  # ties on `due` never compare two _Renewals
         self._wake = threading.Condition()
+        # When the waiting timer looks at the heap next (inf: not until notified). A new
+        # renewal due later needs no wake-up: waking the timer on every delivery cost a
+        # thread switch on each fresh run, and a renewal is due a third of a lease away.
+        self._wakes_at = math.inf
         self._timer: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(_MAX_RENEWALS_IN_FLIGHT, "lease-renewal")
 
@@ -106,8 +111,8 @@ class Heartbeats:
                     target=self._loop, name="lease-heartbeat", daemon=True
                 )
                 self._timer.start()
-            if self._due[0] is renewal.entry:
-                self._wake.notify()  # only an earlier deadline needs the timer awake
+            if renewal.due < self._wakes_at:
+                self._wake.notify()  # only a deadline before its wake-up needs the timer
 
     def unschedule(self, renewal: _Renewal) -> None:
         """Drop a finished job's pending renewal now, so the heap holds running jobs only
@@ -123,6 +128,7 @@ class Heartbeats:
             with self._wake:
                 while True:
                     if not self._due:
+                        self._wakes_at = math.inf
                         self._wake.wait()
                         continue
                     due, _, renewal = self._due[0]
@@ -131,6 +137,7 @@ class Heartbeats:
                         heapq.heappop(self._due)
                         renewal.entry = None
                         break
+                    self._wakes_at = due
                     self._wake.wait(left)
             if not renewal.done:
                 self._pool.submit(renewal.run)

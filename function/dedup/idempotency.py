@@ -48,8 +48,10 @@ from google.cloud import firestore
 
 from dedup.entry.app import build_deduplicator
 from dedup.keys import RunKey
-from dedup.protocol import Deduplicator, Outcome, RunContext
+from dedup.outcomes import Outcome
+from dedup.protocol import Deduplicator
 from dedup.proxy.tokens import ForgedToken, token_secret_setting, verify_token
+from dedup.run_context import RunContext
 from dedup.settings import Settings
 from dedup.store import StoreUnavailable
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dedup.logs import run_fields
-from dedup.protocol import Job, RunContext
+from dedup.run_context import Job, RunContext
 from dedup.settings import SettingsError
 from dedup.tables import JOB_ROUTES_TABLE
 

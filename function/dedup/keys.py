@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -36,8 +37,8 @@ TIME_ZONE_HEADER = "x-dedup-time-zone"
 DST_REPEATED_HEADER = "x-dedup-dst-repeated"
 DST_SKIPPED_HEADER = "x-dedup-dst-skipped"
 FORCED_RUNS_HEADER = "x-dedup-forced-runs"
-# The job's attemptDeadline in seconds: how long an answer may take (dedup.protocol resolves
-# a claim whose outcome is unknown within it).
+# The job's attemptDeadline in seconds: how long an answer may take (dedup.claiming
+# resolves a claim whose outcome is unknown within it).
 ATTEMPT_DEADLINE_HEADER = "x-dedup-attempt-deadline"
 # forcedRuns: what a forced run ("Run now") is.
 FORCED_SEPARATE = "separate"  # a run of its own; the scheduled run still runs at its time
@@ -96,7 +97,7 @@ class RunKey:
     # schedule time: keyed as that run (not in run_id), recorded and logged as forced.
     early: bool = False
 
-    @property
+    @functools.cached_property  # read by every step of a delivery: hashed once
     def run_id(self) -> str:
         """SHA-256 hex of the canonical tuple: fixed length, evenly spread document IDs.
         A scheduled run's tuple is unchanged since records were first written (existing

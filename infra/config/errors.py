@@ -1,7 +1,7 @@
 """How the stack config reports what is wrong: `Problem` (one invalid setting: its full key,
 what is wrong, the fix) and `ConfigError`, which carries every problem of a stack at once;
-`Invalid`, `invalid` and `_Problems`, with which the models' validators raise problems
-relative to the value they check (`Loc`); and `_closest`, the "did you mean" of a near miss.
+`Invalid`, `invalid` and `ProblemList`, with which the models' validators raise problems
+relative to the value they check (`Loc`); and `did_you_mean`, the "did you mean" of a near miss.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Invalid(ValueError):
         self.problems = tuple(problems)
 
 
-class _Problems(list[tuple[Loc, str, str]]):
+class ProblemList(list[tuple[Loc, str, str]]):
     def add(self, at: Loc | str, message: str, fix: str) -> None:
         self.append(((at,) if isinstance(at, str) else at, message, fix))
 
@@ -66,7 +66,7 @@ def invalid(message: str, fix: str, at: Loc | str = ()) -> Invalid:
     return Invalid([((at,) if isinstance(at, str) else at, message, fix)])
 
 
-def _closest(what: str, value: str, known: Sequence[str]) -> str:
+def did_you_mean(what: str, value: str, known: Sequence[str]) -> str:
     """"did you mean 'X'? " for the closest of `known` (case-insensitive), else ""."""
     by_lower = {k.lower(): k for k in known}
     close = difflib.get_close_matches(value.lower(), list(by_lower), n=1, cutoff=0.75)

@@ -19,7 +19,7 @@ from infra.config.names import kit_key
 from infra.config.stack import GROUPS, KIT_KEYS, StackConfig
 
 
-def _problems(exc: ValidationError) -> list[Problem]:
+def validation_problems(exc: ValidationError) -> list[Problem]:
     problems: list[Problem] = []
     for error in exc.errors(include_url=False):
         loc: Loc = tuple(error["loc"])

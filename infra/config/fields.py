@@ -1,4 +1,4 @@
-"""How a setting is declared and read back: `_Model`, the base of every config model
+"""How a setting is declared and read back: `ConfigModel`, the base of every config model
 (unknown keys forbidden, frozen, camelCase keys, null as unset); `Int` and `Bool`, which
 also read the Pulumi engine's strings; `Hint`, a field's error text and schema extras; and
 what the generated schema and the error messages read from a field (`model_fields`, `hint`,
@@ -59,7 +59,7 @@ Int = Annotated[int, Strict(), BeforeValidator(_to_int)]
 Bool = Annotated[bool, Strict(), BeforeValidator(_to_bool)]
 
 
-class _Model(BaseModel):
+class ConfigModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel)
     setting_of: ClassVar[str] = "a setting"
     """What an unknown key of this model is not ("is not a job setting")."""

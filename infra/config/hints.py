@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Final
 from zoneinfo import available_timezones
 
-from infra.config.errors import _closest, invalid
+from infra.config.errors import did_you_mean, invalid
 from infra.scheduler_rules import ScheduleError, validate_cron, validate_time_zone
 
 DEFAULT_TIME_ZONE: Final = "Etc/UTC"
@@ -76,7 +76,7 @@ def checked_time_zone(time_zone: str) -> str:
     try:
         validate_time_zone(time_zone)
     except ScheduleError as exc:
-        raise invalid(str(exc), _closest("time zone", time_zone, sorted(available_timezones()))
+        raise invalid(str(exc), did_you_mean("time zone", time_zone, sorted(available_timezones()))
                       + "use an IANA name such as Etc/UTC or America/New_York") from None
     return time_zone
 
@@ -104,7 +104,7 @@ def firestore_location_problem(location: str) -> tuple[str, str] | None:
     if location in FIRESTORE_LOCATIONS:
         return None
     return (f"{location!r} is not a Firestore location",
-            _closest("location", location, sorted(FIRESTORE_LOCATIONS)) + "use a region such "
+            did_you_mean("location", location, sorted(FIRESTORE_LOCATIONS)) + "use a region such "
             "as europe-west1 or us-central1, or a multi-region: "
             f"{', '.join(FIRESTORE_MULTI_REGIONS)} (infra/config/hints.py FIRESTORE_REGIONS "
             "lists the regions)")

@@ -15,8 +15,8 @@ from typing import Annotated, Any, ClassVar, Final, Literal, get_args
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from dedup.watchdog.incidents import MAX_THRESHOLD
-from infra.config.errors import _Problems, invalid
-from infra.config.fields import Bool, Hint, Int, _Model
+from infra.config.errors import ProblemList, invalid
+from infra.config.fields import Bool, ConfigModel, Hint, Int
 from infra.config.hints import DEFAULT_TIME_ZONE, checked_cron, checked_time_zone
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
@@ -42,21 +42,21 @@ DstRepeated = Literal["once", "each"]
 DstSkipped = Literal["shift", "skip"]
 ForcedRuns = Literal["separate", "replaceNext", "refuse"]
 Overlap = Literal["allow", "forbid", "wait", "replace"]  # dedup.keys.OVERLAP_POLICIES
-_DST_REPEATED_TEXT = (
+DST_REPEATED_TEXT = (
     "A local time that happens twice (the autumn DST change): `once` (one run; a delivery for "
     "the other instant is a duplicate) or `each` (a run per instant)")
-_DST_SKIPPED_TEXT = (
+DST_SKIPPED_TEXT = (
     "A local time that does not happen (the spring DST change): `shift` (run at the change) "
     "or `skip` (no run that day)")
-_FORCED_RUNS_TEXT = (
+FORCED_RUNS_TEXT = (
     "A forced run (\"Run now\", `gcloud scheduler jobs run`): `separate` (a run of its own; "
     "the scheduled run still runs), `replaceNext` (it is the upcoming scheduled run, whose "
     "delivery is then a duplicate) or `refuse` (400, nothing runs)")
-_OVERLAP_TEXT = (
+OVERLAP_TEXT = (
     "A run whose previous run of the same job still runs: `allow` (both run), `forbid` (200, "
     "recorded `skipped`, nothing runs), `wait` (409 until that run ends: Scheduler's retries "
     "start it) or `replace` (that run is asked to stop through claim_lost; 409 until it did)")
-_OVERLAP_FIX = "use 'allow', 'forbid', 'wait' or 'replace'"
+OVERLAP_FIX = "use 'allow', 'forbid', 'wait' or 'replace'"
 PROXY_TARGETS: Final[tuple[str, ...]] = get_args(ProxyTargetName)
 _PROXY_PROJECT = r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20}"
 _PROXY_PREFIX = rf"projects/({_PROXY_PROJECT})/locations/([a-z][a-z0-9-]{{1,62}})"
@@ -91,13 +91,13 @@ PROXY_RESERVED_TOKEN_NAMES: Final[Mapping[str, frozenset[str]]] = {
     PROXY_TARGET_BUILD_TRIGGER: frozenset({"job", "schedule_time"}),
 }
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
-_JOB_LOGIC = rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}$"
-_JOB_LOGIC_FIX = "use 'module:function' of a module inside function/, e.g. jobs.send_invoices:run"
+JOB_LOGIC = rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}$"
+JOB_LOGIC_FIX = "use 'module:function' of a module inside function/, e.g. jobs.send_invoices:run"
 CATCH_UP_WITHIN_DEFAULT_SECONDS: Final = 6 * 3600
 """jobs[].catchUpWithinSeconds: a missed run is caught up at most six hours late."""
 
 
-class _Scheduled(_Model):
+class ScheduledModel(ConfigModel):
     """A model with a Scheduler `schedule` and `timeZone`, checked as Cloud Scheduler
     checks them; the error's example is the model's CRON_EXAMPLE."""
 
@@ -114,7 +114,7 @@ class _Scheduled(_Model):
         return checked_time_zone(time_zone)
 
 
-class ProxyTarget(_Model):
+class ProxyTarget(ConfigModel):
     """The downstream execution a proxied job starts (`jobs[].proxy`)."""
 
     setting_of: ClassVar[str] = "a proxy setting"
@@ -138,7 +138,7 @@ class ProxyTarget(_Model):
     @model_validator(mode="after")
     def _fits_target(self) -> ProxyTarget:
         resource, shape, token, token_what = _PROXY_RULES[self.target]
-        problems = _Problems()
+        problems = ProblemList()
         if not resource.fullmatch(self.resource):
             problems.add("resource", f"{self.resource!r} is not a {self.target} resource name",
                          f"use the full name {shape}")
@@ -189,7 +189,7 @@ AT_MOST_ONCE: Final = "none"
 """`retry: none`: the job is never retried (at most once)."""
 
 
-class RetryConfig(_Model):
+class RetryConfig(ConfigModel):
     """A job's retryConfig (`jobs[].retry`). Unset, the kit's defaults retry a failed or
     crashed run until a retry comes after the crashed attempt's lease has lapsed (three
     retries, 30 s doubling up to 300 s apart), so every run is recovered. (If Scheduler stops
@@ -233,27 +233,27 @@ def _at_most_once(raw: Any) -> Any:
     return raw
 
 
-_FAILURE_THRESHOLD_TEXT = ("How many of the job's runs in a row judged missed, failed or "
+FAILURE_THRESHOLD_TEXT = ("How many of the job's runs in a row judged missed, failed or "
                            "overlong open an incident (one notification per streak)")
-_RECOVERY_THRESHOLD_TEXT = ("How many completed runs in a row close it (a recovery "
+RECOVERY_THRESHOLD_TEXT = ("How many completed runs in a row close it (a recovery "
                             "notification); also closes a ran_twice incident")
 
 
-class JobAlertSettings(_Model):
+class JobAlertSettings(ConfigModel):
     """A job's own alert thresholds (`jobs[].alerts`); unset: the stack's `alerts`."""
 
     setting_of: ClassVar[str] = "a job's alerts setting"
     failure_threshold: Int = Field(  # 0: unset (a given value is validated, the default not)
         default=0, ge=1, le=MAX_THRESHOLD,
-        description=f"{_FAILURE_THRESHOLD_TEXT}; unset: alerts.failureThreshold",
+        description=f"{FAILURE_THRESHOLD_TEXT}; unset: alerts.failureThreshold",
         json_schema_extra=Hint(default="alerts.failureThreshold"))
     recovery_threshold: Int = Field(  # 0: unset (a given value is validated, the default not)
         default=0, ge=1, le=MAX_THRESHOLD,
-        description=f"{_RECOVERY_THRESHOLD_TEXT}; unset: alerts.recoveryThreshold",
+        description=f"{RECOVERY_THRESHOLD_TEXT}; unset: alerts.recoveryThreshold",
         json_schema_extra=Hint(default="alerts.recoveryThreshold"))
 
 
-class JobSettings(_Scheduled):
+class JobSettings(ScheduledModel):
     """One Cloud Scheduler job, served by the stack's dedup function (or its proxy)."""
 
     CRON_EXAMPLE: ClassVar[str] = "'0 3 * * *'"
@@ -280,9 +280,9 @@ class JobSettings(_Scheduled):
         json_schema_extra=Hint(also=AT_MOST_ONCE))
     body: Any = Field(default=None, description="JSON value POSTed as `application/json`")
     job_logic: str = Field(
-        default="", pattern=_JOB_LOGIC,
+        default="", pattern=JOB_LOGIC,
         description="`module:function` inside `function/` that runs the job; not with `proxy`",
-        json_schema_extra=Hint("a module:function", _JOB_LOGIC_FIX, default="defaultJobLogic"))
+        json_schema_extra=Hint("a module:function", JOB_LOGIC_FIX, default="defaultJobLogic"))
     """The effective `module:function` (the job's own, or the stack's defaultJobLogic).
     Unused for a proxied job, which runs no job logic of its own."""
     paused: Bool = Field(default=False, description="Deploy the job paused")
@@ -294,20 +294,20 @@ class JobSettings(_Scheduled):
         default=None, description="Start a Google Cloud execution once per run through the "
         "idempotent proxy (its own function and account) instead of running jobLogic")
     dst_repeated: DstRepeated | None = Field(
-        default=None, description=f"{_DST_REPEATED_TEXT}; unset: the stack's dstRepeated, "
+        default=None, description=f"{DST_REPEATED_TEXT}; unset: the stack's dstRepeated, "
         "else as BSD cron -s: `each` when the minute or hour field starts with `*`, else `once`",
         json_schema_extra=Hint("a DST choice", "use 'once' or 'each'", default="dstRepeated"))
     dst_skipped: DstSkipped | None = Field(
-        default=None, description=f"{_DST_SKIPPED_TEXT}; unset: the stack's dstSkipped, else "
+        default=None, description=f"{DST_SKIPPED_TEXT}; unset: the stack's dstSkipped, else "
         "as BSD cron -s: `skip` when the minute or hour field starts with `*`, else `shift`",
         json_schema_extra=Hint("a DST choice", "use 'shift' or 'skip'", default="dstSkipped"))
     forced_runs: ForcedRuns | None = Field(
-        default=None, description=f"{_FORCED_RUNS_TEXT}; unset: the stack's forcedRuns",
+        default=None, description=f"{FORCED_RUNS_TEXT}; unset: the stack's forcedRuns",
         json_schema_extra=Hint("a forced-run choice", "use 'separate', 'replaceNext' or "
                                "'refuse'", default="forcedRuns"))
     overlap: Overlap | None = Field(
-        default=None, description=f"{_OVERLAP_TEXT}; unset: the stack's overlap",
-        json_schema_extra=Hint("an overlap policy", _OVERLAP_FIX, default="overlap"))
+        default=None, description=f"{OVERLAP_TEXT}; unset: the stack's overlap",
+        json_schema_extra=Hint("an overlap policy", OVERLAP_FIX, default="overlap"))
     catch_up: Bool = Field(
         default=False, description="The watchdog delivers a missed run itself (late, with its "
         "original schedule time, exactly once); not for runs that must not execute late")

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from infra.config.errors import ConfigError, Problem
-from infra.config.explain import _problems
+from infra.config.explain import validation_problems
 from infra.config.fields import model_fields
 from infra.config.names import (
     GCP_PROJECT_KEY,
@@ -55,7 +55,7 @@ def load_config(values: Mapping[str, Any], *, deploying: bool = False) -> StackC
     try:
         config = StackConfig.model_validate(data, context={DEPLOYING: deploying})
     except ValidationError as exc:
-        raise ConfigError([*problems, *_problems(exc)]) from None
+        raise ConfigError([*problems, *validation_problems(exc)]) from None
     if problems:
         raise ConfigError(problems)
     return config

@@ -13,27 +13,27 @@ from typing import Annotated, Any, ClassVar, Final, Literal
 from pydantic import Field, field_validator, model_validator
 
 from dedup.watchdog.incidents import MAX_THRESHOLD
-from infra.config.errors import _Problems, invalid
-from infra.config.fields import Bool, Hint, Int, _Model
+from infra.config.errors import ProblemList, invalid
+from infra.config.fields import Bool, ConfigModel, Hint, Int
 from infra.config.hints import (
     DEFAULT_TIME_ZONE,
     firestore_location_problem,
 )
 from infra.config.jobs import (
-    _DST_REPEATED_TEXT,
-    _DST_SKIPPED_TEXT,
-    _FAILURE_THRESHOLD_TEXT,
-    _FORCED_RUNS_TEXT,
-    _JOB_LOGIC,
-    _JOB_LOGIC_FIX,
-    _OVERLAP_FIX,
-    _OVERLAP_TEXT,
-    _RECOVERY_THRESHOLD_TEXT,
+    DST_REPEATED_TEXT,
+    DST_SKIPPED_TEXT,
+    FAILURE_THRESHOLD_TEXT,
+    FORCED_RUNS_TEXT,
+    JOB_LOGIC,
+    JOB_LOGIC_FIX,
+    OVERLAP_FIX,
+    OVERLAP_TEXT,
+    RECOVERY_THRESHOLD_TEXT,
     DstRepeated,
     DstSkipped,
     ForcedRuns,
     Overlap,
-    _Scheduled,
+    ScheduledModel,
 )
 from infra.config.names import proxy_database_of, watch_database_of
 from infra.scheduler_rules import DURATION_MAX_SECONDS, LEASE_STORE_TIMEOUTS, min_lease_seconds
@@ -50,7 +50,7 @@ def memory_mib(memory: str) -> int:
     return int(match.group(1)) * unit_bytes // 2**20
 
 
-class FunctionSettings(_Model):
+class FunctionSettings(ConfigModel):
     """The Cloud Run function (2nd gen) that serves every job."""
 
     timeout_seconds: Int = Field(  # le: 2nd gen HTTP functions
@@ -101,7 +101,7 @@ class FunctionSettings(_Model):
         return None
 
 
-class DedupSettings(_Model):
+class DedupSettings(ConfigModel):
     """The dedup records: where they live and how long leases and records last."""
 
     database_name: str = Field(
@@ -150,25 +150,25 @@ class DedupSettings(_Model):
         json_schema_extra=Hint("a mode", "use 'reject' (answer 400 to a delivery without "
                                "X-CloudScheduler-ScheduleTime) or 'run' (run it without dedup)"))
     dst_repeated: DstRepeated | None = Field(
-        default=None, description=f"Every job's default: {_DST_REPEATED_TEXT}; unset: as BSD "
+        default=None, description=f"Every job's default: {DST_REPEATED_TEXT}; unset: as BSD "
         "cron -s, per job (see jobs[].dstRepeated)",
         json_schema_extra=Hint("a DST choice", "use 'once' or 'each'", default="BSD cron -s"))
     dst_skipped: DstSkipped | None = Field(
-        default=None, description=f"Every job's default: {_DST_SKIPPED_TEXT}; unset: as BSD "
+        default=None, description=f"Every job's default: {DST_SKIPPED_TEXT}; unset: as BSD "
         "cron -s, per job (see jobs[].dstSkipped)",
         json_schema_extra=Hint("a DST choice", "use 'shift' or 'skip'", default="BSD cron -s"))
     forced_runs: ForcedRuns = Field(
-        default="separate", description=f"Every job's default: {_FORCED_RUNS_TEXT}",
+        default="separate", description=f"Every job's default: {FORCED_RUNS_TEXT}",
         json_schema_extra=Hint("a forced-run choice", "use 'separate', 'replaceNext' or "
                                "'refuse'"))
     overlap: Overlap = Field(
-        default="allow", description=f"Every job's default: {_OVERLAP_TEXT}. `allow`: no "
+        default="allow", description=f"Every job's default: {OVERLAP_TEXT}. `allow`: no "
         "extra Firestore RPC; the others cost 3 more per run (docs/operations.md)",
-        json_schema_extra=Hint("an overlap policy", _OVERLAP_FIX))
+        json_schema_extra=Hint("an overlap policy", OVERLAP_FIX))
     default_job_logic: str = Field(
-        default="example_jobs.example:run", pattern=_JOB_LOGIC,
+        default="example_jobs.example:run", pattern=JOB_LOGIC,
         description="`module:function` inside `function/` for jobs without their own jobLogic",
-        json_schema_extra=Hint("a module:function", _JOB_LOGIC_FIX))
+        json_schema_extra=Hint("a module:function", JOB_LOGIC_FIX))
     store_timeout_seconds: Int = Field(default=10, ge=1, le=60, description="Bound on any "
                                        "Firestore call; < functionTimeoutSeconds, <= "
                                        "leaseSeconds / 3")
@@ -234,7 +234,7 @@ class DedupSettings(_Model):
         # The lease is a liveness window, renewed by a heartbeat while the job runs, not a
         # bound on the job: it need not cover the function timeout or any attempt deadline.
         min_lease = round(min_lease_seconds(self.store_timeout_seconds))
-        problems = _Problems()
+        problems = ProblemList()
         if lease < min_lease:
             problems.add("leaseSeconds", f"{lease} s is shorter than {LEASE_STORE_TIMEOUTS} x "
                          f"storeTimeoutSeconds ({min_lease} s): the heartbeat renews the lease "
@@ -257,7 +257,7 @@ _EMAIL_ADDRESS = (r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 EmailAddress = Annotated[str, Field(pattern=_EMAIL_ADDRESS)]
 
 
-class WatchdogSettings(_Scheduled):
+class WatchdogSettings(ScheduledModel):
     """The run watchdog (`watchdog`): its own function, account and Scheduler job, which
     reports missed, failed, overlong and never-run runs of the stack's jobs."""
 
@@ -290,7 +290,7 @@ class WatchdogSettings(_Scheduled):
         "whose runs may overlap")
 
 
-class AlertSettings(_Model):
+class AlertSettings(ConfigModel):
     """Where the stack's alert policies notify (`alerts`)."""
 
     setting_of: ClassVar[str] = "an alerts setting"
@@ -300,11 +300,11 @@ class AlertSettings(_Model):
         json_schema_extra=Hint("an e-mail address", "use addresses like oncall@example.com"))
     failure_threshold: Int = Field(
         default=1, ge=1, le=MAX_THRESHOLD,
-        description=f"Every job's default: {_FAILURE_THRESHOLD_TEXT}; never_ran and "
+        description=f"Every job's default: {FAILURE_THRESHOLD_TEXT}; never_ran and "
         "ran_twice open one at once")
     recovery_threshold: Int = Field(
         default=1, ge=1, le=MAX_THRESHOLD,
-        description=f"Every job's default: {_RECOVERY_THRESHOLD_TEXT}")
+        description=f"Every job's default: {RECOVERY_THRESHOLD_TEXT}")
 
     @field_validator("emails")
     @classmethod

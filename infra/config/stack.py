@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_va
 from pydantic.fields import FieldInfo
 
 from dedup.business_runs import default_dst
-from infra.config.errors import Loc, _Problems, invalid
-from infra.config.fields import Hint, Int, _Model, has_fixed_default, model_fields
+from infra.config.errors import Loc, ProblemList, invalid
+from infra.config.fields import ConfigModel, Hint, Int, has_fixed_default, model_fields
 from infra.config.hints import firestore_location_problem
 from infra.config.jobs import JobSettings, ProxyTarget
 from infra.config.names import (
@@ -52,7 +52,7 @@ GROUPS: Final[Mapping[str, type[BaseModel]]] = {
 """Models whose keys sit flat in the stack config, grouped for the program (`cfg.dedup`)."""
 
 
-class StackConfig(_Model):
+class StackConfig(ConfigModel):
     """Everything the program needs, validated."""
 
     setting_of: ClassVar[str] = "a setting of the kit"
@@ -122,7 +122,7 @@ class StackConfig(_Model):
         `DEPLOY_RULES` too."""
         dedup, timeout, prefix = self.dedup, self.function.timeout_seconds, self.name_prefix
         store_timeout, retention = dedup.store_timeout_seconds, dedup.retention_seconds
-        problems = _Problems()
+        problems = ProblemList()
         if isinstance(info.context, Mapping) and info.context.get(DEPLOYING):
             for rule in DEPLOY_RULES:
                 if (broken := rule.check(self)) is not None:
@@ -246,7 +246,7 @@ class StackConfig(_Model):
 
     @staticmethod
     def _check_catch_up(
-        index: int, job: JobSettings, watchdog: WatchdogSettings, problems: _Problems
+        index: int, job: JobSettings, watchdog: WatchdogSettings, problems: ProblemList
     ) -> None:
         """The watchdog catches a run up once its verdict is due (retry window + grace)
         and while it still judges it (the lookback): the bound must fall in between."""
@@ -272,7 +272,7 @@ class StackConfig(_Model):
     @staticmethod
     def _check_overlap(
         index: int, job: JobSettings, dedup: DedupSettings, watchdog: WatchdogSettings,
-        problems: _Problems,
+        problems: ProblemList,
     ) -> None:
         """`wait` and `replace` answer 409 and count on Scheduler's retries to start the
         run later: a job that is never retried would never run while another runs. And

@@ -5,7 +5,6 @@ record as the kit's."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,7 +17,7 @@ from google.cloud import firestore
 from bench.textbook import TextbookClaim, TextbookDeduplicator, build_textbook_handler
 from dedup.entry.http import DedupHandler
 from dedup.keys import RunKey
-from dedup.protocol import Delivery
+from dedup.outcomes import Delivery
 from local_stack.deliveries import (
     LOCATION,
     PROJECT,
@@ -28,6 +27,7 @@ from local_stack.deliveries import (
 )
 from local_stack.rpc_counter import RpcCounter
 from local_stack.steered_job import read_ledger
+from tests.waiting import let_time_pass
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -73,6 +73,14 @@ def document(collection: str) -> dict[str, Any]:
     return snapshot.to_dict() if snapshot.exists else {}
 
 
+def let_the_lease_lapse(collection: str) -> None:
+    """The textbook judges a lease by the instance's clock against the record's
+    `lease_expires_at` (this host's clock too): let time pass until then."""
+    ends: datetime = document(collection)["lease_expires_at"]
+    let_time_pass((ends - datetime.now(UTC)).total_seconds() + 0.01,
+                  "the claim's lease lapses, as its record dates it")
+
+
 def test_fresh_run_costs_six_rpcs_in_two_transactions(collection_name: str, ledger: Path
                                                       ) -> None:
     function = textbook(collection_name)
@@ -112,7 +120,7 @@ def test_live_lease_is_a_409_and_an_expired_one_is_taken_over(
     status, body = function.deliver()
     assert (status, body["outcome"]) == (409, "in_progress")
     assert read_ledger(str(ledger)) == []
-    time.sleep(3.2)
+    let_the_lease_lapse(collection_name)
     status, body = function.deliver()
     assert (status, body["outcome"]) == (200, "completed")
     assert [e["attempt"] for e in read_ledger(str(ledger))] == [2]
@@ -122,7 +130,7 @@ def test_old_attempt_is_fenced_off_after_a_takeover(collection_name: str) -> Non
     runs = dedup(collection_name, lease=1.0)
     old = runs.claim(KEY)
     assert isinstance(old, TextbookClaim)
-    time.sleep(1.2)
+    let_the_lease_lapse(collection_name)
     new = runs.claim(KEY)
     assert isinstance(new, TextbookClaim) and new.attempt_id != old.attempt_id
     assert runs.finish(old, succeeded=True, result_json='"stale"') is False

@@ -14,8 +14,9 @@ from typing import Any
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator
+from dedup.protocol import Deduplicator
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.backfills import FirestoreBackfills
 from dedup.watchdog.delivery import DeliversRuns, DeliveryResult, RunDelivery

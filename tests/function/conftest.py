@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from local_stack.deliveries import InProcessFunction, in_process_function
+from local_stack.deliveries import InProcessFunction
+from tests.function.helpers import function_with_held_jobs
 
 
 @pytest.fixture
 def function(collection_name: str, ledger: Path) -> InProcessFunction:
-    """The dedup function in process, on the test's own collection, with the test job."""
-    return in_process_function(collection_name)
+    """The dedup function in process, on the test's own collection, with the steered test
+    job (which helpers.running can also hold until the test lets it end)."""
+    return function_with_held_jobs(collection_name)
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ import requests
 from google.cloud import tasks_v2
 
 from local_stack.loopback import LoopbackServer
+from tests.waiting import let_time_pass
 
 TokenMinter = Callable[[str, str], str]  # (service account e-mail, audience) -> token
 _TASK_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
@@ -131,7 +132,7 @@ class FakeCloudTasks(LoopbackServer):
                 fake.statuses.append(None)
             backoff = min(self._retry.max_backoff, self._retry.min_backoff * 2 ** attempt)
             if attempt + 1 < self._retry.max_attempts:
-                time.sleep(backoff)
+                let_time_pass(backoff, "the queue's backoff before its next attempt")
         fake.done.set()
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:

@@ -74,8 +74,11 @@ class FaultyStore:
     def get(self, run_id: str) -> StoredRun | None:
         return self._call("get", lambda: self.inner.get(run_id))
 
-    def replace(self, run_id: str, record: RunRecord, if_version: datetime) -> datetime:
-        return self._call("replace", lambda: self.inner.replace(run_id, record, if_version))
+    def replace(
+        self, run_id: str, record: RunRecord, if_version: datetime,
+        over: RunRecord | None = None,
+    ) -> datetime:
+        return self._call("replace", lambda: self.inner.replace(run_id, record, if_version, over))
 
     def renew(self, run_id: str, expire_at: datetime, if_version: datetime) -> datetime:
         return self._call("renew", lambda: self.inner.renew(run_id, expire_at, if_version))

@@ -27,6 +27,7 @@ from local_stack.deliveries import PROJECT, function_env, scheduler_headers
 from local_stack.processes import REPO_ROOT
 from local_stack.steered_job import read_ledger
 from local_stack.tables import write_job_tables
+from tests.waiting import wait_until
 
 CAP = 4096
 THIRTY_TWO_MIB = 32 * 1024 * 1024
@@ -124,7 +125,9 @@ def test_served_a_huge_declared_body_is_a_fast_413_and_writes_nothing(
     elapsed = time.monotonic() - started
     assert status == 413, body
     assert "DEDUP_MAX_BODY_BYTES" in json.loads(body)["error"]
-    assert elapsed < 2.0, f"the 413 took {elapsed:.2f}s: was the body read?"
+    # Had the server waited for the 32 MiB never sent, the answer would come only at the
+    # client's 10 s socket timeout; a loaded machine can take seconds to answer at all.
+    assert elapsed < 8.0, f"the 413 took {elapsed:.2f}s: was the body read?"
     assert nothing_written(collection_name, ledger)
     lines = [json.loads(line) for line in server.log_text.splitlines() if line.startswith("{")]
     [refused] = [e for e in lines if e.get("outcome") == "too_large"]
@@ -156,9 +159,8 @@ def test_served_a_failing_jobs_traceback_is_one_structured_entry(
     reply = requests.post(server.url, headers=scheduler_headers(), data=b'{"fail": true}',
                           timeout=30)
     assert (reply.status_code, reply.json()["outcome"]) == (500, "failed")
-    deadline = time.monotonic() + 5
-    while "job asked to fail" not in server.log_text and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: "job asked to fail" in server.log_text,
+               what="the job's traceback in the function's log")
     lines = server.log_text.splitlines()
     [entry] = [json.loads(line) for line in lines
                if line.startswith("{") and "Traceback" in line]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,8 +25,9 @@ import requests
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator
+from dedup.protocol import Deduplicator
 from dedup.settings import Settings, SettingsError
 from dedup.store import RunStatus
 from dedup.store.firestore import FirestoreRunStore
@@ -57,7 +57,9 @@ from local_stack.processes import REPO_ROOT
 from local_stack.steered_job import read_ledger
 from local_stack.tables import job_tables_env
 from scheduler_emulator.oidc import forwarded_token, oidc_claims
+from tests.function.helpers import lease_lapsed
 from tests.function.test_watchdog import Runs
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -317,8 +319,9 @@ def test_a_catch_up_that_did_not_execute_is_delivered_again_and_executes_once(
     watch = Watch(served.collection, [job], served.server.url, now=now, deliverer=deliverer)
     assert watch.tick()["problems"] == []  # pending, not missed
     assert served.executions(job.name) == []
-    if claims:
-        time.sleep(1.2)  # the dead instance's lease lapses (judged by Firestore's clock)
+    if claims:  # the dead instance's lease lapses, by Firestore's clock
+        store = FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 5)
+        lease_lapsed(store, RunKey(PROJECT, LOCATION, job.name, times[1]).run_id)
     second = watch.tick()
     assert second["problems"] == []
     assert [(c["schedule_time"], c["status"]) for c in second[CAUGHT_UP]] == [
@@ -375,11 +378,9 @@ def test_a_catch_up_answered_too_late_is_watched_not_missed(served: Served) -> N
     assert watch.tick()["problems"] == []  # running (a live lease): watched, no new delivery
     runs = FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 5)
     run_id = RunKey(PROJECT, LOCATION, job.name, times[1]).run_id
-    deadline = time.monotonic() + 30
-    while (stored := runs.get(run_id)) is None or stored.record.status is not (
-            RunStatus.COMPLETED):
-        assert time.monotonic() < deadline, "the caught-up run never completed"
-        time.sleep(0.1)
+    wait_until(lambda: (stored := runs.get(run_id)) is not None
+               and stored.record.status is RunStatus.COMPLETED,
+               what="the caught-up run to complete", poll=0.1)
     assert watch.tick()["problems"] == []  # ended: judged good, quietly
     assert len(served.executions(job.name)) == 1
 

@@ -14,7 +14,8 @@ import pytest
 from google.cloud import firestore
 
 from dedup.keys import RunKey, format_instant, is_forced_run
-from dedup.protocol import Outcome, RunContext
+from dedup.outcomes import Outcome
+from dedup.run_context import RunContext
 from dedup.settings import Settings
 from local_stack.deliveries import (
     LOCATION,

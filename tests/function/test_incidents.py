@@ -5,7 +5,6 @@ retried and overlapping ticks; and `ran_twice` from records the real protocol wr
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -15,8 +14,11 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator, Outcome, RunContext
+from dedup.outcomes import Delivery, Outcome
+from dedup.protocol import Deduplicator
+from dedup.run_context import RunContext
 from dedup.settings import SettingsError
 from dedup.store import StoredRun, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
@@ -40,6 +42,7 @@ from local_stack.processes import FirestoreEmulator
 from local_stack.store_faults import StoreFaultProxy
 from tests.function.faulty_store import FaultyStore
 from tests.function.test_watchdog import TEN_MINUTES, Runs, Watch, at
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -386,11 +389,13 @@ def run_twice_via_unrecorded_completion(collection: str, t: datetime) -> list[st
     first = _dedup(faulty, 2).run(key, job, b"", {})
     assert first.outcome is Outcome.COMPLETED_UNRECORDED
     faulty.heal("replace")
-    for _ in range(100):  # until the lapsed lease lets the late delivery take over
+
+    def delivered_again() -> Delivery | None:  # 409s until the lapsed lease lets it in
         again = _dedup(faulty, 2).run(key, job, b"", {})
-        if again.outcome is not Outcome.IN_PROGRESS:
-            break
-        time.sleep(0.2)
+        return None if again.outcome is Outcome.IN_PROGRESS else again
+
+    again = wait_until(delivered_again, what="the late delivery to take the claim over",
+                       poll=0.2)
     assert again.outcome is Outcome.COMPLETED
     return executions
 
@@ -445,11 +450,12 @@ def test_a_watched_run_that_finishes_after_a_takeover_is_ran_twice(
     watch = Watch(collection_name, [TEN_MINUTES])
     _, body = watch.tick(at(10, 30))  # 10:10 is in progress: watched, not judged yet
     assert body["problems"] == []
-    for _ in range(100):
+
+    def taken_over() -> Delivery | None:  # 409s until the 1 s lease lapses
         taken = _dedup(store, 60).run(key, lambda c: "ok", b"", {})
-        if taken.outcome is not Outcome.IN_PROGRESS:
-            break
-        time.sleep(0.2)
+        return None if taken.outcome is Outcome.IN_PROGRESS else taken
+
+    taken = wait_until(taken_over, what="a later attempt to take the claim over", poll=0.2)
     assert taken.outcome is Outcome.COMPLETED
     _, body = watch.tick(at(10, 40))
     assert [p["schedule_time"] for p in body["problems"] if p["kind"] == RAN_TWICE] == [

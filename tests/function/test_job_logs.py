@@ -7,7 +7,6 @@ import json
 import logging
 import textwrap
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,9 +17,10 @@ import requests
 
 from dedup.job_logic import JobRegistry
 from dedup.logs import JsonLineHandler, configure_logging, current_run_fields, severity
-from dedup.protocol import RunContext
+from dedup.run_context import RunContext
 from local_stack import FunctionServer
 from local_stack.deliveries import function_env, scheduler_headers
+from tests.waiting import wait_until
 
 JOB_LOGGER = "tests.function.logging_job"
 
@@ -164,14 +164,15 @@ def test_the_served_function_writes_a_jobs_log_lines_as_json(
         reply = requests.post(server.url, headers=scheduler_headers(), data="{}", timeout=30)
         assert reply.status_code == 200, reply.text
         run_id = reply.json()["run_id"]
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def logged() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
             written = json_lines(server.log_text)
             lines = [e for e in written if e.get("logger") == "logging_job"]
             request_log = [e for e in written if e.get("outcome") == "completed"]
-            if len(lines) >= 2 and request_log:
-                break
-            time.sleep(0.1)
+            return (lines, request_log) if len(lines) >= 2 and request_log else None
+
+        lines, request_log = wait_until(
+            logged, what="the job's two lines and the request's own line in the log")
     assert [(e["severity"], e["message"]) for e in lines] == [
         ("INFO", "syncing nightly-export"),
         ("WARNING", "3 invoices skipped"),

@@ -5,10 +5,9 @@ judges it (never missed, never caught up). The served tests are in test_overlap_
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,8 +31,10 @@ from local_stack.deliveries import (
     scheduler_headers,
     settings_for,
 )
+from local_stack.interval_job import executions
 from local_stack.steered_job import read_ledger
 from tests.function import helpers
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -59,9 +60,10 @@ def run_id(t: datetime) -> str:
 
 
 def running(function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path, t: datetime,
-            overlap: str, seconds: float) -> Future[tuple[int, Any]]:
-    """Run `t` in the background and return once its job has started."""
-    return helpers.running(function, pool, ledger, headers(t, overlap), seconds)
+            overlap: str) -> helpers.HeldRun:
+    """Run `t` in the background and return once its job has started; it runs until
+    the test lets it finish."""
+    return helpers.running(function, pool, ledger, headers(t, overlap))
 
 
 @pytest.mark.parametrize("value", ["Forbid", "skip", "", "allow,forbid"])
@@ -96,23 +98,23 @@ def test_what_forbid_costs_clear_and_blocked(
     assert function.deliver(headers(T2, "forbid"), b"{}")[0] == 200
     assert function.rpcs.counts == {"batch_get_documents": 2, "commit": 3}
     # Blocked: two reads and the skipped record, nothing else.
-    first = running(function, pool, ledger, T3, "forbid", 1.5)
+    first = running(function, pool, ledger, T3, "forbid")
     function.rpcs.reset()
     later = T3 + timedelta(minutes=1)
     status, body = function.deliver(headers(later, "forbid"), b"{}")
     assert (status, body["outcome"]) == (200, "skipped")
     assert function.rpcs.counts == {"batch_get_documents": 2, "commit": 1}
-    assert first.result()[0] == 200
+    assert first.finish()[0] == 200
 
 
 def test_forbid_skips_a_run_while_the_previous_one_runs_and_the_skip_is_final(
     function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path, collection_name: str
 ) -> None:
-    first = running(function, pool, ledger, T1, "forbid", 1.5)
+    first = running(function, pool, ledger, T1, "forbid")
     status, body = function.deliver(headers(T2, "forbid"), b"{}")
     assert (status, body["outcome"]) == (200, "skipped")
     assert run_id(T1) in body["detail"]
-    assert first.result()[1]["outcome"] == "completed"
+    assert first.finish()[1]["outcome"] == "completed"
     # Once the blocking run ended, a late retry of the skipped run is still skipped.
     status, body = function.deliver(headers(T2, "forbid"), b"{}")
     assert (status, body["outcome"]) == (200, "skipped")
@@ -131,7 +133,7 @@ def test_forbid_skips_a_run_while_the_previous_one_runs_and_the_skip_is_final(
 def test_queued_watchdog_deliveries_and_forced_runs_follow_the_policy(
     function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path
 ) -> None:
-    first = running(function, pool, ledger, T1, "forbid", 1.5)
+    first = running(function, pool, ledger, T1, "forbid")
     # A re-run queued by the watchdog (X-Dedup-Deliver-Within): asked for, so it waits.
     rerun = headers(T1 - timedelta(minutes=5), "forbid", **{
         "X-Dedup-Generation": "1", "X-Dedup-Deliver-Within": "600"})
@@ -141,7 +143,7 @@ def test_queued_watchdog_deliveries_and_forced_runs_follow_the_policy(
     ahead = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
     status, body = function.deliver(headers(ahead, "forbid"), b"{}")
     assert (status, body["outcome"], body["trigger"]) == (200, "skipped", "forced")
-    assert first.result()[0] == 200
+    assert first.finish()[0] == 200
     status, body = function.deliver(rerun, b"{}")
     assert (status, body["outcome"], body["generation"]) == (200, "completed", 1)
 
@@ -149,17 +151,21 @@ def test_queued_watchdog_deliveries_and_forced_runs_follow_the_policy(
 def test_wait_answers_409_until_the_previous_run_ended(
     function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path
 ) -> None:
-    first = running(function, pool, ledger, T1, "wait", 1.0)
+    first = running(function, pool, ledger, T1, "wait")
     replies = []
-    while True:
+    for _ in range(3):  # Scheduler's retries while T1 runs
         status, body = function.deliver(headers(T2, "wait"), b"{}")
         replies.append((status, body["outcome"]))
-        if status == 200:
-            break
-        time.sleep(0.1)
-    assert first.done() and first.result()[1]["outcome"] == "completed"
+    assert first.finish()[1]["outcome"] == "completed"
+
+    def delivered() -> bool:
+        status, body = function.deliver(headers(T2, "wait"), b"{}")
+        replies.append((status, body["outcome"]))
+        return status == 200
+
+    wait_until(delivered, what="T2 to be let in once T1 ended", poll=0.1)
     assert replies[-1] == (200, "completed")
-    assert set(replies[:-1]) == {(409, "in_progress")} and len(replies) > 1
+    assert set(replies[:-1]) == {(409, "in_progress")} and len(replies) > 3
 
 
 def test_replace_stops_the_previous_run_through_claim_lost_and_then_runs(
@@ -169,20 +175,23 @@ def test_replace_stops_the_previous_run_through_claim_lost_and_then_runs(
     function = in_process_function(collection_name, default_job="local_stack.interval_job:run",
                                    lease_seconds=3)
     started = time.monotonic()
-    body = json.dumps({"sleep": 30}).encode()
+    body = json.dumps({"sleep": 120}).encode()
     first = pool.submit(function.deliver, headers(T1, "replace"), body)
-    time.sleep(0.5)
+    wait_until(lambda: executions(str(ledger)), what="T1's job to start")
     replies = []
-    while True:
+
+    def delivered() -> bool:
         status, reply = function.deliver(headers(T2, "replace"), b"{}")
         replies.append((status, reply["outcome"]))
-        if status == 200 or time.monotonic() - started > 25:
-            break
-        time.sleep(0.1)
+        return status == 200
+
+    wait_until(delivered, timeout=25, what="T2 to replace T1", poll=0.1)
     assert replies[-1] == (200, "completed"), replies
     status, reply = first.result()
     assert (status, reply["outcome"]) == (500, "failed")  # it stopped: the job raised
-    assert time.monotonic() - started < 25  # it did not run its 30 s
+    assert time.monotonic() - started < 120  # it did not run its 120 s
+    [stopped] = [e for e in executions(str(ledger)) if e.run_id == run_id(T1)]
+    assert stopped.stopped
     # Its retry does not start it again: it was replaced.
     status, reply = function.deliver(headers(T1, "replace"), body)
     assert (status, reply["outcome"]) == (200, "skipped")
@@ -194,9 +203,9 @@ def test_replace_stops_the_previous_run_through_claim_lost_and_then_runs(
 def test_a_skipped_run_is_skipped_for_the_watchdog_never_missed_nor_caught_up(
     function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path, collection_name: str
 ) -> None:
-    first = running(function, pool, ledger, T1, "forbid", 1.0)
+    first = running(function, pool, ledger, T1, "forbid")
     assert function.deliver(headers(T2, "forbid"), b"{}")[1]["outcome"] == "skipped"
-    assert first.result()[0] == 200
+    assert first.finish()[0] == 200
     job = WatchedJob(JOB, "* * * * *", attempt_deadline_seconds=60, retry_window_seconds=60,
                      catch_up=True, catch_up_within_seconds=3600)
     now = T3 + timedelta(minutes=30)
@@ -218,14 +227,7 @@ def test_two_runs_that_find_the_job_free_at_once_never_both_run(
     function: InProcessFunction, ledger: Path
 ) -> None:
     times = [T1 + timedelta(minutes=i) for i in range(8)]
-    barrier = threading.Barrier(len(times))
-
-    def deliver(t: datetime) -> tuple[int, Any]:
-        barrier.wait()
-        return function.deliver(headers(t, "forbid"), json.dumps({"sleep": 1}).encode())
-
-    with ThreadPoolExecutor(max_workers=len(times)) as executor:
-        replies = list(executor.map(deliver, times))
+    replies = helpers.race(function, ledger, [headers(t, "forbid") for t in times])
     outcomes = Counter((status, body["outcome"]) for status, body in replies)
     assert len(read_ledger(str(ledger))) == 1, outcomes
     assert outcomes[(200, "completed")] == 1

@@ -7,8 +7,6 @@ nothing leaves no outcome; a run's own failure evidence is kept."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,10 +31,12 @@ from local_stack.deliveries import (
     in_process_function,
     scheduler_headers,
 )
+from local_stack.interval_job import executions
 from local_stack.steered_job import read_ledger
-from tests.function.helpers import running
+from tests.function.helpers import lease_lapsed, race, running
 from tests.function.test_overlap import JOB, T1, T2, T3, headers, z
 from tests.infra.test_config import base_config, set_job, set_key
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -54,16 +54,16 @@ def store(function: InProcessFunction, collection_name: str) -> FirestoreRunStor
     return FirestoreRunStore(function.client, collection_name, 5)
 
 
-def until_200(function: InProcessFunction, sent: dict[str, str], within: float = 25
-              ) -> list[tuple[int, str]]:
+def until_200(function: InProcessFunction, sent: dict[str, str]) -> list[tuple[int, str]]:
+    """Deliver `sent` as Scheduler retries it, until a 200: every reply, in order."""
     replies: list[tuple[int, str]] = []
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+
+    def delivered() -> bool:
         status, body = function.deliver(sent, b"{}")
         replies.append((status, body["outcome"]))
-        if status == 200:
-            break
-        time.sleep(0.1)
+        return status == 200
+
+    wait_until(delivered, what=f"a 200 for {sent['X-CloudScheduler-ScheduleTime']}", poll=0.1)
     return replies
 
 
@@ -77,7 +77,7 @@ def test_a_backfill_under_replace_waits_for_the_live_scheduled_run_and_never_sto
                                    lease_seconds=3)
     scheduled = pool.submit(function.deliver, headers(T1, "replace"),
                             json.dumps({"sleep": 2.5}).encode())
-    time.sleep(0.5)
+    wait_until(lambda: executions(str(ledger)), what="the scheduled run's job to start")
     backfill = headers(OLD, "replace", **DELIVERY)
     replies = until_200(function, backfill)
     status, reply = scheduled.result()
@@ -93,11 +93,11 @@ def test_a_scheduled_run_meeting_a_live_watchdog_delivery_waits(
     function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path,
     store: FirestoreRunStore, policy: str
 ) -> None:
-    rerun = running(function, pool, ledger, headers(OLD, policy, **DELIVERY), 1.5)
+    rerun = running(function, pool, ledger, headers(OLD, policy, **DELIVERY))
     status, body = function.deliver(headers(T2, policy), b"{}")
     assert (status, body["outcome"]) == (409, "in_progress")
     assert store.get(key(T2).run_id) is None  # not skipped: nothing written
-    assert rerun.result()[1]["outcome"] == "completed"
+    assert rerun.finish()[1]["outcome"] == "completed"
     held = store.get(key(OLD, 1).run_id)
     assert held is not None and held.record.replaced_by is None
     assert function.deliver(headers(T2, policy), b"{}")[1]["outcome"] == "completed"
@@ -110,16 +110,9 @@ def test_losers_of_a_real_race_leave_no_failed_record(
 ) -> None:
     # Watchdog deliveries (forbid: they wait) and scheduled runs (wait), all at once.
     times = [T1 + timedelta(minutes=i) for i in range(8)]
-    barrier = threading.Barrier(len(times))
-
-    def deliver(i: int) -> tuple[int, Any]:
-        sent = (headers(times[i], "forbid", **DELIVERY) if i % 2
-                else headers(times[i], "wait"))
-        barrier.wait()
-        return function.deliver(sent, json.dumps({"sleep": 1}).encode())
-
-    with ThreadPoolExecutor(max_workers=len(times)) as executor:
-        replies = list(executor.map(deliver, range(len(times))))
+    replies = race(function, ledger, [
+        headers(t, "forbid", **DELIVERY) if i % 2 else headers(t, "wait")
+        for i, t in enumerate(times)])
     outcomes = Counter((status, body["outcome"]) for status, body in replies)
     assert len(read_ledger(str(ledger))) == 1, outcomes
     assert set(outcomes) == {(200, "completed"), (409, "in_progress")}, outcomes
@@ -192,7 +185,7 @@ def test_a_loser_that_took_over_a_lapsed_claim_restores_it_lapsed(
     now = datetime.now(UTC)
     crashed = RunRecord.claim(key(T2), "crashed", 1, 1.0, now + timedelta(days=1), now)
     store.create(key(T2).run_id, crashed)
-    time.sleep(1.2)  # its lease lapses
+    lease_lapsed(store, key(T2).run_id)
     interloper(monkeypatch, function, key(T2), headers(T3, "forbid"))
     status, body = function.deliver(headers(T2, "forbid"), b"{}")
     assert (status, body["outcome"]) == (409, "in_progress")  # not skipped: it has a record
@@ -249,13 +242,13 @@ def test_forbid_does_not_skip_a_run_that_failed_it_waits_and_keeps_its_record(
                             json.dumps({"fail": True}).encode())[1]["outcome"] == "failed"
     before = store.get(key(T2).run_id)
     assert before is not None
-    live = running(function, pool, ledger, headers(T3, "forbid"), 1.5)
+    live = running(function, pool, ledger, headers(T3, "forbid"))
     status, body = function.deliver(headers(T2, "forbid"), b"{}")
     assert (status, body["outcome"]) == (409, "in_progress")
     after = store.get(key(T2).run_id)
     assert after is not None and after.record == before.record
     assert classify_run(WATCHED, T2, after, T2 + timedelta(hours=1), 60, OLD) == FAILED
-    assert live.result()[1]["outcome"] == "completed"
+    assert live.finish()[1]["outcome"] == "completed"
     status, body = function.deliver(headers(T2, "forbid"), b"{}")
     assert (status, body["outcome"]) == (200, "completed")
     done = store.get(key(T2).run_id)
@@ -286,8 +279,8 @@ def test_a_replaced_run_keeps_replaced_by_when_it_ends(
     function = in_process_function(collection_name, default_job="local_stack.interval_job:run",
                                    lease_seconds=3)
     first = pool.submit(function.deliver, headers(T1, "replace"),
-                        json.dumps({"sleep": 30}).encode())
-    time.sleep(0.5)
+                        json.dumps({"sleep": 120}).encode())
+    wait_until(lambda: executions(str(ledger)), what="T1's job to start")
     assert until_200(function, headers(T2, "replace"))[-1] == (200, "completed")
     assert first.result()[1]["outcome"] == "failed"
     stored = FirestoreRunStore(function.client, collection_name, 5).get(key(T1).run_id)

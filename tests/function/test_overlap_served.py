@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 import uuid
 from collections import Counter
@@ -40,13 +41,13 @@ from local_stack.fault_schedule import FaultKind, FaultSchedule, InjectedFault
 from local_stack.interval_job import Execution, executions, overlapping
 from local_stack.processes import REPO_ROOT
 from local_stack.store_faults import StoreFaultProxy
+from tests.waiting import let_time_pass, wait_until
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
 JOB = "sync"
 INTERVAL_JOB = "local_stack.interval_job:run"
-PERIOD_SECONDS = 2.0  # the simulated schedule: a run every 2 s ...
-JOB_SECONDS = 3.0  # ... of a job that takes 3
+JOB_SECONDS = 3.0  # a job longer than its period: the next run falls due while it runs
 RUNS = 5
 LEASE_SECONDS = 4.0  # renewed every 1.3 s: `replace` stops the previous run within that
 # The store budget of the tests without store faults: as long as the kit lets a lease of
@@ -102,21 +103,34 @@ def deliver(url: str, t: datetime, overlap: str, seconds: float = JOB_SECONDS,
         if log.final[0] == 200:
             log.again = post(url, t, overlap, seconds, job)
             break
-        time.sleep(0.3)
+        let_time_pass(0.3, "Scheduler's backoff before it retries (any longer one would do)")
     return log
 
 
-def job_longer_than_its_period(url: str, overlap: str, runs: int = RUNS) -> list[RunLog]:
-    """Run i is due i periods after the first: each starts while the previous still runs.
-    The job is the policy's own (`sync-<overlap>`)."""
+def job_longer_than_its_period(url: str, ledger: Path, overlap: str, runs: int = RUNS
+                               ) -> list[RunLog]:
+    """Each run falls due while the one before still runs: run i is delivered once run
+    i-1's job has started (its ledger line), or once run i-1 was answered without running
+    (skipped). A schedule in real time (a run every 2 s of a 3 s job) left that to the
+    machine's speed: a loaded one started a run late enough to miss its predecessor. The
+    job is the policy's own (`sync-<overlap>`)."""
+    job = policy_job(overlap)
     times = [FIRST + timedelta(minutes=i) for i in range(runs)]
+    run_ids = [RunKey(PROJECT, LOCATION, job, t).run_id for t in times]
+    answered = [threading.Event() for _ in times]
 
-    def at_its_time(i: int) -> RunLog:
-        time.sleep(i * PERIOD_SECONDS)
-        return deliver(url, times[i], overlap, job=policy_job(overlap))
+    def when_its_time_comes(i: int) -> RunLog:
+        if i:
+            wait_until(lambda: answered[i - 1].is_set() or any(
+                e.run_id == run_ids[i - 1] for e in executions(str(ledger))),
+                timeout=RETRY_WINDOW_SECONDS * 2, what=f"run {i - 1} to start or be answered")
+        try:
+            return deliver(url, times[i], overlap, job=job)
+        finally:
+            answered[i].set()
 
     with ThreadPoolExecutor(max_workers=runs) as pool:
-        return list(pool.map(at_its_time, range(runs)))
+        return list(pool.map(when_its_time_comes, range(runs)))
 
 
 def policy_job(overlap: str) -> str:
@@ -196,7 +210,7 @@ def policies(firestore_emulator: object, tmp_path_factory: pytest.TempPathFactor
             ThreadPoolExecutor(max_workers=4) as pool:
         scenarios = Scenarios(served, collection, ledger, {})
         run_at_once(scenarios, ["allow", "forbid", "wait", "replace"], pool,
-                    lambda overlap: job_longer_than_its_period(served.url, overlap))
+                    lambda overlap: job_longer_than_its_period(served.url, ledger, overlap))
         yield scenarios
         for future in scenarios.runs.values():
             future.cancel()
@@ -272,6 +286,29 @@ SCHEDULE = FaultSchedule(
     gap=(1.5, 3.0),  # as in test_store_faults_served: never away for a lease
 )
 STALL_LEASE_SECONDS = 10.0
+PERIOD_SECONDS = 2.0  # the stall test's schedule: a run every 2 s of a 3 s job
+MIN_FAULTS = 3  # struck while the runs are delivered, or there is too little to judge
+
+
+def on_a_schedule_through_faults(url: str, overlap: str, runs: int, proxy: StoreFaultProxy
+                                 ) -> list[RunLog]:
+    """Run i falls due i periods after the first, in real time: what the stall test asserts
+    holds whatever the timing (a run later than its time changes none of it). Only how
+    many faults strike depends on how long the runs last, so the last run falls due no
+    sooner than the MIN_FAULTS-th fault. The job is the policy's own (`sync-<overlap>`)."""
+    times = [FIRST + timedelta(minutes=i) for i in range(runs)]
+    first_due = time.monotonic()
+
+    def at_its_time(i: int) -> RunLog:
+        let_time_pass(first_due + i * PERIOD_SECONDS - time.monotonic(),
+                      f"run {i} falls due {i} periods after the first")
+        if i == runs - 1:
+            wait_until(lambda: sum(proxy.counts.values()) >= MIN_FAULTS,
+                       timeout=RETRY_WINDOW_SECONDS, what=f"{MIN_FAULTS} store faults")
+        return deliver(url, times[i], overlap, job=policy_job(overlap))
+
+    with ThreadPoolExecutor(max_workers=runs) as pool:
+        return list(pool.map(at_its_time, range(runs)))
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +333,7 @@ def under_store_faults(firestore_emulator: FirestoreEmulator,
             proxy.run_schedule(SCHEDULE)
             try:
                 run_at_once(scenarios, overlaps, pool, lambda overlap: (
-                    job_longer_than_its_period(served.url, overlap, runs=6)))
+                    on_a_schedule_through_faults(served.url, overlap, 6, proxy)))
                 for future in scenarios.runs.values():
                     future.exception(timeout=300)  # done, one way or the other
             finally:
@@ -315,7 +352,7 @@ def test_under_store_stalls_and_outages_no_two_runs_overlap_and_each_runs_once(
     injected = sum(began <= f.start <= ended for f in under_store_faults.faults)
     found = [e for e in found if e.schedule_time >= FIRST.isoformat()]
     report(f"{overlap} under {injected} store faults", logs, found)
-    assert injected >= 3, "the schedule injected too few faults to judge"
+    assert injected >= MIN_FAULTS
     assert overlapping(found) == []
     assert all(log.final[0] == 200 for log in logs), [log.replies for log in logs]
     done = {log.run_id for log in logs if log.final == (200, "completed")}
@@ -356,10 +393,7 @@ def test_a_killed_run_blocks_the_job_for_at_most_its_lease(
         try:
             with ThreadPoolExecutor(max_workers=1) as pool:
                 pending = pool.submit(post, first.url, t0, overlap, 60)
-                deadline = time.monotonic() + 20
-                while not executions(str(ledger)):
-                    assert time.monotonic() < deadline, "the first run never started"
-                    time.sleep(0.05)
+                wait_until(lambda: executions(str(ledger)), what="the first run to start")
                 os.killpg(first.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
                 killed_wall = time.time()
                 assert pending.result()[0] == 0  # no reply: the instance died
@@ -378,8 +412,8 @@ def test_a_killed_run_blocks_the_job_for_at_most_its_lease(
                 pytest.fail(f"test host too slow: t1 got {skipped}, answered only after the "
                             "killed run's lease lapsed")
             assert skipped == (200, "skipped")
-            while time.time() < lapses_at:
-                time.sleep(0.1)
+            let_time_pass(lapses_at - time.time(), "the killed run's lease lapses, as the "
+                          "store's own record dates it")
             # Its lease lapsed: the job's latest run names a run that is not live.
             assert post(second.url, t2, overlap, 0.2) == (200, "completed")
         else:

@@ -16,17 +16,18 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.keys import RunKey
-from dedup.protocol import (
-    Claim,
-    Deduplicator,
-    Delivery,
-    Outcome,
-    PermanentFailure,
-    RunContext,
+from dedup.outcomes import Delivery, Outcome
+from dedup.protocol import Deduplicator
+from dedup.run_context import PermanentFailure, RunContext
+from dedup.store import MAX_ERROR_CHARS, RecordChanged, RunRecord, RunStatus
+from dedup.store.firestore import (
+    FirestoreRunStore,
+    changed_fields,
+    document_to_record,
+    record_to_document,
 )
-from dedup.store import MAX_ERROR_CHARS, RecordChanged, RunStatus
-from dedup.store.firestore import FirestoreRunStore, document_to_record
 from local_stack import FirestoreEmulator
 from local_stack.deliveries import (
     LOCATION,
@@ -36,6 +37,8 @@ from local_stack.deliveries import (
 )
 from local_stack.rpc_counter import RpcCounter
 from local_stack.steered_job import read_ledger
+from tests.function.helpers import lease_lapsed
+from tests.waiting import job_works_for
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -104,6 +107,55 @@ def test_duplicate_while_running_gets_409_for_two_rpcs(collection_name: str) -> 
     assert rpcs.counts == {"commit": 1, "batch_get_documents": 1}
 
 
+def test_a_completion_sends_only_what_its_claim_changed_and_stores_the_whole_record(
+    collection_name: str,
+) -> None:
+    """The completion names 4 fields, not 18 (encoding each is the costliest part of a
+    fresh run's path), yet leaves the very record a write of the whole record leaves."""
+    frozen = datetime(2026, 10, 16, 12, 30, tzinfo=UTC)  # so both records are alike
+    client = firestore.Client(project=PROJECT)
+    masks: list[list[str]] = []  # the fields each write names (a create names none)
+    commit = client._firestore_api.commit
+
+    def recording_commit(*args: Any, request: Any, **kwargs: Any) -> Any:
+        masks.extend(sorted(write.update_mask.field_paths) for write in request["writes"])
+        return commit(*args, request=request, **kwargs)
+
+    client._firestore_api.commit = recording_commit
+    stored: dict[str, Any] = {}
+    for way in ("changes", "whole record"):
+        store = FirestoreRunStore(client, f"{collection_name}_{way.split()[0]}", 5)
+        dedup = Deduplicator(store, lease_seconds=60, retention_seconds=3600,
+                             cache=CompletedRunCache(0, 3600), wall_clock=lambda: frozen)
+        claim = dedup.claim(key())
+        assert isinstance(claim, Claim)
+        if way == "whole record":
+            claim.record = None  # the record at its version unknown: all of it is written
+        assert dedup.complete(claim, '{"rows":3}', 1.5) is True
+        snapshot: Any = client.collection(store.collection).document(claim.run_id).get()
+        stored[way] = {**snapshot.to_dict(), "attempt_id": None}  # the one difference
+    assert masks[0] == [] and masks[2] == []  # the two claims: creates
+    assert masks[1] == ["duration_seconds", "finished_at", "result_json", "status"]
+    assert len(masks[3]) == 18
+    assert stored["changes"] == stored["whole record"]
+    assert document_to_record(stored["changes"]).status is RunStatus.COMPLETED
+
+
+def test_changed_fields_leaves_out_only_what_the_store_holds_already() -> None:
+    held = {"status": "in_progress", "lease_seconds": 60.0, "attempts": 1, "error": None}
+    document = {"status": "completed", "lease_seconds": 60, "attempts": 1, "error": None,
+                "finished_at": datetime(2026, 10, 16, tzinfo=UTC)}
+    # 60 is not 60.0 to the store (an integer, not a double), and a field the held record
+    # lacks is written whatever its value.
+    assert changed_fields(held, document) == {
+        "status": "completed", "lease_seconds": 60,
+        "finished_at": datetime(2026, 10, 16, tzinfo=UTC),
+    }
+    assert changed_fields(document, document) == {}
+    whole = record_to_document(RunRecord.claim(key(), "a1", 1, 60, datetime.now(UTC)))
+    assert changed_fields({}, whole) == whole
+
+
 # -- leases, takeover and fencing ---------------------------------------------------------
 
 def test_expired_lease_is_taken_over_and_the_old_attempt_is_fenced_off(
@@ -115,7 +167,7 @@ def test_expired_lease_is_taken_over_and_the_old_attempt_is_fenced_off(
     assert isinstance(old, Claim)
     live = dedup.claim(key())
     assert isinstance(live, Delivery) and live.outcome is Outcome.IN_PROGRESS
-    time.sleep(3.2)
+    lease_lapsed(store, key().run_id)
     new = dedup.claim(key())
     assert isinstance(new, Claim) and new.attempt == 2 and new.attempt_id != old.attempt_id
 
@@ -154,7 +206,7 @@ def test_heartbeat_keeps_a_long_job_s_lease_alive(collection_name: str) -> None:
 
     def job(context: RunContext) -> str:
         for _ in range(4):
-            time.sleep(1.5)
+            job_works_for(1.5)
             decision = rival.claim(key())
             assert isinstance(decision, Delivery)
             rival_answers.append(decision.outcome)
@@ -182,7 +234,7 @@ def test_job_is_told_when_its_claim_was_lost(collection_name: str) -> None:
                 break
             except RecordChanged:
                 continue
-        if context.claim_lost.wait(2.0):
+        if context.claim_lost.wait(30):
             seen.set()
 
     delivery = dedup.run(key(), job, b"", {})

@@ -20,7 +20,9 @@ from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
 from dedup.keys import RunKey
-from dedup.protocol import Deduplicator, Outcome, PermanentFailure, RunContext
+from dedup.outcomes import Outcome
+from dedup.protocol import Deduplicator
+from dedup.run_context import PermanentFailure, RunContext
 from dedup.store import RecordExists, RunStatus
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.due import WatchedJob

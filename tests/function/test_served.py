@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +20,7 @@ from local_stack import FunctionServer
 from local_stack.deliveries import PROJECT, function_env, scheduler_headers
 from local_stack.processes import REPO_ROOT
 from local_stack.steered_job import read_ledger
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -73,15 +73,6 @@ def test_malformed_delivery_over_http_is_a_400(server: FunctionServer) -> None:
     assert reply.json() == {"error": "missing X-CloudScheduler-JobName header"}
 
 
-def wait_for(predicate: object, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(predicate) and predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
 def lease_lapses_at(collection_name: str) -> datetime:
     """When the one claimed run's lease lapses by the store's clock: its record's version
     (update_time, which each renewal moves) plus its lease."""
@@ -107,7 +98,8 @@ def test_crashed_attempt_is_taken_over_only_after_its_lease_expires(
         try:
             with ThreadPoolExecutor(max_workers=1) as pool:
                 pending = pool.submit(post, first.url, headers, {"sleep": 60})
-                wait_for(lambda: len(read_ledger(str(ledger))) == 1, timeout=10)
+                wait_until(lambda: len(read_ledger(str(ledger))) == 1,
+                           what="the first instance's job to start")
                 os.killpg(first.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
                 with pytest.raises(requests.ConnectionError):
                     pending.result()
@@ -116,14 +108,17 @@ def test_crashed_attempt_is_taken_over_only_after_its_lease_expires(
             lapses_at = lease_lapses_at(collection_name)
             # (sent, answered, status) by the wall clock, which the emulator shares.
             answers: list[tuple[datetime, datetime, int]] = []
-            while True:
+            replies: list[requests.Response] = []
+
+            def retried() -> bool:  # Scheduler's retry, every 0.25 s until it is let in
                 sent = datetime.now(UTC)
-                reply = post(second.url, headers, {"result": "taken over"})
-                answers.append((sent, datetime.now(UTC), reply.status_code))
-                if reply.status_code != 409:
-                    break
-                assert sent < lapses_at + timedelta(seconds=60), "never taken over"  # guard
-                time.sleep(0.25)
+                replies.append(post(second.url, headers, {"result": "taken over"}))
+                answers.append((sent, datetime.now(UTC), replies[-1].status_code))
+                return replies[-1].status_code != 409
+
+            wait_until(retried, timeout=lease + 60, poll=0.25,
+                       what="the taker to take the lapsed claim over")
+            reply = replies[-1]
         finally:
             first.stop()
     assert answers[0][0] < lapses_at, "the host was too slow to ask inside the lease"

@@ -16,13 +16,18 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.entry.http import STATUS
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator, Delivery, Outcome, RunContext
+from dedup.outcomes import Delivery, Outcome
+from dedup.protocol import Deduplicator
+from dedup.run_context import RunContext
 from dedup.store import StoredRun, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
 from local_stack.deliveries import LOCATION, PROJECT
 from tests.function.faulty_store import Fault, FaultyStore
+from tests.function.helpers import lease_lapsed
+from tests.waiting import job_works_for, let_time_pass
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -31,19 +36,19 @@ KEY = RunKey(PROJECT, LOCATION, "nightly-export", datetime(2026, 10, 16, 12, 0, 
 
 def faulty_dedup(
     collection: str, *, lease: float = 60.0, heartbeat: float | None = None,
-    retention: float = 3600.0, cache_size: int = 0,
+    retention: float = 3600.0, cache: CompletedRunCache | None = None,
 ) -> tuple[Deduplicator, FaultyStore]:
     client = firestore.Client(project=PROJECT)
     store = FaultyStore(FirestoreRunStore(client, collection, timeout_seconds=5))
     dedup = Deduplicator(
         store, lease_seconds=lease, retention_seconds=retention,
-        cache=CompletedRunCache(cache_size), heartbeat_seconds=heartbeat, settle_seconds=1.0,
+        cache=cache or CompletedRunCache(0), heartbeat_seconds=heartbeat, settle_seconds=1.0,
     )
     return dedup, store
 
 
 class CountingJob:
-    """Job logic that records each execution, optionally sleeping or failing."""
+    """Job logic that records each execution, optionally working for a while."""
 
     def __init__(self, seconds: float = 0.0, result: Any = "done") -> None:
         self.seconds = seconds
@@ -52,7 +57,7 @@ class CountingJob:
 
     def __call__(self, context: RunContext) -> Any:
         self.executions.append(context.attempt_id)
-        time.sleep(self.seconds)
+        job_works_for(self.seconds)
         return self.result
 
 
@@ -124,7 +129,7 @@ def test_a_takeover_whose_reply_was_lost_is_adopted(collection_name: str) -> Non
     dedup, store = faulty_dedup(collection_name, lease=1.0)
     crashed = dedup.claim(KEY)
     assert isinstance(crashed, Claim)
-    time.sleep(1.1)
+    lease_lapsed(store.inner, KEY.run_id)
     store.script("replace", Fault.LOST_REPLY)
     job = CountingJob()
     delivery = dedup.run(KEY, job, b"", {})
@@ -179,8 +184,8 @@ def test_a_claim_left_unknown_past_its_fence_time_is_a_5xx_and_fenced(
     assert dedup.run(KEY, job, b"", {}, answer_within=170).outcome is Outcome.STORE_UNAVAILABLE
     assert 1.0 < time.monotonic() - started < 2.5 + 5  # past the settle time, to the fence
     store.heal("get")
-    # The phantom's lease runs from its commit, a round trip after `started`: 0.5 s of slack.
-    time.sleep(max(0.0, 3.5 - (time.monotonic() - started)))
+    # The phantom's lease runs from its commit, which the store's own record dates.
+    lease_lapsed(store.inner, KEY.run_id)
     assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED
     assert len(job.executions) == 1
 
@@ -247,7 +252,7 @@ def test_renewals_move_expire_at_so_a_live_claim_is_never_past_expiry(
 
     def job(context: RunContext) -> str:
         for _ in range(4):
-            time.sleep(1.25)
+            job_works_for(1.25)
             stored = store.inner.get(KEY.run_id)
             assert stored is not None
             expiries.append(stored.record.expire_at)
@@ -300,7 +305,7 @@ def test_an_unexpected_renewal_error_does_not_end_the_heartbeat(collection_name:
     answers: list[Any] = []
 
     def job(context: RunContext) -> None:
-        time.sleep(4.0)  # well past one lease: only later renewals keep the claim
+        job_works_for(4.0)  # well past one lease: only later renewals keep the claim
         decision = rival.claim(KEY)
         answers.append(decision.outcome if isinstance(decision, Delivery) else "took over")
         answers.append(context.claim_lost.is_set())
@@ -391,17 +396,36 @@ def test_a_release_is_retried_so_the_retry_runs_at_once(collection_name: str) ->
 # -- the per-instance cache -----------------------------------------------------------------
 
 def test_a_cached_completion_lives_no_longer_than_its_record(collection_name: str) -> None:
-    completer, _ = faulty_dedup(collection_name, retention=2.5, cache_size=10)
-    reader, _ = faulty_dedup(collection_name, retention=2.5, cache_size=10)
+    """A reader caches a completion it read for as long as the record has left to live
+    by the store's clock (expire_at less the read's time), never for the retention from
+    its own read. The reader's cache runs on the test's clock: it is moved to the end of
+    the record's life as two reads of the store's clock bound it, no real time passes."""
+    completer, store = faulty_dedup(collection_name, retention=60.0)
+    now = [0.0]
+    reader, reader_store = faulty_dedup(collection_name, retention=60.0,
+                                        cache=CompletedRunCache(10, monotonic=lambda: now[0]))
     job = CountingJob()
     assert completer.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED
-    time.sleep(1.0)
+    # The reader's client warmed: its slow first RPC would widen the window between the
+    # two reads of the store's clock below.
+    assert reader_store.inner.get("warm-up") is None
+    before = store.inner.get(KEY.run_id)
     first = reader.run(KEY, job, b"", {})
+    after = store.inner.get(KEY.run_id)
+    assert before is not None and after is not None
     assert (first.outcome, first.from_cache) == (Outcome.DUPLICATE, False)
+    # The reader read between these two reads: what the record had left then lies between.
+    left_at_most = (before.record.expire_at - before.read_time).total_seconds()
+    left_at_least = (after.record.expire_at - after.read_time).total_seconds()
+    assert 0 < left_at_least <= left_at_most < 60  # younger than the retention, not older
     assert reader.run(KEY, job, b"", {}).from_cache is True
-    time.sleep(1.8)  # the record is now past expire_at: every instance treats it as absent
+    now[0] = left_at_least - 0.001  # the record still lives: the cache answers
+    assert reader.run(KEY, job, b"", {}).from_cache is True
+    now[0] = left_at_most  # the record has expired for every instance: the cache forgets it
     later = reader.run(KEY, job, b"", {})
     assert later.from_cache is False
+    assert later.outcome is Outcome.DUPLICATE  # (the record itself has time left in fact)
+    assert len(job.executions) == 1
 
 
 def test_cache_entries_end_at_the_record_expiry_or_the_max_age() -> None:
@@ -428,5 +452,5 @@ def test_renewals_stop_when_the_job_returns(collection_name: str) -> None:
     assert dedup.run(KEY, CountingJob(seconds=1.5), b"", {}).outcome is Outcome.COMPLETED
     renewals = store.count("renew")
     assert renewals >= 2  # the shared heartbeat renewed while the job ran
-    time.sleep(0.4)
+    let_time_pass(0.5, "five heartbeats' time: none may renew after the job returned")
     assert store.count("renew") == renewals

@@ -14,8 +14,11 @@ import pytest
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator, Outcome, RunContext
+from dedup.outcomes import Outcome
+from dedup.protocol import Deduplicator
+from dedup.run_context import RunContext
 from dedup.settings import Settings, SettingsError
 from dedup.store import RunRecord, RunStatus, StoredRun, StoreUnavailable
 from dedup.store.firestore import GET_MANY_BATCH, FirestoreRunStore, record_to_document

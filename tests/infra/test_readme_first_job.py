@@ -52,6 +52,12 @@ def repository_copy(into: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
+def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One mypy cache for this module's checks of the README's job (kit_checks)."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+@pytest.fixture(scope="module")
 def readme_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Steps 1 and 3 done in a copy of the repository, as the README says."""
     checkout = repository_copy(tmp_path_factory.mktemp("readme"))
@@ -81,14 +87,15 @@ def test_the_readme_shows_one_job_and_the_stack_that_runs_it() -> None:
     assert config["scheduler-dedup:alerts"]["emails"]
 
 
-def test_the_readme_job_passes_the_kits_checks_as_written(tmp_path: Path) -> None:
+def test_the_readme_job_passes_the_kits_checks_as_written(tmp_path: Path,
+                                                          mypy_cache: Path) -> None:
     checkout = minimal_checkout(tmp_path)
     job_path, job_text = first_job_block("python")
     # The package make new-job creates (step 1), then the job as the README writes it.
     (checkout / job_path).parent.mkdir(parents=True, exist_ok=True)
     (checkout / job_path).with_name("__init__.py").write_text("", encoding="utf-8")
     (checkout / job_path).write_text(job_text, encoding="utf-8")
-    kit_checks(checkout, job_path)
+    kit_checks(checkout, job_path, mypy_cache=mypy_cache)
 
 
 @pytest.mark.timeout(300)
@@ -105,11 +112,13 @@ def test_the_readme_stack_passes_make_plan_and_make_policy_check(readme_checkout
 
 
 @pytest.mark.timeout(300)
-def test_the_readme_jobs_test_runs_and_passes_the_kits_checks(readme_checkout: Path) -> None:
+def test_the_readme_jobs_test_runs_and_passes_the_kits_checks(readme_checkout: Path,
+                                                              mypy_cache: Path) -> None:
     result = pytest_in(readme_checkout, "tests/jobs")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "2 passed" in result.stdout
-    kit_checks(readme_checkout, "function/jobs/billing.py", "tests/jobs/test_billing.py")
+    kit_checks(readme_checkout, "function/jobs/billing.py", "tests/jobs/test_billing.py",
+               mypy_cache=mypy_cache)
 
 
 @pytest.mark.timeout(300)

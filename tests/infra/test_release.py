@@ -10,7 +10,6 @@ import json
 import re
 import subprocess
 import textwrap
-import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from operator_tools.upgrade_check import (
 )
 from tests.infra.helpers import StackUnderTest
 from tests.infra.test_makefile import make
+from tests.waiting import wait_until
 
 VERSION_FILE = REPO_ROOT / "function" / "dedup" / "version.py"
 # Keep a Changelog's kinds of change, and the kit's own "Upgrading".
@@ -156,19 +156,18 @@ def test_the_served_functions_lines_carry_the_version(
     """As deployed: the request's line and the job's own `logging` line alike."""
     (tmp_path / "versioned_job.py").write_text(textwrap.dedent(JOB_MODULE))
     env = function_env(collection_name, tmp_path / "ledger.jsonl", DEDUP_JOB="versioned_job:run")
-    written: list[dict[str, Any]] = []
     with FunctionServer(env, workers=1, threads=2, extra_pythonpath=[tmp_path]) as server:
         reply = requests.post(server.url, headers=scheduler_headers(), data="{}", timeout=30)
         assert reply.status_code == 200, reply.text
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def logged() -> list[dict[str, Any]]:
             written = [json.loads(line) for line in server.log_text.splitlines()
                        if line.startswith("{")]
-            if {"versioned_job", None} <= {e.get("logger") for e in written} and any(
-                e.get("outcome") == "completed" for e in written
-            ):
-                break
-            time.sleep(0.1)
+            loggers = {e.get("logger") for e in written}
+            done = any(e.get("outcome") == "completed" for e in written)
+            return written if {"versioned_job", None} <= loggers and done else []
+
+        written = wait_until(logged, what="the job's line and the request's line in the log")
     job_lines = [e for e in written if e.get("logger") == "versioned_job"]
     request_lines = [e for e in written if e.get("outcome") == "completed"]
     assert job_lines and request_lines

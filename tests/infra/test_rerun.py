@@ -4,7 +4,6 @@ real Firestore emulator with records written by the real protocol."""
 from __future__ import annotations
 
 import io
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,11 +13,15 @@ import yaml
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator, Outcome, PermanentFailure, RunContext
+from dedup.outcomes import Outcome
+from dedup.protocol import Deduplicator
+from dedup.run_context import PermanentFailure, RunContext
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.reruns import DONE, REFUSED, FirestoreRerunQueue, reruns_collection
 from operator_tools import rerun, runs
+from tests.function.helpers import lease_lapsed
 from tests.infra.test_runs import DATABASE, NOW, PROJECT, REGION, Protocol, at, run_main
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
@@ -172,9 +175,7 @@ def lapsed_claim(hourly: Protocol, t: datetime) -> None:
     dedup = Deduplicator(hourly.store, lease_seconds=1, retention_seconds=3650 * 86400,
                          cache=CompletedRunCache(0, 3600), wall_clock=lambda: t)
     assert isinstance(dedup.claim(hourly.key(t)), Claim)
-    time.sleep(1.5)
-    stored = hourly.store.get(hourly.key(t).run_id)
-    assert stored is not None and stored.lease_expired
+    lease_lapsed(hourly.store, hourly.key(t).run_id)
 
 
 @pytest.mark.parametrize("attempt_1", ["failed", "killed"])

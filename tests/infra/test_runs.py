@@ -15,8 +15,11 @@ import yaml
 from google.cloud import firestore
 
 from dedup.cache import CompletedRunCache
+from dedup.claim import Claim
 from dedup.keys import RunKey
-from dedup.protocol import Claim, Deduplicator, Outcome, RunContext
+from dedup.outcomes import Outcome
+from dedup.protocol import Deduplicator
+from dedup.run_context import RunContext
 from dedup.store.firestore import FirestoreRunStore
 from infra.config import StackConfig
 from operator_tools import runs

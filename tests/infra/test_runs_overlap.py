@@ -9,7 +9,9 @@ import pytest
 
 from dedup.cache import CompletedRunCache
 from dedup.entry.app import overlap_gate
-from dedup.protocol import Deduplicator, Delivery, Outcome, RunContext
+from dedup.outcomes import Delivery, Outcome
+from dedup.protocol import Deduplicator
+from dedup.run_context import RunContext
 from dedup.settings import Settings
 from operator_tools import runs
 from tests.infra.test_runs import NOW, REGION, Protocol, at, rows_by_time, run_main, stack_file

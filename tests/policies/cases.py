@@ -1720,7 +1720,7 @@ OTHER_QUEUE = f"projects/someone-else/locations/{REGION}/queues/dedup-deliveries
 CLOUDFUNCTIONS_URL = f"https://{REGION}-{PROJECT}.cloudfunctions.net/scheduler-dedup"
 
 
-def _delivering_watchdog(*, queue: bool = True, target_url: object = FUNCTION_URL,
+def delivering_watchdog(*, queue: bool = True, target_url: object = FUNCTION_URL,
                          depends: bool = False) -> list[Resource]:
     """watchdog_stack whose watchdog delivers runs to the dedup function (its URL in its
     environment), through the stack's deliveries queue (or, queue=False, by itself)."""
@@ -1745,11 +1745,11 @@ def _delivering_watchdog(*, queue: bool = True, target_url: object = FUNCTION_UR
 STACK_CASES["cloud-run-internal-callers"] = [
     stack_case("callers-kit", kit_stack(), False),
     stack_case("callers-watchdog-not-delivering", watchdog_stack(), False),
-    stack_case("callers-watchdog-through-the-queue", _delivering_watchdog(), False),
+    stack_case("callers-watchdog-through-the-queue", delivering_watchdog(), False),
     stack_case(
         "callers-watchdog-through-a-vpc-connector",
         replace_named(
-            replace_named(_delivering_watchdog(queue=False), WATCHDOG_FN,
+            replace_named(delivering_watchdog(queue=False), WATCHDOG_FN,
                           "serviceConfig.vpcConnector", "projects/p/locations/r/connectors/c"),
             WATCHDOG_FN, "serviceConfig.vpcConnectorEgressSettings", "ALL_TRAFFIC",
         ),
@@ -1757,20 +1757,20 @@ STACK_CASES["cloud-run-internal-callers"] = [
     ),
     stack_case(
         "callers-public-target-is-not-judged",
-        replace_named(_delivering_watchdog(queue=False), "dedup-function",
+        replace_named(delivering_watchdog(queue=False), "dedup-function",
                       "serviceConfig.ingressSettings", "ALLOW_ALL"),
         False,
     ),
-    stack_case("callers-watchdog-posts-itself", _delivering_watchdog(queue=False), True),
+    stack_case("callers-watchdog-posts-itself", delivering_watchdog(queue=False), True),
     stack_case(
         "callers-queue-named-but-not-declared",
-        [r for r in _delivering_watchdog() if r.type != TASKS_QUEUE],
+        [r for r in delivering_watchdog() if r.type != TASKS_QUEUE],
         True,
     ),
     stack_case(
         "callers-connector-for-private-ranges-only",
         replace_named(
-            replace_named(_delivering_watchdog(queue=False), WATCHDOG_FN,
+            replace_named(delivering_watchdog(queue=False), WATCHDOG_FN,
                           "serviceConfig.vpcConnector", "projects/p/locations/r/connectors/c"),
             WATCHDOG_FN, "serviceConfig.vpcConnectorEgressSettings", "PRIVATE_RANGES_ONLY",
         ),
@@ -1778,18 +1778,18 @@ STACK_CASES["cloud-run-internal-callers"] = [
     ),
     stack_case(  # a first preview: the URL is not known yet, the dependency is
         "callers-url-unknown-in-preview",
-        _delivering_watchdog(queue=False, target_url=U, depends=True),
+        delivering_watchdog(queue=False, target_url=U, depends=True),
         True,
     ),
     stack_case(
         "callers-url-unknown-through-the-queue",
-        _delivering_watchdog(target_url=U, depends=True),
+        delivering_watchdog(target_url=U, depends=True),
         False,
     ),
     stack_case(
         "callers-through-direct-vpc-egress",
         replace_named(
-            replace_named(_delivering_watchdog(queue=False), WATCHDOG_FN,
+            replace_named(delivering_watchdog(queue=False), WATCHDOG_FN,
                           "serviceConfig.directVpcNetworkInterfaces",
                           [{"network": "default", "subnetwork": "default"}]),
             WATCHDOG_FN, "serviceConfig.directVpcEgress", "VPC_EGRESS_ALL_TRAFFIC",
@@ -1799,7 +1799,7 @@ STACK_CASES["cloud-run-internal-callers"] = [
     stack_case(
         "callers-direct-vpc-egress-private-ranges-only",
         replace_named(
-            replace_named(_delivering_watchdog(queue=False), WATCHDOG_FN,
+            replace_named(delivering_watchdog(queue=False), WATCHDOG_FN,
                           "serviceConfig.directVpcNetworkInterfaces",
                           [{"network": "default", "subnetwork": "default"}]),
             WATCHDOG_FN, "serviceConfig.directVpcEgress", "VPC_EGRESS_PRIVATE_RANGES_ONLY",
@@ -1808,20 +1808,20 @@ STACK_CASES["cloud-run-internal-callers"] = [
     ),
     stack_case(  # the host alone, in upper case, inside a longer value
         "callers-host-in-another-form",
-        _delivering_watchdog(queue=False, target_url=json.dumps(
+        delivering_watchdog(queue=False, target_url=json.dumps(
             {"to": FUNCTION_URL.removeprefix("https://").upper()})),
         True,
     ),
     stack_case(  # the function's cloudfunctions.net URL reaches the same service
         "callers-cloudfunctions-net-url",
         replace_named(
-            _delivering_watchdog(queue=False, target_url=CLOUDFUNCTIONS_URL), "dedup-function",
+            delivering_watchdog(queue=False, target_url=CLOUDFUNCTIONS_URL), "dedup-function",
             "url", CLOUDFUNCTIONS_URL),
         True,
     ),
     stack_case(  # a task is internal from the target's own project only
         "callers-queue-in-another-project",
-        [*replace_named([r for r in _delivering_watchdog() if r.type != TASKS_QUEUE],
+        [*replace_named([r for r in delivering_watchdog() if r.type != TASKS_QUEUE],
                         WATCHDOG_FN, "serviceConfig.environmentVariables.DEDUP_WATCH_QUEUE",
                         OTHER_QUEUE),
          res(TASKS_QUEUE, "other-deliveries", {

@@ -20,7 +20,7 @@ from tests.policies.bypass_cases import custom_role, document, in_proxy, v1_func
 from tests.policies.cases import (
     JOB,
     Case,
-    _delivering_watchdog,
+    delivering_watchdog,
     member,
     one,
     stack_case,
@@ -307,7 +307,7 @@ ROUND_TWO_CASES: dict[str, list[Case]] = {
         stack_case("proxy-and-watchdog", proxy_watchdog_stack(), False),
         stack_case("preview", preview_proxy_watchdog_stack(), False),
         stack_case("watchdog-acts-as-itself-to-deliver",
-                   [*_delivering_watchdog(), _watchdog_acts_as_itself()], False),
+                   [*delivering_watchdog(), _watchdog_acts_as_itself()], False),
         stack_case("sa-user-on-another-account", [*kit_stack(), _on_account(
             f"other@{PROJECT}.iam.gserviceaccount.com", "roles/iam.serviceAccountUser", GROUP)],
             False),
@@ -319,7 +319,7 @@ ROUND_TWO_CASES: dict[str, list[Case]] = {
                         "user:alice@example.com")], True),
         stack_case("runtime-acts-as-the-invoker", [*kit_stack(), _on_account(
             INVOKER_SA, "roles/iam.serviceAccountUser", f"serviceAccount:{RUNTIME_SA}")], True),
-        stack_case("user-acts-as-the-watchdog", [*_delivering_watchdog(), _on_account(
+        stack_case("user-acts-as-the-watchdog", [*delivering_watchdog(), _on_account(
             WATCHDOG_SA, "roles/iam.serviceAccountUser", "user:alice@example.com")], True),
         # "for anyone but the deployer's service accounts": the deployers setting
         stack_case("listed-deployer-acts-as-the-invoker-and-the-runtime-account", [
@@ -327,7 +327,7 @@ ROUND_TWO_CASES: dict[str, list[Case]] = {
             _on_account(INVOKER_SA, "roles/iam.serviceAccountUser", DEPLOYER, "deployer-invoker"),
             _on_account(RUNTIME_SA, "roles/iam.serviceAccountUser", DEPLOYER, "deployer-runtime")],
             False, deployers(DEPLOYER)),
-        stack_case("listed-deployer-acts-as-the-watchdog", [*_delivering_watchdog(), _on_account(
+        stack_case("listed-deployer-acts-as-the-watchdog", [*delivering_watchdog(), _on_account(
             WATCHDOG_SA, "roles/iam.serviceAccountUser", DEPLOYER)], False, deployers(DEPLOYER)),
         stack_case("deployer-not-listed", [*kit_stack(), _on_account(
             INVOKER_SA, "roles/iam.serviceAccountUser", DEPLOYER)], True),
@@ -336,7 +336,7 @@ ROUND_TWO_CASES: dict[str, list[Case]] = {
             deployers(OTHER_DEPLOYER)),
         stack_case("group-while-a-deployer-is-listed", [*kit_stack(), _on_account(
             INVOKER_SA, "roles/iam.serviceAccountUser", GROUP)], True, deployers(DEPLOYER)),
-        stack_case("kit-watchdog-account-listed-as-deployer", [*_delivering_watchdog(),
+        stack_case("kit-watchdog-account-listed-as-deployer", [*delivering_watchdog(),
             _on_account(INVOKER_SA, "roles/iam.serviceAccountUser",
                         f"serviceAccount:{WATCHDOG_SA}")],
             True, deployers(f"serviceAccount:{WATCHDOG_SA}")),
@@ -351,7 +351,7 @@ ROUND_TWO_CASES: dict[str, list[Case]] = {
         stack_case("kit", kit_stack(), False),
         stack_case("proxy-kit", proxy_stack(), False),
         stack_case("proxy-preview", preview_proxy_stack(), False),
-        stack_case("watchdog-delivering", _delivering_watchdog(), False),
+        stack_case("watchdog-delivering", delivering_watchdog(), False),
         stack_case("runtime-made-a-caller-everywhere", _runtime_as_caller(), True),
         stack_case("job-sends-the-runtime-account-tokens", _forged_job(kit_stack()), True),
         stack_case("runtime-allowed-caller-of-the-proxy", replace_named(

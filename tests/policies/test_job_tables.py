@@ -11,8 +11,8 @@ from pulumi_policy.deserialize import deserialize_properties
 
 from infra.source import PROXY_ROUTES_TABLE, WATCH_JOBS_TABLE, table_files, write_source_archive
 from policies.job_tables import BUCKET_OBJECT, job_table, source_object
+from policies.kit_resources import is_proxy_function, targets
 from policies.model import Resource
-from policies.proxy import is_proxy_function, targets
 from policies.values import MISSING, UNKNOWN, UNKNOWN_STRING
 from tests.policies.fixtures import (
     PROXY_ROUTES,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from policies.iam import Grant, PolicyDataError, policy_document
+from policies.grants import Grant, PolicyDataError, policy_document
 from policies.permissions import (
     ESCALATION,
     INVOKE,

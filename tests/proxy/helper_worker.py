@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from typing import Any
 
 from dedup.idempotency import IdempotencyGuard
-from dedup.protocol import RunContext
 from dedup.proxy.tokens import TOKEN_SECRET_ENV
+from dedup.run_context import RunContext
 from local_stack.deliveries import LOCATION, PROJECT
 from tests.proxy.support import TOKEN_SECRET
+from tests.waiting import job_works_for
 
 
 def append_line(ledger: str, entry: dict[str, Any]) -> None:
@@ -33,7 +33,7 @@ def charge(collection: str, token: str, ledger: str, barrier: Barrier, out: Queu
 
     def step(context: RunContext) -> dict[str, Any]:
         append_line(ledger, {"pid": os.getpid(), "token": token})
-        time.sleep(0.3)  # the state-changing step takes a while: the others overlap it
+        job_works_for(0.3)  # the state-changing step takes a while: the others overlap it
         return {"charged_by": os.getpid()}
 
     barrier.wait()
@@ -52,6 +52,6 @@ def hold(collection: str, token: str, ledger: str) -> None:
 
     def step(context: RunContext) -> None:
         append_line(ledger, {"pid": os.getpid(), "attempt": context.attempt})
-        time.sleep(3600)
+        job_works_for(3600)  # hangs until the test kills the process (a crash)
 
     guard.run_once(token, step)

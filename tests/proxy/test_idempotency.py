@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,14 +14,16 @@ import pytest
 from google.cloud import firestore
 
 from dedup.idempotency import ForgedToken, IdempotencyGuard, StepInProgress, StepOutcome
-from dedup.protocol import Outcome, RunContext
+from dedup.outcomes import Outcome
 from dedup.proxy.tokens import TOKEN_SECRET_ENV, mint_token
+from dedup.run_context import RunContext
 from dedup.settings import SettingsError
 from local_stack.deliveries import PROJECT, settings_for
 from local_stack.rpc_counter import RpcCounter
 from local_stack.steered_job import read_ledger
 from tests.proxy import helper_worker
 from tests.proxy.support import TOKEN_SECRET, run_id, token_for
+from tests.waiting import job_works_for, wait_until
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -41,21 +42,21 @@ def guard(collection: str, step: str = "charge", **overrides: Any) -> Idempotenc
 class Ledger:
     """Counts executions of the state-changing step."""
 
-    def __init__(self, sleep: float = 0.0) -> None:
+    def __init__(self, works_for: float = 0.0) -> None:
         self.entries: list[str] = []
         self._lock = threading.Lock()
-        self._sleep = sleep
+        self._works_for = works_for
 
     def step(self, context: RunContext) -> dict[str, Any]:
         with self._lock:
             self.entries.append(context.attempt_id)
-        time.sleep(self._sleep)
+        job_works_for(self._works_for)
         return {"invoice": "INV-1", "attempt": context.attempt}
 
 
 def test_concurrent_threads_with_one_token_perform_the_step_once(collection_name: str) -> None:
     helper = guard(collection_name)
-    ledger = Ledger(sleep=0.3)
+    ledger = Ledger(works_for=0.3)
 
     def call(_: int) -> StepOutcome | str:
         try:
@@ -77,7 +78,7 @@ def test_concurrent_threads_with_one_token_perform_the_step_once(collection_name
 
 def test_waiting_callers_all_get_the_one_result(collection_name: str) -> None:
     helpers = [guard(collection_name) for _ in range(4)]  # four instances
-    ledger = Ledger(sleep=0.5)
+    ledger = Ledger(works_for=0.5)
     with ThreadPoolExecutor(max_workers=12) as pool:
         outcomes = list(pool.map(
             lambda i: helpers[i % 4].run_once(TOKEN, ledger.step, wait_seconds=20), range(12)))
@@ -141,23 +142,21 @@ def test_a_crashed_holder_is_taken_over_only_after_its_lease(
         target=helper_worker.hold, args=(collection_name, TOKEN, str(ledger)))
     holder.start()
     try:
-        deadline = time.monotonic() + 60
-        while not read_ledger(str(ledger)):
-            assert time.monotonic() < deadline, "the holder never started its step"
-            time.sleep(0.05)
+        wait_until(lambda: read_ledger(str(ledger)), what="the holder to start its step")
         helper = guard(collection_name, lease_seconds=2.0, retention_seconds=60.0)
         with pytest.raises(StepInProgress):  # the holder's heartbeat keeps its lease alive
             helper.run_once(TOKEN, Ledger().step)
         holder.kill()  # crash: no release, no more renewals
         holder.join()
-        killed_at = time.monotonic()
-        while True:
+
+        def taken_over() -> StepOutcome | None:  # in progress until the 6 s lease lapses
             try:
-                outcome = helper.run_once(TOKEN, Ledger().step)
-                break
+                return helper.run_once(TOKEN, Ledger().step)
             except StepInProgress:
-                assert time.monotonic() - killed_at < 6 + 10, "never taken over"  # its lease
-                time.sleep(0.1)
+                return None
+
+        outcome = wait_until(taken_over, what="a takeover once the holder's lease lapsed",
+                             poll=0.1)
     finally:
         holder.kill()
         holder.join()

@@ -7,13 +7,14 @@ import itertools
 import select
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.waiting import job_works_for
 
 
 @dataclass
@@ -93,7 +94,7 @@ class RecordingTarget:
                 else:
                     status, delay = target.responder(rec)
                 if delay:
-                    time.sleep(delay)
+                    job_works_for(delay)  # the target's handler takes its time
                 rec.hung_up = _peer_closed(self.connection)
                 with target._lock:
                     target.completed.append(rec)

@@ -20,6 +20,7 @@ from demo.backfill import OUTAGE_RUNS
 from demo.paths import path_specs
 from local_stack import FirestoreEmulator
 from tests.stacks import fixture_stack_file
+from tests.waiting import let_time_pass
 
 REPO = Path(__file__).resolve().parents[2]
 # The kit's own dev stack for its tests (never the repository's Pulumi.dev.yaml).
@@ -119,7 +120,8 @@ def test_ctrl_c_stops_everything_and_leaves_no_process(listening_port: int) -> N
     function_port = int(re.search(r"function serving on http://127\.0\.0\.1:(\d+)/", text)[1])  # type: ignore[index]
     proxy_port = int(re.search(r"store-fault proxy on 127\.0\.0\.1:(\d+)", text)[1])  # type: ignore[index]
     assert port_open(firestore_port) and port_open(function_port) and port_open(proxy_port)
-    time.sleep(1.0)  # mid-replay
+    let_time_pass(1.0, "the replay gets under way: SIGINT lands mid-replay (any later "
+                  "moment of its 100,000 ticks would do)")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=180)  # stopping is checked, not its speed
     assert proc.returncode == 130, err

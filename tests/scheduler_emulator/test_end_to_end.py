@@ -520,16 +520,17 @@ def test_a_finding_no_fault_explains_fails_the_demo(function: LocalFunction) -> 
 def test_retries_through_the_next_tick_skip_it_and_the_watchdog_reports_it(
     function: LocalFunction,
 ) -> None:
-    # Retries not stopped at the next run: every 2xx lost, 2 retries of 30 and 60 s (the
-    # last attempt 90 s after the first) outlast the 1-minute interval, so Scheduler skips
-    # the tick that comes meanwhile and delivers the one after; the watchdog reports the
-    # skipped run as missed, and the demo expected exactly that. (Minutes of schedule time
-    # are real seconds at SCALE: the shortest interval and retries keep it short.)
+    # Retries not stopped at the next run: every 2xx lost, one retry 125 s after the first
+    # attempt ended, and 2 attempts of at most 15 s each: the run ends 125-155 s after its
+    # tick, past the next tick (120 s), so Scheduler skips it, and before the one after
+    # (240 s) however slow the machine (85 simulated s to spare: 1.7 s real). The watchdog
+    # reports the skipped run as missed, and the demo expected exactly that. (Schedule
+    # time passes at SCALE: a 2-minute interval and one retry keep the replay short.)
     job = {
         "name": "long-retries",
-        "schedule": "* * * * *",
+        "schedule": "*/2 * * * *",
         "attemptDeadlineSeconds": 15,
-        "retry": {"retryCount": 2, "minBackoffSeconds": 30, "maxBackoffSeconds": 60},
+        "retry": {"retryCount": 1, "minBackoffSeconds": 125, "maxBackoffSeconds": 125},
     }
     stack = e2e_stack(**{"scheduler-dedup:jobs": [job]})
     outcome = replay(function, ["lost-ack=1"], ticks=4, stack=stack)

@@ -31,16 +31,9 @@ from dedup.keys import (
     lower_keys,
     parse_delivery,
 )
+from dedup.outcomes import Delivery, Outcome, encode_result, summarize_error
 from dedup.overlap import effective_policy
-from dedup.protocol import (
-    Delivery,
-    Job,
-    Outcome,
-    PermanentFailure,
-    RunContext,
-    encode_result,
-    summarize_error,
-)
+from dedup.run_context import Job, PermanentFailure, RunContext
 from dedup.settings import MissingScheduleTime, Settings, number_setting
 from dedup.version import __version__ as KIT_VERSION
 

@@ -46,7 +46,6 @@ from google.auth import exceptions as auth_exceptions
 
 from dedup.job_logic import JobRegistry
 from dedup.keys import format_instant
-from dedup.protocol import Job, PermanentFailure, RunContext
 from dedup.proxy.targets import (
     DownstreamClient,
     DownstreamError,
@@ -57,6 +56,7 @@ from dedup.proxy.targets import (
     parse_target,
 )
 from dedup.proxy.tokens import mint_token, token_secret_setting
+from dedup.run_context import Job, PermanentFailure, RunContext
 from dedup.settings import SettingsError, read_table
 from dedup.tables import PROXY_ROUTES_TABLE
 

@@ -1,9 +1,10 @@
 """The storage seam: what the dedup protocol needs from a store, and nothing more.
 
-The protocol (dedup/protocol.py) speaks only to `RunStore`; store/firestore.py is the one
-implementation. Every write is conditional, so the store's own clock and versions decide
-who holds a claim: `version` is the server time of a record's last write, `read_time`
-the server time of a read, and both come from the store, never from this instance.
+The protocol (dedup/protocol.py, claiming.py, claim.py) speaks only to `RunStore`;
+store/firestore.py is the one implementation. Every write is conditional, so the store's
+own clock and versions decide who holds a claim: `version` is the server time of a
+record's last write, `read_time` the server time of a read, and both come from the store,
+never from this instance.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class RunRecord:
     # A re-run's generation (keys.RunKey.generation); 0: the run itself (and every record
     # written before re-runs existed).
     generation: int = 0
-    # Failed records only: the job refused for good (protocol.PermanentFailure, e.g. the
+    # Failed records only: the job refused for good (run_context.PermanentFailure, e.g. the
     # proxy's start answered 403/404), so nothing ran and no retry could succeed. Such a
     # record is final: Scheduler got a 200 and later deliveries replay the failure; a
     # re-run (the next generation) may start again. Records written before it read False.
@@ -162,8 +163,13 @@ class RunStore(Protocol):
         """Read the record, or None if there is none."""
         ...
 
-    def replace(self, run_id: str, record: RunRecord, if_version: datetime) -> datetime:
-        """Overwrite if still at `if_version`; return the new version. Raises RecordChanged."""
+    def replace(
+        self, run_id: str, record: RunRecord, if_version: datetime,
+        over: RunRecord | None = None,
+    ) -> datetime:
+        """Overwrite if still at `if_version`; return the new version. Raises RecordChanged.
+        `over`: the record the store holds at `if_version`, as the writer knows it; then
+        only what differs from it need be sent (the record stored is the same)."""
         ...
 
     def renew(self, run_id: str, expire_at: datetime, if_version: datetime) -> datetime:

@@ -67,7 +67,7 @@ QUEUE_MAX_DOUBLINGS = 5
 CAUGHT_UP = "caught_up"
 CAUGHT_UP_SEVERITY = "WARNING"
 RERUN = "rerun"
-JOB_FAILED = "failed"  # the function's outcome when the job raised (dedup.protocol.Outcome)
+JOB_FAILED = "failed"  # the function's outcome when the job raised (dedup.outcomes.Outcome)
 # ... and when it refused for good (a proxied start the target refused), answered 200.
 JOB_FAILED_PERMANENT = "failed_permanent"
 RAN_AND_FAILED = frozenset({JOB_FAILED, JOB_FAILED_PERMANENT})

@@ -25,7 +25,7 @@ from dedup.settings import SettingsError
 
 TARGET_URL_ENV = "DEDUP_WATCH_TARGET_URL"
 TARGET_AUTH_ENV = "DEDUP_WATCH_TARGET_AUTH"
-# Outcomes (dedup.protocol.Outcome values) after which there is nothing more to deliver:
+# Outcomes (dedup.outcomes.Outcome values) after which there is nothing more to deliver:
 # the run has executed for good, or (`skipped`, overlap) never will. All answered 2xx.
 EXECUTED = frozenset({"completed", "duplicate", "completed_unrecorded", "claim_lost",
                       "skipped"})

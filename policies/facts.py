@@ -1,0 +1,360 @@
+"""The stack's facts, derived once per stack and read by every stack policy.
+
+Like a graph that all checks query, `StackFacts` answers what the policies ask about the
+whole stack: which functions are the kit's (dedup function, proxy, watchdog, the one that
+runs the team's job code), which accounts are the kit's (the ones its workloads run as,
+the ones its Scheduler jobs send OIDC tokens of, the watchdogs' that deliver runs), who
+runs as or sends tokens of an account, what each resource grants and to whom, the stack's
+custom roles, the jobs targeting each function, the proxy's targets and accounts.
+
+Each fact is computed on first use (a policy pays only for what it reads) and then kept:
+`stack_facts(resources)` hands every policy run over the same resources (the offline
+check's, `policies.evaluate`) the same `StackFacts`, so no policy rescans the stack for
+what another derived already (under `pulumi preview`, pulumi_policy hands each policy
+resources of its own: there each policy derives what it reads). What one resource is (its
+account, its settings) is read by policies/kit_resources.py, what it grants by
+policies/grants.py.
+
+The arrows: helpers (values, gcp, model, permissions, deployers, job_tables, grants,
+kit_resources) <- facts <- the policy modules <- registry; no policy module imports
+another.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Final, TypeVar
+
+from policies.gcp import (
+    FIRESTORE_DATABASE,
+    FUNCTION_V2,
+    SCHEDULER_JOB,
+    SERVICE_ACCOUNT,
+    service_account_email,
+)
+from policies.grants import CustomRoles, Grant, custom_roles, grants_or_problem
+from policies.job_tables import BUCKET_OBJECT
+from policies.kit_resources import (
+    Target,
+    account_email,
+    component_prefix,
+    delivers_runs,
+    in_proxy_component,
+    is_dedup_function,
+    is_proxy_function,
+    is_watchdog_function,
+    job_targets,
+    oidc_email,
+    runtime_email,
+    targets,
+)
+from policies.model import Resource
+from policies.values import get, is_unknown, known_str
+
+T = TypeVar("T")
+
+PROTECTED: Final = "DELETE_PROTECTION_ENABLED"
+"""A Firestore database's deleteProtectionState that makes a stack production-like."""
+
+RoleHeld = tuple[Resource, str, Grant]
+"""(grant-bearing resource, known role, the grant)."""
+
+
+@dataclass(frozen=True)
+class ProxyAccount:
+    email: str | None
+    account_urns: frozenset[str]
+    """The Account resources declared in the proxy's component (meant to hold its grants)."""
+
+
+class StackFacts:
+    """What the policies know about one stack (`resources`, in the engine's order)."""
+
+    def __init__(self, resources: Sequence[Resource]) -> None:
+        self.resources: tuple[Resource, ...] = tuple(resources)
+        self._memo: dict[Any, Any] = {}
+
+    def same_stack(self, resources: Sequence[Resource]) -> bool:
+        """`resources` are the very resource objects these facts were derived from."""
+        return len(resources) == len(self.resources) and all(
+            map(operator.is_, resources, self.resources)
+        )
+
+    def derived(self, derive: Callable[[StackFacts], T]) -> T:
+        """`derive(self)`, computed once per stack: a policy module's own fact."""
+        key = ("derived", derive)
+        if key not in self._memo:
+            self._memo[key] = derive(self)
+        return self._memo[key]  # type: ignore[no-any-return]
+
+    def per_resource(self, derive: Callable[[Resource], T], resource: Resource) -> T:
+        """`derive(resource)` for a resource of this stack, computed once per stack."""
+        key = (derive, id(resource))  # the resource is held by self.resources: ids stay
+        if key not in self._memo:
+            self._memo[key] = derive(resource)
+        return self._memo[key]  # type: ignore[no-any-return]
+
+    # --- the resources by type -----------------------------------------------------------
+
+    @cached_property
+    def _by_type(self) -> dict[str, tuple[Resource, ...]]:
+        found: dict[str, list[Resource]] = defaultdict(list)
+        for resource in self.resources:
+            found[resource.type].append(resource)
+        return {resource_type: tuple(listed) for resource_type, listed in found.items()}
+
+    def of_type(self, resource_type: str) -> tuple[Resource, ...]:
+        """The stack's resources of `resource_type`, in stack order."""
+        return self._by_type.get(resource_type, ())
+
+    @cached_property
+    def _positions(self) -> dict[int, int]:
+        return {id(r): index for index, r in enumerate(self.resources)}
+
+    def in_stack_order(self, resources: Sequence[Resource]) -> list[Resource]:
+        return sorted(resources, key=lambda r: self._positions[id(r)])
+
+    # --- the kit's functions -------------------------------------------------------------
+
+    @cached_property
+    def dedup_functions(self) -> tuple[Resource, ...]:
+        """The dedup functions (the proxy among them: same protocol, same settings)."""
+        return tuple(r for r in self.of_type(FUNCTION_V2) if is_dedup_function(r))
+
+    @cached_property
+    def proxy_functions(self) -> tuple[Resource, ...]:
+        # Only source objects tell a proxy by its job table: hand it those alone.
+        objects = self.of_type(BUCKET_OBJECT)
+        return tuple(r for r in self.of_type(FUNCTION_V2) if is_proxy_function(r, objects))
+
+    @cached_property
+    def watchdog_functions(self) -> tuple[Resource, ...]:
+        return tuple(r for r in self.of_type(FUNCTION_V2) if is_watchdog_function(r))
+
+    @cached_property
+    def _proxy_ids(self) -> frozenset[int]:
+        return frozenset(id(p) for p in self.proxy_functions)
+
+    def is_proxy(self, function: Resource) -> bool:
+        return id(function) in self._proxy_ids
+
+    @cached_property
+    def job_code_functions(self) -> tuple[Resource, ...]:
+        """The dedup functions that run the team's job code: neither a proxy nor a watchdog."""
+        return tuple(
+            f for f in self.dedup_functions
+            if not self.is_proxy(f) and not is_watchdog_function(f)
+        )
+
+    @cached_property
+    def kit_functions(self) -> tuple[Resource, ...]:
+        """The dedup functions, then the watchdogs that are not one."""
+        dedup = self.dedup_functions
+        return (*dedup, *(w for w in self.watchdog_functions if w not in dedup))
+
+    # --- the Scheduler jobs --------------------------------------------------------------
+
+    @cached_property
+    def scheduler_jobs(self) -> tuple[Resource, ...]:
+        return self.of_type(SCHEDULER_JOB)
+
+    @cached_property
+    def _targeted(self) -> dict[int, list[Resource]]:
+        """Each Scheduler job (by id) -> the dedup functions it may target."""
+        return {
+            id(job): [f for f in self.dedup_functions if job_targets(job, f)]
+            for job in self.scheduler_jobs
+        }
+
+    def functions_targeted(self, job: Resource) -> Sequence[Resource]:
+        """The dedup functions `job` may target (while its URL is unknown: possibly more)."""
+        return self._targeted.get(id(job), [])
+
+    def jobs_targeting(self, function: Resource) -> Sequence[Resource]:
+        """The Scheduler jobs that target dedup function `function`, in stack order."""
+        return self.per_resource(self._jobs_targeting, function)
+
+    def _jobs_targeting(self, function: Resource) -> list[Resource]:
+        return [
+            job for job in self.scheduler_jobs
+            if any(f is function for f in self._targeted[id(job)])
+        ]
+
+    @cached_property
+    def _oidc(self) -> tuple[frozenset[str], bool]:
+        emails: set[str] = set()
+        unknown = False
+        for job in self.scheduler_jobs:
+            email = oidc_email(job)
+            if is_unknown(email):
+                unknown = True
+            elif known_str(email):
+                emails.add(service_account_email(email))
+        return frozenset(emails), unknown
+
+    @property
+    def oidc_emails(self) -> frozenset[str]:
+        """The e-mails of the accounts the stack's Scheduler jobs send OIDC tokens of."""
+        return self._oidc[0]
+
+    @property
+    def oidc_unknown(self) -> bool:
+        """Some job's OIDC account is not known yet (it may be any account)."""
+        return self._oidc[1]
+
+    # --- accounts ------------------------------------------------------------------------
+
+    @cached_property
+    def _runs_as(self) -> dict[str, list[Resource]]:
+        found: dict[str, list[Resource]] = defaultdict(list)
+        for resource in self.resources:
+            email = runtime_email(resource)
+            if email:
+                found[email].append(resource)
+        return found
+
+    def running_as(self, email: str) -> Sequence[Resource]:
+        """The workloads (functions, services, jobs, workflows, triggers) that run as `email`."""
+        return self._runs_as.get(email, [])
+
+    @cached_property
+    def _jobs_sending(self) -> dict[str, list[Resource]]:
+        found: dict[str, list[Resource]] = defaultdict(list)
+        for job in self.scheduler_jobs:
+            email = known_str(oidc_email(job))
+            if email:
+                found[service_account_email(email)].append(job)
+        return found
+
+    def jobs_sending_tokens_of(self, email: str) -> Sequence[Resource]:
+        """The Scheduler jobs that send OIDC tokens of `email`."""
+        return self._jobs_sending.get(email, [])
+
+    @cached_property
+    def kit_accounts(self) -> frozenset[str]:
+        """Known e-mails of the accounts workloads run as and jobs send tokens of."""
+        return frozenset(self._runs_as) | self.oidc_emails
+
+    @cached_property
+    def delivering_accounts(self) -> frozenset[str]:
+        """The runtime accounts of the watchdogs that deliver runs: allowed callers of the
+        functions they deliver to (dedup-allowed-callers), with run.invoker on those
+        services."""
+        found = {runtime_email(w) for w in self.watchdog_functions if delivers_runs(w)}
+        return frozenset(email for email in found if email is not None)
+
+    # --- grants --------------------------------------------------------------------------
+
+    @cached_property
+    def custom_roles(self) -> CustomRoles:
+        return custom_roles(self.resources)
+
+    @cached_property
+    def granting(self) -> Sequence[tuple[Resource, Sequence[Grant]]]:
+        """(resource, its grants) for every resource that grants something, in stack order.
+        An unreadable grant counts as none: iam-no-public-members reports it."""
+        found = []
+        for resource in self.resources:
+            grants, _ = grants_or_problem(resource.type, resource.props)
+            if grants:
+                found.append((resource, grants))
+        return found
+
+    @cached_property
+    def _grants_by_id(self) -> dict[int, Sequence[Grant]]:
+        return {id(resource): grants for resource, grants in self.granting}
+
+    def grants_of(self, resource: Resource) -> Sequence[Grant]:
+        return self._grants_by_id.get(id(resource), [])
+
+    @cached_property
+    def _held(self) -> dict[str, list[RoleHeld]]:
+        found: dict[str, list[RoleHeld]] = defaultdict(list)
+        for resource, grants in self.granting:
+            for grant in grants:
+                role = known_str(grant.role)
+                if role is None:
+                    continue
+                emails = {
+                    service_account_email(text)
+                    for member in grant.members or []
+                    if (text := known_str(member)) and text.startswith("serviceAccount:")
+                }
+                for email in emails:
+                    found[email].append((resource, role, grant))
+        return found
+
+    def roles_held(self, email: str) -> Sequence[RoleHeld]:
+        """Every known role granted to service account `email`, IAM or ACL-style."""
+        return self._held.get(email, [])
+
+    # --- the proxy -----------------------------------------------------------------------
+
+    def proxy_targets(self, proxy: Resource) -> list[Target] | None:
+        """The proxy's targets; None if they are not known (or not readable)."""
+        return self.per_resource(self._read_targets, proxy)
+
+    def _read_targets(self, proxy: Resource) -> list[Target] | None:
+        return targets(proxy, self.of_type(BUCKET_OBJECT))
+
+    def component_accounts(self, proxy: Resource) -> list[Resource]:
+        """The service accounts declared in the same DedupProxy component as `proxy`."""
+        prefix = component_prefix(proxy)
+        if prefix is None or not in_proxy_component(proxy):
+            return []
+        return [
+            r for r in self.of_type(SERVICE_ACCOUNT)
+            if in_proxy_component(r) and component_prefix(r) == prefix
+        ]
+
+    def component_account_email(self, function: Resource) -> str | None:
+        """The proxy's account e-mail from its component's Account while its output is
+        unknown (a first preview). Only when the function's own setting is unknown, not
+        unset."""
+        if not is_unknown(get(function.props, "serviceConfig", "serviceAccountEmail")):
+            return None
+        emails = {account_email(a) for a in self.component_accounts(function)}
+        emails.discard(None)
+        return emails.pop() if len(emails) == 1 else None
+
+    def proxy_account(self, proxy: Resource) -> ProxyAccount:
+        email = runtime_email(proxy) or self.component_account_email(proxy)
+        urns = frozenset(a.urn for a in self.component_accounts(proxy))
+        return ProxyAccount(email, urns)
+
+    def own_account_emails(self, proxy: Resource) -> frozenset[str]:
+        """The known e-mails of the proxy's accounts: the one it runs as and the ones
+        declared in its component (meant to hold its grants)."""
+        emails = {account_email(a) for a in self.component_accounts(proxy)}
+        emails.add(self.proxy_account(proxy).email)
+        return frozenset(e for e in emails if e is not None)
+
+    # --- alerting ------------------------------------------------------------------------
+
+    @cached_property
+    def production_like(self) -> bool:
+        """A Firestore database of the stack has delete protection on."""
+        return any(
+            known_str(get(r.props, "deleteProtectionState")) == PROTECTED
+            for r in self.of_type(FIRESTORE_DATABASE)
+        )
+
+
+class _LastStack:
+    """The facts of the stack the policies judged last: each policy of one check is run
+    over the same resources, which then share one StackFacts."""
+
+    facts: StackFacts | None = None
+
+
+def stack_facts(resources: Sequence[Resource]) -> StackFacts:
+    """The facts of `resources`, derived once for the same resource objects."""
+    last = _LastStack.facts
+    if last is not None and last.same_stack(resources):
+        return last
+    _LastStack.facts = StackFacts(resources)
+    return _LastStack.facts

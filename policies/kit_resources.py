@@ -1,0 +1,353 @@
+"""What one resource is to the kit, read from the resource itself: which function is the
+dedup function, the idempotent proxy or the run watchdog, the account it runs as, the
+DEDUP_* settings it reads and the database it keeps its records in, the targets the proxy
+starts, which Scheduler job targets which function.
+
+Per-resource readers only (the proxy's job table is read from the stack's source objects:
+policies/job_tables.py); what takes the whole stack (which account is whose, who may call
+or act as whom) is derived once per stack in policies/facts.py. A shared helper: it
+imports no policy module.
+
+- The dedup function is the `gcp:cloudfunctionsv2/function:Function` that runs one of the
+  kit's entry points (the idempotent proxy is one as well) or reads DEDUP_* settings; a
+  job targets it when its httpTarget.uri is the function's URL, a Cloud Run / Cloud
+  Functions URL while the function's URL is not known, or not known itself (at preview
+  the job's URI is the function's not-yet-known URL).
+- The proxy is the function with the entry point `proxy_scheduled_job`, with a
+  DEDUP_PROXY_* setting in its environment (infra always sets DEDUP_PROXY_TIMEOUT_SECONDS),
+  or with the proxy's job table in its source archive. Its targets come from what
+  function/dedup/proxy/handler.py reads: that table, proxy_routes.json = {"job-id":
+  {"target": ..., "resource": "projects/P/locations/L/..."}}, and DEDUP_PROXY_TARGET +
+  DEDUP_PROXY_RESOURCE. A resource declared inside the kit's DedupProxy component carries
+  the component's type in its URN, which links it to the proxy before any output is known.
+- The watchdog is the function with the entry point `watch_scheduled_runs`, or with a
+  DEDUP_WATCH_* setting in its environment (its job list travels in its source archive).
+
+Values a function does not set take the function's own defaults (function/dedup/settings.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from infra.source import PROXY_ROUTES_TABLE
+from policies.gcp import (
+    CLOUD_BUILD_TRIGGER,
+    CLOUD_RUN_V1_SERVICE,
+    CLOUD_RUN_V2_JOB,
+    CLOUD_RUN_V2_SERVICE,
+    DEDUP_DEFAULTS,
+    DEDUP_ENTRY_POINT,
+    FUNCTION_V1,
+    FUNCTION_V2,
+    PROXY_COMPONENT,
+    PROXY_ENTRY_POINT,
+    PROXY_RESOURCE_ENV,
+    PROXY_SETTINGS_PREFIX,
+    PROXY_TARGET_ENV,
+    SCHEDULER_JOB,
+    WATCH_SETTINGS_PREFIX,
+    WATCHDOG_ENTRY_POINT,
+    WORKFLOWS_WORKFLOW,
+    service_account_email,
+)
+from policies.job_tables import job_table
+from policies.model import Resource
+from policies.values import MISSING, UNKNOWN, as_list, as_mapping, get, is_unknown, known_str
+
+DEFAULT_DATABASE: Final = "(default)"
+_RUN_HOSTS: Final = (".run.app", ".cloudfunctions.net")
+
+# The watchdog's settings (function/dedup/watchdog/settings.py, cloud_tasks.py): set when
+# it delivers runs, to the dedup function and to the proxy (its proxied jobs'); its
+# deliveries' Cloud Tasks queue; its own database (its cursors and the re-run queue).
+TARGET_URL_ENV: Final = "DEDUP_WATCH_TARGET_URL"
+PROXY_URL_ENV: Final = "DEDUP_WATCH_PROXY_URL"
+QUEUE_ENV: Final = "DEDUP_WATCH_QUEUE"
+WATCH_DATABASE_ENV: Final = "DEDUP_WATCH_DATABASE"
+
+# Where each kind of workload names the service account it runs as.
+RUNTIME_ACCOUNT_PATHS: Final[Mapping[str, tuple[str, ...]]] = {
+    FUNCTION_V2: ("serviceConfig", "serviceAccountEmail"),
+    CLOUD_RUN_V2_SERVICE: ("template", "serviceAccount"),
+    CLOUD_RUN_V1_SERVICE: ("template", "spec", "serviceAccountName"),
+    CLOUD_RUN_V2_JOB: ("template", "template", "serviceAccount"),
+    FUNCTION_V1: ("serviceAccountEmail",),
+    WORKFLOWS_WORKFLOW: ("serviceAccount",),
+    CLOUD_BUILD_TRIGGER: ("serviceAccount",),
+}
+
+
+def label(resource: Resource) -> str:
+    """The resource's own name (a function's or job's ID) if known, else its Pulumi name."""
+    return repr(known_str(get(resource.props, "name")) or resource.name)
+
+
+def runtime_email(resource: Resource) -> str | None:
+    """The known runtime service account of a function, Cloud Run service / job, workflow
+    or build trigger."""
+    path = RUNTIME_ACCOUNT_PATHS.get(resource.type)
+    if path is None:
+        return None
+    email = known_str(get(resource.props, *path))
+    return service_account_email(email) if email else None
+
+
+# --- a function's DEDUP_* settings (function/dedup/settings.py) ---------------------------
+
+
+def environment(function: Resource) -> Any:
+    """serviceConfig.environmentVariables: a mapping, UNKNOWN or MISSING."""
+    return get(function.props, "serviceConfig", "environmentVariables")
+
+
+def setting(function: Resource, key: str) -> Any:
+    """The function's DEDUP_* value (a string), its default, or UNKNOWN."""
+    env = environment(function)
+    if is_unknown(env):
+        return UNKNOWN
+    value = get(env, key)
+    if value is MISSING:
+        return DEDUP_DEFAULTS[key]
+    return value
+
+
+def database_id(value: Any) -> Any:
+    """A Firestore database ID from an ID or a `projects/P/databases/D` name; unset or
+    empty is the default database (as the function and the provider read it)."""
+    if value is MISSING or value == "":
+        return DEFAULT_DATABASE
+    if isinstance(value, str) and "/databases/" in value:
+        return value.rsplit("/databases/", 1)[1]
+    return value
+
+
+@dataclass(frozen=True)
+class RecordsDatabase:
+    """The Firestore database a function of the kit keeps its run records in."""
+
+    project: str | None
+    """None: not known yet (a name is then matched by its database ID alone)."""
+    database: str
+
+    def same_as(self, other: RecordsDatabase) -> bool:
+        """The same database ID in the same project (or a project not known yet)."""
+        return self.database == other.database and (
+            self.project is None or other.project is None or self.project == other.project
+        )
+
+    def named_by(self, name: str) -> bool:
+        """`projects/P/databases/D` (an IAM condition's resource.name) is this database."""
+        project, _, database = name.removeprefix("projects/").partition("/databases/")
+        return self.same_as(RecordsDatabase(project or None, database))
+
+    def resource_name(self, default_project: str = "P") -> str:
+        """`projects/P/databases/D`, as an IAM condition names it."""
+        return f"projects/{self.project or default_project}/databases/{self.database}"
+
+    def __str__(self) -> str:
+        return self.database if self.project is None else self.resource_name()
+
+
+def records_database(function: Resource) -> RecordsDatabase | None:
+    """DEDUP_DATABASE (default "(default)") in DEDUP_PROJECT (default: the function's own
+    project); None while the database is not known."""
+    database = known_str(database_id(setting(function, "DEDUP_DATABASE")))
+    if database is None:
+        return None
+    project = get(environment(function), "DEDUP_PROJECT")
+    if project is MISSING or project == "":
+        project = get(function.props, "project")
+    return RecordsDatabase(known_str(project), database)
+
+
+# --- the dedup function and the jobs that target it -------------------------------------
+
+
+def is_dedup_function(resource: Resource) -> bool:
+    """The dedup function, or the idempotent proxy (same protocol, same DEDUP_* settings)."""
+    if resource.type != FUNCTION_V2:
+        return False
+    if get(resource.props, "buildConfig", "entryPoint") in (DEDUP_ENTRY_POINT, PROXY_ENTRY_POINT):
+        return True
+    env = as_mapping(environment(resource))
+    return env is not None and any(str(k).startswith("DEDUP_") for k in env)
+
+
+def job_targets(job: Resource, function: Resource) -> bool:
+    if job.type != SCHEDULER_JOB:
+        return False
+    target = get(job.props, "httpTarget")
+    if target is MISSING:
+        return False
+    uri = get(target, "uri")
+    if is_unknown(uri):
+        return True
+    text = known_str(uri)
+    if text is None:
+        return False
+    urls = [
+        u.rstrip("/")
+        for u in (
+            known_str(get(function.props, "url")),
+            known_str(get(function.props, "serviceConfig", "uri")),
+        )
+        if u
+    ]
+    if urls:
+        # The URL itself or a path below it (the proxy's ".../<name>-proxy" URL does not
+        # target the function ".../<name>").
+        target = text.rstrip("/")
+        return any(target == u or target.startswith((f"{u}/", f"{u}?")) for u in urls)
+    host = urlsplit(text).hostname or ""
+    return host.endswith(_RUN_HOSTS)
+
+
+def oidc_email(job: Resource) -> Any:
+    """The e-mail of the account a Scheduler job sends OIDC tokens of: a string, UNKNOWN or
+    MISSING."""
+    return get(job.props, "httpTarget", "oidcToken", "serviceAccountEmail")
+
+
+# --- the run watchdog ---------------------------------------------------------------------
+
+
+def is_watchdog_function(resource: Resource) -> bool:
+    if resource.type != FUNCTION_V2:
+        return False
+    if get(resource.props, "buildConfig", "entryPoint") == WATCHDOG_ENTRY_POINT:
+        return True
+    env = as_mapping(environment(resource))
+    return env is not None and any(str(k).startswith(WATCH_SETTINGS_PREFIX) for k in env)
+
+
+def has_own_database(watchdog: Resource) -> bool:
+    """It names a database of its own (DEDUP_WATCH_DATABASE), known or not yet."""
+    env = as_mapping(environment(watchdog))
+    value = get(env, WATCH_DATABASE_ENV) if env is not None else MISSING
+    return value is not MISSING and value != ""
+
+
+def own_database(watchdog: Resource) -> RecordsDatabase | None:
+    """Its DEDUP_WATCH_DATABASE (in its DEDUP_PROJECT); None if unset or not known yet."""
+    env = as_mapping(environment(watchdog))
+    if env is None or not has_own_database(watchdog):
+        return None
+    name = known_str(database_id(get(env, WATCH_DATABASE_ENV)))
+    records = records_database(watchdog)
+    if name is None or records is None:
+        return None
+    return RecordsDatabase(records.project, name)
+
+
+def delivers_runs(watchdog: Resource) -> bool:
+    """A watchdog that delivers runs itself (catch-up, operator re-runs): infra gives it
+    DEDUP_WATCH_TARGET_URL (the dedup function's) or DEDUP_WATCH_PROXY_URL (the proxy's)."""
+    env = as_mapping(environment(watchdog))
+    return env is not None and (TARGET_URL_ENV in env or PROXY_URL_ENV in env)
+
+
+# --- the idempotent proxy -------------------------------------------------------------------
+
+
+def is_proxy_function(resource: Resource, resources: Sequence[Resource] = ()) -> bool:
+    """The proxy: by its entry point, a setting of the proxy's or, among `resources` (the
+    stack, or its source objects), a source object holding the proxy's job table."""
+    if resource.type != FUNCTION_V2:
+        return False
+    if get(resource.props, "buildConfig", "entryPoint") == PROXY_ENTRY_POINT:
+        return True
+    env = as_mapping(environment(resource))
+    if env is not None and any(str(k).startswith(PROXY_SETTINGS_PREFIX) for k in env):
+        return True
+    routes = job_table(resource, resources, PROXY_ROUTES_TABLE) if resources else MISSING
+    return routes is not MISSING and not is_unknown(routes)
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str
+    project: str
+    location: str
+    resource_id: str
+    topic: str | None = None
+    """A build trigger's Pub/Sub topic (projects/P/topics/T) the proxy publishes to."""
+
+
+def _target(kind: Any, resource: Any, topic: Any = None) -> Target | None:
+    parts = resource.split("/") if isinstance(resource, str) else []
+    if not isinstance(kind, str) or len(parts) != 6 or parts[0] != "projects":
+        return None
+    return Target(kind, parts[1], parts[3], parts[5], topic if isinstance(topic, str) else None)
+
+
+def targets(function: Resource, resources: Sequence[Resource]) -> list[Target] | None:
+    """The proxy's targets (its job table, in its source object among `resources`, and its
+    default target); None if they are not known (or not readable)."""
+    env = environment(function)
+    if is_unknown(env):
+        return None
+    found: list[Target] = []
+    routes = job_table(function, resources, PROXY_ROUTES_TABLE)
+    if is_unknown(routes):
+        return None  # not readable here, or not JSON (the function refuses to start)
+    if routes is not MISSING:
+        if not isinstance(routes, Mapping):
+            return None
+        for spec in routes.values():
+            if not isinstance(spec, Mapping):
+                return None
+            target = _target(spec.get("target"), spec.get("resource"), spec.get("topic"))
+            if target is None:
+                return None
+            found.append(target)
+    kind, resource = get(env, PROXY_TARGET_ENV), get(env, PROXY_RESOURCE_ENV)
+    if is_unknown(kind) or is_unknown(resource):
+        return None
+    if kind is not MISSING or resource is not MISSING:
+        target = _target(kind, resource)
+        if target is None:
+            return None
+        found.append(target)
+    return found
+
+
+def in_proxy_component(resource: Resource) -> bool:
+    """Declared inside the kit's DedupProxy component (its URN's type chain names it)."""
+    parts = resource.urn.split("::")
+    return len(parts) >= 4 and f"{PROXY_COMPONENT}$" in parts[2]
+
+
+def component_prefix(resource: Resource) -> str | None:
+    """The type chain and name prefix shared by children of the same component."""
+    parts = resource.urn.split("::")
+    if len(parts) < 4 or "$" not in parts[2]:
+        return None
+    return parts[2].rsplit("$", 1)[0]
+
+
+def account_email(account: Resource) -> str | None:
+    """A service account's e-mail: known, or fixed by its accountId and project."""
+    email = known_str(get(account.props, "email"))
+    if email:
+        return email.lower()
+    account_id = known_str(get(account.props, "accountId"))
+    project = known_str(get(account.props, "project"))
+    if account_id and project:
+        return f"{account_id}@{project}.iam.gserviceaccount.com".lower()
+    return None
+
+
+# --- alerting ------------------------------------------------------------------------------
+
+
+def notifies(alert_policy: Resource) -> bool:
+    """The alert policy names a notification channel (or ones not known yet)."""
+    channels = get(alert_policy.props, "notificationChannels")
+    if is_unknown(channels):
+        return True
+    listed = as_list(channels) or []
+    return any(is_unknown(c) or known_str(c) for c in listed)
