@@ -1,7 +1,15 @@
 """Backfills: `make backfill`'s code path plans the runs of a range, the watchdog releases
 them into the re-run queue at a bounded rate and delivers them to the served function
 (real Firestore emulator, the ledger job counting executions), and every run executes
-once per generation: under store faults and kills, for 10,000 runs.
+once per generation under store faults and kills.
+
+Two tests share the claim "10,000 runs, each executed once per generation": the count,
+10,000 runs planned, queued in one backfill record (its commit's reply lost) and released,
+delivered and tallied exactly once by the watchdog, is proven with a deliverer that
+records instead of serving (the volume is the watchdog's and the store's, not HTTP's); the
+mechanism, each run executed once per generation while the store stalls, drops replies
+and goes away and watchdog and function instances are killed, is proven served, on a
+backfill sized so that every kind of kill and the store faults strike it several times.
 
 The watchdog runs in-process with its ticks driven by the test (its clock fixed), so the
 volume costs the deliveries, not waiting.
@@ -12,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import threading
 import time
 import uuid
@@ -26,10 +33,6 @@ from typing import Any
 import pytest
 from google.cloud import firestore
 
-from dedup.cache import CompletedRunCache
-from dedup.claim import Claim
-from dedup.keys import RunKey
-from dedup.protocol import Deduplicator
 from dedup.settings import Settings
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog import deliveries as watchdog_deliveries
@@ -62,6 +65,18 @@ from local_stack.steered_job import read_ledger
 from local_stack.store_faults import StoreFaultProxy
 from operator_tools import backfill as backfill_cli
 from operator_tools.runs import RunStores
+from tests.function.backfill_chaos import (
+    AFTER_PROGRESS,
+    AFTER_THE_FUNCTION_RAN,
+    BEFORE_DELIVERING,
+    BEFORE_PROGRESS,
+    INSTANCE_DIED,
+    Chaos,
+    ChaoticBackfills,
+    ChaoticDeliverer,
+    Killed,
+    StoreFaultsOnCue,
+)
 from tests.function.test_catch_up import JOB_HEADERS
 from tests.function.test_watchdog import Runs
 
@@ -128,75 +143,6 @@ def watched(job_id: str) -> WatchedJob:
                       body=FAST_BODY, headers=JOB_HEADERS, reruns=True)
 
 
-class Killed(Exception):
-    """The watchdog instance died here (the tick ends with nothing more written)."""
-
-
-@dataclass
-class Chaos:
-    """Seeded kills: of the watchdog after the function ran (the answer never read), before
-    it delivered, and after its requests were created (before its progress was written,
-    or after); of a function instance that claimed the run and died (its lease lapses)."""
-
-    seed: int
-    rate: float = 0.0
-    collection: str = ""
-    rng: random.Random = field(init=False)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    counts: Counter[str] = field(default_factory=Counter)
-    dead_claims: int = 0
-
-    def __post_init__(self) -> None:
-        self.rng = random.Random(self.seed)
-
-    def strikes(self, what: str, rate: float | None = None) -> bool:
-        with self.lock:
-            hit = self.rng.random() < (self.rate if rate is None else rate)
-            if hit:
-                self.counts[what] += 1
-            return hit
-
-
-@dataclass
-class ChaoticDeliverer:
-    inner: DeliversRuns
-    chaos: Chaos
-    asynchronous = False
-
-    def deliver(self, delivery: RunDelivery) -> DeliveryResult:
-        if self.chaos.strikes("watchdog killed before delivering"):
-            raise Killed("before delivering")
-        if self.chaos.dead_claims < 5 and self.chaos.strikes("function instance died", 0.002):
-            # A function instance claims the run (1 s lease) and dies: nothing renews it.
-            self.chaos.dead_claims += 1
-            store = FirestoreRunStore(firestore.Client(project=PROJECT),
-                                      self.chaos.collection, 5)
-            dedup = Deduplicator(store, lease_seconds=1, retention_seconds=86400,
-                                 cache=CompletedRunCache(0, 60))
-            key = RunKey(PROJECT, LOCATION, delivery.job_id, delivery.schedule_time,
-                         generation=delivery.generation)
-            if isinstance(dedup.claim(key), Claim):
-                return DeliveryResult("error", error="connection reset by peer")
-        result = self.inner.deliver(delivery)
-        if self.chaos.strikes("watchdog killed after the function ran"):
-            raise Killed("after delivering")
-        return result
-
-
-class ChaoticBackfills(FirestoreBackfills):
-    def __init__(self, store: FirestoreRunStore, collection: str, chaos: Chaos) -> None:
-        super().__init__(store, collection)
-        self.chaos = chaos
-
-    def update(self, backfill: Any, version: datetime, now: datetime) -> datetime:
-        if self.chaos.strikes("watchdog killed before writing progress"):
-            raise Killed("before writing progress")
-        written = super().update(backfill, version, now)
-        if self.chaos.strikes("watchdog killed after writing progress"):
-            raise Killed("after writing progress")
-        return written
-
-
 @dataclass
 class Watch:
     """An in-process watchdog (store behind `store_host`) with the test's clock."""
@@ -208,6 +154,7 @@ class Watch:
     backfill: BackfillSettings
     store_host: str
     chaos: Chaos | None = None
+    store_faults: StoreFaultsOnCue | None = None  # injected by the chaos's deliveries
     deliverer: DeliversRuns | None = None  # default: HttpDeliverer, no token
     logs: list[Mapping[str, Any]] = field(default_factory=list)
     # The function's default budget: a test without store faults never fails a tick because
@@ -229,7 +176,7 @@ class Watch:
         deliverer = self.deliverer or HttpDeliverer(TargetAuth.NONE)
         backfills = FirestoreBackfills(runs, backfills_collection(self.collection))
         if self.chaos is not None:
-            deliverer = ChaoticDeliverer(deliverer, self.chaos)
+            deliverer = ChaoticDeliverer(deliverer, self.chaos, self.store_faults)
             backfills = ChaoticBackfills(runs, backfills_collection(self.collection), self.chaos)
         pacer = BackfillPacer(self.backfill, backfills, queue, 86400 * 30)
         watchdog = Watchdog(settings, FirestoreWatchStore(runs, settings.cursor_collection),
@@ -280,21 +227,42 @@ def run_backfill(watch: Watch, served: Served, job_id: str, *, max_ticks: int) -
     raise AssertionError(f"not finished after {max_ticks} ticks: {stored}")
 
 
-# -- the 10,000 runs ---------------------------------------------------------------------------
+# -- the count: 10,000 runs planned, queued once, delivered and tallied once ------------------
 
-BIG = int(os.environ.get("BACKFILL_TEST_RUNS", "10000"))
+BIG = 10_000
+# Released 1,000 at a time: ten rounds of the watchdog's release, settle and progress write.
+BIG_IN_FLIGHT = 1000
 
 
-@pytest.mark.timeout(1800)  # minutes on a busy two-core machine: the deliveries' RPCs
-def test_ten_thousand_runs_execute_once_per_generation_under_store_faults_and_kills(
+@dataclass
+class Recorded:
+    """Serves nothing: records each delivery and answers as the function answers a run it
+    executed (200 `completed`), directly (not through a queue), as HttpDeliverer does."""
+
+    asynchronous = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    delivered: Counter[tuple[str, int]] = field(default_factory=Counter)
+
+    def deliver(self, delivery: RunDelivery) -> DeliveryResult:
+        with self.lock:
+            self.delivered[(delivery.schedule_time.isoformat(), delivery.generation)] += 1
+        return DeliveryResult("completed", http_status=200)
+
+
+@pytest.mark.timeout(900)  # minutes on a busy two-core machine: the store's RPCs
+def test_ten_thousand_runs_are_queued_once_and_each_delivered_and_counted_once(
     served: Served, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # As wide as the served function (2 workers x 16 threads): the volume, not the rate.
+    """The count at full size: `make backfill` plans 10,000 runs (of both generations),
+    writes them in one backfill record once though its commit's reply is lost, and the
+    watchdog releases, delivers and tallies each exactly once. What a served run does with
+    a delivery under faults is the served test's below."""
     monkeypatch.setattr(watchdog_deliveries, "MAX_PARALLEL_DELIVERIES", 32)
     name, job_id = new_job()
     now, times = minutes_back(BIG)
-    # Before and after an outage (the middle 30% of the range), every run completed.
-    outage = set(times[int(BIG * 0.35):int(BIG * 0.65)])
+    # Before and after an outage, every run completed: 1,000 runs of the range are re-runs
+    # (generation 1), the other 9,000 first runs (few completed records to write).
+    outage = set(times[500:-500])
     Runs(served.collection).bulk_completed(job_id, [t for t in times if t not in outage])
     cfg = stack(served.collection, name)
     store = FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 10)
@@ -323,40 +291,92 @@ def test_ten_thousand_runs_execute_once_per_generation_under_store_faults_and_ki
     assert said.endswith(f"0/{BIG} released; nothing queued again")
     planned_seconds = time.monotonic() - started
 
-    chaos = Chaos(seed=20261202, rate=float(os.environ.get("BACKFILL_TEST_KILLS", "0.001")),
-                  collection=served.collection)
-    watch = Watch(served.collection, [watched(job_id)], served.server.url,
-                  now=now, backfill=BackfillSettings(runs_per_tick=BIG, in_flight=250),
-                  store_host=served.proxy.host, chaos=chaos,
-                  store_timeout_seconds=STORE_TIMEOUT_SECONDS)
-    served.proxy.run_schedule(FaultSchedule(
-        seed=7, duration=(1.1 * STORE_TIMEOUT_SECONDS, 1.6 * STORE_TIMEOUT_SECONDS),
-        gap=(2.0, 5.0), count=int(os.environ.get("BACKFILL_TEST_FAULTS", "6"))))
-    try:
-        ticks = run_backfill(watch, served, job_id, max_ticks=400)
-    finally:
-        served.proxy.stop_schedule()
-    delivered_seconds = time.monotonic() - started - planned_seconds
-
-    executions = served.executions(job_id)
+    recorded = Recorded()
+    watch = Watch(served.collection, [watched(job_id)], served.server.url, now=now,
+                  backfill=BackfillSettings(runs_per_tick=BIG, in_flight=BIG_IN_FLIGHT),
+                  store_host=served.proxy.host, deliverer=recorded)
+    ticks = run_backfill(watch, served, job_id, max_ticks=50)
+    print(f"\n{BIG} runs: planned and queued in {planned_seconds:.1f}s, released, delivered "
+          f"and tallied in {time.monotonic() - started - planned_seconds:.1f}s over {ticks} "
+          "ticks")
     expected = {(c.schedule_time.isoformat(), c.generation) for c in planned.queued}
-    twice = {run: n for run, n in executions.items() if n > 1}
-    print(f"\n{BIG} runs: planned in {planned_seconds:.1f}s, delivered in "
-          f"{delivered_seconds:.1f}s over {ticks} ticks; kills {dict(chaos.counts)}; store "
-          f"faults {store_faults(served.proxy)}; executed twice: {len(twice)}")
-    assert twice == {}, f"runs executed more than once: {list(twice.items())[:5]}"
-    assert set(executions) == expected
-    assert sum(chaos.counts.values()) >= 5, "too few kills to judge"
-    assert sum(served.proxy.counts.values()) >= 3, "too few store faults to judge"
-    # Each position counted once, whatever died when: the backfill's own tally.
+    assert len(expected) == BIG
+    assert recorded.delivered == Counter(dict.fromkeys(expected, 1))  # each once, none else
+    assert_tallied(served, store, job_id, BIG)
+
+
+def assert_tallied(served: Served, store: FirestoreRunStore, job_id: str, total: int) -> None:
+    """Each position counted once, whatever died when: the backfill's own tally, and each
+    of its requests done."""
     stored = FirestoreBackfills(store, backfills_collection(served.collection)).get(job_id)
     assert stored is not None and isinstance(stored.value, Backfill)
     final = stored.value
     assert (final.state, final.done, final.failed, final.refused, final.in_flight) == (
-        FINISHED, BIG, 0, 0, {})
+        FINISHED, total, 0, 0, {})
     queue = FirestoreRerunQueue(store, reruns_collection(served.collection))
     requests = queue.for_job(job_id)
-    assert len(requests) == BIG and {r.status for r in requests} == {DONE}
+    assert len(requests) == total and {r.status for r in requests} == {DONE}
+
+
+# -- the mechanism, served: under store faults and kills -----------------------------------------
+
+# Sized so that each kind of kill strikes it several times (the rarest every 31 deliveries)
+# and all its store faults find deliveries to strike; BACKFILL_TEST_RUNS serves a bigger one.
+SERVED_RUNS = int(os.environ.get("BACKFILL_TEST_RUNS", "200"))
+# 12 at a time: 17 rounds at least, so the kills around a progress write strike too.
+SERVED_IN_FLIGHT = 12
+KILLS_EVERY = {BEFORE_DELIVERING: 31, AFTER_THE_FUNCTION_RAN: 29, INSTANCE_DIED: 23,
+               BEFORE_PROGRESS: 7, AFTER_PROGRESS: 5}
+STORE_FAULTS = 6
+
+
+@pytest.mark.timeout(900)
+def test_served_backfill_runs_execute_once_per_generation_under_store_faults_and_kills(
+    served: Served, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As wide as the served function (2 workers x 16 threads): the volume, not the rate.
+    monkeypatch.setattr(watchdog_deliveries, "MAX_PARALLEL_DELIVERIES", 32)
+    name, job_id = new_job()
+    now, times = minutes_back(SERVED_RUNS)
+    outage = set(times[int(SERVED_RUNS * 0.35):int(SERVED_RUNS * 0.65)])
+    Runs(served.collection).bulk_completed(job_id, [t for t in times if t not in outage])
+    cfg = stack(served.collection, name)
+    store = FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 10)
+    planned = plan(cfg, store, times[0], times[-1], now, mode="all")
+    assert [c.generation for c in planned.queued].count(0) == len(outage)
+    assert len(planned.queued) == SERVED_RUNS and planned.skipped == []
+    said = backfill_cli.queue_backfill(cfg, RunStores(store), planned, now)
+    assert said.startswith("queued: backfill "), said
+
+    started = time.monotonic()
+    chaos = Chaos(KILLS_EVERY, collection=served.collection)
+    faults_before = sum(served.proxy.counts.values())
+    cued = StoreFaultsOnCue(served.proxy, FaultSchedule(
+        seed=7, duration=(1.1 * STORE_TIMEOUT_SECONDS, 1.6 * STORE_TIMEOUT_SECONDS),
+        count=STORE_FAULTS), every=SERVED_RUNS // (STORE_FAULTS + 3))
+    watch = Watch(served.collection, [watched(job_id)], served.server.url, now=now,
+                  backfill=BackfillSettings(runs_per_tick=SERVED_RUNS,
+                                            in_flight=SERVED_IN_FLIGHT),
+                  store_host=served.proxy.host, chaos=chaos, store_faults=cued,
+                  store_timeout_seconds=STORE_TIMEOUT_SECONDS)
+    try:
+        ticks = run_backfill(watch, served, job_id, max_ticks=400)
+    finally:
+        served.proxy.wait_healthy(30)  # a fault injected by the last deliveries
+    injected = sum(served.proxy.counts.values()) - faults_before
+
+    executions = served.executions(job_id)
+    expected = {(c.schedule_time.isoformat(), c.generation) for c in planned.queued}
+    twice = {run: n for run, n in executions.items() if n > 1}
+    print(f"\n{SERVED_RUNS} runs served in {time.monotonic() - started:.1f}s over {ticks} "
+          f"ticks; kills {dict(chaos.counts)}; store faults {injected} "
+          f"({store_faults(served.proxy)} in the module); executed twice: {len(twice)}")
+    assert twice == {}, f"runs executed more than once: {list(twice.items())[:5]}"
+    assert set(executions) == expected
+    assert set(chaos.counts) == set(KILLS_EVERY), f"a kind of kill never struck: {chaos.counts}"
+    assert sum(chaos.counts.values()) >= 5, "too few kills to judge"
+    assert injected >= 3, "too few store faults to judge"
+    assert_tallied(served, store, job_id, SERVED_RUNS)
 
 
 def store_faults(proxy: StoreFaultProxy) -> dict[str, int]:

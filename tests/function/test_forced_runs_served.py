@@ -1,10 +1,12 @@
 """Forced runs against the function as Cloud Run serves it (functions-framework processes,
 concurrent HTTP deliveries, the real Firestore emulator), with a 2 s margin so that the
-scheduled delivery of a forced run's time can be waited for."""
+scheduled delivery of a forced run's time can be waited for. One served function for the
+module: each test delivers a job of its own and reads the ledger's lines of that job."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,18 +33,30 @@ MARGIN_SECONDS = 2.0
 AHEAD_SECONDS = 10.0
 
 
-@pytest.fixture
-def ledger(tmp_path: Path) -> Path:
-    return tmp_path / "ledger.jsonl"
+@pytest.fixture(scope="module")
+def module_ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("forced") / "ledger.jsonl"
 
 
-@pytest.fixture
-def server(collection_name: str, ledger: Path) -> Iterator[FunctionServer]:
+@pytest.fixture(scope="module")
+def server(firestore_emulator: object, module_ledger: Path) -> Iterator[FunctionServer]:
     env = function_env(
-        collection_name, ledger, DEDUP_FORCED_RUN_MARGIN_SECONDS=f"{MARGIN_SECONDS:g}"
+        f"runs_{uuid.uuid4().hex[:12]}", module_ledger,
+        DEDUP_FORCED_RUN_MARGIN_SECONDS=f"{MARGIN_SECONDS:g}",
     )
     with FunctionServer(env, workers=2, threads=8, extra_pythonpath=[REPO_ROOT]) as served:
         yield served
+
+
+@pytest.fixture
+def job() -> str:
+    """The test's own job: its runs and ledger lines are its own."""
+    return f"{JOB}-{uuid.uuid4().hex[:6]}"
+
+
+def executed(ledger: Path, job: str) -> list[dict[str, object]]:
+    """The ledger's executions of `job`, in order."""
+    return [e for e in read_ledger(str(ledger)) if e["job"] == job]
 
 
 def burst(url: str, headers: dict[str, str], body: dict[str, object], n: int
@@ -64,12 +78,12 @@ def settle(url: str, headers: dict[str, str], replies: list[requests.Response]) 
 
 
 def test_a_forced_run_executes_once_and_its_scheduled_run_once_more_at_its_time(
-    server: FunctionServer, ledger: Path
+    server: FunctionServer, module_ledger: Path, job: str
 ) -> None:
     tick = (datetime.now(UTC) + timedelta(seconds=AHEAD_SECONDS)).replace(microsecond=0)
-    headers = scheduler_headers(JOB, format_instant(tick))
-    forced_id = RunKey(PROJECT, LOCATION, JOB, tick, forced=True).run_id
-    scheduled_id = RunKey(PROJECT, LOCATION, JOB, tick).run_id
+    headers = scheduler_headers(job, format_instant(tick))
+    forced_id = RunKey(PROJECT, LOCATION, job, tick, forced=True).run_id
+    scheduled_id = RunKey(PROJECT, LOCATION, job, tick).run_id
 
     # "Run now": the delivery and its concurrent duplicates and retries, all well ahead of
     # the tick by the function's clock.
@@ -77,7 +91,7 @@ def test_a_forced_run_executes_once_and_its_scheduled_run_once_more_at_its_time(
     settle(server.url, headers, forced)
     assert {(r.json()["run_id"], r.json()["trigger"]) for r in forced} == {(forced_id, "forced")}
     assert datetime.now(UTC) < tick - timedelta(seconds=MARGIN_SECONDS), "test host too slow"
-    assert [e["run_id"] for e in read_ledger(str(ledger))] == [forced_id]
+    assert [e["run_id"] for e in executed(module_ledger, job)] == [forced_id]
 
     # The tick arrives: Scheduler delivers the scheduled run of that time (same headers),
     # with its duplicates. It was not consumed by the forced run: it executes, once.
@@ -90,22 +104,23 @@ def test_a_forced_run_executes_once_and_its_scheduled_run_once_more_at_its_time(
     assert {r.json()["result"]["echo"] for r in scheduled if r.status_code == 200} == {
         "scheduled"}
 
-    executions = [(e["run_id"], e["forced"], e["schedule_time"]) for e in read_ledger(str(ledger))]
+    executions = [(e["run_id"], e["forced"], e["schedule_time"])
+                  for e in executed(module_ledger, job)]
     assert executions == [
         (forced_id, True, tick.isoformat()), (scheduled_id, False, tick.isoformat())]
 
 
 @pytest.mark.parametrize("ahead_seconds", [-60.0, 0.0, MARGIN_SECONDS / 2])
 def test_a_scheduled_delivery_on_time_is_never_a_forced_run(
-    server: FunctionServer, ledger: Path, ahead_seconds: float
+    server: FunctionServer, module_ledger: Path, job: str, ahead_seconds: float
 ) -> None:
     """Late (a retry), on time, or early by less than the margin (clock skew)."""
     when = datetime.now(UTC) + timedelta(seconds=ahead_seconds)
-    headers = scheduler_headers(JOB, format_instant(when))
+    headers = scheduler_headers(job, format_instant(when))
     replies = burst(server.url, headers, {"result": "on time"}, 4)
     settle(server.url, headers, replies)
-    scheduled_id = RunKey(PROJECT, LOCATION, JOB, when).run_id
+    scheduled_id = RunKey(PROJECT, LOCATION, job, when).run_id
     assert {(r.json()["run_id"], r.json()["trigger"]) for r in replies} == {
         (scheduled_id, "scheduled")}
-    assert [(e["run_id"], e["forced"]) for e in read_ledger(str(ledger))] == [
+    assert [(e["run_id"], e["forced"]) for e in executed(module_ledger, job)] == [
         (scheduled_id, False)]

@@ -6,6 +6,10 @@ The job (local_stack.interval_job) records when each execution started and ended
 stops once its claim is lost, so "two runs overlapped" is read from its ledger, not from
 the dedup store. Each run is delivered by a Scheduler-like client that retries every
 non-2xx until a 200 (its retry window), and then once more, as after a lost 200.
+
+The policies' scenarios are independent (a job of their own each, overlap is per job):
+the four without store faults run at once against one served function, the three under
+store faults at once under one fault schedule, each test asserting on its own scenario.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ import os
 import signal
 import threading
 import time
+import uuid
 from collections import Counter
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,9 +35,9 @@ from dedup.keys import RunKey
 from dedup.store import RunStatus
 from dedup.store.firestore import FirestoreRunStore
 from infra.scheduler_rules import LEASE_STORE_TIMEOUTS
-from local_stack import FunctionServer
+from local_stack import FirestoreEmulator, FunctionServer
 from local_stack.deliveries import LOCATION, PROJECT, function_env, scheduler_headers
-from local_stack.fault_schedule import FaultKind, FaultSchedule
+from local_stack.fault_schedule import FaultKind, FaultSchedule, InjectedFault
 from local_stack.interval_job import Execution, executions, overlapping
 from local_stack.processes import REPO_ROOT
 from local_stack.store_faults import StoreFaultProxy
@@ -56,6 +61,7 @@ FIRST = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
 
 @dataclass
 class RunLog:
+    job: str
     schedule_time: datetime
     replies: list[tuple[int, str]] = field(default_factory=list)
     replied_at: list[float] = field(default_factory=list)  # time.time() of each reply
@@ -63,37 +69,39 @@ class RunLog:
 
     @property
     def run_id(self) -> str:
-        return RunKey(PROJECT, LOCATION, JOB, self.schedule_time).run_id
+        return RunKey(PROJECT, LOCATION, self.job, self.schedule_time).run_id
 
     @property
     def final(self) -> tuple[int, str]:
         return self.replies[-1]
 
 
-def headers(t: datetime, overlap: str) -> dict[str, str]:
-    return {**scheduler_headers(JOB, t.strftime("%Y-%m-%dT%H:%M:%SZ")),
+def headers(t: datetime, overlap: str, job: str = JOB) -> dict[str, str]:
+    return {**scheduler_headers(job, t.strftime("%Y-%m-%dT%H:%M:%SZ")),
             "X-Dedup-Overlap": overlap}
 
 
-def post(url: str, t: datetime, overlap: str, seconds: float) -> tuple[int, str]:
+def post(url: str, t: datetime, overlap: str, seconds: float, job: str = JOB
+         ) -> tuple[int, str]:
     try:
-        reply = requests.post(url, headers=headers(t, overlap),
+        reply = requests.post(url, headers=headers(t, overlap, job),
                               data=json.dumps({"sleep": seconds}), timeout=60)
         return reply.status_code, str(reply.json().get("outcome", "?"))
     except requests.RequestException as exc:
         return 0, type(exc).__name__
 
 
-def deliver(url: str, t: datetime, overlap: str, seconds: float = JOB_SECONDS) -> RunLog:
+def deliver(url: str, t: datetime, overlap: str, seconds: float = JOB_SECONDS,
+            job: str = JOB) -> RunLog:
     """Scheduler's side of one run: retried every 0.3 s until a 200 or the retry window
     is over, then delivered once more."""
-    log = RunLog(t)
+    log = RunLog(job, t)
     give_up = time.monotonic() + RETRY_WINDOW_SECONDS
     while time.monotonic() < give_up:
-        log.replies.append(post(url, t, overlap, seconds))
+        log.replies.append(post(url, t, overlap, seconds, job))
         log.replied_at.append(time.time())
         if log.final[0] == 200:
-            log.again = post(url, t, overlap, seconds)
+            log.again = post(url, t, overlap, seconds, job)
             break
         let_time_pass(0.3, "Scheduler's backoff before it retries (any longer one would do)")
     return log
@@ -104,9 +112,11 @@ def job_longer_than_its_period(url: str, ledger: Path, overlap: str, runs: int =
     """Each run falls due while the one before still runs: run i is delivered once run
     i-1's job has started (its ledger line), or once run i-1 was answered without running
     (skipped). A schedule in real time (a run every 2 s of a 3 s job) left that to the
-    machine's speed: a loaded one started a run late enough to miss its predecessor."""
+    machine's speed: a loaded one started a run late enough to miss its predecessor. The
+    job is the policy's own (`sync-<overlap>`)."""
+    job = policy_job(overlap)
     times = [FIRST + timedelta(minutes=i) for i in range(runs)]
-    run_ids = [RunKey(PROJECT, LOCATION, JOB, t).run_id for t in times]
+    run_ids = [RunKey(PROJECT, LOCATION, job, t).run_id for t in times]
     answered = [threading.Event() for _ in times]
 
     def when_its_time_comes(i: int) -> RunLog:
@@ -115,12 +125,22 @@ def job_longer_than_its_period(url: str, ledger: Path, overlap: str, runs: int =
                 e.run_id == run_ids[i - 1] for e in executions(str(ledger))),
                 timeout=RETRY_WINDOW_SECONDS * 2, what=f"run {i - 1} to start or be answered")
         try:
-            return deliver(url, times[i], overlap)
+            return deliver(url, times[i], overlap, job=job)
         finally:
             answered[i].set()
 
     with ThreadPoolExecutor(max_workers=runs) as pool:
         return list(pool.map(when_its_time_comes, range(runs)))
+
+
+def policy_job(overlap: str) -> str:
+    return f"{JOB}-{overlap}"
+
+
+def of_scenario(ledger: Path, logs: list[RunLog]) -> list[Execution]:
+    """The executions of the scenario's runs (others share the ledger)."""
+    ids = {log.run_id for log in logs}
+    return [e for e in executions(str(ledger)) if e.run_id in ids]
 
 
 def statuses(collection: str) -> dict[str, dict[str, object]]:
@@ -145,11 +165,55 @@ def ledger(tmp_path: Path) -> Path:
     return tmp_path / "ledger.jsonl"
 
 
-@pytest.fixture
-def server(collection_name: str, ledger: Path) -> Iterator[FunctionServer]:
-    with FunctionServer(server_env(collection_name, ledger), workers=2, threads=8,
-                        extra_pythonpath=[REPO_ROOT]) as served:
-        yield served
+@dataclass
+class Scenarios:
+    """Policies' scenarios running at once against one served function: `runs[overlap]`
+    is each one's future (its RunLogs)."""
+
+    server: FunctionServer
+    collection: str
+    ledger: Path
+    runs: dict[str, Future[list[RunLog]]]
+    started: dict[str, float] = field(default_factory=dict)  # time.monotonic()
+    ended: dict[str, float] = field(default_factory=dict)
+    faults: list[InjectedFault] = field(default_factory=list)  # injected meanwhile
+
+    def logs(self, overlap: str) -> list[RunLog]:
+        return self.runs[overlap].result(timeout=300)
+
+    def found(self, overlap: str) -> list[Execution]:
+        return of_scenario(self.ledger, self.logs(overlap))
+
+
+def run_at_once(scenarios: Scenarios, overlaps: list[str], pool: ThreadPoolExecutor,
+                run: Callable[[str], list[RunLog]]) -> None:
+    def timed(overlap: str) -> list[RunLog]:
+        scenarios.started[overlap] = time.monotonic()
+        try:
+            return run(overlap)
+        finally:
+            scenarios.ended[overlap] = time.monotonic()
+
+    for overlap in overlaps:
+        scenarios.runs[overlap] = pool.submit(timed, overlap)
+
+
+@pytest.fixture(scope="module")
+def policies(firestore_emulator: object, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[Scenarios]:
+    """allow, forbid, wait and replace at once, each a job longer than its period. Four
+    jobs' runs at once: 16 threads a worker, so no delivery waits for a free one."""
+    collection = f"runs_{uuid.uuid4().hex[:12]}"
+    ledger = tmp_path_factory.mktemp("overlap") / "ledger.jsonl"
+    with FunctionServer(server_env(collection, ledger), workers=2, threads=16,
+                        extra_pythonpath=[REPO_ROOT]) as served, \
+            ThreadPoolExecutor(max_workers=4) as pool:
+        scenarios = Scenarios(served, collection, ledger, {})
+        run_at_once(scenarios, ["allow", "forbid", "wait", "replace"], pool,
+                    lambda overlap: job_longer_than_its_period(served.url, ledger, overlap))
+        yield scenarios
+        for future in scenarios.runs.values():
+            future.cancel()
 
 
 def report(overlap: str, logs: list[RunLog], found: list[Execution]) -> None:
@@ -159,12 +223,9 @@ def report(overlap: str, logs: list[RunLog], found: list[Execution]) -> None:
           f"{len(overlapping(found))}")
 
 
-def test_allow_runs_a_job_longer_than_its_period_twice_at_once(
-    server: FunctionServer, ledger: Path
-) -> None:
+def test_allow_runs_a_job_longer_than_its_period_twice_at_once(policies: Scenarios) -> None:
     """Today's behaviour, kept as the default: each run executes once, and they overlap."""
-    logs = job_longer_than_its_period(server.url, ledger, "allow")
-    found = executions(str(ledger))
+    logs, found = policies.logs("allow"), policies.found("allow")
     report("allow", logs, found)
     assert all(log.final == (200, "completed") for log in logs)
     assert finished_once(found) == Counter({log.run_id: 1 for log in logs})
@@ -172,10 +233,9 @@ def test_allow_runs_a_job_longer_than_its_period_twice_at_once(
 
 
 def test_forbid_skips_the_runs_due_while_one_runs_and_never_overlaps(
-    server: FunctionServer, ledger: Path, collection_name: str
+    policies: Scenarios,
 ) -> None:
-    logs = job_longer_than_its_period(server.url, ledger, "forbid")
-    found = executions(str(ledger))
+    logs, found = policies.logs("forbid"), policies.found("forbid")
     report("forbid", logs, found)
     assert overlapping(found) == []
     ran = {log.run_id for log in logs if log.final == (200, "completed")}
@@ -184,17 +244,14 @@ def test_forbid_skips_the_runs_due_while_one_runs_and_never_overlaps(
     assert finished_once(found) == Counter({run_id: 1 for run_id in ran})
     # A lost 200 changes nothing: the completed run is a duplicate, the skipped one stays.
     assert {log.again for log in logs} <= {(200, "duplicate"), (200, "skipped")}
-    records = statuses(collection_name)
+    records = statuses(policies.collection)
     for run_id in skipped:
         assert records[run_id]["status"] == "skipped"
         assert records[run_id]["blocked_by"] in ran  # the run that held it off
 
 
-def test_wait_runs_every_run_once_one_after_the_other(
-    server: FunctionServer, ledger: Path
-) -> None:
-    logs = job_longer_than_its_period(server.url, ledger, "wait")
-    found = executions(str(ledger))
+def test_wait_runs_every_run_once_one_after_the_other(policies: Scenarios) -> None:
+    logs, found = policies.logs("wait"), policies.found("wait")
     report("wait", logs, found)
     assert all(log.final == (200, "completed") for log in logs)
     assert all(log.again == (200, "duplicate") for log in logs)
@@ -204,16 +261,13 @@ def test_wait_runs_every_run_once_one_after_the_other(
     assert sum((409, "in_progress") in log.replies for log in logs) >= RUNS - 1
 
 
-def test_replace_stops_the_running_run_before_the_next_starts(
-    server: FunctionServer, ledger: Path, collection_name: str
-) -> None:
-    logs = job_longer_than_its_period(server.url, ledger, "replace")
-    found = executions(str(ledger))
+def test_replace_stops_the_running_run_before_the_next_starts(policies: Scenarios) -> None:
+    logs, found = policies.logs("replace"), policies.found("replace")
     report("replace", logs, found)
     assert overlapping(found) == []
     last = logs[-1]
     assert last.final == (200, "completed")
-    records = statuses(collection_name)
+    records = statuses(policies.collection)
     for log in logs[:-1]:
         # Stopped for the next run (its retries answered `skipped`), or done before it came.
         assert log.final in {(200, "skipped"), (200, "completed")}
@@ -241,7 +295,7 @@ def on_a_schedule_through_faults(url: str, overlap: str, runs: int, proxy: Store
     """Run i falls due i periods after the first, in real time: what the stall test asserts
     holds whatever the timing (a run later than its time changes none of it). Only how
     many faults strike depends on how long the runs last, so the last run falls due no
-    sooner than the MIN_FAULTS-th fault."""
+    sooner than the MIN_FAULTS-th fault. The job is the policy's own (`sync-<overlap>`)."""
     times = [FIRST + timedelta(minutes=i) for i in range(runs)]
     first_due = time.monotonic()
 
@@ -251,30 +305,52 @@ def on_a_schedule_through_faults(url: str, overlap: str, runs: int, proxy: Store
         if i == runs - 1:
             wait_until(lambda: sum(proxy.counts.values()) >= MIN_FAULTS,
                        timeout=RETRY_WINDOW_SECONDS, what=f"{MIN_FAULTS} store faults")
-        return deliver(url, times[i], overlap)
+        return deliver(url, times[i], overlap, job=policy_job(overlap))
 
     with ThreadPoolExecutor(max_workers=runs) as pool:
         return list(pool.map(at_its_time, range(runs)))
 
 
-@pytest.mark.parametrize("overlap", ["forbid", "wait", "replace"])
-def test_under_store_stalls_and_outages_no_two_runs_overlap_and_each_runs_once(
-    firestore_emulator: object, collection_name: str, ledger: Path, overlap: str
-) -> None:
-    with StoreFaultProxy(os.environ["FIRESTORE_EMULATOR_HOST"]) as proxy:
-        env = server_env(collection_name, ledger, lease=STALL_LEASE_SECONDS,
+@pytest.fixture(scope="module")
+def under_store_faults(firestore_emulator: FirestoreEmulator,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
+    """forbid, wait and replace at once, each six runs of a job longer than its period,
+    through a store-fault proxy running SCHEDULE until the last has finished."""
+    collection = f"runs_{uuid.uuid4().hex[:12]}"
+    ledger = tmp_path_factory.mktemp("overlap-faults") / "ledger.jsonl"
+    overlaps = ["forbid", "wait", "replace"]
+    with StoreFaultProxy(firestore_emulator.host) as proxy:
+        env = server_env(collection, ledger, lease=STALL_LEASE_SECONDS,
                          store_timeout=STALL_STORE_TIMEOUT_SECONDS,
                          FIRESTORE_EMULATOR_HOST=proxy.host)
-        with FunctionServer(env, workers=2, threads=8, extra_pythonpath=[REPO_ROOT]) as served:
-            warm = deliver(served.url, FIRST - timedelta(days=1), overlap, 0)  # not counted
-            assert warm.final[0] == 200
+        with FunctionServer(env, workers=2, threads=16, extra_pythonpath=[REPO_ROOT]) as served, \
+                ThreadPoolExecutor(max_workers=len(overlaps)) as pool:
+            for overlap in overlaps:  # every worker's channel warm: not counted
+                warm = deliver(served.url, FIRST - timedelta(days=1), overlap, 0,
+                               job=policy_job(overlap))
+                assert warm.final[0] == 200
+            scenarios = Scenarios(served, collection, ledger, {})
             proxy.run_schedule(SCHEDULE)
             try:
-                logs = on_a_schedule_through_faults(served.url, overlap, 6, proxy)
+                run_at_once(scenarios, overlaps, pool, lambda overlap: (
+                    on_a_schedule_through_faults(served.url, overlap, 6, proxy)))
+                for future in scenarios.runs.values():
+                    future.exception(timeout=300)  # done, one way or the other
             finally:
                 proxy.stop_schedule()
-            injected = sum(proxy.counts.values())
-    found = [e for e in executions(str(ledger)) if e.schedule_time >= FIRST.isoformat()]
+            scenarios.faults = proxy.injected
+            yield scenarios
+
+
+@pytest.mark.parametrize("overlap", ["forbid", "wait", "replace"])
+def test_under_store_stalls_and_outages_no_two_runs_overlap_and_each_runs_once(
+    under_store_faults: Scenarios, overlap: str
+) -> None:
+    logs, found = under_store_faults.logs(overlap), under_store_faults.found(overlap)
+    # The faults that began while this scenario ran (the others' ran at the same time).
+    began, ended = under_store_faults.started[overlap], under_store_faults.ended[overlap]
+    injected = sum(began <= f.start <= ended for f in under_store_faults.faults)
+    found = [e for e in found if e.schedule_time >= FIRST.isoformat()]
     report(f"{overlap} under {injected} store faults", logs, found)
     assert injected >= MIN_FAULTS
     assert overlapping(found) == []

@@ -241,7 +241,9 @@ def test_duplicate_deliveries(function: LocalFunction) -> None:
 
 
 def test_instance_killed_mid_job(function: LocalFunction) -> None:
-    outcome = replay(function, ["kill=0.3"], ticks=6)
+    # Seed 3 kills five runs in five ticks, at most two of one job: each waits for its
+    # lease (3 s, real time) before a retry takes it over.
+    outcome = replay(function, ["kill=0.3"], ticks=5)
     assert_exactly_once(outcome)
     killed = [s for s in outcome.summaries if "kill" in s.faults]
     assert len(killed) >= 3
@@ -283,10 +285,16 @@ def test_forced_runs_execute_once_and_leave_the_next_scheduled_run_alone(
 
 
 def test_bare_manual_runs_are_rejected_by_default(function: LocalFunction) -> None:
-    # Scheduler retries each 400 for the job's whole retry window: one job keeps it short.
-    # Every reply must be that 400, none a timeout: a deadline each answer fits in (see
-    # ROOMY_DEADLINE_SECONDS).
-    stack = roomy_stack().only(["five-minutely"])
+    # Scheduler retries each 400 for the job's whole retry window: one job, retried once,
+    # keeps it short. Every reply must be that 400, none a timeout: a deadline each answer
+    # fits in (see ROOMY_DEADLINE_SECONDS).
+    job = {
+        "name": "retried-once",
+        "schedule": "*/5 * * * *",
+        "attemptDeadlineSeconds": ROOMY_DEADLINE_SECONDS,
+        "retry": {"retryCount": 1, "minBackoffSeconds": 5},
+    }
+    stack = e2e_stack(**{"scheduler-dedup:jobs": [job]})
     outcome = replay(function, ["manual-bare=0.5"], ticks=6, stack=stack)
     assert_exactly_once(outcome)
     bare = [s for s in outcome.summaries if not s.scheduled]
@@ -512,16 +520,17 @@ def test_a_finding_no_fault_explains_fails_the_demo(function: LocalFunction) -> 
 def test_retries_through_the_next_tick_skip_it_and_the_watchdog_reports_it(
     function: LocalFunction,
 ) -> None:
-    # Retries not stopped at the next run: every 2xx lost, 4 retries (60 + 3 x 120 s) and
-    # 5 attempts of at most 15 s each take 420-495 s: past the next tick (300 s), so
-    # Scheduler skips it, and before the one after (600 s) however slow the machine. The
-    # watchdog reports the skipped run as missed, and the demo expected exactly that. (5
-    # retries, 540 s, left the 6 attempts 60 simulated s: 1.2 s real on a loaded machine.)
+    # Retries not stopped at the next run: every 2xx lost, one retry 125 s after the first
+    # attempt ended, and 2 attempts of at most 15 s each: the run ends 125-155 s after its
+    # tick, past the next tick (120 s), so Scheduler skips it, and before the one after
+    # (240 s) however slow the machine (85 simulated s to spare: 1.7 s real). The watchdog
+    # reports the skipped run as missed, and the demo expected exactly that. (Schedule
+    # time passes at SCALE: a 2-minute interval and one retry keep the replay short.)
     job = {
         "name": "long-retries",
-        "schedule": "*/5 * * * *",
+        "schedule": "*/2 * * * *",
         "attemptDeadlineSeconds": 15,
-        "retry": {"retryCount": 4, "minBackoffSeconds": 60, "maxBackoffSeconds": 120},
+        "retry": {"retryCount": 1, "minBackoffSeconds": 125, "maxBackoffSeconds": 125},
     }
     stack = e2e_stack(**{"scheduler-dedup:jobs": [job]})
     outcome = replay(function, ["lost-ack=1"], ticks=4, stack=stack)

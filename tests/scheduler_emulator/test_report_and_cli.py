@@ -27,6 +27,7 @@ from scheduler_emulator.report import (
     answer_text,
     answers_text,
     format_table,
+    job_result_json,
     job_results,
     reply_outcome,
     summarise,
@@ -438,6 +439,10 @@ def test_a_job_that_never_executed_fails_whatever_its_runs_verdicts() -> None:
     assert "last error: 500 failed: ModuleNotFoundError" in job.text
     assert not totals(summaries, errors)["all_ok"]
     assert totals(summaries, errors)["failed_jobs"] == ["j"]
+    # As `make demo --json` reports it (its real run: test_demo_command.py, in text).
+    reported = job_result_json(job)
+    assert (reported["ok"], reported["problem"]) == (False, "never executed: every attempt failed")
+    assert "No module named 'jobs.nope'" in reported["last_error"]
     assert any(line.startswith("  result: FAIL: never executed") for line in
                format_table(summaries, results=[job]))
     # Without the target's log, the last failed attempt's answer is the error.
