@@ -32,7 +32,7 @@ from tests.dist_helpers import (
     wheel_files,
     wheel_metadata,
 )
-from tests.kit_tree import kit_files
+from tests.kit_tree import kit_clone, kit_files
 
 # What the wheel carries of the checkout, each under scheduler_dedup_kit/ (pyproject.toml's
 # [tool.hatch.build.targets.wheel]); provider/ once it exists.
@@ -53,7 +53,9 @@ BUILD_INPUTS = ("pyproject.toml", "hatch_build.py", "LICENSE", "CHANGELOG.md", "
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_wheel(tmp_path_factory.mktemp("dist"))
+    """The kit's wheel, built from a clone of the kit: in a fork the checkout also holds
+    the team's files (policies/policy-config.<stack>.json would be shipped)."""
+    return build_wheel(tmp_path_factory.mktemp("dist"), kit_clone(tmp_path_factory.mktemp("kit")))
 
 
 def in_wheel(relative: str) -> str:
