@@ -12,9 +12,9 @@ The kit's tests take their trees from here instead:
 - `kit_project_defaults`: such a copy, and a stack directory with no stack file, as the
   defaults of the kit's tools, for a kit test that runs them in its process.
 
-tests/team_places_guard.py fails a kit test that reads the checkout's team places, or
-copies or lists the kit's function/, whatever the way; tests/test_fork.py checks this in a
-fork whose places are poisoned.
+tests/team_places_guard.py fails a kit test that reads the checkout's team places, copies
+or lists the kit's function/, or starts a kit tool on the checkout; tests/test_fork.py runs
+its tests in a fork.
 """
 
 from __future__ import annotations

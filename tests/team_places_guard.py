@@ -21,7 +21,8 @@ sys.addaudithook), and fails the test, naming what it did and where, when it:
   another). Such a process works in a kit_clone, or is given a project of its own.
 
 Where each place goes instead: tests/kit_tree.py. tests/test_fork.py runs this guard's own
-tests in a fork whose places are poisoned, where the places exist.
+tests (tests/test_team_places_guard.py) in a fork, where the places exist and hold the
+team's files (and a job module that raises if a kit test imports it).
 """
 
 from __future__ import annotations
