@@ -2,6 +2,10 @@
 
 Tests that touch Firestore run against the real emulator, started once per session on a
 free port. If it is missing the suite fails with how to install it: never a silent skip.
+
+The kit's tests never read the team's places (a fork's stacks, jobs and lock):
+tests/team_places_guard.py fails one that does, and the kit's tools run in a test's process
+take the kit as it ships as their default project (tests/kit_tree.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import pytest
 from google.cloud import firestore
 
 from local_stack import FirestoreEmulator, LocalStackError
+from tests import team_places_guard
+from tests.kit_tree import Replacement, kit_clone, kit_function, kit_project_defaults
 
 EMULATOR_PROJECT = "dedup-kit-test"
 # The files that take longest, collected first and longest first: under --dist loadfile
@@ -40,6 +46,10 @@ LONG_FILES = (
     "tests/function/test_store_faults_served.py",  # 26
     "tests/infra/test_scale.py",  # 20
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(team_places_guard, "team-places-guard")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -90,3 +100,50 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "ledger.jsonl"
     monkeypatch.setenv("TEST_LEDGER", str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def kit_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clone of the kit (tests/kit_tree.py) shared by the session's tests, for a process
+    that works on a checkout (make, plan, policy-check): it sees the kit's files alone. A
+    test that changes its files takes a kit_clone of its own."""
+    return kit_clone(tmp_path_factory.mktemp("kit-clone"))
+
+
+@pytest.fixture(scope="session")
+def kit_function_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the kit's function/ without the team's jobs/ and lock, shared by the
+    session's tests: read it, never change it (a test that does takes its own kit_function)."""
+    return kit_function(tmp_path_factory.mktemp("kit") / "function")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def the_kits_own_project(
+    kit_function_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[Replacement]]:
+    """The kit's tools, run in a test's process with their defaults, work on the kit as it
+    ships: `kit_function_dir` as function/, a stack directory with no stack file (the
+    examples stand in); not the checkout's, which in a fork hold the team's jobs, lock and
+    stacks (tests/kit_tree.py). Session-wide, from the first test on: a session fixture
+    running the program (tests/infra/conftest.py) takes them too. Yields what it replaced."""
+    stack_dir = tmp_path_factory.mktemp("kit-project") / "stacks"  # never made, as in the kit
+    with pytest.MonkeyPatch.context() as patch:
+        replaced = []
+        for target, attribute, value in kit_project_defaults(kit_function_dir, stack_dir):
+            replaced.append((target, attribute, getattr(target, attribute)))
+            patch.setattr(target, attribute, value)
+        yield replaced
+
+
+@pytest.fixture(autouse=True)
+def the_teams_tests_take_the_real_defaults(
+    request: pytest.FixtureRequest, the_kits_own_project: list[Replacement]
+) -> Iterator[None]:
+    """The team's tests (tests/jobs/) run the kit's tools on the checkout, theirs."""
+    if team_places_guard.kit_test(request.node):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        for target, attribute, value in the_kits_own_project:
+            patch.setattr(target, attribute, value)
+        yield

@@ -32,6 +32,7 @@ from tests.dist_helpers import (
     wheel_files,
     wheel_metadata,
 )
+from tests.kit_tree import kit_clone, kit_files
 
 # What the wheel carries of the checkout, each under scheduler_dedup_kit/ (pyproject.toml's
 # [tool.hatch.build.targets.wheel]); provider/ once it exists.
@@ -52,7 +53,9 @@ BUILD_INPUTS = ("pyproject.toml", "hatch_build.py", "LICENSE", "CHANGELOG.md", "
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_wheel(tmp_path_factory.mktemp("dist"))
+    """The kit's wheel, built from a clone of the kit: in a fork the checkout also holds
+    the team's files (policies/policy-config.<stack>.json would be shipped)."""
+    return build_wheel(tmp_path_factory.mktemp("dist"), kit_clone(tmp_path_factory.mktemp("kit")))
 
 
 def in_wheel(relative: str) -> str:
@@ -60,13 +63,10 @@ def in_wheel(relative: str) -> str:
 
 
 def checkout_files() -> set[str]:
-    """The checkout's files under SHIPPED, as git sees them (tracked, or new and not
-    ignored), that exist."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", *SHIPPED],
-        cwd=REPO_ROOT, capture_output=True, text=True, check=True, timeout=60,
-    ).stdout.split("\0")
-    return {path for path in listed if path and (REPO_ROOT / path).is_file()}
+    """The kit's files under SHIPPED, as git sees them (tracked, or new and not ignored;
+    never a team's file: tests/kit_tree.py), that exist."""
+    return {path for path in kit_files()
+            if path in SHIPPED or path.startswith(tuple(s for s in SHIPPED if s.endswith("/")))}
 
 
 def pins_of(root: Path, files: tuple[str, ...] = (*DECLARING, CLOSURE)) -> set[str]:

@@ -8,7 +8,9 @@ team runs it); stack files in `stacks/`: the kit's examples copied there, dev's 
 replaced by the team's, and a staging stack in another project, region and time zone.
 Then, there, with this checkout's virtualenv (no new one is built): what `make test` runs
 but the kit's unit suite (lint, typecheck, workflow lint, policy check, plan, docs), the
-team's job tests, and a sample of the kit's tests on their example stacks.
+team's job tests, and kit tests: a sample on their example stacks, and the proof that no
+kit test reads the team's places (KIT_TESTS_IN_THE_FORK): the guard every kit test runs
+under (tests/team_places_guard.py) sees the fork's stacks, jobs and lock where they exist.
 """
 
 from __future__ import annotations
@@ -23,9 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import KIT_ROOT as REPO_ROOT
 from infra.lock import TEAM_LOCK, TEAM_REQUIREMENTS, parse_lock
-from operator_tools.team_files import is_team_file
+from tests.kit_tree import kit_clone
 from tests.stacks import FIXTURE_STACKS, fixture_stack_file
 
 # One fork for the module: its tests share a worker (make unit runs --dist loadfile).
@@ -79,29 +80,8 @@ def run(context: RunContext) -> dict[str, str]:
 '''
 
 
-def kit_clone(into: Path) -> Path:
-    """The kit's files as a clean clone has them (tracked and new, never a team file)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
-    ).stdout.split("\0")
-    for name in sorted({n for n in listed if n and (REPO_ROOT / n).is_file()}):
-        if not is_team_file(name):
-            (into / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO_ROOT / name, into / name)
-    # This checkout's caches: the functions' virtualenvs (named by their requirements and
-    # Python version: the fork's union lock gets its own) and mypy's.
-    (into / ".cache").mkdir(exist_ok=True)
-    venvs = REPO_ROOT / ".cache" / "function-venv"
-    venvs.mkdir(parents=True, exist_ok=True)
-    (into / ".cache" / "function-venv").symlink_to(venvs)
-    if (REPO_ROOT / ".mypy_cache").is_dir():
-        shutil.copytree(REPO_ROOT / ".mypy_cache", into / ".mypy_cache")
-    return into
-
-
 def fork(into: Path) -> Path:
-    kit_clone(into)
+    kit_clone(into, mypy_cache=True)
     code, output = make(into, "new-job", "NAME=invoices")
     assert code == 0, output
     (into / "function" / "jobs" / "invoices.py").write_text(INVOICES)
@@ -120,6 +100,10 @@ def fork(into: Path) -> Path:
          "jobLogic": "jobs.invoices:run"},
     ]
     dev.write_text(yaml.safe_dump(document, sort_keys=False))
+    # A fork is a git repository (what tests/kit_tree.py lists the kit's files of).
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "The team's fork"]):
+        subprocess.run(["git", "-c", "user.name=team", "-c", "user.email=team@example.com",
+                        *command], cwd=into, check=True, capture_output=True)
     return into
 
 
@@ -211,17 +195,36 @@ def pytest_in_fork(fork_dir: Path, *paths: str) -> subprocess.CompletedProcess[s
     )
 
 
+# The kit's tests run in the fork, its team places there: a sample on the example stacks;
+# the guard's own tests (tests/team_places_guard.py, which fails any kit test, in every run
+# of the suite, that reads the checkout's team places: here it must see them where they
+# exist); and the five that read them before tests/kit_tree.py (issue 41).
+KIT_TESTS_IN_THE_FORK = (
+    "tests/infra/test_offline.py", "tests/infra/test_stacks.py", "tests/infra/test_plan.py",
+    "tests/policies/test_offline_check.py::test_kit_stacks_pass_with_no_mandatory_violation",
+    "tests/function/test_requirements_lock.py",
+    "tests/test_team_places_guard.py",
+    "tests/infra/test_job_logic.py::test_with_every_job_proxied_the_function_runs_the_default",
+    "tests/infra/test_new_job.py::test_make_new_job_refuses_a_missing_name",
+    "tests/infra/test_lock.py::test_cloud_build_installs_the_kits_lock_and_the_teams",
+    "tests/infra/test_lock.py::test_make_plan_refuses_a_stale_team_lock_before_anything_starts",
+    "tests/infra/test_startup_parity.py::test_a_job_falling_back_to_the_deleted_default_fails",
+)
+# A team module no kit test may import (the fork's own, invoices, imports jsonschema).
+TRAP = Path("function") / "jobs" / "kit_test_trap.py"
+
+
 @pytest.mark.timeout(300)
 def test_the_teams_and_the_kits_tests_pass_in_the_fork(forked: Path) -> None:
     """The team's job tests (tests/jobs/, collected as make test collects them), and the
-    kit's on their example stacks, whatever the team's stack files say."""
+    kit's (KIT_TESTS_IN_THE_FORK), whatever the team's stack files, jobs and lock say."""
     team = pytest_in_fork(forked, "tests/jobs")
     assert team.returncode == 0, team.stdout[-3000:] + team.stderr[-2000:]
     assert "2 passed" in team.stdout
-    kit = pytest_in_fork(
-        forked, "tests/infra/test_offline.py", "tests/infra/test_stacks.py",
-        "tests/infra/test_plan.py",
-        "tests/policies/test_offline_check.py::test_kit_stacks_pass_with_no_mandatory_violation",
-        "tests/function/test_requirements_lock.py",
-    )
+    (forked / TRAP).write_text('raise RuntimeError("a kit test imported the team\'s jobs")\n')
+    try:
+        kit = pytest_in_fork(forked, *KIT_TESTS_IN_THE_FORK)
+    finally:
+        (forked / TRAP).unlink()
     assert kit.returncode == 0, kit.stdout[-3000:] + kit.stderr[-2000:]
+    assert " failed" not in kit.stdout and " error" not in kit.stdout

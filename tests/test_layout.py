@@ -13,6 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from operator_tools.team_files import is_team_file
+from tests.kit_tree import kit_files
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAYOUT = REPO_ROOT / "docs" / "layout.md"
 # Where `import x` finds the kit's modules: function/ is the Cloud Run source root
@@ -68,13 +71,14 @@ def room_of(relative: str, all_rooms: list[Room]) -> Room | None:
 
 @functools.cache  # the same few hundred names, asked for by every module
 def module_file(name: str) -> str | None:
-    """The repository-relative file of kit module `name`, None for any other module."""
-    parts = name.split(".")
+    """The repository-relative file of kit module `name`, None for any other module (a
+    team's, `jobs.billing`, included: not looked for)."""
+    path = name.replace(".", "/")
     for root in IMPORT_ROOTS:
-        for candidate in (root.joinpath(*parts).with_suffix(".py"),
-                          root.joinpath(*parts, "__init__.py")):
-            if candidate.is_file():
-                return candidate.relative_to(REPO_ROOT).as_posix()
+        prefix = f"{root.relative_to(REPO_ROOT).as_posix()}/".removeprefix("./")
+        for relative in (f"{prefix}{path}.py", f"{prefix}{path}/__init__.py"):
+            if not is_team_file(relative) and (REPO_ROOT / relative).is_file():
+                return relative
     return None
 
 
@@ -121,19 +125,16 @@ def imported_files(path: Path, *, submodule_alone: bool = False) -> set[str]:
 
 
 def kit_modules() -> list[str]:
-    """Every .py file of the checkout, outside virtualenvs, caches and build output (never
-    walked into: a .venv holds tens of thousands)."""
-    tops = [p for p in REPO_ROOT.iterdir() if not p.name.startswith(NOT_ROOMS)]
-    paths = [p for top in tops for p in ([top] if top.is_file() else top.rglob("*.py"))]
-    return sorted(
-        path.relative_to(REPO_ROOT).as_posix() for path in paths
-        if path.suffix == ".py" and "__pycache__" not in path.parts
-    )
+    """Every .py file of the kit (as git lists the checkout: no virtualenv, cache or build
+    output, and no team's file: a fork's jobs are not rooms of the kit's house)."""
+    return [name for name in kit_files()
+            if name.endswith(".py") and not name.split("/", 1)[0].startswith(NOT_ROOMS)]
 
 
 def test_every_row_of_the_map_is_a_room_that_exists() -> None:
-    missing = [room.path for room in rooms() if not (REPO_ROOT / room.path).exists()
-               and room.path not in ("function/jobs/",)]  # the team's, made by make new-job
+    # function/jobs/ is the team's, made by make new-job: not looked for.
+    missing = [room.path for room in rooms()
+               if not is_team_file(room.path) and not (REPO_ROOT / room.path).exists()]
     assert not missing, f"docs/layout.md names rooms that do not exist: {missing}"
 
 

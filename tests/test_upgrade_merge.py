@@ -19,6 +19,7 @@ from pathlib import Path
 
 from infra import KIT_ROOT as REPO_ROOT
 from operator_tools.team_files import TEAM_PLACES, is_team_file
+from tests.kit_tree import kit_files
 
 ENV = {
     **os.environ,
@@ -46,15 +47,6 @@ def git(cwd: Path, *args: str) -> str:
                             check=False)
     assert result.returncode == 0, f"git {' '.join(args)}: {result.stdout}{result.stderr}"
     return result.stdout
-
-
-def kit_files() -> list[str]:
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
-    ).stdout.split("\0")
-    return sorted(n for n in set(listed) if n and (REPO_ROOT / n).is_file()
-                  and not is_team_file(n))
 
 
 def write(root: Path, files: dict[str, str]) -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from dedup.tables import TABLES_DIR, TABLES_DIR_ENV
-from infra import KIT_ROOT as REPO_ROOT
 from infra.config import StackConfig
 from infra.source import read_archive_table
 from operator_tools.offline import DeclaredResource, OfflineRun, engine_config
@@ -223,15 +222,16 @@ print(json.dumps({"outcome": outcome, "declared": declared}))
 
 
 def run_entrypoint(
-    config: dict[str, Any], service_lookup_error: str | None = None
+    checkout: Path, config: dict[str, Any], service_lookup_error: str | None = None
 ) -> dict[str, Any]:
-    """Run infra/__main__.py as `pulumi up` does, under minimal mocks, in a fresh
-    interpreter: {"outcome": "ok" or the exception, "declared": resource types}."""
+    """Run infra/__main__.py of `checkout` (a kit_clone: the project is its own) as
+    `pulumi up` does, under minimal mocks, in a fresh interpreter: {"outcome": "ok" or the
+    exception, "declared": resource types}."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     extra = [] if service_lookup_error is None else [service_lookup_error]
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, json.dumps(engine_config(config)), *extra],
-        cwd=REPO_ROOT / "infra",
+        cwd=checkout / "infra",
         env=env,
         capture_output=True,
         text=True,

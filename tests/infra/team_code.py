@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from infra import KIT_ROOT as REPO_ROOT
+from tests.kit_tree import kit_function
 
 README = REPO_ROOT / "README.md"
 FIRST_JOB_SECTION = "## Add your first job in five steps"
@@ -43,10 +44,9 @@ def first_job_block(language: str) -> tuple[str, str]:
 
 
 def minimal_checkout(into: Path) -> Path:
-    """What the team's code is checked and tested with: function/, pyproject.toml (the
-    tools' settings, pytest's paths) and the tests package."""
-    shutil.copytree(REPO_ROOT / "function", into / "function",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    """What the team's code is checked and tested with: the kit's function/ (no team's
+    jobs), pyproject.toml (the tools' settings, pytest's paths) and the tests package."""
+    kit_function(into / "function")
     shutil.copy2(REPO_ROOT / "pyproject.toml", into / "pyproject.toml")
     (into / "tests").mkdir(exist_ok=True)
     shutil.copy2(REPO_ROOT / "tests" / "__init__.py", into / "tests" / "__init__.py")

@@ -115,14 +115,16 @@ def test_a_non_plain_input_is_refused_with_why() -> None:
 # --------------------------------------------------------------------------- the schema
 
 
-def test_the_checked_in_schema_is_the_one_the_host_serves_over_grpc() -> None:
-    """The real provider process (provider/__main__.py), asked over gRPC as the engine asks."""
+def test_the_checked_in_schema_is_the_one_the_host_serves_over_grpc(kit_checkout: Path) -> None:
+    """The real provider process (provider/__main__.py, of a clone of the kit: its project
+    is the clone's), asked over gRPC as the engine asks."""
     pulumi_provider_importable()
     import grpc  # type: ignore[import-untyped]
     from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
-    process = subprocess.Popen([sys.executable, str(REPO_ROOT / "provider"), "127.0.0.1:1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, str(kit_checkout / "provider"), "127.0.0.1:1"],
+                               cwd=kit_checkout, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
     try:
         assert process.stdout is not None
         port = process.stdout.readline().strip()

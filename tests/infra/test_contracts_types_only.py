@@ -8,8 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
-
-from infra import KIT_ROOT as REPO_ROOT
+from pathlib import Path
 
 SCRIPT = textwrap.dedent(
     """
@@ -40,8 +39,8 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_types_load_without_the_client_and_the_package_still_works() -> None:
-    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO_ROOT, capture_output=True,
+def test_types_load_without_the_client_and_the_package_still_works(kit_checkout: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=kit_checkout, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])

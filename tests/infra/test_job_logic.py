@@ -7,7 +7,6 @@ are one clear line."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,11 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import KIT_ROOT as REPO_ROOT
 from infra.config import ConfigError, load_config
-from infra.program import DEFAULT_SOURCE_DIR
 from operator_tools.job_logic import check_job_logic, job_logic_uses, job_modules
 from operator_tools.offline import load_stack_config
+from tests.kit_tree import kit_function
 from tests.stacks import FIXTURE_STACKS, FIXTURE_STACKS_DIR, fixture_stack_file
 
 JOBS = "scheduler-dedup:jobs"
@@ -51,7 +49,8 @@ def default_job_logic(spec: str) -> Callable[[dict[str, Any]], None]:
 
 
 # Each entry point as `make plan` / `make policy-check` runs it: a fresh interpreter in
-# the repository root (the same venv's python), one stack file.
+# the repository root (the same venv's python), one stack file. The repository is a clone
+# of the kit's files: a fork's own jobs and lock are not the kit's tests' business.
 ENTRY_POINTS: dict[str, Callable[[Path], list[str]]] = {
     "plan": lambda path: ["-m", "operator_tools", "plan", str(path)],
     "policy-check": lambda path: [
@@ -59,11 +58,11 @@ ENTRY_POINTS: dict[str, Callable[[Path], list[str]]] = {
 }
 
 
-def run_entry_point(name: str, path: Path) -> tuple[int, str]:
+def run_entry_point(name: str, path: Path, checkout: Path) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
         [sys.executable, *ENTRY_POINTS[name](path)],
-        cwd=REPO_ROOT,
+        cwd=checkout,
         env=env,
         capture_output=True,
         text=True,
@@ -100,10 +99,10 @@ MISTAKES = {
 @pytest.mark.parametrize("entry_point", sorted(ENTRY_POINTS))
 @pytest.mark.parametrize("mistake", sorted(MISTAKES))
 def test_a_job_logic_typo_fails_plan_and_policy_check_naming_the_key(
-    entry_point: str, mistake: str, tmp_path: Path
+    entry_point: str, mistake: str, tmp_path: Path, kit_checkout: Path
 ) -> None:
     change, key, missing, suggestion = MISTAKES[mistake]
-    code, output = run_entry_point(entry_point, dev_with(change, tmp_path))
+    code, output = run_entry_point(entry_point, dev_with(change, tmp_path), kit_checkout)
     assert code == 2, output
     assert f"{key}: {missing}" in output
     assert suggestion in output
@@ -111,10 +110,11 @@ def test_a_job_logic_typo_fails_plan_and_policy_check_naming_the_key(
 
 
 @pytest.mark.parametrize("stack", FIXTURE_STACKS)
-def test_the_fixture_stacks_job_logic_resolves(stack: str) -> None:
+def test_the_fixture_stacks_job_logic_resolves(stack: str, kit_function_dir: Path,
+                                               tmp_path: Path) -> None:
     values = load_stack_config(stack, FIXTURE_STACKS_DIR)
     config = load_config(values)
-    check_job_logic(values, config)  # raises on any problem
+    check_job_logic(values, config, kit_function_dir, tmp_path)  # raises on any problem
     assert job_logic_uses(values, config)
 
 
@@ -128,7 +128,9 @@ def test_a_job_uses_its_own_key_and_the_rest_the_default() -> None:
     ]
 
 
-def test_with_every_job_proxied_the_function_runs_the_default() -> None:
+def test_with_every_job_proxied_the_function_runs_the_default(
+    kit_function_dir: Path, tmp_path: Path
+) -> None:
     """No job is routed to the dedup function, so it imports defaultJobLogic to run every
     job (function/dedup/job_logic.py scheduled_jobs): a missing one fails its start-up."""
     values = load_stack_config("prod", FIXTURE_STACKS_DIR)
@@ -139,31 +141,31 @@ def test_with_every_job_proxied_the_function_runs_the_default() -> None:
         ("scheduler-dedup:defaultJobLogic", "jobs.nothing:here")
     ]
     with pytest.raises(ConfigError) as caught:
-        check_job_logic(values, config)
+        check_job_logic(values, config, kit_function_dir, tmp_path)
     assert caught.value.keys == ("scheduler-dedup:defaultJobLogic",)
-    # This checkout has no function/jobs/ (the team's, written by its first make new-job).
+    # The kit's function/ has no jobs/ (the team's, written by its first make new-job).
     assert "'jobs.nothing:here': no module 'jobs' in function/" in str(caught.value)
     assert "function/jobs/ does not exist yet: `make new-job NAME=nothing` writes " \
         "jobs.nothing" in str(caught.value)
 
 
-def test_a_stack_naming_the_examples_old_module_is_pointed_at_its_new_one() -> None:
+def test_a_stack_naming_the_examples_old_module_is_pointed_at_its_new_one(
+    kit_function_dir: Path, tmp_path: Path
+) -> None:
     """1.0.0 shipped the example job as jobs.example: a stack copied from then is told
     where it went, not to write a job of that name."""
     values = load_stack_config("prod", FIXTURE_STACKS_DIR)
     values["scheduler-dedup:defaultJobLogic"] = "jobs.example:run"
     values[JOBS] = [job for job in values[JOBS] if "proxy" in job]
     with pytest.raises(ConfigError) as caught:
-        check_job_logic(values, load_config(values))
+        check_job_logic(values, load_config(values), kit_function_dir, tmp_path)
     assert "did you mean example_jobs.example:run?" in str(caught.value)
     assert "make new-job" not in str(caught.value)
 
 
 def function_dir(tmp_path: Path, modules: dict[str, str]) -> Path:
     """A copy of function/ with a team's jobs/ of only `jobs/<name>.py` of the given source each."""
-    source = tmp_path / "function"
-    shutil.copytree(DEFAULT_SOURCE_DIR, source, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.rmtree(source / "jobs", ignore_errors=True)
+    source = kit_function(tmp_path / "function")
     (source / "jobs").mkdir()
     (source / "jobs" / "__init__.py").write_text("")
     for name, source_text in modules.items():
@@ -233,11 +235,11 @@ def test_the_function_environment_is_function_dir_not_the_repository(tmp_path: P
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("entry_point", sorted(ENTRY_POINTS))
 def test_a_yaml_syntax_error_is_one_line_with_file_line_and_fix(
-    entry_point: str, tmp_path: Path
+    entry_point: str, tmp_path: Path, kit_checkout: Path
 ) -> None:
     path = tmp_path / "Pulumi.broken.yaml"
     path.write_text("config:\n  gcp:project: acme-x\n\tgcp:region: europe-west1\n")
-    code, output = run_entry_point(entry_point, path)
+    code, output = run_entry_point(entry_point, path, kit_checkout)
     assert code == 2, output
     assert f"{path}:3:1: not valid YAML: " in output
     assert "Fix: indent with spaces, not tabs" in output
@@ -247,10 +249,10 @@ def test_a_yaml_syntax_error_is_one_line_with_file_line_and_fix(
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("entry_point", sorted(ENTRY_POINTS))
 def test_a_key_without_namespace_fails_plan_and_policy_check(
-    entry_point: str, tmp_path: Path
+    entry_point: str, tmp_path: Path, kit_checkout: Path
 ) -> None:
     path = dev_with(lambda config: config.update({"maxInstances": 3}), tmp_path)
-    code, output = run_entry_point(entry_point, path)
+    code, output = run_entry_point(entry_point, path, kit_checkout)
     assert code == 2, output
     assert "maxInstances: has no namespace" in output
     assert "did you mean scheduler-dedup:maxInstances?" in output

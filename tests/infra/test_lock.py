@@ -26,11 +26,11 @@ from infra.lock import (
     lock_problems,
     parse_lock,
 )
-from infra.program import DEFAULT_SOURCE_DIR
 from infra.source import build_source_archive
 from operator_tools.job_logic import check_job_logic
 from operator_tools.lock import lock_team, main
 from operator_tools.offline import load_stack_config
+from tests.kit_tree import kit_function
 from tests.stacks import FIXTURE_STACKS_DIR
 
 
@@ -157,8 +157,7 @@ def test_url_requirements_and_index_options_are_kept(tmp_path: Path) -> None:
 
 
 def test_cloud_build_installs_the_kits_lock_and_the_teams(tmp_path: Path) -> None:
-    source = tmp_path / "function"
-    shutil.copytree(DEFAULT_SOURCE_DIR, source, ignore=shutil.ignore_patterns("__pycache__"))
+    source = kit_function(tmp_path / "function")
     kit = (source / "requirements.txt").read_bytes()
     assert deployed_requirements(source) == kit  # no team lock: the kit's alone
     (source / "jobs").mkdir(exist_ok=True)
@@ -173,9 +172,8 @@ def test_cloud_build_installs_the_kits_lock_and_the_teams(tmp_path: Path) -> Non
 
 def test_make_plan_refuses_a_stale_team_lock_before_anything_starts(tmp_path: Path) -> None:
     root = tmp_path
-    source = root / "function"
-    shutil.copytree(DEFAULT_SOURCE_DIR, source, ignore=shutil.ignore_patterns("__pycache__"))
-    (source / "jobs").mkdir(exist_ok=True)
+    source = kit_function(root / "function")
+    (source / "jobs").mkdir()
     (root / TEAM_REQUIREMENTS).write_text("jsonschema\n")
     values = load_stack_config("dev", FIXTURE_STACKS_DIR)
     with pytest.raises(ConfigError) as caught:

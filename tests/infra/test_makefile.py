@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -14,13 +15,15 @@ from infra import KIT_ROOT as REPO_ROOT
 MAKEFILE = REPO_ROOT / "Makefile"
 
 
-def make(*args: str, dry_run: bool = True) -> subprocess.CompletedProcess[str]:
-    """`make` in the repository; the virtualenv's stamp is taken as current (-o)."""
+def make(checkout: Path, *args: str, dry_run: bool = True) -> subprocess.CompletedProcess[str]:
+    """`make` in `checkout` (a kit_clone of the repository: make reads its stacks and the
+    team's lock, and the kit's tests never read a fork's); the virtualenv's stamp is taken
+    as current (-o)."""
     env = {k: v for k, v in os.environ.items() if k != "STACK"}
     return subprocess.run(
         ["make", "--no-print-directory", "-o", ".venv/stamp", *(["-n"] if dry_run else []),
          *args],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+        cwd=checkout, env=env, capture_output=True, text=True, timeout=60, check=False,
     )
 
 
@@ -29,16 +32,17 @@ def phony_targets() -> list[str]:
     return [t for line in re.findall(r"^\.PHONY:(.*)$", text, re.M) for t in line.split()]
 
 
-def test_help_lists_every_target_with_one_line() -> None:
-    result = make("help", dry_run=False)
+def test_help_lists_every_target_with_one_line(kit_checkout: Path) -> None:
+    result = make(kit_checkout, "help", dry_run=False)
     assert result.returncode == 0, result.stderr
     listed = dict(re.findall(r"^  make (\S+) +(.+)$", result.stdout, re.M))
     assert set(listed) == set(phony_targets())
     assert all(description.strip() for description in listed.values())
 
 
-def test_help_is_what_a_bare_make_prints() -> None:
-    assert make(dry_run=False).stdout == make("help", dry_run=False).stdout
+def test_help_is_what_a_bare_make_prints(kit_checkout: Path) -> None:
+    bare = make(kit_checkout, dry_run=False)
+    assert bare.stdout == make(kit_checkout, "help", dry_run=False).stdout
 
 
 @pytest.mark.parametrize(
@@ -53,14 +57,16 @@ def test_help_is_what_a_bare_make_prints() -> None:
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else None,
 )
-def test_stack_picks_one_stack_and_none_means_every_stack(args: list[str], command: str) -> None:
-    result = make(*args)
+def test_stack_picks_one_stack_and_none_means_every_stack(
+    args: list[str], command: str, kit_checkout: Path
+) -> None:
+    result = make(kit_checkout, *args)
     assert result.returncode == 0, result.stderr
     assert command in result.stdout + "\n"
 
 
-def test_runs_without_a_stack_says_how_to_name_one() -> None:
-    result = make("runs", dry_run=False)
+def test_runs_without_a_stack_says_how_to_name_one(kit_checkout: Path) -> None:
+    result = make(kit_checkout, "runs", dry_run=False)
     assert result.returncode != 0
     assert "make runs needs a stack: make runs STACK=<name>" in result.stderr
 
@@ -72,15 +78,15 @@ def test_make_test_runs_the_plan_and_the_policy_check() -> None:
     assert "dist" not in prerequisites.group(1).split()  # make dist is a release's, not CI's
 
 
-def test_the_targets_run_the_kits_console_command_on_this_checkout() -> None:
+def test_the_targets_run_the_kits_console_command_on_this_checkout(kit_checkout: Path) -> None:
     """`scheduler-dedup <command>` (the venv installs this checkout editable), with this
     checkout first on PYTHONPATH: a venv borrowed from another checkout runs this one."""
     text = MAKEFILE.read_text()
     assert "-m operator_tools" not in text
-    result = make("plan")
+    result = make(kit_checkout, "plan")
     assert result.returncode == 0, result.stderr
-    assert re.search(rf"PYTHONPATH={re.escape(str(REPO_ROOT))}\S* \.venv/bin/scheduler-dedup plan",
-                     result.stdout), result.stdout
+    assert re.search(rf"PYTHONPATH={re.escape(str(kit_checkout))}\S* \.venv/bin/scheduler-dedup "
+                     "plan", result.stdout), result.stdout
 
 
 def test_the_venv_is_rebuilt_when_the_kits_package_declaration_changes() -> None:

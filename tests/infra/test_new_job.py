@@ -11,6 +11,7 @@ import pytest
 from infra import KIT_ROOT as REPO_ROOT
 from operator_tools.new_job import NewJobError, main, write_job
 from tests.infra.team_code import kit_checks, make_in, minimal_checkout, pytest_in
+from tests.kit_tree import kit_clone
 
 
 def written_files(root: Path) -> set[str]:
@@ -103,14 +104,16 @@ def test_an_existing_job_or_test_is_never_overwritten(
     assert (checkout / existing).read_text(encoding="utf-8") == "# the team's\n"
 
 
-def test_make_new_job_refuses_a_missing_name() -> None:
-    """In this checkout: refused before anything is written (the kit ships no function/jobs/
-    or tests/jobs/: they are the team's, created by its first make new-job)."""
-    code, output = make_in(REPO_ROOT, "new-job")
+def test_make_new_job_refuses_a_missing_name(tmp_path: Path) -> None:
+    """In a clone of the kit: refused before anything is written (the kit ships no
+    function/jobs/ or tests/jobs/: they are the team's, created by its first make new-job)."""
+    checkout = kit_clone(tmp_path)
+    assert not (checkout / "function" / "jobs").exists()
+    code, output = make_in(checkout, "new-job")
     assert code != 0
     assert "make new-job needs a name: make new-job NAME=<module name" in output
-    assert not (REPO_ROOT / "function" / "jobs").exists()
-    assert not (REPO_ROOT / "tests" / "jobs").exists()
+    assert not (checkout / "function" / "jobs").exists()
+    assert not (checkout / "tests" / "jobs").exists()
 
 
 def test_make_new_job_writes_into_a_checkout(tmp_path: Path) -> None:

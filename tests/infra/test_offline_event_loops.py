@@ -24,8 +24,6 @@ from typing import Any
 from infra.gcp import storage
 from operator_tools.offline import run_offline
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 def _program() -> dict[str, Any]:
     # A few resources, one depending on another: their registrations go through the
@@ -52,7 +50,9 @@ def test_a_run_leaves_no_open_event_loop_and_no_thread(tmp_path: Path) -> None:
     assert set(threading.enumerate()) <= before_threads
 
 
-def test_a_process_that_runs_the_program_reports_no_unclosed_loop(tmp_path: Path) -> None:
+def test_a_process_that_runs_the_program_reports_no_unclosed_loop(
+    tmp_path: Path, kit_checkout: Path
+) -> None:
     script = textwrap.dedent(f"""
         from tests.infra.test_offline_event_loops import _program
         from operator_tools.offline import run_offline
@@ -61,7 +61,7 @@ def test_a_process_that_runs_the_program_reports_no_unclosed_loop(tmp_path: Path
     """)
     proc = subprocess.run(
         [sys.executable, "-W", "always::ResourceWarning", "-c", script],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False,
+        cwd=kit_checkout, capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert "unclosed event loop" not in proc.stderr

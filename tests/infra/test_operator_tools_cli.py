@@ -12,8 +12,6 @@ import pytest
 
 from operator_tools.__main__ import COMMANDS, main
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_every_command_answers_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,8 +37,10 @@ def test_no_command_is_a_usage_error_and_an_unknown_one_names_itself(
     ("infra.lock", "lock"),
     ("demo.serve", "serve"),
 ])
-def test_a_module_run_directly_fails_naming_the_command(module: str, command: str) -> None:
-    result = subprocess.run([sys.executable, "-m", module, "dev"], cwd=REPO_ROOT,
+def test_a_module_run_directly_fails_naming_the_command(
+    module: str, command: str, kit_checkout: Path
+) -> None:
+    result = subprocess.run([sys.executable, "-m", module, "dev"], cwd=kit_checkout,
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 1, result
     assert f"python -m operator_tools {command}" in result.stderr

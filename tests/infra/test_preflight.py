@@ -140,9 +140,10 @@ def test_unrelated_errors_are_not_translated() -> None:
 
 # `pulumi up` runs infra/__main__.py: the message is one RunError, no traceback.
 @pytest.mark.timeout(180)
-def test_pulumi_up_reports_the_preflight_as_one_error() -> None:
+def test_pulumi_up_reports_the_preflight_as_one_error(kit_checkout: Path) -> None:
     outcome = run_entrypoint(
-        load_stack_config("dev", FIXTURE_STACKS_DIR), service_lookup_error=SU_DISABLED
+        kit_checkout, load_stack_config("dev", FIXTURE_STACKS_DIR),
+        service_lookup_error=SU_DISABLED
     )
     assert outcome["outcome"].startswith("RunError: preflight: the Service Usage API")
     assert FIX in outcome["outcome"]

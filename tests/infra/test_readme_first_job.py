@@ -6,14 +6,11 @@ repository: `make new-job`, the README's job as written, its stack file as writt
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from infra import KIT_ROOT as REPO_ROOT
 from tests.infra.team_code import (
     README,
     first_job_block,
@@ -22,6 +19,7 @@ from tests.infra.team_code import (
     minimal_checkout,
     pytest_in,
 )
+from tests.kit_tree import kit_clone
 
 
 def stack_name() -> str:
@@ -32,25 +30,6 @@ def stack_name() -> str:
     return found.group(1)
 
 
-def repository_copy(into: Path) -> Path:
-    """Tracked files, and new ones not ignored, as a clone (plus work in progress) has."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
-    ).stdout.split("\0")
-    for name in sorted({n for n in listed if n and (REPO_ROOT / n).is_file()}):
-        target = into / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO_ROOT / name, target)
-    # The functions' virtualenvs (named by the lock and Python version) are this
-    # checkout's: the plan's start-up check then builds none.
-    venvs = REPO_ROOT / ".cache" / "function-venv"
-    venvs.mkdir(parents=True, exist_ok=True)
-    (into / ".cache").mkdir()
-    (into / ".cache" / "function-venv").symlink_to(venvs)
-    return into
-
-
 @pytest.fixture(scope="module")
 def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One mypy cache for this module's checks of the README's job (kit_checks)."""
@@ -59,8 +38,8 @@ def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def readme_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Steps 1 and 3 done in a copy of the repository, as the README says."""
-    checkout = repository_copy(tmp_path_factory.mktemp("readme"))
+    """Steps 1 and 3 done in a clone of the kit (no team's files), as the README says."""
+    checkout = kit_clone(tmp_path_factory.mktemp("readme"))
     job_path, job_text = first_job_block("python")
     module = job_path.removeprefix("function/").removesuffix(".py").replace("/", ".")
     name = module.removeprefix("jobs.")

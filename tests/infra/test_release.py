@@ -33,6 +33,7 @@ from operator_tools.upgrade_check import (
 )
 from tests.infra.helpers import StackUnderTest
 from tests.infra.test_makefile import make
+from tests.kit_tree import kit_files
 from tests.waiting import wait_until
 
 VERSION_FILE = REPO_ROOT / "function" / "dedup" / "version.py"
@@ -53,18 +54,19 @@ def test_the_version_is_one_semantic_version_and_changelogs_latest_release() -> 
 def test_no_other_file_declares_the_version() -> None:
     """No second `__version__` or copy of the number in the kit's code or packaging."""
     others = []
-    for root in ("function", "infra", "operator_tools", "policies", "local_stack",
-                 "scheduler_emulator", "demo", "bench", "examples"):
-        for path in sorted((REPO_ROOT / root).rglob("*.py")):
-            if path == VERSION_FILE:
-                continue
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                names = [t.id for t in getattr(node, "targets", [getattr(node, "target", None)])
-                         if isinstance(t, ast.Name)]
-                if "__version__" in names or (
-                    isinstance(node, ast.Constant) and node.value == __version__
-                ):
-                    others.append(f"{path.relative_to(REPO_ROOT)}:{getattr(node, 'lineno', 0)}")
+    roots = ("function", "infra", "operator_tools", "policies", "local_stack",
+             "scheduler_emulator", "demo", "bench", "examples")
+    for path in (REPO_ROOT / name for name in kit_files()
+                 if name.endswith(".py") and name.split("/", 1)[0] in roots):
+        if path == VERSION_FILE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [t.id for t in getattr(node, "targets", [getattr(node, "target", None)])
+                     if isinstance(t, ast.Name)]
+            if "__version__" in names or (
+                isinstance(node, ast.Constant) and node.value == __version__
+            ):
+                others.append(f"{path.relative_to(REPO_ROOT)}:{getattr(node, 'lineno', 0)}")
     assert others == []
     # pyproject.toml reads it from version.py instead of declaring its own (hatchling's
     # regex source: its pattern finds this very version there).
@@ -269,17 +271,17 @@ def test_a_changelog_out_of_step_with_the_version_is_refused() -> None:
             parse_changelog(broken)
 
 
-def test_make_upgrade_check() -> None:
-    """The target, as a team runs it (the virtualenv taken as built)."""
-    current = make("upgrade-check", f"FROM={__version__}", dry_run=False)
+def test_make_upgrade_check(kit_checkout: Path) -> None:
+    """The target, as a team runs it (the virtualenv taken as built), in a clone of the kit."""
+    current = make(kit_checkout, "upgrade-check", f"FROM={__version__}", dry_run=False)
     assert current.returncode == 0, current.stderr
     assert current.stdout.startswith(f"Nothing to do: {__version__} is this checkout's version")
-    first = make("upgrade-check", f"FROM={UNVERSIONED}", dry_run=False)
+    first = make(kit_checkout, "upgrade-check", f"FROM={UNVERSIONED}", dry_run=False)
     assert first.returncode == 0, first.stderr
     assert f"== {__version__} (" in first.stdout
     assert "make migrate-proxy-records STACK=<stack>" in first.stdout
     for bad in ("FROM=0.0.1", None):
-        refused = make("upgrade-check", *([bad] if bad else []), dry_run=False)
+        refused = make(kit_checkout, "upgrade-check", *([bad] if bad else []), dry_run=False)
         assert refused.returncode == 2
         assert f"{UNVERSIONED}, {__version__}" in refused.stderr
         assert "Traceback" not in refused.stderr

@@ -174,8 +174,8 @@ def test_the_rewrite_keeps_everything_outside_the_markers(tmp_path: Path) -> Non
     assert "| `leaseSeconds` |" in readme.read_text()
 
 
-def test_make_schema_runs_the_generator() -> None:
+def test_make_schema_runs_the_generator(kit_checkout: Path) -> None:
     dry_run = subprocess.run(
-        ["make", "-n", "schema"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ["make", "-n", "schema"], cwd=kit_checkout, capture_output=True, text=True, check=True
     )
     assert "scheduler-dedup schema" in dry_run.stdout

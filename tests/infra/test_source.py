@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from infra.program import DEFAULT_SOURCE_DIR
 from infra.source import (
     JOB_ROUTES_TABLE,
     ZIP_EPOCH,
@@ -26,15 +25,15 @@ from infra.source import (
 )
 from operator_tools.offline import load_stack_config, run_offline
 from tests.infra.helpers import OBJECT
+from tests.kit_tree import kit_function
 from tests.stacks import FIXTURE_STACKS_DIR
 
 
 @pytest.fixture
 def source_copy(tmp_path: Path) -> Path:
-    """A private copy of function/ (the real one may change while tests run)."""
-    copy = tmp_path / "function"
-    shutil.copytree(DEFAULT_SOURCE_DIR, copy)
-    return copy
+    """A private copy of the kit's function/ (the real one may change while tests run, and
+    in a fork holds the team's jobs)."""
+    return kit_function(tmp_path / "function")
 
 
 def make_tree(root: Path) -> Path:

@@ -8,7 +8,6 @@ and the fix."""
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from operator_tools.job_logic import (
     function_python,
 )
 from operator_tools.offline import load_stack_config, run_offline
+from tests.kit_tree import kit_function
 from tests.stacks import FIXTURE_STACKS_DIR
 
 JOBS = "scheduler-dedup:jobs"
@@ -33,10 +33,9 @@ FIX = "add the package that provides it to function/jobs/requirements.in and run
 def forked_function(tmp_path: Path, modules: dict[str, str]) -> Path:
     """function/ as a fork might have it: the kit's example job deleted, the team's
     modules added in jobs/."""
-    source = tmp_path / "function"
-    shutil.copytree(DEFAULT_SOURCE_DIR, source, ignore=shutil.ignore_patterns("__pycache__"))
+    source = kit_function(tmp_path / "function")
     (source / "example_jobs" / "example.py").unlink()
-    (source / "jobs").mkdir(exist_ok=True)
+    (source / "jobs").mkdir()
     (source / "jobs" / "__init__.py").write_text("")
     for name, text in modules.items():
         (source / "jobs" / f"{name}.py").write_text(text)

@@ -16,16 +16,15 @@ from pathlib import Path
 import pytest
 
 from infra.lock import KIT_LOCK, TEAM_LOCK
-from infra.program import DEFAULT_SOURCE_DIR
 from infra.source import build_source_archive, source_files
+from tests.kit_tree import kit_function
 
 
 @pytest.fixture
 def kit_and_team(tmp_path: Path) -> tuple[Path, Path]:
     """A copy of the kit's function/ (with a stray jobs/ of its own) and a team's function/
     with its jobs and their lock."""
-    kit = tmp_path / "kit" / "function"
-    shutil.copytree(DEFAULT_SOURCE_DIR, kit, ignore=shutil.ignore_patterns("jobs"))
+    kit = kit_function(tmp_path / "kit" / "function")
     (kit / "jobs").mkdir()
     (kit / "jobs" / "stale.py").write_text("raise SystemExit('not the team job')\n")
     team = tmp_path / "team" / "function"

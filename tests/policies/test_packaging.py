@@ -41,7 +41,9 @@ def test_main_only_builds_the_pack() -> None:
     assert not [n for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
 
 
-def test_pack_modules_import_without_the_program_or_the_repo_on_the_path() -> None:
+def test_pack_modules_import_without_the_program_or_the_repo_on_the_path(
+    kit_checkout: Path,
+) -> None:
     """The pack's own process loads only pulumi_policy, croniter, scheduler_rules and
     infra.source (which reads the job tables from a function's source archive: stdlib
     only, with the tables' names from function/dedup/tables.py, and infra.lock's union of
@@ -56,8 +58,8 @@ def test_pack_modules_import_without_the_program_or_the_repo_on_the_path() -> No
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
-        [sys.executable, "-c", script, str(ROOT)],
-        cwd=PACK,
+        [sys.executable, "-c", script, str(kit_checkout)],
+        cwd=kit_checkout / PACK.relative_to(ROOT),
         env=env,
         capture_output=True,
         text=True,

@@ -22,17 +22,20 @@ from local_stack import FirestoreEmulator
 from tests.stacks import fixture_stack_file
 from tests.waiting import let_time_pass
 
-REPO = Path(__file__).resolve().parents[2]
 # The kit's own dev stack for its tests (never the repository's Pulumi.dev.yaml).
 DEV_STACK = str(fixture_stack_file("dev"))
 
 
-def demo(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """`python -m operator_tools demo` on the fixture dev stack unless `args` name another."""
+def demo(
+    checkout: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """`python -m operator_tools demo` in `checkout` (a clone of the kit: the team's stacks
+    of a fork are not the kit's tests' business) on the fixture dev stack unless `args`
+    name another."""
     stack = [] if "--stack" in args else ["--stack", DEV_STACK]
     return subprocess.Popen(
         [sys.executable, "-m", "operator_tools", "demo", *stack, *args],
-        cwd=REPO,
+        cwd=checkout,
         env=env or dict(os.environ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -67,34 +70,34 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def test_missing_stack_file_is_a_clear_error() -> None:
-    proc = demo("--stack", "Pulumi.nope.yaml")
+def test_missing_stack_file_is_a_clear_error(kit_checkout: Path) -> None:
+    proc = demo(kit_checkout, "--stack", "Pulumi.nope.yaml")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "stack file Pulumi.nope.yaml not found; stacks: " in err
     # A stack name that no Pulumi.<name>.yaml has: one error, listing the stacks there are.
-    proc = demo("--stack", "nope")
+    proc = demo(kit_checkout, "--stack", "nope")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert err.count("error:") == 1
     assert "stack 'nope' (no Pulumi.nope.yaml) not found; stacks: " in err
 
 
-def test_missing_gcloud_names_how_to_install_it(tmp_path: Path) -> None:
+def test_missing_gcloud_names_how_to_install_it(tmp_path: Path, kit_checkout: Path) -> None:
     # A PATH with python but without gcloud.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python").symlink_to(sys.executable)
     env = {**os.environ, "PATH": str(bin_dir)}
-    proc = demo(env=env)
+    proc = demo(kit_checkout, env=env)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, err
     assert "`gcloud` is not on PATH" in err
     assert "cloud-firestore-emulator" in err
 
 
-def test_taken_firestore_port_is_a_clear_error(listening_port: int) -> None:
-    proc = demo("--firestore-port", str(listening_port))
+def test_taken_firestore_port_is_a_clear_error(listening_port: int, kit_checkout: Path) -> None:
+    proc = demo(kit_checkout, "--firestore-port", str(listening_port))
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert f"port {listening_port} on 127.0.0.1 is already in use" in err
@@ -102,8 +105,10 @@ def test_taken_firestore_port_is_a_clear_error(listening_port: int) -> None:
 
 # Needs the Firestore emulator: the fixture fails the test (never skips) if it is missing.
 @pytest.mark.usefixtures("firestore_emulator")
-def test_ctrl_c_stops_everything_and_leaves_no_process(listening_port: int) -> None:
-    proc = demo("--ticks", "100000")
+def test_ctrl_c_stops_everything_and_leaves_no_process(
+    listening_port: int, kit_checkout: Path
+) -> None:
+    proc = demo(kit_checkout, "--ticks", "100000")
     assert proc.stderr is not None
     lines: list[str] = []
     deadline = time.monotonic() + 120
@@ -134,7 +139,7 @@ def test_ctrl_c_stops_everything_and_leaves_no_process(listening_port: int) -> N
 
 
 def test_the_default_mix_runs_every_run_once_through_store_faults(
-    firestore_emulator: FirestoreEmulator,
+    firestore_emulator: FirestoreEmulator, kit_checkout: Path,
 ) -> None:
     # The default mix with seed 2 strikes heartbeat's first run with a store-stall and
     # hourly-sync's second with a store-outage, within three ticks. (The session's
@@ -142,8 +147,8 @@ def test_the_default_mix_runs_every_run_once_through_store_faults(
     host = firestore_emulator.host
     # Without the demo's proxied job (its own replay, no store faults) and with two worker
     # processes: the mix and its strikes are the stack's four jobs'.
-    proc = demo("--ticks", "3", "--seed", "2", "--json", "--firestore-host", host, "--no-paths",
-                "--no-proxied-job", "--workers", "2")
+    proc = demo(kit_checkout, "--ticks", "3", "--seed", "2", "--json", "--firestore-host", host,
+                "--no-paths", "--no-proxied-job", "--workers", "2")
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     report = json.loads(out)
@@ -164,7 +169,7 @@ def test_the_default_mix_runs_every_run_once_through_store_faults(
 
 
 def test_a_job_that_never_executes_fails_the_demo(
-    firestore_emulator: FirestoreEmulator, tmp_path: Path
+    firestore_emulator: FirestoreEmulator, tmp_path: Path, kit_checkout: Path
 ) -> None:
     # A jobLogic whose module does not exist: every attempt fails. Each run alone would
     # pass as "retries exhausted" (at most once); the job as a whole fails the demo.
@@ -182,8 +187,8 @@ def test_a_job_that_never_executes_fails_the_demo(
     }}))
     host = firestore_emulator.host
     # One run, its text report read (what --json says of such a job: test_report_and_cli.py).
-    proc = demo("--stack", str(stack), "--job", "broken", "--ticks", "3", "--no-faults",
-                "--no-paths", "--firestore-host", host)
+    proc = demo(kit_checkout, "--stack", str(stack), "--job", "broken", "--ticks", "3",
+                "--no-faults", "--no-paths", "--firestore-host", host)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 1, err
     assert "  result: FAIL: never executed: every attempt failed (3 run(s), 0 acknowledged, " \
@@ -194,12 +199,14 @@ def test_a_job_that_never_executes_fails_the_demo(
     )
 
 
-def test_the_default_demo_catches_up_the_missed_run_and_re_runs_one_once() -> None:
+def test_the_default_demo_catches_up_the_missed_run_and_re_runs_one_once(
+    kit_checkout: Path,
+) -> None:
     # `make demo` as is (its own Firestore emulator, so no other test's runs share its
     # keys): the dev stack's hourly-sync has catchUp, and the default mix's `missed` fault
     # (seed 1) strikes it; the watchdog delivers that run, and re-runs one completed run
     # through `make rerun`'s code path. The ledger shows each executed exactly once.
-    proc = demo("--json")
+    proc = demo(kit_checkout, "--json")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     report = json.loads(out)

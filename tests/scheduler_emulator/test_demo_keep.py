@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from infra import KIT_ROOT
 from operator_tools import runs
 from tests.stacks import fixture_stack_file
 
-REPO = Path(__file__).resolve().parents[2]
-DEV_STACK = fixture_stack_file("dev")
+# The fixture dev stack as the demo's project (a clone of the kit) holds it.
+DEV_STACK = fixture_stack_file("dev").relative_to(KIT_ROOT)
 KEPT = re.compile(r"^  FIRESTORE_EMULATOR_HOST=(\S+) make runs STACK=(\S+) RUNS_ARGS=\"(.*)\"$")
 
 
@@ -32,14 +33,15 @@ def port_open(host: str) -> bool:
 
 
 def test_make_demo_keep_leaves_its_records_for_make_runs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kit_checkout: Path,
 ) -> None:
     report = tmp_path / "report.txt"
     with report.open("w") as stdout:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "operator_tools", "demo", "--keep", "--stack", str(DEV_STACK),
-             "--job", "heartbeat", "--ticks", "4", "--no-faults", "--no-paths", "--no-proxied-job"],
-            cwd=REPO, stdout=stdout, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "operator_tools", "demo", "--keep",
+             "--stack", str(kit_checkout / DEV_STACK), "--job", "heartbeat", "--ticks", "4",
+             "--no-faults", "--no-paths", "--no-proxied-job"],
+            cwd=kit_checkout, stdout=stdout, stderr=subprocess.PIPE, text=True,
         )
     try:
         assert proc.stderr is not None
@@ -64,7 +66,7 @@ def test_make_demo_keep_leaves_its_records_for_make_runs(
         # the run after them (never replayed) not due yet at --at, none before them judged.
         monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", host)
         out, err = io.StringIO(), io.StringIO()
-        assert runs.main([str(REPO / stack), *shlex.split(args)], out=out, err=err) == 0, (
+        assert runs.main([str(kit_checkout / stack), *shlex.split(args)], out=out, err=err) == 0, (
             err.getvalue())
         rows = [line.split() for line in out.getvalue().splitlines()
                 if re.match(r"^  \d{4}-", line)]
@@ -79,7 +81,7 @@ def test_make_demo_keep_leaves_its_records_for_make_runs(
             out.getvalue())
         # Without --at ("now"), the last replayed run is still ahead of the clock: not shown.
         out = io.StringIO()
-        assert runs.main([str(REPO / stack), "--job", "heartbeat"], out=out, err=err) == 0
+        assert runs.main([str(kit_checkout / stack), "--job", "heartbeat"], out=out, err=err) == 0
         assert f"  {rows[1][0]} {rows[1][1]}" not in out.getvalue(), out.getvalue()
 
         proc.send_signal(signal.SIGINT)

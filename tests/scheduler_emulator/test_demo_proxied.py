@@ -29,7 +29,6 @@ from scheduler_emulator.report import DUPLICATED, FAILED_PERMANENT, reply_outcom
 from scheduler_emulator.stack import load_stack
 from tests.stacks import fixture_stack_file
 
-REPO = Path(__file__).resolve().parents[2]
 RETRY = {"retryCount": 3, "minBackoffSeconds": 5, "maxBackoffSeconds": 10, "maxDoublings": 1}
 PROXIED = ("export-workflow", "export-run-job", "export-build")
 
@@ -127,20 +126,22 @@ def test_a_run_started_twice_downstream_fails_the_verdict(
     assert not proxied.ok and proxied.totals["failed_jobs"] == ["export-run-job"]
 
 
-def demo(*args: str) -> subprocess.CompletedProcess[str]:
+def demo(checkout: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m operator_tools demo` in `checkout`, a clone of the kit."""
     return subprocess.run(
-        [sys.executable, "-m", "operator_tools", "demo", *args], cwd=REPO, env=dict(os.environ),
+        [sys.executable, "-m", "operator_tools", "demo", *args], cwd=checkout,
+        env=dict(os.environ),
         capture_output=True, text=True, timeout=120, check=False,
     )
 
 
 def test_a_stack_with_nothing_to_run_locally_fails_the_demo(
-    firestore_emulator: FirestoreEmulator, tmp_path: Path
+    firestore_emulator: FirestoreEmulator, tmp_path: Path, kit_checkout: Path
 ) -> None:
     # Its only jobs, a proxied one and a dedup one, are paused: nothing of the stack runs,
     # which must not pass for "every run exactly once".
     stack = proxied_stack(tmp_path, paused=True)
-    done = demo("--stack", str(stack), "--job", "export-workflow", "--job", "sync",
+    done = demo(kit_checkout, "--stack", str(stack), "--job", "export-workflow", "--job", "sync",
                 "--ticks", "2", "--no-paths", "--firestore-host", firestore_emulator.host)
     assert done.returncode == 1, done.stderr
     last = done.stdout.rstrip().splitlines()[-1]
