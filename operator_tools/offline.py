@@ -12,6 +12,7 @@ Public API::
     run = run_offline(load_stack_config("prod"))             # resources + stack outputs
     jobs = run.of_type("gcp:cloudscheduler/job:Job")
 
+`DeclaredResource` and `OfflineRun` are operator_tools/declared.py's, exported here too.
 `props` of a DeclaredResource are the resource's inputs exactly as the engine (and a
 CrossGuard policy pack) sees them: camelCase keys, nested objects as dicts, outputs of
 other resources resolved to the values the mocks give them. Assets are shown as
@@ -37,7 +38,6 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -49,6 +49,7 @@ from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from infra.config import GCP_PROJECT_KEY, GCP_REGION_KEY, PROJECT_NAME, load_config
 from infra.program import DEFAULT_BUILD_DIR, DEFAULT_SOURCE_DIR, main
+from operator_tools.declared import DeclaredResource, OfflineRun
 from operator_tools.job_logic import check_job_logic
 from operator_tools.stack_files import (
     STACK_FILE_DIR,
@@ -65,6 +66,7 @@ __all__ = [
     "DeclaredResource",
     "OfflineRun",
     "StackFileError",
+    "checked_run",
     "declare_stack",
     "engine_config",
     "iter_stacks",
@@ -84,61 +86,6 @@ MOCK_PROJECT_NUMBER: Final = "123456789012"
 _GCP_ALIAS_WARNING: Final = r"gcp\.storage\.getTransferProjectServieAccount"
 
 
-@dataclass(frozen=True)
-class DeclaredResource:
-    """One resource the program registered (custom resources and components)."""
-
-    type: str
-    """Type token, e.g. "gcp:cloudscheduler/job:Job"."""
-    name: str
-    """Pulumi logical name."""
-    urn: str
-    props: Mapping[str, Any]
-    """Inputs, camelCase, as the engine and a policy pack see them."""
-    parent: str | None = None
-    """URN of the parent (the stack, or a component)."""
-    custom: bool = True
-    """False for component resources (DedupService, DedupProxy, ScheduledJob)."""
-    dependencies: tuple[str, ...] = ()
-    """URNs this resource depends on (explicit depends_on and inputs)."""
-    protect: bool = False
-    outputs: Mapping[str, Any] = field(default_factory=dict)
-    """The state the mocks returned (inputs plus computed outputs)."""
-    aliases: tuple[Mapping[str, Any], ...] = ()
-    """Its aliases as registered: `{"urn": ...}`, or a spec (`{"noParent": True}`, ...)."""
-
-
-@dataclass(frozen=True)
-class OfflineRun:
-    """What one offline run of the program declared."""
-
-    stack: str
-    resources: tuple[DeclaredResource, ...]
-    outputs: Mapping[str, Any]
-    """The stack outputs (pulumi.export), resolved."""
-
-    def of_type(self, type_token: str) -> list[DeclaredResource]:
-        return [r for r in self.resources if r.type == type_token]
-
-    def one(self, type_token: str) -> DeclaredResource:
-        found = self.of_type(type_token)
-        if len(found) != 1:
-            raise LookupError(f"expected one {type_token}, found {len(found)}")
-        return found[0]
-
-    def by_name(self, name: str) -> DeclaredResource:
-        for resource in self.resources:
-            if resource.name == name:
-                return resource
-        raise LookupError(f"no resource named {name!r}")
-
-    def by_urn(self, urn: str) -> DeclaredResource:
-        for resource in self.resources:
-            if resource.urn == urn:
-                return resource
-        raise LookupError(f"no resource with URN {urn!r}")
-
-
 # --------------------------------------------------------------------------- stack files
 
 
@@ -147,12 +94,10 @@ def load_checked_stack(
     directory: Path = STACK_FILE_DIR,
     source_dir: Path = DEFAULT_SOURCE_DIR,
 ) -> dict[str, Any]:
-    """`load_stack_config`, then what `pulumi up` and the deployed function would reject:
-    the config validated (`ConfigError`) and every job's `module:function` imported in
-    the function's environment (operator_tools/job_logic.py). What `make plan` and
-    `make policy-check` read a stack with."""
+    """`load_stack_config`, then what `pulumi up` and the deployed function would reject
+    (`run_checked_stack`'s checks); the stack's config mapping."""
     values = load_stack_config(stack_or_path, directory)
-    check_job_logic(values, load_config(values), source_dir)
+    checked_run(values, source_dir=source_dir)
     return values
 
 
@@ -161,14 +106,27 @@ def run_checked_stack(
     directory: Path = STACK_FILE_DIR,
     source_dir: Path = DEFAULT_SOURCE_DIR,
 ) -> OfflineRun:
-    """What `make plan` and `make policy-check` run: `load_checked_stack`'s checks on the
-    program's one run under mocks (the declared functions started from that run's
-    archives), and that run."""
+    """What `make plan` and `make policy-check` read a stack with: its file's config
+    checked (`checked_run`) and the program's run under mocks for it."""
     path = stack_path(stack_or_path, directory)
-    values = load_stack_config(path)
-    config = load_config(values)  # ConfigError before anything is declared
-    run = run_offline(values, stack=stack_name_of(path), source_dir=source_dir)
-    check_job_logic(values, config, source_dir, run=run)
+    return checked_run(load_stack_config(path), stack=stack_name_of(path), source_dir=source_dir)
+
+
+def checked_run(
+    values: Mapping[str, Any],
+    *,
+    stack: str = "dev",
+    source_dir: Path = DEFAULT_SOURCE_DIR,
+    build_dir: Path = DEFAULT_BUILD_DIR,
+) -> OfflineRun:
+    """The program's one run under mocks for config mapping `values`, once it passes what
+    `pulumi up` and the deployed function would reject: the config validated first
+    (`ConfigError` before anything is declared), then every job's `module:function`
+    imported and every declared function started from that run's archives, in the
+    function's environment (operator_tools/job_logic.py)."""
+    config = load_config(values)
+    run = run_offline(values, stack=stack, source_dir=source_dir, build_dir=build_dir)
+    check_job_logic(values, config, run, source_dir)
     return run
 
 

@@ -33,10 +33,9 @@ from infra.source import (
     WATCH_JOBS_TABLE,
     read_archive_table,
 )
+from operator_tools.declared import DeclaredResource, OfflineRun
 from operator_tools.offline import (
     STACK_FILE_DIR,
-    DeclaredResource,
-    OfflineRun,
     StackFileError,
     run_checked_stack,
     stack_names,

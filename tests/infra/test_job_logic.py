@@ -21,7 +21,7 @@ from infra import KIT_ROOT as REPO_ROOT
 from infra.config import ConfigError, load_config
 from infra.program import DEFAULT_SOURCE_DIR
 from operator_tools.job_logic import check_job_logic, job_logic_uses, job_modules
-from operator_tools.offline import load_stack_config
+from operator_tools.offline import checked_run, load_stack_config, run_offline
 from tests.stacks import FIXTURE_STACKS, FIXTURE_STACKS_DIR, fixture_stack_file
 
 JOBS = "scheduler-dedup:jobs"
@@ -114,7 +114,7 @@ def test_a_job_logic_typo_fails_plan_and_policy_check_naming_the_key(
 def test_the_fixture_stacks_job_logic_resolves(stack: str) -> None:
     values = load_stack_config(stack, FIXTURE_STACKS_DIR)
     config = load_config(values)
-    check_job_logic(values, config)  # raises on any problem
+    check_job_logic(values, config, run_offline(values))  # raises on any problem
     assert job_logic_uses(values, config)
 
 
@@ -139,7 +139,7 @@ def test_with_every_job_proxied_the_function_runs_the_default() -> None:
         ("scheduler-dedup:defaultJobLogic", "jobs.nothing:here")
     ]
     with pytest.raises(ConfigError) as caught:
-        check_job_logic(values, config)
+        check_job_logic(values, config, run_offline(values))
     assert caught.value.keys == ("scheduler-dedup:defaultJobLogic",)
     # This checkout has no function/jobs/ (the team's, written by its first make new-job).
     assert "'jobs.nothing:here': no module 'jobs' in function/" in str(caught.value)
@@ -154,7 +154,7 @@ def test_a_stack_naming_the_examples_old_module_is_pointed_at_its_new_one() -> N
     values["scheduler-dedup:defaultJobLogic"] = "jobs.example:run"
     values[JOBS] = [job for job in values[JOBS] if "proxy" in job]
     with pytest.raises(ConfigError) as caught:
-        check_job_logic(values, load_config(values))
+        check_job_logic(values, load_config(values), run_offline(values))
     assert "did you mean example_jobs.example:run?" in str(caught.value)
     assert "make new-job" not in str(caught.value)
 
@@ -184,7 +184,7 @@ def stack_naming(spec: str) -> dict[str, Any]:
 def check(spec: str, source_dir: Path) -> ConfigError:
     values = stack_naming(spec)
     with pytest.raises(ConfigError) as caught:
-        check_job_logic(values, load_config(values), source_dir, source_dir.parent / "build")
+        checked_run(values, source_dir=source_dir, build_dir=source_dir.parent / "build")
     return caught.value
 
 
@@ -227,7 +227,7 @@ def test_the_function_environment_is_function_dir_not_the_repository(tmp_path: P
         check("jobs.billing.invoice:send", source)
     )
     values = stack_naming("jobs.ok:run")
-    check_job_logic(values, load_config(values), source, tmp_path / "build")
+    checked_run(values, source_dir=source, build_dir=tmp_path / "build")
 
 
 @pytest.mark.timeout(240)
