@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import gc
 import hashlib
 import json
 import threading
@@ -374,11 +375,33 @@ def run_offline(
 
     # A fresh context: set_mocks, the root stack and the config stay inside it.
     context = contextvars.copy_context()
-    with warnings.catch_warnings(), _event_loops():
+    with _cyclic_gc_after(), warnings.catch_warnings(), _event_loops():
         # pulumi_gcp warns about its own misspelt alias module when the SDK loads it.
         warnings.filterwarnings("ignore", message=_GCP_ALIAS_WARNING, category=DeprecationWarning)
         outputs = context.run(body)
     return OfflineRun(stack=stack, resources=tree_order(records), outputs=outputs)
+
+
+@contextlib.contextmanager
+def _cyclic_gc_after() -> Iterator[None]:
+    """The run with Python's cyclic garbage collector paused, and its garbage collected
+    once, after it.
+
+    A run makes a few hundred objects per resource that live as long as the run (Pulumi's
+    outputs, futures, tasks and their callbacks, all in cycles), so the collector, left on,
+    finds them again and again: its full collections, each over the whole growing heap,
+    took half of a 5,000-job run's time. Paused, every object the run made stays in the
+    youngest generation, and one collection of that generation after the run frees the
+    run's garbage (none of the older heap is walked). Left paused if the caller had paused
+    it."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+            gc.collect(0)
 
 
 class _LoopTrackingExecutor(ThreadPoolExecutor):
