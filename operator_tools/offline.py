@@ -29,16 +29,12 @@ A config error raises `infra.config.ConfigError` before any resource is declared
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import contextvars
-import gc
 import hashlib
 import json
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -52,6 +48,7 @@ from infra.config import GCP_PROJECT_KEY, GCP_REGION_KEY, PROJECT_NAME, load_con
 from infra.program import DEFAULT_BUILD_DIR, DEFAULT_SOURCE_DIR, main
 from operator_tools.declared import DeclaredResource, OfflineRun
 from operator_tools.job_logic import check_job_logic
+from operator_tools.offline_host import hosted_run
 from operator_tools.stack_files import (
     STACK_FILE_DIR,
     StackFileError,
@@ -375,116 +372,11 @@ def run_offline(
 
     # A fresh context: set_mocks, the root stack and the config stay inside it.
     context = contextvars.copy_context()
-    with _cyclic_gc_after(), warnings.catch_warnings(), _event_loops():
+    with hosted_run(), warnings.catch_warnings():
         # pulumi_gcp warns about its own misspelt alias module when the SDK loads it.
         warnings.filterwarnings("ignore", message=_GCP_ALIAS_WARNING, category=DeprecationWarning)
         outputs = context.run(body)
     return OfflineRun(stack=stack, resources=tree_order(records), outputs=outputs)
-
-
-@contextlib.contextmanager
-def _cyclic_gc_after() -> Iterator[None]:
-    """The run with Python's cyclic garbage collector paused, and its garbage collected
-    once, after it.
-
-    A run makes a few hundred objects per resource that live as long as the run (Pulumi's
-    outputs, futures, tasks and their callbacks, all in cycles), so the collector, left on,
-    finds them again and again: its full collections, each over the whole growing heap,
-    took half of a 5,000-job run's time. Paused, every object the run made stays in the
-    youngest generation, and one collection of that generation after the run frees the
-    run's garbage (none of the older heap is walked). Left paused if the caller had paused
-    it."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-            gc.collect(0)
-
-
-class _LoopTrackingExecutor(ThreadPoolExecutor):
-    """The run's default executor, noting the event loop each of its threads ends up with.
-
-    Pulumi calls the (mock) resource monitor through the loop's default executor, and the
-    mock monitor gives every thread that serves a call an event loop of its own
-    (`_ensure_event_loop`), which nothing closes. Left to the garbage collector, such a
-    loop may be finalized after its self-pipe socket, at interpreter exit as like as not;
-    its close then fails ("Exception ignored in BaseEventLoop.__del__ ... ValueError:
-    Invalid file descriptor: -1", by the order objects happen to be collected in)."""
-
-    def __init__(self) -> None:
-        super().__init__(thread_name_prefix="pulumi-mock-monitor")
-        self._loops: set[asyncio.AbstractEventLoop] = set()
-        self._loops_lock = threading.Lock()
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        def call() -> Any:
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self._note_thread_loop()
-
-        return super().submit(call)
-
-    def _note_thread_loop(self) -> None:
-        try:
-            loop = asyncio.get_event_loop_policy().get_event_loop()
-        except RuntimeError:  # this thread was given none
-            return
-        with self._loops_lock:
-            self._loops.add(loop)
-
-    def close_thread_loops(self) -> None:
-        """Once the threads have ended (`shutdown(wait=True)`): close their loops."""
-        with self._loops_lock:
-            loops, self._loops = self._loops, set()
-        for loop in loops:
-            if not loop.is_closed():
-                loop.close()
-
-
-@contextlib.contextmanager
-def _event_loops() -> Iterator[None]:
-    """The event loop for one run of the program, and everything the run opened closed after
-    it, in order: the executor's threads ended, their loops closed, then the loop itself.
-
-    The loop is the thread's current one if the caller has one (e.g. code under
-    @pulumi.runtime.test: what it started runs on that loop), lent for the run with the
-    run's own executor and given back as it was; else a new one, closed after the run, and
-    the thread left with no current loop as it was found (so that asyncio.get_event_loop()
-    still makes one there, as the Pulumi SDK's resource code expects).
-    """
-    # asyncio's default policy keeps the thread's loop, and whether one was ever set, in
-    # `_local`; read here so as not to make a loop just to look.
-    local = getattr(asyncio.get_event_loop_policy(), "_local", None)
-    current = getattr(local, "_loop", None)
-    set_called = getattr(local, "_set_called", None)
-    caller_loop = current if isinstance(current, asyncio.AbstractEventLoop) and not (
-        current.is_closed()) else None
-    loop = caller_loop or asyncio.new_event_loop()
-    executor = _LoopTrackingExecutor()
-    callers_executor = getattr(loop, "_default_executor", None)
-    loop.set_default_executor(executor)
-    if caller_loop is None:
-        asyncio.set_event_loop(loop)
-    try:
-        yield
-    finally:
-        try:
-            executor.shutdown(wait=True)
-            executor.close_thread_loops()
-        finally:
-            loop._default_executor = callers_executor  # type: ignore[attr-defined]
-            if caller_loop is None:
-                try:
-                    loop.run_until_complete(loop.shutdown_asyncgens())
-                finally:
-                    asyncio.set_event_loop(None)
-                    if set_called is not None:
-                        local._set_called = set_called  # type: ignore[union-attr]
-                    loop.close()
 
 
 def tree_order(resources: Iterable[DeclaredResource]) -> tuple[DeclaredResource, ...]:
