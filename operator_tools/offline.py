@@ -370,12 +370,13 @@ def run_offline(
         _sync_await(run_pulumi_func(run))
         return result
 
-    # A fresh context: set_mocks, the root stack and the config stay inside it.
-    context = contextvars.copy_context()
     with hosted_run(), warnings.catch_warnings():
         # pulumi_gcp warns about its own misspelt alias module when the SDK loads it.
         warnings.filterwarnings("ignore", message=_GCP_ALIAS_WARNING, category=DeprecationWarning)
-        outputs = context.run(body)
+        # A fresh context: set_mocks, the root stack and the config stay inside it. Held by
+        # nothing once the run is over, so that the run's garbage, which it reaches, is
+        # collected on the way out (hosted_run).
+        outputs = contextvars.copy_context().run(body)
     return OfflineRun(stack=stack, resources=tree_order(records), outputs=outputs)
 
 
