@@ -4,7 +4,9 @@ and what it leaves behind cleared: `hosted_run()`.
 - An event loop and the default executor whose threads serve the mock monitor's calls, all
   closed after the run (`_event_loops`).
 - Python's cyclic garbage collector paused during the run, the run's garbage collected once
-  after it (`_collector_paused`).
+  after it (operator_tools/collector.py): a run keeps a few hundred objects per resource
+  alive while it lasts (Pulumi's outputs, futures, tasks), which the collector, left on,
+  walked again and again.
 - Two of the Pulumi SDK's per-resource costs that only a real engine needs, left out of the
   run (`_engine_only_work_left_out`): the SDK's `contains_unknowns` builds a self-referencing
   closure on every call (a quarter of a 5,000-job run went to it and to collecting its
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,35 +30,15 @@ from pulumi.runtime import resource as sdk_resource
 from pulumi.runtime import rpc as sdk_rpc
 from pulumi.runtime.proto import source_pb2
 
+from operator_tools.collector import collector_paused
+
 
 @contextlib.contextmanager
 def hosted_run() -> Iterator[None]:
     """The run's event loop and executor, the collector paused and the engine's own work left
     out, for the `with` block; everything as it was after it (see the module docstring)."""
-    with _collector_paused(), _engine_only_work_left_out(), _event_loops():
+    with collector_paused(), _engine_only_work_left_out(), _event_loops():
         yield
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The run with Python's cyclic garbage collector paused, and its garbage collected
-    once, after it.
-
-    A run makes a few hundred objects per resource that live as long as the run (Pulumi's
-    outputs, futures, tasks and their callbacks, all in cycles), so the collector, left on,
-    finds them again and again: its full collections, each over the whole growing heap,
-    took half of a 5,000-job run's time. Paused, every object the run made stays in the
-    youngest generation, and one collection of that generation after the run frees the
-    run's garbage (none of the older heap is walked). Left paused if the caller had paused
-    it."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-            gc.collect(0)
 
 
 def contains_unknowns(value: Any) -> bool:
