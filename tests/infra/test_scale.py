@@ -147,3 +147,18 @@ def test_the_dst_advisories_judge_each_schedule_once_and_say_what_each_job_would
     assert dst_advisories(big.run, now) == one_by_one
     assert one_by_one  # the Berlin jobs meet the change
     assert sorted(judged) == sorted({(j.props["schedule"], j.props["timeZone"]) for j in jobs})
+
+
+def test_the_bench_judges_plan_and_policy_check_at_a_thousand_and_five_thousand_jobs() -> None:
+    """Issue 41's targets: each under 10 s at 1,000 jobs and under 30 s at 5,000."""
+    from bench.scale import ScaleRow, TickFigures, Timing, scale_table
+
+    def row(jobs: int, plan_s: float, policy_s: float) -> ScaleRow:
+        tick = TickFigures(jobs, reads=jobs, seconds=1.0, peak_mib=1.0,
+                           one_by_one_seconds=2.0, problems=0)
+        return ScaleRow(jobs, Timing(plan_s, plan_s), Timing(policy_s, policy_s), tick)
+
+    lines = scale_table([row(100, 2.0, 2.0), row(1000, 9.0, 10.5), row(5000, 29.0, 25.0)])
+    assert "target: plan and policy check under 10 s for 1,000 jobs: MISSED" in lines
+    assert "target: plan and policy check under 30 s for 5,000 jobs: met" in lines
+    assert "for 100 jobs" not in lines
