@@ -74,11 +74,18 @@ def validate_cron(schedule: str) -> None:
             f"schedule {schedule!r} is not a 5-field unix-cron expression "
             "(minute hour day-of-month month day-of-week), e.g. '*/5 * * * *'"
         )
-    if not croniter.is_valid(schedule):
+    if not _croniter_accepts(schedule):
         raise ScheduleError(
             f"schedule {schedule!r} is not valid unix-cron: check each of the 5 fields "
             "(minute 0-59, hour 0-23, day-of-month 1-31, month 1-12, day-of-week 0-6)"
         )
+
+
+@functools.lru_cache(maxsize=4096)
+def _croniter_accepts(schedule: str) -> bool:
+    # A plan judges each job's schedule three or four times (the config, the program's own
+    # config, the DST advisory), and jobs share schedules: croniter expands it only once.
+    return bool(croniter.is_valid(schedule))
 
 
 @functools.cache

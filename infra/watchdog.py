@@ -105,6 +105,8 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
     def seconds(value: float) -> float | int:
         return int(value) if float(value).is_integer() else value
 
+    # Per target, not per job: each answer looks at every job of the stack.
+    delivers_to = {proxied: cfg.watchdog_delivers_to(proxied=proxied) for proxied in (False, True)}
     entries: list[dict[str, Any]] = []
     for job in sorted(cfg.jobs, key=lambda j: j.name):
         entry: dict[str, Any] = {
@@ -125,7 +127,7 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
             entry["proxied"] = True
         if job.catch_up:
             entry.update(catchUp=True, catchUpWithinSeconds=job.catch_up_within_seconds)
-        if cfg.watchdog_delivers_to(proxied=job.proxy is not None):
+        if delivers_to[job.proxy is not None]:
             # `make rerun` accepts a request for it (operator_tools/rerun.py), and the watchdog
             # delivers only requests of jobs with this flag.
             entry["reruns"] = True

@@ -12,6 +12,7 @@ Public API::
     run = run_offline(load_stack_config("prod"))             # resources + stack outputs
     jobs = run.of_type("gcp:cloudscheduler/job:Job")
 
+`DeclaredResource` and `OfflineRun` are operator_tools/declared.py's, exported here too.
 `props` of a DeclaredResource are the resource's inputs exactly as the engine (and a
 CrossGuard policy pack) sees them: camelCase keys, nested objects as dicts, outputs of
 other resources resolved to the values the mocks give them. Assets are shown as
@@ -28,16 +29,12 @@ A config error raises `infra.config.ConfigError` before any resource is declared
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import contextvars
 import hashlib
 import json
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -49,7 +46,9 @@ from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from infra.config import GCP_PROJECT_KEY, GCP_REGION_KEY, PROJECT_NAME, load_config
 from infra.program import DEFAULT_BUILD_DIR, DEFAULT_SOURCE_DIR, main
+from operator_tools.declared import DeclaredResource, OfflineRun
 from operator_tools.job_logic import check_job_logic
+from operator_tools.offline_host import hosted_run
 from operator_tools.stack_files import (
     STACK_FILE_DIR,
     StackFileError,
@@ -65,6 +64,7 @@ __all__ = [
     "DeclaredResource",
     "OfflineRun",
     "StackFileError",
+    "checked_run",
     "declare_stack",
     "engine_config",
     "iter_stacks",
@@ -84,61 +84,6 @@ MOCK_PROJECT_NUMBER: Final = "123456789012"
 _GCP_ALIAS_WARNING: Final = r"gcp\.storage\.getTransferProjectServieAccount"
 
 
-@dataclass(frozen=True)
-class DeclaredResource:
-    """One resource the program registered (custom resources and components)."""
-
-    type: str
-    """Type token, e.g. "gcp:cloudscheduler/job:Job"."""
-    name: str
-    """Pulumi logical name."""
-    urn: str
-    props: Mapping[str, Any]
-    """Inputs, camelCase, as the engine and a policy pack see them."""
-    parent: str | None = None
-    """URN of the parent (the stack, or a component)."""
-    custom: bool = True
-    """False for component resources (DedupService, DedupProxy, ScheduledJob)."""
-    dependencies: tuple[str, ...] = ()
-    """URNs this resource depends on (explicit depends_on and inputs)."""
-    protect: bool = False
-    outputs: Mapping[str, Any] = field(default_factory=dict)
-    """The state the mocks returned (inputs plus computed outputs)."""
-    aliases: tuple[Mapping[str, Any], ...] = ()
-    """Its aliases as registered: `{"urn": ...}`, or a spec (`{"noParent": True}`, ...)."""
-
-
-@dataclass(frozen=True)
-class OfflineRun:
-    """What one offline run of the program declared."""
-
-    stack: str
-    resources: tuple[DeclaredResource, ...]
-    outputs: Mapping[str, Any]
-    """The stack outputs (pulumi.export), resolved."""
-
-    def of_type(self, type_token: str) -> list[DeclaredResource]:
-        return [r for r in self.resources if r.type == type_token]
-
-    def one(self, type_token: str) -> DeclaredResource:
-        found = self.of_type(type_token)
-        if len(found) != 1:
-            raise LookupError(f"expected one {type_token}, found {len(found)}")
-        return found[0]
-
-    def by_name(self, name: str) -> DeclaredResource:
-        for resource in self.resources:
-            if resource.name == name:
-                return resource
-        raise LookupError(f"no resource named {name!r}")
-
-    def by_urn(self, urn: str) -> DeclaredResource:
-        for resource in self.resources:
-            if resource.urn == urn:
-                return resource
-        raise LookupError(f"no resource with URN {urn!r}")
-
-
 # --------------------------------------------------------------------------- stack files
 
 
@@ -147,12 +92,10 @@ def load_checked_stack(
     directory: Path = STACK_FILE_DIR,
     source_dir: Path = DEFAULT_SOURCE_DIR,
 ) -> dict[str, Any]:
-    """`load_stack_config`, then what `pulumi up` and the deployed function would reject:
-    the config validated (`ConfigError`) and every job's `module:function` imported in
-    the function's environment (operator_tools/job_logic.py). What `make plan` and
-    `make policy-check` read a stack with."""
+    """`load_stack_config`, then what `pulumi up` and the deployed function would reject
+    (`run_checked_stack`'s checks); the stack's config mapping."""
     values = load_stack_config(stack_or_path, directory)
-    check_job_logic(values, load_config(values), source_dir)
+    checked_run(values, source_dir=source_dir)
     return values
 
 
@@ -161,14 +104,27 @@ def run_checked_stack(
     directory: Path = STACK_FILE_DIR,
     source_dir: Path = DEFAULT_SOURCE_DIR,
 ) -> OfflineRun:
-    """What `make plan` and `make policy-check` run: `load_checked_stack`'s checks on the
-    program's one run under mocks (the declared functions started from that run's
-    archives), and that run."""
+    """What `make plan` and `make policy-check` read a stack with: its file's config
+    checked (`checked_run`) and the program's run under mocks for it."""
     path = stack_path(stack_or_path, directory)
-    values = load_stack_config(path)
-    config = load_config(values)  # ConfigError before anything is declared
-    run = run_offline(values, stack=stack_name_of(path), source_dir=source_dir)
-    check_job_logic(values, config, source_dir, run=run)
+    return checked_run(load_stack_config(path), stack=stack_name_of(path), source_dir=source_dir)
+
+
+def checked_run(
+    values: Mapping[str, Any],
+    *,
+    stack: str = "dev",
+    source_dir: Path = DEFAULT_SOURCE_DIR,
+    build_dir: Path = DEFAULT_BUILD_DIR,
+) -> OfflineRun:
+    """The program's one run under mocks for config mapping `values`, once it passes what
+    `pulumi up` and the deployed function would reject: the config validated first
+    (`ConfigError` before anything is declared), then every job's `module:function`
+    imported and every declared function started from that run's archives, in the
+    function's environment (operator_tools/job_logic.py)."""
+    config = load_config(values)
+    run = run_offline(values, stack=stack, source_dir=source_dir, build_dir=build_dir)
+    check_job_logic(values, config, run, source_dir)
     return run
 
 
@@ -414,96 +370,14 @@ def run_offline(
         _sync_await(run_pulumi_func(run))
         return result
 
-    # A fresh context: set_mocks, the root stack and the config stay inside it.
-    context = contextvars.copy_context()
-    with warnings.catch_warnings(), _event_loops():
+    with hosted_run(), warnings.catch_warnings():
         # pulumi_gcp warns about its own misspelt alias module when the SDK loads it.
         warnings.filterwarnings("ignore", message=_GCP_ALIAS_WARNING, category=DeprecationWarning)
-        outputs = context.run(body)
+        # A fresh context: set_mocks, the root stack and the config stay inside it. Held by
+        # nothing once the run is over, so that the run's garbage, which it reaches, is
+        # collected on the way out (hosted_run).
+        outputs = contextvars.copy_context().run(body)
     return OfflineRun(stack=stack, resources=tree_order(records), outputs=outputs)
-
-
-class _LoopTrackingExecutor(ThreadPoolExecutor):
-    """The run's default executor, noting the event loop each of its threads ends up with.
-
-    Pulumi calls the (mock) resource monitor through the loop's default executor, and the
-    mock monitor gives every thread that serves a call an event loop of its own
-    (`_ensure_event_loop`), which nothing closes. Left to the garbage collector, such a
-    loop may be finalized after its self-pipe socket, at interpreter exit as like as not;
-    its close then fails ("Exception ignored in BaseEventLoop.__del__ ... ValueError:
-    Invalid file descriptor: -1", by the order objects happen to be collected in)."""
-
-    def __init__(self) -> None:
-        super().__init__(thread_name_prefix="pulumi-mock-monitor")
-        self._loops: set[asyncio.AbstractEventLoop] = set()
-        self._loops_lock = threading.Lock()
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        def call() -> Any:
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self._note_thread_loop()
-
-        return super().submit(call)
-
-    def _note_thread_loop(self) -> None:
-        try:
-            loop = asyncio.get_event_loop_policy().get_event_loop()
-        except RuntimeError:  # this thread was given none
-            return
-        with self._loops_lock:
-            self._loops.add(loop)
-
-    def close_thread_loops(self) -> None:
-        """Once the threads have ended (`shutdown(wait=True)`): close their loops."""
-        with self._loops_lock:
-            loops, self._loops = self._loops, set()
-        for loop in loops:
-            if not loop.is_closed():
-                loop.close()
-
-
-@contextlib.contextmanager
-def _event_loops() -> Iterator[None]:
-    """The event loop for one run of the program, and everything the run opened closed after
-    it, in order: the executor's threads ended, their loops closed, then the loop itself.
-
-    The loop is the thread's current one if the caller has one (e.g. code under
-    @pulumi.runtime.test: what it started runs on that loop), lent for the run with the
-    run's own executor and given back as it was; else a new one, closed after the run, and
-    the thread left with no current loop as it was found (so that asyncio.get_event_loop()
-    still makes one there, as the Pulumi SDK's resource code expects).
-    """
-    # asyncio's default policy keeps the thread's loop, and whether one was ever set, in
-    # `_local`; read here so as not to make a loop just to look.
-    local = getattr(asyncio.get_event_loop_policy(), "_local", None)
-    current = getattr(local, "_loop", None)
-    set_called = getattr(local, "_set_called", None)
-    caller_loop = current if isinstance(current, asyncio.AbstractEventLoop) and not (
-        current.is_closed()) else None
-    loop = caller_loop or asyncio.new_event_loop()
-    executor = _LoopTrackingExecutor()
-    callers_executor = getattr(loop, "_default_executor", None)
-    loop.set_default_executor(executor)
-    if caller_loop is None:
-        asyncio.set_event_loop(loop)
-    try:
-        yield
-    finally:
-        try:
-            executor.shutdown(wait=True)
-            executor.close_thread_loops()
-        finally:
-            loop._default_executor = callers_executor  # type: ignore[attr-defined]
-            if caller_loop is None:
-                try:
-                    loop.run_until_complete(loop.shutdown_asyncgens())
-                finally:
-                    asyncio.set_event_loop(None)
-                    if set_called is not None:
-                        local._set_called = set_called  # type: ignore[union-attr]
-                    loop.close()
 
 
 def tree_order(resources: Iterable[DeclaredResource]) -> tuple[DeclaredResource, ...]:

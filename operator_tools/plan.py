@@ -20,7 +20,7 @@ import json
 import sys
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +33,9 @@ from infra.source import (
     WATCH_JOBS_TABLE,
     read_archive_table,
 )
+from operator_tools.declared import DeclaredResource, OfflineRun
 from operator_tools.offline import (
     STACK_FILE_DIR,
-    DeclaredResource,
-    OfflineRun,
     StackFileError,
     run_checked_stack,
     stack_names,
@@ -230,6 +229,9 @@ def render(run: OfflineRun, now: datetime | None = None) -> str:
 def dst_advisories(run: OfflineRun, now: datetime | None = None) -> list[tuple[str, str]]:
     """(job resource name, advisory) for each Scheduler job whose schedule runs into a DST
     change within a year of `now` (as the policy pack's scheduler-job-dst-change)."""
+    now = now or datetime.now(UTC)  # one year ahead of the same instant for every job
+    # Jobs share schedules (every hour at :00, ...): each (schedule, zone) is judged once.
+    judged: dict[tuple[str, str], str | None] = {}
     found: list[tuple[str, str]] = []
     for resource in run.resources:
         if resource.type != "gcp:cloudscheduler/job:Job":
@@ -237,11 +239,13 @@ def dst_advisories(run: OfflineRun, now: datetime | None = None) -> list[tuple[s
         schedule, zone = resource.props.get("schedule"), resource.props.get("timeZone")
         if not isinstance(schedule, str):
             continue
-        try:
-            advisory = dst_advisory(schedule, zone if isinstance(zone, str) else "Etc/UTC", now)
-        except ScheduleError:
-            continue  # the config check refuses such a schedule before the plan runs
-        if advisory is not None:
+        key = (schedule, zone if isinstance(zone, str) else "Etc/UTC")
+        if key not in judged:
+            try:
+                judged[key] = dst_advisory(*key, now)
+            except ScheduleError:
+                judged[key] = None  # the config check refuses such a schedule before the plan
+        if (advisory := judged[key]) is not None:
             found.append((resource.name, advisory))
     return found
 

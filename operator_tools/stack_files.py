@@ -17,6 +17,7 @@ import yaml
 
 from infra import KIT_ROOT, PROJECT_DIR
 from infra.config import PROVIDER_NAMESPACES
+from operator_tools.collector import collector_paused
 
 PROJECT_FILE: Final = PROJECT_DIR / "Pulumi.yaml"
 """The Pulumi project's file: this checkout's, or the team repository's (infra.PROJECT_DIR)."""
@@ -114,7 +115,8 @@ def load_stack_config(
     text = path.read_text(encoding="utf-8")
     try:
         # libyaml when present: the pure-Python parser took 12 s for a 1,000-job stack.
-        document = yaml.load(text, Loader=_FAST_SAFE_LOADER) or {}
+        with collector_paused():
+            document = yaml.load(text, Loader=_FAST_SAFE_LOADER) or {}
     except yaml.YAMLError:
         try:  # the pure-Python parser's messages and marks, the ones _yaml_error words
             document = yaml.safe_load(text) or {}

@@ -18,7 +18,7 @@ import yaml
 
 from infra.config import ConfigError, load_config
 from operator_tools.job_logic import check_job_logic, job_logic_uses, job_modules
-from operator_tools.offline import load_stack_config
+from operator_tools.offline import checked_run, load_stack_config, run_offline
 from tests.kit_tree import kit_function
 from tests.stacks import FIXTURE_STACKS, FIXTURE_STACKS_DIR, fixture_stack_file
 
@@ -114,7 +114,8 @@ def test_the_fixture_stacks_job_logic_resolves(stack: str, kit_function_dir: Pat
                                                tmp_path: Path) -> None:
     values = load_stack_config(stack, FIXTURE_STACKS_DIR)
     config = load_config(values)
-    check_job_logic(values, config, kit_function_dir, tmp_path)  # raises on any problem
+    run = run_offline(values, source_dir=kit_function_dir, build_dir=tmp_path)
+    check_job_logic(values, config, run, kit_function_dir)  # raises on any problem
     assert job_logic_uses(values, config)
 
 
@@ -141,7 +142,8 @@ def test_with_every_job_proxied_the_function_runs_the_default(
         ("scheduler-dedup:defaultJobLogic", "jobs.nothing:here")
     ]
     with pytest.raises(ConfigError) as caught:
-        check_job_logic(values, config, kit_function_dir, tmp_path)
+        run = run_offline(values, source_dir=kit_function_dir, build_dir=tmp_path)
+        check_job_logic(values, config, run, kit_function_dir)
     assert caught.value.keys == ("scheduler-dedup:defaultJobLogic",)
     # The kit's function/ has no jobs/ (the team's, written by its first make new-job).
     assert "'jobs.nothing:here': no module 'jobs' in function/" in str(caught.value)
@@ -158,7 +160,8 @@ def test_a_stack_naming_the_examples_old_module_is_pointed_at_its_new_one(
     values["scheduler-dedup:defaultJobLogic"] = "jobs.example:run"
     values[JOBS] = [job for job in values[JOBS] if "proxy" in job]
     with pytest.raises(ConfigError) as caught:
-        check_job_logic(values, load_config(values), kit_function_dir, tmp_path)
+        run = run_offline(values, source_dir=kit_function_dir, build_dir=tmp_path)
+        check_job_logic(values, load_config(values), run, kit_function_dir)
     assert "did you mean example_jobs.example:run?" in str(caught.value)
     assert "make new-job" not in str(caught.value)
 
@@ -186,7 +189,7 @@ def stack_naming(spec: str) -> dict[str, Any]:
 def check(spec: str, source_dir: Path) -> ConfigError:
     values = stack_naming(spec)
     with pytest.raises(ConfigError) as caught:
-        check_job_logic(values, load_config(values), source_dir, source_dir.parent / "build")
+        checked_run(values, source_dir=source_dir, build_dir=source_dir.parent / "build")
     return caught.value
 
 
@@ -229,7 +232,7 @@ def test_the_function_environment_is_function_dir_not_the_repository(tmp_path: P
         check("jobs.billing.invoice:send", source)
     )
     values = stack_naming("jobs.ok:run")
-    check_job_logic(values, load_config(values), source, tmp_path / "build")
+    checked_run(values, source_dir=source, build_dir=tmp_path / "build")
 
 
 @pytest.mark.timeout(240)

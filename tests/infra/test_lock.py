@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from infra import KIT_ROOT as REPO_ROOT
-from infra.config import ConfigError, load_config
+from infra.config import ConfigError
 from infra.lock import (
     KIT_LOCK,
     TEAM_LOCK,
@@ -27,9 +27,8 @@ from infra.lock import (
     parse_lock,
 )
 from infra.source import build_source_archive
-from operator_tools.job_logic import check_job_logic
 from operator_tools.lock import lock_team, main
-from operator_tools.offline import load_stack_config
+from operator_tools.offline import checked_run, load_stack_config
 from tests.kit_tree import kit_function
 from tests.stacks import FIXTURE_STACKS_DIR
 
@@ -177,7 +176,7 @@ def test_make_plan_refuses_a_stale_team_lock_before_anything_starts(tmp_path: Pa
     (root / TEAM_REQUIREMENTS).write_text("jsonschema\n")
     values = load_stack_config("dev", FIXTURE_STACKS_DIR)
     with pytest.raises(ConfigError) as caught:
-        check_job_logic(values, load_config(values), source, root / "build")
+        checked_run(values, source_dir=source, build_dir=root / "build")
     assert caught.value.keys == (str(TEAM_LOCK),)
     assert str(caught.value).endswith(
         f"{TEAM_LOCK}: {TEAM_REQUIREMENTS} is not locked yet. Fix: run `make lock`"

@@ -1,16 +1,19 @@
-"""The offline runner: repeated runs in one process stay isolated, and the records are
-what a policy pack sees (camelCase inputs, URNs, parents)."""
+"""The offline runner: repeated runs in one process stay isolated, the records are what a
+policy pack sees (camelCase inputs, URNs, parents), and a run frees its garbage itself."""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
+import weakref
 from pathlib import Path
 from typing import Any
 
 import pulumi
 import pytest
 
+from infra.gcp import storage
 from operator_tools.offline import (
     DeclaredResource,
     StackFileError,
@@ -128,3 +131,51 @@ def test_engine_config_strings() -> None:
 def test_region_codes() -> None:
     assert region_code("europe-west1") == "ew"
     assert region_code("us-central1") == "uc"
+
+
+class _Node:
+    """An object in a reference cycle: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.itself = self
+
+
+def _run_leaving_a_cycle(build_dir: Path) -> tuple[weakref.ref[_Node], list[bool]]:
+    """A run whose program leaves a cycle behind; (a reference to it, whether the
+    collector was on while the program ran)."""
+    made: list[weakref.ref[_Node]] = []
+    collector_on: list[bool] = []
+
+    def program() -> dict[str, Any]:
+        collector_on.append(gc.isenabled())
+        made.append(weakref.ref(_Node()))
+        bucket = storage.Bucket("b", name="acme-gc", location="EU")
+        return {"bucket": bucket.name}
+
+    run = run_offline({"gcp:project": "acme-gc"}, build_dir=build_dir, program=program)
+    assert run.outputs == {"bucket": "acme-gc"}
+    return made[0], collector_on
+
+
+def test_a_run_pauses_the_collector_and_frees_its_cycles_after(tmp_path: Path) -> None:
+    """The collector walks none of a run's objects while it runs (in a 5,000-job plan its
+    full collections took half the time), and the run's cyclic garbage is gone when
+    run_offline returns: no collection of it is left to the caller."""
+    assert gc.isenabled()
+    cycle, collector_on = _run_leaving_a_cycle(tmp_path)
+    assert collector_on == [False]
+    assert gc.isenabled()
+    assert cycle() is None
+
+
+def test_a_caller_that_paused_the_collector_finds_it_paused(tmp_path: Path) -> None:
+    gc.disable()
+    try:
+        cycle, collector_on = _run_leaving_a_cycle(tmp_path)
+        assert collector_on == [False]
+        assert not gc.isenabled()
+        assert cycle() is not None  # nothing collected behind the caller's back
+    finally:
+        gc.enable()
+    gc.collect()
+    assert cycle() is None

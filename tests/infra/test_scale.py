@@ -4,19 +4,23 @@ within Cloud Run's limits, its per-job data in its archive rather than its envir
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
 import pytest
 
 from bench.scale import PROXIED_EVERY, scaled_stack_config
-from infra.config import load_config
+from infra.config import StackConfig, load_config
+from infra.scheduler_rules import dst_advisory
 from infra.source import JOB_ROUTES_TABLE, PROXY_ROUTES_TABLE, WATCH_JOBS_TABLE
+from infra.watchdog import watch_jobs
+from operator_tools import plan
 from operator_tools.offline import run_offline
-from operator_tools.plan import render
+from operator_tools.plan import dst_advisories, render
 from policies.evaluate import mandatory
 from policies.offline_check import check_declared
-from tests.infra.helpers import FUNCTION, StackUnderTest
+from tests.infra.helpers import FUNCTION, JOB, StackUnderTest
 
 JOBS: Final = 1000
 ENV_BYTES_LIMIT: Final = 32 * 1024
@@ -101,3 +105,60 @@ def test_the_stack_file_round_trips(tmp_path: Path) -> None:
     path = write_scaled_stack(tmp_path, 30)
     assert path.name == "Pulumi.scale30.yaml"
     assert load_stack_config(path) == scaled_stack_config(30)
+
+
+def test_the_watchdogs_table_asks_whom_it_delivers_to_once_per_target(
+    big: StackUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each answer looks at every job: asked per job, the table took quadratic time (2 s of
+    a 5,000-job plan)."""
+    asked: list[bool] = []
+    answer = StackConfig.watchdog_delivers_to
+
+    def counted(cfg: StackConfig, *, proxied: bool) -> bool:
+        asked.append(proxied)
+        return answer(cfg, proxied=proxied)
+
+    monkeypatch.setattr(StackConfig, "watchdog_delivers_to", counted)
+    table = watch_jobs(big.config)
+    assert len(table) == JOBS
+    assert sorted(asked) == [False, True]
+    # Each job's entry still says what the watchdog does for a job of its target.
+    delivers = {proxied: answer(big.config, proxied=proxied) for proxied in (False, True)}
+    assert [entry.get("reruns", False) for entry in table] == [
+        delivers[entry.get("proxied", False)] for entry in table]
+
+
+def test_the_dst_advisories_judge_each_schedule_once_and_say_what_each_job_would(
+    big: StackUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    jobs = [r for r in big.run.resources if r.type == JOB]
+    one_by_one = [(job.name, advisory) for job in jobs
+                  if (advisory := dst_advisory(job.props["schedule"], job.props["timeZone"],
+                                               now)) is not None]
+    judged: list[tuple[str, str]] = []
+
+    def counted(schedule: str, zone: str, at: datetime | None = None) -> str | None:
+        judged.append((schedule, zone))
+        return dst_advisory(schedule, zone, at)
+
+    monkeypatch.setattr(plan, "dst_advisory", counted)
+    assert dst_advisories(big.run, now) == one_by_one
+    assert one_by_one  # the Berlin jobs meet the change
+    assert sorted(judged) == sorted({(j.props["schedule"], j.props["timeZone"]) for j in jobs})
+
+
+def test_the_bench_judges_plan_and_policy_check_at_a_thousand_and_five_thousand_jobs() -> None:
+    """Issue 41's targets: each under 10 s at 1,000 jobs and under 30 s at 5,000."""
+    from bench.scale import ScaleRow, TickFigures, Timing, scale_table
+
+    def row(jobs: int, plan_s: float, policy_s: float) -> ScaleRow:
+        tick = TickFigures(jobs, reads=jobs, seconds=1.0, peak_mib=1.0,
+                           one_by_one_seconds=2.0, problems=0)
+        return ScaleRow(jobs, Timing(plan_s, plan_s), Timing(policy_s, policy_s), tick)
+
+    lines = scale_table([row(100, 2.0, 2.0), row(1000, 9.0, 10.5), row(5000, 29.0, 25.0)])
+    assert "target: plan and policy check under 10 s for 1,000 jobs: MISSED" in lines
+    assert "target: plan and policy check under 30 s for 5,000 jobs: met" in lines
+    assert "for 100 jobs" not in lines

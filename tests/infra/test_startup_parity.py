@@ -1,9 +1,9 @@
 """What `make plan` accepts, starts: every declared function is started offline from its
 declared archive, with its declared environment, in a virtualenv of function/requirements.txt
-alone (operator_tools/job_logic.py). A fork without the kit's example jobs that names its
-own job logic everywhere plans; a job falling back to the deleted default, or importing a
-package only the kit's dev virtualenv has, fails naming the key or the function, the module
-and the fix."""
+alone (operator_tools/job_logic.py, function_startup.py). A fork without the kit's example
+jobs that names its own job logic everywhere plans; a job falling back to the deleted
+default, or importing a package only the kit's dev virtualenv has, fails naming the key or
+the function, the module and the fix."""
 
 from __future__ import annotations
 
@@ -15,13 +15,9 @@ import pytest
 
 from infra.config import ConfigError, load_config
 from infra.program import DEFAULT_SOURCE_DIR
-from operator_tools.job_logic import (
-    REQUIREMENTS_FILE,
-    check_job_logic,
-    declared_startups,
-    function_python,
-)
-from operator_tools.offline import load_stack_config, run_offline
+from operator_tools.function_startup import REQUIREMENTS_FILE, declared_startups
+from operator_tools.function_venv import function_python
+from operator_tools.offline import checked_run, load_stack_config, run_offline
 from tests.kit_tree import kit_function
 from tests.stacks import FIXTURE_STACKS_DIR
 
@@ -58,7 +54,7 @@ def prod_naming(spec: str | None) -> dict[str, Any]:
 
 
 def check(values: dict[str, Any], source: Path) -> None:
-    check_job_logic(values, load_config(values), source, source.parent / "build")
+    checked_run(values, source_dir=source, build_dir=source.parent / "build")
 
 
 def failure(values: dict[str, Any], source: Path) -> ConfigError:
