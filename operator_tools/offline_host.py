@@ -76,11 +76,13 @@ no longer has is left alone (tests/infra/test_offline_host.py says so)."""
 
 @contextlib.contextmanager
 def _engine_only_work_left_out() -> Iterator[None]:
-    replaced = [(module, name, getattr(module, name)) for module, name, _ in ENGINE_ONLY_WORK
-                if hasattr(module, name)]
+    replaced: list[tuple[ModuleType, str, Callable[..., Any]]] = []
     for module, name, instead in ENGINE_ONLY_WORK:
-        if hasattr(module, name):
-            setattr(module, name, instead)
+        original = getattr(module, name, None)
+        if original is None or original is instead:  # not in this SDK; or an enclosing
+            continue  # run's replacement, which that run puts back itself
+        setattr(module, name, instead)
+        replaced.append((module, name, original))
     try:
         yield
     finally:

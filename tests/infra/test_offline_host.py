@@ -16,7 +16,7 @@ from pulumi.runtime import rpc as sdk_rpc
 
 from infra.gcp import storage
 from operator_tools.offline import run_offline
-from operator_tools.offline_host import ENGINE_ONLY_WORK, contains_unknowns
+from operator_tools.offline_host import ENGINE_ONLY_WORK, contains_unknowns, hosted_run
 
 SHARED: dict[str, Any] = {"a": 1}
 LOOP: list[Any] = [1, 2]
@@ -84,3 +84,16 @@ def test_they_are_put_back_when_the_program_fails(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="the program failed"):
         run_offline({"gcp:project": "acme-host"}, build_dir=tmp_path, program=program)
     assert _sdk_functions() == before
+
+
+def test_a_run_within_another_leaves_putting_them_back_to_the_outer_one() -> None:
+    """The inner run finds the functions replaced and leaves them so; the outer one puts
+    the SDK's own back."""
+    before = _sdk_functions()
+    instead = [replacement for _, _, replacement in ENGINE_ONLY_WORK]
+    with hosted_run():
+        with hosted_run():
+            assert _sdk_functions() == instead
+        assert _sdk_functions() == instead
+    assert _sdk_functions() == before
+
