@@ -30,21 +30,20 @@ EMULATOR_PROJECT = "dedup-kit-test"
 # report) beside it: re-measure when a file's time changes much, and keep every file over
 # ~20 s here, in that order.
 LONG_FILES = (
-    "tests/function/test_backfill.py",  # 158
-    "tests/test_fork.py",  # 152
-    "tests/function/test_overlap_served.py",  # 147
-    "tests/scheduler_emulator/test_end_to_end.py",  # 142
-    "tests/scheduler_emulator/test_demo_command.py",  # 139
-    "tests/scheduler_emulator/test_serve.py",  # 99
-    "tests/test_by_version.py",  # 55
-    "tests/infra/test_lock.py",  # 54
-    "tests/infra/test_job_logic.py",  # 47
-    "tests/function/test_store_faults.py",  # 33
-    "tests/function/test_forced_runs_served.py",  # 31
-    "tests/bench/test_harness.py",  # 30
-    "tests/infra/test_readme_first_job.py",  # 27
-    "tests/function/test_store_faults_served.py",  # 26
-    "tests/infra/test_scale.py",  # 20
+    "tests/scheduler_emulator/test_end_to_end.py",  # 94
+    "tests/scheduler_emulator/test_demo_command.py",  # 82
+    "tests/scheduler_emulator/test_serve.py",  # 73
+    "tests/function/test_overlap_served.py",  # 62
+    "tests/function/test_backfill.py",  # 50
+    "tests/infra/test_lock.py",  # 41
+    "tests/test_fork.py",  # 40
+    "tests/function/test_store_faults.py",  # 30
+    "tests/test_by_version.py",  # 27
+    "tests/function/test_store_faults_served.py",  # 25
+    "tests/function/test_catch_up.py",  # 21
+    "tests/bench/test_harness.py",  # 21
+    "tests/infra/test_job_logic.py",  # 20
+    "tests/proxy/test_proxy_inprocess.py",  # 19
 )
 
 
