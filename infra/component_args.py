@@ -159,6 +159,9 @@ def _render(rendering: _Rendering, annotation: Any, module: str, config_key: str
     if get_origin(bare) in (tuple, list):
         item, model = _render(rendering, get_args(bare)[0], module, config_key)
         return f"list[{item}]", model
+    if get_origin(bare) is dict and get_args(bare)[0] is str:  # a map: `settings`
+        item, model = _render(rendering, get_args(bare)[1], module, config_key)
+        return f"dict[str, {item}]", model
     if isinstance(bare, type) and issubclass(bare, BaseModel):
         if bare.__name__ not in rendering.fields:
             _render_model(rendering, bare)

@@ -33,6 +33,7 @@ from infra.config.names import (
     scheduler_job_id,
     service_account_id,
 )
+from infra.config.runtimes import GrantSettings, RuntimeSettings, SecretSettings
 from infra.config.service import DedupSettings, FunctionSettings, WatchdogSettings
 from infra.config.stack import (
     DEFAULTS,
@@ -63,9 +64,12 @@ __all__ = [
     "ConfigError",
     "DedupSettings",
     "FunctionSettings",
+    "GrantSettings",
     "JobSettings",
     "Problem",
     "ProxyTarget",
+    "RuntimeSettings",
+    "SecretSettings",
     "StackConfig",
     "WatchdogSettings",
     "bounds",

@@ -293,6 +293,10 @@ class JobSettings(ScheduledModel):
     proxy: ProxyTarget | None = Field(
         default=None, description="Start a Google Cloud execution once per run through the "
         "idempotent proxy (its own function and account) instead of running jobLogic")
+    runtime: str | None = Field(
+        default=None, description="The runtime (`runtimes[].name`) the job runs in, with "
+        "its settings, secrets, grants and network; unset: the stack's dedup function; not "
+        "with `proxy`")
     dst_repeated: DstRepeated | None = Field(
         default=None, description=f"{DST_REPEATED_TEXT}; unset: the stack's dstRepeated, "
         "else as BSD cron -s: `each` when the minute or hour field starts with `*`, else `once`",
@@ -335,6 +339,10 @@ class JobSettings(ScheduledModel):
                           "job logic", "remove jobLogic (the proxy starts the downstream "
                           "target) or remove proxy (the dedup function runs jobLogic)",
                           "jobLogic")
+        if self.proxy is not None and self.runtime:
+            raise invalid("is set on a job that calls the proxy (proxy: ...), which runs in "
+                          "the proxy's own function", "remove runtime (the proxy starts the "
+                          "downstream target) or remove proxy", "runtime")
         return self
 
     @property

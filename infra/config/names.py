@@ -61,3 +61,8 @@ def proxy_database_of(database_name: str) -> str:
 def watch_database_of(database_name: str) -> str:
     """The watchdog's own database (its cursors, the re-run requests) beside it."""
     return f"{database_name}{WATCH_DATABASE_SUFFIX}"
+
+
+def runtime_database_of(database_name: str, runtime: str) -> str:
+    """A runtime's own records database beside the dedup database `database_name`."""
+    return f"{database_name}-{runtime}"

@@ -30,11 +30,13 @@ from infra.config.names import (
     WATCH_DATABASE_SUFFIX,
     WATCHDOG_JOB_NAME,
     proxy_database_of,
+    runtime_database_of,
     scheduler_job_id,
     service_account_email,
     service_account_id,
     watch_database_of,
 )
+from infra.config.runtimes import RuntimeSettings, runtimes_in_stack
 from infra.config.service import (
     WATCHDOG_LOOKBACK_DEFAULT_SECONDS,
     AlertSettings,
@@ -101,6 +103,10 @@ class StackConfig(ConfigModel):
                                        description="The run watchdog")
     alerts: AlertSettings = Field(default_factory=AlertSettings,
                                   description="Alert notification channels and thresholds")
+    runtimes: tuple[RuntimeSettings, ...] = Field(
+        default=(), description="Runtimes: each a function of its own, with its own account, "
+        "records, resources, settings, secrets, grants and network, for the jobs that name it "
+        "(docs/job-needs.md)")
     jobs: tuple[JobSettings, ...] = Field(
         description="The Cloud Scheduler jobs: at least one, names unique",
         json_schema_extra=Hint(fix="give a list of jobs, each with at least a name and a "
@@ -157,6 +163,12 @@ class StackConfig(ConfigModel):
                          f"shorter than retentionSeconds ({retention} s): records expire "
                          "within the lookback, and a run judged later would look missed",
                          f"set watchdog.lookbackSeconds < {retention} or raise retentionSeconds")
+        runtimes = runtimes_in_stack(
+            self.runtimes, stack_function=self.function,
+            job_runtimes=[job.runtime for job in self.jobs], name_prefix=prefix,
+            database=database or prefix, store_timeout_seconds=store_timeout, problems=problems)
+        # A runtime job's function is its runtime's: its timeout bounds the job's deadline.
+        timeouts = {runtime.name: runtime.function.timeout_seconds for runtime in runtimes}
         first_index: dict[str, int] = {}
         budget = self.proxy_timeout_seconds + 2 * store_timeout
         for index, job in enumerate(self.jobs):
@@ -177,12 +189,14 @@ class StackConfig(ConfigModel):
                              f"{JOB_ID_MAX_LENGTH})", "shorten the name to at most "
                              f"{JOB_ID_MAX_LENGTH - len(prefix) - 1} characters")
             deadline, window = job.attempt_deadline_seconds, job.retry_window_seconds
-            if timeout < deadline:
+            job_timeout = timeouts.get(job.runtime or "", timeout)
+            if job_timeout < deadline:
+                whose = (f"runtime {job.runtime!r}'s functionTimeoutSeconds" if job.runtime
+                         else "functionTimeoutSeconds")
                 problems.add(("jobs", index, "attemptDeadlineSeconds"), f"{deadline} s is longer"
-                             f" than functionTimeoutSeconds ({timeout} s): the function would be "
+                             f" than {whose} ({job_timeout} s): the function would be "
                              "cut off before Scheduler's deadline", "lower "
-                             f"attemptDeadlineSeconds to <= {timeout} or raise "
-                             "functionTimeoutSeconds")
+                             f"attemptDeadlineSeconds to <= {job_timeout} or raise {whose}")
             if retention <= window:
                 problems.add("retentionSeconds", f"{retention} s is not longer than "
                              f"jobs[{index}] ({job.name}) retry window ({window:.0f} s): a late "
@@ -242,6 +256,7 @@ class StackConfig(ConfigModel):
         object.__setattr__(self, "dedup", dedup.model_copy(update=derived))  # frozen model
         object.__setattr__(self, "watchdog", watchdog)
         object.__setattr__(self, "jobs", jobs)
+        object.__setattr__(self, "runtimes", runtimes)
         return self
 
     @staticmethod
@@ -294,11 +309,12 @@ class StackConfig(ConfigModel):
                          f"give jobs[{index}] retries (retry.retryCount >= 1), or use "
                          "overlap 'forbid' (skip such a run) or 'allow'")
 
-    def watchdog_delivers_to(self, *, proxied: bool) -> bool:
-        """Whether the watchdog delivers runs (catch-up, re-runs) to the proxy (`proxied`)
-        or to the dedup function: only then is it one of that function's allowed callers,
-        may invoke it, and gets its URL."""
-        jobs = [job for job in self.jobs if (job.proxy is not None) == proxied]
+    def watchdog_delivers_to(self, *, proxied: bool = False, runtime: str | None = None) -> bool:
+        """Whether the watchdog delivers runs (catch-up, re-runs) to the proxy (`proxied`),
+        to the runtime named `runtime`, or to the dedup function: only then is it one of that
+        function's allowed callers, may invoke it, and gets its URL."""
+        jobs = [job for job in self.jobs
+                if (job.proxy is not None) == proxied and job.runtime == runtime]
         return self.watchdog.enabled and bool(jobs) and (
             self.watchdog.reruns or any(job.catch_up for job in jobs)
         )
@@ -327,11 +343,40 @@ class StackConfig(ConfigModel):
         """The deployed Scheduler job ID of `job`: `<namePrefix>-<name>`."""
         return scheduler_job_id(self.name_prefix, job.name)
 
-    def job_routes(self) -> dict[str, str]:
-        """The dedup function's job table: every (not proxied) job's deployed ID -> its effective
-        `module:function`."""
+    def job_routes(self, runtime: str | None = None) -> dict[str, str]:
+        """A function's job table: the deployed ID -> effective `module:function` of every
+        job it runs: the dedup function's (`runtime` None: no proxy, no runtime), or the
+        runtime's of that name."""
         jobs = sorted(self.jobs, key=lambda j: j.name)
-        return {self.job_id(job): job.job_logic for job in jobs if job.proxy is None}
+        return {self.job_id(job): job.job_logic for job in jobs
+                if job.proxy is None and job.runtime == runtime}
+
+    def runtime_of(self, job: JobSettings) -> RuntimeSettings | None:
+        """The runtime `job` runs in; None: the dedup function (or the proxy)."""
+        return next((r for r in self.runtimes if r.name == job.runtime), None)
+
+    def runtime_function_name(self, runtime: RuntimeSettings) -> str:
+        """A runtime's function (and its Cloud Run service): `<namePrefix>-<name>`."""
+        return f"{self.name_prefix}-{runtime.name}"
+
+    def runtime_account_id(self, runtime: RuntimeSettings) -> str:
+        return service_account_id(self.name_prefix, runtime.name)
+
+    def runtime_email(self, runtime: RuntimeSettings) -> str:
+        """A runtime's account: the identity its jobs run as."""
+        return service_account_email(self.project, self.runtime_account_id(runtime))
+
+    def runtime_database(self, runtime: RuntimeSettings) -> str:
+        """A runtime's own records database: `<databaseName>-<name>`."""
+        return runtime_database_of(self.dedup.database_name, runtime.name)
+
+    def records_database_of(self, job: JobSettings) -> str:
+        """The database of `job`'s run records: the proxy's own for a proxied job, its
+        runtime's for a job in a runtime, else the dedup database."""
+        if job.proxy is not None:
+            return self.dedup.proxy_database_name
+        runtime = self.runtime_of(job)
+        return self.runtime_database(runtime) if runtime else self.dedup.database_name
 
     @property
     def proxied_jobs(self) -> tuple[JobSettings, ...]:
