@@ -15,7 +15,8 @@ so names and URNs stay those of the component that declares them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NamedTuple
@@ -83,6 +84,26 @@ class FunctionBase:
     """The team's function/ when it is not `source_dir` (the kit installed): its jobs/."""
 
 
+@dataclass(frozen=True)
+class FunctionNetwork:
+    """A function's VPC egress, as its serviceConfig takes it: a Serverless VPC Access
+    connector with its egress setting, or Direct VPC egress (both are settings of Cloud Run
+    functions' serviceConfig)."""
+
+    vpc_connector: str | None = None
+    vpc_connector_egress_settings: str | None = None
+    direct_vpc_egress: str | None = None
+    direct_vpc_network_interfaces: (
+        list[gcp.cloudfunctionsv2.FunctionServiceConfigDirectVpcNetworkInterfaceArgs] | None
+    ) = None
+
+
+def network_settings(network: FunctionNetwork | None) -> dict[str, Any]:
+    """The serviceConfig arguments of `network` (all None: no VPC egress)."""
+    network = network or FunctionNetwork()
+    return {f.name: getattr(network, f.name) for f in dataclasses.fields(network)}
+
+
 class FunctionSource(NamedTuple):
     """One function's source object: function/ plus its job table, content-hashed."""
 
@@ -93,13 +114,16 @@ class FunctionSource(NamedTuple):
 
 
 def declare_source(
-    name: str, *, parent: pulumi.Resource, base: FunctionBase, table: str, content: object
+    name: str, *, parent: pulumi.Resource, base: FunctionBase, table: str, content: object,
+    job_modules: Collection[str] | None = None,
 ) -> FunctionSource:
     """`{name}-source`: the source tree with the job table `table` (dedup/tables.py) holding
     `content`, uploaded to the source bucket under its hash. Only a change of the tree or of
-    this table renames it, and so redeploys this function."""
+    this table renames it, and so redeploys this function. `job_modules`: only these of the
+    team's job modules (and what they import) ship (infra/source.py); None: all."""
     archive, path = write_source_archive(
-        base.source_dir, base.build_dir, table_files(table, content), base.team_dir
+        base.source_dir, base.build_dir, table_files(table, content), base.team_dir,
+        job_modules=job_modules,
     )
     source_object = gcp.storage.BucketObject(
         f"{name}-source",
@@ -158,6 +182,8 @@ def declare_function(
     secret_environment: Sequence[
         gcp.cloudfunctionsv2.FunctionServiceConfigSecretEnvironmentVariableArgs
     ] = (),
+    secret_volumes: Sequence[gcp.cloudfunctionsv2.FunctionServiceConfigSecretVolumeArgs] = (),
+    network: FunctionNetwork | None = None,
 ) -> DeclaredFunction:
     """The function `{name}-function`, built from `source` as `base` says, with
     internal-only ingress, run as `runtime_account_email` with `environment` plus
@@ -207,6 +233,8 @@ def declare_function(
             environment_variables={**environment, ALLOWED_CALLERS_ENV: callers},
             # Secret Manager versions Cloud Run reads at instance start (no client library).
             secret_environment_variables=list(secret_environment) or None,
+            secret_volumes=list(secret_volumes) or None,
+            **network_settings(network),
         ),
         opts=pulumi.ResourceOptions(
             parent=parent, depends_on=[*depends_on, source.object]

@@ -27,6 +27,7 @@ from infra.component_args import ARGS_TYPE, config_values, input_type, schema_na
 from infra.config import StackConfig, load_config
 from infra.dedup_proxy import DedupProxy, DedupProxyArgs
 from infra.dedup_service import DedupService, DedupServiceArgs
+from infra.job_runtime import JobRuntime, JobRuntimeArgs
 from infra.monitoring import Monitoring, MonitoringArgs
 from infra.scheduled_job import ScheduledJob, ScheduledJobArgs
 from infra.watchdog import Watchdog, WatchdogArgs
@@ -42,6 +43,8 @@ SERVICE_NAME: Final = "dedup"
 PROXY_NAME: Final = "proxy"
 WATCHDOG_NAME: Final = "watchdog"
 MONITORING_NAME: Final = "monitoring"
+RUNTIME_PREFIX: Final = "runtime-"
+"""A runtime's component is `runtime-<name>`."""
 
 if TYPE_CHECKING:
     # The rendered TypedDict is built at import time, which mypy cannot follow.
@@ -93,6 +96,10 @@ class SchedulerDedup(pulumi.ComponentResource):
     """The run watchdog's Cloud Scheduler job, unless `watchdog.enabled` is false."""
     dashboard: pulumi.Output[str]
     """The stack's Cloud Monitoring dashboard."""
+    runtime_urls: pulumi.Output[dict[str, str]] | None
+    """Each runtime's function URL by runtime name, when the stack has runtimes."""
+    runtime_service_accounts: pulumi.Output[dict[str, str]] | None
+    """Each runtime's account (its jobs' identity) by runtime name, when it has runtimes."""
 
     def __init__(
         self,
@@ -129,14 +136,28 @@ class SchedulerDedup(pulumi.ComponentResource):
         service = DedupService(SERVICE_NAME, service_args, self._child())
         proxy_args = DedupProxyArgs.from_service(cfg, service) if cfg.proxied_jobs else None
         proxy = DedupProxy(PROXY_NAME, proxy_args, self._child()) if proxy_args else None
+        # Declared under the component itself: no stack before runtimes had them at its root.
+        runtimes = {
+            runtime.name: JobRuntime(
+                f"{RUNTIME_PREFIX}{runtime.name}",
+                JobRuntimeArgs.from_config(
+                    cfg, runtime, base=service.function_base,
+                    depends_on=[*service.apis, *service.build_grants]),
+                pulumi.ResourceOptions(parent=self))
+            for runtime in cfg.runtimes
+        }
         jobs: list[ScheduledJob] = []
         for job in cfg.jobs:
-            # A proxied job calls the proxy, every other job the dedup function.
+            # A proxied job calls the proxy, a runtime's job its runtime, any other job the
+            # dedup function.
             uri = service.function_uri
             ready = service.ready
             if job.proxy is not None:
                 assert proxy is not None
                 uri, ready = proxy.function_uri, [*service.apis, *proxy.ready]
+            elif job.runtime is not None:
+                runtime = runtimes[job.runtime]
+                uri, ready = runtime.function_uri, [*service.apis, *runtime.ready]
             jobs.append(ScheduledJob(
                 f"job-{job.name}",
                 ScheduledJobArgs(
@@ -152,7 +173,8 @@ class SchedulerDedup(pulumi.ComponentResource):
                 self._child(),
             ))
         watchdog_args = (
-            WatchdogArgs.from_service(cfg, service, proxy) if cfg.watchdog.enabled else None
+            WatchdogArgs.from_service(cfg, service, proxy, runtimes)
+            if cfg.watchdog.enabled else None
         )
         watchdog = (Watchdog(WATCHDOG_NAME, watchdog_args, self._child())
                     if watchdog_args is not None else None)
@@ -160,6 +182,7 @@ class SchedulerDedup(pulumi.ComponentResource):
         delivery_services = [service_args.function_name]
         if proxy_args is not None:
             delivery_services.append(proxy_args.function_name)
+        delivery_services.extend(cfg.runtime_function_name(r) for r in cfg.runtimes)
         monitoring = Monitoring(
             MONITORING_NAME,
             MonitoringArgs(
@@ -193,6 +216,10 @@ class SchedulerDedup(pulumi.ComponentResource):
         self.watchdog_service_account = watchdog.account.email if watchdog else None
         self.watchdog_job_name = watchdog.scheduled_job.job_name if watchdog else None
         self.dashboard = monitoring.dashboard.id
+        self.runtime_urls = pulumi.Output.all(
+            **{n: r.function_uri for n, r in runtimes.items()}) if runtimes else None
+        self.runtime_service_accounts = pulumi.Output.all(
+            **{n: r.account.email for n, r in runtimes.items()}) if runtimes else None
         self.register_outputs(self.outputs())
 
     def outputs(self) -> dict[str, pulumi.Output[Any]]:

@@ -90,6 +90,11 @@ class DedupServiceArgs:
     watchdog_caller: str | None = None
     """The watchdog's account e-mail when it delivers runs (catch-up, re-runs): then an
     allowed caller too (infra/watchdog.py grants it run.invoker on the service)."""
+    runtime_apis: tuple[str, ...] = ()
+    """APIs the stack's runtimes need beyond REQUIRED_APIS (Secret Manager, VPC Access)."""
+    job_modules: tuple[str, ...] | None = None
+    """When the stack has runtimes, the team's modules its own jobs use: all of the team's
+    code its archive carries (None: every module, as a stack without runtimes)."""
 
     @classmethod
     def from_config(
@@ -109,6 +114,9 @@ class DedupServiceArgs:
             watchdog_caller=(
                 cfg.watchdog_email if cfg.watchdog_delivers_to(proxied=False) else None
             ),
+            runtime_apis=runtime_apis(cfg),
+            job_modules=(tuple(sorted({r.split(":", 1)[0] for r in cfg.job_routes().values()}))
+                         if cfg.runtimes else None),
         )
 
     # Resource names derived from the prefix (all within Google's length limits, see
@@ -135,6 +143,18 @@ class DedupServiceArgs:
             **dedup_environment(self.project, self.region, self.dedup),
             "DEDUP_JOB": self.dedup.default_job_logic,
         }
+
+
+def runtime_apis(cfg: StackConfig) -> tuple[str, ...]:
+    """The APIs the stack's runtimes use: Secret Manager for secrets, Serverless VPC Access
+    for a connector (none for a stack without runtimes)."""
+    needed = set()
+    for runtime in cfg.runtimes:
+        if runtime.secrets:
+            needed.add("secretmanager.googleapis.com")
+        if runtime.network is not None and runtime.network.vpc_connector is not None:
+            needed.add("vpcaccess.googleapis.com")
+    return tuple(sorted(needed))
 
 
 def dedup_environment(
@@ -207,7 +227,8 @@ class DedupService(pulumi.ComponentResource):
 
         # --- APIs --------------------------------------------------------------------
         self.apis = enable_apis(
-            name, parent=self, project=project, apis=REQUIRED_APIS if args.enable_apis else ()
+            name, parent=self, project=project,
+            apis=(*REQUIRED_APIS, *args.runtime_apis) if args.enable_apis else (),
         )
         after_apis = pulumi.ResourceOptions(parent=self, depends_on=list(self.apis))
 
@@ -368,7 +389,7 @@ class DedupService(pulumi.ComponentResource):
         )
         source = declare_source(
             name, parent=self, base=self.function_base, table=JOB_ROUTES_TABLE,
-            content=dict(args.job_routes),
+            content=dict(args.job_routes), job_modules=args.job_modules,
         )
         self.source_object, self.source_sha256 = source.object, source.sha256
         declared = declare_function(

@@ -9,6 +9,7 @@ module here.
 """
 
 from pulumi_gcp import artifactregistry as artifactregistry  # noqa: TID251
+from pulumi_gcp import bigquery as bigquery  # noqa: TID251
 from pulumi_gcp import cloudfunctionsv2 as cloudfunctionsv2  # noqa: TID251
 from pulumi_gcp import cloudrunv2 as cloudrunv2  # noqa: TID251
 from pulumi_gcp import cloudscheduler as cloudscheduler  # noqa: TID251

@@ -145,6 +145,7 @@ def write_source_archive(
     build_dir: Path,
     extra_files: Mapping[str, bytes] | None = None,
     team_dir: Path | None = None,
+    job_modules: object = None,  # placeholder until the job-module closure lands
 ) -> tuple[SourceArchive, Path]:
     """Build the archive and write it to `build_dir/<sha256>.zip` (atomically, once).
 

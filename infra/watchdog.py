@@ -45,6 +45,7 @@ the dedup service's build account into its repository, internal-only ingress), a
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -71,6 +72,7 @@ from infra.config import (
 from infra.dedup_proxy import DedupProxy
 from infra.dedup_service import DedupService, dedup_environment
 from infra.iam_wait import wait_for_iam
+from infra.job_runtime import JobRuntime
 from infra.records_database import TTL_FIELD, declare_database, declare_unindexed_field
 from infra.scheduled_job import ScheduledJob, ScheduledJobArgs, job_headers
 from infra.scheduler_rules import duration_string
@@ -92,6 +94,8 @@ DELIVERY_MAX_ATTEMPTS: Final = 5
 DELIVERY_MIN_BACKOFF_SECONDS: Final = 10
 DELIVERY_MAX_BACKOFF_SECONDS: Final = 300
 DELIVERY_MAX_DOUBLINGS: Final = 5
+RUNTIME_TARGET: Final = "runtime-"
+"""A runtime's key among the databases it reads and the targets it delivers to."""
 ROLE_TASKS_ENQUEUER: Final = "roles/cloudtasks.enqueuer"
 ROLE_SA_USER: Final = "roles/iam.serviceAccountUser"
 
@@ -106,7 +110,10 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
         return int(value) if float(value).is_integer() else value
 
     # Per target, not per job: each answer looks at every job of the stack.
-    delivers_to = {proxied: cfg.watchdog_delivers_to(proxied=proxied) for proxied in (False, True)}
+    delivers_to: dict[tuple[bool, str | None], bool] = {
+        (proxied, None): cfg.watchdog_delivers_to(proxied=proxied) for proxied in (False, True)}
+    delivers_to.update({(False, r.name): cfg.watchdog_delivers_to(runtime=r.name)
+                        for r in cfg.runtimes})
     entries: list[dict[str, Any]] = []
     for job in sorted(cfg.jobs, key=lambda j: j.name):
         entry: dict[str, Any] = {
@@ -122,12 +129,15 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
         }
         failure, recovery = cfg.alert_thresholds(job)
         entry.update(failureThreshold=failure, recoveryThreshold=recovery)
+        if (database := cfg.records_database_of(job)) != cfg.dedup.database_name:
+            entry["database"] = database  # the proxy's or the runtime's own records
         if job.proxy is not None:
-            entry["database"] = cfg.dedup.proxy_database_name  # the proxy's own records
             entry["proxied"] = True
+        if job.runtime is not None:
+            entry["runtime"] = job.runtime  # delivered to its DEDUP_WATCH_RUNTIME_URLS entry
         if job.catch_up:
             entry.update(catchUp=True, catchUpWithinSeconds=job.catch_up_within_seconds)
-        if delivers_to[job.proxy is not None]:
+        if delivers_to[(job.proxy is not None, job.runtime)]:
             # `make rerun` accepts a request for it (operator_tools/rerun.py), and the watchdog
             # delivers only requests of jobs with this flag.
             entry["reruns"] = True
@@ -187,13 +197,16 @@ class WatchdogArgs:
     delivery_targets: Mapping[str, tuple[pulumi.Input[str], pulumi.Input[str]]] = field(
         default_factory=dict
     )
-    """What the watchdog delivers runs to: "dedup" and/or "proxy" -> (URL, Cloud Run service
-    name), for DEDUP_WATCH_TARGET_URL, DEDUP_WATCH_PROXY_URL and its run.invoker grants."""
+    """What the watchdog delivers runs to: "dedup", "proxy" and `runtime-<name>` -> (URL,
+    Cloud Run service name), for DEDUP_WATCH_TARGET_URL, DEDUP_WATCH_PROXY_URL,
+    DEDUP_WATCH_RUNTIME_URLS and its run.invoker grants."""
 
     @classmethod
     def from_service(
-        cls, cfg: StackConfig, service: DedupService, proxy: DedupProxy | None = None
+        cls, cfg: StackConfig, service: DedupService, proxy: DedupProxy | None = None,
+        runtimes: Mapping[str, JobRuntime] | None = None,
     ) -> WatchdogArgs:
+        runtimes = runtimes or {}
         job = watchdog_job_settings(
             cfg.watchdog,
             function_timeout_seconds=cfg.function.timeout_seconds,
@@ -210,11 +223,14 @@ class WatchdogArgs:
             watched_jobs=watch_jobs(cfg),
             function_base=service.function_base,
             database=service.database.name,
-            read_databases={"proxy": proxy.database.name} if proxy is not None else {},
+            read_databases={
+                **({"proxy": proxy.database.name} if proxy is not None else {}),
+                **{f"{RUNTIME_TARGET}{n}": r.database.name for n, r in runtimes.items()},
+            },
             depends_on=[*service.apis, *service.build_grants, service.ttl_field],
             job_depends_on=list(service.apis),
             iam_propagation_seconds=cfg.iam_propagation_seconds,
-            delivery_targets=_delivery_targets(cfg, service, proxy),
+            delivery_targets=_delivery_targets(cfg, service, proxy, runtimes),
         )
 
     @property
@@ -244,13 +260,26 @@ class WatchdogArgs:
             environment["DEDUP_WATCH_TARGET_URL"] = self.delivery_targets["dedup"][0]
         if "proxy" in self.delivery_targets:
             environment["DEDUP_WATCH_PROXY_URL"] = self.delivery_targets["proxy"][0]
+        runtime_urls = {target.removeprefix(RUNTIME_TARGET): url
+                        for target, (url, _) in self.delivery_targets.items()
+                        if target.startswith(RUNTIME_TARGET)}
+        if runtime_urls:  # URLs are outputs: one JSON object once all are known
+            names = sorted(runtime_urls)
+            environment["DEDUP_WATCH_RUNTIME_URLS"] = pulumi.Output.all(
+                *[runtime_urls[n] for n in names]
+            ).apply(lambda urls: json.dumps(dict(zip(names, urls, strict=True)),
+                                            sort_keys=True, separators=(",", ":")))
         return environment
 
 
 def _delivery_targets(
-    cfg: StackConfig, service: DedupService, proxy: DedupProxy | None
+    cfg: StackConfig, service: DedupService, proxy: DedupProxy | None,
+    runtimes: Mapping[str, JobRuntime],
 ) -> dict[str, tuple[pulumi.Input[str], pulumi.Input[str]]]:
-    targets: dict[str, tuple[pulumi.Input[str], pulumi.Input[str]]] = {}
+    targets: dict[str, tuple[pulumi.Input[str], pulumi.Input[str]]] = {
+        f"{RUNTIME_TARGET}{name}": (runtime.function_uri, runtime.service_name)
+        for name, runtime in runtimes.items() if cfg.watchdog_delivers_to(runtime=name)
+    }
     if cfg.watchdog_delivers_to(proxied=False):
         targets["dedup"] = (service.function_uri, service.service_name)
     if cfg.watchdog_delivers_to(proxied=True) and proxy is not None:
