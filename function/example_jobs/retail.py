@@ -14,7 +14,7 @@ import hashlib
 import logging
 import os
 
-from dedup import PermanentFailure, RunContext
+from dedup.protocol import PermanentFailure, RunContext
 
 log = logging.getLogger(__name__)
 

@@ -101,7 +101,8 @@ def test_demo_settings_replace_and_add_only_in_the_demo() -> None:
 
 
 def two_file_secrets(r: dict[str, Any]) -> None:
-    r["secrets"] = [{"secret": "a", "path": "/secrets/x/a"}, {"secret": "b", "path": "/secrets/x/b"}]
+    r["secrets"] = [{"secret": "a", "path": "/secrets/x/a"},
+                    {"secret": "b", "path": "/secrets/x/b"}]
 
 
 def other_runtime(name: str) -> Callable[[Config], None]:
@@ -121,7 +122,7 @@ def proxied_in_runtime(cfg: Config) -> None:
         "resource": "projects/acme-retail-test/locations/us-west1/workflows/w"})
 
 
-CASES: list[tuple[str, Callable[[Config], None], str, str]] = [
+CASES: list[tuple[str, Callable[[Config], object], str, str]] = [
     ("unknown runtime", job("runtime", "synk"), "jobs[0].runtime", "did you mean 'sync'"),
     ("reserved name", other_runtime("proxy"), "runtimes[1].name", "kit's own"),
     ("duplicate name", other_runtime("sync"), "runtimes[1].name", "already the name"),
@@ -173,7 +174,7 @@ CASES: list[tuple[str, Callable[[Config], None], str, str]] = [
 @pytest.mark.parametrize(("change", "key", "words"),
                          [pytest.param(c, k, w, id=i) for i, c, k, w in CASES])
 def test_a_mistake_is_named_with_its_fix(
-    change: Callable[[Config], None], key: str, words: str
+    change: Callable[[Config], object], key: str, words: str
 ) -> None:
     raw = copy.deepcopy(base())
     change(raw)
