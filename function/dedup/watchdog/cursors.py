@@ -1,18 +1,19 @@
 """The watchdog's store: run records by ID (read only), and its guarded cursor documents.
 
 A job's records are in the dedup function's database (DEDUP_DATABASE) unless its entry
-names another `database`: a proxied job's, in the proxy's own database. The watchdog only
-reads run records (the function it delivers to writes them). What it writes is in a
-database of its own (DEDUP_WATCH_DATABASE, infra's `<databaseName>-watchdog`), which the
-dedup function's account, running the team's job code, cannot write: one cursor document
-per job in `<collection>_watchdog` (the last judged schedule time, the in-progress runs it
-still watches, the overlong runs already reported, its pending catch-ups and incident
-streaks), so each problem is reported once, and the status of the re-run requests it
-delivers, from `<collection>_reruns` there (dedup/watchdog/reruns.py). (Unset: both in
-DEDUP_DATABASE, as the demo and older tests keep them.) Each cursor write is guarded by
-the version the tick read: a tick that overlapped another gets CursorMoved instead of
-overwriting it. A cursor document it cannot read (a field missing or of the wrong type) is
-never trusted: the tick reports it `malformed` and judges the job afresh.
+names another `database`: a proxied job's, in the proxy's own database; a runtime's job's,
+in its runtime's (`<databaseName>-<runtime>`). The watchdog only reads run records (the
+function it delivers to writes them). What it writes is in a database of its own
+(DEDUP_WATCH_DATABASE, infra's `<databaseName>-watchdog`), which the dedup function's
+account, running the team's job code, cannot write: one cursor document per job in
+`<collection>_watchdog` (the last judged schedule time, the in-progress runs it still
+watches, the overlong runs already reported, its pending catch-ups and incident streaks),
+so each problem is reported once, and the status of the re-run requests it delivers, from
+`<collection>_reruns` there (dedup/watchdog/reruns.py). (Unset: both in DEDUP_DATABASE, as
+the demo and older tests keep them.) Each cursor write is guarded by the version the tick
+read: a tick that overlapped another gets CursorMoved instead of overwriting it. A cursor
+document it cannot read (a field missing or of the wrong type) is never trusted: the tick
+reports it `malformed` and judges the job afresh.
 """
 
 from __future__ import annotations

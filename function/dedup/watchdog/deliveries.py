@@ -1,7 +1,8 @@
 """What a tick delivers, and what its deliveries share.
 
 Besides judging, the watchdog delivers runs, when infra gives it a target
-(DEDUP_WATCH_TARGET_URL, and DEDUP_WATCH_PROXY_URL for proxied jobs), through the one seam
+(DEDUP_WATCH_TARGET_URL, DEDUP_WATCH_PROXY_URL for proxied jobs, DEDUP_WATCH_RUNTIME_URLS for
+the jobs of runtimes: WatchSettings.delivery_url), through the one seam
 of dedup/watchdog/delivery.py: as deployed, a Cloud Tasks task per run
 (dedup/watchdog/cloud_tasks.py: Cloud Run admits a task on an internal-only URL, not a
 direct call from a function), judged by the run's record at the next ticks; in the demo

@@ -40,10 +40,14 @@ class WatchedJob:
     body: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     url: str | None = None
-    # Where its records are, if not in DEDUP_DATABASE (a proxied job: the proxy's database).
+    # Where its records are, if not in DEDUP_DATABASE (a proxied job: the proxy's database;
+    # a runtime's job: its runtime's, `<databaseName>-<runtime>`).
     database: str | None = None
     # Served by the proxy: delivered to DEDUP_WATCH_PROXY_URL unless it has its own `url`.
     proxied: bool = False
+    # Runs in this runtime's own function: delivered to its URL in DEDUP_WATCH_RUNTIME_URLS
+    # unless it has its own `url`, never to DEDUP_WATCH_TARGET_URL (the default function's).
+    runtime: str | None = None
 
     # DST choices (dedup.business_runs; None: as BSD cron's -s), as the job's headers say.
     dst_repeated: str | None = None

@@ -1,10 +1,12 @@
 """The watchdog's settings: its DEDUP_WATCH_* environment and its job table.
 
 `WatchSettings.from_env` reads the function's store settings (dedup.settings), the
-watchdog's own (lookback, grace, delivery target and timeout, queue, its own database,
+watchdog's own (lookback, grace, delivery targets and timeout, queue, its own database,
 backfill pace) and its job table (job_tables/watch_jobs.json, or DEDUP_TABLES_DIR's), each
-entry a `WatchedJob` (dedup/watchdog/due.py). Any mistake stops the start-up with a message
-naming the variable or the table's entry.
+entry a `WatchedJob` (dedup/watchdog/due.py). A job runs in the default (dedup) function, in
+the proxy (`proxied`) or in a runtime's own function (`runtime`), and is delivered there:
+DEDUP_WATCH_TARGET_URL, DEDUP_WATCH_PROXY_URL, DEDUP_WATCH_RUNTIME_URLS. Any mistake stops
+the start-up with a message naming the variable or the table's entry.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from dedup.watchdog.reruns import reruns_collection
 # The proxy's URL: where runs of the jobs marked `proxied` are delivered (the table is built
 # before the proxy exists, so its URL comes with the environment).
 PROXY_URL_ENV = "DEDUP_WATCH_PROXY_URL"
+# The runtimes' URLs, a JSON object {runtime name: its function's URL}: where runs of the jobs
+# naming a `runtime` are delivered (set, like the proxy's, for the runtimes it delivers to).
+RUNTIME_URLS_ENV = "DEDUP_WATCH_RUNTIME_URLS"
 LOOKBACK_ENV = "DEDUP_WATCH_LOOKBACK_SECONDS"
 GRACE_ENV = "DEDUP_WATCH_GRACE_SECONDS"
 DELIVERY_TIMEOUT_ENV = "DEDUP_WATCH_DELIVERY_TIMEOUT_SECONDS"
@@ -49,11 +54,13 @@ DEFAULT_DELIVERY_TIMEOUT_SECONDS = 150.0
 _JOB_KEYS = {
     "name", "schedule", "timeZone", "attemptDeadlineSeconds", "retryWindowSeconds", "paused",
     "catchUp", "catchUpWithinSeconds", "body", "headers", "url", "database", "proxied",
-    "dstRepeated", "dstSkipped", "reruns", "forcedRuns", "failureThreshold",
+    "runtime", "dstRepeated", "dstSkipped", "reruns", "forcedRuns", "failureThreshold",
     "recoveryThreshold",
 }
 # Firestore database IDs (the same rule as infra's databaseName).
 _DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
+# A runtime's name (the same rule as the stack file's runtimes[].name).
+RUNTIME_NAME = re.compile(r"[a-z][a-z0-9-]*[a-z0-9]")
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,8 @@ class WatchSettings:
     lookback_seconds: float = DEFAULT_LOOKBACK_SECONDS
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     # DEDUP_WATCH_TARGET_URL: the dedup function, where the watchdog delivers catch-up
-    # and re-runs (a job's own `url` wins); None: the watchdog delivers nothing.
+    # and re-runs (a job's own `url` wins: the proxy's, its runtime's, as load_watch_jobs
+    # set them); None: it delivers no job of the default function.
     target_url: str | None = None
     target_auth: TargetAuth = TargetAuth.ID_TOKEN
     delivery_timeout_seconds: float = DEFAULT_DELIVERY_TIMEOUT_SECONDS
@@ -97,7 +105,10 @@ class WatchSettings:
         return self.target_url is not None or any(job.url for job in self.jobs)
 
     def delivery_url(self, job: WatchedJob) -> str | None:
-        return job.url or self.target_url
+        if job.url is not None or job.runtime is not None:
+            # A runtime's job runs in its own function only: the default one lacks its code.
+            return job.url
+        return self.target_url
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WatchSettings:
@@ -145,7 +156,7 @@ def watch_database_setting(
     env: Mapping[str, str], store: Settings, jobs: Sequence[WatchedJob]
 ) -> str | None:
     """DEDUP_WATCH_DATABASE: a Firestore database ID, none of the records' databases (the
-    dedup function's account writes DEDUP_DATABASE; the proxy's, its own)."""
+    dedup function's account writes DEDUP_DATABASE; the proxy's and each runtime's, its own)."""
     raw = (env.get(WATCH_DATABASE_ENV) or "").strip()
     if not raw:
         return None
@@ -166,9 +177,11 @@ def watch_database_setting(
 
 def load_watch_jobs(env: Mapping[str, str]) -> tuple[WatchedJob, ...]:
     """The watchdog's job table (shipped with its code, or in DEDUP_TABLES_DIR), with the
-    proxied jobs' `url` from DEDUP_WATCH_PROXY_URL."""
+    proxied jobs' `url` from DEDUP_WATCH_PROXY_URL and the runtimes' jobs' from
+    DEDUP_WATCH_RUNTIME_URLS (a job's own `url` wins)."""
     table = read_table(env, WATCH_JOBS_TABLE)
     jobs = parse_watch_jobs(*(table or ("", str(table_path(env, WATCH_JOBS_TABLE)))))
+    jobs = with_runtime_urls(jobs, runtime_urls_setting(env))
     proxy_url = (env.get(PROXY_URL_ENV) or "").strip() or None
     if proxy_url is None:
         return jobs
@@ -182,10 +195,64 @@ def load_watch_jobs(env: Mapping[str, str]) -> tuple[WatchedJob, ...]:
     )
 
 
+def runtime_urls_setting(env: Mapping[str, str]) -> dict[str, str]:
+    """DEDUP_WATCH_RUNTIME_URLS: {runtime name: its function's URL}; unset: {}. A runtime no
+    job names is let be, as an unused DEDUP_WATCH_PROXY_URL is: it is never delivered to."""
+    raw = (env.get(RUNTIME_URLS_ENV) or "").strip()
+    if not raw:
+        return {}
+    try:
+        urls = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise _runtime_urls_error(f"is not valid JSON ({exc})") from None
+    if not isinstance(urls, dict):
+        raise _runtime_urls_error(f"is {raw[:80]!r}, not a JSON object")
+    for name, url in urls.items():
+        if not RUNTIME_NAME.fullmatch(name):
+            raise _runtime_urls_error(
+                f"names {name[:80]!r}, not a runtime name (lowercase letters, digits and "
+                "hyphens, from a letter to a letter or digit)"
+            )
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            raise _runtime_urls_error(f"gives runtime {name!r} {str(url)[:80]!r}, not a URL")
+    return urls
+
+
+def _runtime_urls_error(why: str) -> SettingsError:
+    return SettingsError(
+        f"{RUNTIME_URLS_ENV} {why}: set it to a JSON object of each runtime the watchdog "
+        'delivers to and its function\'s URL, e.g. {"sync": "https://...run.app"}'
+    )
+
+
+def with_runtime_urls(
+    jobs: tuple[WatchedJob, ...], urls: Mapping[str, str]
+) -> tuple[WatchedJob, ...]:
+    """Each runtime's job without its own `url` gets its runtime's from `urls`; one the
+    watchdog delivers (catchUp or reruns) whose runtime has none stops the start-up."""
+    lacking: dict[str, list[str]] = {}
+    for job in jobs:
+        if job.runtime is not None and job.url is None and job.runtime not in urls and (
+                job.catch_up or job.reruns):
+            lacking.setdefault(job.runtime, []).append(job.name)
+    if lacking:
+        runtime, names = min(lacking.items())
+        raise _runtime_urls_error(
+            f"has no URL for runtime(s) {sorted(lacking)}, whose jobs the watchdog delivers "
+            f"(catchUp or reruns; {runtime!r}: {names[:3]}{' ...' if len(names) > 3 else ''})"
+        )
+    return tuple(
+        replace(job, url=urls.get(job.runtime))
+        if job.runtime is not None and job.url is None else job
+        for job in jobs
+    )
+
+
 def parse_watch_jobs(raw: str, where: str = WATCH_JOBS_TABLE) -> tuple[WatchedJob, ...]:
     """The watchdog's job table: a JSON list of {"name", "schedule", "timeZone",
-    "attemptDeadlineSeconds", "retryWindowSeconds", "paused"}; only name and schedule are
-    required. Any mistake stops the start-up with a message naming the file (`where`)."""
+    "attemptDeadlineSeconds", "retryWindowSeconds", "paused", ...} (_JOB_KEYS); only name
+    and schedule are required; a job of a runtime (`runtime`) names its `database` too.
+    Any mistake stops the start-up with a message naming the file (`where`)."""
     if not raw.strip():
         raise SettingsError(
             f"{where} is missing or empty: infra writes the stack's jobs there as a JSON list "
@@ -259,6 +326,7 @@ def parse_watch_jobs(raw: str, where: str = WATCH_JOBS_TABLE) -> tuple[WatchedJo
                 "give the database of the job's records (4-63 lowercase letters, digits or "
                 "hyphens), or leave it out for DEDUP_DATABASE's"
             )
+        runtime = _entry_runtime(entry, where, proxied, database)
         dst = {key: entry.get(key) for key in ("dstRepeated", "dstSkipped")}
         for key, allowed in (("dstRepeated", DST_REPEATED), ("dstSkipped", DST_SKIPPED)):
             if dst[key] is not None and dst[key] not in allowed:
@@ -278,7 +346,7 @@ def parse_watch_jobs(raw: str, where: str = WATCH_JOBS_TABLE) -> tuple[WatchedJo
             raise SettingsError(f"{where}: {exc} (failureThreshold, recoveryThreshold)") from None
         job = WatchedJob(
             name, schedule, zone, deadline, window, paused, catch_up, within, body,
-            tuple(sorted(headers.items())), url, database, proxied,
+            tuple(sorted(headers.items())), url, database, proxied, runtime,
             dst["dstRepeated"], dst["dstSkipped"], reruns, forced_runs, thresholds,
         )
         jobs.append(job)
@@ -287,6 +355,33 @@ def parse_watch_jobs(raw: str, where: str = WATCH_JOBS_TABLE) -> tuple[WatchedJo
     if duplicates:
         raise SettingsError(f"{table} lists job(s) {duplicates} more than once")
     return tuple(jobs)
+
+
+def _entry_runtime(
+    entry: Mapping[str, Any], where: str, proxied: bool, database: str | None
+) -> str | None:
+    """The entry's `runtime`: a runtime name, with the runtime's own `database`; never on a
+    proxied job (it runs in the proxy)."""
+    runtime = entry.get("runtime")
+    if runtime is None:
+        return None
+    if not isinstance(runtime, str) or not RUNTIME_NAME.fullmatch(runtime):
+        raise SettingsError(
+            f"{where}.runtime {str(runtime)[:80]!r} is not a runtime name (lowercase "
+            "letters, digits and hyphens, from a letter to a letter or digit)"
+        )
+    if proxied:
+        raise SettingsError(
+            f"{where} is proxied and names runtime {runtime!r}: a proxied job runs in the "
+            "proxy, never in a runtime; drop one of the two"
+        )
+    if database is None:
+        raise SettingsError(
+            f"{where} names runtime {runtime!r} but no database: a runtime's job has its "
+            f"records in its runtime's own database; give it `database` "
+            f"('<databaseName>-{runtime}')"
+        )
+    return runtime
 
 
 def _entry_seconds(

@@ -254,8 +254,8 @@ def build_watchdog_handler(
     store = settings.store
     client = client or firestore.Client(project=store.project, database=store.database)
     runs = FirestoreRunStore(client, store.collection, store.store_timeout_seconds)
-    # A client per other database its jobs name (the proxy's), on the same project and
-    # credentials (and emulator, in tests); a job may name its own database too.
+    # A client per other database its jobs name (the proxy's, the runtimes'), on the same
+    # project and credentials (and emulator, in tests); a job may name its own database too.
     by_database = {store.database: runs} | {
         database: FirestoreRunStore(
             firestore.Client(project=client.project, database=database),
