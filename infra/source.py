@@ -3,7 +3,9 @@ job table (dedup/tables.py), named by its hash. Its `requirements.txt` is the ki
 the team's (infra/lock.py), what Cloud Build installs. `function/` is the kit's (dedup,
 main.py, its lock) and the team's `jobs/`: one folder in a fork, and, when the kit is
 installed, the installed kit's function/ plus the `function/jobs/` of the team's repository
-(`team_dir`), so a new kit version is a new archive and redeploys.
+(`team_dir`), so a new kit version is a new archive and redeploys. A runtime's archive
+(`job_modules` given: its jobs' modules) holds of `jobs/` only what those jobs import
+(infra/job_modules.py); without it, all of `jobs/` ships, as it always has.
 
 The same tree and table always give the same bytes (entries sorted, fixed timestamps and
 permissions, caches skipped, the table's JSON with sorted keys), so the object name
@@ -20,7 +22,7 @@ import io
 import json
 import os
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -32,6 +34,7 @@ from dedup.tables import (
     WATCH_JOBS_TABLE,
     archive_path,
 )
+from infra.job_modules import JOBS_DIR, job_module_files
 from infra.lock import deployed_requirements
 
 __all__ = [
@@ -52,8 +55,6 @@ SKIPPED_DIRS: Final = frozenset({"__pycache__", "node_modules"})
 SKIPPED_SUFFIXES: Final = (".pyc", ".pyo")
 SKIPPED_FILES: Final = frozenset({".DS_Store"})
 OBJECT_PREFIX: Final = "function-source/"
-JOBS_DIR: Final = "jobs"
-"""The team's package in function/ (`jobLogic: jobs.<module>:<function>`)."""
 
 
 @dataclass(frozen=True)
@@ -69,14 +70,33 @@ class SourceArchive:
         return f"{OBJECT_PREFIX}{self.sha256}.zip"
 
 
-def source_files(source_dir: Path, team_dir: Path | None = None) -> list[tuple[str, Path]]:
+def source_files(
+    source_dir: Path,
+    team_dir: Path | None = None,
+    *,
+    job_modules: Collection[str] | None = None,
+) -> list[tuple[str, Path]]:
     """(archive name, path) of every file to ship, sorted by archive name: `source_dir`'s,
     and when the team's function/ is another folder (`team_dir`, an installed kit), its
-    `jobs/` instead of any in `source_dir`.
+    `jobs/` instead of any in `source_dir`. With `job_modules` (the `module` parts of a
+    function's `module:function` job logic), only the files of `jobs/` those modules need
+    (infra/job_modules.py); the kit's files ship all the same.
 
     Skips `__pycache__`, compiled files and hidden files or directories (tool caches,
     virtual environments, editor files).
     """
+    files = _all_files(source_dir, team_dir)
+    if job_modules is None:
+        return files
+    prefix = f"{JOBS_DIR}/"
+    kit = [(name, path) for name, path in files if not name.startswith(prefix)]
+    jobs = [(name.removeprefix(prefix), path) for name, path in files
+            if name.startswith(prefix)]
+    needed = job_module_files((team_dir or source_dir) / JOBS_DIR, jobs, job_modules)
+    return sorted(kit + [(f"{prefix}{name}", path) for name, path in needed])
+
+
+def _all_files(source_dir: Path, team_dir: Path | None) -> list[tuple[str, Path]]:
     if team_dir is None or team_dir.resolve() == source_dir.resolve():
         return _tree_files(source_dir)
     kit = [(name, path) for name, path in _tree_files(source_dir)
@@ -113,15 +133,18 @@ def build_source_archive(
     source_dir: Path,
     extra_files: Mapping[str, bytes] | None = None,
     team_dir: Path | None = None,
+    *,
+    job_modules: Collection[str] | None = None,
 ) -> SourceArchive:
-    """Zip `source_dir` (with `team_dir`'s jobs, see `source_files`) and `extra_files`
-    (archive name -> bytes: a function's job table) deterministically; return the bytes and
-    their SHA-256."""
+    """Zip `source_dir` (with `team_dir`'s jobs, those `job_modules` need when given: see
+    `source_files`) and `extra_files` (archive name -> bytes: a function's job table)
+    deterministically; return the bytes and their SHA-256."""
     extra = dict(extra_files or {})
     # Only the tables generated for this function ship: never a local job_tables/ (a stale
     # table of another function would be read as this one's).
     entries: dict[str, Path | bytes] = {
-        arcname: path for arcname, path in source_files(source_dir, team_dir)
+        arcname: path
+        for arcname, path in source_files(source_dir, team_dir, job_modules=job_modules)
         if not arcname.startswith(f"{TABLES_DIR}/")
     }
     if "requirements.txt" in entries:  # what Cloud Build installs: the kit's and the team's
@@ -145,7 +168,8 @@ def write_source_archive(
     build_dir: Path,
     extra_files: Mapping[str, bytes] | None = None,
     team_dir: Path | None = None,
-    job_modules: object = None,  # placeholder until the job-module closure lands
+    *,
+    job_modules: Collection[str] | None = None,
 ) -> tuple[SourceArchive, Path]:
     """Build the archive and write it to `build_dir/<sha256>.zip` (atomically, once).
 
@@ -153,7 +177,8 @@ def write_source_archive(
     pack reads the job tables from it too); the name is content-addressed, so concurrent or
     repeated runs write identical files.
     """
-    archive = build_source_archive(source_dir, extra_files, team_dir)
+    archive = build_source_archive(source_dir, extra_files, team_dir,
+                                   job_modules=job_modules)
     build_dir.mkdir(parents=True, exist_ok=True)
     path = build_dir.resolve() / f"{archive.sha256}.zip"
     if not path.exists() or path.read_bytes() != archive.data:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from infra import KIT_FUNCTION_DIR, KIT_ROOT
-from infra.source import JOBS_DIR
+from infra.job_modules import JOBS_DIR
 from operator_tools.team_files import is_team_file
 
 COPYING_THE_KITS_FUNCTION: Final = contextvars.ContextVar("copying_the_kits_function",

@@ -10,13 +10,15 @@ import os
 import shutil
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
+from infra.job_modules import JobModuleError
 from infra.source import (
     JOB_ROUTES_TABLE,
     ZIP_EPOCH,
+    SourceArchive,
     build_source_archive,
     read_archive_table,
     source_files,
@@ -43,6 +45,36 @@ def make_tree(root: Path) -> Path:
     (root / "pkg" / "__init__.py").write_text("")
     (root / "pkg" / "mod.py").write_text("X = 1\n")
     return root
+
+
+TEAM_JOBS: dict[str, str] = {
+    "__init__.py": "",
+    "requirements.in": "humanize\n",
+    "requirements.txt": "humanize==4.15.0 \\\n    --hash=sha256:00\n",
+    "inventory.py": "from jobs import common\n\ndef run(context):\n    return common.X\n",
+    "common.py": "X = 1\n",
+    "export.py": "import jobs.common\n\ndef run(context):\n    return {}\n",
+    "reports/__init__.py": "",
+    "reports/weekly.py": "from . import render\n\ndef run(context):\n    return {}\n",
+    "reports/render.py": "TEMPLATE = 'templates/weekly.html'\n",
+    "reports/templates/weekly.html": "<p>{{ total }}</p>\n",
+}
+"""A team's jobs/: three jobs, a module two of them share, a package with a template, the
+team's requirements and lock."""
+
+
+def make_team_tree(root: Path) -> Path:
+    make_tree(root)
+    for name, text in TEAM_JOBS.items():
+        path = root / "jobs" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def archive_names(archive: SourceArchive) -> list[str]:
+    with zipfile.ZipFile(io.BytesIO(archive.data)) as zf:
+        return zf.namelist()
 
 
 def test_archive_is_deterministic_and_sorted(tmp_path: Path) -> None:
@@ -119,6 +151,68 @@ def test_written_archive_is_content_addressed(tmp_path: Path) -> None:
 def test_missing_source_dir_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="does not exist"):
         build_source_archive(tmp_path / "nope")
+
+
+# The archive of make_team_tree with the routes below, as the kit built it before runtimes
+# (commit a53a7f0): a stack without runtimes keeps its object name, so `pulumi up`
+# redeploys nothing.
+ROUTES_BEFORE_RUNTIMES: Final = {"j-inventory": "jobs.inventory:run"}
+SHA256_BEFORE_RUNTIMES: Final = "a911f86b2937af918442a3c3d641a47ba5354a371926a5081630bbe928aba42e"
+
+
+def test_without_job_modules_the_archive_is_the_bytes_it_always_was(tmp_path: Path) -> None:
+    root = make_team_tree(tmp_path / "src")
+    table = table_files(JOB_ROUTES_TABLE, ROUTES_BEFORE_RUNTIMES)
+    archive = build_source_archive(root, table)
+    assert archive.sha256 == SHA256_BEFORE_RUNTIMES
+    assert write_source_archive(root, tmp_path / "build", table)[0] == archive
+    # Every job module named, every file of jobs/ is needed: the very same bytes.
+    every_job = ["jobs.inventory", "jobs.export", "jobs.reports.weekly", "example_jobs.x"]
+    assert build_source_archive(root, table, job_modules=every_job) == archive
+
+
+def test_a_runtimes_archive_holds_only_its_jobs_code(tmp_path: Path) -> None:
+    root = make_team_tree(tmp_path / "src")
+    kit = ["job_tables/job_routes.json", "main.py", "pkg/__init__.py", "pkg/mod.py",
+           "requirements.txt"]
+    lock = ["jobs/requirements.in", "jobs/requirements.txt"]
+    routes = {"j-weekly": "jobs.reports.weekly:run"}
+    archive, path = write_source_archive(
+        root, tmp_path / "build", table_files(JOB_ROUTES_TABLE, routes),
+        job_modules=["jobs.reports.weekly"])
+    assert archive_names(archive) == sorted([
+        *kit, *lock, "jobs/__init__.py", "jobs/reports/__init__.py",
+        "jobs/reports/render.py", "jobs/reports/templates/weekly.html",
+        "jobs/reports/weekly.py"])
+    assert path.read_bytes() == archive.data
+    assert json.loads(read_archive_table(path, JOB_ROUTES_TABLE) or "") == routes
+    inventory = build_source_archive(
+        root, table_files(JOB_ROUTES_TABLE, {"j-inventory": "jobs.inventory:run"}),
+        job_modules=["jobs.inventory"])
+    assert archive_names(inventory) == sorted([
+        *kit, *lock, "jobs/__init__.py", "jobs/common.py", "jobs/inventory.py"])
+    # What Cloud Build installs is the same union of the locks for every function.
+    with zipfile.ZipFile(io.BytesIO(inventory.data)) as zf, \
+            zipfile.ZipFile(io.BytesIO(archive.data)) as other:
+        assert zf.read("requirements.txt") == other.read("requirements.txt")
+        assert zf.read("requirements.txt").endswith(TEAM_JOBS["requirements.txt"].encode())
+    # A runtime of the kit's example jobs only: none of the team's.
+    assert [n for n in archive_names(build_source_archive(
+        root, job_modules=["example_jobs.example"])) if n.startswith("jobs/")] == []
+    # A change to a module another runtime imports leaves this archive alone.
+    before = build_source_archive(root, job_modules=["jobs.reports.weekly"]).sha256
+    (root / "jobs" / "common.py").write_text("X = 2\n")
+    assert build_source_archive(root, job_modules=["jobs.reports.weekly"]).sha256 == before
+    assert build_source_archive(root, job_modules=["jobs.inventory"]) != inventory
+
+
+def test_a_runtimes_archive_names_a_missing_or_broken_job_module(tmp_path: Path) -> None:
+    root = make_team_tree(tmp_path / "src")
+    with pytest.raises(JobModuleError, match=r"'jobs\.gone'.*gone\.py"):
+        build_source_archive(root, job_modules=["jobs.gone"])
+    (root / "jobs" / "common.py").write_text("def broken(:\n")
+    with pytest.raises(JobModuleError, match=r"common\.py:1"):
+        build_source_archive(root, job_modules=["jobs.inventory"])
 
 
 def _object_name(source_dir: Path, build_dir: Path) -> tuple[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from infra.job_modules import JobModuleError
 from infra.lock import KIT_LOCK, TEAM_LOCK
 from infra.source import build_source_archive, source_files
 from tests.kit_tree import kit_function
@@ -61,6 +63,29 @@ def test_a_new_kit_version_or_a_changed_team_job_is_a_new_archive(
     version.write_text(version.read_text().replace('"', '"9', 1))
     after_kit = build_source_archive(kit, None, team).sha256
     assert len({before, after_job, after_kit}) == 3
+
+
+def test_a_runtimes_archive_takes_only_its_jobs_from_the_teams_repository(
+    kit_and_team: tuple[Path, Path],
+) -> None:
+    kit, team = kit_and_team
+    (team / "jobs" / "billing.py").write_text("from jobs import money\n\ndef run(context):\n"
+                                              "    return {}\n")
+    (team / "jobs" / "money.py").write_text("")
+    (team / "jobs" / "inventory.py").write_text("def run(context): return {}\n")
+    names = [name for name, _ in source_files(kit, team, job_modules=["jobs.billing"])]
+    assert [n for n in names if n.startswith("jobs/")] == [
+        "jobs/__init__.py", "jobs/billing.py", "jobs/money.py", "jobs/requirements.txt"]
+    assert "dedup/protocol.py" in names and "main.py" in names
+    every = build_source_archive(kit, None, team)
+    billing = build_source_archive(kit, None, team, job_modules=["jobs.billing"])
+    with zipfile.ZipFile(io.BytesIO(billing.data)) as zf, \
+            zipfile.ZipFile(io.BytesIO(every.data)) as whole:
+        assert zf.read("jobs/billing.py") == (team / "jobs" / "billing.py").read_bytes()
+        assert zf.read("requirements.txt") == whole.read("requirements.txt")
+    # Looked for in the team's jobs/, never the installed kit's (its stale one included).
+    with pytest.raises(JobModuleError, match=re.escape(str(team / "jobs" / "stale.py"))):
+        source_files(kit, team, job_modules=["jobs.stale"])
 
 
 def _discover(cwd: Path, kit_root: Path, env: dict[str, str] | None = None) -> str:

@@ -46,14 +46,16 @@ def test_pack_modules_import_without_the_program_or_the_repo_on_the_path(
 ) -> None:
     """The pack's own process loads only pulumi_policy, croniter, scheduler_rules and
     infra.source (which reads the job tables from a function's source archive: stdlib
-    only, with the tables' names from function/dedup/tables.py, and infra.lock's union of
-    the locks it writes into an archive, stdlib only too)."""
+    only, with the tables' names from function/dedup/tables.py, infra.lock's union of
+    the locks it writes into an archive and infra.job_modules's choice of the team's
+    files, stdlib only too)."""
     script = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
         "import policies.pack, policies.registry, policies.evaluate;"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('pulumi_gcp', 'infra') and m not in "
-        "('infra', 'infra.scheduler_rules', 'infra.source', 'infra.lock'));"
+        "('infra', 'infra.scheduler_rules', 'infra.source', 'infra.lock', "
+        "'infra.job_modules'));"
         "print(bad)"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
