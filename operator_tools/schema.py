@@ -137,8 +137,9 @@ def pulumi_config_block() -> str:
         f"block. The kit's settings with a fixed default (stack files set them as {PROJECT_NAME}:"
         "<key>); infra/config/ validates every key, and their relations, before any resource "
         "is declared. Not declared here, as a declared key without a default is required: "
-        f"{', '.join(followers)}; jobs (required), a list of objects, which a project config "
-        "schema cannot type; gcp:project and gcp:region (required). Every key, the jobs' too: "
+        f"{', '.join(followers)}; jobs (required) and runtimes, lists of objects, which a "
+        "project config schema cannot type; gcp:project and gcp:region (required). Every "
+        "key, the jobs' too: "
         f"docs/configuration.md's reference; editors check stack files with {SCHEMA_PATH}.",
         width=92, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False,
     )
@@ -160,8 +161,8 @@ def stack_schema() -> dict[str, Any]:
     defs: dict[str, Any] = models.pop("$defs")
     keys: dict[str, Any] = {}
     for key, schema in models["properties"].items():
-        if key in GROUPS:
-            group = defs.pop(schema["$ref"].rsplit("/", 1)[1])
+        if key in GROUPS:  # flat in a stack file; kept in $defs for a runtime's `resources`
+            group = defs[schema["$ref"].rsplit("/", 1)[1]]
             keys.update({kit_key(k): v for k, v in group["properties"].items()})
         else:
             keys[key if ":" in key else kit_key(key)] = schema

@@ -103,10 +103,10 @@ class StackConfig(ConfigModel):
                                        description="The run watchdog")
     alerts: AlertSettings = Field(default_factory=AlertSettings,
                                   description="Alert notification channels and thresholds")
-    runtimes: tuple[RuntimeSettings, ...] = Field(
-        default=(), description="Runtimes: each a function of its own, with its own account, "
-        "records, resources, settings, secrets, grants and network, for the jobs that name it "
-        "(docs/job-needs.md)")
+    runtimes: tuple[RuntimeSettings, ...] = Field(  # a factory: no key of Pulumi.yaml's block
+        default_factory=tuple, description="Runtimes: each a function of its own, with its "
+        "own account, records, resources, settings, secrets, grants and network, for the jobs "
+        "that name it (docs/job-needs.md)")
     jobs: tuple[JobSettings, ...] = Field(
         description="The Cloud Scheduler jobs: at least one, names unique",
         json_schema_extra=Hint(fix="give a list of jobs, each with at least a name and a "

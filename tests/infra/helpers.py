@@ -38,6 +38,7 @@ PROXY_COMPONENT = "scheduler-dedup:index:DedupProxy"
 JOB_COMPONENT = "scheduler-dedup:index:ScheduledJob"
 WATCHDOG_COMPONENT = "scheduler-dedup:index:Watchdog"
 MONITORING_COMPONENT = "scheduler-dedup:index:Monitoring"
+RUNTIME_COMPONENT = "scheduler-dedup:index:JobRuntime"
 STACK_COMPONENT = "scheduler-dedup:index:SchedulerDedup"
 """The whole stack's component (infra/component.py), the five above its children."""
 METRIC = "gcp:logging/metric:Metric"
@@ -78,6 +79,23 @@ class StackUnderTest:
         found = [r for r in self.all(FUNCTION) if r.name == "watchdog-function"]
         return found[0] if found else None
 
+    def runtime_function(self, runtime: str) -> DeclaredResource:
+        """The function of the runtime named `runtime` (`runtimes[].name`)."""
+        return self.run.by_name(f"runtime-{runtime}-function")
+
+    @property
+    def dedup_functions(self) -> list[DeclaredResource]:
+        """Every function that runs job logic: the dedup function and each runtime's."""
+        return [self.function, *(self.runtime_function(r.name) for r in self.config.runtimes)]
+
+    def job_function(self, job_name: str) -> DeclaredResource:
+        """The function the job `job_name` (its name or deployed ID) calls."""
+        job = next(j for j in self.config.jobs if job_name in (j.name, self.config.job_id(j)))
+        if job.proxy is not None:
+            assert self.proxy is not None
+            return self.proxy
+        return self.runtime_function(job.runtime) if job.runtime else self.function
+
     @property
     def watchdog_uri(self) -> str:
         assert self.watchdog is not None
@@ -116,10 +134,7 @@ class StackUnderTest:
         job ID: its own function's)."""
         if job_name == self.watchdog_job_id and self.watchdog is not None:
             return self.watchdog_uri
-        job = next(
-            j for j in self.config.jobs if job_name in (j.name, self.config.job_id(j))
-        )
-        return self.proxy_uri if job.proxy is not None else self.service_uri
+        return str(self.job_function(job_name).outputs["serviceConfig"]["uri"])
 
     def account_email(self, role: str) -> str:
         wanted = f"{self.config.name_prefix}-{role}"

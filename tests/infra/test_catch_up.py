@@ -5,6 +5,7 @@ Pulumi's mocks and by the policy pack."""
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,12 @@ def test_without_catch_up_or_reruns_the_watchdog_delivers_nothing(
         invokes = [g for g in stack.grants_to(email) if g.props["role"] == INVOKER_ROLE]
         assert [g.props["name"] for g in invokes] == [stack.service_name]
         assert email in env_of(stack.function)["DEDUP_ALLOWED_CALLERS"]
+        return
+    runtimes = [r.name for r in stack.config.runtimes
+                if stack.config.watchdog_delivers_to(runtime=r.name)]
+    if runtimes:  # retail: nightly-export's runs, to its runtime (tests/infra/test_runtimes.py)
+        assert sorted(json.loads(env["DEDUP_WATCH_RUNTIME_URLS"])) == runtimes
+        assert "DEDUP_WATCH_TARGET_URL" not in env
         return
     assert "DEDUP_WATCH_TARGET_URL" not in env
     assert "DEDUP_WATCH_PROXY_URL" not in env

@@ -191,7 +191,7 @@ def _child_urn(parent_urn: str, resource: DeclaredResource) -> str:
     return f"{parent_urn[:parent_urn.rfind('::')]}${resource.type}::{resource.name}"
 
 
-@pytest.mark.parametrize("stack", FIXTURE_STACKS)
+@pytest.mark.parametrize("stack", ["dev", "prod"])  # the stacks deployed before it existed
 def test_the_stacks_urns_before_the_component_are_its_childrens_aliases(
     stack: str, python_runs: dict[str, OfflineRun]
 ) -> None:

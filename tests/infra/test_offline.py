@@ -29,7 +29,7 @@ from tests.stacks import FIXTURE_STACKS_DIR
 
 
 def test_stack_files_are_found() -> None:
-    assert stack_names(FIXTURE_STACKS_DIR) == ["dev", "prod"]
+    assert stack_names(FIXTURE_STACKS_DIR) == ["dev", "prod", "retail"]
 
 
 def test_records_carry_urn_parent_and_camel_case_props(stack: StackUnderTest) -> None:
@@ -115,7 +115,7 @@ def test_stack_file_values(tmp_path: Path) -> None:
     secret.write_text("config:\n  scheduler-dedup:alerts:\n    secure: AAABAC==\n")
     with pytest.raises(StackFileError, match="scheduler-dedup:alerts is a secret, which the"):
         load_stack_config(secret)
-    with pytest.raises(FileNotFoundError, match="stacks: dev, prod"):
+    with pytest.raises(FileNotFoundError, match="stacks: dev, prod, retail"):
         load_stack_config("no-such-stack", FIXTURE_STACKS_DIR)
 
 

@@ -189,7 +189,7 @@ def test_unknown_stack_and_unknown_job(tmp_path: Path, collection_name: str) -> 
     assert code == 2 and out == ""
     assert err.startswith("make runs: unknown stack 'no-such-stack' (stacks: ")
     assert err.count("\n") == 1
-    known = r"unknown stack 'no-such-stack' \(stacks: dev, prod\)"
+    known = r"unknown stack 'no-such-stack' \(stacks: dev, prod, retail\)"
     with pytest.raises(runs.RunsError, match=known):
         runs.stack_config("no-such-stack", FIXTURE_STACKS_DIR)
     code, _, err = run_main(str(stack_file(tmp_path, collection_name)), "--job", "nightly")

@@ -18,7 +18,7 @@ from dedup.settings import Settings
 from dedup.version import __version__ as KIT_VERSION
 from infra.config import AT_MOST_ONCE, RETRY_COUNT_DEFAULT, DedupSettings, StackConfig
 from infra.dedup_proxy import SECRET_APIS, TARGET_APIS
-from infra.dedup_service import REQUIRED_APIS
+from infra.dedup_service import REQUIRED_APIS, runtime_apis
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
     fast_failure_retry_span_seconds,
@@ -54,6 +54,7 @@ from tests.infra.helpers import (
     REPOSITORY,
     REPOSITORY_IAM,
     RUN_IAM,
+    RUNTIME_COMPONENT,
     SERVICE,
     SLEEP,
     STACK_COMPONENT,
@@ -131,7 +132,32 @@ def expected_counts(cfg: StackConfig) -> Counter[str]:
             }
         )
     counts.update(monitoring_counts(cfg))
+    counts.update(runtime_counts(cfg))
     return +counts
+
+
+GRANT_TYPES = {
+    "bucket": "gcp:storage/bucketIAMMember:BucketIAMMember",
+    "dataset": "gcp:bigquery/datasetIamMember:DatasetIamMember",
+    "topic": "gcp:pubsub/topicIAMMember:TopicIAMMember",
+    "secret": "gcp:secretmanager/secretIamMember:SecretIamMember",
+    "project": PROJECT_IAM,
+}
+
+
+def runtime_counts(cfg: StackConfig) -> Counter[str]:
+    """Each runtime: its component, account, records database (TTL and schedule_time
+    fields), datastore.user on it, source object, function, invoker binding and wait; an
+    accessor grant per secret, one resource per team grant; the watchdog's viewer grant on
+    its database and, when it delivers the runtime's runs, its invoker grant; the APIs."""
+    counts: Counter[str] = Counter({SERVICE: len(runtime_apis(cfg))})
+    for runtime in cfg.runtimes:
+        counts.update({RUNTIME_COMPONENT: 1, ACCOUNT: 1, DATABASE: 1, FIELD: 2,
+                       PROJECT_IAM: 1 + int(cfg.watchdog.enabled), OBJECT: 1, FUNCTION: 1,
+                       RUN_IAM: 1 + int(cfg.watchdog_delivers_to(runtime=runtime.name)),
+                       SLEEP: 1, GRANT_TYPES["secret"]: len(runtime.secret_ids)})
+        counts.update(GRANT_TYPES[grant.target[0]] for grant in runtime.grants)
+    return counts
 
 
 def monitoring_counts(cfg: StackConfig) -> Counter[str]:
@@ -141,7 +167,8 @@ def monitoring_counts(cfg: StackConfig) -> Counter[str]:
     watchdog = cfg.watchdog.enabled
     # A watchdog that delivers runs hands them to a Cloud Tasks queue of its own, with
     # enqueuer on it and actAs on its own account.
-    delivers = int(any(cfg.watchdog_delivers_to(proxied=p) for p in (False, True)))
+    delivers = int(any(cfg.watchdog_delivers_to(proxied=p) for p in (False, True)) or any(
+        cfg.watchdog_delivers_to(runtime=r.name) for r in cfg.runtimes))
     return Counter(
         {
             "gcp:cloudtasks/queue:Queue": delivers,
@@ -211,6 +238,8 @@ def test_children_are_parented_to_their_component(stack: StackUnderTest) -> None
             expected = WATCHDOG_COMPONENT
         elif resource.name.startswith("monitoring-"):
             expected = MONITORING_COMPONENT
+        elif resource.name.startswith("runtime-"):
+            expected = RUNTIME_COMPONENT
         else:
             expected = DEDUP_COMPONENT
         assert components[resource.parent] == expected
@@ -222,7 +251,8 @@ def test_apis_enabled_and_kept_on_destroy(stack: StackUnderTest) -> None:
     proxy_apis = {api for t in routes for api in TARGET_APIS[t.target]}
     if routes:  # the proxy's token secret
         proxy_apis |= set(SECRET_APIS)
-    assert {s.props["service"] for s in services} == set(REQUIRED_APIS) | proxy_apis
+    assert {s.props["service"] for s in services} == (
+        set(REQUIRED_APIS) | proxy_apis | set(runtime_apis(stack.config)))
     for needed in (
         "cloudfunctions.googleapis.com",
         "run.googleapis.com",
@@ -268,6 +298,8 @@ def test_named_firestore_database(stack: StackUnderTest) -> None:
         names["proxy-database"] = d.proxy_database_name
     if stack.watchdog is not None:
         names["watchdog-database"] = d.watch_database_name
+    for runtime in stack.config.runtimes:  # each runtime's own records
+        names[f"runtime-{runtime.name}-database"] = f"{d.database_name}-{runtime.name}"
     assert sorted(db.name for db in stack.all(DATABASE)) == sorted(names)
     for resource_name, database_name in names.items():
         check_database(stack.run.by_name(resource_name), database_name, d)
@@ -321,7 +353,8 @@ def test_record_fields_exempt_from_indexing(
 
 
 def test_only_the_ttl_field_has_a_ttl_and_goes_first(stack: StackUnderTest) -> None:
-    components = ["dedup"] + (["proxy"] if stack.proxy is not None else [])
+    components = ["dedup"] + (["proxy"] if stack.proxy is not None else []) + [
+        f"runtime-{r.name}" for r in stack.config.runtimes]
     reruns = int(stack.watchdog is not None)  # the re-run requests' TTL field
     assert len(stack.all(FIELD)) == 2 * len(components) + reruns
     for component in components:
@@ -346,6 +379,8 @@ def test_private_source_bucket_and_content_hashed_object(stack: StackUnderTest) 
     assert len(stack.all(OBJECT)) == len(functions)
     tables = {"dedup-function": (JOB_ROUTES_TABLE, dict(stack.config.job_routes())),
               "watchdog-function": (WATCH_JOBS_TABLE, watch_jobs(stack.config))}
+    tables.update({f"runtime-{r.name}-function": (JOB_ROUTES_TABLE, stack.config.job_routes(
+        r.name)) for r in stack.config.runtimes})
     if stack.proxy is not None:
         tables["proxy-function"] = (PROXY_ROUTES_TABLE, stack.job_table(
             stack.proxy, PROXY_ROUTES_TABLE))
@@ -430,7 +465,8 @@ def test_every_function_serves_only_the_invoker_account(stack: StackUnderTest) -
     watchdog's account on the services it delivers runs to (catch-up, re-runs)."""
     invoker = stack.account_email("invoker")
     functions = stack.all(FUNCTION)
-    assert len(functions) == 1 + (stack.proxy is not None) + (stack.watchdog is not None)
+    assert len(functions) == 1 + (stack.proxy is not None) + (stack.watchdog is not None) + len(
+        stack.config.runtimes)
     for function in functions:
         env = function.props["serviceConfig"]["environmentVariables"]
         callers = [invoker, *watchdog_caller(stack, function)]
@@ -448,6 +484,9 @@ def watchdog_caller(stack: StackUnderTest, function: DeclaredResource) -> list[s
     cfg = stack.config
     proxied = {"dedup-function": False, "proxy-function": True}.get(function.name)
     delivers = proxied is not None and cfg.watchdog_delivers_to(proxied=proxied)
+    runtime = function.name.removeprefix("runtime-").removesuffix("-function")
+    if function.name.startswith("runtime-"):
+        delivers = cfg.watchdog_delivers_to(runtime=runtime)
     return [stack.account_email("watchdog")] if delivers else []
 
 
@@ -478,7 +517,7 @@ def test_function_environment(stack: StackUnderTest) -> None:
     assert routes == {
         f"{cfg.name_prefix}-{job['name']}": job.get("jobLogic", cfg.dedup.default_job_logic)
         for job in raw_jobs
-        if "proxy" not in job
+        if "proxy" not in job and "runtime" not in job
     }
     assert set(routes) <= {j.props["name"] for j in stack.all(JOB)}
 
@@ -514,10 +553,19 @@ def test_invoker_on_the_service_not_the_project(stack: StackUnderTest) -> None:
     deliveries = [g for g in invoker_grants if g.name.startswith("watchdog-delivers-to-")]
     watchdog = f"serviceAccount:{stack.account_email('watchdog')}"
     assert all(g.props["member"] == watchdog for g in deliveries)
+    for runtime in stack.config.runtimes:
+        runtime_binding = stack.run.by_name(f"runtime-{runtime.name}-invoker")
+        assert runtime_binding.props["role"] == "roles/run.invoker"
+        assert runtime_binding.props["member"] == invoker
+        assert runtime_binding.props["name"].endswith(
+            f"/services/{stack.config.name_prefix}-{runtime.name}")
+        bindings.append(runtime_binding)
     assert sorted(g.name for g in deliveries) == sorted(
-        f"watchdog-delivers-to-{target}"
-        for target, proxied in (("dedup", False), ("proxy", True))
-        if stack.config.watchdog_delivers_to(proxied=proxied)
+        [f"watchdog-delivers-to-{target}"
+         for target, proxied in (("dedup", False), ("proxy", True))
+         if stack.config.watchdog_delivers_to(proxied=proxied)]
+        + [f"watchdog-delivers-to-runtime-{r.name}" for r in stack.config.runtimes
+           if stack.config.watchdog_delivers_to(runtime=r.name)]
     )
     assert sorted(g.name for g in invoker_grants) == sorted(
         g.name for g in [*bindings, *deliveries]
@@ -535,6 +583,7 @@ def test_datastore_role_is_conditioned_to_the_database(stack: StackUnderTest) ->
         databases["proxy"] = d.proxy_database_name
     if stack.watchdog is not None:
         databases["watchdog"] = d.watch_database_name
+    databases.update({r.name: stack.config.runtime_database(r) for r in stack.config.runtimes})
     expected = {
         f"serviceAccount:{stack.account_email(a)}": database for a, database in databases.items()
     }
@@ -629,6 +678,8 @@ def test_scheduler_jobs(stack: StackUnderTest) -> None:
             "X-Dedup-Dst-Repeated": job.dst_repeated,
             "X-Dedup-Dst-Skipped": job.dst_skipped,
             "X-Dedup-Forced-Runs": job.forced_runs,
+            # `allow` is what no header means
+            **({"X-Dedup-Overlap": job.overlap} if job.overlap != "allow" else {}),
         }
         assert (job.dst_repeated, job.dst_skipped) == (
             raw.get("dstRepeated", default_dst(job.schedule)[0]),
@@ -651,10 +702,10 @@ def test_audience_is_the_run_app_service_uri(stack: StackUnderTest) -> None:
 
 def test_jobs_wait_for_the_invoker_binding(stack: StackUnderTest) -> None:
     for job in stack.all(JOB):
-        uri = stack.job_uri(job.props["name"])
-        name = "dedup-invoker" if uri == stack.service_uri else (
-            "watchdog-invoker" if job.props["name"] == stack.watchdog_job_id else "proxy-invoker"
-        )
+        if job.props["name"] == stack.watchdog_job_id:
+            name = "watchdog-invoker"
+        else:
+            name = stack.job_function(job.props["name"]).name.replace("-function", "-invoker")
         binding = stack.run.by_name(name)
         assert binding.urn in job.dependencies
 
@@ -707,11 +758,20 @@ def test_stack_outputs(stack: StackUnderTest) -> None:
             else {}
         ),
         "dashboard": stack.one(DASHBOARD).outputs.get("id", "monitoring-dashboard-id"),
+        **(
+            {
+                "runtimeUrls": {r.name: str(stack.runtime_function(r.name).outputs[
+                    "serviceConfig"]["uri"]) for r in cfg.runtimes},
+                "runtimeServiceAccounts": {r.name: cfg.runtime_email(r) for r in cfg.runtimes},
+            }
+            if cfg.runtimes
+            else {}
+        ),
     }
 
 
 def test_dedup_invariants_hold_in_the_stack_files(stack: StackUnderTest) -> None:
-    for function in (stack.function, stack.proxy):
+    for function in (*stack.dedup_functions, stack.proxy):
         if function is None:
             continue
         env = function.props["serviceConfig"]["environmentVariables"]
@@ -723,12 +783,13 @@ def test_dedup_invariants_hold_in_the_stack_files(stack: StackUnderTest) -> None
         assert lease >= 3 * store_timeout
         assert retention > lease
         for job in stack.config.jobs:
-            assert job.attempt_deadline_seconds <= timeout
+            if stack.job_function(job.name) is function:
+                assert job.attempt_deadline_seconds <= timeout
             assert retention > job.retry_window_seconds
 
 
 # Jobs that are deliberately at-most-once: not retried, so a crashed run is skipped.
-AT_MOST_ONCE_JOBS = {"dev": {"heartbeat"}, "prod": set()}
+AT_MOST_ONCE_JOBS = {"dev": {"heartbeat"}, "prod": set(), "retail": set()}
 
 
 def test_retried_jobs_recover_crashed_runs(stack: StackUnderTest) -> None:

@@ -92,7 +92,8 @@ def test_a_job_falling_back_to_the_deleted_default_fails(tmp_path: Path) -> None
     error = failure(prod_naming(None), source)
     assert error.keys == ("scheduler-dedup:defaultJobLogic",)
     assert "'example_jobs.example:run': no module 'example_jobs.example' in function/" in str(error)
-    assert "name a module of function/jobs/ (example_jobs.flaky, jobs.billing)" in str(error)
+    assert ("name a module of function/jobs/ (example_jobs.flaky, example_jobs.retail, "
+            "jobs.billing)") in str(error)
 
 
 def test_a_job_importing_a_dev_only_package_fails(tmp_path: Path) -> None:
