@@ -162,3 +162,27 @@ def test_the_bench_judges_plan_and_policy_check_at_a_thousand_and_five_thousand_
     assert "target: plan and policy check under 10 s for 1,000 jobs: MISSED" in lines
     assert "target: plan and policy check under 30 s for 5,000 jobs: met" in lines
     assert "for 100 jobs" not in lines
+
+
+def test_the_bench_spreads_jobs_over_runtimes_and_judges_them() -> None:
+    """Issue 35: 1,000 jobs over 50 runtimes plan and policy-check under 30 s each, beside
+    the same 1,000 jobs without runtimes (the comparator)."""
+    from bench.scale import ScaleRow, TickFigures, Timing, scale_table, scaled_stack_config
+    from infra.config import load_config
+
+    cfg = load_config(scaled_stack_config(200, runtimes=10))
+    assert len(cfg.runtimes) == 10
+    in_runtimes = [job for job in cfg.jobs if job.runtime]
+    assert {job.runtime for job in in_runtimes} == {r.name for r in cfg.runtimes}
+    assert len(in_runtimes) == len([job for job in cfg.jobs if job.proxy is None])
+
+    def row(jobs: int, plan_s: float, policy_s: float, runtimes: int = 0) -> ScaleRow:
+        tick = TickFigures(jobs, reads=jobs, seconds=1.0, peak_mib=1.0,
+                           one_by_one_seconds=2.0, problems=0)
+        return ScaleRow(jobs, Timing(plan_s, plan_s), Timing(policy_s, policy_s), tick,
+                        runtimes)
+
+    table = scale_table([row(100, 2.0, 2.0), row(1000, 8.0, 8.0), row(1000, 12.0, 31.0, 50)])
+    assert ("target: plan and policy check under 30 s for 1,000 jobs over 50 runtimes: "
+            "MISSED (x the 1,000 jobs without runtimes: plan 1.50, policy check 3.88)") in table
+    assert "1000/50rt" in table
