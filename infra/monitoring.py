@@ -3,8 +3,8 @@
 Everything is read from the functions' structured log lines (JSON on stdout, which Cloud
 Logging parses into `jsonPayload`); the functions export nothing themselves:
 
-- one line per delivery (dedup function and proxy): `outcome`, `job` (the Scheduler job
-  ID), `latency_ms`;
+- one line per delivery (dedup function, proxy and each runtime's function): `outcome`,
+  `job` (the Scheduler job ID), `latency_ms`;
 - the watchdog's problem lines: `component: "watchdog"`, `kind` (missed, failed, overlong,
   never_ran, ran_twice, malformed), `job`; one summary line per tick (`message` "watchdog
   summary ..."); and one line per incident transition (dedup/watchdog/incidents.py): `event`
@@ -19,6 +19,12 @@ a run ran twice), and one resolved (its recoveryThreshold of good runs), each no
 once; a malformed document the watchdog refused; store_unavailable deliveries above a
 rate; the watchdog's summary line absent for 3 of its periods (so the watchdog itself is
 watched). Every policy notifies the e-mail channels of `alerts.emails`.
+
+Every metric and policy counts every job, whichever function runs it: the delivery
+metrics read all delivery services (a runtime's function among them), the watchdog's its
+whole job table. The dashboard adds a row per runtime (a stack without runtimes has the
+same dashboard as before): that runtime's deliveries, failures, job duration and
+instances, titled with its name.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import pulumi
 
 from infra import gcp
 from infra.config import WatchdogSettings
+from infra.config.runtimes import RESERVED_RUNTIME_NAMES
 from infra.contracts.limits import (
     ALERT_ALIGNMENT_PERIOD_MAX_SECONDS,
     MISSING_DATA_MIN_DURATION_SECONDS,
@@ -52,6 +59,10 @@ of the same job and kind notifies again instead of joining a stale incident."""
 ABSENCE_MIN_SECONDS: Final = 120
 ABSENCE_MAX_SECONDS: Final = 84600  # Cloud Monitoring's longest absence duration: 23.5 h
 PROBLEM_KINDS: Final = ("missed", "failed", "overlong", "never_ran", "ran_twice", "malformed")
+FAILED_OUTCOMES: Final = ("failed", "failed_permanent")
+"""Delivery outcomes of a run whose job raised (dedup.outcomes.Outcome): a runtime's errors."""
+INSTANCE_COUNT_METRIC: Final = "run.googleapis.com/container/instance_count"
+"""Cloud Run's own metric: a revision's container instances, by `state` (active, idle)."""
 INCIDENT_REPEAT_SLACK_SECONDS: Final = 300
 """How much later than one watchdog period a transition's repeat may come and still join
 its incident (see incident_window_seconds)."""
@@ -114,7 +125,9 @@ class MonitoringArgs:
     project: str
     name_prefix: str
     delivery_services: Sequence[str]
-    """The Cloud Run services (function names) that log deliveries: function and proxy."""
+    """The Cloud Run services (function names) that log deliveries: the dedup function
+    (`<namePrefix>`), the proxy (`<namePrefix>-proxy`) and each runtime's function
+    (`<namePrefix>-<runtime>`)."""
     watchdog_service: str | None
     """The watchdog's service; None: no watchdog, so no watchdog metrics or alerts."""
     watchdog: WatchdogSettings
@@ -127,6 +140,17 @@ class MonitoringArgs:
 
     def metric_type(self, suffix: str) -> str:
         return USER_METRIC_PREFIX + self.metric_name(suffix)
+
+    @property
+    def runtime_services(self) -> dict[str, str]:
+        """Each runtime's name -> its service, in delivery_services' order: the services
+        named `<namePrefix>-<name>` (StackConfig.runtime_function_name) whose name a runtime
+        may take; the proxy's suffix is a reserved name (RESERVED_RUNTIME_NAMES), the dedup
+        function's service is `<namePrefix>` itself."""
+        prefix = f"{self.name_prefix}-"
+        return {service.removeprefix(prefix): service for service in self.delivery_services
+                if service.startswith(prefix)
+                and service.removeprefix(prefix) not in RESERVED_RUNTIME_NAMES}
 
     def metrics(self) -> list[MetricSpec]:
         deliveries = f"{_service_filter(self.delivery_services)} AND jsonPayload.outcome:*"
@@ -165,7 +189,9 @@ class MonitoringArgs:
         """The dashboard's JSON (Cloud Monitoring's Dashboard resource)."""
 
         def chart(title: str, suffix: str, group_by: Sequence[str], aligner: str,
-                  reducer: str, plot: str = "STACKED_BAR", extra: str = "") -> dict[str, Any]:
+                  reducer: str, plot: str = "STACKED_BAR", extra: str = "",
+                  metric_type: str | None = None) -> dict[str, Any]:
+            """An xyChart of the log-based metric `suffix` (or of `metric_type`)."""
             return {
                 "title": title,
                 "xyChart": {
@@ -173,7 +199,7 @@ class MonitoringArgs:
                         "plotType": plot,
                         "minAlignmentPeriod": "60s",
                         "timeSeriesQuery": {"timeSeriesFilter": {
-                            "filter": f'metric.type="{self.metric_type(suffix)}" '
+                            "filter": f'metric.type="{metric_type or self.metric_type(suffix)}" '
                             f'resource.type="cloud_run_revision"{extra}',
                             "aggregation": {
                                 "alignmentPeriod": "60s",
@@ -211,6 +237,28 @@ class MonitoringArgs:
              "widget": widget}
             for i, widget in enumerate(widgets)
         ]
+        # Below them, a row per runtime: its own function's share of the same metrics
+        # (their series carry the service of each log line) and its instances.
+        first_row = (len(widgets) + 1) // 2 * 16
+        for row, (runtime, service) in enumerate(self.runtime_services.items()):
+            own = f' resource.label.service_name="{service}"'
+            failed = ",".join(f'"{outcome}"' for outcome in FAILED_OUTCOMES)
+            title = f"Runtime {runtime} ({service})"
+            row_widgets = [
+                chart(f"{title}: deliveries by job and outcome", "deliveries",
+                      ["job", "outcome"], "ALIGN_SUM", "REDUCE_SUM", extra=own),
+                chart(f"{title}: failed runs by job", "deliveries", ["job"], "ALIGN_SUM",
+                      "REDUCE_SUM", extra=f"{own} metric.label.outcome=one_of({failed})"),
+                chart(f"{title}: job duration p95 by job (ms)", "job-duration", ["job"],
+                      "ALIGN_DELTA", "REDUCE_PERCENTILE_95", plot="LINE", extra=own),
+                chart(f"{title}: instances", "", ["state"], "ALIGN_MAX", "REDUCE_SUM",
+                      plot="LINE", extra=own, metric_type=INSTANCE_COUNT_METRIC),
+            ]
+            tiles += [
+                {"xPos": column * 12, "yPos": first_row + row * 16, "width": 12,
+                 "height": 16, "widget": widget}
+                for column, widget in enumerate(row_widgets)
+            ]
         return {
             "displayName": f"Scheduler dedup ({self.name_prefix})",
             "mosaicLayout": {"columns": 48, "tiles": tiles},

@@ -78,8 +78,10 @@ from operator_tools.rerun import (
 from operator_tools.runs import (
     RunsError,
     RunStores,
+    job_records,
     open_store,
     stack_config,
+    stack_job,
     store_failure,
     watched_jobs,
 )
@@ -102,6 +104,7 @@ class Planned:
     scheduled: int  # runs of the range
     existing: Stored[Backfill | MalformedBackfill] | None  # the job's backfill document
     zone: str = "Etc/UTC"  # the job's time zone, for printing
+    runtime: str | None = None  # the runtime the job runs in (None: the default function)
 
     @property
     def queued(self) -> list[Chosen]:
@@ -153,6 +156,7 @@ def plan_backfill(
     if order not in ORDERS:
         raise RerunRefused(f"ORDER {order!r} is not one of {', '.join(ORDERS)}")
     job = rerun_job(cfg, job_name, reason or ("dry run" if dry_run else ""))
+    settings = stack_job(cfg, job.name)
     first, last = parse_time(first_text), parse_time(last_text)
     zone = ZoneInfo(job.time_zone)
     if first > last:
@@ -187,7 +191,8 @@ def plan_backfill(
     base = {t: RunKey(cfg.project, cfg.region, job.name, t).run_id for t in times}
     through = {t: max((r.generation for r in asked.get(base[t], [])), default=-1)
                for t in times}
-    found = generations_of(stores.records(job), cfg.project, cfg.region, job.name, through)
+    found = generations_of(job_records(cfg, stores, settings), cfg.project, cfg.region,
+                           job.name, through)
     grace = float(cfg.watchdog.grace_seconds)
     chosen: list[Chosen] = []
     for t in times:
@@ -213,7 +218,8 @@ def plan_backfill(
         first=first, last=last, mode=mode, order=order, reason=reason.strip(),
         requested_by=requested_by, requested_at=now, total=len(queued),
     )
-    return Planned(backfill, tuple(chosen), len(times), existing, job.time_zone)
+    return Planned(backfill, tuple(chosen), len(times), existing, job.time_zone,
+                   settings.runtime)
 
 
 def queue_backfill(cfg: StackConfig, stores: RunStores, planned: Planned,
@@ -270,6 +276,10 @@ def show_status(cfg: StackConfig, stores: RunStores, job_name: str, out: TextIO)
         return 1
     backfill = stored.value
     out.write(status_line(backfill) + "\n")
+    if (runtime := cfg.runtime_of(stack_job(cfg, job.name))) is not None:
+        out.write(f"  runs in runtime {runtime.name} (function "
+                  f"{cfg.runtime_function_name(runtime)}, records in database "
+                  f"{cfg.runtime_database(runtime)})\n")
     asked_at = f"{backfill.requested_at:%Y-%m-%d %H:%M}Z"
     out.write(f"  asked by {backfill.requested_by} at {asked_at}: {backfill.reason}\n")
     if backfill.last_error:
@@ -302,7 +312,8 @@ def print_plan(planned: Planned, out: TextIO, *, dry_run: bool) -> None:
     backfill = planned.backfill
     zone = ZoneInfo(planned.zone)
     out.write(
-        f"{'dry run: ' if dry_run else ''}backfill of {backfill.job} from "
+        f"{'dry run: ' if dry_run else ''}backfill of {backfill.job}"
+        f"{f' (runtime {planned.runtime})' if planned.runtime else ''} from "
         f"{local_and_utc(backfill.first, zone)} to {local_and_utc(backfill.last, zone)}, mode "
         f"{backfill.mode}, {backfill.order}: {planned.scheduled} scheduled run(s), "
         f"{len(planned.queued)} to queue, {len(planned.skipped)} skipped\n")

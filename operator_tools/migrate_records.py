@@ -136,13 +136,15 @@ def main(
 
     try:
         cfg = stack_config(args.stack)
-        proxied = [job for job in watched_jobs(cfg) if job.database is not None]
+        # `proxied`, not "records elsewhere": a runtime's jobs keep theirs in its own database.
+        proxied = [job for job in watched_jobs(cfg) if job.proxied]
         if not proxied:
             err.write(f"make migrate-proxy-records: stack {args.stack!r} has no proxied job: "
                       "nothing to copy\n")
             return 0
         stores = open_store(cfg, client_factory)
-        done = copy_records(stores.dedup, stores.records(proxied[0]), [j.name for j in proxied])
+        done = copy_records(stores.dedup, stores.in_database(cfg.dedup.proxy_database_name),
+                            [j.name for j in proxied])
     except RunsError as exc:
         err.write(f"make migrate-proxy-records: {exc}\n")
         return 2

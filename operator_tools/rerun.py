@@ -63,8 +63,10 @@ from operator_tools.runs import (
     RunsError,
     RunStores,
     first_line,
+    job_records,
     open_store,
     stack_config,
+    stack_job,
     store_failure,
     watched_jobs,
 )
@@ -264,9 +266,10 @@ def request_rerun(
     # generation, and the next request must still be numbered past it (IDs are per generation).
     asked = queue.for_run(RunKey(project, location, job.name, instant).run_id)
     highest_asked = max((r.generation for r in asked), default=-1)
-    found = generations(
-        stores.records(job), project, location, job.name, instant, through=highest_asked
-    )
+    # The job's own records only (its runtime's database, the proxy's, or the dedup one):
+    # a record of the same run_id elsewhere was not written by the function that runs it.
+    found = generations(job_records(cfg, stores, stack_job(cfg, job.name)), project, location,
+                        job.name, instant, through=highest_asked)
     plan = plan_rerun(job, instant, asked, found, now=now,
                       grace_seconds=float(cfg.watchdog.grace_seconds), again=again)
     request = RerunRequest(
@@ -404,13 +407,20 @@ def main(
     request = done.request
     before = ("no record (never ran)" if done.previous is None
               else f"{done.previous.record.status}")
+    # A job in a runtime says so, and where the watchdog delivers it (that runtime's
+    # function); a job of the default function or the proxy reads as it always has.
+    runtime = cfg.runtime_of(stack_job(cfg, request.job))
+    in_runtime = f" (runtime {runtime.name})" if runtime else ""
+    to_runtime = (f" to runtime {runtime.name}'s function {cfg.runtime_function_name(runtime)}"
+                  if runtime else "")
     out.write(
-        f"re-run requested: {request.job} @ "
+        f"re-run requested: {request.job}{in_runtime} @ "
         f"{request.schedule_time.strftime('%Y-%m-%dT%H:%M:%SZ')}, generation "
         f"{request.generation} (run_id {request.request_id}); latest before: {before}; "
         f"asked by {request.requested_by}: {request.reason}\n"
-        f"The watchdog delivers it at its next tick (schedule {cfg.watchdog.schedule!r}, "
-        f"{cfg.watchdog.time_zone}); `make runs STACK={args.stack}` shows it.\n"
+        f"The watchdog delivers it{to_runtime} at its next tick (schedule "
+        f"{cfg.watchdog.schedule!r}, {cfg.watchdog.time_zone}); `make runs "
+        f"STACK={args.stack}` shows it.\n"
     )
     if done.already:
         out.write(f"Confirmed: this run had been re-run already ({'; '.join(done.already)}).\n")

@@ -5,8 +5,10 @@
 STACK is a stack name (`Pulumi.<stack>.yaml`) or the path of a stack file. For every job
 of the stack the expected runs come from its cron and time zone (DST included), exactly as
 the watchdog computes them; their records are read by ID in one batch per job (no query,
-no index) from the stack's dedup database (the watchdog's cursors and the re-run requests
-from the watchdog's own database, `<databaseName>-watchdog`), and each run gets the
+no index) from the database of that job's records (StackConfig.records_database_of: the
+dedup database, the proxy's own for a proxied job, its runtime's own for a job in a
+runtime, which its heading names; the watchdog's cursors and the re-run requests from the
+watchdog's own database, `<databaseName>-watchdog`), and each run gets the
 watchdog's own verdict
 (`dedup.watchdog.verdicts.classify_run`): ok, not_due, running, missed, failed, overlong (ok or
 failed with `+ran_twice` when the record shows a second execution, dedup.watchdog.ran_twice), or
@@ -51,7 +53,7 @@ from dedup.watchdog.verdicts import (
     classify_run,
     running_seconds,
 )
-from infra.config import ConfigError, StackConfig, load_config
+from infra.config import ConfigError, JobSettings, StackConfig, load_config
 from infra.watchdog import watch_jobs
 from operator_tools.offline import load_stack_config, stack_names
 
@@ -72,8 +74,9 @@ class RunStores:
     function's records), the watchdog's own database (`watch`: its cursors and the re-run
     requests, `<databaseName>-watchdog`; by default the dedup store, as the demo keeps
     them) and, for a job whose records are elsewhere (a proxied job: the proxy's own
-    database, its WatchedJob's `database`), a store on that database, opened on first use
-    by `open_database`."""
+    database; a job in a runtime: the runtime's own), a store on that database, opened on
+    first use by `open_database`. Which database holds a job's records is the stack's
+    answer (`job_records`: StackConfig.records_database_of)."""
 
     def __init__(
         self,
@@ -91,12 +94,18 @@ class RunStores:
         return FirestoreRerunQueue(self.watch, reruns_collection(self.dedup.collection))
 
     def records(self, job: WatchedJob) -> FirestoreRunStore:
-        """Where `job`'s run records are."""
-        if job.database is None:
+        """Where `job`'s run records are, as its watchdog job table entry says (its
+        `database`, written from StackConfig.records_database_of; the kit's tools ask
+        `job_records`, which asks the stack itself)."""
+        return self.in_database(job.database)
+
+    def in_database(self, database: str | None) -> FirestoreRunStore:
+        """The records of `database`; None: the dedup database's (`dedup`)."""
+        if database is None:
             return self.dedup
-        if job.database not in self._opened:
-            self._opened[job.database] = self._open(job.database)
-        return self._opened[job.database]
+        if database not in self._opened:
+            self._opened[database] = self._open(database)
+        return self._opened[database]
 
     def _on_the_same_client(self, database: str) -> FirestoreRunStore:
         """Same project (and ambient credentials or emulator) and collection as the dedup
@@ -134,6 +143,19 @@ def watched_jobs(cfg: StackConfig, only: str | None = None) -> tuple[WatchedJob,
         names = ", ".join(job.name.removeprefix(f"{cfg.name_prefix}-") for job in jobs)
         raise RunsError(f"no job {only!r} in the stack (jobs: {names})")
     return chosen
+
+
+def stack_job(cfg: StackConfig, job_id: str) -> JobSettings:
+    """The stack file's job deployed as `job_id` (a WatchedJob's name)."""
+    return next(j for j in cfg.jobs if cfg.job_id(j) == job_id)
+
+
+def job_records(cfg: StackConfig, stores: RunStores, job: JobSettings) -> FirestoreRunStore:
+    """The store of `job`'s run records: the database StackConfig.records_database_of
+    names (the dedup database, the proxy's own, or the job's runtime's own: a record of
+    the same run in any other database is not this job's)."""
+    database = cfg.records_database_of(job)
+    return stores.in_database(None if database == cfg.dedup.database_name else database)
 
 
 def expected_runs(job: WatchedJob, now: datetime, last: int) -> list[datetime]:
@@ -220,6 +242,7 @@ def show_runs(
     now = now or datetime.now(UTC)
     grace = float(cfg.watchdog.grace_seconds)
     jobs = watched_jobs(cfg, only)
+    stack_jobs = {cfg.job_id(j): j for j in cfg.jobs}
     cursors = _first_runs(
         stores.watch, cfg.dedup.collection + CURSOR_SUFFIX, [j.name for j in jobs]
     )
@@ -233,15 +256,22 @@ def show_runs(
         # preceded: read with it, shown under it.
         forced = {t: RunKey(cfg.project, cfg.region, job.name, t, forced=True).run_id
                   for t in times}
-        found = stores.records(job).get_many([*ids, *forced.values()]) if ids else {}
+        settings = stack_jobs[job.name]
+        database = cfg.records_database_of(settings)
+        records = job_records(cfg, stores, settings)
+        found = records.get_many([*ids, *forced.values()]) if ids else {}
         paused = ", paused" if job.paused else ""
-        elsewhere = f", records in database {job.database}" if job.database else ""
+        # Named only where it is not the stack's default function and dedup database, so
+        # a stack without proxy or runtimes reads as it always has.
+        runtime = f", runtime {settings.runtime}" if settings.runtime else ""
+        elsewhere = (f", records in database {database}"
+                     if database != cfg.dedup.database_name else "")
         out.write(f"\n{job.name}  ({job.schedule}, {job.time_zone}, retry window "
                   f"{job.retry_window_seconds:g}s, attempt deadline "
-                  f"{job.attempt_deadline_seconds:g}s{paused}{elsewhere})\n")
+                  f"{job.attempt_deadline_seconds:g}s{paused}{runtime}{elsewhere})\n")
         rows = job_table(job, cfg.project, cfg.region, found, times, now, grace,
                          cursors.get(job.name))
-        extra = generation_lines(stores, job, times, now)
+        extra = generation_lines(stores, job, times, now, records)
         for t, run_id in forced.items():
             if (record := found.get(run_id)) is not None:
                 extra.setdefault(t, []).insert(0, forced_line(record, t, now))
@@ -291,13 +321,14 @@ def forced_line(stored: StoredRun, t: datetime, now: datetime) -> str:
 
 def generation_lines(
     stores: RunStores, job: WatchedJob, times: Sequence[datetime], now: datetime,
+    records_of_job: FirestoreRunStore,
 ) -> dict[datetime, list[str]]:
     """Per run shown, one line per re-run request (`make rerun`): its generation, what
-    became of it, who asked and why."""
+    became of it (its record in `records_of_job`, the job's records), who asked and why."""
     shown = set(times)
     queue = stores.reruns()
     requests = [r for r in queue.for_job(job.name) if r.schedule_time in shown]
-    records = (stores.records(job).get_many([r.request_id for r in requests])
+    records = (records_of_job.get_many([r.request_id for r in requests])
                if requests else {})
     lines: dict[datetime, list[str]] = {}
     for request in requests:
@@ -370,11 +401,13 @@ def store_failure(
     command: str, action: str, cfg: StackConfig, exc: BaseException, hint: str = ""
 ) -> str:
     """The one line a command prints when Firestore failed it: what it could not do, in
-    which of the stack's databases (the proxy's too, where its jobs' records are), the
-    error's first line and how to get access."""
+    which of the stack's databases (the proxy's and the runtimes' too, where their jobs'
+    records are), the error's first line and how to get access."""
     databases = [cfg.dedup.database_name]
     if cfg.proxied_jobs:
         databases.append(cfg.dedup.proxy_database_name)
+    databases += [cfg.runtime_database(r) for r in cfg.runtimes  # those its jobs run in
+                  if any(job.runtime == r.name for job in cfg.jobs)]
     if cfg.watchdog.enabled:  # the watchdog's cursors and the re-run requests
         databases.append(cfg.dedup.watch_database_name)
     names = [repr(d) for d in databases]

@@ -17,6 +17,7 @@ from infra.config import ConfigError, load_config
 from infra.contracts import check_resources
 from infra.monitoring import (
     ABSENT_PERIODS,
+    INSTANCE_COUNT_METRIC,
     STORE_UNAVAILABLE_THRESHOLD,
     absence_seconds,
     incident_window_seconds,
@@ -95,7 +96,7 @@ def test_watchdog_function_identity_and_settings(stack: StackUnderTest) -> None:
     assert env["DEDUP_ALLOWED_CALLERS"] == stack.account_email("invoker")
     assert Settings.from_env(env).allowed_callers == frozenset({stack.account_email("invoker")})
     # Unset: 2 days, or half the retention: dev keeps records a day, so 12 hours.
-    lookback = {"dev": "43200", "prod": "172800"}[stack.name]
+    lookback = {"dev": "43200", "prod": "172800", "retail": "172800"}[stack.name]
     assert env["DEDUP_WATCH_LOOKBACK_SECONDS"] == str(cfg.watchdog.lookback_seconds) == lookback
     assert env["DEDUP_WATCH_GRACE_SECONDS"] == str(cfg.watchdog.grace_seconds) == "300"
     # A backfill's rate (dedup/watchdog/backfills.py): 20 runs a tick, one at a time, by default.
@@ -133,9 +134,12 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
         if job.proxy is not None:  # its records are in the proxy's own database
             judged["database"] = cfg.dedup.proxy_database_name
             judged["proxied"] = True
+        if job.runtime is not None:  # in its runtime's own database, delivered there
+            judged["database"] = cfg.records_database_of(job)
+            judged["runtime"] = job.runtime
         assert {k: v for k, v in entry.items() if k in judged} == judged
         # A delivering watchdog's extra keys are checked in tests/infra/test_catch_up.py.
-        delivers = cfg.watchdog_delivers_to(proxied=job.proxy is not None)
+        delivers = cfg.watchdog_delivers_to(proxied=job.proxy is not None, runtime=job.runtime)
         extra = {"catchUp", "catchUpWithinSeconds", "headers", "body", "reruns"}
         assert set(entry) - set(judged) <= (extra if delivers else set())
         props = deployed[entry["name"]]
@@ -189,8 +193,8 @@ def test_the_watchdog_writes_only_a_database_of_its_own(stack: StackUnderTest) -
 
 def test_watchdog_account_holds_only_the_database_roles(stack: StackUnderTest) -> None:
     """datastore.user on its own database (its cursors, re-run requests) and
-    datastore.viewer on the dedup database and, with a proxy, the proxy's own database: it
-    reads, never writes, the run records."""
+    datastore.viewer on the dedup database and, with a proxy, the proxy's own database,
+    and each runtime's own: it reads, never writes, the run records."""
     email = stack.account_email("watchdog")
     assert email == f"{stack.config.name_prefix}-watchdog@{stack.config.project}" \
         ".iam.gserviceaccount.com"
@@ -202,6 +206,9 @@ def test_watchdog_account_holds_only_the_database_roles(stack: StackUnderTest) -
     if stack.proxy is not None:
         expected["watchdog-reads-proxy-database"] = (
             "roles/datastore.viewer", d.proxy_database_name)
+    for runtime in stack.config.runtimes:
+        expected[f"watchdog-reads-runtime-{runtime.name}-database"] = (
+            "roles/datastore.viewer", stack.config.runtime_database(runtime))
     # Besides run.invoker on the services it delivers runs to (tests/infra/test_catch_up.py)
     # and its queue's grants (tests/infra/test_watchdog_deliveries.py).
     grants = {g.name: g for g in stack.grants_to(email)
@@ -264,7 +271,7 @@ def test_log_based_metrics(stack: StackUnderTest) -> None:
     assert sorted(found) == sorted(METRIC_SUFFIXES)
     services = {stack.config.name_prefix} | (
         {f"{stack.config.name_prefix}-proxy"} if stack.proxy is not None else set()
-    )
+    ) | {stack.config.runtime_function_name(r) for r in stack.config.runtimes}
     for suffix, metric in found.items():
         props = metric.props
         assert props["project"] == stack.config.project
@@ -315,7 +322,8 @@ def test_notification_channels_follow_alert_emails(stack: StackUnderTest) -> Non
     emails = [c.props["labels"]["email_address"] for c in channels]
     assert emails == list(stack.config.alerts.emails)
     assert all(c.props["type"] == "email" for c in channels)
-    expected = {"dev": [], "prod": ["oncall@acme.example"]}[stack.name]
+    expected = {"dev": [], "prod": ["oncall@acme.example"],
+                "retail": ["oncall@acme-retail.example"]}[stack.name]
     assert emails == expected
 
 
@@ -453,12 +461,81 @@ def test_dashboard_json(stack: StackUnderTest) -> None:
     for tile in tiles:
         query = tile["widget"]["xyChart"]["dataSets"][0]["timeSeriesQuery"]
         metric_type = query["timeSeriesFilter"]["filter"].split('"')[1]
-        assert metric_type.removeprefix(USER_METRIC) in declared, tile["widget"]["title"]
+        if metric_type != INSTANCE_COUNT_METRIC:  # Cloud Run's own, a runtime's instances
+            assert metric_type.removeprefix(USER_METRIC) in declared, tile["widget"]["title"]
+    # One row of four per runtime; none on a stack without runtimes.
+    assert sum(t.startswith("Runtime ") for t in titles) == 4 * len(stack.config.runtimes)
     duplicates = next(t for t in tiles if t["widget"]["title"] == "Duplicates suppressed by job")
     assert 'metric.label.outcome="duplicate"' in (
         duplicates["widget"]["xyChart"]["dataSets"][0]["timeSeriesQuery"]["timeSeriesFilter"][
             "filter"]
     )
+
+
+# --- runtimes -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def retail(stack_runs: dict[str, StackUnderTest]) -> StackUnderTest:
+    """The retail example: jobs in runtimes `sync` and `export`, and a proxied one."""
+    return stack_runs["retail"]
+
+
+RETAIL_RUNTIME_JOBS = {"retail-inventory-sync": "retail-sync",
+                       "retail-nightly-export": "retail-export"}
+"""Its runtime jobs' deployed IDs -> the function (Cloud Run service) each runs in."""
+
+
+def test_the_retail_stacks_metrics_and_alerts_cover_its_runtimes_jobs(
+    retail: StackUnderTest,
+) -> None:
+    """A runtime job's deliveries are logged by its runtime's function, which every delivery
+    metric reads; its runs are judged by the watchdog, whose table lists it; and no alert
+    condition narrows to a service or a job, so each covers those jobs."""
+    cfg = retail.config
+    assert {cfg.job_id(j): cfg.runtime_function_name(r) for j in cfg.jobs
+            if (r := cfg.runtime_of(j)) is not None} == RETAIL_RUNTIME_JOBS
+    found = metrics(retail)
+    for suffix in ("deliveries", "job-duration", "completed-unrecorded", "claim-lost"):
+        for service in RETAIL_RUNTIME_JOBS.values():
+            assert f'"{service}"' in found[suffix].props["filter"], (suffix, service)
+    assert retail.watchdog is not None
+    watched = {w["name"]: w for w in retail.job_table(retail.watchdog, WATCH_JOBS_TABLE)}
+    assert {name: watched[name]["runtime"] for name in RETAIL_RUNTIME_JOBS} == {
+        "retail-inventory-sync": "sync", "retail-nightly-export": "export"}
+    for suffix in ("watchdog-problems", "watchdog-incidents", "watchdog-summaries"):
+        # The watchdog's own lines, whichever job they name.
+        assert "jsonPayload.job" not in found[suffix].props["filter"]
+    types = {USER_METRIC + m.props["name"] for m in found.values()}
+    for name, policy in policies(retail).items():
+        [condition] = policy.props["conditions"]
+        threshold = condition.get("conditionThreshold") or condition["conditionAbsent"]
+        metric_type = threshold["filter"].split('"')[1]
+        assert metric_type in types, name
+        assert "metric.label.job" not in threshold["filter"], name
+        assert "service_name" not in threshold["filter"], name
+
+
+def test_the_dashboard_shows_each_runtime_by_name(retail: StackUnderTest) -> None:
+    dashboard = json.loads(retail.one(DASHBOARD).props["dashboardJson"])
+    tiles = dashboard["mosaicLayout"]["tiles"]
+    for runtime, service in (("sync", "retail-sync"), ("export", "retail-export")):
+        own = [t for t in tiles
+               if t["widget"]["title"].startswith(f"Runtime {runtime} ({service}): ")]
+        assert [t["widget"]["title"].split(": ", 1)[1] for t in own] == [
+            "deliveries by job and outcome", "failed runs by job",
+            "job duration p95 by job (ms)", "instances"]
+        assert len({t["yPos"] for t in own}) == 1, "one row per runtime"
+        filters = [t["widget"]["xyChart"]["dataSets"][0]["timeSeriesQuery"][
+            "timeSeriesFilter"]["filter"] for t in own]
+        assert all(f'resource.label.service_name="{service}"' in f for f in filters)
+        assert 'metric.label.outcome=one_of("failed","failed_permanent")' in filters[1]
+        assert f'metric.type="{INSTANCE_COUNT_METRIC}"' in filters[3]
+    # The tiles tile the grid: within its 48 columns, none over another.
+    cells = [(x, y) for t in tiles for x in range(t["xPos"], t["xPos"] + t["width"])
+             for y in range(t["yPos"], t["yPos"] + t["height"])]
+    assert len(cells) == len(set(cells))
+    assert all(t["xPos"] + t["width"] <= dashboard["mosaicLayout"]["columns"] for t in tiles)
 
 
 # --- config -------------------------------------------------------------------------------
@@ -594,7 +671,9 @@ def test_the_watchdog_reads_the_settings_infra_gives_it(stack: StackUnderTest) -
         assert watched.retry_window_seconds == job.retry_window_seconds
         assert watched.paused is job.paused
         # `make rerun` accepts a request for it exactly when its watchdog delivers one.
-        assert watched.reruns is cfg.watchdog_delivers_to(proxied=job.proxy is not None)
+        assert watched.reruns is cfg.watchdog_delivers_to(proxied=job.proxy is not None,
+                                                          runtime=job.runtime)
+        assert watched.runtime == job.runtime
 
 
 def test_the_lookback_must_fit_in_the_records_retention() -> None:
