@@ -137,7 +137,8 @@ def _job(p: Mapping[str, Any]) -> str:
 
 
 def _iam(p: Mapping[str, Any]) -> str:
-    on = p.get("name") or p.get("repository") or p.get("bucket") or p.get("project")
+    on = next((p[key] for key in ("name", "repository", "bucket", "secretId", "datasetId",
+                                  "topic", "project") if p.get(key)), None)
     condition = _get(p, "condition", "expression")
     when = f" if {condition}" if condition else ""
     return f"{p.get('role')} -> {p.get('member')} on {on}{when}"

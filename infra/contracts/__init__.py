@@ -6,8 +6,10 @@
 Each declared resource whose type has a Google API counterpart is converted to that API's
 request body and parsed strictly with Google's own client type (infra/contracts/convert.py),
 then checked against the limits Google documents that no type encodes
-(infra/contracts/limits.py). `make plan` (operator_tools/plan.py) fails a stack with findings like
-a config error. docs/contracts.md lists every rule with its source.
+(infra/contracts/limits.py, a function's in infra/contracts/function_limits.py), and the
+stack's resources together against the limits on how many a project may hold. `make plan`
+(operator_tools/plan.py) fails a stack with findings like a config error. docs/contracts.md
+lists every rule with its source.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final
 
+from infra.contracts import function_limits, limits
 from infra.contracts.convert import (
     CONTRACTS,
     Declared,
@@ -22,7 +25,6 @@ from infra.contracts.convert import (
     unknown_properties,
 )
 from infra.contracts.findings import Finding, Rule, Source
-from infra.contracts.limits import LIMITS
 
 __all__ = [
     "CHECKED_TYPES",
@@ -33,6 +35,9 @@ __all__ = [
     "check_resource",
     "check_resources",
 ]
+
+assert not set(limits.LIMITS) & set(function_limits.LIMITS), "each type's limits in one module"
+LIMITS: Final = {**limits.LIMITS, **function_limits.LIMITS}
 
 CHECKED_TYPES: Final = frozenset(CONTRACTS) | frozenset(LIMITS)
 """Resource types with a contract (a Google client type) or documented limits, or both."""
@@ -67,5 +72,8 @@ def check_resource(resource: Declared) -> list[Finding]:
 
 
 def check_resources(resources: Iterable[Declared]) -> list[Finding]:
-    """Every finding for the declared resources, in declaration order."""
-    return [finding for resource in resources for finding in check_resource(resource)]
+    """Every finding for the declared resources, in declaration order, then those of the
+    limits across them (`limits.STACK_LIMITS`)."""
+    declared = list(resources)
+    found = [finding for resource in declared for finding in check_resource(resource)]
+    return found + [finding for check in limits.STACK_LIMITS for finding in check(declared)]

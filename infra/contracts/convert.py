@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from infra.contracts import sources
+from infra.contracts.api_additions import FUNCTIONS_V2_DIRECT_VPC, ProtoAdditions, with_additions
 from infra.contracts.findings import Finding, Rule, Source
 from infra.contracts.types_only import import_types
 
@@ -41,6 +42,9 @@ class ApiType:
 
     module: str
     name: str
+    additions: ProtoAdditions | None = None
+    """Fields the REST API documents that the installed type lacks
+    (infra/contracts/api_additions.py)."""
 
     @property
     def full_name(self) -> str:
@@ -48,14 +52,15 @@ class ApiType:
 
     def message_class(self) -> Any:
         """The protobuf message class (proto-plus types give their `pb()` class)."""
-        return _message_class(self.module, self.name)
+        return _message_class(self.module, self.name, self.additions)
 
 
 @functools.cache
-def _message_class(module: str, name: str) -> Any:
+def _message_class(module: str, name: str, additions: ProtoAdditions | None) -> Any:
     cls = getattr(import_types(module), name)
     pb = getattr(cls, "pb", None)
-    return pb() if callable(pb) else cls
+    message_class = pb() if callable(pb) else cls
+    return message_class if additions is None else with_additions(message_class, additions)
 
 
 def _no_extra_fields(props: Props) -> dict[str, Any]:
@@ -132,6 +137,20 @@ def _firestore_field(props: Props) -> dict[str, Any]:
         # The API's names; firestore_admin_v1's Field.TtlConfig does not have the newer
         # expirationOffset yet, so a field using it is a finding until this maps it.
         body["ttlConfig"] = props["ttlConfig"]
+    return body
+
+
+def _function(props: Props) -> dict[str, Any]:
+    body = _full_name("projects/{}/locations/{}/functions/{}", "project", "location",
+                      "name")(props)
+    service = props.get("serviceConfig")
+    if isinstance(service, Mapping):
+        # Terraform's direct_vpc_network_interface blocks, a list pulumi-gcp names in the
+        # plural, are the API's directVpcNetworkInterface[]; every other name is the API's.
+        body["serviceConfig"] = {
+            ("directVpcNetworkInterface" if key == "directVpcNetworkInterfaces" else key): value
+            for key, value in service.items()
+        }
     return body
 
 
@@ -221,16 +240,14 @@ CONTRACTS: Final[Mapping[str, Contract]] = {
         ),
         Contract(
             "gcp:cloudfunctionsv2/function:Function",
-            ApiType("google.cloud.functions_v2.types", "Function"),
+            # google-cloud-functions' types do not model Direct VPC egress yet: they are
+            # parsed with the fields the REST reference documents added.
+            ApiType("google.cloud.functions_v2.types", "Function", FUNCTIONS_V2_DIRECT_VPC),
             sources.FUNCTIONS_API,
-            # serviceConfig's Terraform names are the API's; google-cloud-functions' types do
-            # not model Direct VPC egress yet (directVpcNetworkInterfaces, directVpcEgress),
-            # so a function using it is a finding until its contract maps them.
-            frozenset({"description", "buildConfig", "serviceConfig", "eventTrigger", "labels",
-                       "kmsKeyName"}),
+            frozenset({"description", "buildConfig", "eventTrigger", "labels", "kmsKeyName"}),
             frozenset({"project", "location", "deletionPolicy"}),
-            frozenset({"name"}),
-            _full_name("projects/{}/locations/{}/functions/{}", "project", "location", "name"),
+            frozenset({"name", "serviceConfig"}),
+            _function,
         ),
         Contract(
             "gcp:monitoring/alertPolicy:AlertPolicy",
@@ -345,6 +362,10 @@ CONTRACTS: Final[Mapping[str, Contract]] = {
         _iam_member("gcp:secretmanager/secretIamMember:SecretIamMember", "project", "secretId"),
         _iam_member("gcp:cloudtasks/queueIamMember:QueueIamMember",
                     "project", "location", "name"),
+        # A runtime's grants (infra/job_runtime.py): on a bucket, a dataset, a topic.
+        _iam_member("gcp:storage/bucketIAMMember:BucketIAMMember", "bucket"),
+        _iam_member("gcp:bigquery/datasetIamMember:DatasetIamMember", "project", "datasetId"),
+        _iam_member("gcp:pubsub/topicIAMMember:TopicIAMMember", "project", "topic"),
     )
 }
 

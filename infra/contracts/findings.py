@@ -20,10 +20,12 @@ class Source:
 
 @dataclass(frozen=True)
 class Rule:
-    """One documented rule: what it demands, and its source."""
+    """One documented rule: what it demands, its source, and how to mend a declaration that
+    breaks it when that is not plain from the rule (the stack file's keys to change)."""
 
     text: str
     source: Source
+    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -37,11 +39,16 @@ class Finding:
     """The property's path in the resource's props (camelCase, dots, [index])."""
     value: Any
     rule: Rule
+    detail: str = ""
+    """What makes the value break the rule when the value alone does not show it (a size's
+    parts, a count's members), shown in full."""
 
     def message(self) -> str:
+        detail = f" ({self.detail})" if self.detail else ""
+        fix = f"; fix: {self.rule.fix}" if self.rule.fix else ""
         return (
             f"{self.resource_type} {self.resource_name!r}: {self.property} = "
-            f"{abbreviate(self.value)}: {self.rule.text} "
+            f"{abbreviate(self.value)}{detail}: {self.rule.text}{fix} "
             f"(source: {self.rule.source.title}, {self.rule.source.url})"
         )
 

@@ -1,7 +1,9 @@
 """Google's documented limits that no client type encodes: name patterns and lengths,
-minimum and multiple-of durations, sizes. Each limit is declared once, here (Cloud
-Scheduler's own bounds come from infra/scheduler_rules.py, which the config validation
-and the policy pack share), with the page that documents it (infra/contracts/sources.py).
+minimum and multiple-of durations, sizes, and (`STACK_LIMITS`) counts across a stack's
+resources. Each limit is declared once, here or, a Cloud Run function's, in
+infra/contracts/function_limits.py (Cloud Scheduler's own bounds come from
+infra/scheduler_rules.py, which the config validation and the policy pack share), with the
+page that documents it (infra/contracts/sources.py).
 """
 
 from __future__ import annotations
@@ -25,19 +27,8 @@ from infra.scheduler_rules import (
 )
 
 LimitCheck = Callable[[Declared], Iterator[Finding]]
-
-# --- Cloud Run functions and Cloud Run -------------------------------------------------
-FUNCTION_ENV_VARS_MAX_BYTES: Final = 32 * 1024
-"""A function's runtime environment variables, names and values together (UTF-8)."""
-ENV_VAR_VALUE_MAX_BYTES: Final = 32_768
-ENV_VARS_MAX_COUNT: Final = 1000
-RESERVED_ENV_VAR_NAMES: Final = frozenset(
-    {"PORT", "K_SERVICE", "K_REVISION", "K_CONFIGURATION", "FUNCTION_TARGET",
-     "FUNCTION_SIGNATURE_TYPE"}
-)
-# Keys: not empty, no "=", not starting X_GOOGLE_ (and not the reserved names above).
-RESERVED_ENV_VAR_PREFIX: Final = "X_GOOGLE_"
-FUNCTION_ID: Final = re.compile(r"[a-z0-9-]{4,63}")
+StackLimitCheck = Callable[[Sequence[Declared]], Iterator[Finding]]
+"""A limit on what a stack declares together (e.g. how many of a type in one project)."""
 
 # --- Cloud Scheduler ---------------------------------------------------------------------
 SCHEDULER_HEADERS_MAX_BYTES: Final = 80_000
@@ -71,6 +62,7 @@ LOG_METRIC_FILTER_MAX_CHARS: Final = 20_000
 
 # --- Firestore, Secret Manager, Cloud Tasks, IAM, Cloud Storage ------------------------
 FIRESTORE_DATABASE_ID: Final = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]|\(default\)")
+FIRESTORE_DATABASES_PER_PROJECT: Final = 100
 UUID_LIKE: Final = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
 SECRET_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,255}")
 SECRET_PAYLOAD_MAX_BYTES: Final = 64 * 1024
@@ -97,29 +89,14 @@ IAM_MEMBER: Final = re.compile(
 BUCKET_NAME_PART: Final = re.compile(r"[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?")
 BUCKET_NAME_MAX_CHARS: Final = 222
 OBJECT_NAME_MAX_BYTES: Final = 1024
+DATASET_ID: Final = re.compile(r"[A-Za-z0-9_]{1,1024}")
+TOPIC_ID: Final = re.compile(r"(?!goog)[A-Za-z][A-Za-z0-9._~+%-]{2,254}")
 
 
 def _rule(text: str, source: Source) -> Rule:
     return Rule(text, source)
 
 
-R_FUNCTION_ID: Final = _rule(
-    "a function ID is 4-63 characters of lowercase letters, digits and hyphens",
-    sources.FUNCTIONS_API)
-R_ENV_TOTAL: Final = _rule(
-    f"a function's runtime environment variables, names and values together, are at "
-    f"most {FUNCTION_ENV_VARS_MAX_BYTES // 1024} KiB", sources.FUNCTIONS_ENV_VARS)
-R_ENV_VALUE: Final = _rule(
-    f"an environment variable's value is at most {ENV_VAR_VALUE_MAX_BYTES:,} bytes",
-    sources.RUN_ENV_VAR_API)
-R_ENV_COUNT: Final = _rule(
-    f"a service has at most {ENV_VARS_MAX_COUNT:,} environment variables", sources.RUN_ENV_VARS)
-R_ENV_RESERVED: Final = _rule(
-    f"reserved environment variable names ({', '.join(sorted(RESERVED_ENV_VAR_NAMES))}) "
-    "are set by Cloud Run and cannot be declared", sources.RUN_ENV_VARS)
-R_ENV_NAME: Final = _rule(
-    f"an environment variable's name is not empty, has no '=' and does not start with "
-    f"{RESERVED_ENV_VAR_PREFIX}", sources.RUN_ENV_VARS)
 R_JOB_ID: Final = _rule(
     f"a job ID has only letters, digits, hyphens and underscores, at most "
     f"{JOB_ID_MAX_LENGTH} characters", sources.SCHEDULER_JOBS_API)
@@ -174,6 +151,13 @@ R_LOG_METRIC_FILTER: Final = _rule(
 R_DATABASE_ID: Final = _rule(
     "a database ID is 4-63 characters of a-z 0-9 -, starts with a letter, ends with a letter "
     "or digit, is not UUID-like (or is \"(default)\")", sources.FIRESTORE_DATABASES_API)
+R_DATABASE_COUNT: Final = Rule(
+    f"a project holds at most {FIRESTORE_DATABASES_PER_PROJECT} Firestore databases (Google "
+    "support can raise it); every database of the project counts: its (default) database "
+    "and those of the other stacks in the same project too", sources.FIRESTORE_QUOTAS,
+    fix="declare fewer runtimes (each has a records database of its own): let jobs that may "
+    "share records share a runtime, or move some jobs to a stack in another project; or ask "
+    "Google support for a higher limit")
 R_SECRET_ID: Final = _rule(
     "a secret ID is at most 255 letters, digits, hyphens and underscores", sources.SECRETS_API)
 R_SECRET_PAYLOAD: Final = _rule(
@@ -217,13 +201,21 @@ R_BUCKET_NAME: Final = _rule(
     "a bucket name is 3-63 characters of a-z 0-9 - _ (up to 222 with dots, each dot-separated "
     "part at most 63), starts and ends with a letter or digit, is not an IP address, does not "
     "start with \"goog\" and does not contain \"google\"", sources.STORAGE_BUCKET_NAMES)
+R_DATASET_ID: Final = _rule(
+    "a dataset ID has only letters, digits and underscores, at most 1,024 characters",
+    sources.BIGQUERY_DATASETS_API)
+R_TOPIC_ID: Final = _rule(
+    "a topic ID starts with a letter, has 3-255 letters, digits, '-', '_', '.', '~', '+' or "
+    "'%', and does not start with \"goog\"", sources.PUBSUB_TOPICS_API)
 R_OBJECT_NAME: Final = _rule(
     f"an object name is 1-{OBJECT_NAME_MAX_BYTES} UTF-8 bytes without carriage returns or line "
     "feeds, and is not \".\" or \"..\"", sources.STORAGE_OBJECT_NAMES)
 
 
-def _finding(resource: Declared, prop: str, value: Any, rule: Rule) -> Finding:
-    return Finding(resource.type, resource.name, prop, value, rule)
+def finding(
+    resource: Declared, prop: str, value: Any, rule: Rule, detail: str = ""
+) -> Finding:
+    return Finding(resource.type, resource.name, prop, value, rule, detail)
 
 
 def duration_seconds(value: Any) -> float | None:
@@ -241,7 +233,7 @@ def duration_seconds(value: Any) -> float | None:
     return float(duration.ToTimedelta().total_seconds())
 
 
-def _utf8_len(text: Any) -> int:
+def utf8_len(text: Any) -> int:
     return len(str(text).encode())
 
 
@@ -249,36 +241,8 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _matches(pattern: re.Pattern[str], value: Any) -> bool:
+def matches(pattern: re.Pattern[str], value: Any) -> bool:
     return isinstance(value, str) and pattern.fullmatch(value) is not None
-
-
-# --------------------------------------------------------------------------- functions
-
-
-def function_limits(resource: Declared) -> Iterator[Finding]:
-    name = resource.props.get("name")
-    if not _matches(FUNCTION_ID, name):
-        yield _finding(resource, "name", name, R_FUNCTION_ID)
-    service = resource.props.get("serviceConfig")
-    env = api_value(service.get("environmentVariables")) if isinstance(service, Mapping) else None
-    if not isinstance(env, Mapping):
-        return
-    prop = "serviceConfig.environmentVariables"
-    total = sum(_utf8_len(key) + _utf8_len(value) for key, value in env.items())
-    if total > FUNCTION_ENV_VARS_MAX_BYTES:
-        sizes = sorted(((_utf8_len(k) + _utf8_len(v), k) for k, v in env.items()), reverse=True)
-        largest = ", ".join(f"{key} {size:,} B" for size, key in sizes[:3])
-        yield _finding(resource, prop, f"{total:,} bytes (largest: {largest})", R_ENV_TOTAL)
-    if len(env) > ENV_VARS_MAX_COUNT:
-        yield _finding(resource, prop, f"{len(env):,} variables", R_ENV_COUNT)
-    for key, value in env.items():
-        if _utf8_len(value) > ENV_VAR_VALUE_MAX_BYTES:
-            yield _finding(resource, f"{prop}.{key}", value, R_ENV_VALUE)
-        if key in RESERVED_ENV_VAR_NAMES:
-            yield _finding(resource, f"{prop}.{key}", value, R_ENV_RESERVED)
-        if not key or "=" in key or key.upper().startswith(RESERVED_ENV_VAR_PREFIX):
-            yield _finding(resource, f"{prop}.{key}", value, R_ENV_NAME)
 
 
 # --------------------------------------------------------------------------- Scheduler
@@ -286,15 +250,15 @@ def function_limits(resource: Declared) -> Iterator[Finding]:
 
 def scheduler_job_limits(resource: Declared) -> Iterator[Finding]:
     props = resource.props
-    if not _matches(SCHEDULER_JOB_ID, props.get("name")):
-        yield _finding(resource, "name", props.get("name"), R_JOB_ID)
+    if not matches(SCHEDULER_JOB_ID, props.get("name")):
+        yield finding(resource, "name", props.get("name"), R_JOB_ID)
     description = props.get("description")
     if isinstance(description, str) and len(description) > SCHEDULER_DESCRIPTION_MAX_CHARS:
-        yield _finding(resource, "description", description, R_JOB_DESCRIPTION)
+        yield finding(resource, "description", description, R_JOB_DESCRIPTION)
     retry = props.get("retryConfig")
     count = retry.get("retryCount") if isinstance(retry, Mapping) else None
     if isinstance(count, int | float) and not 0 <= count <= RETRY_COUNT_MAX:
-        yield _finding(resource, "retryConfig.retryCount", count, R_JOB_RETRY_COUNT)
+        yield finding(resource, "retryConfig.retryCount", count, R_JOB_RETRY_COUNT)
     target = props.get("httpTarget")
     if not isinstance(target, Mapping):
         return
@@ -302,12 +266,12 @@ def scheduler_job_limits(resource: Declared) -> Iterator[Finding]:
     if deadline is not None and not (
         ATTEMPT_DEADLINE_MIN_SECONDS <= deadline <= ATTEMPT_DEADLINE_MAX_SECONDS
     ):
-        yield _finding(resource, "attemptDeadline", props.get("attemptDeadline"), R_JOB_DEADLINE)
+        yield finding(resource, "attemptDeadline", props.get("attemptDeadline"), R_JOB_DEADLINE)
     headers = target.get("headers")
     if isinstance(headers, Mapping):
-        size = sum(_utf8_len(k) + _utf8_len(v) for k, v in headers.items())
+        size = sum(utf8_len(k) + utf8_len(v) for k, v in headers.items())
         if size >= SCHEDULER_HEADERS_MAX_BYTES:
-            yield _finding(resource, "httpTarget.headers", f"{size:,} bytes", R_JOB_HEADERS)
+            yield finding(resource, "httpTarget.headers", f"{size:,} bytes", R_JOB_HEADERS)
     body = target.get("body")
     if isinstance(body, str) and body:
         try:
@@ -315,10 +279,10 @@ def scheduler_job_limits(resource: Declared) -> Iterator[Finding]:
         except (binascii.Error, ValueError):
             body_size = None  # not base64: the strict parse reports it
         if body_size is not None and body_size > SCHEDULER_JOB_MAX_BYTES:
-            yield _finding(resource, "httpTarget.body", f"{body_size:,} bytes", R_JOB_BODY)
+            yield finding(resource, "httpTarget.body", f"{body_size:,} bytes", R_JOB_BODY)
         method = target.get("httpMethod", "POST")
         if method not in SCHEDULER_BODY_METHODS:
-            yield _finding(resource, "httpTarget.httpMethod", method, R_JOB_BODY_METHOD)
+            yield finding(resource, "httpTarget.httpMethod", method, R_JOB_BODY_METHOD)
 
 
 # --------------------------------------------------------------------------- Monitoring
@@ -331,13 +295,13 @@ _THRESHOLD_CONDITIONS: Final = ("conditionThreshold", "conditionMonitoringQueryL
 def alert_policy_limits(resource: Declared) -> Iterator[Finding]:
     name = resource.props.get("displayName")
     if len(str(name or "")) > ALERT_DISPLAY_NAME_MAX_CHARS:
-        yield _finding(resource, "displayName", name, R_ALERT_DISPLAY_NAME)
+        yield finding(resource, "displayName", name, R_ALERT_DISPLAY_NAME)
     content = _mapping(resource.props.get("documentation")).get("content")
     if isinstance(content, str) and (
         len(content) > ALERT_DOCUMENTATION_MAX_CHARS
-        or _utf8_len(content) > ALERT_DOCUMENTATION_MAX_BYTES
+        or utf8_len(content) > ALERT_DOCUMENTATION_MAX_BYTES
     ):
-        yield _finding(resource, "documentation.content", content, R_ALERT_DOCUMENTATION)
+        yield finding(resource, "documentation.content", content, R_ALERT_DOCUMENTATION)
     conditions = resource.props.get("conditions")
     for index, condition in enumerate(conditions if isinstance(conditions, Sequence) else []):
         if not isinstance(condition, Mapping):
@@ -355,14 +319,14 @@ def _condition_limits(
     seconds = duration_seconds(raw)
     if seconds is not None:
         if seconds % CONDITION_DURATION_STEP_SECONDS:
-            yield _finding(resource, f"{prop}.duration", raw, R_DURATION_STEP)
+            yield finding(resource, f"{prop}.duration", raw, R_DURATION_STEP)
         if kind == "conditionAbsent" and seconds < ABSENT_MIN_DURATION_SECONDS:
-            yield _finding(resource, f"{prop}.duration", raw, R_ABSENT_DURATION)
+            yield finding(resource, f"{prop}.duration", raw, R_ABSENT_DURATION)
     unparsable = raw is not None and seconds is None  # the strict parse reports that
     if spec.get("evaluationMissingData") and not unparsable and (
         (seconds or 0) < MISSING_DATA_MIN_DURATION_SECONDS
     ):
-        yield _finding(resource, f"{prop}.duration", raw, R_MISSING_DATA)
+        yield finding(resource, f"{prop}.duration", raw, R_MISSING_DATA)
     for key in ("aggregations", "denominatorAggregations"):
         aggregations = spec.get(key)
         for index, aggregation in enumerate(
@@ -374,7 +338,7 @@ def _condition_limits(
             if period is not None and not (
                 ALIGNMENT_PERIOD_MIN_SECONDS <= period <= ALERT_ALIGNMENT_PERIOD_MAX_SECONDS
             ):
-                yield _finding(resource, f"{prop}.{key}[{index}].alignmentPeriod", period_raw,
+                yield finding(resource, f"{prop}.{key}[{index}].alignmentPeriod", period_raw,
                                R_ALIGNMENT)
 
 
@@ -399,17 +363,17 @@ def labels_limits(prop: str) -> LimitCheck:
         if not isinstance(labels, Mapping):
             return
         if len(labels) > LABELS_MAX_COUNT:
-            yield _finding(resource, prop, f"{len(labels)} labels", R_LABELS)
+            yield finding(resource, prop, f"{len(labels)} labels", R_LABELS)
         for key, value in labels.items():
             valid = (
                 isinstance(key, str) and isinstance(value, str)
                 and 1 <= len(key) <= LABEL_MAX_CHARS and len(value) <= LABEL_MAX_CHARS
-                and _utf8_len(key) <= LABEL_MAX_BYTES and _utf8_len(value) <= LABEL_MAX_BYTES
+                and utf8_len(key) <= LABEL_MAX_BYTES and utf8_len(value) <= LABEL_MAX_BYTES
                 and _is_label_text(key, first_lowercase=True)
                 and _is_label_text(value, first_lowercase=False)
             )
             if not valid:
-                yield _finding(resource, f"{prop}.{key}", value, R_LABELS)
+                yield finding(resource, f"{prop}.{key}", value, R_LABELS)
 
     return check
 
@@ -419,25 +383,46 @@ def labels_limits(prop: str) -> LimitCheck:
 
 def log_metric_limits(resource: Declared) -> Iterator[Finding]:
     props = resource.props
-    if not _matches(LOG_METRIC_NAME, props.get("name")):
-        yield _finding(resource, "name", props.get("name"), R_LOG_METRIC_NAME)
+    if not matches(LOG_METRIC_NAME, props.get("name")):
+        yield finding(resource, "name", props.get("name"), R_LOG_METRIC_NAME)
     if len(str(props.get("description") or "")) > LOG_METRIC_DESCRIPTION_MAX_CHARS:
-        yield _finding(resource, "description", props.get("description"),
+        yield finding(resource, "description", props.get("description"),
                        R_LOG_METRIC_DESCRIPTION)
     if len(str(props.get("filter") or "")) > LOG_METRIC_FILTER_MAX_CHARS:
-        yield _finding(resource, "filter", props.get("filter"), R_LOG_METRIC_FILTER)
+        yield finding(resource, "filter", props.get("filter"), R_LOG_METRIC_FILTER)
 
 
 def firestore_database_limits(resource: Declared) -> Iterator[Finding]:
     name = resource.props.get("name")
-    if not _matches(FIRESTORE_DATABASE_ID, name) or _matches(UUID_LIKE, name):
-        yield _finding(resource, "name", name, R_DATABASE_ID)
+    if not matches(FIRESTORE_DATABASE_ID, name) or matches(UUID_LIKE, name):
+        yield finding(resource, "name", name, R_DATABASE_ID)
+
+
+def firestore_database_count(resources: Sequence[Declared]) -> Iterator[Finding]:
+    """Reported on the first database past the limit, with how many of each the stack has
+    (by the first word of their Pulumi names: dedup, proxy, watchdog, runtime)."""
+    by_project: dict[Any, list[Declared]] = {}
+    for resource in resources:
+        if resource.type == "gcp:firestore/database:Database":
+            by_project.setdefault(resource.props.get("project"), []).append(resource)
+    for project, databases in by_project.items():
+        if len(databases) <= FIRESTORE_DATABASES_PER_PROJECT:
+            continue
+        kinds: dict[str, int] = {}
+        for database in databases:
+            kind = database.name.split("-", 1)[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+        counted = ", ".join(f"{kind} {count}" for kind, count in
+                            sorted(kinds.items(), key=lambda item: (-item[1], item[0])))
+        yield finding(databases[FIRESTORE_DATABASES_PER_PROJECT], "project", project,
+                      R_DATABASE_COUNT, f"the stack declares {len(databases)} Firestore "
+                      f"databases in this project: {counted}")
 
 
 def secret_limits(resource: Declared) -> Iterator[Finding]:
     secret_id = resource.props.get("secretId")
-    if not _matches(SECRET_ID, secret_id):
-        yield _finding(resource, "secretId", secret_id, R_SECRET_ID)
+    if not matches(SECRET_ID, secret_id):
+        yield finding(resource, "secretId", secret_id, R_SECRET_ID)
 
 
 def secret_version_limits(resource: Declared) -> Iterator[Finding]:
@@ -445,30 +430,30 @@ def secret_version_limits(resource: Declared) -> Iterator[Finding]:
     if not isinstance(data, str):
         return  # unknown until deployed (e.g. a random password)
     size = (len(base64.b64decode(data)) if resource.props.get("isSecretDataBase64")
-            else _utf8_len(data))
+            else utf8_len(data))
     if size > SECRET_PAYLOAD_MAX_BYTES:
-        yield _finding(resource, "secretData", f"{size:,} bytes (secret)", R_SECRET_PAYLOAD)
+        yield finding(resource, "secretData", f"{size:,} bytes (secret)", R_SECRET_PAYLOAD)
 
 
 def queue_limits(resource: Declared) -> Iterator[Finding]:
     props = resource.props
-    if not _matches(QUEUE_ID, props.get("name")):
-        yield _finding(resource, "name", props.get("name"), R_QUEUE_ID)
+    if not matches(QUEUE_ID, props.get("name")):
+        yield finding(resource, "name", props.get("name"), R_QUEUE_ID)
     rates = _mapping(props.get("rateLimits"))
     rate = rates.get("maxDispatchesPerSecond")
     if isinstance(rate, int | float) and rate > QUEUE_MAX_DISPATCHES_PER_SECOND:
-        yield _finding(resource, "rateLimits.maxDispatchesPerSecond", rate, R_QUEUE_RATE)
+        yield finding(resource, "rateLimits.maxDispatchesPerSecond", rate, R_QUEUE_RATE)
     concurrency = rates.get("maxConcurrentDispatches")
     if isinstance(concurrency, int | float) and concurrency > QUEUE_MAX_CONCURRENT_DISPATCHES:
-        yield _finding(resource, "rateLimits.maxConcurrentDispatches", concurrency,
+        yield finding(resource, "rateLimits.maxConcurrentDispatches", concurrency,
                        R_QUEUE_CONCURRENCY)
     retry = _mapping(props.get("retryConfig"))
     attempts = retry.get("maxAttempts")
     if isinstance(attempts, int | float) and attempts < QUEUE_MAX_ATTEMPTS_MIN:
-        yield _finding(resource, "retryConfig.maxAttempts", attempts, R_QUEUE_ATTEMPTS)
+        yield finding(resource, "retryConfig.maxAttempts", attempts, R_QUEUE_ATTEMPTS)
     ratio = _mapping(props.get("stackdriverLoggingConfig")).get("samplingRatio")
     if isinstance(ratio, int | float) and not 0.0 <= ratio <= 1.0:
-        yield _finding(resource, "stackdriverLoggingConfig.samplingRatio", ratio,
+        yield finding(resource, "stackdriverLoggingConfig.samplingRatio", ratio,
                        R_QUEUE_SAMPLING)
 
 
@@ -477,30 +462,30 @@ def service_account_limits(resource: Declared) -> Iterator[Finding]:
     account_id = props.get("accountId")
     if not (
         isinstance(account_id, str)
-        and _matches(SERVICE_ACCOUNT_ID, account_id)
+        and matches(SERVICE_ACCOUNT_ID, account_id)
         and len(account_id) in SERVICE_ACCOUNT_ID_LENGTH
     ):
-        yield _finding(resource, "accountId", account_id, R_ACCOUNT_ID)
-    if _utf8_len(props.get("displayName") or "") > SERVICE_ACCOUNT_DISPLAY_NAME_MAX_BYTES:
-        yield _finding(resource, "displayName", props.get("displayName"), R_ACCOUNT_DISPLAY_NAME)
-    if _utf8_len(props.get("description") or "") > SERVICE_ACCOUNT_DESCRIPTION_MAX_BYTES:
-        yield _finding(resource, "description", props.get("description"), R_ACCOUNT_DESCRIPTION)
+        yield finding(resource, "accountId", account_id, R_ACCOUNT_ID)
+    if utf8_len(props.get("displayName") or "") > SERVICE_ACCOUNT_DISPLAY_NAME_MAX_BYTES:
+        yield finding(resource, "displayName", props.get("displayName"), R_ACCOUNT_DISPLAY_NAME)
+    if utf8_len(props.get("description") or "") > SERVICE_ACCOUNT_DESCRIPTION_MAX_BYTES:
+        yield finding(resource, "description", props.get("description"), R_ACCOUNT_DESCRIPTION)
 
 
 def custom_role_limits(resource: Declared) -> Iterator[Finding]:
     props = resource.props
-    if not _matches(CUSTOM_ROLE_ID, props.get("roleId")):
-        yield _finding(resource, "roleId", props.get("roleId"), R_ROLE_ID)
-    if _utf8_len(props.get("title") or "") > CUSTOM_ROLE_TITLE_MAX_BYTES:
-        yield _finding(resource, "title", props.get("title"), R_ROLE_TITLE)
+    if not matches(CUSTOM_ROLE_ID, props.get("roleId")):
+        yield finding(resource, "roleId", props.get("roleId"), R_ROLE_ID)
+    if utf8_len(props.get("title") or "") > CUSTOM_ROLE_TITLE_MAX_BYTES:
+        yield finding(resource, "title", props.get("title"), R_ROLE_TITLE)
 
 
 def iam_member_limits(resource: Declared) -> Iterator[Finding]:
     role, member = resource.props.get("role"), resource.props.get("member")
-    if not _matches(IAM_ROLE, role):
-        yield _finding(resource, "role", role, R_IAM_ROLE)
-    if not _matches(IAM_MEMBER, member):
-        yield _finding(resource, "member", member, R_IAM_MEMBER)
+    if not matches(IAM_ROLE, role):
+        yield finding(resource, "role", role, R_IAM_ROLE)
+    if not matches(IAM_MEMBER, member):
+        yield finding(resource, "member", member, R_IAM_MEMBER)
 
 
 def _is_ip_address(name: str) -> bool:
@@ -511,30 +496,44 @@ def _is_ip_address(name: str) -> bool:
     return True
 
 
-def bucket_limits(resource: Declared) -> Iterator[Finding]:
-    name = resource.props.get("name")
-    valid = (
+def _is_bucket_name(name: Any) -> bool:
+    return (
         isinstance(name, str)
         and 3 <= len(name) <= (BUCKET_NAME_MAX_CHARS if "." in name else 63)
-        and all(_matches(BUCKET_NAME_PART, part) for part in name.split("."))
+        and all(matches(BUCKET_NAME_PART, part) for part in name.split("."))
         and not _is_ip_address(name)
         and not name.startswith("goog")
         and "google" not in name
     )
-    if not valid:
-        yield _finding(resource, "name", name, R_BUCKET_NAME)
+
+
+def bucket_limits(resource: Declared) -> Iterator[Finding]:
+    name = resource.props.get("name")
+    if not _is_bucket_name(name):
+        yield finding(resource, "name", name, R_BUCKET_NAME)
+
+
+def target_limits(prop: str, valid: Callable[[Any], bool], rule: Rule) -> LimitCheck:
+    """The name rule of the resource an IAM member is on, for its `prop` (e.g. a bucket's)."""
+
+    def check(resource: Declared) -> Iterator[Finding]:
+        value = resource.props.get(prop)
+        if not valid(value):
+            yield finding(resource, prop, value, rule)
+
+    return check
 
 
 def bucket_object_limits(resource: Declared) -> Iterator[Finding]:
     name = resource.props.get("name")
     if (
         not isinstance(name, str)
-        or not 1 <= _utf8_len(name) <= OBJECT_NAME_MAX_BYTES
+        or not 1 <= utf8_len(name) <= OBJECT_NAME_MAX_BYTES
         or "\r" in name
         or "\n" in name
         or name in (".", "..")
     ):
-        yield _finding(resource, "name", name, R_OBJECT_NAME)
+        yield finding(resource, "name", name, R_OBJECT_NAME)
 
 
 IAM_MEMBER_TYPES: Final = (
@@ -544,10 +543,22 @@ IAM_MEMBER_TYPES: Final = (
     "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember",
     "gcp:secretmanager/secretIamMember:SecretIamMember",
     "gcp:cloudtasks/queueIamMember:QueueIamMember",
+    "gcp:storage/bucketIAMMember:BucketIAMMember",
+    "gcp:bigquery/datasetIamMember:DatasetIamMember",
+    "gcp:pubsub/topicIAMMember:TopicIAMMember",
 )
+_IAM_TARGETS: Final[Mapping[str, LimitCheck]] = {
+    "gcp:secretmanager/secretIamMember:SecretIamMember": target_limits(
+        "secretId", lambda value: matches(SECRET_ID, value), R_SECRET_ID),
+    "gcp:storage/bucketIAMMember:BucketIAMMember": target_limits(
+        "bucket", _is_bucket_name, R_BUCKET_NAME),
+    "gcp:bigquery/datasetIamMember:DatasetIamMember": target_limits(
+        "datasetId", lambda value: matches(DATASET_ID, value), R_DATASET_ID),
+    "gcp:pubsub/topicIAMMember:TopicIAMMember": target_limits(
+        "topic", lambda value: matches(TOPIC_ID, value), R_TOPIC_ID),
+}
 
 LIMITS: Final[Mapping[str, tuple[LimitCheck, ...]]] = {
-    "gcp:cloudfunctionsv2/function:Function": (function_limits, labels_limits("labels")),
     "gcp:cloudscheduler/job:Job": (scheduler_job_limits,),
     "gcp:monitoring/alertPolicy:AlertPolicy": (alert_policy_limits,
                                                labels_limits("userLabels")),
@@ -561,5 +572,12 @@ LIMITS: Final[Mapping[str, tuple[LimitCheck, ...]]] = {
     "gcp:projects/iAMCustomRole:IAMCustomRole": (custom_role_limits,),
     "gcp:storage/bucket:Bucket": (bucket_limits, labels_limits("labels")),
     "gcp:storage/bucketObject:BucketObject": (bucket_object_limits,),
-    **{resource_type: (iam_member_limits,) for resource_type in IAM_MEMBER_TYPES},
+    **{resource_type: (iam_member_limits, *((_IAM_TARGETS[resource_type],)
+                                            if resource_type in _IAM_TARGETS else ()))
+       for resource_type in IAM_MEMBER_TYPES},
 }
+"""The limits of the types here; a Cloud Run function's are infra/contracts/function_limits.py's
+(infra/contracts/__init__.py joins the two)."""
+
+STACK_LIMITS: Final[tuple[StackLimitCheck, ...]] = (firestore_database_count,)
+

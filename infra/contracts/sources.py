@@ -37,6 +37,22 @@ FUNCTIONS_API: Final = Source(
     "Cloud Functions API v2, method projects.locations.functions.create (functionId)",
     "https://cloud.google.com/functions/docs/reference/rest/v2/projects.locations.functions/create",
 )
+FUNCTIONS_SERVICE_CONFIG_API: Final = Source(
+    "Cloud Functions API v2, REST resource projects.locations.functions (ServiceConfig: "
+    "SecretEnvVar, SecretVolume, vpcConnector, DirectVpcNetworkInterface)",
+    "https://cloud.google.com/functions/docs/reference/rest/v2/projects.locations.functions",
+)
+FUNCTIONS_DIRECT_VPC: Final = Source(
+    "Cloud Run functions, Configure Direct VPC egress for 2nd gen functions (limitations)",
+    "https://cloud.google.com/functions/docs/running/direct-vpc",
+)
+VPC_ACCESS_CONNECTORS_API: Final = Source(
+    "Serverless VPC Access API, method projects.locations.connectors.create (connectorId: its "
+    "400 answer \"Connector ID must follow the pattern ^[a-z][-a-z0-9]{0,23}[a-z0-9]$\", as "
+    "quoted in the Terraform configurations it refused)",
+    "https://cloud.google.com/vpc/docs/reference/vpcaccess/rest/v1/projects.locations.connectors/"
+    "create",
+)
 FUNCTIONS_ENV_VARS: Final = Source(
     "Cloud Run functions, Configure environment variables (size limits)",
     "https://cloud.google.com/functions/docs/configuring/env-var",
@@ -52,6 +68,10 @@ RUN_ENV_VAR_API: Final = Source(
 FIRESTORE_DATABASES_API: Final = Source(
     "Cloud Firestore API, method projects.databases.create (databaseId)",
     "https://cloud.google.com/firestore/docs/reference/rest/v1/projects.databases/create",
+)
+FIRESTORE_QUOTAS: Final = Source(
+    "Firestore, Quotas and limits (maximum number of databases per project: 100)",
+    "https://cloud.google.com/firestore/quotas",
 )
 FIRESTORE_FIELDS_API: Final = Source(
     "Cloud Firestore API, REST resource projects.databases.collectionGroups.fields",
@@ -97,4 +117,12 @@ STORAGE_BUCKET_NAMES: Final = Source(
 )
 STORAGE_OBJECT_NAMES: Final = Source(
     "Cloud Storage, Object naming", "https://cloud.google.com/storage/docs/objects#naming"
+)
+BIGQUERY_DATASETS_API: Final = Source(
+    "BigQuery API, DatasetReference (datasetId)",
+    "https://cloud.google.com/bigquery/docs/reference/rest/v2/datasets#DatasetReference",
+)
+PUBSUB_TOPICS_API: Final = Source(
+    "Pub/Sub API, REST resource projects.topics (Topic.name)",
+    "https://cloud.google.com/pubsub/docs/reference/rest/v1/projects.topics",
 )

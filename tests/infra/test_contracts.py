@@ -19,6 +19,7 @@ from infra.contracts import (
     check_resource,
     check_resources,
 )
+from infra.contracts import function_limits as F
 from infra.contracts import limits as L
 from infra.contracts.convert import (
     CONTRACTS,
@@ -48,6 +49,9 @@ RUN_IAM = "gcp:cloudrunv2/serviceIamMember:ServiceIamMember"
 REPOSITORY_IAM = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
 SECRET_IAM = "gcp:secretmanager/secretIamMember:SecretIamMember"
 ACCOUNT_IAM = "gcp:serviceaccount/iAMMember:IAMMember"
+BUCKET_IAM = "gcp:storage/bucketIAMMember:BucketIAMMember"
+DATASET_IAM = "gcp:bigquery/datasetIamMember:DatasetIamMember"
+TOPIC_IAM = "gcp:pubsub/topicIAMMember:TopicIAMMember"
 BUCKET = "gcp:storage/bucket:Bucket"
 OBJECT = "gcp:storage/bucketObject:BucketObject"
 
@@ -94,7 +98,12 @@ VALID: dict[str, dict[str, Any]] = {
                           "environmentVariables": {"DEDUP_JOB": "example_jobs.example:run"},
                           "secretEnvironmentVariables": [
                               {"key": "T", "projectId": "acme", "secret": "s",
-                               "version": "latest"}]},
+                               "version": "latest"}],
+                          "secretVolumes": [
+                              {"mountPath": "/secrets/api", "projectId": "acme", "secret": "k",
+                               "versions": [{"path": "key", "version": "3"}]}],
+                          "vpcConnector": "projects/acme/locations/europe-west1/connectors/c1",
+                          "vpcConnectorEgressSettings": "PRIVATE_RANGES_ONLY"},
     },
     JOB: {
         "name": "scheduler-dedup-nightly", "project": "acme", "region": "europe-west1",
@@ -168,6 +177,11 @@ VALID: dict[str, dict[str, Any]] = {
                   "role": "roles/iam.serviceAccountUser", "member": SA},
     RUN_IAM: {"project": "acme", "location": "europe-west1", "role": "roles/run.invoker",
               "member": SA, "name": "projects/acme/locations/europe-west1/services/s"},
+    BUCKET_IAM: {"bucket": "acme-exports", "role": "roles/storage.objectCreator", "member": SA},
+    DATASET_IAM: {"project": "acme", "datasetId": "retail_exports", "member": SA,
+                  "role": "roles/bigquery.dataEditor"},
+    TOPIC_IAM: {"project": "acme", "topic": "orders", "role": "roles/pubsub.publisher",
+                "member": SA},
     BUCKET: {"name": "acme-scheduler-dedup-source", "location": "europe-west1"},
     OBJECT: {"name": "function-source/abc.zip", "bucket": "b"},
 }
@@ -204,29 +218,29 @@ def test_every_contract_and_limit_has_a_fixture() -> None:
 
 # (resource type, changes accepted, changes refused, the rule, the property it names)
 CASES: list[tuple[str, dict[str, Any], dict[str, Any], Rule, str]] = [
-    (FUNCTION, {"name": "abcd"}, {"name": "Dedup_Function"}, L.R_FUNCTION_ID, "name"),
-    (FUNCTION, {"name": "a" * 63}, {"name": "a" * 64}, L.R_FUNCTION_ID, "name"),
+    (FUNCTION, {"name": "abcd"}, {"name": "Dedup_Function"}, F.R_FUNCTION_ID, "name"),
+    (FUNCTION, {"name": "a" * 63}, {"name": "a" * 64}, F.R_FUNCTION_ID, "name"),
     (FUNCTION,
      {"serviceConfig__environmentVariables": {"A": "x" * (32 * 1024 - 2), "B": ""}},
      {"serviceConfig__environmentVariables": {"A": "x" * (32 * 1024 - 2), "BC": ""}},
-     L.R_ENV_TOTAL, "serviceConfig.environmentVariables"),
+     F.R_ENV_TOTAL, "serviceConfig.environmentVariables"),
     (FUNCTION,
      {"serviceConfig__environmentVariables": {"V": "x" * 32_767}},  # 32 KiB with its name
      {"serviceConfig__environmentVariables": {"V": "é" * 16_384 + "x"}},  # 32,769 bytes
-     L.R_ENV_VALUE, "serviceConfig.environmentVariables.V"),
-    (FUNCTION,
+     F.R_ENV_VALUE, "serviceConfig.environmentVariables.V"),
+    (FUNCTION,  # with the fixture's 1 secret environment variable
+     {"serviceConfig__environmentVariables": {f"V{i}": "" for i in range(999)}},
      {"serviceConfig__environmentVariables": {f"V{i}": "" for i in range(1000)}},
-     {"serviceConfig__environmentVariables": {f"V{i}": "" for i in range(1001)}},
-     L.R_ENV_COUNT, "serviceConfig.environmentVariables"),
+     F.R_ENV_COUNT, "serviceConfig.environmentVariables"),
     (FUNCTION, {"serviceConfig__environmentVariables": {"PORTS": "1"}},
      {"serviceConfig__environmentVariables": {"PORT": "8080"}},
-     L.R_ENV_RESERVED, "serviceConfig.environmentVariables.PORT"),
+     F.R_ENV_RESERVED, "serviceConfig.environmentVariables.PORT"),
     (FUNCTION, {"serviceConfig__environmentVariables": {"MY_GOOGLE_X": "1"}},
      {"serviceConfig__environmentVariables": {"X_GOOGLE_X": "1"}},
-     L.R_ENV_NAME, "serviceConfig.environmentVariables.X_GOOGLE_X"),
+     F.R_ENV_NAME, "serviceConfig.environmentVariables.X_GOOGLE_X"),
     (FUNCTION, {"serviceConfig__environmentVariables": {"A_B": "1"}},
      {"serviceConfig__environmentVariables": {"A=B": "1"}},
-     L.R_ENV_NAME, "serviceConfig.environmentVariables.A=B"),
+     F.R_ENV_NAME, "serviceConfig.environmentVariables.A=B"),
     (JOB, {"name": "a-b_C9" * 83}, {"name": "nightly export"}, L.R_JOB_ID, "name"),
     (JOB, {"name": "a" * 500}, {"name": "a" * 501}, L.R_JOB_ID, "name"),
     (JOB, {"description": "d" * 500}, {"description": "d" * 501}, L.R_JOB_DESCRIPTION,
@@ -352,6 +366,62 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], Rule, str]] = [
     (OBJECT, {"name": "é" * 512}, {"name": "é" * 512 + "x"}, L.R_OBJECT_NAME, "name"),
     (OBJECT, {"name": "a.b"}, {"name": ".."}, L.R_OBJECT_NAME, "name"),
     (OBJECT, {"name": "a b"}, {"name": "a\nb"}, L.R_OBJECT_NAME, "name"),
+    # What a runtime declares: its function's secrets and VPC egress, its grants' targets.
+    (FUNCTION, {"serviceConfig__secretEnvironmentVariables__0__key": "PORTS"},
+     {"serviceConfig__secretEnvironmentVariables__0__key": "PORT"}, F.R_ENV_RESERVED,
+     "serviceConfig.secretEnvironmentVariables[0].key"),
+    (FUNCTION, {"serviceConfig__secretEnvironmentVariables__0__secret": "api-token_2"},
+     {"serviceConfig__secretEnvironmentVariables__0__secret": "projects/acme/secrets/t"},
+     F.R_SECRET_NAME, "serviceConfig.secretEnvironmentVariables[0].secret"),
+    (FUNCTION, {"serviceConfig__secretEnvironmentVariables__0__version": "12"},
+     {"serviceConfig__secretEnvironmentVariables__0__version": "v12"}, F.R_SECRET_VERSION,
+     "serviceConfig.secretEnvironmentVariables[0].version"),
+    (FUNCTION, {"serviceConfig__secretVolumes__0__versions__0__version": "latest"},
+     {"serviceConfig__secretVolumes__0__versions__0__version": "0"}, F.R_SECRET_VERSION,
+     "serviceConfig.secretVolumes[0].versions[0].version"),
+    (FUNCTION, {"serviceConfig__secretVolumes__0__versions__0__path": "api/key"},
+     {"serviceConfig__secretVolumes__0__versions__0__path": "/secrets/api/key"},
+     F.R_SECRET_FILE_PATH, "serviceConfig.secretVolumes[0].versions[0].path"),
+    (FUNCTION, {"serviceConfig__secretVolumes__0__versions__0__path": "a..b"},
+     {"serviceConfig__secretVolumes__0__versions__0__path": "../key"},
+     F.R_SECRET_FILE_PATH, "serviceConfig.secretVolumes[0].versions[0].path"),
+    (FUNCTION, {"serviceConfig__secretVolumes": [
+        {"mountPath": "/secrets/a", "secret": "a"}, {"mountPath": "/secrets/b", "secret": "b"}]},
+     {"serviceConfig__secretVolumes": [
+         {"mountPath": "/secrets/a", "secret": "a"}, {"mountPath": "/secrets/a/", "secret": "b"}]},
+     F.R_SECRET_MOUNT_PATH, "serviceConfig.secretVolumes[1].mountPath"),
+    (FUNCTION, {"serviceConfig__vpcConnector": "projects/p/locations/r/connectors/a" + "b" * 24},
+     {"serviceConfig__vpcConnector": "projects/p/locations/r/connectors/a" + "b" * 25},
+     F.R_CONNECTOR_ID, "serviceConfig.vpcConnector"),
+    (FUNCTION, {"serviceConfig__vpcConnector": "projects/p/locations/r/connectors/c-9"},
+     {"serviceConfig__vpcConnector": "projects/p/locations/r/connectors/-c9"},
+     F.R_CONNECTOR_ID, "serviceConfig.vpcConnector"),
+    (FUNCTION, {"serviceConfig__vpcConnector": "projects/p/locations/r/connectors/c-9"},
+     {"serviceConfig__vpcConnector": "internal"}, F.R_CONNECTOR_NAME,
+     "serviceConfig.vpcConnector"),
+    (FUNCTION, {"serviceConfig__vpcConnector": None},
+     {"serviceConfig__directVpcNetworkInterfaces": [{"network": "n"}]},
+     F.R_DIRECT_VPC_WITH_CONNECTOR, "serviceConfig.directVpcNetworkInterfaces"),
+    (FUNCTION, {"serviceConfig__vpcConnector": None,
+                "serviceConfig__directVpcNetworkInterfaces": [{"subnetwork": "s"}]},
+     {"serviceConfig__vpcConnector": None,
+      "serviceConfig__directVpcNetworkInterfaces": [{"network": "n"}, {"network": "m"}]},
+     F.R_DIRECT_VPC_INTERFACES, "serviceConfig.directVpcNetworkInterfaces"),
+    (FUNCTION, {"serviceConfig__vpcConnector": None,
+                "serviceConfig__directVpcNetworkInterfaces": [{"network": "n", "tags": ["t"]}]},
+     {"serviceConfig__vpcConnector": None,
+      "serviceConfig__directVpcNetworkInterfaces": [{"tags": ["t"]}]},
+     F.R_DIRECT_VPC_INTERFACES, "serviceConfig.directVpcNetworkInterfaces"),
+    (BUCKET_IAM, {"bucket": "acme_exports.eu"}, {"bucket": "Acme-exports"}, L.R_BUCKET_NAME,
+     "bucket"),
+    (DATASET_IAM, {"datasetId": "D" * 1024}, {"datasetId": "retail-exports"}, L.R_DATASET_ID,
+     "datasetId"),
+    (TOPIC_IAM, {"topic": "o.r~d+e%r-s_" + "x" * 243}, {"topic": "x" * 256}, L.R_TOPIC_ID,
+     "topic"),
+    (TOPIC_IAM, {"topic": "go-orders"}, {"topic": "goog-orders"}, L.R_TOPIC_ID, "topic"),
+    (TOPIC_IAM, {"topic": "abc"}, {"topic": "1abc"}, L.R_TOPIC_ID, "topic"),
+    (SECRET_IAM, {"secretId": "inventory-api-token"}, {"secretId": "projects/a/secrets/t"},
+     L.R_SECRET_ID, "secretId"),
 ]
 
 
@@ -372,9 +442,11 @@ def test_contract_rule(
 
 
 def test_every_limit_rule_has_a_case() -> None:
-    declared_rules = {value for name, value in vars(L).items()
+    """Each resource's rule here; the limits across a stack's resources (STACK_LIMITS) in
+    tests/infra/test_contracts_runtimes.py."""
+    declared_rules = {value for module in (L, F) for name, value in vars(module).items()
                       if name.startswith("R_") and isinstance(value, Rule)}
-    assert declared_rules == {case[3] for case in CASES}
+    assert declared_rules - {L.R_DATABASE_COUNT} == {case[3] for case in CASES}
 
 
 # --- the converter and Google's strict parse --------------------------------------------
@@ -407,6 +479,16 @@ def test_a_property_the_converter_does_not_know_is_a_finding(resource_type: str)
          "google.cloud.functions_v2.types.Function"),
         (FUNCTION, {"serviceConfig__memory": "1Gi"}, "serviceConfig.memory",
          "google.cloud.functions_v2.types.Function"),
+        (FUNCTION, {"serviceConfig__vpcConnectorEgressSettings": "PRIVATE_RANGES"},
+         "serviceConfig.vpcConnectorEgressSettings", "google.cloud.functions_v2.types.Function"),
+        (FUNCTION, {"serviceConfig__secretEnvironmentVariables__0__projectID": "acme"},
+         "serviceConfig.secretEnvironmentVariables[0].projectID",
+         "google.cloud.functions_v2.types.Function"),
+        (FUNCTION, {"serviceConfig__secretVolumes__0__versions__0__file": "key"},
+         "serviceConfig.secretVolumes[0].versions[0].file",
+         "google.cloud.functions_v2.types.Function"),
+        (BUCKET_IAM, {"condition": {"title": "t", "expresion": "true"}}, "condition.expresion",
+         "google.iam.v1.policy_pb2.Binding"),
         (ALERT, {"conditions__0__conditionThreshold__duration": "1 minute"},
          "conditions[0].conditionThreshold.duration",
          "google.cloud.monitoring_v3.types.AlertPolicy"),

@@ -80,7 +80,7 @@ def test_the_fixture_stacks_plan_clean(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     skip_startup_check(monkeypatch)
-    stacks = [str(fixture_stack_file(name)) for name in ("dev", "prod")]
+    stacks = [str(fixture_stack_file(name)) for name in ("dev", "prod", "retail")]
     assert plan.main(stacks) == 0
     assert "contract" not in capsys.readouterr().err
 
