@@ -185,7 +185,7 @@ class JobRuntime(pulumi.ComponentResource):
             source=source,
             secret_environment=secret_environment(project, runtime),
             secret_volumes=secret_volumes(project, runtime),
-            network=function_network(runtime),
+            network=function_network(runtime, project=project, region=args.region),
         )
         self.function, self.function_uri, self.service_name, self.invoker_binding = declared
         self.register_outputs({
@@ -222,15 +222,21 @@ def secret_volumes(
     ]
 
 
-def function_network(runtime: RuntimeSettings) -> FunctionNetwork | None:
-    """Its VPC egress as the function's settings take it, or None."""
+def function_network(
+    runtime: RuntimeSettings, *, project: str, region: str
+) -> FunctionNetwork | None:
+    """Its VPC egress as the function's settings take it, or None. A connector named
+    without its path is the one of that name in the stack's project and region: the API
+    takes only the full name (projects/P/locations/R/connectors/C)."""
     network = runtime.network
     if network is None:
         return None
     egress = EGRESS[network.egress]
     if network.vpc_connector is not None:
-        return FunctionNetwork(vpc_connector=network.vpc_connector,
-                               vpc_connector_egress_settings=egress)
+        connector = network.vpc_connector
+        if not connector.startswith("projects/"):
+            connector = f"projects/{project}/locations/{region}/connectors/{connector}"
+        return FunctionNetwork(vpc_connector=connector, vpc_connector_egress_settings=egress)
     assert network.direct_vpc is not None
     direct = network.direct_vpc
     return FunctionNetwork(

@@ -110,7 +110,8 @@ def test_the_kits_tools_in_a_tests_process_work_on_the_kit_as_it_ships(
     with recording() as found:
         assert stack_names() == []
         files, examples = checked_stack_files()
-    assert examples and [f.name for f in files] == ["Pulumi.dev.yaml", "Pulumi.prod.yaml"]
+    assert examples and [f.name for f in files] == [
+        "Pulumi.dev.yaml", "Pulumi.prod.yaml", "Pulumi.retail.yaml"]
     assert found == []
 
 

@@ -181,3 +181,15 @@ def test_a_runtime_with_file_secrets_direct_vpc_and_other_grants(tmp_path: Path)
 def test_every_function_of_the_stack_is_accounted_for(retail: StackUnderTest) -> None:
     names = sorted(f.props["name"] for f in retail.all(FUNCTION))
     assert names == ["retail", "retail-export", "retail-proxy", "retail-sync", "retail-watchdog"]
+
+
+def test_a_connector_named_alone_is_the_stacks_projects_and_regions(tmp_path: Path) -> None:
+    """The API takes only a connector's full name (docs/contracts.md)."""
+    def change(raw: dict[str, Any]) -> None:
+        raw["scheduler-dedup:runtimes"][0]["network"] = {"vpcConnector": "retail-internal",
+                                                         "egress": "allTraffic"}
+
+    sync = service(retail_with(change, build_dir=tmp_path).runtime_function("sync"))
+    assert sync["vpcConnector"] == (
+        "projects/acme-retail-prod/locations/us-west1/connectors/retail-internal")
+    assert sync["vpcConnectorEgressSettings"] == "ALL_TRAFFIC"
