@@ -206,7 +206,7 @@ class LocalFunction:
         # Built by start(), once the proxy's port (the function's store address) is known.
         self._server: FunctionServer | None = None
         self._runtime_servers: dict[str, FunctionServer] = {}
-        self._tables = Path(tempfile.mkdtemp(prefix="demo-runtime-tables-"))
+        self._tables: Path | None = None  # the runtimes' job tables, while they are served
 
     @property
     def url(self) -> str:
@@ -290,6 +290,8 @@ class LocalFunction:
         """A runtime's own function: the dedup function's served environment with the
         runtime's own (LocalRuntime.environment), as many workers as it may have instances
         (its maxInstances) up to WORKERS."""
+        if self._tables is None:
+            self._tables = Path(tempfile.mkdtemp(prefix="demo-runtime-tables-"))
         env = runtime.environment(base, tables_dir=self._tables / runtime.name, job=DEMO_JOB,
                                   job_logic_env=DEMO_JOB_LOGIC)
         server = FunctionServer(
@@ -307,7 +309,9 @@ class LocalFunction:
         if self._server is not None:
             self._server.stop()
         self.proxy.stop()
-        shutil.rmtree(self._tables, ignore_errors=True)
+        if self._tables is not None:
+            shutil.rmtree(self._tables, ignore_errors=True)
+            self._tables = None
 
     def __enter__(self) -> LocalFunction:
         return self.start()
