@@ -12,11 +12,15 @@ One module per idea:
 - run.py: run_demo, the whole local stack once: the Firestore emulator, the served function
   and each scene in turn; keep.py: `--keep`, its emulator kept for `make runs`;
 - local_function.py: the kit's function served locally (LocalFunction, its environment),
-  behind the store-fault proxy (store_faults.py: its timings and the emulator's hook);
+  behind the store-fault proxy (store_faults.py: its timings and the emulator's hook), and
+  each runtime's function next to it; local_runtimes.py: the runtimes as served locally
+  (their demoSettings, their secret values from the stack's local secrets file, the
+  warning that the stack's real job code runs);
   job_wrapper.py (the ledger job it runs), ledger.py (counting it), served_function.py;
 - replay.py: one replay through the Scheduler emulator, its executions counted;
   function_log.py: what the function answered, from its log;
-- the scenes after it: watch.py (the watchdog), backfill.py, paths.py (DST changes,
+- the scenes after it: watch.py (the watchdog), backfill.py (both read records where
+  record_stores.py finds them: each job's database), paths.py (DST changes,
   forced runs, long store stalls), overlap.py, and the proxied jobs: local_proxy.py (the
   proxy on fake Google APIs) and proxied.py (their replay);
 - outcome.py: what a replay found (DemoOutcome, ProxiedOutcome, PathResult);

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import functools
 import io
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from google.cloud import firestore
-
 from dedup.keys import RunKey
 from dedup.settings import Settings
-from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.backfills import (
     FINISHED,
     BackfillPacer,
@@ -33,19 +31,13 @@ from dedup.watchdog.backfills import (
     FirestoreBackfills,
     backfills_collection,
 )
-from dedup.watchdog.cursors import FirestoreWatchStore
 from dedup.watchdog.due import WatchedJob, rfc3339
 from dedup.watchdog.reruns import FirestoreRerunQueue, reruns_collection
 from dedup.watchdog.settings import WatchSettings
 from dedup.watchdog.tick import Watchdog
 from demo.ledger import commits_by_run_id
-from demo.watch import (
-    ReplayDeliverer,
-    delivering_config,
-    emulator_env,
-    fixed_instant,
-    watched_jobs_of,
-)
+from demo.record_stores import RecordStores
+from demo.watch import ReplayDeliverer, delivering_config, fixed_instant, watched_jobs_of
 from scheduler_emulator.report import RunSummary
 from scheduler_emulator.stack import Stack
 
@@ -113,20 +105,20 @@ def run_backfill(
     function_url: str,
     ledger: Path,
     client_project: str | None = None,
+    runtime_urls: Mapping[str, str] | None = None,
 ) -> BackfillReport | None:
     """Backfill the outage after the replay of one job; None where the stack's watchdog
-    delivers no re-runs (no backfill is possible)."""
+    delivers no re-runs (no backfill is possible). A runtime's job is read in its own
+    database and delivered to its function (`runtime_urls`)."""
     from operator_tools.backfill import (  # the Pulumi program
         plan_backfill,
         print_plan,
         queue_backfill,
     )
-    from operator_tools.runs import RunStores
-
     cfg = delivering_config(stack)
     if cfg is None:
         return None
-    watched = watched_jobs_of(stack)
+    watched = watched_jobs_of(stack, runtime_urls)
     replayed: dict[str, datetime] = {}
     for s in summaries:
         if s.schedule_time is not None and not s.forced:
@@ -148,10 +140,8 @@ def run_backfill(
     cfg = cfg.model_copy(update={"watchdog": cfg.watchdog.model_copy(
         update={"grace_seconds": int(grace_seconds)})})
     st = store_settings
-    with emulator_env(firestore_host):
-        client = firestore.Client(project=client_project or st.project, database=st.database)
-    runs = FirestoreRunStore(client, st.collection, st.store_timeout_seconds)
-    stores = RunStores(runs)
+    records = RecordStores(st, firestore_host, [watched_job], client_project)
+    runs, stores = records.runs, records.run_stores()
     try:
         def planned() -> Any:
             return plan_backfill(
@@ -178,7 +168,7 @@ def run_backfill(
         pacer = BackfillPacer(
             settings.backfill, FirestoreBackfills(runs, backfills_collection(st.collection)),
             queue, st.retention_seconds)
-        store = FirestoreWatchStore(runs, settings.cursor_collection)
+        store = records.watch_store(settings.cursor_collection)
         for report.ticks in range(1, MAX_TICKS + 1):
             result = Watchdog(settings, store, functools.partial(fixed_instant, now), deliverer,
                               queue, pacer).run_tick()
@@ -189,7 +179,7 @@ def run_backfill(
     except Exception as exc:  # reported, and the demo fails on it
         report.error = f"{type(exc).__name__}: {exc}"
     finally:
-        client.close()  # type: ignore[no-untyped-call]
+        records.close()
     commits = commits_by_run_id(ledger, stack.project)
     report.executions = {
         t: commits[RunKey(cfg.project, cfg.region, job.job_id, t).run_id] for t in outage}

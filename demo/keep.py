@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from demo.watch import emulator_env
+from demo.record_stores import emulator_env
 from local_stack import FirestoreEmulator, LocalStackError
 from scheduler_emulator.stack import resolve_stack
 

@@ -1,6 +1,7 @@
 """The kit's function served locally for a stack (LocalFunction): its environment as the
 Pulumi program sets it (function_env), behind the store-fault proxy, with the demo's ledger
-job, warmed up before anything is timed."""
+job, warmed up before anything is timed; and next to it, each runtime's function
+(demo.local_runtimes), its own process on the same store path and ledger."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import contextlib
 import dataclasses
 import http.client
 import json
+import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -17,6 +20,7 @@ from pathlib import Path
 
 from dedup.settings import Settings
 from demo.job_wrapper import OTHER_JOBS
+from demo.local_runtimes import LocalRuntime
 from demo.store_faults import StoreFaultInjector, StoreTiming, store_timing
 from demo.watch import watchdog_caller, with_flaky_job
 from local_stack import FunctionServer, StoreFaultProxy, free_port
@@ -27,6 +31,8 @@ from scheduler_emulator.records import format_schedule_time
 from scheduler_emulator.stack import Stack
 
 DEMO_JOB = "demo.job_wrapper:run"
+# The ledger wrapper's map of deployed job ID -> the job's own logic (demo.job_wrapper).
+DEMO_JOB_LOGIC = "DEMO_JOB_LOGIC"
 SERVED_FUNCTION = REPO_ROOT / "demo" / "served_function.py"
 # The warm-up's throw-away job (its own project too).
 WARMUP_JOB = "warmup"
@@ -76,9 +82,10 @@ def function_env(
         "DEDUP_JOB": DEMO_JOB,
         # Keyed by the deployed job ID, as the function names the job (RunContext.job_name);
         # the demo's flaky job fails its runs in any served function (demo.watch).
-        "DEMO_JOB_LOGIC": json.dumps({
+        # A runtime's jobs run in its own function (LocalRuntime.environment), never here.
+        DEMO_JOB_LOGIC: json.dumps({
             OTHER_JOBS: OTHER_JOBS_LOGIC,
-            **{j.job_id: j.job_logic for j in with_flaky_job(stack).jobs},
+            **{j.job_id: j.job_logic for j in with_flaky_job(stack).jobs if j.runtime is None},
         }),
         "DEMO_LEDGER": str(ledger),
         "DEMO_WORK_SECONDS": f"{work_seconds:g}",
@@ -153,13 +160,17 @@ def _post(url: str, headers: dict[str, str], timeout: float) -> int:
 class LocalFunction:
     """The kit's function served locally for `stack`, with the demo's ledger job, reaching
     the Firestore emulator only through a store-fault proxy (`store_faults()`, the hook
-    that injects the emulator's store faults).
+    that injects the emulator's store faults); and each of `runtimes` served as a function
+    of its own (its own functions-framework process, at most its maxInstances workers),
+    with the same ledger, the same store path, and its own database, job table, settings
+    and secrets (`runtime_urls`: where the Scheduler emulator delivers their jobs).
 
     A context manager: starts the proxy and functions-framework (WORKERS processes, each
-    its own process group member), warms them up, and stops both on exit. Several replays
+    its own process group member), warms them up, and stops all on exit. Several replays
     may share one: each counts only the ledger lines of its own stack's project.
     `store_faults`: size the lease for the store faults (demo.store_faults.store_timing);
-    a replay that injects them needs it.
+    a replay that injects them needs it. The runtimes' `path:` secrets must be written
+    before (demo.local_runtimes.secret_files_written).
     """
 
     def __init__(
@@ -176,8 +187,10 @@ class LocalFunction:
         missing_schedule_time: str | None = None,
         work_seconds: float = 0.005,
         store_faults: bool = False,
+        runtimes: tuple[LocalRuntime, ...] = (),
     ) -> None:
         self.stack = stack
+        self.runtimes = runtimes
         self.firestore_host = firestore_host
         self.scale = scale
         self.ledger = ledger
@@ -192,6 +205,8 @@ class LocalFunction:
         self.work_seconds = work_seconds
         # Built by start(), once the proxy's port (the function's store address) is known.
         self._server: FunctionServer | None = None
+        self._runtime_servers: dict[str, FunctionServer] = {}
+        self._tables: Path | None = None  # the runtimes' job tables, while they are served
 
     @property
     def url(self) -> str:
@@ -203,12 +218,25 @@ class LocalFunction:
         return self.proxy.host
 
     @property
+    def runtime_urls(self) -> dict[str, str]:
+        """Each served runtime's function URL, by runtime name."""
+        return {name: server.url for name, server in self._runtime_servers.items()}
+
+    @property
     def log_text(self) -> str:
-        """The function server's output so far (its JSON log lines among it)."""
-        return self._server.log_text if self._server is not None else ""
+        """The function servers' output so far (their JSON log lines among it)."""
+        return "".join(text for text in self.log_texts().values())
+
+    def log_texts(self) -> dict[str, str]:
+        """Each server's output: `function`, then `runtime-<name>` per runtime."""
+        servers = {"function": self._server,
+                   **{f"runtime-{n}": s for n, s in self._runtime_servers.items()}}
+        return {name: server.log_text for name, server in servers.items() if server}
 
     def worker_pids(self) -> set[int]:
-        return set(self._server.worker_pids()) if self._server is not None else set()
+        servers = [self._server, *self._runtime_servers.values()]
+        return {pid for server in servers if server is not None
+                for pid in server.worker_pids()}
 
     def store_faults(self) -> StoreFaultInjector:
         """A fresh store-fault hook for one replay (it records what it injects)."""
@@ -248,19 +276,42 @@ class LocalFunction:
                 extra_pythonpath=[REPO_ROOT],
             )
             self._server.start(timeout_seconds=60)
+            for runtime in self.runtimes:
+                self._start_runtime(runtime, env)
             warmer.join(30)
-            warm_up(self.url, self.stack)
+            for url in (self.url, *self.runtime_urls.values()):
+                warm_up(url, self.stack)
         except BaseException:
             self.stop()
             raise
         return self
 
+    def _start_runtime(self, runtime: LocalRuntime, base: dict[str, str]) -> None:
+        """A runtime's own function: the dedup function's served environment with the
+        runtime's own (LocalRuntime.environment), as many workers as it may have instances
+        (its maxInstances) up to WORKERS."""
+        if self._tables is None:
+            self._tables = Path(tempfile.mkdtemp(prefix="demo-runtime-tables-"))
+        env = runtime.environment(base, tables_dir=self._tables / runtime.name, job=DEMO_JOB,
+                                  job_logic_env=DEMO_JOB_LOGIC)
+        server = FunctionServer(
+            env, workers=runtime.workers(self.workers),
+            threads=self.threads, source=SERVED_FUNCTION, extra_pythonpath=[REPO_ROOT],
+        )
+        self._runtime_servers[runtime.name] = server  # stopped by stop() if it fails
+        server.start(timeout_seconds=60)
+
     def stop(self) -> None:
         if self._injector is not None:
             self._injector.close()
+        for server in self._runtime_servers.values():
+            server.stop()
         if self._server is not None:
             self._server.stop()
         self.proxy.stop()
+        if self._tables is not None:
+            shutil.rmtree(self._tables, ignore_errors=True)
+            self._tables = None
 
     def __enter__(self) -> LocalFunction:
         return self.start()

@@ -11,6 +11,7 @@ from typing import Any
 
 from demo.backfill import BackfillReport
 from demo.ledger import LedgerCounts
+from demo.local_runtimes import LocalRuntime
 from demo.options import DemoOptions, PathSpec
 from demo.overlap import OverlapResult
 from demo.store_faults import StoreFaultRecord, StoreTiming
@@ -56,6 +57,8 @@ class DemoOutcome:
     nothing_to_run: str | None = None
     # demo.backfill: the runs of a simulated outage after the replay, backfilled.
     backfill: BackfillReport | None = None
+    # The runtimes served (demo.local_runtimes), by name, each with its function's URL.
+    runtimes: dict[str, tuple[LocalRuntime, str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

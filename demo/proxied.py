@@ -16,9 +16,9 @@ from demo.function_log import logged_errors, logged_outcomes, save_log
 from demo.local_proxy import PROXY_TARGET, LocalProxy
 from demo.options import DemoOptions
 from demo.outcome import ProxiedOutcome, RefusedRun
+from demo.record_stores import emulator_env
 from demo.replay import SETTLE_SECONDS
 from demo.store_faults import StoreTiming
-from demo.watch import emulator_env
 from infra.config import JobSettings
 from scheduler_emulator.clock import RealClock
 from scheduler_emulator.emulator import SchedulerEmulator

@@ -49,6 +49,8 @@ def replay(
     emulator = SchedulerEmulator(
         function.url,
         stack,
+        # A runtime's jobs go to its own function, served next to the dedup function.
+        runtime_urls=function.runtime_urls,
         # The identity the served function admits (DEDUP_ALLOWED_CALLERS): its stack's
         # invoker account, as the deployed jobs' OIDC tokens carry it.
         token=scheduler_token(function.url, function.stack.invoker_email),
@@ -87,12 +89,12 @@ def replay(
             stack, summaries, settings, function.firestore_host, result.started,
             client_project=function.stack.project,
             function_url=function.url, ledger=function.ledger,
-            lease_seconds=function.timing.lease,
+            lease_seconds=function.timing.lease, runtime_urls=function.runtime_urls,
         )
         backfilled = run_backfill(
             stack, summaries, settings, function.firestore_host, watch.grace_seconds,
             function_url=function.url, ledger=function.ledger,
-            client_project=function.stack.project,
+            client_project=function.stack.project, runtime_urls=function.runtime_urls,
         )
     return DemoOutcome(
         stack=stack,

@@ -46,6 +46,9 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
         f"{outcome.firestore_host} behind a store-fault proxy on {outcome.store_host}"
         if served else f"function: not served (no job of the stack runs in it), Firestore "
         f"emulator {outcome.firestore_host}",
+        *(f"runtime {name}: its own function {url} ({runtime.workers(o.workers)} worker "
+          f"process{'' if runtime.workers(o.workers) == 1 else 'es'}), {runtime.describe()}"
+          for name, (runtime, url) in outcome.runtimes.items()),
         "time: "
         + (
             "real time"

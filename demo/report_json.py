@@ -21,6 +21,8 @@ def outcome_json(outcome: DemoOutcome) -> dict[str, Any]:
         "faults": {f.name: {"rate": f.rate, "seed": f.seed} for f in o.faults.faults},
         "workers": o.workers,
         "workers_replaced": outcome.workers_replaced,
+        "runtimes": [{**runtime.to_json(), "url": url}
+                     for runtime, url in outcome.runtimes.values()],
         "real_seconds": round(outcome.real_seconds, 2),
         "retries_stop_at_next_run": o.retries_stop_at_next_run,
         "totals": outcome.totals,

@@ -1,8 +1,10 @@
 """The local stack, end to end: Firestore emulator + served function + Scheduler emulator.
 
 `run_demo(options)` is what `make demo` runs and what the end-to-end tests call: it
-starts (or reuses) the Firestore emulator, serves the kit's function with
-functions-framework behind a store-fault proxy (the function's only way to its store),
+reads the stack's runtimes and their local secret values (demo.local_runtimes: a missing
+one stops it here, before anything starts), starts (or reuses) the Firestore emulator,
+serves the kit's function and each runtime's with functions-framework behind a
+store-fault proxy (the functions' only way to their store),
 replays the stack's jobs through the Scheduler emulator with the chosen faults, and
 counts, from the demo job's ledger, how often each run's job logic really executed.
 Process management is `local_stack` (shared with the tests and the benchmark): every
@@ -24,6 +26,7 @@ from pathlib import Path
 from demo.function_log import save_log
 from demo.ledger import LedgerCounts
 from demo.local_function import LocalFunction
+from demo.local_runtimes import local_runtimes, secret_files_written, team_code_warning
 from demo.options import DemoOptions
 from demo.outcome import DemoOutcome
 from demo.overlap import run_overlap_paths
@@ -102,6 +105,10 @@ def run_demo(
     if options.proxied_job:
         stack = with_proxied_job(stack)
     stack = stack.only(list(options.jobs))
+    if (warning := team_code_warning(stack)) is not None:
+        log(warning)
+    # Every runtime's secret values, checked before anything starts (LocalSecretsError).
+    runtimes = local_runtimes(stack)
     idle = nothing_to_run(replace(
         stack, jobs=tuple(j for j in stack.jobs if j.name in own),
         proxied_jobs=tuple(j for j in stack.proxied_jobs if j.name in own)))
@@ -113,7 +120,7 @@ def run_demo(
     # The dedup function is served for the stack's jobs that run in it, and the paths.
     serve_function = bool(stack.active_jobs) or options.paths
     try:
-        with _firestore(options, log) as firestore_host:
+        with secret_files_written(runtimes), _firestore(options, log) as firestore_host:
             function = None
             if serve_function:
                 log(
@@ -133,6 +140,7 @@ def run_demo(
                     missing_schedule_time=options.missing_schedule_time,
                     work_seconds=options.work_seconds,
                     store_faults=bool(options.faults.store_faults),
+                    runtimes=runtimes,
                 )
             try:
                 if function is not None:
@@ -141,6 +149,9 @@ def run_demo(
                         f"function serving on {function.url}, reaching its store through "
                         f"the store-fault proxy on {function.store_host}"
                     )
+                    for name, url in function.runtime_urls.items():
+                        log(f"runtime {name}: its own function serving on {url}, same "
+                            "store path")
                     jobs = len(stack.active_jobs)
                     log(
                         f"replaying {options.ticks} scheduled runs of {jobs} "
@@ -152,6 +163,8 @@ def run_demo(
                         "in the dedup function: not serving it")
                     outcome = unserved_outcome(stack, options, firestore_host, scale)
                 outcome.nothing_to_run = idle
+                outcome.runtimes = {r.name: (r, function.runtime_urls.get(r.name, ""))
+                                    for r in runtimes} if function is not None else {}
                 if stack.active_proxied_jobs and not outcome.result.stopped_early:
                     outcome.proxied = replay_proxied_jobs(
                         stack, options, firestore_host, outcome.timing, workdir, log,
@@ -165,7 +178,8 @@ def run_demo(
             finally:
                 if function is not None:
                     if options.logs_dir is not None:
-                        save_log(options.logs_dir / "function.log", function.log_text)
+                        for name, text in function.log_texts().items():
+                            save_log(options.logs_dir / f"{name}.log", text)
                     function.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -5,7 +5,9 @@
 
 Starts the Firestore emulator (or reuses one: --firestore-host), serves the kit's
 function (demo/local_function.py's LocalFunction, the demo's ledger job running each
-job's logic) and, for proxied jobs, the proxy against local fake Google APIs
+job's logic), each runtime's own function (its demoSettings over its settings, its secrets
+from the stack's local secrets file: demo/local_runtimes.py; a missing one stops it before
+anything starts) and, for proxied jobs, the proxy against local fake Google APIs
 (demo/local_proxy.py's LocalProxy), fires the
 stack's jobs in real time with the Scheduler emulator, and runs the stack's watchdog in
 this process on its schedule (`watchdog.schedule`, or every --every seconds): the
@@ -63,12 +65,21 @@ from dedup.watchdog.cursors import FirestoreWatchStore
 from dedup.watchdog.delivery import TargetAuth
 from dedup.watchdog.due import WatchedJob, rfc3339
 from dedup.watchdog.reruns import FirestoreRerunQueue, reruns_collection
-from dedup.watchdog.settings import CURSOR_SUFFIX, WatchSettings
+from dedup.watchdog.settings import CURSOR_SUFFIX, WatchSettings, with_runtime_urls
 from dedup.watchdog.tick import TickResult, Watchdog
 from demo.local_function import LocalFunction, function_env
 from demo.local_proxy import LocalProxy
+from demo.local_runtimes import (
+    LocalRuntime,
+    LocalSecretsError,
+    local_runtimes,
+    remove_secret_files,
+    team_code_warning,
+    write_secret_files,
+)
+from demo.record_stores import emulator_env
 from demo.store_faults import store_timing
-from demo.watch import ReplayDeliverer, delivering_config, emulator_env
+from demo.watch import ReplayDeliverer, delivering_config
 from infra.config import StackConfig
 from infra.scheduler_rules import schedule_times
 from local_stack import FirestoreEmulator, free_port
@@ -121,9 +132,11 @@ def parse_miss(text: str) -> tuple[str, int]:
 
 
 class ServedStack:
-    """The stack's function, proxy, Scheduler and watchdog, served locally on the real
-    clock against the Firestore emulator at `firestore_host`. A context manager; `tick()`
-    runs one watchdog tick (at `now`, by default the real clock)."""
+    """The stack's function, runtimes, proxy, Scheduler and watchdog, served locally on
+    the real clock against the Firestore emulator at `firestore_host`. A context manager;
+    `tick()` runs one watchdog tick (at `now`, by default the real clock). `runtimes`: the
+    stack's runtimes with their local secret values (default: local_runtimes(stack), which
+    raises LocalSecretsError for a missing one)."""
 
     def __init__(
         self,
@@ -136,10 +149,12 @@ class ServedStack:
         workers: int = 2,
         threads: int = 4,
         log: Callable[[str], None] = lambda line: None,
+        runtimes: tuple[LocalRuntime, ...] | None = None,
     ) -> None:
         if stack.config is None:
             raise ValueError("make serve needs a stack file's config (load_stack)")
         self.misses = check_misses(stack, misses)
+        self.runtimes = local_runtimes(stack) if runtimes is None else runtimes
         self.stack = stack
         self.cfg: StackConfig = stack.config
         self.firestore_host = firestore_host
@@ -158,19 +173,25 @@ class ServedStack:
         self._watchdog = None
         self._deliverer: ReplayDeliverer | None = None
         self._backfills: BackfillPacer | None = None  # built with the first tick
+        self._secret_files: list[Path] = []  # the `path:` secrets written, removed at stop
 
     # -- start and stop ------------------------------------------------------------------
 
     def start(self) -> ServedStack:
         self.workdir.mkdir(parents=True, exist_ok=True)  # the ledger's, the proxy's files
         try:
+            self._secret_files = write_secret_files(self.runtimes)
             if self.stack.active_jobs:
                 self.function = LocalFunction(
                     self.stack, self.firestore_host, scale=1.0,
                     ledger=self.workdir / "ledger.jsonl", workers=self.workers,
-                    threads=self.threads,
+                    threads=self.threads, runtimes=self.runtimes,
                 ).start()
                 self.log(f"function serving on {self.function.url}")
+                for runtime in self.runtimes:
+                    self.log(f"runtime {runtime.name}: its own function serving on "
+                             f"{self.function.runtime_urls[runtime.name]}, "
+                             f"{runtime.describe()}")
             if self.stack.active_proxied_jobs:
                 self.proxy = LocalProxy(
                     self.stack, self.firestore_host, scale=1.0,
@@ -201,6 +222,8 @@ class ServedStack:
             self.proxy.stop()
         if self.function is not None:
             self.function.stop()
+        remove_secret_files(self._secret_files)
+        self._secret_files = []
 
     def __enter__(self) -> ServedStack:
         return self.start()
@@ -232,10 +255,12 @@ class ServedStack:
                                 timeout) if cfg.watchdog.enabled else runs
         jobs: list[WatchedJob] = []
         by_database: dict[str, FirestoreRunStore] = {}
-        for job in watched_jobs(cfg):
-            if job.database is not None:  # a proxied job: judged, not delivered (see above)
+        runtime_urls = self.function.runtime_urls if self.function is not None else {}
+        for job in with_runtime_urls(watched_jobs(cfg), runtime_urls):
+            if job.database is not None:  # the proxy's, or a runtime's own records
                 by_database.setdefault(job.database, FirestoreRunStore(
                     self._client(job.database), dedup.collection, timeout))
+            if job.proxied:  # judged, not delivered (see above)
                 job = replace(job, catch_up=False, reruns=False)
             jobs.append(job)
         delivers = self.function is not None and delivering_config(self.stack) is not None
@@ -336,6 +361,8 @@ class ServedStack:
                 continue
             emulator = SchedulerEmulator(
                 url, self.stack, jobs=jobs, ticks=SCHEDULER_TICKS, clock_factory=RealClock,
+                # The function's emulator delivers each runtime's jobs to its own function.
+                runtime_urls=self.function.runtime_urls if self.function else None,
                 token=scheduler_token(url, self.stack.invoker_email), trace_deliveries=True,
                 faults=MissedFires(misses=self.misses),
             )
@@ -423,6 +450,13 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
         check_misses(stack, args.miss)
     except ValueError as exc:
         parser.error(str(exc))
+    if (warning := team_code_warning(stack)) is not None:
+        log(warning)
+    try:  # every runtime's secret values, before anything starts
+        runtimes = local_runtimes(stack)
+    except LocalSecretsError as exc:
+        out.write(f"error: {exc}\n")
+        return 2
     workdir = Path(tempfile.mkdtemp(prefix="scheduler-serve-"))
     stop = threading.Event()
     # Ctrl-C (SIGINT) and SIGTERM alike stop everything it started (its children included).
@@ -431,7 +465,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
     try:
         with _firestore(args.firestore_host, log) as host, ServedStack(
             stack, host, workdir=workdir, scheduler=not args.no_scheduler, misses=args.miss,
-            log=log,
+            log=log, runtimes=runtimes,
         ) as served:
             out.write(instructions(served, args.stack))
             out.flush()
@@ -441,6 +475,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
                 at = served.next_tick(datetime.now(UTC), args.every)
     except KeyboardInterrupt:
         out.write("stopped\n")
+    except LocalSecretsError as exc:  # a `path:` secret's file that cannot be written
+        out.write(f"error: {exc}\n")
+        return 2
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

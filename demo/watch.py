@@ -46,31 +46,27 @@ exactly once (the ledger, by the generation's run_id) and the run's original rec
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-
-from google.cloud import firestore
 
 from dedup.keys import RunKey
 from dedup.settings import Settings
 from dedup.store import RunStatus
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog.cursors import FirestoreWatchStore
 from dedup.watchdog.deliveries import CAUGHT_UP, Delivered
 from dedup.watchdog.delivery import DeliveryResult, HttpDeliverer, RunDelivery, TargetAuth
 from dedup.watchdog.due import WatchedJob, rfc3339
 from dedup.watchdog.ran_twice import RAN_TWICE
 from dedup.watchdog.reruns import FirestoreRerunQueue, RerunQueue, reruns_collection
-from dedup.watchdog.settings import DEFAULT_GRACE_SECONDS, WatchSettings
+from dedup.watchdog.settings import DEFAULT_GRACE_SECONDS, WatchSettings, with_runtime_urls
 from dedup.watchdog.tick import TickResult, Watchdog
 from dedup.watchdog.verdicts import FAILED, MISSED, OVERLONG, Problem
 from demo.ledger import commits_by_run_id
+from demo.record_stores import RecordStores
 from example_jobs.flaky import fail_every, fails
 from infra.config import JobSettings, StackConfig, with_stack_defaults
 from infra.scheduler_rules import retry_window_seconds
@@ -229,20 +225,6 @@ class WatchReport:
         return sum(1 for f in self.findings if f.expected == expectation)
 
 
-@contextlib.contextmanager
-def emulator_env(host: str) -> Iterator[None]:
-    """The Firestore client reads FIRESTORE_EMULATOR_HOST when it is built."""
-    previous = os.environ.get("FIRESTORE_EMULATOR_HOST")
-    os.environ["FIRESTORE_EMULATOR_HOST"] = host
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("FIRESTORE_EMULATOR_HOST", None)
-        else:
-            os.environ["FIRESTORE_EMULATOR_HOST"] = previous
-
-
 def fixed_instant(instant: datetime) -> datetime:
     """The watchdog's clock in the demo (bound to a tick's "now" with functools.partial)."""
     return instant
@@ -261,32 +243,42 @@ def watched_job(job: Job) -> WatchedJob:
     )
 
 
-def watched_jobs_of(stack: Stack) -> dict[str, WatchedJob]:
+def watched_jobs_of(
+    stack: Stack, runtime_urls: Mapping[str, str] | None = None
+) -> dict[str, WatchedJob]:
     """Per active job (the stack's name): the job as the deployed watchdog gets it. A job
     of the stack's config: infra's own job table entry (with catchUp, body and
-    headers where the watchdog delivers); another (the demo's flaky job): watched_job."""
+    headers where the watchdog delivers; a runtime's job with its database, and its URL
+    from `runtime_urls`, the served runtimes', as DEDUP_WATCH_RUNTIME_URLS gives it);
+    another (the demo's flaky job): watched_job."""
     infra_jobs: dict[str, WatchedJob] = {}
     if stack.config is not None:
         from operator_tools.runs import watched_jobs  # imports the Pulumi program: only when needed
 
-        infra_jobs = {w.name: w for w in watched_jobs(stack.config)}
+        jobs = watched_jobs(stack.config)
+        if runtime_urls:
+            jobs = with_runtime_urls(jobs, runtime_urls)
+        infra_jobs = {w.name: w for w in jobs}
     return {
         job.name: infra_jobs.get(job.job_id) or watched_job(job) for job in stack.active_jobs
     }
 
 
 def delivering_config(stack: Stack) -> StackConfig | None:
-    """The stack's config if its watchdog delivers runs to the dedup function (a job with
-    catchUp, or watchdog.reruns), else None."""
+    """The stack's config if its watchdog delivers runs (a job with catchUp, or
+    watchdog.reruns) to the dedup function or to a runtime's, else None."""
     cfg = stack.config
-    return cfg if cfg is not None and cfg.watchdog_delivers_to(proxied=False) else None
+    if cfg is None:
+        return None
+    functions = (None, *(runtime.name for runtime in cfg.runtimes))
+    return cfg if any(cfg.watchdog_delivers_to(runtime=f) for f in functions) else None
 
 
 def watchdog_caller(stack: Stack) -> str | None:
-    """The watchdog's account, where the function admits it (as infra sets
+    """The watchdog's account, where the dedup function admits it (as infra sets
     DEDUP_ALLOWED_CALLERS): when the watchdog delivers runs to it."""
-    cfg = delivering_config(stack)
-    return cfg.watchdog_email if cfg is not None else None
+    cfg = stack.config
+    return cfg.watchdog_email if cfg is not None and cfg.watchdog_delivers_to() else None
 
 
 class ReplayDeliverer:
@@ -372,15 +364,18 @@ def run_watchdog(
     function_url: str | None = None,
     ledger: Path | None = None,
     lease_seconds: float | None = None,
+    runtime_urls: Mapping[str, str] | None = None,
 ) -> WatchReport:
     """One watchdog tick per replayed job, its "now" at the end of its window; where the
     stack's watchdog delivers runs (and `function_url`, the served function, and `ledger`,
     its ledger, are given): a tick once each run of a catchUp job is due, then a re-run.
+    A runtime's job is judged from its own database and delivered to its function
+    (`runtime_urls`).
 
     `client_project`: the project of the function's Firestore client, where it differs
     from the run keys' (a served function replaying several stacks' projects)."""
     cfg = delivering_config(stack) if function_url is not None and ledger is not None else None
-    watched = watched_jobs_of(stack)
+    watched = watched_jobs_of(stack, runtime_urls)
     catching_up = frozenset(n for n, w in watched.items() if cfg is not None and w.catch_up)
     expected, not_judged = expectations(stack, summaries, catching_up)
     times: dict[str, set[datetime]] = {}
@@ -388,11 +383,10 @@ def run_watchdog(
         if s.schedule_time is not None:
             times.setdefault(s.job, set()).add(s.schedule_time)
     st = store_settings
-    with emulator_env(firestore_host):
-        client = firestore.Client(project=client_project or st.project, database=st.database)
-    runs = FirestoreRunStore(client, st.collection, st.store_timeout_seconds)
+    stores = RecordStores(st, firestore_host, watched.values(), client_project)
+    client = stores.client
     cursor_collection = store_settings.collection + "_watchdog"
-    store = FirestoreWatchStore(runs, cursor_collection)
+    store = stores.watch_store(cursor_collection)
     deliverer = ReplayDeliverer(
         cfg.watchdog_email, kill_first_catch_up=lease_seconds is not None
     ) if cfg is not None else None
@@ -452,11 +446,11 @@ def run_watchdog(
                     tick(watched[job.name], at)
         if cfg is not None and ledger is not None:
             report.rerun = _rerun_one(
-                cfg, stack, summaries, runs, st.collection, watched, report.now, tick, ledger
+                cfg, stack, summaries, stores, st.collection, watched, report.now, tick, ledger
             )
-            report.held_rerun = _held_rerun(cfg, summaries, runs, st.collection)
+            report.held_rerun = _held_rerun(cfg, summaries, stores.runs, st.collection)
     finally:
-        client.close()  # type: ignore[no-untyped-call]
+        stores.close()
     if ledger is not None and caught_up:
         commits = commits_by_run_id(ledger, stack.project)
         report.caught_up = [
@@ -520,22 +514,23 @@ def _rerun_one(
     cfg: StackConfig,
     stack: Stack,
     summaries: list[RunSummary],
-    runs: FirestoreRunStore,
+    stores: RecordStores,
     collection: str,
     watched: dict[str, WatchedJob],
     nows: dict[str, datetime],
     tick: Callable[[WatchedJob, datetime, RerunQueue | None], TickResult],
     ledger: Path,
 ) -> Rerun | None:
-    """Re-run the first completed run through `make rerun`'s code path, then one tick of
-    its job's watchdog; None if no run completed."""
+    """Re-run the first completed run of a job the watchdog re-runs (its `reruns`)
+    through `make rerun`'s code path, then one tick of its job's watchdog; None if no
+    such run completed."""
     from operator_tools.rerun import RerunRefused, request_rerun  # imports the Pulumi program
-    from operator_tools.runs import RunStores
 
     in_config = {job.name for job in cfg.jobs}
     completed = sorted(
         (s for s in summaries if s.schedule_time is not None and not s.forced
-         and s.executions == 1 and s.acknowledged and s.job in in_config and s.job in nows),
+         and s.executions == 1 and s.acknowledged and s.job in in_config and s.job in nows
+         and watched[s.job].reruns),
         key=lambda s: (s.schedule_time, s.job),
     )
     if not completed:
@@ -549,15 +544,15 @@ def _rerun_one(
     base = RunKey(cfg.project, cfg.region, job.name, run.schedule_time)
     try:
         requested = request_rerun(
-            cfg, RunStores(runs), job_name=run.job, time_text=rfc3339(run.schedule_time),
+            cfg, stores.run_stores(), job_name=run.job, time_text=rfc3339(run.schedule_time),
             reason=RERUN_REASON, requested_by=RERUN_REQUESTED_BY, now=now,
         )
     except RerunRefused as exc:
         return Rerun(run.job, run.schedule_time, 0, f"refused: {exc}", 0, False, False)
     request = requested.request
-    result = tick(job, now, FirestoreRerunQueue(runs, reruns_collection(collection)))
+    result = tick(job, now, FirestoreRerunQueue(stores.runs, reruns_collection(collection)))
     answers = [d.status for d in result.reruns if d.run_id == request.request_id]
-    records = runs.get_many([base.run_id, request.request_id])
+    records = stores.of(job).get_many([base.run_id, request.request_id])
     original, again = records.get(base.run_id), records.get(request.request_id)
     return Rerun(
         run.job,

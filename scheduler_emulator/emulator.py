@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -85,7 +85,11 @@ DstFires = Literal["twice", "once"]
 
 
 class SchedulerEmulator:
-    """Replays `ticks` scheduled runs of each job against `target_url`.
+    """Replays `ticks` scheduled runs of each job against the function it runs in:
+    `target_url` (the dedup function's), or, for a job of a runtime (`Job.runtime`), that
+    runtime's URL in `runtime_urls`, each with an OIDC token for its own URL and the same
+    identity, the invoker account, as the deployed jobs' (url_of). Without `runtime_urls`
+    every job goes to `target_url` (one HTTP target, the command line's --target).
 
     `clock_factory` makes one clock per job (jobs run side by side, like independent
     Scheduler jobs; each job's runs are sequential). Default: simulated time from
@@ -100,6 +104,7 @@ class SchedulerEmulator:
         stack: Stack,
         *,
         jobs: Sequence[Job] | None = None,
+        runtime_urls: Mapping[str, str] | None = None,
         ticks: int = 10,
         start: datetime | None = None,
         time_scale: float = 0.02,
@@ -123,15 +128,24 @@ class SchedulerEmulator:
         self.target_url = target_url
         self.stack = stack
         self.jobs = tuple(jobs if jobs is not None else stack.active_jobs)
+        self.runtime_urls = None if runtime_urls is None else dict(runtime_urls)
+        unserved = sorted({f"{job.name} (runtime {job.runtime})" for job in self.jobs
+                           if job.runtime and self.runtime_urls is not None
+                           and job.runtime not in self.runtime_urls})
+        if unserved:
+            raise ValueError(f"no URL for the runtime of job(s) {', '.join(unserved)}: "
+                             "serve each runtime and give its URL in runtime_urls")
         self.ticks = ticks
         self.start = (start or datetime.now(UTC).replace(second=0, microsecond=0)).astimezone(UTC)
         self.clock_factory = clock_factory or (lambda: ScaledClock(self.start, time_scale))
         self.faults = plan
         self.store_faults = store_faults
-        self.token = token or scheduler_token(
-            target_url,
-            stack.invoker_email or f"scheduler-invoker@{stack.project}.iam.gserviceaccount.com",
-        )
+        invoker = (stack.invoker_email
+                   or f"scheduler-invoker@{stack.project}.iam.gserviceaccount.com")
+        self.token = token or scheduler_token(target_url, invoker)
+        # Each runtime's function gets a token for its own URL (the audience), as deployed.
+        self._tokens = {url: scheduler_token(url, invoker)
+                        for url in (self.runtime_urls or {}).values() if url != target_url}
         self.header_case = header_case
         self.time_style = time_style
         self.job_name_style = job_name_style
@@ -174,6 +188,12 @@ class SchedulerEmulator:
             notes += [DstNote(job.name, job.time_zone, h) for h in hazards]
         return notes
 
+    def url_of(self, job: Job) -> str:
+        """Where `job` is delivered: its runtime's function, or the dedup function's."""
+        if job.runtime and self.runtime_urls is not None:
+            return self.runtime_urls[job.runtime]
+        return self.target_url
+
     def job_name(self, job: Job) -> str:
         """X-CloudScheduler-JobName: the deployed job's name (its ID carries the stack's
         namePrefix), in full or as the bare ID."""
@@ -196,7 +216,7 @@ class SchedulerEmulator:
             "X-CloudScheduler": "true",
             "X-CloudScheduler-JobName": self.job_name(job),
             "User-Agent": USER_AGENT,
-            "Authorization": f"Bearer {self.token}",
+            "Authorization": f"Bearer {self._tokens.get(self.url_of(job), self.token)}",
         }
         headers.update(job.http_headers)
         declared = {name.lower() for name in headers}
@@ -480,7 +500,7 @@ class SchedulerEmulator:
             self._calls.extend(calls)
         for call in calls:
             headers = self.headers(job, schedule_time, fault, call.delivery.id, attempt, sent_at)
-            call.start(self.target_url, job.http_method, headers, job.body, socket_timeout)
+            call.start(self.url_of(job), job.http_method, headers, job.body, socket_timeout)
         if overlap is not None and overlap.phase == "attempt" and attempt == 1:
             # "Run now" while this attempt is in flight: once its request is out, so the
             # forced run can never overtake it on the way to the target.

@@ -8,6 +8,10 @@ Pulumi program's own code (`infra.config.scheduler_job_id`,
 `pulumi up` would create. `Stack` and `Job` are the
 emulator's small view of that config.
 
+A job with `runtime:` runs in that runtime's own function (`Job.runtime`): it is one of
+`Stack.jobs`, and the emulator delivers it to its runtime's URL (`runtime_urls`), as the
+deployed job's httpTarget names that function's.
+
 A job with `proxy:` calls the idempotent proxy (`proxy_scheduled_job`), not the dedup
 function: it is kept apart, in `Stack.proxied_jobs` (its `Job.proxy` says what the proxy
 starts), so a replay against the dedup function (`Stack.jobs`) never sends it there; the
@@ -97,6 +101,9 @@ class Job:
     forced_runs: str = "separate"
     # A proxied job (`jobs[].proxy`): what the proxy starts; None: the dedup function's job.
     proxy: ProxyRoute | None = None
+    # The runtime it runs in (`jobs[].runtime`): delivered to that runtime's function, not
+    # the dedup function's (SchedulerEmulator's runtime_urls); None: the dedup function.
+    runtime: str | None = None
 
     @property
     def business(self) -> BusinessSchedule:
@@ -116,7 +123,8 @@ class Stack:
 
     project: str
     region: str
-    jobs: tuple[Job, ...]  # the dedup function's jobs
+    jobs: tuple[Job, ...]  # the jobs the kit's functions run: the dedup function's and the
+    # runtimes' (each Job.runtime says which function; SchedulerEmulator delivers it there)
     lease_seconds: float = 600
     retention_seconds: float = 604800
     collection: str = "scheduler_runs"
@@ -160,8 +168,14 @@ class Stack:
 
     @property
     def active_jobs(self) -> tuple[Job, ...]:
-        """Jobs Scheduler delivers to the dedup function: a paused job sends nothing."""
+        """Jobs Scheduler delivers to the kit's functions (the dedup function's and the
+        runtimes'): a paused job sends nothing."""
         return tuple(job for job in self.jobs if not job.paused)
+
+    @property
+    def active_runtimes(self) -> tuple[str, ...]:
+        """The runtimes Scheduler delivers to (an active job of theirs), in job order."""
+        return tuple(dict.fromkeys(job.runtime for job in self.active_jobs if job.runtime))
 
     @property
     def active_proxied_jobs(self) -> tuple[Job, ...]:
@@ -252,6 +266,7 @@ def job_from_settings(
         dst_skipped=job.dst_skipped,
         forced_runs=job.forced_runs or "separate",
         proxy=None if job.proxy is None else proxy_route(job.proxy, name_prefix),
+        runtime=job.runtime,
     )
 
 
