@@ -29,6 +29,7 @@ from infra.cloud_function import (
     declare_function,
     declare_source,
     grant_database_user,
+    grant_invoker,
 )
 from infra.config import DedupSettings, GrantSettings, RuntimeSettings, StackConfig
 from infra.config.runtimes import EGRESS
@@ -188,6 +189,13 @@ class JobRuntime(pulumi.ComponentResource):
             network=function_network(runtime, project=project, region=args.region),
         )
         self.function, self.function_uri, self.service_name, self.invoker_binding = declared
+        # Direct VPC egress is authorised by run.invoker for the function's own account
+        # (https://cloud.google.com/functions/docs/running/direct-vpc): on its own service
+        # only, whose DEDUP_ALLOWED_CALLERS still refuses that account's tokens.
+        self.direct_vpc_invoker = grant_invoker(
+            f"{name}-direct-vpc-invoker", parent=self, project=project, region=args.region,
+            service_name=self.service_name, member=member,
+        ) if runtime.network is not None and runtime.network.direct_vpc is not None else None
         self.register_outputs({
             "functionUri": self.function_uri,
             "serviceAccount": self.account.email,

@@ -168,6 +168,11 @@ def test_a_runtime_with_file_secrets_direct_vpc_and_other_grants(tmp_path: Path)
         {"network": "retail-vpc", "subnetwork": "retail-west", "tags": ["jobs"]}]
     assert sync["directVpcEgress"] == "VPC_EGRESS_ALL_TRAFFIC"
     assert "vpcConnector" not in sync
+    # Direct VPC egress wants run.invoker for the function's account: on its own service.
+    own = stack.run.by_name("runtime-sync-direct-vpc-invoker")
+    assert (own.props["role"], own.props["member"], own.props["name"]) == (
+        "roles/run.invoker", member(stack, "sync"),
+        stack.runtime_function("sync").outputs["serviceConfig"]["service"])
     who = member(stack, "sync")
     [dataset] = stack.all("gcp:bigquery/datasetIamMember:DatasetIamMember")
     assert (dataset.props["project"], dataset.props["datasetId"], dataset.props["member"]) == (
