@@ -25,16 +25,10 @@ from policies.grants import PUBLIC_MEMBERS, role_permissions
 from policies.kit_resources import label, oidc_email, runtime_email
 from policies.model import Finding, Resource
 from policies.permissions import ACT_AS, IMPERSONATE, INVOKE, SET_IAM
+from policies.reach import SERVICE_ACCOUNT_IAM_MODULE, service_of
 from policies.values import get, known_str
 
 MINT_TOKENS: Final = IMPERSONATE - {"iam.serviceAccounts.actAs"}
-SERVICE_ACCOUNT_IAM_MODULE: Final = "gcp:serviceaccount/"
-# IAM resources of one Cloud Run service or function, and the property naming it.
-SERVICE_IAM_NAME: Final = {
-    "gcp:cloudrunv2/serviceIam": "name",
-    "gcp:cloudfunctionsv2/functionIam": "cloudFunction",
-    "gcp:cloudrun/iam": "service",
-}
 
 
 # --- dedup-proxy-own-service-account, dedup-watchdog-own-service-account -----------------
@@ -181,15 +175,6 @@ def act_as_only_own_accounts(
     return findings
 
 
-def _service_of(resource: Resource) -> str | None:
-    """The service / function a Cloud Run or function IAM resource grants on (its ID)."""
-    for prefix, key in SERVICE_IAM_NAME.items():
-        if resource.type.startswith(prefix):
-            name = known_str(get(resource.props, key))
-            return name.rsplit("/", 1)[-1] if name else None
-    return None
-
-
 def _functions_by_name(facts: StackFacts) -> dict[str, Resource]:
     """The dedup functions by their known names (a later one wins a name)."""
     return {
@@ -216,7 +201,7 @@ def function_invokers(resources: Sequence[Resource]) -> list[Finding]:
     declared = facts.custom_roles
     findings: list[Finding] = []
     for resource, found in facts.granting:
-        service = _service_of(resource)
+        service = service_of(resource)
         if service not in functions:
             continue
         for grant in found:
@@ -283,7 +268,7 @@ def runtime_account_not_a_caller(resources: Sequence[Resource]) -> list[Finding]
                     f"function: {fix} (httpTarget.oidcToken.serviceAccountEmail)",
                     resource.urn,
                 ))
-        if _service_of(resource) not in functions:
+        if service_of(resource) not in functions:
             continue
         for grant in facts.grants_of(resource):
             role = known_str(grant.role)
@@ -295,7 +280,7 @@ def runtime_account_not_a_caller(resources: Sequence[Resource]) -> list[Finding]
                     service_account_email(text) in runners
                 ):
                     findings.append(Finding(
-                        f"{role} on {_service_of(resource)!r} lets "
+                        f"{role} on {service_of(resource)!r} lets "
                         f"{service_account_email(text)}, the runtime account of the "
                         f"job-running function, call it: {fix}; remove the grant",
                         resource.urn,

@@ -22,13 +22,17 @@ imports no policy module.
   the component's type in its URN, which links it to the proxy before any output is known.
 - The watchdog is the function with the entry point `watch_scheduled_runs`, or with a
   DEDUP_WATCH_* setting in its environment (its job list travels in its source archive).
+- A runtime's function (infra/job_runtime.py) is a dedup function labelled
+  `kit-runtime: <name>`; it runs as the runtime's own account, keeps its records in its
+  own database (its DEDUP_DATABASE) and declares the Secret Manager secrets it reads
+  (serviceConfig.secretEnvironmentVariables[].secret, secretVolumes[].secret).
 
 Values a function does not set take the function's own defaults (function/dedup/settings.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -164,6 +168,26 @@ def records_database(function: Resource) -> RecordsDatabase | None:
     return RecordsDatabase(known_str(project), database)
 
 
+def named_databases(function: Resource) -> Iterator[tuple[str, RecordsDatabase]]:
+    """(setting, database) for each DEDUP_*DATABASE setting of a function of the kit
+    (DEDUP_DATABASE, unset: the (default) database; a watchdog's DEDUP_WATCH_DATABASE)."""
+    env = as_mapping(environment(function))
+    if env is None:
+        if not is_unknown(environment(function)):
+            yield "DEDUP_DATABASE", RecordsDatabase(
+                known_str(get(function.props, "project")), DEFAULT_DATABASE)
+        return
+    keys = {str(k) for k in env if str(k).startswith("DEDUP_") and str(k).endswith("DATABASE")}
+    keys.add("DEDUP_DATABASE")  # unset: the (default) database
+    project = get(env, "DEDUP_PROJECT")
+    if project is MISSING or project == "":
+        project = get(function.props, "project")
+    for key in sorted(keys):
+        name = known_str(database_id(get(env, key)))
+        if name is not None:
+            yield key, RecordsDatabase(known_str(project), name)
+
+
 # --- the dedup function and the jobs that target it -------------------------------------
 
 
@@ -248,6 +272,87 @@ def delivers_runs(watchdog: Resource) -> bool:
     DEDUP_WATCH_TARGET_URL (the dedup function's) or DEDUP_WATCH_PROXY_URL (the proxy's)."""
     env = as_mapping(environment(watchdog))
     return env is not None and (TARGET_URL_ENV in env or PROXY_URL_ENV in env)
+
+
+# --- a runtime's function, and the secrets a function declares --------------------------
+
+RUNTIME_LABEL: Final = "kit-runtime"
+"""The label naming the runtime a function of the kit is (infra/job_runtime.py)."""
+
+Secret = tuple[str | None, str]
+"""(project or None if not known, secret ID)."""
+
+
+def runtime_name(function: Resource) -> str | None:
+    """The runtime a function is (its `kit-runtime` label), None for any other function."""
+    if function.type != FUNCTION_V2:
+        return None
+    return known_str(get(function.props, "labels", RUNTIME_LABEL))
+
+
+def build_account(function: Resource) -> str | None:
+    """The known e-mail of the account a function builds with (buildConfig.serviceAccount)."""
+    email = known_str(get(function.props, "buildConfig", "serviceAccount"))
+    return service_account_email(email) if email else None
+
+
+def secret_of(value: str, project: str | None) -> Secret:
+    """`projects/P/secrets/S` or `S` (in `project`)."""
+    if value.startswith("projects/") and "/secrets/" in value:
+        return value.split("/")[1], value.rsplit("/secrets/", 1)[1].split("/")[0]
+    return project, value
+
+
+def same_secret(a: Secret, b: Secret) -> bool:
+    """The same secret ID in the same project (or a project not known yet)."""
+    return a[1] == b[1] and (a[0] is None or b[0] is None or a[0] == b[0])
+
+
+def _secret_entries(function: Resource) -> Any:
+    """The function's secret environment variables and volumes: a list, or UNKNOWN."""
+    found: list[Any] = []
+    for key in ("secretEnvironmentVariables", "secretVolumes"):
+        listed = get(function.props, "serviceConfig", key)
+        if is_unknown(listed):
+            return UNKNOWN
+        found += as_list(listed) or []
+    return found
+
+
+def declared_secrets(function: Resource) -> tuple[Secret, ...] | None:
+    """The secrets a function reads (secretEnvironmentVariables[].secret, secretVolumes[].
+    secret, each in its projectId or the function's project); None while one is not
+    known."""
+    entries = _secret_entries(function)
+    if is_unknown(entries):
+        return None
+    project = known_str(get(function.props, "project"))
+    found: list[Secret] = []
+    for entry in entries:
+        secret, owner = get(entry, "secret"), get(entry, "projectId")
+        if is_unknown(secret) or is_unknown(owner):
+            return None
+        text = known_str(secret)
+        if text is not None:
+            found.append(secret_of(text, known_str(owner) or project))
+    return tuple(found)
+
+
+TOKEN_SECRET_ENV: Final = "DEDUP_TOKEN_SECRET"
+"""function/dedup/proxy/tokens.py reads the proxy's token secret from this variable."""
+
+
+def token_secrets(proxy: Resource) -> list[Secret]:
+    """The secrets the proxy's DEDUP_TOKEN_SECRET secret environment variable names."""
+    found: list[Secret] = []
+    project = known_str(get(proxy.props, "project"))
+    for entry in as_list(get(proxy.props, "serviceConfig", "secretEnvironmentVariables")) or []:
+        if get(entry, "key") != TOKEN_SECRET_ENV:
+            continue
+        secret = known_str(get(entry, "secret"))
+        if secret is not None:
+            found.append(secret_of(secret, known_str(get(entry, "projectId")) or project))
+    return found
 
 
 # --- the idempotent proxy -------------------------------------------------------------------

@@ -15,9 +15,8 @@ entry there).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 from policies.facts import StackFacts, stack_facts
 from policies.gcp import (
@@ -32,79 +31,19 @@ from policies.gcp import (
 from policies.grants import (
     PRIMITIVE_ROLES,
     SECRET_ACCESSOR,
-    Grant,
-    is_hierarchy_level,
-    level_name,
     role_permissions,
 )
-from policies.kit_resources import in_proxy_component
+from policies.kit_resources import (
+    TOKEN_SECRET_ENV,
+    Secret,
+    in_proxy_component,
+    same_secret,
+    token_secrets,
+)
 from policies.model import Finding, Resource
 from policies.permissions import SECRET_ACCESS
-from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known_str
-
-TOKEN_SECRET_ENV: Final = "DEDUP_TOKEN_SECRET"
-"""function/dedup/proxy/tokens.py reads the token secret from this variable."""
-_ONE_SECRET: Final = re.compile(
-    r"""\s*resource\.name\s*==\s*(["'])projects/([^/"']+)/secrets/([^/"']+)\1\s*"""
-)
-
-Secret = tuple[str | None, str]
-"""(project or None if not known, secret ID)."""
-
-
-def _secret_of(value: str, project: str | None) -> Secret:
-    """`projects/P/secrets/S` or `S` (in `project`)."""
-    if value.startswith("projects/") and "/secrets/" in value:
-        return value.split("/")[1], value.rsplit("/secrets/", 1)[1].split("/")[0]
-    return project, value
-
-
-def _same(a: Secret, b: Secret) -> bool:
-    return a[1] == b[1] and (a[0] is None or b[0] is None or a[0] == b[0])
-
-
-def token_secrets(proxy: Resource) -> list[Secret]:
-    """The secrets the proxy's DEDUP_TOKEN_SECRET secret environment variable names."""
-    found: list[Secret] = []
-    project = known_str(get(proxy.props, "project"))
-    for entry in as_list(get(proxy.props, "serviceConfig", "secretEnvironmentVariables")) or []:
-        if get(entry, "key") != TOKEN_SECRET_ENV:
-            continue
-        secret = known_str(get(entry, "secret"))
-        if secret is not None:
-            found.append(_secret_of(secret, known_str(get(entry, "projectId")) or project))
-    return found
-
-
-def _grant_secret(resource: Resource) -> Secret | None:
-    secret = known_str(get(resource.props, "secretId"))
-    if secret is None:
-        return None
-    return _secret_of(secret, known_str(get(resource.props, "project")))
-
-
-def _reaches(resource: Resource, grant: Grant, secret: Secret) -> bool:
-    """The grant on `resource` reads `secret` (not judged, False, while unknown)."""
-    if resource.type.startswith(SECRET_IAM_PREFIX):
-        on = _grant_secret(resource)
-        return on is not None and _same(on, secret)
-    if not is_hierarchy_level(resource.type):
-        return False
-    if level_name(resource.type) == "project":
-        project = get(resource.props, "project")
-        if is_unknown(project):
-            return False
-        text = known_str(project)
-        if text is not None and secret[0] is not None and text != secret[0]:
-            return False
-    condition = grant.condition
-    if is_unknown(condition):
-        return False
-    expression = get(as_mapping(condition) or {}, "expression")
-    if is_unknown(expression):
-        return False
-    match = _ONE_SECRET.fullmatch(expression) if isinstance(expression, str) else None
-    return match is None or _same((match.group(2), match.group(3)), secret)
+from policies.reach import grant_secret, reaches_secret
+from policies.values import MISSING, as_list, as_mapping, get, known_str
 
 
 def _declared_readers(facts: StackFacts, secret: Secret) -> set[str]:
@@ -113,8 +52,8 @@ def _declared_readers(facts: StackFacts, secret: Secret) -> set[str]:
     for resource, found in facts.granting:
         if not (in_proxy_component(resource) and resource.type.startswith(SECRET_IAM_PREFIX)):
             continue
-        on = _grant_secret(resource)
-        if on is None or not _same(on, secret):
+        on = grant_secret(resource)
+        if on is None or not same_secret(on, secret):
             continue
         for grant in found:
             if known_str(grant.role) != SECRET_ACCESSOR:
@@ -145,7 +84,7 @@ def token_secret_readers(resources: Sequence[Resource]) -> list[Finding]:
                         continue  # iam-no-primitive-roles blocks those
                     if SECRET_ACCESS not in (role_permissions(role, declared) or frozenset()):
                         continue
-                    if not _reaches(resource, grant, secret):
+                    if not reaches_secret(resource, grant, secret):
                         continue
                     for member in grant.members or []:
                         text = known_str(member)
