@@ -21,11 +21,11 @@ from typing import Final
 from policies.deployers import exempt, member_email
 from policies.facts import StackFacts, stack_facts
 from policies.gcp import ALLOWED_CALLERS_ENV, SCHEDULER_JOB, service_account_email
-from policies.grants import PUBLIC_MEMBERS, role_permissions
+from policies.grants import PRIMITIVE_ROLES, PUBLIC_MEMBERS, role_permissions
 from policies.kit_resources import label, oidc_email, runtime_email
 from policies.model import Finding, Resource
 from policies.permissions import ACT_AS, IMPERSONATE, INVOKE, SET_IAM
-from policies.reach import SERVICE_ACCOUNT_IAM_MODULE, service_of
+from policies.reach import SERVICE_ACCOUNT_IAM_MODULE, granted_on, service_of
 from policies.values import get, known_str
 
 MINT_TOKENS: Final = IMPERSONATE - {"iam.serviceAccounts.actAs"}
@@ -285,4 +285,31 @@ def runtime_account_not_a_caller(resources: Sequence[Resource]) -> list[Finding]
                         f"job-running function, call it: {fix}; remove the grant",
                         resource.urn,
                     ))
+    return findings
+
+
+# --- dedup-accounts-no-basic-roles -------------------------------------------------------
+
+
+def no_basic_roles(resources: Sequence[Resource]) -> list[Finding]:
+    """No account of the kit (one its workloads run as, its jobs send tokens of, it
+    declares or builds with) holds a basic role (roles/owner, roles/editor, roles/viewer)
+    anywhere: each carries thousands of permissions across every service of the project,
+    the kit's records, secrets, queues and accounts among them. Judged apart from
+    iam-no-primitive-roles, so a stack that turns that one down for people still keeps
+    them from the kit's accounts."""
+    facts = stack_facts(resources)
+    findings: list[Finding] = []
+    for email in sorted(facts.kit_identities):
+        for resource, role, _ in facts.roles_held(email):
+            if role in PRIMITIVE_ROLES:
+                findings.append(Finding(
+                    f"{email}, an account of the kit, holds the basic role {role} on "
+                    f"{granted_on(resource)}: basic roles carry permissions of every "
+                    "service (granted on the project: every runtime's records and secrets, "
+                    "the kit's queue, functions and accounts), all of it open to job code "
+                    "running as the account or whoever holds its tokens: remove the grant; "
+                    "grant the predefined role it needs on the one resource",
+                    resource.urn,
+                ))
     return findings

@@ -199,6 +199,22 @@ class StackFacts:
         return (*dedup, *(w for w in self.watchdog_functions if w not in dedup))
 
     @cached_property
+    def _kit_function_ids(self) -> frozenset[int]:
+        return frozenset(id(f) for f in self.kit_functions)
+
+    def is_kit_function(self, resource: Resource) -> bool:
+        """A function of the kit (a dedup function, proxy, watchdog or runtime)."""
+        return id(resource) in self._kit_function_ids
+
+    @cached_property
+    def kit_function_account_unknown(self) -> bool:
+        """Some function of the kit runs as an account not known yet (it may be any)."""
+        return any(
+            is_unknown(get(f.props, "serviceConfig", "serviceAccountEmail"))
+            for f in self.kit_functions
+        )
+
+    @cached_property
     def runtimes(self) -> tuple[Runtime, ...]:
         """Every function that runs job code (each runtime's and the default function),
         with its account, records database and declared secrets."""

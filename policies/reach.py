@@ -197,3 +197,13 @@ def bucket_of(resource: Resource) -> str | None:
         return None
     name = known_str(get(resource.props, "bucket"))
     return bucket_name(name) if name else None
+
+
+def granted_on(resource: Resource) -> str:
+    """Where a grant is made, for messages: `project P`, `folder`, `organization`, or the
+    kind of resource and its Pulumi name (`secretmanager 'runtime-sync-secret-0'`)."""
+    if is_hierarchy_level(resource.type):
+        level = level_name(resource.type)
+        project = known_str(get(resource.props, "project"))
+        return f"project {project}" if level == "project" and project else level
+    return f"{type_module(resource.type)} {resource.name!r}"

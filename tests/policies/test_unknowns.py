@@ -34,6 +34,13 @@ from tests.policies.fixtures import (
 )
 from tests.policies.fixtures import U as U_
 from tests.policies.round_two_cases import ROUND_TWO_CASES
+from tests.policies.runtime_cases import RUNTIME_CASES
+from tests.policies.runtime_fixtures import (
+    preview_runtime_proxy_watchdog_stack,
+    preview_runtime_stack,
+    runtime_proxy_watchdog_stack,
+    runtime_stack,
+)
 
 Path = tuple[str | int, ...]
 
@@ -127,6 +134,7 @@ def test_any_single_unknown_in_the_kit_stack_is_not_a_violation() -> None:
             *STACK_CASES.values(),
             *BYPASS_CASES.values(),
             *ROUND_TWO_CASES.values(),
+            *RUNTIME_CASES.values(),
         )
         for c in cases
     ],
@@ -195,4 +203,25 @@ def test_a_proxy_violation_survives_unknowns_elsewhere() -> None:
         )
     )
     found = sorted(v.policy for v in mandatory(evaluate(resources)))
-    assert found == ["dedup-proxy-least-privilege", "iam-no-primitive-roles"]
+    assert found == ["dedup-accounts-no-basic-roles", "dedup-proxy-least-privilege",
+                     "iam-no-primitive-roles"]
+
+
+def test_runtime_stacks_have_no_violation() -> None:
+    """A compliant stack with runtimes passes the whole pack, advisories included: each
+    runtime's function, account, database, datastore grant, secrets and their accessor
+    grants, a grant on a team bucket; beside the proxy and the watchdog, which reads
+    every runtime's database."""
+    assert evaluate(runtime_stack()) == []
+    assert evaluate(preview_runtime_stack()) == []
+    assert evaluate(runtime_proxy_watchdog_stack()) == []
+    assert evaluate(preview_runtime_proxy_watchdog_stack()) == []
+
+
+def test_any_single_unknown_in_the_runtime_stack_is_not_a_violation() -> None:
+    checked = 0
+    for label, resources in variants(runtime_stack()):
+        found = evaluate(resources)
+        assert found == [], (label, found)
+        checked += 1
+    assert checked > 300
