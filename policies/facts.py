@@ -18,7 +18,7 @@ account, its settings) is read by policies/kit_resources.py, what it grants by
 policies/grants.py.
 
 The arrows: helpers (values, gcp, model, permissions, deployers, job_tables, grants,
-kit_resources) <- facts <- the policy modules <- registry; no policy module imports
+kit_resources, reach) <- facts <- the policy modules <- registry; no policy module imports
 another.
 """
 
@@ -51,12 +51,13 @@ from policies.kit_resources import (
     database_id,
     declared_secrets,
     delivers_runs,
+    function_urls,
     has_own_database,
     in_proxy_component,
     is_dedup_function,
     is_proxy_function,
     is_watchdog_function,
-    job_targets,
+    job_uri,
     label,
     named_databases,
     oidc_email,
@@ -64,6 +65,8 @@ from policies.kit_resources import (
     runtime_email,
     runtime_name,
     targets,
+    targets_by_host,
+    url_targets,
 )
 from policies.model import Resource
 from policies.values import as_mapping, get, is_unknown, known_str
@@ -244,25 +247,53 @@ class StackFacts:
 
     @cached_property
     def _targeted(self) -> dict[int, list[Resource]]:
-        """Each Scheduler job (by id) -> the dedup functions it may target."""
-        return {
-            id(job): [f for f in self.dedup_functions if job_targets(job, f)]
-            for job in self.scheduler_jobs
-        }
+        """Each Scheduler job (by id) -> the dedup functions it may target, in stack order
+        (kit_resources.job_targets, with the functions indexed by URL once: a job's URI
+        is looked up by itself and each prefix ending before a "/" or "?")."""
+        functions = self.dedup_functions
+        by_url: dict[str, list[Resource]] = defaultdict(list)
+        unaddressed: list[Resource] = []  # no URL known yet: matched by the URI's host
+        for function in functions:
+            urls = function_urls(function)
+            for url in dict.fromkeys(urls):
+                by_url[url].append(function)
+            if not urls:
+                unaddressed.append(function)
+        order = {id(f): index for index, f in enumerate(functions)}
+        found: dict[int, list[Resource]] = {}
+        for job in self.scheduler_jobs:
+            uri = job_uri(job)
+            text = known_str(uri)
+            if is_unknown(uri):
+                found[id(job)] = list(functions)
+                continue
+            if text is None:
+                found[id(job)] = []
+                continue
+            target = text.rstrip("/")
+            cuts = [len(target), *(i for i, c in enumerate(target) if c in "/?")]
+            hits = {id(f): f for cut in cuts for f in by_url.get(target[:cut], ())
+                    if url_targets(text, target[:cut])}
+            if targets_by_host(text):
+                hits.update((id(f), f) for f in unaddressed)
+            found[id(job)] = sorted(hits.values(), key=lambda f: order[id(f)])
+        return found
 
     def functions_targeted(self, job: Resource) -> Sequence[Resource]:
         """The dedup functions `job` may target (while its URL is unknown: possibly more)."""
         return self._targeted.get(id(job), [])
 
+    @cached_property
+    def _jobs_by_function(self) -> dict[int, list[Resource]]:
+        found: dict[int, list[Resource]] = defaultdict(list)
+        for job in self.scheduler_jobs:  # in stack order
+            for function in self._targeted[id(job)]:
+                found[id(function)].append(job)
+        return found
+
     def jobs_targeting(self, function: Resource) -> Sequence[Resource]:
         """The Scheduler jobs that target dedup function `function`, in stack order."""
-        return self.per_resource(self._jobs_targeting, function)
-
-    def _jobs_targeting(self, function: Resource) -> list[Resource]:
-        return [
-            job for job in self.scheduler_jobs
-            if any(f is function for f in self._targeted[id(job)])
-        ]
+        return self._jobs_by_function.get(id(function), [])
 
     @cached_property
     def _oidc(self) -> tuple[frozenset[str], bool]:

@@ -201,19 +201,17 @@ def is_dedup_function(resource: Resource) -> bool:
     return env is not None and any(str(k).startswith("DEDUP_") for k in env)
 
 
-def job_targets(job: Resource, function: Resource) -> bool:
+def job_uri(job: Resource) -> Any:
+    """A Scheduler job's httpTarget.uri: a string, UNKNOWN, or MISSING (no HTTP target)."""
     if job.type != SCHEDULER_JOB:
-        return False
+        return MISSING
     target = get(job.props, "httpTarget")
-    if target is MISSING:
-        return False
-    uri = get(target, "uri")
-    if is_unknown(uri):
-        return True
-    text = known_str(uri)
-    if text is None:
-        return False
-    urls = [
+    return MISSING if target is MISSING else get(target, "uri")
+
+
+def function_urls(function: Resource) -> list[str]:
+    """The function's known URLs (url, serviceConfig.uri), without a trailing slash."""
+    return [
         u.rstrip("/")
         for u in (
             known_str(get(function.props, "url")),
@@ -221,13 +219,32 @@ def job_targets(job: Resource, function: Resource) -> bool:
         )
         if u
     ]
+
+
+def url_targets(uri: str, url: str) -> bool:
+    """`uri` is the function URL `url` itself or a path below it (the proxy's
+    ".../<name>-proxy" URL does not target the function ".../<name>")."""
+    target = uri.rstrip("/")
+    return target == url or target.startswith((f"{url}/", f"{url}?"))
+
+
+def targets_by_host(uri: str) -> bool:
+    """`uri` is a Cloud Run / Cloud Functions URL: it may target a function whose URL is
+    not known yet."""
+    return (urlsplit(uri).hostname or "").endswith(_RUN_HOSTS)
+
+
+def job_targets(job: Resource, function: Resource) -> bool:
+    uri = job_uri(job)
+    if is_unknown(uri):
+        return True
+    text = known_str(uri)
+    if text is None:
+        return False
+    urls = function_urls(function)
     if urls:
-        # The URL itself or a path below it (the proxy's ".../<name>-proxy" URL does not
-        # target the function ".../<name>").
-        target = text.rstrip("/")
-        return any(target == u or target.startswith((f"{u}/", f"{u}?")) for u in urls)
-    host = urlsplit(text).hostname or ""
-    return host.endswith(_RUN_HOSTS)
+        return any(url_targets(text, u) for u in urls)
+    return targets_by_host(text)
 
 
 def oidc_email(job: Resource) -> Any:

@@ -329,9 +329,9 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     ),
     StackPolicy(
         "dedup-runtime-account-not-a-caller",
-        "The runtime account of the dedup function that runs job code is no caller of the "
-        "kit: not a Scheduler job's OIDC identity, not in any function's "
-        "DEDUP_ALLOWED_CALLERS, not an invoker of a function of the kit.",
+        "The runtime account of a function that runs job code (the dedup function, each "
+        "runtime's) is no caller of the kit: not a Scheduler job's OIDC identity, not in any "
+        "function's DEDUP_ALLOWED_CALLERS, not an invoker of a function of the kit.",
         MANDATORY,
         accounts.runtime_account_not_a_caller,
     ),
