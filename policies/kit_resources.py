@@ -66,10 +66,13 @@ DEFAULT_DATABASE: Final = "(default)"
 _RUN_HOSTS: Final = (".run.app", ".cloudfunctions.net")
 
 # The watchdog's settings (function/dedup/watchdog/settings.py, cloud_tasks.py): set when
-# it delivers runs, to the dedup function and to the proxy (its proxied jobs'); its
-# deliveries' Cloud Tasks queue; its own database (its cursors and the re-run queue).
+# it delivers runs, to the dedup function, to the proxy (its proxied jobs') and to the
+# runtimes (a JSON object runtime name -> URL); its deliveries' Cloud Tasks queue; its own
+# database (its cursors and the re-run queue).
 TARGET_URL_ENV: Final = "DEDUP_WATCH_TARGET_URL"
 PROXY_URL_ENV: Final = "DEDUP_WATCH_PROXY_URL"
+RUNTIME_URLS_ENV: Final = "DEDUP_WATCH_RUNTIME_URLS"
+DELIVERY_URL_ENVS: Final = (TARGET_URL_ENV, PROXY_URL_ENV, RUNTIME_URLS_ENV)
 QUEUE_ENV: Final = "DEDUP_WATCH_QUEUE"
 WATCH_DATABASE_ENV: Final = "DEDUP_WATCH_DATABASE"
 
@@ -286,9 +289,10 @@ def own_database(watchdog: Resource) -> RecordsDatabase | None:
 
 def delivers_runs(watchdog: Resource) -> bool:
     """A watchdog that delivers runs itself (catch-up, operator re-runs): infra gives it
-    DEDUP_WATCH_TARGET_URL (the dedup function's) or DEDUP_WATCH_PROXY_URL (the proxy's)."""
+    DEDUP_WATCH_TARGET_URL (the dedup function's), DEDUP_WATCH_PROXY_URL (the proxy's) or
+    DEDUP_WATCH_RUNTIME_URLS (the runtimes' it delivers to)."""
     env = as_mapping(environment(watchdog))
-    return env is not None and (TARGET_URL_ENV in env or PROXY_URL_ENV in env)
+    return env is not None and any(key in env for key in DELIVERY_URL_ENVS)
 
 
 # --- a runtime's function, and the secrets a function declares --------------------------

@@ -21,6 +21,7 @@ from tests.policies.fixtures import (
     BUCKET_IAM_MEMBER,
     BUILD_SA,
     DATABASE,
+    DELETE,
     FOLDER_IAM_MEMBER,
     INVOKER_SA,
     PROJECT,
@@ -50,6 +51,7 @@ from tests.policies.runtime_fixtures import (
     TEAM_BUCKET,
     preview_runtime_proxy_watchdog_stack,
     preview_runtime_stack,
+    runtime_delivering_stack,
     runtime_proxy_watchdog_stack,
     runtime_resources,
     runtime_stack,
@@ -167,6 +169,11 @@ RUNTIME_CASES: dict[str, list[Case]] = {
     ],
     "dedup-runtime-no-kit-resources": [
         stack_case("runtime-stack", RT(), False),
+        stack_case("runtimes-beside-a-watchdog-delivering-to-them", runtime_delivering_stack(),
+                   False),
+        stack_case("runtime-enqueues-the-watchdogs-deliveries", [
+            *runtime_delivering_stack(), on_queue("sync-enqueues", "roles/cloudtasks.enqueuer")],
+            True),
         stack_case("runtime-stack-preview", preview_runtime_stack(), False),
         stack_case("runtime-proxy-watchdog-stack", PROXIED(), False),
         stack_case("runtime-beside-a-delivering-watchdog", delivering(), False),
@@ -288,12 +295,20 @@ RUNTIME_CASES: dict[str, list[Case]] = {
     # Existing policies meet a runtime's function as they meet the default one.
     "dedup-watchdog-least-privilege": [
         stack_case("watchdog-reads-runtime-databases", PROXIED(), False),
+        stack_case("watchdog-delivers-to-runtimes-only", runtime_delivering_stack(), False),
         stack_case("watchdog-reads-runtime-databases-preview",
                    preview_runtime_proxy_watchdog_stack(), False),
         stack_case("watchdog-reads-a-database-of-no-runtime", [
             *without_named(PROXIED(), watchdog_reads(EXPORT).name),
             datastore_grant("watchdog-reads-team", "roles/datastore.viewer", "inventory-analytics",
                             f"serviceAccount:{WATCHDOG_SA}")], True),
+    ],
+    "dedup-accounts-act-as": [
+        stack_case("watchdog-delivering-to-runtimes-acts-as-itself", runtime_delivering_stack(),
+                   False),
+        stack_case("watchdog-not-delivering-acts-as-itself", replace_named(
+            runtime_delivering_stack(), "watchdog-function",
+            f"{ENV}.DEDUP_WATCH_RUNTIME_URLS", DELETE), True),
     ],
     "dedup-database-writers": [
         stack_case("runtimes-write-their-own-databases", RT(), False),
@@ -310,6 +325,11 @@ RUNTIME_CASES: dict[str, list[Case]] = {
     ],
     "dedup-allowed-callers": [
         stack_case("runtimes-serve-the-invoker", RT(), False),
+        stack_case("runtimes-serve-the-watchdog-delivering-to-them", runtime_delivering_stack(),
+                   False),
+        stack_case("runtimes-serve-a-watchdog-that-does-not-deliver", replace_named(
+            runtime_delivering_stack(), "watchdog-function",
+            f"{ENV}.DEDUP_WATCH_RUNTIME_URLS", DELETE), True),
         stack_case("runtime-serves-everyone", replace_named(
             RT(), SYNC_FN, f"{ENV}.DEDUP_ALLOWED_CALLERS", ""), True),
     ],

@@ -6,12 +6,15 @@ internal ingress, its own DEDUP_DATABASE, a setting, a secret environment variab
 also a secret volume), roles/secretmanager.secretAccessor on each secret it declares, a
 grant on a bucket of the team's, the invoker's roles/run.invoker on its service, and a
 Scheduler job that targets it. `runtime_proxy_watchdog_stack()` adds them to the stack
-with the proxy and the watchdog, which reads every runtime's database.
+with the proxy and the watchdog, which reads every runtime's database;
+`runtime_delivering_stack()` has that watchdog deliver the runtimes' runs (only theirs:
+DEDUP_WATCH_RUNTIME_URLS) through its deliveries queue, as infra/watchdog.py declares it.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +31,7 @@ from tests.policies.fixtures import (
     PROJECT_IAM_MEMBER,
     REGION,
     RUN_SERVICE_IAM_MEMBER,
+    SA_IAM_MEMBER,
     SECRET_IAM_MEMBER,
     SERVICE_ACCOUNT,
     STACK,
@@ -39,6 +43,7 @@ from tests.policies.fixtures import (
     function_props,
     job_props,
     kit_stack,
+    patch,
     proxy_watchdog_stack,
     res,
     schedule_time_field_props,
@@ -188,3 +193,40 @@ def runtime_proxy_watchdog_stack() -> list[Resource]:
 
 def preview_runtime_proxy_watchdog_stack() -> list[Resource]:
     return as_preview(runtime_proxy_watchdog_stack())
+
+
+DELIVERIES = f"projects/{PROJECT}/locations/{REGION}/queues/dedup-deliveries"
+WATCH_ENV = "serviceConfig.environmentVariables"
+
+
+def runtime_delivering_stack() -> list[Resource]:
+    """runtime_proxy_watchdog_stack whose watchdog delivers the runtimes' runs: their URLs
+    in DEDUP_WATCH_RUNTIME_URLS, its deliveries queue (enqueuer on it, actAs on itself for
+    its tasks' OIDC token), run.invoker on each runtime's service, and each runtime's
+    DEDUP_ALLOWED_CALLERS naming it."""
+    watchdog = f"serviceAccount:{WATCHDOG_SA}"
+    urls = json.dumps({spec.name: spec.url for spec in RUNTIMES})
+    stack: list[Resource] = []
+    for r in runtime_proxy_watchdog_stack():
+        props = r.props
+        if r.name == "watchdog-function":
+            props = patch(props, f"{WATCH_ENV}.DEDUP_WATCH_RUNTIME_URLS", urls)
+            props = patch(props, f"{WATCH_ENV}.DEDUP_WATCH_QUEUE", DELIVERIES)
+        elif r.name in {spec.pulumi_name("function") for spec in RUNTIMES}:
+            props = patch(props, f"{WATCH_ENV}.DEDUP_ALLOWED_CALLERS",
+                          f"{INVOKER_SA},{WATCHDOG_SA}")
+        stack.append(Resource(r.type, r.name, r.urn, props, r.parent, r.dependencies))
+    return [
+        *stack,
+        res(gcp.TASKS_QUEUE, "watchdog-deliveries", {
+            "project": PROJECT, "location": REGION, "name": "dedup-deliveries"}),
+        res("gcp:cloudtasks/queueIamMember:QueueIamMember", "watchdog-enqueues-deliveries", {
+            "project": PROJECT, "location": REGION, "name": "dedup-deliveries",
+            "role": "roles/cloudtasks.enqueuer", "member": watchdog}),
+        res(SA_IAM_MEMBER, "watchdog-acts-as-itself", {
+            "serviceAccountId": f"projects/{PROJECT}/serviceAccounts/{WATCHDOG_SA}",
+            "role": "roles/iam.serviceAccountUser", "member": watchdog}),
+        *(res(RUN_SERVICE_IAM_MEMBER, f"watchdog-delivers-to-{spec.name}", {
+            "project": PROJECT, "location": REGION, "name": spec.function,
+            "role": "roles/run.invoker", "member": watchdog}) for spec in RUNTIMES),
+    ]

@@ -43,6 +43,7 @@ from tests.policies.runtime_cases import RUNTIME_CASES
 from tests.policies.runtime_fixtures import (
     preview_runtime_proxy_watchdog_stack,
     preview_runtime_stack,
+    runtime_delivering_stack,
     runtime_proxy_watchdog_stack,
     runtime_stack,
 )
@@ -221,6 +222,7 @@ def test_runtime_stacks_have_no_violation() -> None:
     assert evaluate(preview_runtime_stack()) == []
     assert evaluate(runtime_proxy_watchdog_stack()) == []
     assert evaluate(preview_runtime_proxy_watchdog_stack()) == []
+    assert evaluate(runtime_delivering_stack()) == []
 
 
 def test_any_single_unknown_in_the_runtime_stack_is_not_a_violation() -> None:
