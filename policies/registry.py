@@ -417,9 +417,9 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "A role granted to the account of a function that runs job code on its project, a "
         "folder or the organization (a runtime's `grants` entry with `project: true`) "
         "reaches every resource there, present and future, other runtimes' and the kit's "
-        "among them: grant it on the bucket, dataset, topic or secret instead. Its "
-        "roles/datastore.user conditioned to its own database is how Firestore roles are "
-        "granted, and is not flagged.",
+        "among them: grant it on the bucket, dataset, topic or secret instead. A Firestore "
+        "role conditioned to one database (how the kit grants a runtime its own; Firestore "
+        "roles are granted on the project) is not flagged.",
         ADVISORY,
         runtimes.no_project_grants,
     ),
