@@ -21,20 +21,14 @@ from typing import Final
 from policies.deployers import exempt, member_email
 from policies.facts import StackFacts, stack_facts
 from policies.gcp import ALLOWED_CALLERS_ENV, SCHEDULER_JOB, service_account_email
-from policies.grants import PUBLIC_MEMBERS, role_permissions
+from policies.grants import PRIMITIVE_ROLES, PUBLIC_MEMBERS, role_permissions
 from policies.kit_resources import label, oidc_email, runtime_email
 from policies.model import Finding, Resource
 from policies.permissions import ACT_AS, IMPERSONATE, INVOKE, SET_IAM
+from policies.reach import SERVICE_ACCOUNT_IAM_MODULE, granted_on, service_of
 from policies.values import get, known_str
 
 MINT_TOKENS: Final = IMPERSONATE - {"iam.serviceAccounts.actAs"}
-SERVICE_ACCOUNT_IAM_MODULE: Final = "gcp:serviceaccount/"
-# IAM resources of one Cloud Run service or function, and the property naming it.
-SERVICE_IAM_NAME: Final = {
-    "gcp:cloudrunv2/serviceIam": "name",
-    "gcp:cloudfunctionsv2/functionIam": "cloudFunction",
-    "gcp:cloudrun/iam": "service",
-}
 
 
 # --- dedup-proxy-own-service-account, dedup-watchdog-own-service-account -----------------
@@ -181,15 +175,6 @@ def act_as_only_own_accounts(
     return findings
 
 
-def _service_of(resource: Resource) -> str | None:
-    """The service / function a Cloud Run or function IAM resource grants on (its ID)."""
-    for prefix, key in SERVICE_IAM_NAME.items():
-        if resource.type.startswith(prefix):
-            name = known_str(get(resource.props, key))
-            return name.rsplit("/", 1)[-1] if name else None
-    return None
-
-
 def _functions_by_name(facts: StackFacts) -> dict[str, Resource]:
     """The dedup functions by their known names (a later one wins a name)."""
     return {
@@ -216,7 +201,7 @@ def function_invokers(resources: Sequence[Resource]) -> list[Finding]:
     declared = facts.custom_roles
     findings: list[Finding] = []
     for resource, found in facts.granting:
-        service = _service_of(resource)
+        service = service_of(resource)
         if service not in functions:
             continue
         for grant in found:
@@ -283,7 +268,7 @@ def runtime_account_not_a_caller(resources: Sequence[Resource]) -> list[Finding]
                     f"function: {fix} (httpTarget.oidcToken.serviceAccountEmail)",
                     resource.urn,
                 ))
-        if _service_of(resource) not in functions:
+        if service_of(resource) not in functions:
             continue
         for grant in facts.grants_of(resource):
             role = known_str(grant.role)
@@ -295,9 +280,36 @@ def runtime_account_not_a_caller(resources: Sequence[Resource]) -> list[Finding]
                     service_account_email(text) in runners
                 ):
                     findings.append(Finding(
-                        f"{role} on {_service_of(resource)!r} lets "
+                        f"{role} on {service_of(resource)!r} lets "
                         f"{service_account_email(text)}, the runtime account of the "
                         f"job-running function, call it: {fix}; remove the grant",
                         resource.urn,
                     ))
+    return findings
+
+
+# --- dedup-accounts-no-basic-roles -------------------------------------------------------
+
+
+def no_basic_roles(resources: Sequence[Resource]) -> list[Finding]:
+    """No account of the kit (one its workloads run as, its jobs send tokens of, it
+    declares or builds with) holds a basic role (roles/owner, roles/editor, roles/viewer)
+    anywhere: each carries thousands of permissions across every service of the project,
+    the kit's records, secrets, queues and accounts among them. Judged apart from
+    iam-no-primitive-roles, so a stack that turns that one down for people still keeps
+    them from the kit's accounts."""
+    facts = stack_facts(resources)
+    findings: list[Finding] = []
+    for email in sorted(facts.kit_identities):
+        for resource, role, _ in facts.roles_held(email):
+            if role in PRIMITIVE_ROLES:
+                findings.append(Finding(
+                    f"{email}, an account of the kit, holds the basic role {role} on "
+                    f"{granted_on(resource)}: basic roles carry permissions of every "
+                    "service (granted on the project: every runtime's records and secrets, "
+                    "the kit's queue, functions and accounts), all of it open to job code "
+                    "running as the account or whoever holds its tokens: remove the grant; "
+                    "grant the predefined role it needs on the one resource",
+                    resource.urn,
+                ))
     return findings

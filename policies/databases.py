@@ -18,113 +18,23 @@ is where writers are found.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final
 
-from policies.facts import StackFacts, stack_facts
-from policies.gcp import FIRESTORE_DATABASE, service_account_email
-from policies.grants import (
-    PRIMITIVE_ROLES,
-    condition_database,
-    is_hierarchy_level,
-    level_name,
-    role_permissions,
-)
-from policies.kit_resources import (
-    DEFAULT_DATABASE,
-    WATCH_DATABASE_ENV,
-    RecordsDatabase,
-    database_id,
-    has_own_database,
-    is_watchdog_function,
-    label,
-    runtime_email,
-)
+from policies.facts import KitDatabase, stack_facts
+from policies.gcp import service_account_email
+from policies.grants import PRIMITIVE_ROLES, role_permissions
+from policies.kit_resources import DEFAULT_DATABASE, RecordsDatabase
 from policies.model import Finding, Resource
 from policies.permissions import DATASTORE_WRITE
-from policies.values import MISSING, as_mapping, get, is_unknown, known_str
+from policies.reach import database_reach
+from policies.values import get, known_str
 
 FIREBASE_RULES_RELEASE: Final = "gcp:firebaserules/release:Release"
 # Release names of Firestore rules: `cloud.firestore` (the (default) database) or
 # `cloud.firestore/<database>` (https://www.pulumi.com/registry/packages/gcp/api-docs/
 # firebaserules/release/), optionally as `projects/P/releases/<name>`.
 FIRESTORE_RELEASE: Final = "cloud.firestore"
-
-
-@dataclass(frozen=True)
-class KitDatabase:
-    database: RecordsDatabase
-    writers: frozenset[str] | None
-    """E-mails of the accounts that must write it; None if one is not known yet."""
-    named_by: tuple[str, ...]
-    """Labels of the functions (and settings) naming it, for messages."""
-
-
-def _named_databases(function: Resource) -> Iterator[tuple[str, RecordsDatabase]]:
-    """(setting, database) for each DEDUP_*DATABASE setting of the function."""
-    env = as_mapping(get(function.props, "serviceConfig", "environmentVariables"))
-    if env is None:
-        if not is_unknown(get(function.props, "serviceConfig", "environmentVariables")):
-            yield "DEDUP_DATABASE", RecordsDatabase(
-                known_str(get(function.props, "project")), DEFAULT_DATABASE)
-        return
-    keys = {str(k) for k in env if str(k).startswith("DEDUP_") and str(k).endswith("DATABASE")}
-    keys.add("DEDUP_DATABASE")  # unset: the (default) database
-    project = get(env, "DEDUP_PROJECT")
-    if project is MISSING or project == "":
-        project = get(function.props, "project")
-    for key in sorted(keys):
-        name = known_str(database_id(get(env, key)))
-        if name is not None:
-            yield key, RecordsDatabase(known_str(project), name)
-
-
-def kit_databases(facts: StackFacts) -> list[KitDatabase]:
-    """The databases of the kit and who must write each (derived once per stack:
-    `facts.derived(kit_databases)`)."""
-    found: list[KitDatabase] = []
-
-    def add(database: RecordsDatabase, writers: frozenset[str] | None, named_by: str) -> None:
-        for index, known in enumerate(found):
-            if known.database.same_as(database):
-                merged = None if known.writers is None or writers is None else (
-                    known.writers | writers)
-                labels = (*known.named_by, named_by) if named_by else known.named_by
-                found[index] = KitDatabase(known.database, merged, labels)
-                return
-        found.append(KitDatabase(database, writers, (named_by,) if named_by else ()))
-
-    unsure = False  # some function's database settings are unknown: it may name any
-    for function in facts.kit_functions:
-        env = get(function.props, "serviceConfig", "environmentVariables")
-        unsure = unsure or is_unknown(env) or any(
-            is_unknown(v) for k, v in (as_mapping(env) or {}).items()
-            if str(k).startswith("DEDUP_") and str(k).endswith(("DATABASE", "PROJECT"))
-        )
-        if facts.is_proxy(function):
-            accounts: frozenset[str] | None = facts.own_account_emails(function) or None
-        else:
-            email = runtime_email(function)
-            accounts = frozenset({email}) if email else None
-        named_as = label(function)
-        # A watchdog with a database of its own writes only that one: it reads the others.
-        reads_only = is_watchdog_function(function) and has_own_database(function)
-        for key, database in _named_databases(function):
-            writes = frozenset() if reads_only and key != WATCH_DATABASE_ENV else accounts
-            add(database, writes, f"{named_as} ({key})")
-    for declared in facts.of_type(FIRESTORE_DATABASE):
-        name = known_str(get(declared.props, "name"))
-        if name is not None:
-            project = known_str(get(declared.props, "project"))
-            database = RecordsDatabase(project, database_id(name))
-            if not any(known.database.same_as(database) for known in found):
-                # No function names it: nobody must write it (unless an unknown setting
-                # of some function names it).
-                found.append(KitDatabase(database, frozenset(), ()))
-    if unsure:  # a function whose settings are unknown may write any of them
-        return [KitDatabase(d.database, None, d.named_by) for d in found]
-    return found
 
 
 def database_writers(resources: Sequence[Resource]) -> list[Finding]:
@@ -134,7 +44,7 @@ def database_writers(resources: Sequence[Resource]) -> list[Finding]:
     facts = stack_facts(resources)
     declared = facts.custom_roles
     findings: list[Finding] = []
-    databases = [d for d in facts.derived(kit_databases) if d.writers is not None]
+    databases = [d for d in facts.kit_databases if d.writers is not None]
     for resource, found in facts.granting:
         for grant in found:
             role = known_str(grant.role)
@@ -143,7 +53,7 @@ def database_writers(resources: Sequence[Resource]) -> list[Finding]:
             if not (role_permissions(role, declared) or frozenset()) & DATASTORE_WRITE:
                 continue
             for kit in databases:
-                how = _reach(resource, grant.condition, kit.database)
+                how = database_reach(resource, grant.condition, kit.database)
                 if how is None:
                     continue
                 assert kit.writers is not None
@@ -156,30 +66,6 @@ def database_writers(resources: Sequence[Resource]) -> list[Finding]:
                         continue
                     findings.append(Finding(_writer_message(name, role, kit, how), resource.urn))
     return findings
-
-
-def _reach(grant_on: Resource, condition: Any, database: RecordsDatabase) -> str | None:
-    """How a grant on `grant_on` with `condition` reaches `database`, or None if it does
-    not (or is not known yet): its one-database condition names it, or it has no such
-    condition and is granted on the database's project, a folder or the organization."""
-    if not is_hierarchy_level(grant_on.type):
-        return None  # Firestore roles act on databases through the project only
-    named = condition_database(condition)
-    if is_unknown(named):
-        return None
-    if isinstance(named, str):
-        return "its condition names it" if database.named_by(named) else None
-    level = level_name(grant_on.type)
-    if level != "project":
-        return f"granted at {level} level without a one-database condition"
-    project = get(grant_on.props, "project")
-    if is_unknown(project):
-        return None
-    text = known_str(project)  # unset: the provider's default project, the stack's own
-    if text is None or database.project is None or text == database.project:
-        return "granted on its project without a one-database condition"
-    return None
-
 
 
 def _writer_message(member: str, role: str, kit: KitDatabase, how: str) -> str:
@@ -218,7 +104,7 @@ def no_firebase_rules_on_kit_databases(resources: Sequence[Resource]) -> list[Fi
     with IAM only (server client libraries bypass rules), so rules can only open them to
     Firebase clients (`allow read, write: if true` opens them to the internet)."""
     facts = stack_facts(resources)
-    databases = [d.database for d in facts.derived(kit_databases)]
+    databases = [d.database for d in facts.kit_databases]
     findings: list[Finding] = []
     for release in facts.of_type(FIREBASE_RULES_RELEASE):
         target = _release_database(release)

@@ -1,11 +1,13 @@
 """The stack's facts, derived once per stack and read by every stack policy.
 
 Like a graph that all checks query, `StackFacts` answers what the policies ask about the
-whole stack: which functions are the kit's (dedup function, proxy, watchdog, the one that
-runs the team's job code), which accounts are the kit's (the ones its workloads run as,
-the ones its Scheduler jobs send OIDC tokens of, the watchdogs' that deliver runs), who
-runs as or sends tokens of an account, what each resource grants and to whom, the stack's
-custom roles, the jobs targeting each function, the proxy's targets and accounts.
+whole stack: which functions are the kit's (dedup function, proxy, watchdog, the ones that
+run the team's job code: the default function and each runtime's), which accounts are the
+kit's (the ones its workloads run as, the ones its Scheduler jobs send OIDC tokens of, the
+watchdogs' that deliver runs, the ones it declares or builds with), who runs as or sends
+tokens of an account, what each resource grants and to whom, the stack's custom roles,
+the jobs targeting each function, the proxy's targets and accounts, the kit's Firestore
+databases and who must write each, each runtime's account, database and secrets.
 
 Each fact is computed on first use (a policy pays only for what it reads) and then kept:
 `stack_facts(resources)` hands every policy run over the same resources (the offline
@@ -16,7 +18,7 @@ account, its settings) is read by policies/kit_resources.py, what it grants by
 policies/grants.py.
 
 The arrows: helpers (values, gcp, model, permissions, deployers, job_tables, grants,
-kit_resources) <- facts <- the policy modules <- registry; no policy module imports
+kit_resources, reach) <- facts <- the policy modules <- registry; no policy module imports
 another.
 """
 
@@ -39,21 +41,35 @@ from policies.gcp import (
 from policies.grants import CustomRoles, Grant, custom_roles, grants_or_problem
 from policies.job_tables import BUCKET_OBJECT
 from policies.kit_resources import (
+    WATCH_DATABASE_ENV,
+    RecordsDatabase,
+    Secret,
     Target,
     account_email,
+    build_account,
     component_prefix,
+    database_id,
+    declared_secrets,
     delivers_runs,
+    function_urls,
+    has_own_database,
     in_proxy_component,
     is_dedup_function,
     is_proxy_function,
     is_watchdog_function,
-    job_targets,
+    job_uri,
+    label,
+    named_databases,
     oidc_email,
+    records_database,
     runtime_email,
+    runtime_name,
     targets,
+    targets_by_host,
+    url_targets,
 )
 from policies.model import Resource
-from policies.values import get, is_unknown, known_str
+from policies.values import as_mapping, get, is_unknown, known_str
 
 T = TypeVar("T")
 
@@ -62,6 +78,35 @@ PROTECTED: Final = "DELETE_PROTECTION_ENABLED"
 
 RoleHeld = tuple[Resource, str, Grant]
 """(grant-bearing resource, known role, the grant)."""
+
+
+@dataclass(frozen=True)
+class KitDatabase:
+    database: RecordsDatabase
+    writers: frozenset[str] | None
+    """E-mails of the accounts that must write it; None if one is not known yet."""
+    named_by: tuple[str, ...]
+    """Labels of the functions (and settings) naming it, for messages."""
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A function that runs the team's job code: a runtime's (labelled kit-runtime), or
+    the stack's default function (`name` None)."""
+
+    name: str | None
+    function: Resource
+    account: str | None
+    """The e-mail of the account it runs as; None while not known."""
+    database: RecordsDatabase | None
+    """Its records database (its DEDUP_DATABASE); None while not known."""
+    secrets: tuple[Secret, ...] | None
+    """The secrets it declares (secret env vars and volumes); None while not known."""
+
+    def __str__(self) -> str:
+        if self.name:
+            return f"runtime {self.name!r}"
+        return f"the default function {label(self.function)}"
 
 
 @dataclass(frozen=True)
@@ -156,6 +201,44 @@ class StackFacts:
         dedup = self.dedup_functions
         return (*dedup, *(w for w in self.watchdog_functions if w not in dedup))
 
+    @cached_property
+    def _kit_function_ids(self) -> frozenset[int]:
+        return frozenset(id(f) for f in self.kit_functions)
+
+    def is_kit_function(self, resource: Resource) -> bool:
+        """A function of the kit (a dedup function, proxy, watchdog or runtime)."""
+        return id(resource) in self._kit_function_ids
+
+    @cached_property
+    def kit_function_account_unknown(self) -> bool:
+        """Some function of the kit runs as an account not known yet (it may be any)."""
+        return any(
+            is_unknown(get(f.props, "serviceConfig", "serviceAccountEmail"))
+            for f in self.kit_functions
+        )
+
+    @cached_property
+    def runtimes(self) -> tuple[Runtime, ...]:
+        """Every function that runs job code (each runtime's and the default function),
+        with its account, records database and declared secrets."""
+        return tuple(
+            Runtime(runtime_name(f), f, runtime_email(f), records_database(f),
+                    declared_secrets(f))
+            for f in self.job_code_functions
+        )
+
+    @cached_property
+    def _runtimes_by_account(self) -> dict[str, list[Runtime]]:
+        found: dict[str, list[Runtime]] = defaultdict(list)
+        for runtime in self.runtimes:
+            if runtime.account is not None:
+                found[runtime.account].append(runtime)
+        return found
+
+    def runtimes_running_as(self, email: str) -> Sequence[Runtime]:
+        """The functions running job code as `email` (one, unless they share it)."""
+        return self._runtimes_by_account.get(email, [])
+
     # --- the Scheduler jobs --------------------------------------------------------------
 
     @cached_property
@@ -164,25 +247,53 @@ class StackFacts:
 
     @cached_property
     def _targeted(self) -> dict[int, list[Resource]]:
-        """Each Scheduler job (by id) -> the dedup functions it may target."""
-        return {
-            id(job): [f for f in self.dedup_functions if job_targets(job, f)]
-            for job in self.scheduler_jobs
-        }
+        """Each Scheduler job (by id) -> the dedup functions it may target, in stack order
+        (kit_resources.job_targets, with the functions indexed by URL once: a job's URI
+        is looked up by itself and each prefix ending before a "/" or "?")."""
+        functions = self.dedup_functions
+        by_url: dict[str, list[Resource]] = defaultdict(list)
+        unaddressed: list[Resource] = []  # no URL known yet: matched by the URI's host
+        for function in functions:
+            urls = function_urls(function)
+            for url in dict.fromkeys(urls):
+                by_url[url].append(function)
+            if not urls:
+                unaddressed.append(function)
+        order = {id(f): index for index, f in enumerate(functions)}
+        found: dict[int, list[Resource]] = {}
+        for job in self.scheduler_jobs:
+            uri = job_uri(job)
+            text = known_str(uri)
+            if is_unknown(uri):
+                found[id(job)] = list(functions)
+                continue
+            if text is None:
+                found[id(job)] = []
+                continue
+            target = text.rstrip("/")
+            cuts = [len(target), *(i for i, c in enumerate(target) if c in "/?")]
+            hits = {id(f): f for cut in cuts for f in by_url.get(target[:cut], ())
+                    if url_targets(text, target[:cut])}
+            if targets_by_host(text):
+                hits.update((id(f), f) for f in unaddressed)
+            found[id(job)] = sorted(hits.values(), key=lambda f: order[id(f)])
+        return found
 
     def functions_targeted(self, job: Resource) -> Sequence[Resource]:
         """The dedup functions `job` may target (while its URL is unknown: possibly more)."""
         return self._targeted.get(id(job), [])
 
+    @cached_property
+    def _jobs_by_function(self) -> dict[int, list[Resource]]:
+        found: dict[int, list[Resource]] = defaultdict(list)
+        for job in self.scheduler_jobs:  # in stack order
+            for function in self._targeted[id(job)]:
+                found[id(function)].append(job)
+        return found
+
     def jobs_targeting(self, function: Resource) -> Sequence[Resource]:
         """The Scheduler jobs that target dedup function `function`, in stack order."""
-        return self.per_resource(self._jobs_targeting, function)
-
-    def _jobs_targeting(self, function: Resource) -> list[Resource]:
-        return [
-            job for job in self.scheduler_jobs
-            if any(f is function for f in self._targeted[id(job)])
-        ]
+        return self._jobs_by_function.get(id(function), [])
 
     @cached_property
     def _oidc(self) -> tuple[frozenset[str], bool]:
@@ -238,6 +349,15 @@ class StackFacts:
     def kit_accounts(self) -> frozenset[str]:
         """Known e-mails of the accounts workloads run as and jobs send tokens of."""
         return frozenset(self._runs_as) | self.oidc_emails
+
+    @cached_property
+    def kit_identities(self) -> frozenset[str]:
+        """Every known account of the kit: the ones workloads run as and jobs send tokens
+        of (kit_accounts), the ones the stack declares, the ones its functions build
+        with."""
+        declared = {account_email(a) for a in self.of_type(SERVICE_ACCOUNT)}
+        builders = {build_account(f) for f in self.kit_functions}
+        return self.kit_accounts | frozenset(e for e in declared | builders if e)
 
     @cached_property
     def delivering_accounts(self) -> frozenset[str]:
@@ -333,6 +453,44 @@ class StackFacts:
         emails.add(self.proxy_account(proxy).email)
         return frozenset(e for e in emails if e is not None)
 
+    # --- the kit's Firestore databases ---------------------------------------------------
+
+    @cached_property
+    def kit_databases(self) -> tuple[KitDatabase, ...]:
+        """The databases of the kit (the ones a function of the kit names in a
+        DEDUP_*DATABASE setting, the ones the stack declares) and who must write each:
+        the accounts of the functions naming it (a watchdog with a database of its own
+        writes only that one)."""
+        found: dict[tuple[str | None, str], KitDatabase] = {}
+        unsure = False  # some function's database settings are unknown: it may name any
+        for function in self.kit_functions:
+            env = get(function.props, "serviceConfig", "environmentVariables")
+            unsure = unsure or is_unknown(env) or any(
+                is_unknown(v) for k, v in (as_mapping(env) or {}).items()
+                if str(k).startswith("DEDUP_") and str(k).endswith(("DATABASE", "PROJECT"))
+            )
+            if self.is_proxy(function):
+                accounts: frozenset[str] | None = self.own_account_emails(function) or None
+            else:
+                email = runtime_email(function)
+                accounts = frozenset({email}) if email else None
+            # A watchdog with a database of its own writes only that one: it reads the others.
+            reads_only = is_watchdog_function(function) and has_own_database(function)
+            for key, database in named_databases(function):
+                writes = frozenset() if reads_only and key != WATCH_DATABASE_ENV else accounts
+                _add_database(found, database, writes, f"{label(function)} ({key})")
+        for declared in self.of_type(FIRESTORE_DATABASE):
+            name = known_str(get(declared.props, "name"))
+            if name is not None:
+                # No function names it: nobody must write it (unless an unknown setting
+                # of some function names it).
+                database = RecordsDatabase(known_str(get(declared.props, "project")),
+                                           database_id(name))
+                _add_database(found, database, frozenset(), "", merge=False)
+        if unsure:  # a function whose settings are unknown may write any of them
+            return tuple(KitDatabase(d.database, None, d.named_by) for d in found.values())
+        return tuple(found.values())
+
     # --- alerting ------------------------------------------------------------------------
 
     @cached_property
@@ -342,6 +500,28 @@ class StackFacts:
             known_str(get(r.props, "deleteProtectionState")) == PROTECTED
             for r in self.of_type(FIRESTORE_DATABASE)
         )
+
+
+def _add_database(
+    found: dict[tuple[str | None, str], KitDatabase], database: RecordsDatabase,
+    writers: frozenset[str] | None, named_by: str, *, merge: bool = True,
+) -> None:
+    """Add `database` to `found` (keyed by project and ID, in the order first found), or
+    merge its writers and labels into the same database found already (a project not
+    known yet matches any: RecordsDatabase.same_as)."""
+    same = found.get((database.project, database.database))
+    if same is None:
+        same = next((d for d in found.values() if d.database.same_as(database)), None)
+    if same is None:
+        found[(database.project, database.database)] = KitDatabase(
+            database, writers, (named_by,) if named_by else ())
+        return
+    if not merge:
+        return
+    key = (same.database.project, same.database.database)
+    writes = None if same.writers is None or writers is None else same.writers | writers
+    labels = (*same.named_by, named_by) if named_by else same.named_by
+    found[key] = KitDatabase(same.database, writes, labels)
 
 
 class _LastStack:

@@ -27,6 +27,7 @@ CLOUD_RUN_V2_JOB_IAM_PREFIX: Final = "gcp:cloudrunv2/jobIam"
 SECRET_IAM_PREFIX: Final = "gcp:secretmanager/secretIam"
 FIRESTORE_FIELD: Final = "gcp:firestore/field:Field"
 STORAGE_BUCKET: Final = "gcp:storage/bucket:Bucket"
+TASKS_QUEUE: Final = "gcp:cloudtasks/queue:Queue"
 
 # The ingress settings that keep a function (both generations) or a Cloud Run (v2) service
 # internal: an allow-list (policies/function.py, policies/ingress.py).

@@ -32,12 +32,12 @@ from policies.gcp import (
     FUNCTION_INTERNAL_INGRESS,
     FUNCTION_V2,
     RUN_V2_INTERNAL_INGRESS,
+    TASKS_QUEUE,
 )
 from policies.kit_resources import QUEUE_ENV
 from policies.model import Finding, Resource
 from policies.values import as_list, as_mapping, get, is_unknown
 
-TASKS_QUEUE: Final = "gcp:cloudtasks/queue:Queue"
 ALL_TRAFFIC_CONNECTOR: Final = "ALL_TRAFFIC"  # functions v2 vpcConnectorEgressSettings
 ALL_TRAFFIC_DIRECT_VPC: Final = "VPC_EGRESS_ALL_TRAFFIC"  # functions v2 directVpcEgress
 ALL_TRAFFIC_RUN_V2: Final = "ALL_TRAFFIC"  # cloudrunv2 template.vpcAccess.egress

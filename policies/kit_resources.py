@@ -22,13 +22,17 @@ imports no policy module.
   the component's type in its URN, which links it to the proxy before any output is known.
 - The watchdog is the function with the entry point `watch_scheduled_runs`, or with a
   DEDUP_WATCH_* setting in its environment (its job list travels in its source archive).
+- A runtime's function (infra/job_runtime.py) is a dedup function labelled
+  `kit-runtime: <name>`; it runs as the runtime's own account, keeps its records in its
+  own database (its DEDUP_DATABASE) and declares the Secret Manager secrets it reads
+  (serviceConfig.secretEnvironmentVariables[].secret, secretVolumes[].secret).
 
 Values a function does not set take the function's own defaults (function/dedup/settings.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -62,10 +66,13 @@ DEFAULT_DATABASE: Final = "(default)"
 _RUN_HOSTS: Final = (".run.app", ".cloudfunctions.net")
 
 # The watchdog's settings (function/dedup/watchdog/settings.py, cloud_tasks.py): set when
-# it delivers runs, to the dedup function and to the proxy (its proxied jobs'); its
-# deliveries' Cloud Tasks queue; its own database (its cursors and the re-run queue).
+# it delivers runs, to the dedup function, to the proxy (its proxied jobs') and to the
+# runtimes (a JSON object runtime name -> URL); its deliveries' Cloud Tasks queue; its own
+# database (its cursors and the re-run queue).
 TARGET_URL_ENV: Final = "DEDUP_WATCH_TARGET_URL"
 PROXY_URL_ENV: Final = "DEDUP_WATCH_PROXY_URL"
+RUNTIME_URLS_ENV: Final = "DEDUP_WATCH_RUNTIME_URLS"
+DELIVERY_URL_ENVS: Final = (TARGET_URL_ENV, PROXY_URL_ENV, RUNTIME_URLS_ENV)
 QUEUE_ENV: Final = "DEDUP_WATCH_QUEUE"
 WATCH_DATABASE_ENV: Final = "DEDUP_WATCH_DATABASE"
 
@@ -164,6 +171,26 @@ def records_database(function: Resource) -> RecordsDatabase | None:
     return RecordsDatabase(known_str(project), database)
 
 
+def named_databases(function: Resource) -> Iterator[tuple[str, RecordsDatabase]]:
+    """(setting, database) for each DEDUP_*DATABASE setting of a function of the kit
+    (DEDUP_DATABASE, unset: the (default) database; a watchdog's DEDUP_WATCH_DATABASE)."""
+    env = as_mapping(environment(function))
+    if env is None:
+        if not is_unknown(environment(function)):
+            yield "DEDUP_DATABASE", RecordsDatabase(
+                known_str(get(function.props, "project")), DEFAULT_DATABASE)
+        return
+    keys = {str(k) for k in env if str(k).startswith("DEDUP_") and str(k).endswith("DATABASE")}
+    keys.add("DEDUP_DATABASE")  # unset: the (default) database
+    project = get(env, "DEDUP_PROJECT")
+    if project is MISSING or project == "":
+        project = get(function.props, "project")
+    for key in sorted(keys):
+        name = known_str(database_id(get(env, key)))
+        if name is not None:
+            yield key, RecordsDatabase(known_str(project), name)
+
+
 # --- the dedup function and the jobs that target it -------------------------------------
 
 
@@ -177,19 +204,17 @@ def is_dedup_function(resource: Resource) -> bool:
     return env is not None and any(str(k).startswith("DEDUP_") for k in env)
 
 
-def job_targets(job: Resource, function: Resource) -> bool:
+def job_uri(job: Resource) -> Any:
+    """A Scheduler job's httpTarget.uri: a string, UNKNOWN, or MISSING (no HTTP target)."""
     if job.type != SCHEDULER_JOB:
-        return False
+        return MISSING
     target = get(job.props, "httpTarget")
-    if target is MISSING:
-        return False
-    uri = get(target, "uri")
-    if is_unknown(uri):
-        return True
-    text = known_str(uri)
-    if text is None:
-        return False
-    urls = [
+    return MISSING if target is MISSING else get(target, "uri")
+
+
+def function_urls(function: Resource) -> list[str]:
+    """The function's known URLs (url, serviceConfig.uri), without a trailing slash."""
+    return [
         u.rstrip("/")
         for u in (
             known_str(get(function.props, "url")),
@@ -197,13 +222,32 @@ def job_targets(job: Resource, function: Resource) -> bool:
         )
         if u
     ]
+
+
+def url_targets(uri: str, url: str) -> bool:
+    """`uri` is the function URL `url` itself or a path below it (the proxy's
+    ".../<name>-proxy" URL does not target the function ".../<name>")."""
+    target = uri.rstrip("/")
+    return target == url or target.startswith((f"{url}/", f"{url}?"))
+
+
+def targets_by_host(uri: str) -> bool:
+    """`uri` is a Cloud Run / Cloud Functions URL: it may target a function whose URL is
+    not known yet."""
+    return (urlsplit(uri).hostname or "").endswith(_RUN_HOSTS)
+
+
+def job_targets(job: Resource, function: Resource) -> bool:
+    uri = job_uri(job)
+    if is_unknown(uri):
+        return True
+    text = known_str(uri)
+    if text is None:
+        return False
+    urls = function_urls(function)
     if urls:
-        # The URL itself or a path below it (the proxy's ".../<name>-proxy" URL does not
-        # target the function ".../<name>").
-        target = text.rstrip("/")
-        return any(target == u or target.startswith((f"{u}/", f"{u}?")) for u in urls)
-    host = urlsplit(text).hostname or ""
-    return host.endswith(_RUN_HOSTS)
+        return any(url_targets(text, u) for u in urls)
+    return targets_by_host(text)
 
 
 def oidc_email(job: Resource) -> Any:
@@ -245,9 +289,91 @@ def own_database(watchdog: Resource) -> RecordsDatabase | None:
 
 def delivers_runs(watchdog: Resource) -> bool:
     """A watchdog that delivers runs itself (catch-up, operator re-runs): infra gives it
-    DEDUP_WATCH_TARGET_URL (the dedup function's) or DEDUP_WATCH_PROXY_URL (the proxy's)."""
+    DEDUP_WATCH_TARGET_URL (the dedup function's), DEDUP_WATCH_PROXY_URL (the proxy's) or
+    DEDUP_WATCH_RUNTIME_URLS (the runtimes' it delivers to)."""
     env = as_mapping(environment(watchdog))
-    return env is not None and (TARGET_URL_ENV in env or PROXY_URL_ENV in env)
+    return env is not None and any(key in env for key in DELIVERY_URL_ENVS)
+
+
+# --- a runtime's function, and the secrets a function declares --------------------------
+
+RUNTIME_LABEL: Final = "kit-runtime"
+"""The label naming the runtime a function of the kit is (infra/job_runtime.py)."""
+
+Secret = tuple[str | None, str]
+"""(project or None if not known, secret ID)."""
+
+
+def runtime_name(function: Resource) -> str | None:
+    """The runtime a function is (its `kit-runtime` label), None for any other function."""
+    if function.type != FUNCTION_V2:
+        return None
+    return known_str(get(function.props, "labels", RUNTIME_LABEL))
+
+
+def build_account(function: Resource) -> str | None:
+    """The known e-mail of the account a function builds with (buildConfig.serviceAccount)."""
+    email = known_str(get(function.props, "buildConfig", "serviceAccount"))
+    return service_account_email(email) if email else None
+
+
+def secret_of(value: str, project: str | None) -> Secret:
+    """`projects/P/secrets/S` or `S` (in `project`)."""
+    if value.startswith("projects/") and "/secrets/" in value:
+        return value.split("/")[1], value.rsplit("/secrets/", 1)[1].split("/")[0]
+    return project, value
+
+
+def same_secret(a: Secret, b: Secret) -> bool:
+    """The same secret ID in the same project (or a project not known yet)."""
+    return a[1] == b[1] and (a[0] is None or b[0] is None or a[0] == b[0])
+
+
+def _secret_entries(function: Resource) -> Any:
+    """The function's secret environment variables and volumes: a list, or UNKNOWN."""
+    found: list[Any] = []
+    for key in ("secretEnvironmentVariables", "secretVolumes"):
+        listed = get(function.props, "serviceConfig", key)
+        if is_unknown(listed):
+            return UNKNOWN
+        found += as_list(listed) or []
+    return found
+
+
+def declared_secrets(function: Resource) -> tuple[Secret, ...] | None:
+    """The secrets a function reads (secretEnvironmentVariables[].secret, secretVolumes[].
+    secret, each in its projectId or the function's project); None while one is not
+    known."""
+    entries = _secret_entries(function)
+    if is_unknown(entries):
+        return None
+    project = known_str(get(function.props, "project"))
+    found: list[Secret] = []
+    for entry in entries:
+        secret, owner = get(entry, "secret"), get(entry, "projectId")
+        if is_unknown(secret) or is_unknown(owner):
+            return None
+        text = known_str(secret)
+        if text is not None:
+            found.append(secret_of(text, known_str(owner) or project))
+    return tuple(found)
+
+
+TOKEN_SECRET_ENV: Final = "DEDUP_TOKEN_SECRET"
+"""function/dedup/proxy/tokens.py reads the proxy's token secret from this variable."""
+
+
+def token_secrets(proxy: Resource) -> list[Secret]:
+    """The secrets the proxy's DEDUP_TOKEN_SECRET secret environment variable names."""
+    found: list[Secret] = []
+    project = known_str(get(proxy.props, "project"))
+    for entry in as_list(get(proxy.props, "serviceConfig", "secretEnvironmentVariables")) or []:
+        if get(entry, "key") != TOKEN_SECRET_ENV:
+            continue
+        secret = known_str(get(entry, "secret"))
+        if secret is not None:
+            found.append(secret_of(secret, known_str(get(entry, "projectId")) or project))
+    return found
 
 
 # --- the idempotent proxy -------------------------------------------------------------------

@@ -6,7 +6,8 @@ in for a role a policy forbids. Only the permissions the policies ask about are 
 
 Source: Google Cloud's IAM roles and permissions reference
 (https://cloud.google.com/iam/docs/roles-permissions, per service: run, iam,
-resourcemanager, cloudfunctions, datastore, cloudbuild, workflows, pubsub) and
+resourcemanager, cloudfunctions, datastore, cloudbuild, workflows, pubsub, cloudtasks,
+storage, secretmanager) and
 https://cloud.google.com/iam/docs/service-account-permissions for the service account
 roles. Re-check there when adding a role; a role missing here is "unknown" to the pack.
 """
@@ -87,6 +88,60 @@ SECRET_ACCESS: Final = "secretmanager.versions.access"
 
 ACT_AS: Final = "iam.serviceAccounts.actAs"
 
+DATASTORE_READ: Final = frozenset({"datastore.entities.get", "datastore.entities.list"})
+DATASTORE_BULK: Final = frozenset({"datastore.databases.export", "datastore.databases.import"})
+RECORDS_ACCESS: Final = DATASTORE_WRITE | DATASTORE_READ | DATASTORE_BULK
+"""Reading or writing a Firestore database's entities, one by one or in bulk (run records,
+on any database of the project unless conditioned to one)."""
+
+SECRET_ADMIN: Final = frozenset(
+    {
+        "secretmanager.secrets.setIamPolicy",
+        "secretmanager.secrets.update",
+        "secretmanager.secrets.delete",
+        "secretmanager.versions.add",
+        "secretmanager.versions.enable",
+        "secretmanager.versions.disable",
+        "secretmanager.versions.destroy",
+    }
+)
+"""Changing a secret, its versions or who reads it (https://cloud.google.com/iam/docs/
+roles-permissions/secretmanager)."""
+
+CLOUD_TASKS: Final = frozenset(
+    {
+        "cloudtasks.tasks.create",
+        "cloudtasks.tasks.delete",
+        "cloudtasks.tasks.run",
+        "cloudtasks.tasks.get",
+        "cloudtasks.tasks.list",
+        "cloudtasks.tasks.fullView",
+        "cloudtasks.queues.update",
+        "cloudtasks.queues.pause",
+        "cloudtasks.queues.resume",
+        "cloudtasks.queues.purge",
+        "cloudtasks.queues.delete",
+        "cloudtasks.queues.setIamPolicy",
+    }
+)
+"""Acting on a queue or its tasks: adding a delivery, running, reading or deleting one,
+pausing or purging the queue (https://cloud.google.com/iam/docs/roles-permissions/
+cloudtasks)."""
+
+STORAGE_WRITE: Final = frozenset(
+    {
+        "storage.objects.create",
+        "storage.objects.update",
+        "storage.objects.delete",
+        "storage.objects.setIamPolicy",
+        "storage.buckets.update",
+        "storage.buckets.delete",
+        "storage.buckets.setIamPolicy",
+    }
+)
+"""Writing a bucket's objects (a function's source archive), or its settings and IAM policy
+(https://cloud.google.com/iam/docs/roles-permissions/storage)."""
+
 _RUN_ALL: Final = frozenset(
     {RUN_INVOKE, "run.services.setIamPolicy", "run.jobs.setIamPolicy", "run.jobs.run",
      "run.jobs.runWithOverrides"}
@@ -100,23 +155,35 @@ _TOKEN_CREATOR: Final = frozenset(
         "iam.serviceAccounts.signJwt",
     }
 )
-_DATASTORE_ALL: Final = DATASTORE_WRITE | {"datastore.entities.get", "datastore.entities.list"}
+_DATASTORE_ALL: Final = DATASTORE_WRITE | DATASTORE_READ
+_STORAGE_OBJECTS: Final = frozenset(
+    {"storage.objects.create", "storage.objects.update", "storage.objects.delete"}
+)
+_TASKS_READ: Final = frozenset(
+    {"cloudtasks.tasks.get", "cloudtasks.tasks.list", "cloudtasks.tasks.fullView"}
+)
 
 ROLE_PERMISSIONS: Final[Mapping[str, frozenset[str]]] = {
     # Basic roles: Owner holds every permission; Editor all but IAM policy changes and
     # token minting (it can act as service accounts and create their keys).
     "roles/owner": INVOKE
     | ESCALATION
-    | _DATASTORE_ALL
+    | RECORDS_ACCESS
     | START_TARGETS
     | _RUN_ALL
     | ROLE_ADMIN
+    | SECRET_ADMIN
+    | CLOUD_TASKS
+    | STORAGE_WRITE
     | {SECRET_ACCESS},
     "roles/editor": INVOKE
-    | _DATASTORE_ALL
+    | RECORDS_ACCESS
     | START_TARGETS
+    | (SECRET_ADMIN - {"secretmanager.secrets.setIamPolicy"})
+    | (CLOUD_TASKS - {"cloudtasks.queues.setIamPolicy"})
+    | (STORAGE_WRITE - {"storage.objects.setIamPolicy", "storage.buckets.setIamPolicy"})
     | {"iam.serviceAccounts.actAs", "iam.serviceAccountKeys.create"},
-    "roles/viewer": frozenset({"datastore.entities.get", "datastore.entities.list"}),
+    "roles/viewer": DATASTORE_READ,
     # Cloud Run
     "roles/run.admin": _RUN_ALL,
     "roles/run.developer": frozenset({RUN_INVOKE, "run.jobs.run", "run.jobs.runWithOverrides"}),
@@ -154,8 +221,9 @@ ROLE_PERMISSIONS: Final[Mapping[str, frozenset[str]]] = {
     "roles/cloudfunctions.viewer": frozenset(),
     # Firestore / Datastore
     "roles/datastore.user": _DATASTORE_ALL,
-    "roles/datastore.owner": _DATASTORE_ALL,
-    "roles/datastore.viewer": frozenset({"datastore.entities.get", "datastore.entities.list"}),
+    "roles/datastore.owner": RECORDS_ACCESS,
+    "roles/datastore.viewer": DATASTORE_READ,
+    "roles/datastore.importExportAdmin": DATASTORE_BULK,
     # Cloud Build
     "roles/cloudbuild.builds.editor": frozenset({"cloudbuild.builds.create"}),
     "roles/cloudbuild.builds.builder": frozenset(
@@ -173,22 +241,61 @@ ROLE_PERMISSIONS: Final[Mapping[str, frozenset[str]]] = {
     "roles/pubsub.admin": frozenset({"pubsub.topics.publish"}),
     "roles/pubsub.subscriber": frozenset(),
     "roles/pubsub.viewer": frozenset(),
-    # Cloud Tasks: creating a task (a task's OIDC token needs actAs on its account besides,
-    # https://cloud.google.com/tasks/docs/reference/rest/v2/OidcToken).
-    "roles/cloudtasks.enqueuer": frozenset(),
+    # Cloud Tasks (https://cloud.google.com/iam/docs/roles-permissions/cloudtasks): creating
+    # a task (a task's OIDC token needs actAs on its account besides,
+    # https://cloud.google.com/tasks/docs/reference/rest/v2/OidcToken), running, deleting,
+    # pausing or purging them.
+    "roles/cloudtasks.enqueuer": frozenset(
+        {"cloudtasks.tasks.create", "cloudtasks.tasks.fullView"}
+    ),
+    "roles/cloudtasks.taskRunner": frozenset({"cloudtasks.tasks.run"}),
+    "roles/cloudtasks.taskDeleter": frozenset({"cloudtasks.tasks.delete"}),
+    "roles/cloudtasks.viewer": frozenset({"cloudtasks.tasks.get", "cloudtasks.tasks.list"}),
+    "roles/cloudtasks.queueAdmin": frozenset(
+        {"cloudtasks.queues.update", "cloudtasks.queues.pause", "cloudtasks.queues.resume",
+         "cloudtasks.queues.purge", "cloudtasks.queues.delete", "cloudtasks.queues.setIamPolicy"}
+    ),
+    "roles/cloudtasks.editor": CLOUD_TASKS - {"cloudtasks.queues.setIamPolicy"},
+    "roles/cloudtasks.admin": CLOUD_TASKS,
     # What the kit itself grants besides the above (infra/): none sensitive.
     "roles/logging.logWriter": frozenset(),
     "roles/artifactregistry.writer": frozenset(),
     "roles/artifactregistry.reader": frozenset(),
+    # Cloud Storage (https://cloud.google.com/iam/docs/roles-permissions/storage).
     "roles/storage.objectViewer": frozenset(),
-    "roles/storage.objectAdmin": frozenset(),
-    "roles/storage.admin": frozenset(),
+    "roles/storage.legacyBucketReader": frozenset(),
+    "roles/storage.legacyObjectReader": frozenset(),
+    "roles/storage.objectCreator": frozenset({"storage.objects.create"}),
+    "roles/storage.objectUser": _STORAGE_OBJECTS,
+    "roles/storage.legacyBucketWriter": frozenset(
+        {"storage.objects.create", "storage.objects.delete"}
+    ),
+    "roles/storage.legacyObjectOwner": frozenset(
+        {"storage.objects.update", "storage.objects.setIamPolicy"}
+    ),
+    "roles/storage.legacyBucketOwner": frozenset(
+        {"storage.objects.create", "storage.objects.delete", "storage.buckets.update",
+         "storage.buckets.setIamPolicy"}
+    ),
+    "roles/storage.objectAdmin": _STORAGE_OBJECTS | {"storage.objects.setIamPolicy"},
+    "roles/storage.admin": STORAGE_WRITE,
     # Secret Manager (https://cloud.google.com/iam/docs/roles-permissions/secretmanager).
     "roles/secretmanager.secretAccessor": frozenset({SECRET_ACCESS}),
-    "roles/secretmanager.admin": frozenset({SECRET_ACCESS}),
-    "roles/secretmanager.secretVersionManager": frozenset(),
+    "roles/secretmanager.admin": SECRET_ADMIN | {SECRET_ACCESS},
+    "roles/secretmanager.secretVersionAdder": frozenset({"secretmanager.versions.add"}),
+    "roles/secretmanager.secretVersionManager": frozenset(
+        {"secretmanager.versions.add", "secretmanager.versions.enable",
+         "secretmanager.versions.disable", "secretmanager.versions.destroy"}
+    ),
     "roles/secretmanager.viewer": frozenset(),
     "roles/monitoring.metricWriter": frozenset(),
+    # What teams grant their runtimes' accounts on their own resources besides the above
+    # (BigQuery: https://cloud.google.com/iam/docs/roles-permissions/bigquery): none of the
+    # permissions the policies ask about.
+    "roles/bigquery.dataViewer": frozenset(),
+    "roles/bigquery.dataEditor": frozenset(),
+    "roles/bigquery.jobUser": frozenset(),
+    "roles/bigquery.user": frozenset(),
 }
 
 _CUSTOM_ROLE: Final = re.compile(r"^(projects|organizations)/[^/]+/roles/[^/]+$")

@@ -18,6 +18,7 @@ from policies import (
     iam,
     ingress,
     proxy,
+    runtimes,
     scheduler,
     secrets,
     stack,
@@ -328,9 +329,9 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     ),
     StackPolicy(
         "dedup-runtime-account-not-a-caller",
-        "The runtime account of the dedup function that runs job code is no caller of the "
-        "kit: not a Scheduler job's OIDC identity, not in any function's "
-        "DEDUP_ALLOWED_CALLERS, not an invoker of a function of the kit.",
+        "The runtime account of a function that runs job code (the dedup function, each "
+        "runtime's) is no caller of the kit: not a Scheduler job's OIDC identity, not in any "
+        "function's DEDUP_ALLOWED_CALLERS, not an invoker of a function of the kit.",
         MANDATORY,
         accounts.runtime_account_not_a_caller,
     ),
@@ -362,6 +363,67 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         accounts.accounts_not_impersonable,
     ),
     StackPolicy(
+        "dedup-runtime-own-database-only",
+        "The account of a function that runs job code (each runtime's, labelled kit-runtime, "
+        "and the stack's default function) may read, write, export or import Firestore "
+        "entities (roles/datastore.user, datastore.viewer, datastore.owner, "
+        "datastore.importExportAdmin, custom roles with datastore.entities.*) of no database "
+        "of the kit but its own (its DEDUP_DATABASE): not another runtime's, the dedup "
+        "database, the proxy's or the watchdog's, and not on the project, a folder or the "
+        "organization without a condition naming its own database. Else its job code could "
+        "make another runtime's run execute twice or never.",
+        MANDATORY,
+        runtimes.own_database_only,
+    ),
+    StackPolicy(
+        "dedup-runtime-no-kit-resources",
+        "The account of a function that runs job code holds nothing on the kit's own "
+        "resources, on them or on their project, folder or organization, judged by what the "
+        "role allows: no secretmanager.versions.access or secret admin permission on the "
+        "proxy's token secret; no cloudtasks.* permission on the watchdog's deliveries "
+        "queue; no iam.serviceAccounts.actAs, token minting, key creation or setIamPolicy "
+        "on any account of the kit (invoker, watchdog, proxy, build, runtime accounts); no "
+        "run.routes.invoke, cloudfunctions.functions.invoke or setIamPolicy on any function "
+        "of the kit; no storage object write or bucket admin on the kit's buckets (the "
+        "functions' source). A role the pack does not know, granted on one of those "
+        "resources, fails too.",
+        MANDATORY,
+        runtimes.reaches_no_kit_resource,
+    ),
+    StackPolicy(
+        "dedup-secret-readers-declared",
+        "An account of the kit may read a secret (secretmanager.versions.access: "
+        "roles/secretmanager.secretAccessor, secretmanager.admin, custom roles) only if "
+        "every function of the kit running as it declares the secret "
+        "(serviceConfig.secretEnvironmentVariables or secretVolumes: a runtime's "
+        "`secrets`), and never on a whole project, folder or organization; the proxy's "
+        "accounts read its token secret. An accessor grant on a secret another runtime "
+        "declared, or to the invoker, watchdog or build account, fails.",
+        MANDATORY,
+        secrets.secret_readers_declared,
+    ),
+    StackPolicy(
+        "dedup-accounts-no-basic-roles",
+        "No account of the kit (one its functions run as or build with, its Scheduler jobs "
+        "send tokens of, or the stack declares) may hold a basic role (roles/owner, "
+        "roles/editor, roles/viewer) on anything: grant the predefined role it needs on the "
+        "one resource. Judged apart from iam-no-primitive-roles, so the kit's accounts stay "
+        "covered when a stack relaxes that one.",
+        MANDATORY,
+        accounts.no_basic_roles,
+    ),
+    StackPolicy(
+        "dedup-runtime-no-project-grants",
+        "A role granted to the account of a function that runs job code on its project, a "
+        "folder or the organization (a runtime's `grants` entry with `project: true`) "
+        "reaches every resource there, present and future, other runtimes' and the kit's "
+        "among them: grant it on the bucket, dataset, topic or secret instead. A Firestore "
+        "role conditioned to one database (how the kit grants a runtime its own; Firestore "
+        "roles are granted on the project) is not flagged.",
+        ADVISORY,
+        runtimes.no_project_grants,
+    ),
+    StackPolicy(
         "iam-custom-roles-resolved",
         "A custom role granted on the project, folder or organization must be declared in "
         "the stack (else what it allows is unknown), and must not hold run.routes.invoke, "
@@ -381,8 +443,9 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "dedup-watchdog-least-privilege",
         "The run watchdog's service account may hold only roles/datastore.user on the dedup "
         "database (it reads the records and writes its cursors and re-run queue there) and, "
-        "in a stack with the proxy, roles/datastore.viewer on the proxy's database (it reads "
-        "the proxy's records), each conditioned to that one database.",
+        "in a stack with the proxy or runtimes, roles/datastore.viewer on the proxy's and "
+        "each runtime's database (it reads their records), each conditioned to that one "
+        "database.",
         MANDATORY,
         watchdog.least_privilege,
     ),

@@ -1,7 +1,8 @@
-"""Policies on the proxy's token secret (infra/dedup_proxy.py): whoever reads it computes
-any future run's token, so only the proxy and the declared token secret readers
-(`tokenSecretReaders`, the downstream guards) may read it, and it never travels as a plain
-environment variable.
+"""Policies on secrets: the proxy's token secret (infra/dedup_proxy.py), which only the
+proxy and the declared token secret readers (`tokenSecretReaders`, the downstream guards)
+may read and which never travels as a plain environment variable, since whoever reads it
+computes any future run's token; and every secret an account of the kit reads, which a
+function running as it must declare.
 
 The token secret is the secret the proxy's DEDUP_TOKEN_SECRET secret environment variable
 names (serviceConfig.secretEnvironmentVariables). A reader is any member holding a role
@@ -11,13 +12,19 @@ folder or the organization without a condition naming another secret. The declar
 readers are the service accounts the proxy's component grants roles/secretmanager.
 secretAccessor on the secret (the program declares one grant per `tokenSecretReaders`
 entry there).
+
+A runtime's secrets (infra/job_runtime.py) are the ones its function declares
+(serviceConfig.secretEnvironmentVariables[].secret, secretVolumes[].secret); the program
+grants its account roles/secretmanager.secretAccessor on each. An account of the kit
+(a runtime's, the default function's, the invoker, the watchdog, the build account...)
+that may read a secret no function running as it declares lets job code read another
+runtime's secret (dedup-secret-readers-declared).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 from policies.facts import StackFacts, stack_facts
 from policies.gcp import (
@@ -32,79 +39,21 @@ from policies.gcp import (
 from policies.grants import (
     PRIMITIVE_ROLES,
     SECRET_ACCESSOR,
-    Grant,
-    is_hierarchy_level,
-    level_name,
     role_permissions,
 )
-from policies.kit_resources import in_proxy_component
+from policies.kit_resources import (
+    TOKEN_SECRET_ENV,
+    Secret,
+    declared_secrets,
+    in_proxy_component,
+    label,
+    same_secret,
+    token_secrets,
+)
 from policies.model import Finding, Resource
 from policies.permissions import SECRET_ACCESS
-from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known_str
-
-TOKEN_SECRET_ENV: Final = "DEDUP_TOKEN_SECRET"
-"""function/dedup/proxy/tokens.py reads the token secret from this variable."""
-_ONE_SECRET: Final = re.compile(
-    r"""\s*resource\.name\s*==\s*(["'])projects/([^/"']+)/secrets/([^/"']+)\1\s*"""
-)
-
-Secret = tuple[str | None, str]
-"""(project or None if not known, secret ID)."""
-
-
-def _secret_of(value: str, project: str | None) -> Secret:
-    """`projects/P/secrets/S` or `S` (in `project`)."""
-    if value.startswith("projects/") and "/secrets/" in value:
-        return value.split("/")[1], value.rsplit("/secrets/", 1)[1].split("/")[0]
-    return project, value
-
-
-def _same(a: Secret, b: Secret) -> bool:
-    return a[1] == b[1] and (a[0] is None or b[0] is None or a[0] == b[0])
-
-
-def token_secrets(proxy: Resource) -> list[Secret]:
-    """The secrets the proxy's DEDUP_TOKEN_SECRET secret environment variable names."""
-    found: list[Secret] = []
-    project = known_str(get(proxy.props, "project"))
-    for entry in as_list(get(proxy.props, "serviceConfig", "secretEnvironmentVariables")) or []:
-        if get(entry, "key") != TOKEN_SECRET_ENV:
-            continue
-        secret = known_str(get(entry, "secret"))
-        if secret is not None:
-            found.append(_secret_of(secret, known_str(get(entry, "projectId")) or project))
-    return found
-
-
-def _grant_secret(resource: Resource) -> Secret | None:
-    secret = known_str(get(resource.props, "secretId"))
-    if secret is None:
-        return None
-    return _secret_of(secret, known_str(get(resource.props, "project")))
-
-
-def _reaches(resource: Resource, grant: Grant, secret: Secret) -> bool:
-    """The grant on `resource` reads `secret` (not judged, False, while unknown)."""
-    if resource.type.startswith(SECRET_IAM_PREFIX):
-        on = _grant_secret(resource)
-        return on is not None and _same(on, secret)
-    if not is_hierarchy_level(resource.type):
-        return False
-    if level_name(resource.type) == "project":
-        project = get(resource.props, "project")
-        if is_unknown(project):
-            return False
-        text = known_str(project)
-        if text is not None and secret[0] is not None and text != secret[0]:
-            return False
-    condition = grant.condition
-    if is_unknown(condition):
-        return False
-    expression = get(as_mapping(condition) or {}, "expression")
-    if is_unknown(expression):
-        return False
-    match = _ONE_SECRET.fullmatch(expression) if isinstance(expression, str) else None
-    return match is None or _same((match.group(2), match.group(3)), secret)
+from policies.reach import grant_secret, reaches_secret, secrets_reached
+from policies.values import MISSING, as_list, as_mapping, get, known_str
 
 
 def _declared_readers(facts: StackFacts, secret: Secret) -> set[str]:
@@ -113,8 +62,8 @@ def _declared_readers(facts: StackFacts, secret: Secret) -> set[str]:
     for resource, found in facts.granting:
         if not (in_proxy_component(resource) and resource.type.startswith(SECRET_IAM_PREFIX)):
             continue
-        on = _grant_secret(resource)
-        if on is None or not _same(on, secret):
+        on = grant_secret(resource)
+        if on is None or not same_secret(on, secret):
             continue
         for grant in found:
             if known_str(grant.role) != SECRET_ACCESSOR:
@@ -145,7 +94,7 @@ def token_secret_readers(resources: Sequence[Resource]) -> list[Finding]:
                         continue  # iam-no-primitive-roles blocks those
                     if SECRET_ACCESS not in (role_permissions(role, declared) or frozenset()):
                         continue
-                    if not _reaches(resource, grant, secret):
+                    if not reaches_secret(resource, grant, secret):
                         continue
                     for member in grant.members or []:
                         text = known_str(member)
@@ -162,6 +111,82 @@ def token_secret_readers(resources: Sequence[Resource]) -> list[Finding]:
                             "tokenSecretReaders instead",
                             resource.urn,
                         ))
+    return findings
+
+
+# --- dedup-secret-readers-declared ------------------------------------------------------
+
+
+def _undeclared_by(facts: StackFacts, email: str, secret: Secret) -> list[str] | None:
+    """Labels of the kit's functions running as `email` that do not declare `secret`, or
+    ["no function of the kit runs as it"]; None while one's secrets (or, for the latter,
+    some function's account) are not known."""
+    functions = [f for f in facts.running_as(email) if facts.is_kit_function(f)]
+    if not functions:
+        return None if facts.kit_function_account_unknown else [
+            "no function of the kit runs as it"]
+    missing: list[str] = []
+    for function in functions:
+        declared = facts.per_resource(declared_secrets, function)
+        if declared is None:
+            return None
+        if not any(same_secret(secret, d) for d in declared):
+            missing.append(f"{label(function)} does not declare it")
+    return missing
+
+
+def _proxy_token_readers(facts: StackFacts) -> dict[str, list[Secret]]:
+    """The proxy's own accounts -> its token secrets (the kit grants those itself)."""
+    found: dict[str, list[Secret]] = {}
+    for proxy in facts.proxy_functions:
+        for email in facts.own_account_emails(proxy):
+            found.setdefault(email, []).extend(token_secrets(proxy))
+    return found
+
+
+def secret_readers_declared(resources: Sequence[Resource]) -> list[Finding]:
+    """A secret is read (secretmanager.versions.access) by an account of the kit only if
+    every function of the kit running as it declares the secret (a secret environment
+    variable or volume); the proxy's accounts read its token secret. Not judged while a
+    function's secrets, a grant's member, project or condition are unknown."""
+    facts = stack_facts(resources)
+    declared = facts.custom_roles
+    token_readers = facts.derived(_proxy_token_readers)
+    findings: list[Finding] = []
+    for email in sorted(facts.kit_identities):
+        for resource, role, grant in facts.roles_held(email):
+            if role in PRIMITIVE_ROLES:
+                continue  # dedup-accounts-no-basic-roles reports those: one per grant
+            if SECRET_ACCESS not in (role_permissions(role, declared) or frozenset()):
+                continue
+            reached = secrets_reached(resource, grant)
+            if reached is None:
+                continue
+            if reached.secret is None:
+                findings.append(Finding(
+                    f"{email}, an account of the kit, holds {role} on {reached.where}: it "
+                    "reads every secret there (secretmanager.versions.access), other "
+                    "runtimes' among them: remove the grant; grant "
+                    f"{SECRET_ACCESSOR} on each secret a runtime declares (runtimes[].secrets)",
+                    resource.urn,
+                ))
+                continue
+            secret = reached.secret
+            if any(same_secret(secret, s) for s in token_readers.get(email, [])):
+                continue  # the proxy reads its own token secret
+            missing = _undeclared_by(facts, email, secret)
+            if not missing:
+                continue
+            findings.append(Finding(
+                f"{email}, an account of the kit, holds {role} (secretmanager.versions."
+                f"access) on secret {secret[1]!r}, but {'; '.join(missing)}: a secret is "
+                "read only by the runtimes that declare it (serviceConfig."
+                "secretEnvironmentVariables / secretVolumes: a runtime's `secrets`), else "
+                "job code, or whoever holds the account's tokens, reads another runtime's "
+                "secret: remove the grant, or declare the secret in the runtime that reads "
+                "it (the program then grants it)",
+                resource.urn,
+            ))
     return findings
 
 

@@ -1,7 +1,7 @@
 """Stack policy for the run watchdog's account: it holds no more than
 `roles/datastore.user` conditioned to its own database (its DEDUP_WATCH_DATABASE: its
 cursors and the re-run queue) and `roles/datastore.viewer` conditioned to the databases of
-run records it reads (its DEDUP_DATABASE, the proxy's).
+run records it reads (its DEDUP_DATABASE, the proxy's, each runtime's).
 
 The watchdog (policies/kit_resources.py) reads the run records and writes only its cursors
 and the re-run requests' status, in a database of its own: job code can write the dedup
@@ -49,7 +49,8 @@ SA_USER: Final = "roles/iam.serviceAccountUser"
 
 ALLOWED_TEXT: Final = (
     f"{DATASTORE_USER} on its own database (DEDUP_WATCH_DATABASE), {DATASTORE_VIEWER} on "
-    "the dedup and the proxy's database, each conditioned to that one database; when it "
+    "the dedup, the proxy's and each runtime's database, each conditioned to that one "
+    "database; when it "
     "delivers runs, run.invoker on the "
     f"kit's services, {TASKS_ENQUEUER} on the queue its DEDUP_WATCH_QUEUE names and "
     f"{SA_USER} on its own account"
@@ -72,25 +73,24 @@ def _own_queue_grant(watchdog: Resource, grant: Resource, role: str, email: str)
 
 
 def _viewer_problem(
-    named: Any, proxies: Sequence[Resource], records: RecordsDatabase | None
+    named: Any, others: Sequence[RecordsDatabase | None], records: RecordsDatabase | None
 ) -> str | None:
     """Why the watchdog's roles/datastore.viewer, conditioned to database `named`, reads
-    neither its DEDUP_DATABASE's records nor a proxy's; None if it does, or is not known
-    yet."""
+    neither its DEDUP_DATABASE's records nor those of a proxy or a runtime (`others`, their
+    databases, None while not known); None if it does, or is not known yet."""
     if records is not None and isinstance(named, str) and records.named_by(named):
         return None  # the dedup function's records
-    if not proxies:
+    if not others:
         return (
-            f"{DATASTORE_VIEWER} is granted but the stack has no proxy, whose records it "
-            "reads: remove it"
+            f"{DATASTORE_VIEWER} is granted but the stack has no proxy or runtime, whose "
+            "records it reads: remove it"
         )
-    databases = [records_database(p) for p in proxies]
-    if not isinstance(named, str) or any(d is None or d.named_by(named) for d in databases):
+    if not isinstance(named, str) or any(d is None or d.named_by(named) for d in others):
         return None
     return (
-        f"{DATASTORE_VIEWER} names database {named!r}, which is no proxy's database "
-        f"({', '.join(str(d) for d in databases)}): remove it, or set its condition to the "
-        "proxy's database"
+        f"{DATASTORE_VIEWER} names database {named!r}, which is no proxy's or runtime's "
+        f"database ({', '.join(str(d) for d in others)}): remove it, or set its condition "
+        "to the database of the records it reads"
     )
 
 
@@ -112,13 +112,15 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
     """The watchdog's account holds roles/datastore.user on its own database (its cursors
     and re-run queue live there: DEDUP_WATCH_DATABASE; without one, DEDUP_DATABASE) and
     roles/datastore.viewer on the databases of run records it reads (its DEDUP_DATABASE,
-    the proxy's), each conditioned to one database, and nothing else; a watchdog that
-    delivers runs also roles/run.invoker on Cloud Run services (one service each:
+    the proxy's, each runtime's), each conditioned to one database, and nothing else; a
+    watchdog that delivers runs also roles/run.invoker on Cloud Run services (one service each:
     iam-no-project-level-invoker covers the rest). Which databases the roles name:
     dedup-database-writers and dedup-proxy-own-database."""
     findings: list[Finding] = []
     facts = stack_facts(resources)
-    proxies = facts.proxy_functions
+    # The other databases of run records it reads: the proxies' and the runtimes'.
+    others = [records_database(p) for p in facts.proxy_functions] + [
+        r.database for r in facts.runtimes]
     for watchdog in facts.watchdog_functions:
         email = runtime_email(watchdog)
         if email is None:
@@ -158,7 +160,9 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
             problem = single_database_problem(role, grant.condition, database)
             named = condition_database(grant.condition)
             if problem is None and viewer:
-                problem = _viewer_problem(named, proxies, records)
+                besides = [d for d in others
+                           if d is None or records is None or not d.same_as(records)]
+                problem = _viewer_problem(named, besides, records)
             elif problem is None:
                 problem = _user_problem(named, own)
             if problem is not None:

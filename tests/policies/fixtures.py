@@ -512,7 +512,7 @@ def proxy_watchdog_stack() -> list[Resource]:
     ]
 
 
-def _as_preview(resources: Iterable[Resource]) -> list[Resource]:
+def as_preview(resources: Iterable[Resource]) -> list[Resource]:
     """Outputs of resources created in the same update are unknown at a first preview."""
     previewed = []
     for r in resources:
@@ -535,7 +535,7 @@ def _as_preview(resources: Iterable[Resource]) -> list[Resource]:
             props = patch(props, "notificationChannels", [U])  # the channels' IDs
         elif r.type in (
             RUN_SERVICE_IAM_MEMBER, PROJECT_IAM_MEMBER, RUN_JOB_IAM_MEMBER, TOPIC_IAM_MEMBER,
-            SECRET_IAM_MEMBER,
+            SECRET_IAM_MEMBER, BUCKET_IAM_MEMBER,
         ):
             props = patch(props, "member", U)
             if str(props.get("role", "")).startswith("projects/"):
@@ -546,19 +546,19 @@ def _as_preview(resources: Iterable[Resource]) -> list[Resource]:
 
 def preview_stack() -> list[Resource]:
     """kit_stack as a first preview sees it: outputs of new resources are unknown."""
-    return _as_preview(kit_stack())
+    return as_preview(kit_stack())
 
 
 def preview_proxy_stack() -> list[Resource]:
-    return _as_preview(proxy_stack())
+    return as_preview(proxy_stack())
 
 
 def preview_watchdog_stack() -> list[Resource]:
-    return _as_preview(watchdog_stack())
+    return as_preview(watchdog_stack())
 
 
 def preview_proxy_watchdog_stack() -> list[Resource]:
-    return _as_preview(proxy_watchdog_stack())
+    return as_preview(proxy_watchdog_stack())
 
 
 def replace(

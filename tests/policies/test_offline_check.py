@@ -31,6 +31,7 @@ from tests.stacks import FIXTURE_STACKS_DIR, fixture_stack_file
 ROOT = Path(__file__).resolve().parents[2]
 DEV = fixture_stack_file("dev")
 PROD = fixture_stack_file("prod")
+RETAIL = fixture_stack_file("retail")
 
 JOB = "gcp:cloudscheduler/job:Job"
 FUNCTION = "gcp:cloudfunctionsv2/function:Function"
@@ -62,15 +63,29 @@ def run_main(*args: str) -> tuple[int, str]:
 
 def test_stack_files_are_found() -> None:
     found = offline_check.stack_files(FIXTURE_STACKS_DIR)
-    assert [p.name for p in found] == ["Pulumi.dev.yaml", "Pulumi.prod.yaml"]
+    assert [p.name for p in found] == ["Pulumi.dev.yaml", "Pulumi.prod.yaml",
+                                       "Pulumi.retail.yaml"]
 
 
 def test_kit_stacks_pass_with_no_mandatory_violation() -> None:
-    code, output = run_main("--stack-file", str(DEV), "--stack-file", str(PROD))
+    code, output = run_main("--stack-file", str(DEV), "--stack-file", str(PROD),
+                            "--stack-file", str(RETAIL))
     assert code == 0, output
     assert "stack dev (examples/stacks/Pulumi.dev.yaml): " in output
     assert "stack prod (examples/stacks/Pulumi.prod.yaml): " in output
     assert "0 mandatory violation(s), 0 stack(s) not checkable" in output
+
+
+def test_the_retail_stack_passes_the_whole_pack_with_its_runtimes() -> None:
+    """The issue's example (three jobs, two runtimes with a secret, a bucket grant and VPC
+    egress, a watchdog that delivers to a runtime): no mandatory violation, and the only
+    advisories are its jobs' DST changes; the pack sees both runtimes."""
+    report = offline_check.check_stack_file(RETAIL)
+    assert {v.policy for v in report.violations} == {"scheduler-job-dst-change"}, report
+    functions = [r for r in offline_check.declare(RETAIL)
+                 if r.type == "gcp:cloudfunctionsv2/function:Function"]
+    assert sorted(f.props.get("labels", {}).get("kit-runtime", "") for f in functions) == [
+        "", "", "", "export", "sync"]
 
 
 # The one violation the kit's stacks carry: dev's heartbeat is at-most-once by design (no
@@ -392,6 +407,7 @@ BROKEN: list[Broken] = [
         "primitive role (program)",
         "iam-no-primitive-roles",
         program=_project_member("roles/editor"),
+        also=frozenset({"dedup-accounts-no-basic-roles"}),  # an account the stack declares
     ),
     Broken(
         "project-level serviceAccountUser (program)",
@@ -485,7 +501,7 @@ BROKEN: list[Broken] = [
         "proxy account with roles/editor (program)",
         "iam-no-primitive-roles",
         program=_proxy_member("roles/editor"),
-        also=frozenset({"dedup-proxy-least-privilege"}),
+        also=frozenset({"dedup-proxy-least-privilege", "dedup-accounts-no-basic-roles"}),
         stack=PROD,
     ),
     Broken(
@@ -511,6 +527,8 @@ BROKEN: list[Broken] = [
         "proxy account with a role no target needs (program)",
         "dedup-proxy-least-privilege",
         program=_proxy_member("roles/secretmanager.secretAccessor"),
+        # it reads every secret of the project, runtimes' among them
+        also=frozenset({"dedup-secret-readers-declared"}),
         stack=PROD,
     ),
     Broken(
@@ -548,6 +566,8 @@ BROKEN: list[Broken] = [
             d, "dedup-runtime-datastore-user", "condition.expression",
             f'resource.name == "projects/{PROD_PROJECT}/databases/scheduler-dedup-proxy"',
         ),
+        # and job code reads or writes no records but its own function's
+        also=frozenset({"dedup-runtime-own-database-only"}),
         stack=PROD,
     ),
     Broken(
@@ -696,10 +716,13 @@ def test_advisory_violation_is_printed_but_does_not_fail(
     code, output = run_main("--stack-file", str(DEV))
     assert "[advisory] iam-datastore-user-single-database: " in output
     # Unconditioned on the project, the runtime account (job code) writes the watchdog's
-    # own database too (its cursors, the re-run queue): that is mandatory (issue 25).
+    # own database too (its cursors, the re-run queue): that is mandatory (issue 25), and
+    # it reaches records beyond its own function's (issue 35).
     mandatory = [line for line in output.splitlines() if "[mandatory]" in line]
     assert code == offline_check.EXIT_VIOLATIONS and mandatory == [
         "  [mandatory] dedup-database-writers: dedup-runtime-datastore-user "
+        "(gcp:projects/iAMMember:IAMMember)",
+        "  [mandatory] dedup-runtime-own-database-only: dedup-runtime-datastore-user "
         "(gcp:projects/iAMMember:IAMMember)"], output
 
 
@@ -785,3 +808,56 @@ def test_bad_policy_config_is_an_error(tmp_path: Path) -> None:
 
 def test_levels_are_only_the_known_ones() -> None:
     assert {e.value for e in Enforcement} == {"mandatory", "advisory", "disabled"}
+
+
+# --- runtimes, as the program declares them (the retail example) -------------------------
+
+RETAIL_PROJECT = "acme-retail-prod"
+RETAIL_DB = 'resource.name == "projects/acme-retail-prod/databases/{}"'
+EXPORT_MEMBER = f"serviceAccount:retail-export@{RETAIL_PROJECT}.iam.gserviceaccount.com"
+
+
+@pytest.fixture(scope="module")
+def retail_declared() -> list[DeclaredResource]:
+    """retail has two runtimes: sync (a secret, VPC egress) and export (a bucket grant)."""
+    return list(run_offline(load_stack_config(RETAIL), stack="retail").resources)
+
+
+@pytest.mark.parametrize(
+    ("mutation", "fired"),
+    [
+        pytest.param(
+            lambda d: mutate_named(d, "runtime-sync-datastore-user", "condition.expression",
+                                   RETAIL_DB.format("retail")),
+            {"dedup-runtime-own-database-only", "dedup-database-writers"},
+            id="sync-writes-the-dedup-database"),
+        pytest.param(
+            lambda d: mutate_named(d, "runtime-sync-datastore-user", "condition.expression",
+                                   RETAIL_DB.format("retail-export")),
+            {"dedup-runtime-own-database-only", "dedup-database-writers"},
+            id="sync-writes-exports-database"),
+        pytest.param(
+            lambda d: mutate_named(d, "runtime-sync-reads-inventory-api-token", "member",
+                                   EXPORT_MEMBER),
+            {"dedup-secret-readers-declared"},
+            id="export-reads-the-secret-sync-declared"),
+        pytest.param(
+            lambda d: mutate_named(d, "runtime-export-grant-0", "bucket",
+                                   f"{RETAIL_PROJECT}-retail-source"),
+            {"dedup-runtime-no-kit-resources"},
+            id="export-writes-the-source-bucket"),
+        pytest.param(
+            lambda d: mutate_named(d, "runtime-export-grant-0", "role", "roles/editor"),
+            {"dedup-accounts-no-basic-roles", "iam-no-primitive-roles"},
+            id="export-holds-a-basic-role"),
+    ],
+)
+def test_a_runtime_reaching_beyond_its_own_is_caught(
+    mutation: Mutation, fired: set[str], retail_declared: list[DeclaredResource],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The runtime policies read the program's own resources (labels, accounts, databases,
+    secrets, grants), not only the fixtures'."""
+    monkeypatch.setattr(offline_check, "declare", lambda _path: mutation(list(retail_declared)))
+    report = offline_check.check_stack_file(RETAIL)
+    assert {v.policy for v in mandatory(report.violations)} == fired, report

@@ -30,6 +30,7 @@ from tests.policies.fixtures import (
     without_named,
 )
 from tests.policies.round_two_cases import ROUND_TWO_CASES
+from tests.policies.runtime_cases import RUNTIME_CASES
 
 ALL_CASES: dict[str, list[Case]] = {
     name: [
@@ -37,8 +38,11 @@ ALL_CASES: dict[str, list[Case]] = {
         *STACK_CASES.get(name, []),
         *BYPASS_CASES.get(name, []),
         *ROUND_TWO_CASES.get(name, []),
+        *RUNTIME_CASES.get(name, []),
     ]
-    for name in sorted({*RESOURCE_CASES, *STACK_CASES, *BYPASS_CASES, *ROUND_TWO_CASES})
+    for name in sorted(
+        {*RESOURCE_CASES, *STACK_CASES, *BYPASS_CASES, *ROUND_TWO_CASES, *RUNTIME_CASES}
+    )
 }
 
 

@@ -16,13 +16,18 @@ import pytest
 from pulumi_policy import proxy
 
 from policies.evaluate import evaluate, mandatory
+from policies.facts import StackFacts
+from policies.kit_resources import job_targets
 from policies.model import Resource
 from policies.registry import ALL_POLICIES
 from policies.values import UNKNOWN_SENTINELS, UNKNOWN_STRING
 from tests.policies.bypass_cases import BYPASS_CASES
 from tests.policies.cases import RESOURCE_CASES, STACK_CASES
 from tests.policies.fixtures import (
+    FUNCTION_URL,
+    PROJECT,
     PROXY_SA,
+    REGION,
     kit_stack,
     preview_proxy_stack,
     preview_proxy_watchdog_stack,
@@ -34,6 +39,14 @@ from tests.policies.fixtures import (
 )
 from tests.policies.fixtures import U as U_
 from tests.policies.round_two_cases import ROUND_TWO_CASES
+from tests.policies.runtime_cases import RUNTIME_CASES
+from tests.policies.runtime_fixtures import (
+    preview_runtime_proxy_watchdog_stack,
+    preview_runtime_stack,
+    runtime_delivering_stack,
+    runtime_proxy_watchdog_stack,
+    runtime_stack,
+)
 
 Path = tuple[str | int, ...]
 
@@ -127,6 +140,7 @@ def test_any_single_unknown_in_the_kit_stack_is_not_a_violation() -> None:
             *STACK_CASES.values(),
             *BYPASS_CASES.values(),
             *ROUND_TWO_CASES.values(),
+            *RUNTIME_CASES.values(),
         )
         for c in cases
     ],
@@ -195,4 +209,53 @@ def test_a_proxy_violation_survives_unknowns_elsewhere() -> None:
         )
     )
     found = sorted(v.policy for v in mandatory(evaluate(resources)))
-    assert found == ["dedup-proxy-least-privilege", "iam-no-primitive-roles"]
+    assert found == ["dedup-accounts-no-basic-roles", "dedup-proxy-least-privilege",
+                     "iam-no-primitive-roles"]
+
+
+def test_runtime_stacks_have_no_violation() -> None:
+    """A compliant stack with runtimes passes the whole pack, advisories included: each
+    runtime's function, account, database, datastore grant, secrets and their accessor
+    grants, a grant on a team bucket; beside the proxy and the watchdog, which reads
+    every runtime's database."""
+    assert evaluate(runtime_stack()) == []
+    assert evaluate(preview_runtime_stack()) == []
+    assert evaluate(runtime_proxy_watchdog_stack()) == []
+    assert evaluate(preview_runtime_proxy_watchdog_stack()) == []
+    assert evaluate(runtime_delivering_stack()) == []
+
+
+def test_any_single_unknown_in_the_runtime_stack_is_not_a_violation() -> None:
+    checked = 0
+    for label, resources in variants(runtime_stack()):
+        found = evaluate(resources)
+        assert found == [], (label, found)
+        checked += 1
+    assert checked > 300
+
+
+def test_the_url_index_finds_what_job_targets_finds() -> None:
+    """facts' index of the functions by URL answers as the pairwise job_targets would, for
+    every fixture (known, unknown and odd URIs, functions with and without URLs)."""
+    odd = [f"{FUNCTION_URL}/", f"{FUNCTION_URL}/run?x=1", f"{FUNCTION_URL}?a",
+           f"{FUNCTION_URL}-proxy", f"{FUNCTION_URL}x/", "https://example.com/",
+           f"https://{REGION}-{PROJECT}.cloudfunctions.net/scheduler-dedup", "", 3]
+    without_urls = replace(runtime_stack(), "gcp:cloudfunctionsv2/function:Function",
+                           "serviceConfig.uri", U_)
+    stacks = [runtime_proxy_watchdog_stack(), preview_runtime_proxy_watchdog_stack(),
+              *(replace(stack, "gcp:cloudscheduler/job:Job", "httpTarget.uri", uri)
+                for uri in odd for stack in (runtime_stack(), without_urls)),
+              *(c.resources for cases in (*STACK_CASES.values(), *BYPASS_CASES.values(),
+                                          *ROUND_TWO_CASES.values(), *RUNTIME_CASES.values())
+                for c in cases)]
+    compared = 0
+    for resources in stacks:
+        facts = StackFacts(resources)
+        for job in facts.scheduler_jobs:
+            pairwise = [f for f in facts.dedup_functions if job_targets(job, f)]
+            assert list(facts.functions_targeted(job)) == pairwise, job.name
+            compared += 1
+        for function in facts.dedup_functions:
+            assert list(facts.jobs_targeting(function)) == [
+                j for j in facts.scheduler_jobs if job_targets(j, function)]
+    assert compared > 500
