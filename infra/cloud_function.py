@@ -87,15 +87,10 @@ class FunctionBase:
 @dataclass(frozen=True)
 class FunctionNetwork:
     """A function's VPC egress, as its serviceConfig takes it: a Serverless VPC Access
-    connector with its egress setting, or Direct VPC egress (both are settings of Cloud Run
-    functions' serviceConfig)."""
+    connector with its egress setting."""
 
     vpc_connector: str | None = None
     vpc_connector_egress_settings: str | None = None
-    direct_vpc_egress: str | None = None
-    direct_vpc_network_interfaces: (
-        list[gcp.cloudfunctionsv2.FunctionServiceConfigDirectVpcNetworkInterfaceArgs] | None
-    ) = None
 
 
 def network_settings(network: FunctionNetwork | None) -> dict[str, Any]:

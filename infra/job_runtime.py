@@ -29,7 +29,6 @@ from infra.cloud_function import (
     declare_function,
     declare_source,
     grant_database_user,
-    grant_invoker,
 )
 from infra.config import DedupSettings, GrantSettings, RuntimeSettings, StackConfig
 from infra.config.runtimes import EGRESS
@@ -189,13 +188,6 @@ class JobRuntime(pulumi.ComponentResource):
             network=function_network(runtime, project=project, region=args.region),
         )
         self.function, self.function_uri, self.service_name, self.invoker_binding = declared
-        # Direct VPC egress is authorised by run.invoker for the function's own account
-        # (https://cloud.google.com/functions/docs/running/direct-vpc): on its own service
-        # only, whose DEDUP_ALLOWED_CALLERS still refuses that account's tokens.
-        self.direct_vpc_invoker = grant_invoker(
-            f"{name}-direct-vpc-invoker", parent=self, project=project, region=args.region,
-            service_name=self.service_name, member=member,
-        ) if runtime.network is not None and runtime.network.direct_vpc is not None else None
         self.register_outputs({
             "functionUri": self.function_uri,
             "serviceAccount": self.account.email,
@@ -239,20 +231,11 @@ def function_network(
     network = runtime.network
     if network is None:
         return None
-    egress = EGRESS[network.egress]
-    if network.vpc_connector is not None:
-        connector = network.vpc_connector
-        if not connector.startswith("projects/"):
-            connector = f"projects/{project}/locations/{region}/connectors/{connector}"
-        return FunctionNetwork(vpc_connector=connector, vpc_connector_egress_settings=egress)
-    assert network.direct_vpc is not None
-    direct = network.direct_vpc
-    return FunctionNetwork(
-        direct_vpc_egress=f"VPC_EGRESS_{egress}",
-        direct_vpc_network_interfaces=[
-            gcp.cloudfunctionsv2.FunctionServiceConfigDirectVpcNetworkInterfaceArgs(
-                network=direct.network, subnetwork=direct.subnetwork,
-                tags=list(direct.tags) or None)])
+    connector = network.vpc_connector
+    if not connector.startswith("projects/"):
+        connector = f"projects/{project}/locations/{region}/connectors/{connector}"
+    return FunctionNetwork(vpc_connector=connector,
+                           vpc_connector_egress_settings=EGRESS[network.egress])
 
 
 def declare_grant(

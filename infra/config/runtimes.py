@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import ClassVar, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -50,7 +50,7 @@ BASIC_ROLES: Final = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
 ROLE: Final = (r"^(roles/[A-Za-z0-9_.]+|(projects|organizations)/[A-Za-z0-9_.:-]+/roles/"
                r"[A-Za-z0-9_.]+)$")
 EGRESS: Final = {"privateRangesOnly": "PRIVATE_RANGES_ONLY", "allTraffic": "ALL_TRAFFIC"}
-"""`network.egress` -> the connector's egress setting (Direct VPC's is `VPC_EGRESS_` + it)."""
+"""`network.egress` -> the connector's egress setting."""
 CONNECTOR: Final = re.compile(r"^(projects/[a-z][a-z0-9-]+/locations/[a-z0-9-]+/connectors/)?"
                               r"[a-z][a-z0-9-]{0,23}[a-z0-9]$")
 
@@ -190,56 +190,44 @@ class GrantSettings(ConfigModel):
         return kind, "" if kind == "project" else str(getattr(self, kind))
 
 
-class DirectVpcSettings(ConfigModel):
-    """Direct VPC egress: the function's instances get addresses in a subnet."""
-
-    setting_of: ClassVar[str] = "a directVpc setting"
-    network: str | None = Field(default=None, description="The VPC network (name or "
-                                "`projects/<p>/global/networks/<n>`)")
-    subnetwork: str | None = Field(default=None, description="The subnet in gcp:region the "
-                                   "instances take addresses from")
-    tags: tuple[str, ...] = Field(default=(), description="Network tags (firewall rules)")
-
-    @model_validator(mode="after")
-    def _network_or_subnet(self) -> DirectVpcSettings:
-        if not (self.network or self.subnetwork):
-            raise invalid("names neither network nor subnetwork", "give the network, the "
-                          "subnetwork, or both", "network")
-        return self
+DIRECT_VPC_KEY: Final = "directVpc"
+DIRECT_VPC_REFUSED: Final = (
+    "Direct VPC egress is not offered: Google authorises it by roles/run.invoker for the "
+    "function's own account (https://cloud.google.com/functions/docs/running/direct-vpc), and "
+    "an account that runs job code and may invoke a function of the kit is what the policy "
+    "pack refuses (dedup-runtime-account-not-a-caller): job code could mint its tokens",
+    "use vpcConnector, a Serverless VPC Access connector, which needs no such grant")
 
 
 class NetworkSettings(ConfigModel):
-    """VPC egress of the runtime's function: a connector, or Direct VPC egress."""
+    """VPC egress of the runtime's function, through a Serverless VPC Access connector."""
 
     setting_of: ClassVar[str] = "a network setting"
-    vpc_connector: str | None = Field(
-        default=None, description="A Serverless VPC Access connector: its name in gcp:region "
-        "or `projects/<p>/locations/<r>/connectors/<c>`; not with directVpc",
+    vpc_connector: str = Field(
+        description="A Serverless VPC Access connector: its name (the one of that name in "
+        "gcp:project and gcp:region) or `projects/<p>/locations/<r>/connectors/<c>`",
         json_schema_extra=Hint("a connector", "use a connector name or its full name "
                                "projects/<p>/locations/<r>/connectors/<c>"))
-    direct_vpc: DirectVpcSettings | None = Field(default=None, description="Direct VPC "
-                                                 "egress; not with vpcConnector")
     egress: Literal["privateRangesOnly", "allTraffic"] = Field(
-        default="privateRangesOnly", description="Which traffic goes through the VPC: "
+        default="privateRangesOnly", description="Which traffic goes through the connector: "
         "`privateRangesOnly` (internal addresses) or `allTraffic`",
         json_schema_extra=Hint("an egress setting", "use 'privateRangesOnly' or 'allTraffic'"))
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_direct_vpc(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and DIRECT_VPC_KEY in raw:
+            raise invalid(*DIRECT_VPC_REFUSED, DIRECT_VPC_KEY)
+        return raw
+
     @field_validator("vpc_connector")
     @classmethod
-    def _a_connector(cls, connector: str | None) -> str | None:
-        if connector is not None and not CONNECTOR.match(connector):
+    def _a_connector(cls, connector: str) -> str:
+        if not CONNECTOR.match(connector):
             raise invalid(f"{connector!r} is not a connector", "use a connector name (2-25 "
                           "lowercase letters, digits or '-') or "
                           "projects/<p>/locations/<r>/connectors/<c>")
         return connector
-
-    @model_validator(mode="after")
-    def _one_path(self) -> NetworkSettings:
-        if (self.vpc_connector is None) == (self.direct_vpc is None):
-            raise invalid("gives both vpcConnector and directVpc" if self.vpc_connector
-                          else "gives neither vpcConnector nor directVpc", "give exactly one",
-                          "vpcConnector")
-        return self
 
 
 class RuntimeSettings(ConfigModel):

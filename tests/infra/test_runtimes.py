@@ -146,13 +146,11 @@ def test_the_watchdog_covers_every_runtimes_jobs(retail: StackUnderTest) -> None
         "environmentVariables"]["DEDUP_ALLOWED_CALLERS"]
 
 
-def test_a_runtime_with_file_secrets_direct_vpc_and_other_grants(tmp_path: Path) -> None:
+def test_a_runtime_with_file_secrets_and_other_grants(tmp_path: Path) -> None:
     def change(raw: dict[str, Any]) -> None:
         sync = raw["scheduler-dedup:runtimes"][0]
         sync["secrets"] = [{"secret": "inventory-cert", "path": "/secrets/cert/client.pem",
                             "version": "4"}]
-        sync["network"] = {"directVpc": {"network": "retail-vpc", "subnetwork": "retail-west",
-                                         "tags": ["jobs"]}, "egress": "allTraffic"}
         sync["grants"] = [
             {"role": "roles/bigquery.dataEditor", "dataset": "analytics-prod.inventory"},
             {"role": "roles/pubsub.publisher", "topic": "stock-changes"},
@@ -164,15 +162,7 @@ def test_a_runtime_with_file_secrets_direct_vpc_and_other_grants(tmp_path: Path)
     assert sync["secretVolumes"] == [{
         "mountPath": "/secrets/cert", "projectId": "acme-retail-prod", "secret": "inventory-cert",
         "versions": [{"path": "client.pem", "version": "4"}]}]
-    assert sync["directVpcNetworkInterfaces"] == [
-        {"network": "retail-vpc", "subnetwork": "retail-west", "tags": ["jobs"]}]
-    assert sync["directVpcEgress"] == "VPC_EGRESS_ALL_TRAFFIC"
-    assert "vpcConnector" not in sync
-    # Direct VPC egress wants run.invoker for the function's account: on its own service.
-    own = stack.run.by_name("runtime-sync-direct-vpc-invoker")
-    assert (own.props["role"], own.props["member"], own.props["name"]) == (
-        "roles/run.invoker", member(stack, "sync"),
-        stack.runtime_function("sync").outputs["serviceConfig"]["service"])
+    assert not sync.get("secretEnvironmentVariables")
     who = member(stack, "sync")
     [dataset] = stack.all("gcp:bigquery/datasetIamMember:DatasetIamMember")
     assert (dataset.props["project"], dataset.props["datasetId"], dataset.props["member"]) == (
@@ -181,6 +171,8 @@ def test_a_runtime_with_file_secrets_direct_vpc_and_other_grants(tmp_path: Path)
     assert (topic.props["topic"], topic.props["project"]) == ("stock-changes", "acme-retail-prod")
     assert [g.props["role"] for g in stack.all(PROJECT_IAM) if g.props["member"] == who] == [
         "roles/datastore.user", "roles/cloudtrace.agent"]
+    [reader] = [g for g in stack.all(SECRET_IAM) if g.props["secretId"] == "inventory-cert"]
+    assert reader.props["member"] == who
 
 
 def test_every_function_of_the_stack_is_accounted_for(retail: StackUnderTest) -> None:

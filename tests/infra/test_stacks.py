@@ -154,9 +154,7 @@ def runtime_counts(cfg: StackConfig) -> Counter[str]:
     for runtime in cfg.runtimes:
         counts.update({RUNTIME_COMPONENT: 1, ACCOUNT: 1, DATABASE: 1, FIELD: 2,
                        PROJECT_IAM: 1 + int(cfg.watchdog.enabled), OBJECT: 1, FUNCTION: 1,
-                       RUN_IAM: 1 + int(cfg.watchdog_delivers_to(runtime=runtime.name))
-                       + int(runtime.network is not None and runtime.network.direct_vpc
-                             is not None),  # its own account's, for Direct VPC egress
+                       RUN_IAM: 1 + int(cfg.watchdog_delivers_to(runtime=runtime.name)),
                        SLEEP: 1, GRANT_TYPES["secret"]: len(runtime.secret_ids)})
         counts.update(GRANT_TYPES[grant.target[0]] for grant in runtime.grants)
     return counts
