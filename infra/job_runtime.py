@@ -31,14 +31,13 @@ from infra.cloud_function import (
     grant_database_user,
 )
 from infra.config import DedupSettings, GrantSettings, RuntimeSettings, StackConfig
-from infra.config.runtimes import EGRESS
+from infra.config.runtimes import EGRESS, SECRET_ACCESSOR_ROLE
 from infra.dedup_service import ENTRY_POINT, dedup_environment
 from infra.iam_wait import wait_for_iam
 from infra.records_database import declare_records_database
 from infra.source import JOB_ROUTES_TABLE
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:JobRuntime"
-ROLE_SECRET_ACCESSOR: Final = "roles/secretmanager.secretAccessor"
 RUNTIME_LABEL: Final = "kit-runtime"
 """The label naming a runtime's function: the policy pack finds runtimes by it."""
 
@@ -144,7 +143,7 @@ class JobRuntime(pulumi.ComponentResource):
                 f"{name}-reads-{secret}",
                 project=project,
                 secret_id=secret,
-                role=ROLE_SECRET_ACCESSOR,
+                role=SECRET_ACCESSOR_ROLE,
                 member=member,
                 opts=pulumi.ResourceOptions(parent=self),
             )

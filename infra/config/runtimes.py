@@ -46,6 +46,7 @@ SECRET_VERSION: Final = r"^(latest|[1-9][0-9]*)$"
 FORBIDDEN_MOUNTS: Final = ("/workspace", "/dev", "/proc", "/sys", "/etc", "/usr", "/bin",
                            "/lib", "/tmp")
 GRANT_TARGETS: Final = ("bucket", "dataset", "topic", "secret", "project")
+SECRET_ACCESSOR_ROLE: Final = "roles/secretmanager.secretAccessor"
 BASIC_ROLES: Final = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
 ROLE: Final = (r"^(roles/[A-Za-z0-9_.]+|(projects|organizations)/[A-Za-z0-9_.:-]+/roles/"
                r"[A-Za-z0-9_.]+)$")
@@ -181,6 +182,12 @@ class GrantSettings(ConfigModel):
             raise invalid(f"names {' and '.join(named) if named else 'no resource'}",
                           "give exactly one of " + ", ".join(GRANT_TARGETS[:-1])
                           + " or project: true", "role")
+        if self.secret and self.role == SECRET_ACCESSOR_ROLE:
+            raise invalid(f"reads secret {self.secret!r} through a grant, which gives the "
+                          "runtime its value with no variable or file to find it in (and "
+                          "policy dedup-secret-readers-declared refuses a reader that does "
+                          "not declare the secret)", f"declare it under secrets instead: "
+                          f"{{secret: {self.secret}, env: <NAME>}}", "role")
         return self
 
     @property

@@ -156,6 +156,9 @@ CASES: list[tuple[str, Callable[[Config], object], str, str]] = [
      "runtimes[0].grants[1].role", "basic role"),
     ("grant on two resources", runtime(lambda r: r["grants"][0].update(topic="t-events")),
      "runtimes[0].grants[0].role", "bucket and topic"),
+    ("a secret read through a grant", runtime(lambda r: r["grants"].append(
+        {"role": "roles/secretmanager.secretAccessor", "secret": "api-token"})),
+     "runtimes[0].grants[1].role", "declare it under secrets"),
     ("grant on nothing", runtime(lambda r: r["grants"][0].pop("bucket")),
      "runtimes[0].grants[0].role", "no resource"),
     ("Direct VPC egress", runtime(lambda r: r["network"].update(directVpc={"network": "n"})),
