@@ -115,8 +115,11 @@ class DedupServiceArgs:
                 cfg.watchdog_email if cfg.watchdog_delivers_to(proxied=False) else None
             ),
             runtime_apis=runtime_apis(cfg),
-            job_modules=(tuple(sorted({r.split(":", 1)[0] for r in cfg.job_routes().values()}))
-                         if cfg.runtimes else None),
+            # Its jobs' modules and defaultJobLogic's, which it imports at start when it
+            # has no job of its own (dedup.job_logic).
+            job_modules=(tuple(sorted({r.split(":", 1)[0] for r in [
+                *cfg.job_routes().values(), cfg.dedup.default_job_logic]}))
+                if cfg.runtimes else None),
         )
 
     # Resource names derived from the prefix (all within Google's length limits, see

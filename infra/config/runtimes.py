@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Any, ClassVar, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from infra.config.errors import ProblemList, did_you_mean, invalid
 from infra.config.fields import Bool, ConfigModel, Hint
@@ -43,8 +43,11 @@ SECRET_ID: Final = r"^[A-Za-z0-9_-]{1,255}$"
 SECRET_VERSION: Final = r"^(latest|[1-9][0-9]*)$"
 # Where a secret file may not be mounted: the mount shadows its whole folder, and these
 # hold the function's code (/workspace) or the system's.
-FORBIDDEN_MOUNTS: Final = ("/workspace", "/dev", "/proc", "/sys", "/etc", "/usr", "/bin",
-                           "/lib", "/tmp")
+# (/layers and /cnb: the buildpacks' Python, packages and launcher; /cloudsql, /pod and
+# /var/log: Cloud Run's own mounts.)
+FORBIDDEN_MOUNTS: Final = ("/workspace", "/layers", "/cnb", "/dev", "/proc", "/sys", "/etc",
+                           "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+                           "/tmp", "/var/log", "/cloudsql", "/pod")
 GRANT_TARGETS: Final = ("bucket", "dataset", "topic", "secret", "project")
 SECRET_ACCESSOR_ROLE: Final = "roles/secretmanager.secretAccessor"
 BASIC_ROLES: Final = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
@@ -54,6 +57,11 @@ EGRESS: Final = {"privateRangesOnly": "PRIVATE_RANGES_ONLY", "allTraffic": "ALL_
 """`network.egress` -> the connector's egress setting."""
 CONNECTOR: Final = re.compile(r"^(projects/[a-z][a-z0-9-]+/locations/[a-z0-9-]+/connectors/)?"
                               r"[a-z][a-z0-9-]{0,23}[a-z0-9]$")
+
+
+def _version_text(version: Any) -> Any:
+    """A version number written unquoted (`version: 3`) is that version."""
+    return str(version) if isinstance(version, int) and not isinstance(version, bool) else version
 
 
 def env_name_problem(name: str) -> tuple[str, str] | None:
@@ -95,8 +103,9 @@ class SecretSettings(ConfigModel):
         "its folder holds no other file; not with env",
         json_schema_extra=Hint("an absolute file path", "use a path like "
                                "/secrets/<name>/<file>"))
-    version: str = Field(default="latest", pattern=SECRET_VERSION, description="`latest` or "
-                         "a version number (as text, e.g. \"3\") to pin",
+    version: Annotated[str, BeforeValidator(_version_text)] = Field(
+        default="latest", pattern=SECRET_VERSION, description="`latest` or "
+                         "a version number (e.g. 3) to pin",
                          json_schema_extra=Hint("a secret version", "use 'latest' or a "
                                                 "version number such as '3'"))
 
@@ -112,6 +121,9 @@ class SecretSettings(ConfigModel):
     def _a_mountable_path(cls, path: str | None) -> str | None:
         if path is None:
             return None
+        if path.endswith("/"):
+            raise invalid(f"{path!r} names a folder, not a file", "give the file's path, e.g. "
+                          "/secrets/api/token")
         folder = posixpath.dirname(posixpath.normpath(path))
         if folder == "/" or ".." in path.split("/"):
             raise invalid(f"{path!r} would mount the secret's folder at {folder!r}",
@@ -298,11 +310,21 @@ class RuntimeSettings(ConfigModel):
                 seen_env.setdefault(secret.env, index)
             else:
                 folder = secret.mount_folder
-                if folder in folders:
-                    problems.add(("secrets", index, "path"), f"is in {folder!r}, the folder "
-                                 f"of secrets[{folders[folder]}]: a mount takes its whole "
-                                 "folder", "give each file secret a folder of its own")
+                # A mount hides its whole folder, and the folders below it.
+                other = next((f for f in folders if folder == f or folder.startswith(f"{f}/")
+                              or f.startswith(f"{folder}/")), None)
+                if other is not None:
+                    problems.add(("secrets", index, "path"), f"is in {folder!r}, which overlaps"
+                                 f" {other!r}, the folder of secrets[{folders[other]}]: a mount "
+                                 "takes its whole folder", "give each file secret a folder of "
+                                 "its own, neither inside the other")
                 folders.setdefault(folder, index)
+        for name in self.demo_settings:
+            if name in seen_env:
+                problems.add(("demoSettings", name), f"is also secrets[{seen_env[name]}]'s "
+                             "variable, which the demo gives from the local secrets file",
+                             "remove it from demoSettings (put the local value in the local "
+                             "secrets file) or use another name")
         problems.raise_any()
         return self
 
@@ -332,12 +354,16 @@ def runtimes_in_stack(
     name_prefix: str,
     database: str,
     store_timeout_seconds: int,
+    project: str,
+    region: str,
     problems: ProblemList,
 ) -> tuple[RuntimeSettings, ...]:
     """The rules across the stack's runtimes and jobs (`job_runtimes`: each job's runtime, by
     index), added to `problems`; and the runtimes with their resources filled in (each unset
     key the stack's), which the stack keeps."""
     known = [runtime.name for runtime in runtimes]
+    declared = {secret: runtime.name for runtime in runtimes for secret in runtime.secret_ids}
+    token_secret = f"{name_prefix}-token-secret"  # the proxy's (infra/dedup_proxy.py)
     first: dict[str, int] = {}
     filled: list[RuntimeSettings] = []
     for index, runtime in enumerate(runtimes):
@@ -361,6 +387,27 @@ def runtimes_in_stack(
             problems.add((*at, "name"), f"no job runs in runtime {runtime.name!r}, which would "
                          "deploy a function, an account and a database for nothing",
                          f"set `runtime: {runtime.name}` on its jobs, or remove the runtime")
+        for number, grant in enumerate(runtime.grants):
+            kind, target = grant.target
+            owner = declared.get(target) if kind == "secret" else None
+            if owner is not None and target not in runtime.secret_ids:
+                problems.add((*at, "grants", number, "secret"), f"{target!r} is runtime "
+                             f"{owner!r}'s secret: a role on it would let this runtime's job "
+                             "code change, replace or read what that runtime reads",
+                             f"leave it to runtime {owner!r}; declare it under this "
+                             "runtime's secrets if both must read it")
+            elif kind == "secret" and target == token_secret:
+                problems.add((*at, "grants", number, "secret"), f"{target!r} is the proxy's "
+                             "token secret, which signs the downstream guard's tokens",
+                             "remove the grant (tokenSecretReaders names the downstream "
+                             "services that check tokens)")
+        connector = runtime.network.vpc_connector if runtime.network else ""
+        if connector.startswith("projects/") and not connector.startswith(
+                f"projects/{project}/locations/{region}/"):
+            problems.add((*at, "network", "vpcConnector"), f"{connector!r} is not in gcp:project "
+                         f"{project!r} and gcp:region {region!r}: a function reaches a "
+                         "connector of its own region", "name a connector of the stack's "
+                         "project and region (or its name alone)")
         own_keys = runtime.resources.model_dump(by_alias=True, exclude_unset=True) \
             if runtime.resources is not None else {}
         try:

@@ -166,7 +166,8 @@ class StackConfig(ConfigModel):
         runtimes = runtimes_in_stack(
             self.runtimes, stack_function=self.function,
             job_runtimes=[job.runtime for job in self.jobs], name_prefix=prefix,
-            database=database or prefix, store_timeout_seconds=store_timeout, problems=problems)
+            database=database or prefix, store_timeout_seconds=store_timeout,
+            project=self.project, region=self.region, problems=problems)
         # A runtime job's function is its runtime's: its timeout bounds the job's deadline.
         timeouts = {runtime.name: runtime.function.timeout_seconds for runtime in runtimes}
         first_index: dict[str, int] = {}

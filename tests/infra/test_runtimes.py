@@ -190,3 +190,16 @@ def test_a_connector_named_alone_is_the_stacks_projects_and_regions(tmp_path: Pa
     assert sync["vpcConnector"] == (
         "projects/acme-retail-prod/locations/us-west1/connectors/retail-internal")
     assert sync["vpcConnectorEgressSettings"] == "ALL_TRAFFIC"
+
+
+def test_the_default_functions_archive_carries_the_default_job_logic(tmp_path: Path) -> None:
+    """With every job in a runtime (or the proxy), the dedup function has no job of its
+    own and imports defaultJobLogic at start: its archive must carry that module."""
+    from infra.dedup_service import DedupServiceArgs
+
+    raw = copy.deepcopy(load_stack_config("retail", FIXTURE_STACKS_DIR))
+    raw["scheduler-dedup:defaultJobLogic"] = "jobs.fallback:run"
+    args = DedupServiceArgs.from_config(load_config(raw), source_dir=tmp_path,
+                                        build_dir=tmp_path)
+    assert args.job_routes == {}
+    assert args.job_modules == ("jobs.fallback",)

@@ -159,6 +159,27 @@ CASES: list[tuple[str, Callable[[Config], object], str, str]] = [
     ("a secret read through a grant", runtime(lambda r: r["grants"].append(
         {"role": "roles/secretmanager.secretAccessor", "secret": "api-token"})),
      "runtimes[0].grants[1].role", "declare it under secrets"),
+    ("a grant on another runtime's secret", lambda c: (
+        c[RUNTIMES].append({"name": "export", "grants": [
+            {"role": "roles/secretmanager.secretVersionAdder", "secret": "api-token"}]}),
+        c[JOBS][1].update(runtime="export")),
+     "runtimes[1].grants[0].secret", "runtime 'sync''s secret"),
+    ("a grant on the token secret", runtime(lambda r: r["grants"].append(
+        {"role": "roles/secretmanager.viewer", "secret": "retail-token-secret"})),
+     "runtimes[0].grants[1].secret", "token secret"),
+    ("a connector of another region", runtime(lambda r: r["network"].update(
+        vpcConnector="projects/acme-retail-test/locations/europe-west1/connectors/c1")),
+     "runtimes[0].network.vpcConnector", "its own region"),
+    ("a demo setting that is a secret's", runtime(lambda r: r.update(
+        demoSettings={"API_TOKEN": "x"})), "runtimes[0].demoSettings.API_TOKEN",
+     "local secrets file"),
+    ("nested secret folders", runtime(lambda r: r.update(secrets=[
+        {"secret": "a", "path": "/secrets/a/token"}, {"secret": "b", "path": "/secrets/a/b/key"}])),
+     "runtimes[0].secrets[1].path", "neither inside the other"),
+    ("a folder as a secret's path", runtime(lambda r: r["secrets"][0].update(
+        env=None, path="/secrets/a/")), "runtimes[0].secrets[0].path", "names a folder"),
+    ("a secret over the loader", runtime(lambda r: r["secrets"][0].update(
+        env=None, path="/lib64/x")), "runtimes[0].secrets[0].path", "/lib64"),
     ("grant on nothing", runtime(lambda r: r["grants"][0].pop("bucket")),
      "runtimes[0].grants[0].role", "no resource"),
     ("Direct VPC egress", runtime(lambda r: r["network"].update(directVpc={"network": "n"})),
@@ -198,3 +219,9 @@ def test_a_stack_without_runtimes_has_none() -> None:
         entry.pop("runtime", None)
     cfg: StackConfig = load_config(raw)
     assert cfg.runtimes == () and all(cfg.runtime_of(j) is None for j in cfg.jobs)
+
+
+def test_a_secret_version_may_be_written_as_a_number() -> None:
+    raw = base()
+    raw[RUNTIMES][0]["secrets"][0]["version"] = 3
+    assert load_config(raw).runtimes[0].secrets[0].version == "3"
