@@ -11,10 +11,13 @@ table (StackConfig.job_routes), the identities it admits; but two things differ:
 - its secrets' values come from the team's local, git-ignored file
   `<stack dir>/<stack>.local-secrets.yaml`, a YAML mapping secret ID -> value, never from
   Secret Manager. An `env:` secret becomes that environment variable; a `path:` secret is
-  written to that file before the functions start (write_secret_files), and removed after.
+  written to that file before the functions start (write_secret_files), only where nothing
+  is (never over a file), with a marker beside it naming the process that wrote it, and
+  both are removed when they stop (remove_secret_files: exactly what it created).
 
-Everything is checked before anything is served (local_runtimes, write_secret_files): a
-missing file, a secret it lacks, a file that cannot be written, each a LocalSecretsError
+Everything is checked before anything is served (local_runtimes, check_secret_files): a
+missing file, a secret it lacks, a secret's file already there (yours, or one a killed
+demo left: its marker tells), a file that cannot be written, each a LocalSecretsError
 naming the file, the secret, the runtime and what needs it, and the fix. A value never
 appears in an error, a log line, a repr or the report: only secret IDs, variable names and
 paths do.
@@ -25,8 +28,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -43,6 +48,12 @@ LOCAL_SECRETS_SUFFIX: Final = ".local-secrets.yaml"
 EXAMPLE_JOBS: Final = "example_jobs."
 """The kit's own example job logic: jobs outside it run the team's code."""
 NEVER_COMMIT: Final = "it is git-ignored: never commit it"
+MARKER_SUFFIX: Final = ".written-by-demo"
+"""`<file>.written-by-demo`: beside each secret file the demo writes (secret_file_marker)."""
+MARKER_HEADER: Final = (
+    "# A secret file make demo / make serve wrote (scheduler-dedup, demo/local_runtimes.py);\n"
+    "# it removes the file and this marker when it stops. If the process below is gone\n"
+    "# (killed), remove both.\n")
 
 
 class LocalSecretsError(LocalStackError):
@@ -150,7 +161,8 @@ def served_runtimes(stack: Stack) -> tuple[RuntimeSettings, ...]:
 def local_runtimes(stack: Stack, secrets_file: Path | None = None) -> tuple[LocalRuntime, ...]:
     """The runtimes to serve for `stack`, each with its local secret values, read from
     `secrets_file` (default: the stack file's, local_secrets_file); LocalSecretsError when
-    a secret has none. Nothing is written or served yet."""
+    a secret has none, or its file cannot be written (check_secret_files). Nothing is
+    written or served yet."""
     runtimes = served_runtimes(stack)
     if not runtimes:
         return ()
@@ -167,7 +179,9 @@ def local_runtimes(stack: Stack, secrets_file: Path | None = None) -> tuple[Loca
                     "load_stack, or give the file")
             secrets_file = local_secrets_file(stack.source)
         values = read_local_secrets(secrets_file, needed)
-    return tuple(_local_runtime(cfg, runtime, values, secrets_file) for runtime in runtimes)
+    served = tuple(_local_runtime(cfg, runtime, values, secrets_file) for runtime in runtimes)
+    check_secret_files(served)
+    return served
 
 
 def _local_runtime(cfg: StackConfig, runtime: RuntimeSettings, values: Mapping[str, str],
@@ -230,39 +244,35 @@ def read_local_secrets(path: Path, needed: Sequence[NeededSecret]) -> dict[str, 
     return {need.secret: str(document[need.secret]) for need in needed}
 
 
+def secret_file_marker(path: str | Path) -> Path:
+    """The marker beside a secret file the demo wrote (`<file>.written-by-demo`): which
+    process wrote it, so that a file a killed demo left is told apart from one of yours."""
+    target = Path(path)
+    return target.with_name(target.name + MARKER_SUFFIX)
+
+
+def check_secret_files(runtimes: Sequence[LocalRuntime]) -> None:
+    """LocalSecretsError, before anything is written or served, when a `path:` secret
+    cannot be written where it is read: two runtimes give one path different values, or a
+    file (or its marker) is already there: the demo never writes over a file."""
+    occupied = [problem for secret in _file_secrets(runtimes).values()
+                if (problem := _occupied(secret.need)) is not None]
+    if occupied:
+        raise LocalSecretsError("; ".join(occupied))
+
+
 def write_secret_files(runtimes: Sequence[LocalRuntime]) -> list[Path]:
-    """Write each `path:` secret's local value to its file (mode 0600), before the
-    functions start; the files it created (remove_secret_files removes them). A folder
-    that cannot be created or a file that cannot be written: LocalSecretsError naming
-    the path and the fix. Two runtimes giving one path different values: the same."""
-    owners: dict[str, tuple[str, str]] = {}
-    for runtime in runtimes:
-        for path, value in runtime.secret_files.items():
-            other = owners.setdefault(path, (runtime.name, value))
-            if other[1] != value:
-                raise LocalSecretsError(
-                    f"runtimes {other[0]!r} and {runtime.name!r} both read a secret file at "
-                    f"{path}, with different secrets: locally they share one machine, so "
-                    "give one of them another path, or use `env:` for it")
+    """Write each `path:` secret's local value to its file (mode 0600), with its marker
+    beside it, before the functions start; only where nothing is (check_secret_files,
+    and each file created exclusively, so a file that appears meanwhile is not written
+    over either). The folders and files it created, in order: remove_secret_files
+    removes exactly those. A folder that cannot be created or a file that cannot be
+    written: LocalSecretsError naming the path and the fix, and nothing left behind."""
+    check_secret_files(runtimes)
     created: list[Path] = []
     try:
-        for path, (runtime_name, value) in owners.items():
-            target = Path(path)
-            existed = target.exists()
-            try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "w", encoding="utf-8") as out:
-                    out.write(value)
-            except OSError as exc:
-                raise LocalSecretsError(
-                    f"runtime {runtime_name!r} reads a secret as the file {path}, which "
-                    f"cannot be written here ({exc.strerror or type(exc).__name__}): create "
-                    f"the folder {target.parent} writable by you (e.g. `sudo mkdir -p "
-                    f"{target.parent} && sudo chown $USER {target.parent}`), or use `env:` "
-                    "for that secret") from None
-            if not existed:
-                created.append(target)
+        for need in _file_secrets(runtimes).values():
+            _write_secret_file(need, created)
     except BaseException:
         remove_secret_files(created)
         raise
@@ -270,10 +280,135 @@ def write_secret_files(runtimes: Sequence[LocalRuntime]) -> list[Path]:
 
 
 def remove_secret_files(created: Sequence[Path]) -> None:
-    """Remove the secret files write_secret_files created (not those it overwrote)."""
-    for path in created:
+    """Remove what write_secret_files created, newest first: each secret file before its
+    marker (a demo killed in between leaves a marker, which says whose it was), then
+    the folders it made, each only if empty."""
+    for path in reversed(created):
         with contextlib.suppress(OSError):
-            path.unlink()
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            else:
+                path.unlink()
+
+
+@dataclass(frozen=True)
+class _FileSecret:
+    """One `path:` secret's file to write: who reads it, and the value."""
+
+    need: NeededSecret
+    value: str = field(repr=False)
+
+    @property
+    def path(self) -> Path:
+        assert self.need.path is not None  # only `path:` secrets
+        return Path(self.need.path)
+
+
+def _file_secrets(runtimes: Sequence[LocalRuntime]) -> dict[str, _FileSecret]:
+    """Each `path:` secret's file (one per path; two runtimes reading one secret at one
+    path share it); LocalSecretsError when two give one path different values."""
+    files: dict[str, _FileSecret] = {}
+    for runtime in runtimes:
+        for need in runtime.secrets:
+            if need.path is None:
+                continue
+            other = files.setdefault(need.path, _FileSecret(need, runtime.secret_files[need.path]))
+            if other.value != runtime.secret_files[need.path]:
+                raise LocalSecretsError(
+                    f"runtimes {other.need.runtime!r} and {runtime.name!r} both read a secret "
+                    f"file at {need.path}, with different secrets: locally they share one "
+                    "machine, so give one of them another path, or use `env:` for it")
+    return files
+
+
+def _occupied(need: NeededSecret) -> str | None:
+    """Why the secret's file cannot be written (it, or its marker, is there), with the
+    fix; None when nothing is there."""
+    assert need.path is not None
+    path, marker = Path(need.path), secret_file_marker(need.path)
+    there = [p for p in (path, marker) if os.path.lexists(p)]
+    if not there:
+        return None
+    head = f"runtime {need.runtime!r} reads secret {need.secret!r} as the file {path}"
+    if marker not in there:
+        return (f"{head}, which already exists and is not a secret file a demo wrote (no "
+                f"{marker.name} beside it): make demo and make serve write a secret's file "
+                "only where nothing is, never over a file of yours, and remove it when they "
+                "stop. Move it aside while the demo runs, or give that secret another "
+                "`path:` (or use `env:` for it)")
+    remove = "rm " + " ".join(shlex.quote(str(p)) for p in there)
+    pid = _marker_pid(marker)
+    if pid is None:
+        return (f"{head}: a demo wrote {' and '.join(map(str, there))} (its marker is "
+                f"unreadable): if no make demo or make serve is running, remove it: `{remove}`")
+    if _process_running(pid):
+        return (f"{head}: a demo still running wrote it (process {pid}, says {marker}): "
+                "stop that one first (Ctrl-C; it removes its files when it stops)")
+    return (f"{head}: a demo that was killed (process {pid}, says {marker}; it is gone) "
+            f"left {' and '.join(map(str, there))} behind: remove it: `{remove}`")
+
+
+def _marker_pid(marker: Path) -> int | None:
+    """The process that wrote the marker, as it says; None when it cannot be read."""
+    try:
+        document = yaml.safe_load(marker.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    pid = document.get("pid") if isinstance(document, dict) else None
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+def _process_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether it exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, another user's
+        return True
+    return True
+
+
+def _write_secret_file(secret: _FileSecret, created: list[Path]) -> None:
+    """Its missing folders, its marker, then the file; each appended to `created` as soon
+    as it exists (the marker first, so the file is never there without it)."""
+    target, need = secret.path, secret.need
+    try:
+        _make_folders(target.parent, created)
+        _create(secret_file_marker(target), MARKER_HEADER + yaml.safe_dump({
+            "file": str(target), "runtime": need.runtime, "secret": need.secret,
+            "pid": os.getpid(), "written": datetime.now(UTC).isoformat(timespec="seconds"),
+        }, sort_keys=False), created)
+        _create(target, secret.value, created)
+    except FileExistsError:  # it appeared since check_secret_files
+        raise LocalSecretsError(_occupied(need) or f"{target}: appeared meanwhile") from None
+    except OSError as exc:
+        raise LocalSecretsError(
+            f"runtime {need.runtime!r} reads a secret as the file {target}, which cannot "
+            f"be written here ({exc.strerror or type(exc).__name__}): create the folder "
+            f"{target.parent} writable by you (e.g. `sudo mkdir -p {target.parent} && sudo "
+            f"chown $USER {target.parent}`), or use `env:` for that secret") from None
+
+
+def _make_folders(folder: Path, created: list[Path]) -> None:
+    """`folder` and its missing parents, outermost first; those it made go to `created`."""
+    missing: list[Path] = []
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:  # made meanwhile by someone else: not ours to remove
+            continue
+        created.append(path)
+
+
+def _create(path: Path, text: str, created: list[Path]) -> None:
+    """Create the file (mode 0600) with `text`; FileExistsError if anything is there."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    created.append(path)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
 
 
 @contextlib.contextmanager

@@ -173,7 +173,7 @@ class ServedStack:
         self._watchdog = None
         self._deliverer: ReplayDeliverer | None = None
         self._backfills: BackfillPacer | None = None  # built with the first tick
-        self._secret_files: list[Path] = []  # the `path:` secrets written, removed at stop
+        self._secret_files: list[Path] = []  # what write_secret_files created, removed at stop
 
     # -- start and stop ------------------------------------------------------------------
 
@@ -459,8 +459,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
         return 2
     workdir = Path(tempfile.mkdtemp(prefix="scheduler-serve-"))
     stop = threading.Event()
-    # Ctrl-C (SIGINT) and SIGTERM alike stop everything it started (its children included).
+    # Ctrl-C (SIGINT), SIGTERM and SIGHUP (its terminal closed) alike stop everything it
+    # started (its children included) and remove the secret files it wrote.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     try:
         with _firestore(args.firestore_host, log) as host, ServedStack(

@@ -29,9 +29,12 @@ from demo.local_runtimes import (
     LocalRuntime,
     LocalSecretsError,
     NeededSecret,
+    check_secret_files,
     local_runtimes,
     local_secrets_file,
     remove_secret_files,
+    secret_file_marker,
+    secret_files_written,
     team_code_warning,
     write_secret_files,
 )
@@ -62,6 +65,7 @@ SYNC_DATABASE = "retail-sync"  # <databaseName>-<runtime> of the retail stack (d
 def retail_copy(directory: Path, secrets: str | None = None, collection: str | None = None) -> Path:
     """The example retail stack file in `directory` (its records in `collection`, if
     given), with a local secrets file beside it holding `secrets` (none: no file)."""
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "Pulumi.retail.yaml"
     shutil.copy(fixture_stack_file("retail"), path)
     if collection is not None:
@@ -142,8 +146,11 @@ def test_a_file_secret_is_written_before_and_removed_after_or_named_when_it_cann
     path = tmp_path / "secrets" / "api" / "key"
     created = write_secret_files([file_runtime("sync", path, TOKEN)])
     assert path.read_text() == TOKEN and path.stat().st_mode & 0o777 == 0o600
+    marker = yaml.safe_load(secret_file_marker(path).read_text())
+    assert marker["pid"] == os.getpid() and marker["secret"] == "api-key"
+    assert TOKEN not in secret_file_marker(path).read_text()
     remove_secret_files(created)
-    assert not path.exists()
+    assert list(tmp_path.iterdir()) == []  # the file, its marker and the folders it made
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the secret's folder should be")
     with pytest.raises(LocalSecretsError) as raised:
@@ -154,7 +161,86 @@ def test_a_file_secret_is_written_before_and_removed_after_or_named_when_it_cann
     assert TOKEN not in message
     with pytest.raises(LocalSecretsError, match="both read a secret file at"):
         write_secret_files([file_runtime("a", path, "one"), file_runtime("b", path, "two")])
-    assert not path.exists()
+    assert list(tmp_path.iterdir()) == [blocked]
+
+
+def test_a_file_already_at_a_secret_path_is_a_named_error_and_left_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mine = tmp_path / "home" / ".bashrc"  # (the config refuses /tmp paths: not its stack)
+    mine.parent.mkdir()
+    mine.write_text("export PATH=...\n")
+    mine.chmod(0o644)
+    runtimes = (file_runtime("sync", tmp_path / "free" / "key", TOKEN),
+                file_runtime("export", mine, TOKEN))
+    with pytest.raises(LocalSecretsError) as raised:
+        check_secret_files(runtimes)  # what local_runtimes runs, before anything starts
+    message = str(raised.value)
+    assert message.startswith(
+        f"runtime 'export' reads secret 'api-key' as the file {mine}, which already exists "
+        "and is not a secret file a demo wrote (no .bashrc.written-by-demo beside it)")
+    assert "never over a file of yours" in message and "Move it aside" in message
+    built: list[object] = []
+    monkeypatch.setattr("demo.serve.LocalFunction", lambda *a, **k: built.append(a))
+    stack = load_stack(retail_copy(tmp_path / "stack", f"inventory-api-token: {TOKEN}\n"))
+    with pytest.raises(LocalSecretsError, match="already exists"):
+        ServedStack(stack, "127.0.0.1:1", workdir=tmp_path / "serve", runtimes=runtimes).start()
+    assert built == []  # nothing served
+    assert mine.read_text() == "export PATH=...\n" and mine.stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in mine.parent.iterdir()) == [".bashrc"]  # no marker either
+    assert not (tmp_path / "free").exists()  # nor the other runtime's file
+
+
+def test_a_secret_file_a_killed_demo_left_is_named_by_its_marker_with_the_fix(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "secrets" / "key"
+    write_secret_files([file_runtime("sync", path, TOKEN)])  # and never removed: "killed"
+    marker = secret_file_marker(path)
+    with pytest.raises(LocalSecretsError) as raised:  # its writer (this process) still runs
+        write_secret_files([file_runtime("sync", path, "another")])
+    assert f"a demo still running wrote it (process {os.getpid()}, says {marker})" in str(
+        raised.value)
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    document = yaml.safe_load(marker.read_text())
+    marker.write_text(yaml.safe_dump({**document, "pid": finished.pid}))
+    with pytest.raises(LocalSecretsError) as raised:
+        write_secret_files([file_runtime("sync", path, "another")])
+    message = str(raised.value)
+    assert f"a demo that was killed (process {finished.pid}, says {marker}; it is gone) " \
+        f"left {path} and {marker} behind: remove it: `rm {path} {marker}`" in message
+    assert path.read_text() == TOKEN and TOKEN not in message
+    path.unlink()  # killed between removing the file and its marker: the marker alone
+    with pytest.raises(LocalSecretsError, match=f"left {marker} behind: remove it: `rm {marker}`"):
+        write_secret_files([file_runtime("sync", path, "another")])
+    marker.unlink()  # the fix done: written again
+    remove_secret_files(write_secret_files([file_runtime("sync", path, "another")]))
+    assert not path.exists() and not marker.exists()
+
+
+def test_secret_files_are_removed_when_serving_fails_after_writing_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = tmp_path / "secrets" / "key"
+    runtimes = (file_runtime("sync", path, TOKEN),)
+    with pytest.raises(RuntimeError, match="the demo failed"), secret_files_written(runtimes):
+        assert path.read_text() == TOKEN
+        raise RuntimeError("the demo failed")  # make demo: its `with` block
+    assert list(tmp_path.iterdir()) == []
+    seen: list[str] = []
+
+    class FailingFunction:  # make serve: the function fails to start, the files written
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            seen.append(path.read_text())
+            raise RuntimeError("the function did not start")
+
+    monkeypatch.setattr("demo.serve.LocalFunction", FailingFunction)
+    stack = load_stack(retail_copy(tmp_path / "stack", f"inventory-api-token: {TOKEN}\n"))
+    with pytest.raises(RuntimeError, match="did not start"):
+        ServedStack(stack, "127.0.0.1:1", workdir=tmp_path / "serve", runtimes=runtimes).start()
+    assert seen == [TOKEN]
+    assert not (tmp_path / "secrets").exists()
 
 
 def test_the_command_stops_before_anything_starts_without_the_secrets_file(
