@@ -361,6 +361,19 @@ def role_permissions(role: str, declared: CustomRoles) -> frozenset[str] | None:
     return predefined_permissions(role)
 
 
+def role_not_known_yet(role: str, declared: CustomRoles) -> bool:
+    """What `role` allows is not known *yet*: a custom role whose permissions are not known
+    at this preview, or not declared while some custom role's name is not known (it may be
+    that one). Judged once known; any other role missing from the pack's table is unknown
+    for good."""
+    if not is_custom_role(role):
+        return False
+    if role not in declared.permissions:
+        return declared.unnamed
+    listed = declared.permissions[role]
+    return is_unknown(listed) or any(is_unknown(p) for p in as_list(listed) or [])
+
+
 def holds(members: list[Any] | None, email: str) -> bool:
     """`serviceAccount:<email>` is among the (known) members."""
     for member in members or []:

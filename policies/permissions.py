@@ -6,8 +6,8 @@ in for a role a policy forbids. Only the permissions the policies ask about are 
 
 Source: Google Cloud's IAM roles and permissions reference
 (https://cloud.google.com/iam/docs/roles-permissions, per service: run, iam,
-resourcemanager, cloudfunctions, datastore, cloudbuild, workflows, pubsub, cloudtasks,
-storage, secretmanager) and
+resourcemanager, cloudfunctions, datastore (the Firestore page), firebase, firebaserules,
+cloudbuild, workflows, pubsub, cloudtasks, cloudscheduler, storage, secretmanager) and
 https://cloud.google.com/iam/docs/service-account-permissions for the service account
 roles. Re-check there when adding a role; a role missing here is "unknown" to the pack.
 """
@@ -89,10 +89,48 @@ SECRET_ACCESS: Final = "secretmanager.versions.access"
 ACT_AS: Final = "iam.serviceAccounts.actAs"
 
 DATASTORE_READ: Final = frozenset({"datastore.entities.get", "datastore.entities.list"})
-DATASTORE_BULK: Final = frozenset({"datastore.databases.export", "datastore.databases.import"})
-RECORDS_ACCESS: Final = DATASTORE_WRITE | DATASTORE_READ | DATASTORE_BULK
-"""Reading or writing a Firestore database's entities, one by one or in bulk (run records,
-on any database of the project unless conditioned to one)."""
+DATASTORE_EXPORT_IMPORT: Final = frozenset(
+    {"datastore.databases.export", "datastore.databases.import"}
+)
+DATASTORE_BULK: Final = DATASTORE_EXPORT_IMPORT | {
+    "datastore.databases.bulkDelete",
+    "datastore.databases.clone",
+}
+"""A database's entities in bulk: export, import, bulk delete, clone (a copy read elsewhere)."""
+DATASTORE_DATABASE_ADMIN: Final = frozenset(
+    {"datastore.databases.delete", "datastore.databases.update"}
+)
+"""Deleting a database (every record in it) or changing its settings."""
+RECORDS_ACCESS: Final = DATASTORE_WRITE | DATASTORE_READ | DATASTORE_BULK | DATASTORE_DATABASE_ADMIN
+"""Reading, writing or deleting a Firestore database's entities, one by one or in bulk, or
+the database itself (run records, on any database of the project unless conditioned to
+one; https://cloud.google.com/iam/docs/roles-permissions/firestore)."""
+
+SCHEDULER_JOBS: Final = frozenset(
+    {
+        "cloudscheduler.jobs.run",
+        "cloudscheduler.jobs.pause",
+        "cloudscheduler.jobs.enable",
+        "cloudscheduler.jobs.delete",
+        "cloudscheduler.jobs.update",
+        "cloudscheduler.jobs.create",
+    }
+)
+"""Running a Cloud Scheduler job now, pausing or resuming it (resume takes `enable`),
+deleting, rewriting or creating one. Scheduler's roles are granted on the project only
+(https://cloud.google.com/iam/docs/roles-permissions/cloudscheduler: "Lowest-level
+resources where you can grant this role: Project"), so these reach every job there."""
+
+FUNCTION_CHANGES: Final = frozenset(
+    {
+        "run.services.delete",
+        "run.services.update",
+        "cloudfunctions.functions.delete",
+        "cloudfunctions.functions.update",
+    }
+)
+"""Deleting or redeploying a function (its Cloud Run service: another image, account or
+settings)."""
 
 SECRET_ADMIN: Final = frozenset(
     {
@@ -142,9 +180,13 @@ STORAGE_WRITE: Final = frozenset(
 """Writing a bucket's objects (a function's source archive), or its settings and IAM policy
 (https://cloud.google.com/iam/docs/roles-permissions/storage)."""
 
-_RUN_ALL: Final = frozenset(
-    {RUN_INVOKE, "run.services.setIamPolicy", "run.jobs.setIamPolicy", "run.jobs.run",
-     "run.jobs.runWithOverrides"}
+_RUN_SERVICES_CHANGE: Final = frozenset({"run.services.delete", "run.services.update"})
+_RUN_DEVELOP: Final = frozenset(
+    {RUN_INVOKE, "run.jobs.run", "run.jobs.runWithOverrides"}
+) | _RUN_SERVICES_CHANGE
+_RUN_ALL: Final = _RUN_DEVELOP | {"run.services.setIamPolicy", "run.jobs.setIamPolicy"}
+_FUNCTIONS_DEVELOP: Final = frozenset(
+    {FUNCTIONS_INVOKE, "cloudfunctions.functions.delete", "cloudfunctions.functions.update"}
 )
 _TOKEN_CREATOR: Final = frozenset(
     {
@@ -175,10 +217,14 @@ ROLE_PERMISSIONS: Final[Mapping[str, frozenset[str]]] = {
     | SECRET_ADMIN
     | CLOUD_TASKS
     | STORAGE_WRITE
+    | SCHEDULER_JOBS
+    | FUNCTION_CHANGES
     | {SECRET_ACCESS},
     "roles/editor": INVOKE
     | RECORDS_ACCESS
     | START_TARGETS
+    | SCHEDULER_JOBS
+    | FUNCTION_CHANGES
     | (SECRET_ADMIN - {"secretmanager.secrets.setIamPolicy"})
     | (CLOUD_TASKS - {"cloudtasks.queues.setIamPolicy"})
     | (STORAGE_WRITE - {"storage.objects.setIamPolicy", "storage.buckets.setIamPolicy"})
@@ -186,7 +232,7 @@ ROLE_PERMISSIONS: Final[Mapping[str, frozenset[str]]] = {
     "roles/viewer": DATASTORE_READ,
     # Cloud Run
     "roles/run.admin": _RUN_ALL,
-    "roles/run.developer": frozenset({RUN_INVOKE, "run.jobs.run", "run.jobs.runWithOverrides"}),
+    "roles/run.developer": _RUN_DEVELOP,
     "roles/run.invoker": frozenset({RUN_INVOKE, "run.jobs.run"}),
     "roles/run.servicesInvoker": frozenset({RUN_INVOKE}),
     "roles/run.jobsExecutor": frozenset({"run.jobs.run"}),
@@ -207,23 +253,51 @@ ROLE_PERMISSIONS: Final[Mapping[str, frozenset[str]]] = {
         {"resourcemanager.organizations.setIamPolicy", "resourcemanager.projects.setIamPolicy",
          "resourcemanager.folders.setIamPolicy"}
     ),
-    "roles/iam.securityAdmin": SET_IAM | {"iam.serviceAccounts.setIamPolicy"},
+    # Security Admin gets and sets any IAM policy: a secret's, a queue's, a bucket's too.
+    "roles/iam.securityAdmin": SET_IAM
+    | {"iam.serviceAccounts.setIamPolicy", "secretmanager.secrets.setIamPolicy",
+       "cloudtasks.queues.setIamPolicy", "storage.buckets.setIamPolicy",
+       "storage.objects.setIamPolicy"},
     # Custom roles (https://cloud.google.com/iam/docs/roles-permissions/iam).
     "roles/iam.roleAdmin": ROLE_ADMIN,
     "roles/iam.organizationRoleAdmin": ROLE_ADMIN,
     "roles/iam.roleViewer": frozenset(),
-    # Cloud Functions (1st gen invoke; 2nd gen functions are invoked through Cloud Run)
-    "roles/cloudfunctions.admin": frozenset(
-        {FUNCTIONS_INVOKE, "cloudfunctions.functions.setIamPolicy"}
-    ),
-    "roles/cloudfunctions.developer": frozenset({FUNCTIONS_INVOKE}),
+    # Cloud Functions (1st gen invoke; 2nd gen functions are Cloud Run services, and the
+    # admin and developer roles carry Cloud Run's permissions too:
+    # https://cloud.google.com/functions/docs/reference/iam/roles)
+    "roles/cloudfunctions.admin": _FUNCTIONS_DEVELOP
+    | _RUN_ALL
+    | {"cloudfunctions.functions.setIamPolicy"},
+    "roles/cloudfunctions.developer": _FUNCTIONS_DEVELOP | _RUN_DEVELOP,
     "roles/cloudfunctions.invoker": frozenset({FUNCTIONS_INVOKE}),
     "roles/cloudfunctions.viewer": frozenset(),
-    # Firestore / Datastore
+    # Firestore / Datastore (https://cloud.google.com/iam/docs/roles-permissions/firestore):
+    # Owner and Admin hold datastore.* (bulk delete, clone, delete and update included).
     "roles/datastore.user": _DATASTORE_ALL,
     "roles/datastore.owner": RECORDS_ACCESS,
+    "roles/datastore.admin": RECORDS_ACCESS,
     "roles/datastore.viewer": DATASTORE_READ,
-    "roles/datastore.importExportAdmin": DATASTORE_BULK,
+    "roles/datastore.importExportAdmin": DATASTORE_EXPORT_IMPORT,
+    "roles/datastore.bulkAdmin": frozenset({"datastore.databases.bulkDelete"}),
+    "roles/datastore.cloneAdmin": frozenset({"datastore.databases.clone"}),
+    # Firebase (https://cloud.google.com/iam/docs/roles-permissions/firebaserules and
+    # .../firebase): Rules System reads and writes every database's entities, objects, and
+    # publishes; Firebase Admin and Develop Admin hold Firestore's database and entity
+    # permissions, Cloud Functions' and Cloud Run's (invoke, update, delete, IAM) and
+    # Cloud Storage's.
+    "roles/firebaserules.system": _DATASTORE_ALL
+    | _STORAGE_OBJECTS
+    | {"pubsub.topics.publish"},
+    "roles/firebase.admin": RECORDS_ACCESS
+    | _FUNCTIONS_DEVELOP
+    | _RUN_ALL
+    | STORAGE_WRITE
+    | {"cloudfunctions.functions.setIamPolicy"},
+    "roles/firebase.developAdmin": RECORDS_ACCESS
+    | _FUNCTIONS_DEVELOP
+    | _RUN_ALL
+    | STORAGE_WRITE
+    | {"cloudfunctions.functions.setIamPolicy"},
     # Cloud Build
     "roles/cloudbuild.builds.editor": frozenset({"cloudbuild.builds.create"}),
     "roles/cloudbuild.builds.builder": frozenset(
@@ -257,6 +331,11 @@ ROLE_PERMISSIONS: Final[Mapping[str, frozenset[str]]] = {
     ),
     "roles/cloudtasks.editor": CLOUD_TASKS - {"cloudtasks.queues.setIamPolicy"},
     "roles/cloudtasks.admin": CLOUD_TASKS,
+    # Cloud Scheduler (https://cloud.google.com/iam/docs/roles-permissions/cloudscheduler),
+    # granted on the project only.
+    "roles/cloudscheduler.admin": SCHEDULER_JOBS,
+    "roles/cloudscheduler.jobRunner": frozenset({"cloudscheduler.jobs.run"}),
+    "roles/cloudscheduler.viewer": frozenset(),
     # What the kit itself grants besides the above (infra/): none sensitive.
     "roles/logging.logWriter": frozenset(),
     "roles/artifactregistry.writer": frozenset(),
@@ -287,6 +366,7 @@ ROLE_PERMISSIONS: Final[Mapping[str, frozenset[str]]] = {
         {"secretmanager.versions.add", "secretmanager.versions.enable",
          "secretmanager.versions.disable", "secretmanager.versions.destroy"}
     ),
+    "roles/secretmanager.editor": SECRET_ADMIN - {"secretmanager.secrets.setIamPolicy"},
     "roles/secretmanager.viewer": frozenset(),
     "roles/monitoring.metricWriter": frozenset(),
     # What teams grant their runtimes' accounts on their own resources besides the above

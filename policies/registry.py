@@ -153,7 +153,8 @@ RESOURCE_POLICIES: Final[tuple[ResourcePolicy | ResourceGraphPolicy, ...]] = (
         "iam-known-roles-at-hierarchy-level",
         "A predefined role granted on the project, folder or organization should be one the "
         "pack's permission table (policies/permissions.py) lists, so it is judged by what it "
-        "allows.",
+        "allows. Granted to an account that runs job code it fails "
+        "(dedup-runtime-no-kit-resources).",
         ADVISORY,
         iam.known_roles_at_hierarchy_level,
     ),
@@ -365,13 +366,16 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     StackPolicy(
         "dedup-runtime-own-database-only",
         "The account of a function that runs job code (each runtime's, labelled kit-runtime, "
-        "and the stack's default function) may read, write, export or import Firestore "
-        "entities (roles/datastore.user, datastore.viewer, datastore.owner, "
-        "datastore.importExportAdmin, custom roles with datastore.entities.*) of no database "
-        "of the kit but its own (its DEDUP_DATABASE): not another runtime's, the dedup "
-        "database, the proxy's or the watchdog's, and not on the project, a folder or the "
-        "organization without a condition naming its own database. Else its job code could "
-        "make another runtime's run execute twice or never.",
+        "and the stack's default function) may read, write, export, import, bulk-delete or "
+        "clone Firestore entities, or delete or update a database (roles/datastore.user, "
+        "datastore.viewer, datastore.owner, datastore.admin, datastore.importExportAdmin, "
+        "datastore.bulkAdmin, firebaserules.system, firebase.admin, custom roles with "
+        "datastore.entities.* or datastore.databases.*) of no database of the kit but its own "
+        "(its DEDUP_DATABASE): not another runtime's, the dedup database, the proxy's or the "
+        "watchdog's, and not on the project, a folder or the organization without a "
+        "condition naming its own database; nor a role the pack does not know conditioned "
+        "to another database of the kit. Else its job code could make another runtime's run "
+        "execute twice or never.",
         MANDATORY,
         runtimes.own_database_only,
     ),
@@ -383,10 +387,13 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "proxy's token secret; no cloudtasks.* permission on the watchdog's deliveries "
         "queue; no iam.serviceAccounts.actAs, token minting, key creation or setIamPolicy "
         "on any account of the kit (invoker, watchdog, proxy, build, runtime accounts); no "
-        "run.routes.invoke, cloudfunctions.functions.invoke or setIamPolicy on any function "
-        "of the kit; no storage object write or bucket admin on the kit's buckets (the "
-        "functions' source). A role the pack does not know, granted on one of those "
-        "resources, fails too.",
+        "run.routes.invoke, cloudfunctions.functions.invoke, setIamPolicy, delete or update "
+        "(run.services.*, cloudfunctions.functions.*) on any function of the kit; no "
+        "storage object write or bucket admin on the kit's buckets (the functions' source); "
+        "no cloudscheduler.jobs.run, pause, enable, delete, update or create where the "
+        "kit's Scheduler jobs are (Scheduler grants roles on the project only). A role the "
+        "pack does not know, granted on one of those resources or on the project, folder or "
+        "organization holding them, fails too.",
         MANDATORY,
         runtimes.reaches_no_kit_resource,
     ),
@@ -398,7 +405,12 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "(serviceConfig.secretEnvironmentVariables or secretVolumes: a runtime's "
         "`secrets`), and never on a whole project, folder or organization; the proxy's "
         "accounts read its token secret. An accessor grant on a secret another runtime "
-        "declared, or to the invoker, watchdog or build account, fails.",
+        "declared, or to the invoker, watchdog or build account, fails. On a secret a "
+        "function of the kit declares (not the proxy's token secret), no other account of "
+        "the kit may hold a role that changes it (versions add, enable, disable, destroy; "
+        "update, delete, setIamPolicy: secretVersionAdder, secretVersionManager, "
+        "iam.securityAdmin, custom roles) or one the pack does not know; a runtime may "
+        "rotate its own.",
         MANDATORY,
         secrets.secret_readers_declared,
     ),
@@ -416,8 +428,9 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "dedup-runtime-no-project-grants",
         "A role granted to the account of a function that runs job code on its project, a "
         "folder or the organization (a runtime's `grants` entry with `project: true`) "
-        "reaches every resource there, present and future, other runtimes' and the kit's "
-        "among them: grant it on the bucket, dataset, topic or secret instead. A Firestore "
+        "reaches every resource there, present and future, other runtimes' and the team's "
+        "among them (what it allows on the kit's resources is refused by the mandatory "
+        "runtime policies): grant it on the bucket, dataset, topic or secret instead. A Firestore "
         "role conditioned to one database (how the kit grants a runtime its own; Firestore "
         "roles are granted on the project) is not flagged.",
         ADVISORY,

@@ -183,7 +183,7 @@ RUNTIME_CASES: dict[str, list[Case]] = {
         stack_case("runtime-enqueues-a-team-queue", [*delivering(), on_queue(
             "team-queue", "roles/cloudtasks.enqueuer", "inventory-retries")], False),
         stack_case("runtime-unknown-role-on-the-project", [*RT(), project_grant(
-            "unknown-role", "roles/someservice.newRole")], False),
+            "unknown-role", "roles/someservice.newRole")], True),
         stack_case("runtime-grant-member-unknown", [*RT(), on_account(
             "unknown-member", INVOKER_SA, "roles/iam.serviceAccountUser", U)], False),
         stack_case("runtime-acts-as-invoker", [*RT(), on_account(

@@ -850,6 +850,25 @@ def retail_declared() -> list[DeclaredResource]:
             lambda d: mutate_named(d, "runtime-export-grant-0", "role", "roles/editor"),
             {"dedup-accounts-no-basic-roles", "iam-no-primitive-roles"},
             id="export-holds-a-basic-role"),
+        pytest.param(
+            lambda d: mutate_named(mutate_named(
+                d, "runtime-sync-datastore-user", "role", "roles/someservice.newRole"),
+                "runtime-sync-datastore-user", "condition", DELETE),
+            {"dedup-runtime-no-kit-resources"},
+            id="sync-holds-a-role-the-pack-does-not-know-on-the-project"),
+        pytest.param(
+            lambda d: mutate_named(mutate_named(
+                d, "runtime-sync-datastore-user", "role", "roles/cloudscheduler.jobRunner"),
+                "runtime-sync-datastore-user", "condition", DELETE),
+            {"dedup-runtime-no-kit-resources"},
+            id="sync-runs-the-kits-scheduler-jobs"),
+        pytest.param(
+            lambda d: mutate_named(mutate_named(
+                d, "runtime-sync-reads-inventory-api-token", "member", EXPORT_MEMBER),
+                "runtime-sync-reads-inventory-api-token", "role",
+                "roles/secretmanager.secretVersionAdder"),
+            {"dedup-secret-readers-declared"},
+            id="export-adds-versions-to-the-secret-sync-declared"),
     ],
 )
 def test_a_runtime_reaching_beyond_its_own_is_caught(

@@ -11,8 +11,11 @@ import pytest
 from policies.grants import Grant, PolicyDataError, policy_document
 from policies.permissions import (
     ESCALATION,
+    FUNCTION_CHANGES,
     INVOKE,
+    RECORDS_ACCESS,
     ROLE_PERMISSIONS,
+    SCHEDULER_JOBS,
     is_custom_role,
     predefined_permissions,
 )
@@ -77,6 +80,32 @@ def test_roles_are_judged_by_what_they_allow(role: str, invokes: bool, escalates
     allowed = ROLE_PERMISSIONS[role]
     assert bool(allowed & INVOKE) is invokes
     assert bool(allowed & ESCALATION) is escalates
+
+
+@pytest.mark.parametrize(
+    ("role", "reaches"),
+    [
+        # Roles a review of the runtime policies found the table did not know.
+        ("roles/datastore.admin", {"datastore.databases.bulkDelete", "datastore.entities.update",
+                                   "datastore.databases.delete"}),
+        ("roles/datastore.bulkAdmin", {"datastore.databases.bulkDelete"}),
+        ("roles/firebaserules.system", {"datastore.entities.create", "datastore.entities.get"}),
+        ("roles/firebase.admin", {"datastore.databases.delete", "datastore.entities.delete"}),
+        ("roles/firebase.developAdmin", {"datastore.databases.update", "datastore.entities.get"}),
+    ],
+)
+def test_firestore_and_firebase_roles_reach_records(role: str, reaches: set[str]) -> None:
+    assert reaches <= ROLE_PERMISSIONS[role] & RECORDS_ACCESS
+
+
+def test_scheduler_and_function_changes_are_known() -> None:
+    assert ROLE_PERMISSIONS["roles/cloudscheduler.admin"] == SCHEDULER_JOBS
+    assert ROLE_PERMISSIONS["roles/cloudscheduler.jobRunner"] == {"cloudscheduler.jobs.run"}
+    assert not ROLE_PERMISSIONS["roles/cloudscheduler.viewer"]
+    for role in ("roles/run.developer", "roles/run.admin", "roles/cloudfunctions.developer",
+                 "roles/cloudfunctions.admin", "roles/firebase.admin"):
+        assert ROLE_PERMISSIONS[role] & FUNCTION_CHANGES, role
+    assert "secretmanager.secrets.setIamPolicy" in ROLE_PERMISSIONS["roles/iam.securityAdmin"]
 
 
 def test_custom_role_names() -> None:

@@ -31,6 +31,7 @@ from tests.policies.fixtures import (
 )
 from tests.policies.round_two_cases import ROUND_TWO_CASES
 from tests.policies.runtime_cases import RUNTIME_CASES
+from tests.policies.runtime_review_cases import REVIEW_CASES
 
 ALL_CASES: dict[str, list[Case]] = {
     name: [
@@ -39,9 +40,11 @@ ALL_CASES: dict[str, list[Case]] = {
         *BYPASS_CASES.get(name, []),
         *ROUND_TWO_CASES.get(name, []),
         *RUNTIME_CASES.get(name, []),
+        *REVIEW_CASES.get(name, []),
     ]
     for name in sorted(
-        {*RESOURCE_CASES, *STACK_CASES, *BYPASS_CASES, *ROUND_TWO_CASES, *RUNTIME_CASES}
+        {*RESOURCE_CASES, *STACK_CASES, *BYPASS_CASES, *ROUND_TWO_CASES, *RUNTIME_CASES,
+         *REVIEW_CASES}
     )
 }
 
