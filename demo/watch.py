@@ -55,7 +55,7 @@ from pathlib import Path
 
 from dedup.keys import RunKey
 from dedup.settings import Settings
-from dedup.store import RunStatus
+from dedup.store import RunStatus, StoredRun
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.deliveries import CAUGHT_UP, Delivered
 from dedup.watchdog.delivery import DeliveryResult, HttpDeliverer, RunDelivery, TargetAuth
@@ -560,6 +560,7 @@ def _rerun_one(
         request.generation,
         answers[-1] if answers else "not delivered",
         commits_by_run_id(ledger, stack.project)[request.request_id],
-        original_kept=original is not None and original.record.status is RunStatus.COMPLETED,
-        recorded=again is not None and again.record.status is RunStatus.COMPLETED,
+        original_kept=isinstance(original, StoredRun)
+        and original.record.status is RunStatus.COMPLETED,
+        recorded=isinstance(again, StoredRun) and again.record.status is RunStatus.COMPLETED,
     )

@@ -49,7 +49,7 @@ from zoneinfo import ZoneInfo
 from croniter import croniter
 
 from dedup.keys import RunKey
-from dedup.store import RecordExists, RunStatus, StoredRun, StoreError
+from dedup.store import MalformedRun, RecordExists, RunStatus, StoredRun, StoreError
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.due import WatchedJob, verdict_due_at
 from dedup.watchdog.reruns import (
@@ -143,7 +143,9 @@ def generations_of(
 ) -> dict[datetime, dict[int, StoredRun]]:
     """`generations` of many runs at once (run -> its records by generation), each read at
     least through its `through`: generations 0 and 1 of every run first, then the next
-    _GENERATION_BATCH of the runs that may have more, in one batched read per round."""
+    _GENERATION_BATCH of the runs that may have more, in one batched read per round.
+    RerunRefused if one is a document that is no run record: nothing is asked of a run
+    while its generations cannot be known (the runbook says what to do with it)."""
     found: dict[datetime, dict[int, StoredRun]] = {t: {} for t in through}
     reading = {t: (0, 2) for t in through}  # run -> the generations [start, end) to read
     while reading:
@@ -151,7 +153,14 @@ def generations_of(
             (t, g): RunKey(project, location, job, t, generation=g).run_id
             for t, (start, end) in reading.items() for g in range(start, end)
         }
-        records = runs.get_many(list(keys.values()))
+        read = runs.get_many(list(keys.values()))
+        records: dict[str, StoredRun] = {}
+        for run_id, stored in read.items():
+            if isinstance(stored, MalformedRun):
+                raise RerunRefused(
+                    f"{stored}: it was not written by the kit, and nothing is re-run over "
+                    "it; see the runbook \"The watchdog refused a malformed document\"")
+            records[run_id] = stored
         more: dict[datetime, tuple[int, int]] = {}
         for t, (start, end) in reading.items():
             batch = {g: records[keys[(t, g)]] for g in range(start, end)

@@ -11,7 +11,8 @@ runtime, which its heading names; the watchdog's cursors and the re-run requests
 watchdog's own database, `<databaseName>-watchdog`), and each run gets the
 watchdog's own verdict
 (`dedup.watchdog.verdicts.classify_run`): ok, not_due, running, missed, failed, overlong (ok or
-failed with `+ran_twice` when the record shows a second execution, dedup.watchdog.ran_twice), or
+failed with `+ran_twice` when the record shows a second execution, dedup.watchdog.ran_twice),
+malformed (a document that is no run record, its reason on a line under its row), or
 before_first_run (the job's first recorded run, from the watchdog's cursor or else the
 earliest record shown, is later: the watchdog does not judge it); never_ran when neither
 exists (no record among the runs shown and no watchdog cursor); paused for a paused job's
@@ -39,7 +40,7 @@ from zoneinfo import ZoneInfo
 
 from dedup.keys import RunKey
 from dedup.settings import SettingsError
-from dedup.store import RunStatus, StoredRun, StoreError
+from dedup.store import MalformedRun, RunStatus, StoredRun, StoreError
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.due import WatchedJob
 from dedup.watchdog.ran_twice import RAN_TWICE, second_execution
@@ -49,6 +50,7 @@ from dedup.watchdog.verdicts import (
     BEFORE_FIRST_RUN,
     FAILED,
     FINE,
+    MALFORMED,
     NEVER_RAN,
     classify_run,
     running_seconds,
@@ -191,17 +193,23 @@ def _seconds(value: float) -> str:
 
 
 def job_table(
-    job: WatchedJob, project: str, location: str, found: Mapping[str, StoredRun],
-    times: Sequence[datetime], now: datetime, grace_seconds: float,
-    first_run: datetime | None,
+    job: WatchedJob, project: str, location: str,
+    read: Mapping[str, StoredRun | MalformedRun], times: Sequence[datetime], now: datetime,
+    grace_seconds: float, first_run: datetime | None,
 ) -> list[tuple[str, ...]]:
     zone = ZoneInfo(job.time_zone)
     ids = {t: RunKey(project, location, job.name, t).run_id for t in times}
+    found = {r: stored for r, stored in read.items() if isinstance(stored, StoredRun)}
     if first_run is None:  # no watchdog cursor yet: the earliest record shown
         recorded = [t for t in times if ids[t] in found]
         first_run = min(recorded) if recorded else None
     rows: list[tuple[str, ...]] = []
     for t in times:
+        if isinstance(read.get(ids[t]), MalformedRun):  # no record: the watchdog's verdict
+            rows.append((t.strftime("%Y-%m-%d %H:%M:%SZ"),
+                         t.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z"),
+                         MALFORMED, "-", "-", MALFORMED))
+            continue
         stored = found.get(ids[t])
         verdict = "paused" if job.paused and stored is None else classify_run(
             job, t, stored, now, grace_seconds, first_run
@@ -259,7 +267,8 @@ def show_runs(
         settings = stack_jobs[job.name]
         database = cfg.records_database_of(settings)
         records = job_records(cfg, stores, settings)
-        found = records.get_many([*ids, *forced.values()]) if ids else {}
+        read = records.get_many([*ids, *forced.values()]) if ids else {}
+        found = {r: stored for r, stored in read.items() if isinstance(stored, StoredRun)}
         paused = ", paused" if job.paused else ""
         # Named only where it is not the stack's default function and dedup database, so
         # a stack without proxy or runtimes reads as it always has.
@@ -269,13 +278,15 @@ def show_runs(
         out.write(f"\n{job.name}  ({job.schedule}, {job.time_zone}, retry window "
                   f"{job.retry_window_seconds:g}s, attempt deadline "
                   f"{job.attempt_deadline_seconds:g}s{paused}{runtime}{elsewhere})\n")
-        rows = job_table(job, cfg.project, cfg.region, found, times, now, grace,
+        rows = job_table(job, cfg.project, cfg.region, read, times, now, grace,
                          cursors.get(job.name))
         extra = generation_lines(stores, job, times, now, records)
         for t, run_id in forced.items():
             if (record := found.get(run_id)) is not None:
                 extra.setdefault(t, []).insert(0, forced_line(record, t, now))
         for t, run_id in zip(times, ids, strict=True):
+            if isinstance(unread := read.get(run_id), MalformedRun):
+                extra.setdefault(t, []).insert(0, f"{unread}: not judged")
             if (line := error_line(found.get(run_id))) is not None:
                 extra.setdefault(t, []).insert(0, line)  # the row's own, first
             if (line := overlap_line(found.get(run_id))) is not None:
@@ -338,8 +349,12 @@ def generation_lines(
     return lines
 
 
-def _generation_line(request: RerunRequest, stored: StoredRun | None, now: datetime) -> str:
-    if stored is None:
+def _generation_line(
+    request: RerunRequest, stored: StoredRun | MalformedRun | None, now: datetime
+) -> str:
+    if isinstance(stored, MalformedRun):
+        state = str(stored)
+    elif stored is None:
         state = f"request {request.status}" + (
             f" ({request.outcome})" if request.outcome else ""
         )

@@ -10,7 +10,8 @@ records (a "must not exist" create or a `last_update_time` precondition):
    run's own (a duplicate of a run that has ended is answered from its record);
 2. the previous run is *live* while its record is `in_progress` with a lease that has not
    lapsed by the store's clock; anything else (ended, failed, a crashed holder, a stale
-   pointer to a run whose lease lapsed or whose record is gone) does not block;
+   pointer to a run whose lease lapsed or whose record is gone or is no record) does not
+   block; this run's own document being no record refuses it (MalformedRecord, a 500);
 3. blocked: `forbid` records this run `skipped` (naming the blocking run) and answers 200
    if it has no record (one that failed or whose claim lapsed keeps that record and
    answers 409); `wait` answers 409, so Scheduler's retries start it once that run ended;
@@ -59,6 +60,8 @@ from dedup.keys import (
 )
 from dedup.store import (
     DeletableRunStore,
+    MalformedRecord,
+    MalformedRun,
     RecordChanged,
     RecordExists,
     RunRecord,
@@ -251,7 +254,8 @@ class OverlapGate:
         self._wall_clock = wall_clock
 
     def enter(self, key: RunKey, policy: str) -> Clear | Answer:
-        """Before the claim: may this run go on? StoreUnavailable: nothing was written."""
+        """Before the claim: may this run go on? StoreUnavailable: nothing was written;
+        MalformedRecord: this run's own document is no run record (nothing runs over it)."""
         assert policy != OVERLAP_ALLOW  # allow never reads the job's latest run
         job_doc = latest_run_id(key)
         found = self._latest.get(job_doc)
@@ -259,15 +263,20 @@ class OverlapGate:
         if previous == key.run_id:
             previous = None  # this run's own earlier attempt: the claim judges it
         records = self._runs.get_many([key.run_id] + ([previous] if previous else []))
-        settled = settled_answer(key.run_id, records.get(key.run_id))
+        own = records.get(key.run_id)
+        if isinstance(own, MalformedRun):
+            raise MalformedRecord(own)
+        settled = settled_answer(key.run_id, own)
         if settled is not None:
             return settled
-        blocking = records.get(previous) if previous else None
+        # A previous run whose document is no record blocks nothing, as a latest-run
+        # document that names no run (MALFORMED): its holder, if any, finds it changed.
+        read = records.get(previous) if previous else None
+        blocking = read if isinstance(read, StoredRun) else None
         if previous is None or not is_live(blocking):
             return Clear(job_doc, found.version if found is not None else None, previous)
         assert blocking is not None
         assert found is not None
-        own = records.get(key.run_id)
         if found.latest.delivered and policy in (OVERLAP_FORBID, OVERLAP_REPLACE):
             # The watchdog delivered the live run (a re-run, a backfill, a catch-up): it is
             # never replaced, and a scheduled run meeting it is not lost: it waits.

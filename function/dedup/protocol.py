@@ -41,7 +41,7 @@ from dedup.keys import OVERLAP_ALLOW, OVERLAP_FORBID, RunKey
 from dedup.outcomes import MAX_RESULT_BYTES, Delivery, Outcome, encode_result, summarize_error
 from dedup.overlap import UNKNOWN, Answer, Clear, OverlapGate, is_delivery
 from dedup.run_context import Job, PermanentFailure, RunContext
-from dedup.store import RunRecord, RunStore, StoredRun, StoreUnavailable
+from dedup.store import MalformedRecord, RunRecord, RunStore, StoredRun, StoreUnavailable
 
 # What job code and callers have always imported from here.
 __all__ = [
@@ -138,16 +138,16 @@ class Deduplicator:
                                 detail=f"overlap {overlap!r} needs a latest-run store")
             try:
                 entered = self._overlap.enter(key, overlap)
-            except StoreUnavailable as exc:
-                return Delivery(Outcome.STORE_UNAVAILABLE, run_id, detail=str(exc))
+            except (StoreUnavailable, MalformedRecord) as exc:
+                return Delivery(Outcome.STORE_UNAVAILABLE, run_id, detail=_why(exc))
             if isinstance(entered, Answer):
                 return Delivery(Outcome(entered.outcome), run_id, entered.attempt_id,
                                 entered.attempts, entered.result_json, entered.detail or None)
             clear = entered
         try:
             decision = self.claim(key, answer_within)
-        except StoreUnavailable as exc:
-            return Delivery(Outcome.STORE_UNAVAILABLE, run_id, detail=str(exc))
+        except (StoreUnavailable, MalformedRecord) as exc:
+            return Delivery(Outcome.STORE_UNAVAILABLE, run_id, detail=_why(exc))
         if isinstance(decision, Delivery):
             return decision
         claim = decision
@@ -293,3 +293,13 @@ class Deduplicator:
                 detail="lease expired and another attempt took the run over",
             )
         return replace(base, result_json=result_json, detail=note)
+
+
+def _why(exc: StoreUnavailable | MalformedRecord) -> str:
+    """The detail of a 500 before the job ran. A run whose document is no run record (job
+    code can write its own records database) is never claimed over it: nothing runs until
+    the document is deleted, and every delivery says so."""
+    if isinstance(exc, MalformedRecord):
+        return (f"{exc}; nothing ran: the run is not claimed over a document the protocol "
+                "did not write (delete it to let the run execute)")
+    return str(exc)

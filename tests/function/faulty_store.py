@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import TypeVar
 
-from dedup.store import RunRecord, StoredRun, StoreUnavailable
+from dedup.store import MalformedRun, RunRecord, StoredRun, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
 
 T = TypeVar("T")
@@ -83,5 +83,5 @@ class FaultyStore:
     def renew(self, run_id: str, expire_at: datetime, if_version: datetime) -> datetime:
         return self._call("renew", lambda: self.inner.renew(run_id, expire_at, if_version))
 
-    def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun]:
+    def get_many(self, run_ids: Sequence[str]) -> Mapping[str, StoredRun | MalformedRun]:
         return self._call("get_many", lambda: self.inner.get_many(run_ids))

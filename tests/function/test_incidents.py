@@ -20,7 +20,7 @@ from dedup.outcomes import Delivery, Outcome
 from dedup.protocol import Deduplicator
 from dedup.run_context import RunContext
 from dedup.settings import SettingsError
-from dedup.store import StoredRun, StoreUnavailable
+from dedup.store import MalformedRun, StoredRun, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.cursors import Cursor, CursorMoved, WatchStore
 from dedup.watchdog.due import WatchedJob
@@ -308,7 +308,7 @@ class HeldAfterRead:
     release: threading.Event
 
     def get_many(self, run_ids: Sequence[str], database: str | None = None
-                 ) -> dict[str, StoredRun]:
+                 ) -> Mapping[str, StoredRun | MalformedRun]:
         return self.inner.get_many(run_ids, database)
 
     def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:

@@ -138,7 +138,8 @@ def test_a_completion_sends_only_what_its_claim_changed_and_stores_the_whole_rec
     assert masks[1] == ["duration_seconds", "finished_at", "result_json", "status"]
     assert len(masks[3]) == 18
     assert stored["changes"] == stored["whole record"]
-    assert document_to_record(stored["changes"]).status is RunStatus.COMPLETED
+    assert document_to_record({**stored["changes"], "attempt_id": "a1"}).status is (
+        RunStatus.COMPLETED)
 
 
 def test_changed_fields_leaves_out_only_what_the_store_holds_already() -> None:

@@ -20,7 +20,7 @@ from dedup.outcomes import Outcome
 from dedup.protocol import Deduplicator
 from dedup.run_context import RunContext
 from dedup.settings import Settings, SettingsError
-from dedup.store import RunRecord, RunStatus, StoredRun, StoreUnavailable
+from dedup.store import MalformedRun, RunRecord, RunStatus, StoredRun, StoreUnavailable
 from dedup.store.firestore import GET_MANY_BATCH, FirestoreRunStore, record_to_document
 from dedup.tables import SOURCE_ROOT, TABLES_DIR
 from dedup.watchdog.cursors import Cursor, FirestoreWatchStore
@@ -578,7 +578,7 @@ class CountingStore:
 
     def get_many(
         self, run_ids: Sequence[str], database: str | None = None
-    ) -> dict[str, StoredRun]:
+    ) -> Mapping[str, StoredRun | MalformedRun]:
         self.calls["get_many"].append(len(run_ids))
         return self.inner.get_many(run_ids, database)
 

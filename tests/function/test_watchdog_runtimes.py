@@ -16,14 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from google.cloud import firestore
 
+from dedup.keys import RunKey
 from dedup.settings import SettingsError
 from dedup.watchdog.deliveries import CAUGHT_UP
 from dedup.watchdog.settings import PROXY_URL_ENV, RUNTIME_URLS_ENV, WatchSettings
 from dedup.watchdog.tick import build_watchdog_handler
+from dedup.watchdog.verdicts import MALFORMED
 from local_stack import FunctionServer
-from local_stack.deliveries import LOCATION, PROJECT, function_env
+from local_stack.deliveries import LOCATION, PROJECT, function_env, scheduler_headers
 from local_stack.steered_job import read_ledger
 from local_stack.tables import job_tables_env, write_job_tables
 from tests.function.test_catch_up import JOB_HEADERS, recent_minutes, z
@@ -191,6 +194,95 @@ def test_a_runtime_jobs_missed_run_is_read_in_its_database_and_caught_up_by_its_
         assert stored is not None and stored.record.attempt_id == execution["attempt_id"]
 
         again = handler.handle({}, b"")
+        assert again.status == 200, again.body
+        assert (again.body["problems"], again.body[CAUGHT_UP]) == ([], [])
+        assert len(read_ledger(str(default_ledger)) + read_ledger(str(runtime_ledger))) == 2
+
+
+@pytest.mark.usefixtures("firestore_emulator")
+@pytest.mark.parametrize("written_in", ["runtime", "default"])
+def test_a_malformed_record_costs_only_its_own_run_a_verdict_and_every_other_run_is_judged(
+    collection_name: str, runtime_database: str, tmp_path: Path, written_in: str,
+) -> None:
+    """Job code can write any document of its own records database, at any run ID (run
+    IDs follow from the stack file): here `{"status": "x"}` at a run of the runtime's job,
+    or of the default function's job. That run is reported `malformed` (ERROR, naming the
+    document and its database: the problem line the malformed-document alert counts), is
+    never delivered nor run over; and in the same tick every other run is judged: both
+    jobs' missed runs, the victim's own included, are caught up by their functions."""
+    suffix = uuid.uuid4().hex[:6]
+    plain, synced = f"plain-{suffix}", f"synced-{suffix}"
+    now, times = recent_minutes(4)
+    missed, broken = times[1], times[2]
+    in_default, in_runtime = Runs(collection_name), Runs(collection_name, runtime_database)
+    in_default.completed(plain, *(t for t in times if t not in (missed, broken)))
+    in_runtime.completed(synced, *(t for t in times if t not in (missed, broken)))
+    victim, other = (synced, plain) if written_in == "runtime" else (plain, synced)
+    victims_runs, others_runs = ((in_runtime, in_default) if written_in == "runtime"
+                                 else (in_default, in_runtime))
+    others_runs.completed(other, broken)
+    broken_id = RunKey(PROJECT, LOCATION, victim, broken).run_id
+    victims_runs.client.collection(collection_name).document(broken_id).set({"status": "x"})
+    database = runtime_database if written_in == "runtime" else "(default)"
+
+    default_ledger, runtime_ledger = tmp_path / "default.jsonl", tmp_path / "sync.jsonl"
+    default_env = function_env(collection_name, default_ledger)
+    runtime_env = function_env(collection_name, runtime_ledger, DEDUP_DATABASE=runtime_database)
+    with FunctionServer(default_env, threads=4) as default, \
+            FunctionServer(runtime_env, threads=4) as sync:
+        env = {
+            "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION,
+            "DEDUP_COLLECTION": collection_name, "DEDUP_STORE_TIMEOUT_SECONDS": "5",
+            **job_tables_env(watch_jobs=[
+                catch_up_entry(plain),
+                catch_up_entry(synced, runtime="sync", database=runtime_database),
+            ]),
+            "DEDUP_WATCH_LOOKBACK_SECONDS": "3600", "DEDUP_WATCH_GRACE_SECONDS": "30",
+            "DEDUP_WATCH_DELIVERY_TIMEOUT_SECONDS": "20",
+            "DEDUP_WATCH_TARGET_AUTH": "none",
+            "DEDUP_WATCH_TARGET_URL": default.url,
+            RUNTIME_URLS_ENV: json.dumps({"sync": sync.url}),
+        }
+        logs: list[Mapping[str, Any]] = []
+        handler = build_watchdog_handler(
+            WatchSettings.from_env(env), firestore.Client(project=PROJECT), logs.append,
+            wall_clock=lambda: now,
+        )
+        first = handler.handle({}, b"")
+        assert first.status == 200, first.body
+        [problem] = first.body["problems"]
+        assert (problem["kind"], problem["job"], problem["schedule_time"], problem["run_id"]) == (
+            MALFORMED, victim, z(broken), broken_id)
+        assert problem["document"] == f"{collection_name}/{broken_id}"
+        assert f"(database {database})" in problem["error"]
+        assert "status is str 'x'" in problem["error"]
+        # Every other run judged in the same tick: both missed runs caught up.
+        assert sorted((c["job"], c["schedule_time"], c["status"])
+                      for c in first.body[CAUGHT_UP]) == sorted([
+            (plain, z(missed), "completed"), (synced, z(missed), "completed")])
+        executed = read_ledger(str(default_ledger)) + read_ledger(str(runtime_ledger))
+        assert sorted((e["job"], e["schedule_time"]) for e in executed) == sorted([
+            (plain, missed.isoformat()), (synced, missed.isoformat())])
+        # The alert path of a malformed document: its ERROR problem line, and the count.
+        [line] = [e for e in logs if e.get("kind") == MALFORMED]
+        assert (line["severity"], line["component"], line["job"], line["document"]) == (
+            "ERROR", "watchdog", victim, problem["document"])
+        [summary] = [e for e in logs if str(e["message"]).startswith("watchdog summary")]
+        assert (summary[MALFORMED], summary["missed"]) == (1, 0)
+
+        # Scheduler's retry of that run meets the document: a 500 saying why, nothing ran.
+        function = sync if written_in == "runtime" else default
+        retry = requests.post(function.url, headers=scheduler_headers(
+            victim, z(broken), authorization=None), data=QUICK_BODY, timeout=30)
+        assert (retry.status_code, retry.json()["outcome"]) == (500, "store_unavailable")
+        [said] = [json.loads(text) for text in function.log_text.splitlines()
+                  if text.startswith("{") and broken_id in text]
+        assert (said["severity"], said["outcome"]) == ("ERROR", "store_unavailable")
+        assert f"run record {problem['document']} is malformed" in said["detail"]
+        assert "nothing ran" in said["detail"]
+        assert "unexpected error" not in function.log_text  # answered, not a crash
+
+        again = handler.handle({}, b"")  # reported once: the cursor moved past it
         assert again.status == 200, again.body
         assert (again.body["problems"], again.body[CAUGHT_UP]) == ([], [])
         assert len(read_ledger(str(default_ledger)) + read_ledger(str(runtime_ledger))) == 2

@@ -289,3 +289,28 @@ def test_a_run_taken_over_unfinished_is_shown_ran_twice() -> None:
              RunKey(PROJECT, REGION, job.name, t2).run_id: done(t2, ())}
     rows = runs.job_table(job, PROJECT, REGION, found, [t2, t1], NOW, 300, t1)
     assert [row[-1] for row in rows] == ["ok", "ok+ran_twice"]
+
+
+def test_a_malformed_record_is_shown_malformed_with_why_and_the_other_runs_as_ever(
+    tmp_path: Path, collection_name: str
+) -> None:
+    """A document job code wrote at a run's ID that is no run record: its row says
+    `malformed` (the watchdog's verdict), the reason on a line under it."""
+    path = stack_file(tmp_path, collection_name)
+    cfg = runs.stack_config(str(path))
+    hourly = Protocol(cfg, "hourly-sync")
+    for hour in (8, 10, 11):
+        hourly.completed(at(hour, 7))
+    broken = hourly.key(at(9, 7)).run_id
+    hourly.store.client.collection(collection_name).document(broken).set({"status": "x"})
+
+    code, out, err = run_main(str(path), "--last", "4", "--job", "hourly-sync", now=NOW)
+    assert (code, err) == (0, "")
+    rows = rows_by_time(out)
+    assert rows["2026-10-16 09:07:00Z"][5:] == ["malformed", "-", "-", "malformed"]
+    assert [rows[f"2026-10-16 {h:02d}:07:00Z"][-1] for h in (8, 10, 11)] == ["ok"] * 3
+    lines = out.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("  2026-10-16 09:07:00Z"))
+    assert lines[row + 1] == (f"    run record {collection_name}/{broken} is malformed: status "
+                              "is str 'x', not one of ['completed', 'failed', 'in_progress', "
+                              "'skipped']: not judged")

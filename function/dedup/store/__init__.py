@@ -9,7 +9,7 @@ never from this instance.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -131,6 +131,21 @@ class StoredRun:
         return self.read_time >= self.record.expire_at
 
 
+@dataclass(frozen=True)
+class MalformedRun:
+    """A run's document that is no run record (a field missing or of the wrong type): the
+    protocol never writes one, but job code can write any document of its own records
+    database. Never trusted, never judged as a run: get_many returns it in the record's
+    place, so one such document costs only its own run a verdict."""
+
+    run_id: str
+    document: str  # its path in its database: `<collection>/<run_id>`
+    reason: str  # what is wrong with it, one line
+
+    def __str__(self) -> str:
+        return f"run record {self.document} is malformed: {self.reason}"
+
+
 class StoreError(Exception):
     """Base of the store's outcomes that are not a plain success."""
 
@@ -147,6 +162,15 @@ class StoreUnavailable(StoreError):
     """The store did not answer in time or failed: retryable, never a success."""
 
 
+class MalformedRecord(StoreError):
+    """get(): the run's document is no run record (MalformedRun). Not StoreUnavailable:
+    reading it again gives the same answer, so nothing retries it."""
+
+    def __init__(self, malformed: MalformedRun) -> None:
+        super().__init__(str(malformed))
+        self.malformed = malformed
+
+
 class RunStore(Protocol):
     """Conditional single-document operations; each is one round trip to the store.
 
@@ -160,7 +184,7 @@ class RunStore(Protocol):
         ...
 
     def get(self, run_id: str) -> StoredRun | None:
-        """Read the record, or None if there is none."""
+        """Read the record, or None if there is none. Raises MalformedRecord."""
         ...
 
     def replace(
@@ -177,8 +201,9 @@ class RunStore(Protocol):
         Raises RecordChanged."""
         ...
 
-    def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun]:
-        """Read many records by ID (batched); absent ones are left out of the result."""
+    def get_many(self, run_ids: Sequence[str]) -> Mapping[str, StoredRun | MalformedRun]:
+        """Read many records by ID (batched); absent ones are left out of the result, and a
+        document that is no record is a MalformedRun (the others are read as ever)."""
         ...
 
 

@@ -7,11 +7,14 @@
   whose claim moved on cannot overwrite the new claim (fencing).
 No transactions: they would cost BeginTransaction + Commit and contend for the document
 lock under a burst of duplicates.
+Every document read is checked field by field (document_to_record): job code can write
+any document of its own records database, and one that is no record is MalformedRun
+(get_many) or MalformedRecord (get), never a crash of its reader.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -20,6 +23,8 @@ from google.api_core import retry as gretry
 from google.cloud import firestore
 
 from dedup.store import (
+    MalformedRecord,
+    MalformedRun,
     RecordChanged,
     RecordExists,
     RunRecord,
@@ -97,35 +102,114 @@ def changed_fields(held: dict[str, Any], document: dict[str, Any]) -> dict[str, 
     }
 
 
-def document_to_record(data: dict[str, Any]) -> RunRecord:
+class NotARunRecord(ValueError):
+    """document_to_record: the document is no run record (a field missing or not of the
+    type the protocol writes); the message names the first such field, in one line."""
+
+
+def document_to_record(data: Mapping[str, Any]) -> RunRecord:
+    """The record a document holds, each field checked against the type the protocol
+    writes (a number may be an integer); NotARunRecord otherwise. Fields added after the
+    first records read as their default when absent. Checked, not coerced: a value that
+    would fail later (a text where a timestamp belongs) would fail wherever it is used,
+    the watchdog's whole tick included."""
+    status = data.get("status")
+    if not isinstance(status, str) or status not in _STATUSES:
+        raise NotARunRecord(f"status is {_shown(status)}, not one of {sorted(_STATUSES)}")
     return RunRecord(
-        status=RunStatus(data["status"]),
-        attempt_id=str(data["attempt_id"]),
-        attempts=int(data["attempts"]),
-        lease_seconds=float(data["lease_seconds"]),
-        expire_at=data["expire_at"],
-        job=str(data["job"]),
-        schedule_time=data["schedule_time"],
-        project=str(data["project"]),
-        location=str(data["location"]),
-        result_json=data.get("result_json"),
+        status=RunStatus(status),
+        attempt_id=_text(data, "attempt_id"),
+        attempts=_count(data, "attempts"),
+        lease_seconds=_number(data, "lease_seconds"),
+        expire_at=_instant(data, "expire_at"),
+        job=_text(data, "job"),
+        schedule_time=_instant(data, "schedule_time"),
+        project=_text(data, "project"),
+        location=_text(data, "location"),
+        result_json=_optional(data, "result_json", _text),
         # Absent in records written before these fields existed.
-        claimed_at=data.get("claimed_at"),
-        finished_at=data.get("finished_at"),
-        duration_seconds=_optional_float(data.get("duration_seconds")),
-        failed_at=data.get("failed_at"),
-        error=data.get("error"),
-        forced=bool(data.get("forced", False)),
-        generation=int(data.get("generation", 0)),
-        permanent=bool(data.get("permanent", False)),
-        blocked_by=data.get("blocked_by"),
-        replaced_by=data.get("replaced_by"),
-        unfinished_attempts=tuple(int(a) for a in data.get("unfinished_attempts") or ()),
+        claimed_at=_optional(data, "claimed_at", _instant),
+        finished_at=_optional(data, "finished_at", _instant),
+        duration_seconds=_optional(data, "duration_seconds", _number),
+        failed_at=_optional(data, "failed_at", _instant),
+        error=_optional(data, "error", _text),
+        forced=_flag(data, "forced"),
+        generation=_optional(data, "generation", _count) or 0,
+        permanent=_flag(data, "permanent"),
+        blocked_by=_optional(data, "blocked_by", _text),
+        replaced_by=_optional(data, "replaced_by", _text),
+        unfinished_attempts=_attempts(data.get("unfinished_attempts")),
     )
 
 
-def _optional_float(value: Any) -> float | None:
-    return None if value is None else float(value)
+_STATUSES = frozenset(status.value for status in RunStatus)
+_Field = TypeVar("_Field")
+
+
+def _shown(value: Any) -> str:
+    return "missing" if value is None else f"{type(value).__name__} {str(value)[:60]!r}"
+
+
+def _optional(
+    data: Mapping[str, Any], key: str, read: Callable[[Mapping[str, Any], str], _Field]
+) -> _Field | None:
+    return None if data.get(key) is None else read(data, key)
+
+
+def _text(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise NotARunRecord(f"{key} is {_shown(value)}, not text")
+    return value
+
+
+def _count(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise NotARunRecord(f"{key} is {_shown(value)}, not a whole number")
+    return value
+
+
+def _number(data: Mapping[str, Any], key: str) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise NotARunRecord(f"{key} is {_shown(value)}, not a number")
+    return float(value)
+
+
+def _instant(data: Mapping[str, Any], key: str) -> datetime:
+    value = data.get(key)
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise NotARunRecord(f"{key} is {_shown(value)}, not a timestamp")
+    return value
+
+
+def _flag(data: Mapping[str, Any], key: str) -> bool:
+    value = data.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise NotARunRecord(f"{key} is {_shown(value)}, not a bool")
+    return value
+
+
+def _attempts(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or any(
+            isinstance(a, bool) or not isinstance(a, int) for a in value):
+        raise NotARunRecord(f"unfinished_attempts is {_shown(value)}, not a list of attempts")
+    return tuple(value)
+
+
+def _read(run_id: str, document: str, snapshot: Any) -> StoredRun | MalformedRun:
+    """A snapshot that exists, as a record, or as the MalformedRun it is."""
+    try:
+        record = document_to_record(snapshot.to_dict() or {})
+    except NotARunRecord as exc:
+        return MalformedRun(run_id, document, str(exc))
+    return StoredRun(record=record, version=snapshot.update_time,
+                     read_time=snapshot.read_time)
 
 
 class FirestoreRunStore:
@@ -190,27 +274,27 @@ class FirestoreRunStore:
         return self._call(op)
 
     def get(self, run_id: str) -> StoredRun | None:
-        def op() -> StoredRun | None:
+        """One read; MalformedRecord if the document is no run record."""
+        def op() -> StoredRun | MalformedRun | None:
             # The sync client's stubs also admit the async type: narrow with Any.
             snapshot: Any = self._collection.document(run_id).get(
                 retry=self._retry, timeout=self._timeout
             )
-            if not snapshot.exists:
-                return None
-            return StoredRun(
-                record=document_to_record(snapshot.to_dict() or {}),
-                version=snapshot.update_time,
-                read_time=snapshot.read_time,
-            )
+            return _read(run_id, self._path(run_id), snapshot) if snapshot.exists else None
 
-        return self._call(op)
+        found = self._call(op)
+        if isinstance(found, MalformedRun):
+            raise MalformedRecord(found)
+        return found
 
-    def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun]:
-        """One BatchGetDocuments per GET_MANY_BATCH IDs; absent records are left out.
-        Firestore bills one read per requested document, found or not."""
+    def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun | MalformedRun]:
+        """One BatchGetDocuments per GET_MANY_BATCH IDs; absent records are left out, and a
+        document that is no run record is its MalformedRun (each parsed on its own: one
+        cannot fail the read of the others). Firestore bills one read per requested
+        document, found or not."""
 
-        def op() -> dict[str, StoredRun]:
-            found: dict[str, StoredRun] = {}
+        def op() -> dict[str, StoredRun | MalformedRun]:
+            found: dict[str, StoredRun | MalformedRun] = {}
             ids = list(dict.fromkeys(run_ids))
             for start in range(0, len(ids), GET_MANY_BATCH):
                 refs = [self._collection.document(i) for i in ids[start:start + GET_MANY_BATCH]]
@@ -219,14 +303,14 @@ class FirestoreRunStore:
                 )
                 for snapshot in snapshots:
                     if snapshot.exists:
-                        found[snapshot.id] = StoredRun(
-                            record=document_to_record(snapshot.to_dict() or {}),
-                            version=snapshot.update_time,
-                            read_time=snapshot.read_time,
-                        )
+                        found[snapshot.id] = _read(snapshot.id, self._path(snapshot.id),
+                                                   snapshot)
             return found
 
         return self._call(op)
+
+    def _path(self, run_id: str) -> str:
+        return f"{self._collection.id}/{run_id}"
 
     def _conditional_update(
         self, run_id: str, fields: dict[str, Any], if_version: datetime

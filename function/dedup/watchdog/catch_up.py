@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from dedup.store import RunStatus, StoredRun
+from dedup.store import MalformedRun, RunStatus, StoredRun
 from dedup.watchdog.cursors import Cursor, PendingCatchUp
 from dedup.watchdog.deliveries import (
     CAUGHT_UP,
@@ -61,6 +61,13 @@ class CatchUp(TickDeliveries):
         caught_up: list[Delivered] = []
         for (job, cursor, tick, run_id, t), result in zip(wanted, results, strict=True):
             stored = landed.get(run_id)
+            if isinstance(stored, MalformedRun):
+                # Its document became no record since the tick read it: never run over it
+                # (the function refuses to), reported instead, and delivered no more.
+                tick.problems.append(self._malformed_run(job, t, stored))
+                cursor.catch_ups.pop(run_id, None)
+                cursor.watching.pop(run_id, None)
+                continue
             status = stored.record.status if stored is not None else None
             if result.executed or status is RunStatus.COMPLETED:
                 error = None if result.executed else (

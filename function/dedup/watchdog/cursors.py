@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from google.api_core import exceptions as gexc
 
-from dedup.store import StoredRun, StoreError
+from dedup.store import MalformedRun, StoredRun, StoreError
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.incidents import MalformedStreak, Streak, streaks_from_document
 from dedup.watchdog.reruns import MalformedDocument
@@ -181,7 +181,9 @@ class WatchStore(Protocol):
 
     def get_many(
         self, run_ids: Sequence[str], database: str | None = None
-    ) -> dict[str, StoredRun]:
+    ) -> Mapping[str, StoredRun | MalformedRun]:
+        """The records by ID (absent ones left out); a document that is no record is its
+        MalformedRun, so it costs only its own run a verdict."""
         ...
 
     def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
@@ -214,7 +216,7 @@ class FirestoreWatchStore:
 
     def get_many(
         self, run_ids: Sequence[str], database: str | None = None
-    ) -> dict[str, StoredRun]:
+    ) -> Mapping[str, StoredRun | MalformedRun]:
         store = self._runs if database is None else self._by_database[database]
         return store.get_many(run_ids)
 

@@ -49,11 +49,12 @@ from datetime import datetime
 from typing import Any
 
 from dedup.keys import RunKey
-from dedup.store import StoredRun
+from dedup.store import MalformedRun, StoredRun
 from dedup.watchdog.cursors import WatchStore
 from dedup.watchdog.delivery import DeliversRuns, DeliveryResult, RunDelivery
 from dedup.watchdog.due import WatchedJob, rfc3339
 from dedup.watchdog.settings import WatchSettings
+from dedup.watchdog.verdicts import MALFORMED, Problem
 
 # Deliveries of one tick run side by side (each waits for its job to run).
 MAX_PARALLEL_DELIVERIES = 8
@@ -139,15 +140,31 @@ class TickDeliveries:
         with ThreadPoolExecutor(workers, thread_name_prefix="watchdog-delivery") as pool:
             return list(pool.map(deliverer.deliver, deliveries))
 
-    def _records(self, runs: Sequence[tuple[WatchedJob, str]]) -> dict[str, StoredRun]:
-        """The records of these runs, read in each job's database."""
+    def _records(
+        self, runs: Sequence[tuple[WatchedJob, str]]
+    ) -> dict[str, StoredRun | MalformedRun]:
+        """The records of these runs, read in each job's database (a document that is no
+        record: its MalformedRun)."""
         by_database: dict[str | None, list[str]] = {}
         for job, run_id in runs:
             by_database.setdefault(job.database, []).append(run_id)
-        found: dict[str, StoredRun] = {}
+        found: dict[str, StoredRun | MalformedRun] = {}
         for database, run_ids in by_database.items():
             found.update(self._store.get_many(run_ids, database))
         return found
+
+    def _malformed_run(self, job: WatchedJob, t: datetime, found: MalformedRun) -> Problem:
+        """A run whose document is no run record, reported `malformed` (as a cursor the
+        watchdog cannot read): not judged, never caught up, and no run of the job's streak.
+        Job code can write any document of its own records database, so the document
+        costs its own run a verdict, and nothing more."""
+        database = job.database or self._settings.store.database
+        return Problem(
+            job.name, t, MALFORMED, found.run_id,
+            error=f"run record refused, the run is not judged (database {database}): "
+            f"{found.reason}",
+            document=found.document,
+        )
 
     def _queue_span_seconds(self, job: WatchedJob) -> float:
         """The longest a queued delivery can take, all its attempts and backoffs: until

@@ -6,9 +6,10 @@ dedup/watchdog/due.py), bounded by the lookback, are read by ID in batches and j
 (dedup/watchdog/verdicts.py): no record -> `missed` (or set aside for catch-up:
 dedup/watchdog/catch_up.py); `failed` -> `failed`; `completed` -> fine; `in_progress` ->
 watched until it finishes, `overlong` once it has run longer than its attempt deadline +
-grace (reported once). Runs before the job's first recorded run are not judged (the job did
-not exist yet); a job with no record at all is reported once as `never_ran`. What was
-judged moves the job's cursor (dedup/watchdog/cursors.py), written by the tick.
+grace (reported once); a document that is no record (job code wrote it) -> `malformed`
+(reported once, not judged). Runs before the job's first recorded run are not judged (the
+job did not exist yet); a job with no record at all is reported once as `never_ran`. What
+was judged moves the job's cursor (dedup/watchdog/cursors.py), written by the tick.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from dedup.keys import RunKey
-from dedup.store import RunStatus, StoredRun
+from dedup.store import MalformedRun, RunStatus, StoredRun
 from dedup.store.firestore import GET_MANY_BATCH
 from dedup.watchdog.catch_up import CatchUp
 from dedup.watchdog.cursors import Cursor, in_parallel
@@ -68,8 +69,9 @@ class JobJudging(CatchUp):
 
     def _read_all(
         self, jobs: Sequence[WatchedJob], reads: Sequence[JobReads]
-    ) -> dict[str, StoredRun]:
-        """Every job's records in one get_many per database (batched by the store)."""
+    ) -> dict[str, StoredRun | MalformedRun]:
+        """Every job's records in one get_many per database (batched by the store); a
+        document that is no record is its MalformedRun, judged for its own run only."""
         by_database: dict[str | None, list[str]] = {}
         for job, planned in zip(jobs, reads, strict=True):
             by_database.setdefault(job.database, []).extend(planned.ids)
@@ -78,7 +80,7 @@ class JobJudging(CatchUp):
             for database, ids in by_database.items()
             for start in range(0, len(ids), GET_MANY_BATCH)
         ]
-        found: dict[str, StoredRun] = {}
+        found: dict[str, StoredRun | MalformedRun] = {}
         for part in in_parallel(lambda c: self._store.get_many(c[1], c[0]), chunks):
             found.update(part)
         return found
@@ -109,15 +111,23 @@ class JobJudging(CatchUp):
 
     def _judge_job(
         self, job: WatchedJob, cursor: Cursor, now: datetime, reads: JobReads,
-        found: Mapping[str, StoredRun],
+        read: Mapping[str, StoredRun | MalformedRun],
     ) -> JobTick:
-        """Judge the job's due runs from `found` (the tick's reads) and update its cursor
-        (written by the caller)."""
+        """Judge the job's due runs from `read` (the tick's reads) and update its cursor
+        (written by the caller). A run whose document is no record is reported
+        `malformed` and judged no further (never the job's first run, never caught up)."""
         grace = self._settings.grace_seconds
         lookback_start, horizon, start = reads.lookback_start, reads.horizon, reads.start
         due, due_ids, early, watching = reads.due, reads.due_ids, reads.early, reads.watching
         tick = JobTick(reads=len(reads.ids))
         assert cursor.watch_from is not None  # _reads set it
+        found: dict[str, StoredRun] = {}
+        malformed: dict[str, MalformedRun] = {}
+        for run_id in reads.ids:
+            if isinstance(stored := read.get(run_id), StoredRun):
+                found[run_id] = stored
+            elif stored is not None:
+                malformed[run_id] = stored
 
         if cursor.first_run is None:
             recorded = [t for r, t in [*due_ids.items(), *early.items()] if r in found]
@@ -130,6 +140,11 @@ class JobJudging(CatchUp):
                 cursor.never_ran_reported = True
 
         for run_id, t in due_ids.items():
+            if run_id in malformed:
+                tick.checked += 1
+                tick.problems.append(self._malformed_run(job, t, malformed[run_id]))
+                watching.pop(run_id, None)
+                continue
             stored = found.get(run_id)
             if stored is not None and stored.record.forced:
                 tick.forced.append(ForcedRun(job.name, t, str(stored.record.status), True,
@@ -158,6 +173,11 @@ class JobJudging(CatchUp):
                 tick.checked += 1  # an in-progress run from an earlier tick, re-checked
             if run_id in cursor.overlong:
                 tick.counted.add(run_id)  # its streak counted it when reported overlong
+            if run_id in malformed:  # rewritten since: watched no more, reported once
+                watching.pop(run_id)
+                cursor.catch_ups.pop(run_id, None)
+                tick.problems.append(self._malformed_run(job, t, malformed[run_id]))
+                continue
             pending = cursor.catch_ups.get(run_id)
             if pending is not None and (stored is None or (
                     stored.record.status is RunStatus.IN_PROGRESS and stored.lease_expired)):

@@ -20,7 +20,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from dedup.store import RunStatus, StoredRun
+from dedup.store import MalformedRun, RunStatus, StoredRun
 from dedup.watchdog.backfills import BackfillPacer
 from dedup.watchdog.deliveries import JOB_FAILED, RERUN, Delivered, TickDeliveries
 from dedup.watchdog.delivery import QUEUED, DeliveryResult
@@ -155,12 +155,17 @@ class RerunDeliveries(TickDeliveries):
 
     def _judge_generations(
         self, settled: Sequence[tuple[RerunRequest, WatchedJob]],
-        records: Mapping[str, StoredRun],
+        records: Mapping[str, StoredRun | MalformedRun],
     ) -> None:
         """ran_twice for re-run and backfill generations that settled this pass: judged on
-        the generation's record, once (the request is finished in the same pass)."""
+        the generation's record, once (the request is finished in the same pass); one whose
+        document is no record is reported `malformed` instead."""
         for request, job in settled:
             stored = records.get(request.request_id)
+            if isinstance(stored, MalformedRun):
+                self._generation_problems.append(
+                    self._malformed_run(job, request.schedule_time, stored))
+                continue
             why = second_execution(stored)
             if why is not None and stored is not None:
                 self._generation_problems.append(Problem(
@@ -226,7 +231,21 @@ class RerunDeliveries(TickDeliveries):
         settled: list[tuple[RerunRequest, WatchedJob]] = []
         for request, job in requests:
             stored = records.get(request.request_id)
+            if isinstance(stored, MalformedRun):
+                # The generation's document is no record: the function runs nothing over
+                # it, so no delivery could execute it. Over, and said (reported malformed).
+                why = f"{stored}: never delivered over it"
+                self._finish(request, RERUN_FAILED, why)
+                settled.append((request, job))
+                delivered.append(Delivered(
+                    request.job, request.schedule_time, RERUN, RERUN_FAILED,
+                    request.request_id, request.generation, why, request.requested_by,
+                ))
+                continue
             status = stored.record.status if stored is not None else None
+            # A run whose document is no record may run once it is deleted: as if absent.
+            base = records.get(base_ids[request.request_id])
+            run = base if isinstance(base, StoredRun) else None
             if stored is not None and status is RunStatus.COMPLETED:
                 outcome = "completed"
                 self._finish(request, DONE, outcome)
@@ -236,8 +255,7 @@ class RerunDeliveries(TickDeliveries):
                 outcome = JOB_FAILED
                 self._finish(request, RERUN_FAILED, stored.record.error or outcome)
                 settled.append((request, job))
-            elif (waits_until := self._retried_until(job, request, records.get(
-                    base_ids[request.request_id]), now)) is not None:
+            elif (waits_until := self._retried_until(job, request, run, now)) is not None:
                 # Stays pending, not refused: delivered at the first tick past the window.
                 delivered.append(Delivered(
                     request.job, request.schedule_time, RERUN, RERUN_WAITING,

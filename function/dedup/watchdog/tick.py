@@ -8,9 +8,10 @@ incidents.py), and writes each job's cursor (dedup/watchdog/cursors.py). Deliver
 before any cursor moves, and problems are logged before the cursor moves: a tick that fails
 halfway answers 500 and the retry may report a problem a second time, never zero times. A
 document it cannot read (a cursor or a request with a field missing or of the wrong type, a
-cursor judged beyond now) is reported `malformed`, naming it, and never trusted: the job is
-judged afresh over the lookback, the request is refused; the other jobs are judged as ever,
-and the tick answers 200.
+cursor judged beyond now, a run record job code wrote into its own records database) is
+reported `malformed`, naming it, and never trusted: the job is judged afresh over the
+lookback, the request is refused, the run is not judged; the other jobs (and runs) are
+judged as ever, and the tick answers 200.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from google.cloud import firestore
 
 from dedup.entry.http import HttpReply, emit_log_line, refuse_caller
 from dedup.keys import FORCED_SEPARATE, RunKey, lower_keys
-from dedup.store import StoreError, StoreUnavailable
+from dedup.store import StoredRun, StoreError, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.backfills import BackfillPacer, FirestoreBackfills, backfills_collection
 from dedup.watchdog.cloud_tasks import CloudTasksDeliverer
@@ -212,7 +213,8 @@ class Watchdog(JobJudging, RerunDeliveries):
             for problem in tick.problems
             if problem.kind == MISSED and problem.schedule_time is not None
         ]
-        found = self._records([(job, run_id) for job, _, run_id in wanted]) if wanted else {}
+        read = self._records([(job, run_id) for job, _, run_id in wanted]) if wanted else {}
+        found = {r: stored for r, stored in read.items() if isinstance(stored, StoredRun)}
         return [ForcedRun(job.name, t, str(found[run_id].record.status), False, run_id)
                 for job, t, run_id in wanted if run_id in found]
 

@@ -22,7 +22,8 @@ from dedup.watchdog.due import WatchedJob, rfc3339, verdict_due_at
 from dedup.watchdog.ran_twice import RAN_TWICE
 
 MISSED, FAILED, OVERLONG, NEVER_RAN = "missed", "failed", "overlong", "never_ran"
-# A cursor or re-run request the watchdog cannot read: refused, reported, never trusted.
+# A cursor, re-run request or run record the watchdog cannot read: refused, reported,
+# never trusted (a run record's: that run is not judged).
 MALFORMED = "malformed"
 # Verdicts that are not problems (classify_run; shown by `make runs`).
 FINE, NOT_DUE, RUNNING, BEFORE_FIRST_RUN = "ok", "not_due", "running", "before_first_run"
