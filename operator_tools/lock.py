@@ -181,7 +181,7 @@ def differing_lines(text: str, expected: str, as_of: str) -> str:
     shown = diff[:SHOWN_LINES] + ([f"  ... and {more} more line(s)"] if more > 0 else [])
     return (
         f"{TEAM_LOCK} is not what `make lock` resolves from {TEAM_REQUIREMENTS} and the kit's "
-        f"lock as of {as_of} (edited by hand, or the index has changed a file since):\n"
+        f"lock as of {as_of} (edited by hand, or a version since yanked from the index):\n"
         + "\n".join(shown)
         + f"\n  (-: the line in {TEAM_LOCK}; +: the line `make lock` writes)"
     )
