@@ -34,7 +34,7 @@ from typing import Any, Final
 from infra.config import ConfigError, Problem, StackConfig, kit_key
 from infra.dedup_service import ENTRY_POINT as JOB_LOGIC_ENTRY_POINT
 from infra.lock import FIX as LOCK_FIX
-from infra.lock import TEAM_LOCK, IndexUnreachable
+from infra.lock import TEAM_LOCK, LockError
 from infra.program import DEFAULT_SOURCE_DIR, DEFAULT_TEAM_DIR
 from operator_tools.declared import OfflineRun
 from operator_tools.function_startup import (
@@ -204,7 +204,7 @@ def check_job_logic(
     team_dir = DEFAULT_TEAM_DIR
     try:
         stale = verify_team_lock((team_dir or source_dir).parent, source_dir.parent)
-    except IndexUnreachable as exc:  # not verified is not passed
+    except LockError as exc:  # not verified (the index unreachable: IndexUnreachable) is not passed
         raise ConfigError([Problem(str(TEAM_LOCK), exc.what, exc.fix)]) from exc
     if stale:  # the archive's requirements.txt would not be what make lock would write
         raise ConfigError([Problem(str(TEAM_LOCK), what, LOCK_FIX) for what in stale])

@@ -88,7 +88,7 @@ def resolve_team_lock(
             "--python-version", FUNCTION_PYTHON, "--python-platform", "linux", *cutoff,
             "--no-header", "--quiet", "--output-file", str(resolved),
         ]
-        result = subprocess.run(command, cwd=root, capture_output=True, text=True, check=False)
+        result = run_uv(command, cwd=root)
         if result.returncode != 0:
             output = result.stderr or result.stdout
             if (unreachable := unreachable_index(output)) is not None:
@@ -200,8 +200,18 @@ def verification_key(root: Path, kit_root: Path, uv: str | None = None) -> str:
 @functools.cache  # asked once per plan, not once per stack
 def resolver_version(uv: str) -> str:
     """`uv --version`'s answer, e.g. "uv 0.13.9": another resolver may resolve otherwise."""
-    result = subprocess.run([uv, "--version"], capture_output=True, text=True, check=True)
-    return result.stdout.strip()
+    return run_uv([uv, "--version"]).stdout.strip()
+
+
+def run_uv(command: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """uv's answer to `command` (its exit status checked by the caller); LockError when uv
+    does not run at all."""
+    try:
+        return subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise LockError(f"uv, which resolves the team's lock, does not run ({exc})",
+                        "reinstall the virtualenv that runs the kit (.venv): uv is one of "
+                        "its packages") from exc
 
 
 def _record_verified(root: Path, kit_root: Path, uv: str | None) -> None:
