@@ -33,6 +33,7 @@ from policies.gcp import (
     SCHEDULER_JOB,
     SERVICE_ACCOUNT,
     TASKS_QUEUE,
+    iam_kind,
     service_account_email,
 )
 from policies.kit_resources import (
@@ -178,7 +179,9 @@ def _not_a_use(facts: StackFacts, resource: Resource, path: Path, email: str) ->
         return account_email(resource) == email
     if path and path[-1] in _MEMBER_KEYS and facts.grants_of(resource):
         return True
-    if resource.type.startswith(SERVICE_ACCOUNT_IAM_MODULE) and path == ("serviceAccountId",):
+    if path == ("serviceAccountId",) and iam_kind(resource.type) and (
+        resource.type.startswith(SERVICE_ACCOUNT_IAM_MODULE)  # not a key: that mints it
+    ):
         return True
     return (
         resource.type == IAM_WAIT_TYPE and path[:1] == ("triggers",)
