@@ -115,25 +115,34 @@ class CallerIdentities:
 
 
 def caller_identities(facts: StackFacts) -> CallerIdentities:
-    """The invoker accounts (tokens sent by a Scheduler job that targets a function of the
-    kit, callers a function of the kit accepts) and the watchdogs' accounts."""
-    roles: dict[str, set[str]] = {}
+    """The watchdogs' accounts (the one each runs as, the one its tasks carry: its
+    DEDUP_WATCH_TASK_ACCOUNT) and the invoker accounts (tokens a Scheduler job that targets
+    a function of the kit sends; the callers a function of the kit accepts, but for the
+    watchdogs' own)."""
+    watchdogs: set[str] = set()
     for watchdog in facts.watchdog_functions:
-        email = runtime_email(watchdog)
-        if email:
-            roles.setdefault(email, set()).add(WATCHDOG)
+        env = as_mapping(environment(watchdog)) or {}
+        task_account = known_str(env.get(_TASK_ACCOUNT_ENV))
+        for account in (runtime_email(watchdog),
+                        service_account_email(task_account) if task_account else None):
+            if account:
+                watchdogs.add(account)
     invokers: set[str] = set()
     for job in facts.scheduler_jobs:
-        email = known_str(oidc_email(job))
-        if email and facts.functions_targeted(job):
-            invokers.add(service_account_email(email))
+        sent = known_str(oidc_email(job))
+        if sent and facts.functions_targeted(job):
+            invokers.add(service_account_email(sent))
     for function in facts.kit_functions:
         env = as_mapping(environment(function)) or {}
-        callers = known_str(env.get(ALLOWED_CALLERS_ENV))
-        invokers.update(service_account_email(c) for c in (callers or "").split(",") if c.strip())
-    for email in invokers - set(roles):
-        roles[email] = {INVOKER}
-    return CallerIdentities({email: frozenset(found) for email, found in roles.items()})
+        callers = known_str(env.get(ALLOWED_CALLERS_ENV)) or ""
+        accepted = {service_account_email(c) for c in callers.split(",") if c.strip()}
+        invokers.update(accepted - watchdogs)
+    roles = {
+        email: frozenset({WATCHDOG} if email in watchdogs else set())
+        | frozenset({INVOKER} if email in invokers else set())
+        for email in watchdogs | invokers
+    }
+    return CallerIdentities(roles)
 
 
 def _named(props: Mapping[str, Any], identities: CallerIdentities) -> Iterator[tuple[Path, str]]:
