@@ -145,7 +145,9 @@ def caller_identities(facts: StackFacts) -> CallerIdentities:
     return CallerIdentities(roles)
 
 
-def _named(props: Mapping[str, Any], identities: CallerIdentities) -> Iterator[tuple[Path, str]]:
+def identity_mentions(
+    props: Mapping[str, Any], identities: CallerIdentities
+) -> Iterator[tuple[Path, str]]:
     """(path, e-mail) for each string or mapping key of `props` naming a caller identity."""
     stack: list[tuple[Path, Any]] = [((), props)]
     while stack:
@@ -165,7 +167,7 @@ def _named(props: Mapping[str, Any], identities: CallerIdentities) -> Iterator[t
             stack.extend((path, item) for item in value)
 
 
-def _kit_use(facts: StackFacts, resource: Resource, path: Path, roles: frozenset[str]) -> bool:
+def kit_use(facts: StackFacts, resource: Resource, path: Path, roles: frozenset[str]) -> bool:
     """`resource` names an account of `roles` at `path` where the kit itself does."""
     for use in KIT_USES:
         if use.resource_type != resource.type or use.path != path or not roles <= use.roles:
@@ -205,9 +207,9 @@ def kit_identities_kit_only(resources: Sequence[Resource]) -> list[Finding]:
         return []
     findings: list[Finding] = []
     for resource in facts.resources:
-        for path, email in _named(resource.props, identities):
+        for path, email in identity_mentions(resource.props, identities):
             roles = identities.roles[email]
-            if _kit_use(facts, resource, path, roles) or _not_a_use(facts, resource, path, email):
+            if kit_use(facts, resource, path, roles) or _not_a_use(facts, resource, path, email):
                 continue
             what = " and ".join(
                 "the jobs' invoker account" if role == INVOKER else "the run watchdog's account"

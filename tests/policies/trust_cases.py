@@ -81,7 +81,7 @@ def _queue_oidc(account: str) -> list[Resource]:
                          {"oidcToken": {"serviceAccountEmail": account}})
 
 
-def _on_deployer(role: str, who: str, name: str = "on-deployer") -> Resource:
+def on_deployer(role: str, who: str, name: str = "on-deployer") -> Resource:
     return res(SA_IAM_MEMBER, name, {
         "serviceAccountId": f"projects/{PROJECT}/serviceAccounts/{DEPLOYER_SA}", "role": role,
         "member": who})
@@ -97,24 +97,24 @@ def _deployer_cases() -> list[Case]:
     listed = _listed(DEPLOYER)
     return [
         stack_case("deployer-listed-nobody-impersonates-it", kit_stack(), False, listed),
-        stack_case("deployer-may-mint-its-own-tokens", _with(kit_stack(), _on_deployer(
+        stack_case("deployer-may-mint-its-own-tokens", _with(kit_stack(), on_deployer(
             "roles/iam.serviceAccountTokenCreator", DEPLOYER)), False, listed),
-        stack_case("token-creator-on-an-unlisted-account", _with(kit_stack(), _on_deployer(
+        stack_case("token-creator-on-an-unlisted-account", _with(kit_stack(), on_deployer(
             "roles/iam.serviceAccountTokenCreator", GROUP)), False),
         stack_case("impersonation-role-in-another-project", _with(kit_stack(), res(
             PROJECT_IAM_MEMBER, "elsewhere", {"project": "acme-other", "member": GROUP,
                                               "role": "roles/iam.serviceAccountUser"})),
             False, listed),
-        stack_case("group-mints-the-deployers-tokens", _with(kit_stack(), _on_deployer(
+        stack_case("group-mints-the-deployers-tokens", _with(kit_stack(), on_deployer(
             "roles/iam.serviceAccountTokenCreator", GROUP)), True, listed),
-        stack_case("another-account-acts-as-the-deployer", _with(kit_stack(), _on_deployer(
+        stack_case("another-account-acts-as-the-deployer", _with(kit_stack(), on_deployer(
             "roles/iam.serviceAccountUser", f"serviceAccount:{TEAM_SA}")), True, listed),
-        stack_case("key-admin-on-the-deployer", _with(kit_stack(), _on_deployer(
+        stack_case("key-admin-on-the-deployer", _with(kit_stack(), on_deployer(
             "roles/iam.serviceAccountKeyAdmin", "user:alice@example.com")), True, listed),
         stack_case("custom-implicit-delegation-on-the-deployer", _with(
             kit_stack(), custom_role(["iam.serviceAccounts.implicitDelegation"]),
-            _on_deployer(f"projects/{PROJECT}/roles/ops_helper", GROUP)), True, listed),
-        stack_case("unknown-role-on-the-deployer", _with(kit_stack(), _on_deployer(
+            on_deployer(f"projects/{PROJECT}/roles/ops_helper", GROUP)), True, listed),
+        stack_case("unknown-role-on-the-deployer", _with(kit_stack(), on_deployer(
             "roles/acme.mystery", GROUP)), True, listed),
         stack_case("token-creator-on-the-deployers-project", _with(kit_stack(), res(
             PROJECT_IAM_MEMBER, "project-token-creator",
