@@ -42,11 +42,14 @@ _USER_MANAGED_DOMAIN: Final = ".iam.gserviceaccount.com"
 
 
 def deployer_project(email: str) -> str | None:
-    """The project a user-managed service account lives in (from its e-mail)."""
+    """The project a user-managed service account lives in (from its e-mail): a
+    domain-scoped project `example.com:proj` reads `proj.example.com` there."""
     _, _, domain = email.partition("@")
     if not domain.endswith(_USER_MANAGED_DOMAIN):
         return None
-    return domain.removesuffix(_USER_MANAGED_DOMAIN)
+    project = domain.removesuffix(_USER_MANAGED_DOMAIN)
+    name, dot, scope = project.partition(".")
+    return f"{scope}:{name}" if dot else project
 
 
 def _reaches(resource: Resource, grant_permissions: frozenset[str] | None,

@@ -12,6 +12,7 @@ import pytest
 from infra.iam_wait import SLEEP_TYPE
 from policies import deployers, identities
 from policies.accounts import act_as_only_own_accounts
+from policies.deployer_trust import deployer_project
 from policies.facts import StackFacts
 from policies.gcp import TASKS_QUEUE
 from policies.iam import no_role_admin_or_build_create
@@ -137,3 +138,12 @@ def test_a_service_agent_is_refused_naming_the_entry() -> None:
     agent = "serviceAccount:service-123456789012@gcp-sa-cloudscheduler.iam.gserviceaccount.com"
     with pytest.raises(SettingError, match="is a Google-managed service account"):
         deployers.parse([DEPLOYER, agent])
+
+
+@pytest.mark.parametrize(("email", "project"), [
+    (DEPLOYER_SA, PROJECT),
+    ("deployer@ci.example.com.iam.gserviceaccount.com", "example.com:ci"),
+    ("123456789012-compute@developer.gserviceaccount.com", None),
+])
+def test_a_deployers_project_is_read_from_its_email(email: str, project: str | None) -> None:
+    assert deployer_project(email) == project
