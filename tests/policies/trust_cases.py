@@ -4,11 +4,16 @@ pattern of round_two_cases.py; test_policy_cases.py runs them with the others.
 - Item 3, the kit's identities used only by the kit (dedup-kit-identities-kit-only): the
   functions accept any OIDC token of the invoker or the watchdog's account, so no resource
   but the kit's own may run as, push with or mint a token of either, whatever its type
-  (one the pack has never seen included). Every failing case here passed every mandatory
-  policy of the pack before (test_trust.py shows it for the attacks).
+  (one the pack has never seen included).
 - Item 4, deployers: a deployer listed in `deployers` must not be impersonable by anyone
   else (judged by the two policies that read the setting, for their own entry), and a
   Google-managed service agent is refused as a deployer (a setting error).
+
+Run against the pack before issue 36, no mandatory policy flagged any failing case here but
+these: a workflow or another function running as the watchdog
+(dedup-watchdog-own-service-account), a Scheduler job's oauthToken (scheduler-job-oidc-auth),
+and the project-wide impersonation grants (iam-no-project-level-service-account-
+impersonation, which a stack may turn down).
 """
 
 from __future__ import annotations
