@@ -9,7 +9,8 @@ the program's run under its mocks and:
   (`job_logic_uses`: each job's own `jobLogic`, and `defaultJobLogic` when it is used);
 - starts every declared function from its own archive, environment and Python (the one
   of its archive's lock: operator_tools/function_startup.py), the job-running ones
-  (handle_scheduled_job) after importing each of those specs one by one;
+  (handle_scheduled_job) after importing one by one those of the specs its own job table
+  routes to (a runtime's archive holds only its own jobs' modules);
 
 and raises one `ConfigError`: each bad spec under its config key (`jobs[2].jobLogic`,
 `defaultJobLogic`) with what is missing and the closest match (among the modules in
@@ -34,7 +35,7 @@ from infra.dedup_service import ENTRY_POINT as JOB_LOGIC_ENTRY_POINT
 from infra.lock import FIX as LOCK_FIX
 from infra.lock import TEAM_LOCK, lock_problems
 from infra.program import DEFAULT_SOURCE_DIR, DEFAULT_TEAM_DIR
-from infra.source import KIT_CODE
+from infra.source import JOB_ROUTES_TABLE, KIT_CODE, read_archive_table
 from operator_tools.declared import OfflineRun
 from operator_tools.function_startup import (
     REQUIREMENTS_FILE,
@@ -45,6 +46,8 @@ from operator_tools.function_startup import (
 
 JOBS_PACKAGE: Final = "jobs"
 """The package in `function/` that holds the team's job modules."""
+DEFAULT_JOB_ENV: Final = "DEDUP_JOB"
+"""The job-running function's default job logic, imported when it has no routes."""
 EXAMPLE_JOBS_PACKAGE: Final = "example_jobs"
 """The kit's example job modules (the default jobLogic, the demo's failing job)."""
 FIX_DEPENDENCY: Final = (
@@ -209,6 +212,18 @@ def _startup_problem(
     return Problem(startup.key, message, fix)
 
 
+def _imported_specs(startup: DeclaredStartup) -> set[str]:
+    """The `module:function` specs a job-running function imports at start: its job
+    table's routes, or DEDUP_JOB when it has none (function/dedup/job_logic.py
+    `scheduled_jobs`). A runtime's archive carries only its own jobs' modules: another
+    runtime's spec is not importable there, and not asked of it."""
+    routes = json.loads(read_archive_table(startup.archive, JOB_ROUTES_TABLE) or "{}")
+    if routes:
+        return {str(spec) for spec in routes.values()}
+    return {startup.environment[DEFAULT_JOB_ENV]} if DEFAULT_JOB_ENV in startup.environment \
+        else set()
+
+
 def check_job_logic(
     values: Mapping[str, Any],
     config: StackConfig,
@@ -228,7 +243,7 @@ def check_job_logic(
     uses = job_logic_uses(values, config)
     startups = [
         DeclaredStartup(s.resource, s.function_name, s.entry_point, s.archive, s.environment,
-                        tuple(u.spec for u in uses))
+                        tuple(u.spec for u in uses if u.spec in _imported_specs(s)))
         if s.entry_point == JOB_LOGIC_ENTRY_POINT else s
         for s in declared_startups(run.resources)
     ]

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import pytest
 
-from infra.config import load_config
+from infra.config import ConfigError, load_config
 from infra.lock import KIT_LOCK, deployed_requirements
 from infra.source import build_source_archive, source_files
 from operator_tools.function_startup import (
@@ -27,7 +27,7 @@ from operator_tools.function_startup import (
     start_functions,
 )
 from operator_tools.function_venv import function_python
-from operator_tools.offline import load_stack_config, run_offline
+from operator_tools.offline import checked_run, load_stack_config, run_offline
 from tests.infra.helpers import OBJECT, StackUnderTest
 from tests.kit_tree import kit_function
 from tests.stacks import FIXTURE_STACKS_DIR
@@ -210,3 +210,23 @@ def test_each_function_starts_in_the_environment_of_its_own_lock(
         "kit": {"retail-proxy", "retail-watchdog"},
         "team": {"retail", "retail-sync", "retail-export"},
     }
+
+
+def test_the_plan_starts_runtimes_that_run_different_team_modules(tmp_path: Path) -> None:
+    """Each job-running function imports the specs of its own job table (a runtime's
+    archive carries its own jobs' modules only): the sync runtime is not asked for the
+    export runtime's module, which it does not ship. (Without a team lock: its
+    environment is the kit's lock's, cached.)"""
+    source = team_function(tmp_path / "function")
+    for name in ("requirements.in", "requirements.txt"):
+        (source / "jobs" / name).unlink()
+    checked_run(retail_with_team_jobs(), stack="retail", source_dir=source,
+                build_dir=tmp_path / "build")
+    # And a runtime's own job that is missing is still named under its key.
+    (source / "jobs" / "inventory.py").write_text("def other(context):\n    return {}\n")
+    with pytest.raises(ConfigError) as caught:
+        checked_run(retail_with_team_jobs(), stack="retail", source_dir=source,
+                    build_dir=tmp_path / "build")
+    assert caught.value.keys == ("scheduler-dedup:jobs[0].jobLogic",)
+    assert "'jobs.inventory:sync': module jobs.inventory has no attribute 'sync'" in str(
+        caught.value)
