@@ -392,7 +392,7 @@ class DedupService(pulumi.ComponentResource):
         )
         source = declare_source(
             name, parent=self, base=self.function_base, table=JOB_ROUTES_TABLE,
-            content=dict(args.job_routes), job_modules=args.job_modules,
+            content=dict(args.job_routes), runs_jobs=True, job_modules=args.job_modules,
         )
         self.source_object, self.source_sha256 = source.object, source.sha256
         declared = declare_function(

@@ -165,7 +165,8 @@ class JobRuntime(pulumi.ComponentResource):
                                    labels={**args.function_base.labels,
                                            RUNTIME_LABEL: runtime.name})
         source = declare_source(name, parent=self, base=base, table=JOB_ROUTES_TABLE,
-                                content=dict(args.job_routes), job_modules=args.job_modules)
+                                content=dict(args.job_routes), runs_jobs=True,
+                                job_modules=args.job_modules)
         self.source_object = source.object
         declared = declare_function(
             name,

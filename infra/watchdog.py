@@ -1,6 +1,6 @@
 """Watchdog: the run watchdog, its own function, identity and Scheduler job.
 
-The watchdog (entry point `watch_scheduled_runs`, same source archive as the dedup function)
+The watchdog (entry point `watch_scheduled_runs`; its archive the kit's code and lock alone)
 reads the dedup records of every expected run of the stack's jobs and reports the missed,
 failed, overlong and never-run ones as structured log lines, which the Monitoring component
 turns into metrics and alerts. It is a 2nd gen function of the kit like the others (built by
@@ -399,8 +399,11 @@ class Watchdog(pulumi.ComponentResource):
             update={"min_instances": 0, "max_instances": 1, "max_request_concurrency": 1}
         )
         base = dataclasses.replace(args.function_base, settings=settings)
+        # It runs no job logic: the kit's code and lock alone, so nothing of the team's is
+        # built or imported with its identity (it creates the deliveries' tasks).
         source = declare_source(
-            name, parent=self, base=base, table=WATCH_JOBS_TABLE, content=list(args.watched_jobs)
+            name, parent=self, base=base, table=WATCH_JOBS_TABLE,
+            content=list(args.watched_jobs), runs_jobs=False,
         )
         self.source_object = source.object
         declared = declare_function(

@@ -26,7 +26,7 @@ import pytest
 
 from dedup.version import __version__ as KIT_VERSION
 from infra.cloud_function import FUNCTION_RUNTIME
-from infra.lock import deployed_requirements
+from infra.lock import deployed_requirements, kit_requirements
 from local_stack import FirestoreEmulator
 from operator_tools.init import KIT_PIN, STARTER
 from tests.dist_helpers import (
@@ -153,11 +153,12 @@ def executable(path: Path, text: str) -> Path:
 
 
 def seed_function_venv(project: Path, base: str) -> bool:
-    """The environment the plan's start-up check starts the functions in: a virtualenv of
-    the archive's requirements.txt (the installed kit's lock, then the team's), which the
+    """The environments the plan's start-up check starts the functions in: a virtualenv of
+    each archive's requirements.txt (the installed kit's lock, then the team's, for the
+    functions that run jobs; the kit's alone for the watchdog and the proxy), which the
     plan builds with pip on first use into `project`/.cache/function-venv/<its digest>-py
     <version>/ (operator_tools' function_python) and a team's later plans reuse. Built here
-    with uv from the same file, as a later plan finds it; pip's build is the kit's own
+    with uv from the same files, as a later plan finds them; pip's build is the kit's own
     (`make plan`, tests/infra/test_startup_parity.py). False when this Python (and `base`,
     its base interpreter) is not the functions' runtime version: the plan then builds its
     own."""
@@ -165,15 +166,16 @@ def seed_function_venv(project: Path, base: str) -> bool:
     if f"{sys.version_info[0]}{sys.version_info[1]}" != runtime:
         return False
     (kit,) = (project / ".venv").glob("lib/python*/site-packages/scheduler_dedup_kit/function")
-    requirements = deployed_requirements(kit, project / "function")
-    lock = project.parent / "function-requirements.txt"
-    lock.write_bytes(requirements)
-    digest = hashlib.sha256(requirements).hexdigest()[:16]
-    venv = project / ".cache" / "function-venv" / f"{digest}-py{runtime}"
-    subprocess.run([str(UV), "venv", "--quiet", "--no-python-downloads", "--python", base,
-                    str(venv)], env=clean_env(), check=True, timeout=120)
-    uv_pip_install(["--python", str(venv / "bin" / "python"), "--require-hashes",
-                    "-r", str(lock)])
+    for name, requirements in (("team", deployed_requirements(kit, project / "function")),
+                               ("kit", kit_requirements(kit))):
+        lock = project.parent / f"function-requirements-{name}.txt"
+        lock.write_bytes(requirements)
+        digest = hashlib.sha256(requirements).hexdigest()[:16]
+        venv = project / ".cache" / "function-venv" / f"{digest}-py{runtime}"
+        subprocess.run([str(UV), "venv", "--quiet", "--no-python-downloads", "--python", base,
+                        str(venv)], env=clean_env(), check=True, timeout=120)
+        uv_pip_install(["--python", str(venv / "bin" / "python"), "--require-hashes",
+                        "-r", str(lock)])
     return True
 
 
@@ -258,6 +260,15 @@ def test_plan_builds_an_archive_of_the_pinned_runtime_and_the_teams_job(team: Te
     assert re.search(rf"{re.escape(DEPENDENCY)} \\\n\s+--hash=sha256:", requirements)
     assert f"jobs.{JOB}:run" in routes.values()
     assert "kitVersion" in out and f'"{KIT_VERSION}"' in out
+    # The watchdog's archive (issue 36): the installed kit's code and lock, nothing of the team.
+    kit_only = []
+    for other in (team.path / "build" / "function-source").glob("*.zip"):
+        with zipfile.ZipFile(other) as zf:
+            if "job_tables/watch_jobs.json" in zf.namelist():
+                kit_only.append(zf.namelist())
+                assert DEPENDENCY not in zf.read("requirements.txt").decode()
+    assert kit_only and not [n for names in kit_only for n in names
+                             if n.startswith(("jobs/", "example_jobs/"))]
 
 
 def test_policy_check_passes_there(team: TeamRepo) -> None:
