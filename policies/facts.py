@@ -66,6 +66,7 @@ from policies.kit_resources import (
     runtime_name,
     targets,
     targets_by_host,
+    task_account,
 )
 from policies.model import Resource
 from policies.urls import NormalUrl, Origin, normal_url
@@ -356,10 +357,11 @@ class StackFacts:
     def kit_identities(self) -> frozenset[str]:
         """Every known account of the kit: the ones workloads run as and jobs send tokens
         of (kit_accounts), the ones the stack declares, the ones its functions build
-        with."""
+        with, the ones its watchdogs' tasks send tokens of."""
         declared = {account_email(a) for a in self.of_type(SERVICE_ACCOUNT)}
         builders = {build_account(f) for f in self.kit_functions}
-        return self.kit_accounts | frozenset(e for e in declared | builders if e)
+        tasks = {known_str(task_account(w)) for w in self.watchdog_functions}
+        return self.kit_accounts | frozenset(e for e in declared | builders | tasks if e)
 
     @cached_property
     def delivering_accounts(self) -> frozenset[str]:

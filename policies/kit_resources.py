@@ -74,6 +74,8 @@ PROXY_URL_ENV: Final = "DEDUP_WATCH_PROXY_URL"
 RUNTIME_URLS_ENV: Final = "DEDUP_WATCH_RUNTIME_URLS"
 DELIVERY_URL_ENVS: Final = (TARGET_URL_ENV, PROXY_URL_ENV, RUNTIME_URLS_ENV)
 QUEUE_ENV: Final = "DEDUP_WATCH_QUEUE"
+TASK_ACCOUNT_ENV: Final = "DEDUP_WATCH_TASK_ACCOUNT"
+"""The account whose OIDC tokens the watchdog's tasks carry (its own)."""
 WATCH_DATABASE_ENV: Final = "DEDUP_WATCH_DATABASE"
 
 # Where each kind of workload names the service account it runs as.
@@ -286,6 +288,14 @@ def own_database(watchdog: Resource) -> RecordsDatabase | None:
     if name is None or records is None:
         return None
     return RecordsDatabase(records.project, name)
+
+
+def task_account(watchdog: Resource) -> Any:
+    """The e-mail its deliveries' tasks send OIDC tokens of (DEDUP_WATCH_TASK_ACCOUNT,
+    lower case): a string, UNKNOWN or MISSING."""
+    value = get(environment(watchdog), TASK_ACCOUNT_ENV)
+    text = known_str(value)
+    return service_account_email(text) if text else value
 
 
 def delivers_runs(watchdog: Resource) -> bool:
