@@ -24,6 +24,7 @@ Not judged while a value it needs is not known yet (judged once known).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -49,6 +50,7 @@ from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known
 
 TASKS_CREATE: Final = "cloudtasks.tasks.create"
 DELIVERY_METHOD: Final = "POST"
+_QUEUE_NAME: Final = re.compile(r"projects/([^/]+)/locations/([^/]+)/queues/([^/]+)")
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ class DeliveriesQueue:
 
     @property
     def project(self) -> str | None:
-        return self.name.split("/")[1] if self.name else None
+        match = _QUEUE_NAME.fullmatch(self.name or "")
+        return match[1] if match else None
 
 
 def _delivery_urls(watchdog: Resource) -> tuple[NormalUrl, ...] | None:
@@ -130,8 +133,10 @@ def _is_queue(declared: Resource, queue: DeliveriesQueue) -> bool:
     yet, or a project unset (the provider's), matches)."""
     if queue.name is None:
         return True
-    _, project, _, location, _, name = queue.name.split("/", 5)
-    wanted = {"project": project, "location": location, "name": name}
+    match = _QUEUE_NAME.fullmatch(queue.name)
+    if match is None:
+        return False  # no queue name (the watchdog refuses to start with it)
+    wanted = {"project": match[1], "location": match[2], "name": match[3]}
     for key, value in wanted.items():
         have = get(declared.props, key)
         if key == "project" and have is MISSING:
@@ -264,7 +269,7 @@ def _reached(resource: Resource, queues: Sequence[DeliveriesQueue]) -> list[Deli
     """The deliveries queues a grant on `resource` reaches (on the queue itself, or its
     project, a folder or the organization)."""
     if is_hierarchy_level(resource.type):
-        return [q for q in queues if q.name and project_wide(resource, q.project)]
+        return [q for q in queues if q.project and project_wide(resource, q.project)]
     on = queue_of(resource)
     return [q for q in queues if q.name and on == q.name]
 
