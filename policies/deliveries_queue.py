@@ -60,9 +60,9 @@ class DeliveriesQueue:
     name: str | None
     """`projects/P/locations/L/queues/Q`; None while a watchdog's DEDUP_WATCH_QUEUE is not
     known (then any queue of the stack may be it)."""
-    watchdogs: tuple[Resource, ...]
     task_accounts: frozenset[str] | None
-    """Their DEDUP_WATCH_TASK_ACCOUNT e-mails; None while one is not known."""
+    """Their DEDUP_WATCH_TASK_ACCOUNT e-mails (empty: none set); None while one is not
+    known."""
     creators: frozenset[str]
     """The e-mails that may create its tasks: the watchdogs' runtime and task accounts."""
     delivery_urls: tuple[NormalUrl, ...] | None
@@ -114,15 +114,16 @@ def deliveries_queues(facts: StackFacts) -> tuple[DeliveriesQueue, ...]:
         by_name.setdefault(known_str(named), []).append(watchdog)
     found: list[DeliveriesQueue] = []
     for name, watchdogs in by_name.items():
-        accounts = {task_account(w) for w in watchdogs}
+        accounts = [task_account(w) for w in watchdogs]  # MISSING: none set
         known = {a for a in accounts if isinstance(a, str) and not is_unknown(a)}
         creators = known | {e for w in watchdogs if (e := runtime_email(w))}
+        unsure = any(is_unknown(a) for a in accounts)
         urls: list[NormalUrl] | None = []
         for watchdog in watchdogs:
             own = _delivery_urls(watchdog)
             urls = None if own is None or urls is None else [*urls, *own]
         found.append(DeliveriesQueue(
-            name, tuple(watchdogs), frozenset(known) if known == accounts else None,
+            name, None if unsure else frozenset(known),
             frozenset(creators), tuple(urls) if urls is not None else None,
         ))
     return tuple(found)
@@ -230,7 +231,8 @@ def _target_problems(target: Any, queue: DeliveriesQueue) -> list[str]:
     oidc = get(target, "oidcToken")
     if oidc is not MISSING and not is_unknown(oidc):
         problems += _oidc_problems(oidc, queue)
-    if get(target, "oauthToken") is not MISSING:
+    oauth = get(target, "oauthToken")
+    if oauth is not MISSING and not is_unknown(oauth):
         problems.append("an oauthToken override (deliveries carry the watchdog's OIDC token)")
     headers = get(target, "headerOverrides")
     if not is_unknown(headers) and (listed := as_list(headers)):

@@ -23,6 +23,7 @@ from tests.policies.cases import (
 )
 from tests.policies.fixtures import (
     BUILD_SA,
+    DELETE,
     FOLDER_IAM_MEMBER,
     FUNCTION_URL,
     INVOKER_SA,
@@ -130,6 +131,13 @@ CASES["dedup-deliveries-queue-target"] = [
     stack_case("queue-uri-override-one-runtimes-host",
                with_target(uri_override(host=RUNTIMES[0].url.removeprefix("https://")),
                            runtimes_queue()), True),
+    stack_case("queue-oidc-override-task-account-not-known-yet",
+               replace_named(with_target({"oidcToken": {"serviceAccountEmail": INVOKER_SA}}),
+                             WATCHDOG_FN, f"{ENV}.DEDUP_WATCH_TASK_ACCOUNT", U), False),
+    stack_case("queue-oauth-override-not-known-yet", with_target({"oauthToken": U}), False),
+    stack_case("queue-oidc-override-no-task-account",
+               replace_named(with_target({"oidcToken": {"serviceAccountEmail": WATCHDOG_SA}}),
+                             WATCHDOG_FN, f"{ENV}.DEDUP_WATCH_TASK_ACCOUNT", DELETE), True),
     stack_case("queue-oidc-override-another-account",
                with_target({"oidcToken": {"serviceAccountEmail": INVOKER_SA}}), True),
     stack_case("queue-oidc-override-another-audience",
