@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from policies.deployer_trust import impersonable_deployers
 from policies.deployers import exempt, member_email
 from policies.facts import StackFacts, stack_facts
 from policies.gcp import ALLOWED_CALLERS_ENV, SCHEDULER_JOB, service_account_email
@@ -188,7 +189,9 @@ def act_as_only_own_accounts(
                     f"{note}",
                     resource.urn,
                 ))
-    return findings
+    # A listed deployer's exemption is only as safe as the deployer (issue 36).
+    return findings + impersonable_deployers(
+        facts.granting, declared, deployers, "dedup-accounts-act-as")
 
 
 def _functions_by_name(facts: StackFacts) -> dict[str, Resource]:

@@ -17,6 +17,7 @@ from policies import (
     deployers,
     function,
     iam,
+    identities,
     ingress,
     proxy,
     runtimes,
@@ -527,7 +528,27 @@ QUEUE_POLICIES: Final[tuple[StackPolicy, ...]] = (
     ),
 )
 
-ALL_POLICIES: Final[tuple[Policy, ...]] = (*RESOURCE_POLICIES, *STACK_POLICIES, *QUEUE_POLICIES)
+# Issue 36, "Trust by construction": the kit's caller identities used by the kit alone.
+TRUST_POLICIES: Final[tuple[StackPolicy, ...]] = (
+    StackPolicy(
+        "dedup-kit-identities-kit-only",
+        "The accounts whose OIDC tokens the kit's functions accept, the jobs' invoker (what "
+        "the stack's Scheduler jobs that target the kit send tokens of, and "
+        "DEDUP_ALLOWED_CALLERS names) and the run watchdog's, are used by the kit alone: "
+        "the invoker only as its Scheduler jobs' httpTarget.oidcToken, the watchdog's only "
+        "as its function's account, its tasks' (DEDUP_WATCH_TASK_ACCOUNT) and its deliveries "
+        "queue's OIDC identity. Any other resource, of any type (a Pub/Sub push "
+        "subscription, a Cloud Run service, a workflow, one the pack has never seen), that "
+        "names either in any property fails; grants to or on the account are judged by the "
+        "grant policies.",
+        MANDATORY,
+        identities.kit_identities_kit_only,
+    ),
+)
+
+ALL_POLICIES: Final[tuple[Policy, ...]] = (
+    *RESOURCE_POLICIES, *STACK_POLICIES, *TRUST_POLICIES, *QUEUE_POLICIES,
+)
 
 
 def by_name(name: str) -> Policy:

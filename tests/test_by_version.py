@@ -3,7 +3,8 @@ with nothing else of this repository, a team repository written by `scheduler-de
 a job of the team's with a dependency of its own, and there, exactly as a team runs them:
 `lock`, the team's tests, `plan --stack dev`, `policy-check` and `demo`. The function's
 archive must hold the team's job, the kit's runtime at the installed version, and the
-team's pinned dependency.
+team's pinned dependency; the locks `make lock` writes for the team's CI must pin the kit
+by the wheel's own hash, and install, hash-checked, as the starter's workflows install them.
 
 Installs go through uv from its cache (tests/dist_helpers.py uv_pip_install), and the plan's
 function environment is seeded the same way (seed_function_venv): the same packages,
@@ -36,6 +37,9 @@ from tests.dist_helpers import (
     install_wheel,
     uv_pip_install,
 )
+from tests.function.test_requirements_lock import pins
+from tests.infra.test_ci_supply_chain import TEAM as TEAM_WORKFLOWS
+from tests.infra.test_ci_supply_chain import unhashed
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The team's job and its own dependency (not one the kit's function lock has).
@@ -102,7 +106,7 @@ class TeamRepo:
         """A command of the team's virtualenv (or `make`), in the team's repository, with
         nothing of this checkout on any path."""
         command = [argv[0] if argv[0] == "make" else str(self.bin / argv[0]), *argv[1:]]
-        env = {**clean_env(), "PIP_FIND_LINKS": str(self.dist)}
+        env = {**clean_env(), "PIP_FIND_LINKS": str(self.dist), "UV_FIND_LINKS": str(self.dist)}
         return subprocess.run(command, cwd=self.path, env=env, capture_output=True,
                               text=True, timeout=timeout, check=False)
 
@@ -195,6 +199,40 @@ def test_init_writes_the_starter_and_the_first_job_pinned_to_this_version(
     assert KIT_PIN in pins and f"scheduler-dedup-kit=={KIT_VERSION}" == KIT_PIN
     again = team.run("scheduler-dedup", "init", str(team.path))
     assert again.returncode == 2 and "not an empty folder" in again.stderr
+
+
+def test_make_lock_writes_the_hash_locked_toolchain_the_workflows_install(
+    team: TeamRepo, tmp_path: Path,
+) -> None:
+    """requirements-bootstrap.txt and requirements-deploy.txt: every package with its
+    hashes, the kit by the hash of the wheel the team's index serves, the team's own
+    dependency at its function lock's version. Installed as ci.yml and deploy.yml install
+    them (hash-checked, no dependency resolved, no build tool fetched; by uv from its cache
+    rather than pip), the kit and the team's dependency import."""
+    bootstrap = team.path / TEAM_WORKFLOWS.bootstrap
+    deploy = team.path / TEAM_WORKFLOWS.deploy
+    text = deploy.read_text(encoding="utf-8")
+    assert unhashed(bootstrap.read_text(encoding="utf-8")) == []
+    assert unhashed(text) == []
+    (wheel,) = team.dist.glob("*.whl")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    kit = re.search(r"(?m)^scheduler-dedup-kit==(\S+) \\\n((?:\s+--hash=\S+ ?\\?\n)+)", text)
+    assert kit and kit[1] == KIT_VERSION and f"--hash=sha256:{digest}" in kit[2], text[:2000]
+    name, version = DEPENDENCY.split("==")
+    assert pins(text)[name] == version
+    assert {"pulumi", "pydantic", "pytest", "pip", "setuptools"} <= set(pins(text))
+    python = fresh_venv(tmp_path / "ci-venv")
+    uv_pip_install(["--python", str(python), "--require-hashes", "--no-deps",
+                    "--only-binary", ":all:", "-r", str(bootstrap)])
+    uv_pip_install(["--python", str(python), "--require-hashes", "--no-deps",
+                    "--no-build-isolation", "--find-links", str(team.dist), "-r", str(deploy)])
+    imported = subprocess.run(
+        [str(python), "-c", "import scheduler_dedup_kit, humanize; "
+         "print(scheduler_dedup_kit.__file__)"],
+        cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120,
+        check=False)
+    assert imported.returncode == 0, imported.stderr
+    assert str(tmp_path / "ci-venv") in imported.stdout
 
 
 def test_the_teams_tests_pass_there(team: TeamRepo) -> None:

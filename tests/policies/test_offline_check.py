@@ -454,9 +454,10 @@ BROKEN: list[Broken] = [
         # The watchdog then shares that account with the dedup function; and the function
         # names dev's watchdog account (it delivers runs: catchUp), which nothing runs as;
         # and the runtime account's datastore role is for an account the function no
-        # longer runs as (a writer of the dedup database that need not write it).
+        # longer runs as (a writer of the dedup database that need not write it); and the
+        # dedup function runs as the watchdog's account, whose tokens the functions accept.
         also=frozenset({"dedup-watchdog-own-service-account", "dedup-allowed-callers",
-                        "dedup-database-writers"}),
+                        "dedup-database-writers", "dedup-kit-identities-kit-only"}),
     ),
     Broken(
         "no runtime service account",
