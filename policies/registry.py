@@ -156,7 +156,8 @@ RESOURCE_POLICIES: Final[tuple[ResourcePolicy | ResourceGraphPolicy, ...]] = (
         "A predefined role granted on the project, folder or organization should be one the "
         "pack's permission table (policies/permissions.py) lists, so it is judged by what it "
         "allows. Granted to an account that runs job code it fails "
-        "(dedup-runtime-no-kit-resources).",
+        "(dedup-runtime-no-kit-resources), and granted to anyone where the watchdog's "
+        "deliveries queue is (dedup-deliveries-queue-task-creators).",
         ADVISORY,
         iam.known_roles_at_hierarchy_level,
     ),
