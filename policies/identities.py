@@ -37,6 +37,7 @@ from policies.gcp import (
     service_account_email,
 )
 from policies.kit_resources import (
+    TASK_ACCOUNT_ENV,
     account_email,
     environment,
     label,
@@ -57,7 +58,6 @@ KIT_COMPONENT_TYPES: Final = "scheduler-dedup:index:"
 """A resource declared inside one of the kit's components carries this in its URN."""
 
 _ENV: Final = ("serviceConfig", "environmentVariables")
-_TASK_ACCOUNT_ENV: Final = "DEDUP_WATCH_TASK_ACCOUNT"
 _MEMBER_KEYS: Final = frozenset({"member", "members", "userByEmail", "iamMember"})
 """The properties that name a grant's member (IAM members and bindings, BigQuery access)."""
 _SA_PATH: Final = "/serviceaccounts/"
@@ -88,7 +88,7 @@ KIT_USES: Final[tuple[KitUse, ...]] = (
     # The watchdog runs as its own account and its tasks carry that account's token.
     KitUse(FUNCTION_V2, ("serviceConfig", "serviceAccountEmail"), frozenset({WATCHDOG}),
            "watchdog function"),
-    KitUse(FUNCTION_V2, (*_ENV, _TASK_ACCOUNT_ENV), frozenset({WATCHDOG}),
+    KitUse(FUNCTION_V2, (*_ENV, TASK_ACCOUNT_ENV), frozenset({WATCHDOG}),
            "watchdog function"),
     # The deliveries queue's own OIDC override (where it may point: the queue policies).
     KitUse(TASKS_QUEUE, ("httpTarget", "oidcToken", "serviceAccountEmail"),
@@ -122,7 +122,7 @@ def caller_identities(facts: StackFacts) -> CallerIdentities:
     watchdogs: set[str] = set()
     for watchdog in facts.watchdog_functions:
         env = as_mapping(environment(watchdog)) or {}
-        task_account = known_str(env.get(_TASK_ACCOUNT_ENV))
+        task_account = known_str(env.get(TASK_ACCOUNT_ENV))
         for account in (runtime_email(watchdog),
                         service_account_email(task_account) if task_account else None):
             if account:
