@@ -20,6 +20,7 @@ from typing import Final
 
 import pulumi
 
+from dedup.settings import DEFAULT_JOB_ENV
 from infra import gcp
 from infra.cloud_function import (
     FunctionBase,
@@ -144,7 +145,7 @@ class DedupServiceArgs:
         routes travel in its source archive, not here (32 KiB cap)."""
         return {
             **dedup_environment(self.project, self.region, self.dedup),
-            "DEDUP_JOB": self.dedup.default_job_logic,
+            DEFAULT_JOB_ENV: self.dedup.default_job_logic,
         }
 
 

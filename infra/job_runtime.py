@@ -22,6 +22,7 @@ from typing import Final
 
 import pulumi
 
+from dedup.settings import DEFAULT_JOB_ENV
 from infra import gcp
 from infra.cloud_function import (
     FunctionBase,
@@ -95,7 +96,7 @@ class JobRuntimeArgs:
         """The kit's DEDUP_* settings (its own database), then the team's settings."""
         return {
             **dedup_environment(self.project, self.region, self.dedup, self.database_name),
-            "DEDUP_JOB": self.default_job_logic,
+            DEFAULT_JOB_ENV: self.default_job_logic,
             **self.runtime.environment(),
         }
 

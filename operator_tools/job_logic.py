@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from dedup.settings import DEFAULT_JOB_ENV
 from infra.config import ConfigError, Problem, StackConfig, kit_key
 from infra.dedup_service import ENTRY_POINT as JOB_LOGIC_ENTRY_POINT
 from infra.lock import FIX as LOCK_FIX
@@ -46,7 +47,7 @@ from operator_tools.function_startup import (
 
 JOBS_PACKAGE: Final = "jobs"
 """The package in `function/` that holds the team's job modules."""
-DEFAULT_JOB_ENV: Final = "DEDUP_JOB"
+
 """The job-running function's default job logic, imported when it has no routes."""
 EXAMPLE_JOBS_PACKAGE: Final = "example_jobs"
 """The kit's example job modules (the default jobLogic, the demo's failing job)."""
