@@ -10,7 +10,7 @@ can drive it too. Each created task is dispatched on a thread of its own: an HTT
 its url, headers and body with an OIDC token for its audience (minted by `mint_token`),
 retried on any non-2xx or no answer within the dispatch deadline, with the queue's
 exponential backoff, up to max_attempts. `drop_create_replies` creates tasks but closes the
-connection before answering (a lost reply).
+connection before answering (a lost reply); `refuse_gets` answers GetTask 403.
 
 A task with a scheduleTime in the future waits (it is not dispatched while the test runs:
 a squatter's task scheduled weeks ahead). `GET /v2/{task name}` is GetTask
@@ -85,6 +85,7 @@ class FakeCloudTasks(LoopbackServer):
         self.create_calls: list[tuple[str, int | None]] = []  # (task name, status answered)
         self.get_calls: list[tuple[str, str, int]] = []  # (task name, view, status answered)
         self.drop_create_replies = 0
+        self.refuse_gets = 0  # the next GetTask calls answer 403 PERMISSION_DENIED
         self._lock = threading.Lock()
         super().__init__()
 
@@ -130,6 +131,11 @@ class FakeCloudTasks(LoopbackServer):
     def _get(self, name: str, view: str) -> tuple[int, dict[str, Any]]:
         with self._lock:
             found = self.tasks.get(name)
+            refused = self.refuse_gets > 0
+            self.refuse_gets -= refused
+        if refused:
+            return 403, _error(403, "PERMISSION_DENIED", "The principal lacks IAM permission "
+                               "cloudtasks.tasks.get for the resource.")
         if not name.startswith(f"{self.queue}/tasks/"):
             return 404, _error(404, "NOT_FOUND", f"Queue does not exist: {name}")
         if found is None or found.done.is_set():  # never created, or ran / gave up: deleted
