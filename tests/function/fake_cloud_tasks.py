@@ -47,6 +47,8 @@ TokenMinter = Callable[[str, str], str]  # (service account e-mail, audience) ->
 _TASK_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
 _PATH = re.compile(r"/v2/(projects/[^/]+/locations/[^/]+/queues/[^/]+)/tasks")
 _TASK_PATH = re.compile(r"/v2/(projects/[^/]+/locations/[^/]+/queues/[^/]+/tasks/[^/]+)")
+_VIEWS = {"VIEW_UNSPECIFIED": "BASIC", "0": "BASIC", "BASIC": "BASIC", "1": "BASIC",
+          "FULL": "FULL", "2": "FULL"}  # google.cloud.tasks.v2.Task.View, by name and number
 MAX_HEADER_BYTES = 80 * 1000  # "The size of the headers must be less than 80KB."
 
 
@@ -125,7 +127,7 @@ class FakeCloudTasks(LoopbackServer):
             self.tasks[task.name] = created
         if not created.waiting:
             threading.Thread(target=self._dispatch, args=(created,), daemon=True).start()
-        return 200, _task_json(task, tasks_v2.Task.View.BASIC)
+        return 200, _task_json(task, full=False)
 
     # -- GetTask ---------------------------------------------------------------------------
     def _get(self, name: str, view: str) -> tuple[int, dict[str, Any]]:
@@ -141,14 +143,12 @@ class FakeCloudTasks(LoopbackServer):
         if found is None or found.done.is_set():  # never created, or ran / gave up: deleted
             return 404, _error(404, "NOT_FOUND", "The task no longer exists, though a task "
                                "with this name existed recently.")
-        try:  # by name or number (Google's client sends `$alt=json;enum-encoding=int`)
-            chosen = (tasks_v2.Task.View(int(view)) if view.isdigit()
-                      else tasks_v2.Task.View[view or "BASIC"])
-        except (KeyError, ValueError):
+        # By name or number (Google's client sends `$alt=json;enum-encoding=int`);
+        # "VIEW_UNSPECIFIED: Unspecified. Defaults to BASIC."
+        chosen = _VIEWS.get(view or "BASIC")
+        if chosen is None:
             return 400, _error(400, "INVALID_ARGUMENT", f"Invalid value for responseView: {view}")
-        if chosen is tasks_v2.Task.View.VIEW_UNSPECIFIED:
-            chosen = tasks_v2.Task.View.BASIC  # "Unspecified. Defaults to BASIC."
-        return 200, _task_json(found.task, chosen)
+        return 200, _task_json(found.task, full=chosen == "FULL")
 
     def _dispatch(self, fake: FakeTask) -> None:
         http = fake.task.http_request
@@ -264,13 +264,13 @@ def _task_problem(parent: str, task: tasks_v2.Task) -> str | None:
     return None
 
 
-def _task_json(task: tasks_v2.Task, view: tasks_v2.Task.View) -> dict[str, Any]:
-    """The Task as the API returns it in `view`: BASIC omits the body."""
+def _task_json(task: tasks_v2.Task, *, full: bool) -> dict[str, Any]:
+    """The Task as the API returns it in the FULL view or the BASIC one (no body)."""
     shown: dict[str, Any] = json.loads(  # enums by name, as the REST API answers
         tasks_v2.Task.to_json(task, use_integers_for_enums=False))
-    if view is not tasks_v2.Task.View.FULL:
+    if not full:
         shown.get("httpRequest", {}).pop("body", None)
-    shown["view"] = view.name
+    shown["view"] = "FULL" if full else "BASIC"
     return shown
 
 
