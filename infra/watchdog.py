@@ -80,7 +80,7 @@ from infra.config import (
     service_account_id,
 )
 from infra.dedup_proxy import ROLE_SECRET_ACCESSOR, SECRET_APIS, TOKEN_SECRET_LENGTH, DedupProxy
-from infra.dedup_service import DedupService, dedup_environment
+from infra.dedup_service import DedupService, dedup_environment, runtime_apis
 from infra.iam_wait import wait_for_iam
 from infra.job_runtime import JobRuntime
 from infra.records_database import TTL_FIELD, declare_database, declare_unindexed_field
@@ -250,7 +250,10 @@ class WatchdogArgs:
             depends_on=[*service.apis, *service.build_grants, service.ttl_field],
             job_depends_on=list(service.apis),
             iam_propagation_seconds=cfg.iam_propagation_seconds,
-            secret_apis=() if proxy is not None else SECRET_APIS,
+            # Enabled already by the proxy (its token secret) or the service (runtimes'
+            # secrets), or here.
+            secret_apis=tuple(sorted(set(SECRET_APIS) - set(runtime_apis(cfg))))
+            if proxy is None else (),
             secret_depends_on=list(proxy.apis) if proxy is not None else [],
             delivery_targets=_delivery_targets(cfg, service, proxy, runtimes),
         )
