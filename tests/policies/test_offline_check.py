@@ -455,17 +455,19 @@ BROKEN: list[Broken] = [
         # names dev's watchdog account (it delivers runs: catchUp), which nothing runs as;
         # and the runtime account's datastore role is for an account the function no
         # longer runs as (a writer of the dedup database that need not write it); and the
-        # dedup function runs as the watchdog's account, whose tokens the functions accept.
+        # dedup function runs as the watchdog's account, whose tokens the functions accept;
+        # and the watchdog's account reads its task key, while no function runs as it any more.
         also=frozenset({"dedup-watchdog-own-service-account", "dedup-allowed-callers",
-                        "dedup-database-writers", "dedup-kit-identities-kit-only"}),
+                        "dedup-database-writers", "dedup-kit-identities-kit-only",
+                        "dedup-secret-readers-declared"}),
     ),
     Broken(
         "no runtime service account",
         "function-dedicated-runtime-service-account",
         lambda d: mutate(d, FUNCTION, "serviceConfig.serviceAccountEmail", DELETE),
         # The function names dev's watchdog account (it delivers runs: catchUp), which
-        # nothing runs as any more.
-        also=frozenset({"dedup-allowed-callers"}),
+        # nothing runs as any more, and which reads the watchdog's task key.
+        also=frozenset({"dedup-allowed-callers", "dedup-secret-readers-declared"}),
     ),
     Broken(
         "App Engine default build account",
