@@ -1,7 +1,8 @@
 """Declaration helpers shared by the dedup function and the idempotent proxy.
 
 Both are Cloud Run functions (2nd gen) built from the same source tree, each from its own
-source object (the tree plus that function's job table, infra/source.py), by the same
+source object (the tree plus that function's job table, infra/source.py; only the kit's
+code and lock for one that runs no job logic), by the same
 dedicated build account into the same Artifact Registry repository, run as a runtime
 account of their own with internal-only ingress, may be invoked only by the jobs' invoker
 account (`roles/run.invoker` on the function's one Cloud Run service), serve only that
@@ -81,7 +82,8 @@ class FunctionBase:
     """E of that account: what its OIDC tokens' `email` claim says, and so the one caller
     the functions built from this base serve (DEDUP_ALLOWED_CALLERS)."""
     team_dir: Path | None = None
-    """The team's function/ when it is not `source_dir` (the kit installed): its jobs/."""
+    """The team's function/ when it is not `source_dir` (the kit installed): its jobs/,
+    which only the archives of functions that run job logic carry (`declare_source`)."""
 
 
 @dataclass(frozen=True)
@@ -110,15 +112,19 @@ class FunctionSource(NamedTuple):
 
 def declare_source(
     name: str, *, parent: pulumi.Resource, base: FunctionBase, table: str, content: object,
-    job_modules: Collection[str] | None = None,
+    runs_jobs: bool, job_modules: Collection[str] | None = None,
 ) -> FunctionSource:
     """`{name}-source`: the source tree with the job table `table` (dedup/tables.py) holding
     `content`, uploaded to the source bucket under its hash. Only a change of the tree or of
-    this table renames it, and so redeploys this function. `job_modules`: only these of the
-    team's job modules (and what they import) ship (infra/source.py); None: all."""
+    this table renames it, and so redeploys this function.
+
+    `runs_jobs`, said by every function: whether it runs job logic (the dedup function, a
+    runtime), and so carries the team's code and lock; one that does not (the proxy, the
+    watchdog) gets the kit's code and lock alone (infra/source.py). `job_modules`: only
+    these of the team's job modules (and what they import) ship; None: all."""
     archive, path = write_source_archive(
         base.source_dir, base.build_dir, table_files(table, content), base.team_dir,
-        job_modules=job_modules,
+        job_modules=job_modules, kit_only=not runs_jobs,
     )
     source_object = gcp.storage.BucketObject(
         f"{name}-source",

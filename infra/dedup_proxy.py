@@ -394,8 +394,11 @@ class DedupProxy(pulumi.ComponentResource):
 
         # --- the function, and the jobs' invoker account on its one service ---------
         base = args.scaled_to_zero_base()
+        # It runs no job logic (it starts executions): the kit's code and lock alone, so
+        # nothing of the team's is built or imported beside the token secret.
         source = declare_source(
-            name, parent=self, base=base, table=PROXY_ROUTES_TABLE, content=args.route_table()
+            name, parent=self, base=base, table=PROXY_ROUTES_TABLE, content=args.route_table(),
+            runs_jobs=False,
         )
         declared = declare_function(
             name,

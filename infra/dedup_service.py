@@ -20,6 +20,7 @@ from typing import Final
 
 import pulumi
 
+from dedup.settings import DEFAULT_JOB_ENV
 from infra import gcp
 from infra.cloud_function import (
     FunctionBase,
@@ -144,7 +145,7 @@ class DedupServiceArgs:
         routes travel in its source archive, not here (32 KiB cap)."""
         return {
             **dedup_environment(self.project, self.region, self.dedup),
-            "DEDUP_JOB": self.dedup.default_job_logic,
+            DEFAULT_JOB_ENV: self.dedup.default_job_logic,
         }
 
 
@@ -392,7 +393,7 @@ class DedupService(pulumi.ComponentResource):
         )
         source = declare_source(
             name, parent=self, base=self.function_base, table=JOB_ROUTES_TABLE,
-            content=dict(args.job_routes), job_modules=args.job_modules,
+            content=dict(args.job_routes), runs_jobs=True, job_modules=args.job_modules,
         )
         self.source_object, self.source_sha256 = source.object, source.sha256
         declared = declare_function(

@@ -21,7 +21,7 @@ What ships of `jobs/`:
   the package above it), is a shipped module's folder or a folder above one. So `jobs/`'s own
   files (`requirements.in` and the team's lock, `make lock`) ship with any `jobs.*` module;
   what Cloud Build installs is the archive's root `requirements.txt` (infra/lock.py's
-  `deployed_requirements`), the same for every function.
+  `deployed_requirements`), the same for every function that runs job logic.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from typing import Final
 
 import pulumi
 
+from dedup.settings import DEFAULT_JOB_ENV
 from infra import gcp
 from infra.cloud_function import (
     FunctionBase,
@@ -95,7 +96,7 @@ class JobRuntimeArgs:
         """The kit's DEDUP_* settings (its own database), then the team's settings."""
         return {
             **dedup_environment(self.project, self.region, self.dedup, self.database_name),
-            "DEDUP_JOB": self.default_job_logic,
+            DEFAULT_JOB_ENV: self.default_job_logic,
             **self.runtime.environment(),
         }
 
@@ -165,7 +166,8 @@ class JobRuntime(pulumi.ComponentResource):
                                    labels={**args.function_base.labels,
                                            RUNTIME_LABEL: runtime.name})
         source = declare_source(name, parent=self, base=base, table=JOB_ROUTES_TABLE,
-                                content=dict(args.job_routes), job_modules=args.job_modules)
+                                content=dict(args.job_routes), runs_jobs=True,
+                                job_modules=args.job_modules)
         self.source_object = source.object
         declared = declare_function(
             name,

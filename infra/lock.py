@@ -12,8 +12,11 @@ Two locks, never mixed, so that neither side's change conflicts with the other's
   (`--index-url`, `--extra-index-url`, `--find-links`) are carried into its lock, so Cloud
   Build finds a private package where `make lock` did.
 
-What Cloud Build installs is their union (`deployed_requirements`: the archive's
-`requirements.txt`, infra/source.py), in pip's hash-checking mode. The team lock's first
+What Cloud Build installs for a function that runs job logic (the dedup function, each
+runtime) is their union (`deployed_requirements`: the archive's `requirements.txt`,
+infra/source.py), in pip's hash-checking mode; for the proxy and the watchdog, which run
+none, the kit's lock alone (`kit_requirements`): no team package is installed, imported or
+built with their identities. The team lock's first
 line records the digests of the files it was resolved from (the team's `.in`, the kit's
 lock), its second the instant it was resolved as of (`RESOLVED_AS_OF`: what the index
 offered then); `lock_problems` says, offline, when any of the files changed since (a kit
@@ -174,11 +177,17 @@ def lock_problems(root: Path = PROJECT_DIR, kit_root: Path | None = None) -> lis
     return problems
 
 
+def kit_requirements(source_dir: Path) -> bytes:
+    """The `requirements.txt` Cloud Build installs for a function of `source_dir` (the
+    kit's function/) that runs no job logic (the proxy, the watchdog): the kit's lock alone."""
+    return (source_dir / KIT_LOCK.name).read_bytes()
+
+
 def deployed_requirements(source_dir: Path, team_dir: Path | None = None) -> bytes:
     """The `requirements.txt` Cloud Build installs for a function of `source_dir` (the
-    kit's function/): the kit's lock, then the team's pins if it has any (in `team_dir`,
-    the team's function/, unset: `source_dir`)."""
-    kit = (source_dir / KIT_LOCK.name).read_bytes()
+    kit's function/) that runs job logic: the kit's lock, then the team's pins if it has
+    any (in `team_dir`, the team's function/, unset: `source_dir`)."""
+    kit = kit_requirements(source_dir)
     team = (team_dir or source_dir) / TEAM_LOCK.relative_to("function")
     if not team.is_file():
         return kit

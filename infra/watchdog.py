@@ -1,6 +1,6 @@
 """Watchdog: the run watchdog, its own function, identity and Scheduler job.
 
-The watchdog (entry point `watch_scheduled_runs`, same source archive as the dedup function)
+The watchdog (entry point `watch_scheduled_runs`; its archive the kit's code and lock alone)
 reads the dedup records of every expected run of the stack's jobs and reports the missed,
 failed, overlong and never-run ones as structured log lines, which the Monitoring component
 turns into metrics and alerts. It is a 2nd gen function of the kit like the others (built by
@@ -39,7 +39,15 @@ the dedup service's build account into its repository, internal-only ingress), a
   in its own queue `<namePrefix>-deliveries` (DEDUP_WATCH_QUEUE), carrying OIDC tokens of
   its own account (DEDUP_WATCH_TASK_ACCOUNT): it holds roles/cloudtasks.enqueuer on that
   queue and roles/iam.serviceAccountUser on itself only. A run it delivers is one
-  Scheduler missed, or one an operator asked for.
+  Scheduler missed, or one an operator asked for. Its tasks' names carry a MAC under a key
+  only it holds (so nobody who may create tasks takes them first): 64 random characters
+  (pulumi-random, kept encrypted in the stack's state, never in the stack file) in the
+  Secret Manager secret `<namePrefix>-watchdog-task-key` (resource `watchdog-task-key`),
+  whose accessor is its account alone, read by Cloud Run as the secret environment
+  variable DEDUP_WATCH_TASK_KEY (job code runs in other functions, as other accounts). It
+  holds roles/cloudtasks.viewer on its queue besides: a task name that already exists is
+  believed only once read back (GetTask, cloudtasks.tasks.get; the FULL view's
+  cloudtasks.tasks.fullView comes with the enqueuer role).
 """
 
 from __future__ import annotations
@@ -51,12 +59,14 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pulumi
+import pulumi_random as random
 
 from infra import gcp
 from infra.cloud_function import (
     FunctionBase,
     declare_function,
     declare_source,
+    enable_apis,
     grant_database_user,
     grant_invoker,
 )
@@ -69,8 +79,8 @@ from infra.config import (
     WatchdogSettings,
     service_account_id,
 )
-from infra.dedup_proxy import DedupProxy
-from infra.dedup_service import DedupService, dedup_environment
+from infra.dedup_proxy import ROLE_SECRET_ACCESSOR, SECRET_APIS, TOKEN_SECRET_LENGTH, DedupProxy
+from infra.dedup_service import DedupService, dedup_environment, runtime_apis
 from infra.iam_wait import wait_for_iam
 from infra.job_runtime import JobRuntime
 from infra.records_database import TTL_FIELD, declare_database, declare_unindexed_field
@@ -97,6 +107,11 @@ DELIVERY_MAX_DOUBLINGS: Final = 5
 RUNTIME_TARGET: Final = "runtime-"
 """A runtime's key among the databases it reads and the targets it delivers to."""
 ROLE_TASKS_ENQUEUER: Final = "roles/cloudtasks.enqueuer"
+ROLE_TASKS_VIEWER: Final = "roles/cloudtasks.viewer"
+"""GetTask on its own queue: an existing task name is believed once read back."""
+TASK_KEY_ENV: Final = "DEDUP_WATCH_TASK_KEY"
+"""function/dedup/watchdog/cloud_tasks.py reads its task key from this variable."""
+TASK_KEY_SECRET_SUFFIX: Final = "-watchdog-task-key"
 ROLE_SA_USER: Final = "roles/iam.serviceAccountUser"
 
 
@@ -194,6 +209,11 @@ class WatchdogArgs:
     job_depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
     """What its job waits for besides the watchdog's invoker binding (the APIs)."""
     iam_propagation_seconds: int = int(DEFAULTS["iamPropagationSeconds"])
+    secret_apis: tuple[str, ...] = ()
+    """APIs its task-key secret needs that nothing else of the stack enables (the proxy
+    enables Secret Manager for its token secret)."""
+    secret_depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
+    """What enables them otherwise (the proxy's APIs)."""
     delivery_targets: Mapping[str, tuple[pulumi.Input[str], pulumi.Input[str]]] = field(
         default_factory=dict
     )
@@ -230,6 +250,11 @@ class WatchdogArgs:
             depends_on=[*service.apis, *service.build_grants, service.ttl_field],
             job_depends_on=list(service.apis),
             iam_propagation_seconds=cfg.iam_propagation_seconds,
+            # Enabled already by the proxy (its token secret) or the service (runtimes'
+            # secrets), or here.
+            secret_apis=tuple(sorted(set(SECRET_APIS) - set(runtime_apis(cfg))))
+            if proxy is None else (),
+            secret_depends_on=list(proxy.apis) if proxy is not None else [],
             delivery_targets=_delivery_targets(cfg, service, proxy, runtimes),
         )
 
@@ -240,6 +265,10 @@ class WatchdogArgs:
     @property
     def account_id(self) -> str:
         return service_account_id(self.name_prefix, WATCHDOG_JOB_NAME)
+
+    @property
+    def task_key_secret_id(self) -> str:
+        return f"{self.name_prefix}{TASK_KEY_SECRET_SUFFIX}"
 
     @property
     def watch_database_name(self) -> str:
@@ -311,7 +340,11 @@ class Watchdog(pulumi.ComponentResource):
     delivery_queue: gcp.cloudtasks.Queue | None
     """The Cloud Tasks queue its deliveries go through (when it delivers runs)."""
     queue_grants: list[pulumi.CustomResource]
-    """roles/cloudtasks.enqueuer on that queue, roles/iam.serviceAccountUser on itself."""
+    """roles/cloudtasks.enqueuer and roles/cloudtasks.viewer on that queue,
+    roles/iam.serviceAccountUser on itself, the accessor role on its task key."""
+    task_key_secret: gcp.secretmanager.Secret | None
+    """The key its task names carry a MAC under (when it delivers runs)."""
+    task_key_version: gcp.secretmanager.SecretVersion | None
     source_object: gcp.storage.BucketObject
     """Its source: function/ plus its job table (the watch list)."""
 
@@ -385,6 +418,11 @@ class Watchdog(pulumi.ComponentResource):
         self.delivery_queue, self.queue_grants = (
             self._delivery_queue(name, args) if args.delivery_targets else (None, [])
         )
+        self.task_key_secret, self.task_key_version = None, None
+        if self.delivery_queue is not None:
+            self.task_key_secret, self.task_key_version, key_reader = self._task_key(
+                name, args)
+            self.queue_grants.append(key_reader)
         self.iam_wait = wait_for_iam(
             f"{name}-iam-propagation",
             parent=self,
@@ -399,8 +437,11 @@ class Watchdog(pulumi.ComponentResource):
             update={"min_instances": 0, "max_instances": 1, "max_request_concurrency": 1}
         )
         base = dataclasses.replace(args.function_base, settings=settings)
+        # It runs no job logic: the kit's code and lock alone, so nothing of the team's is
+        # built or imported with its identity (it creates the deliveries' tasks).
         source = declare_source(
-            name, parent=self, base=base, table=WATCH_JOBS_TABLE, content=list(args.watched_jobs)
+            name, parent=self, base=base, table=WATCH_JOBS_TABLE,
+            content=list(args.watched_jobs), runs_jobs=False,
         )
         self.source_object = source.object
         declared = declare_function(
@@ -414,6 +455,7 @@ class Watchdog(pulumi.ComponentResource):
             entry_point=ENTRY_POINT,
             runtime_account_email=self.account.email,
             environment={**args.environment(), **self._queue_environment(args)},
+            secret_environment=self._task_key_environment(args),
             # Its job sends OIDC tokens of the stack's invoker account (see the docstring).
             allowed_callers=[args.function_base.invoker_email],
             depends_on=[*args.depends_on, self.database, self.reruns_ttl_field,
@@ -438,6 +480,7 @@ class Watchdog(pulumi.ComponentResource):
         self.register_outputs(
             {
                 "deliveryQueue": self.delivery_queue.name if self.delivery_queue else None,
+                "taskKeySecret": self.task_key_secret.name if self.task_key_secret else None,
                 "functionUri": self.function_uri,
                 "serviceAccount": self.account.email,
                 "jobName": self.scheduled_job.job_name,
@@ -480,6 +523,15 @@ class Watchdog(pulumi.ComponentResource):
             member=self.account.member,
             opts=pulumi.ResourceOptions(parent=self),
         )
+        reads_tasks = gcp.cloudtasks.QueueIamMember(
+            f"{name}-reads-deliveries",
+            project=args.project,
+            location=args.region,
+            name=queue.name,
+            role=ROLE_TASKS_VIEWER,
+            member=self.account.member,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
         acts_as_itself = gcp.serviceaccount.IAMMember(
             f"{name}-acts-as-itself",
             service_account_id=self.account.name,
@@ -487,7 +539,52 @@ class Watchdog(pulumi.ComponentResource):
             member=self.account.member,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        return queue, [enqueuer, acts_as_itself]
+        return queue, [enqueuer, reads_tasks, acts_as_itself]
+
+    def _task_key(
+        self, name: str, args: WatchdogArgs
+    ) -> tuple[gcp.secretmanager.Secret, gcp.secretmanager.SecretVersion,
+               gcp.secretmanager.SecretIamMember]:
+        """The task key (module docstring): a random value, a secret whose one reader is
+        the watchdog's account. The pack refuses any other reader (resource
+        `watchdog-task-key`)."""
+        apis = enable_apis(f"{name}-task-key", parent=self, project=args.project,
+                           apis=args.secret_apis)
+        secret = gcp.secretmanager.Secret(
+            f"{name}-task-key",
+            project=args.project,
+            secret_id=args.task_key_secret_id,
+            labels=dict(args.function_base.labels),
+            replication=gcp.secretmanager.SecretReplicationArgs(
+                auto=gcp.secretmanager.SecretReplicationAutoArgs(),
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[*args.job_depends_on, *args.secret_depends_on, *apis]),
+        )
+        value = random.RandomPassword(f"{name}-task-key-value", length=TOKEN_SECRET_LENGTH,
+                                      special=False, opts=pulumi.ResourceOptions(parent=self))
+        version = gcp.secretmanager.SecretVersion(
+            f"{name}-task-key-version", secret=secret.id, secret_data=value.result,
+            opts=pulumi.ResourceOptions(parent=self))
+        reader = gcp.secretmanager.SecretIamMember(
+            f"{name}-task-key-reader",
+            project=args.project,
+            secret_id=secret.secret_id,
+            role=ROLE_SECRET_ACCESSOR,
+            member=self.account.member,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return secret, version, reader
+
+    def _task_key_environment(
+        self, args: WatchdogArgs
+    ) -> list[gcp.cloudfunctionsv2.FunctionServiceConfigSecretEnvironmentVariableArgs]:
+        """DEDUP_WATCH_TASK_KEY, the version made here (a new key only with a deploy)."""
+        if self.task_key_secret is None or self.task_key_version is None:
+            return []
+        return [gcp.cloudfunctionsv2.FunctionServiceConfigSecretEnvironmentVariableArgs(
+            key=TASK_KEY_ENV, project_id=args.project, secret=self.task_key_secret.secret_id,
+            version=self.task_key_version.version)]
 
     def _queue_environment(self, args: WatchdogArgs) -> dict[str, pulumi.Input[str]]:
         """DEDUP_WATCH_QUEUE and DEDUP_WATCH_TASK_ACCOUNT (dedup/watchdog/cloud_tasks.py)."""

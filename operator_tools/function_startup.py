@@ -10,9 +10,11 @@ For each declared Cloud Run function, from the program's run under mocks:
   (FUNCTION_TARGET, K_SERVICE, PORT, ...) and a stand-in for the runtime account's
   credentials (no network is used);
 - a Python environment built only from the archive's `requirements.txt`, hash-checked as
-  Cloud Build installs it (operator_tools/function_venv.py).
+  Cloud Build installs it (operator_tools/function_venv.py): the functions that run job
+  logic ship the kit's lock and the team's, the proxy and the watchdog the kit's alone
+  (infra/source.py), so each is started in the environment of its own lock.
 
-In one subprocess per stack, each function is then started by functions-framework itself
+In one subprocess per stack and lock, each function is then started by functions-framework itself
 (`create_app`: main.py imported with the entry point as target, the archive's directory
 appended to `sys.path`, as the runtime does), each from a clean slate (none of the
 archives' modules left imported, only its own environment). The function that runs job
@@ -29,6 +31,7 @@ import subprocess
 import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -226,16 +229,16 @@ def _startup_key(startups: Sequence[DeclaredStartup], venvs_dir: Path) -> tuple[
 def start_functions(
     startups: Sequence[DeclaredStartup], venvs_dir: Path = FUNCTION_VENVS_DIR
 ) -> StartupResults:
-    """Start every function in one subprocess, in the virtualenv of the requirements.txt
-    their archives ship (see the module docstring); once per process for the same ones."""
+    """Start every function in the virtualenv of the requirements.txt its archive ships,
+    one subprocess per lock (see the module docstring); once per process for the same ones."""
     key = _startup_key(startups, venvs_dir)
     if key not in _STARTED:
-        _STARTED[key] = _start_in_subprocess(startups, venvs_dir)
+        _STARTED[key] = _start_in_subprocesses(startups, venvs_dir)
     results = _STARTED[key]
     return StartupResults(results["specs"], results["functions"])
 
 
-def _start_in_subprocess(
+def _start_in_subprocesses(
     startups: Sequence[DeclaredStartup], venvs_dir: Path
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="startup-parity-") as scratch:
@@ -247,10 +250,19 @@ def _start_in_subprocess(
                 with zipfile.ZipFile(startup.archive) as archive:
                     archive.extractall(target)
                 unpacked[startup.archive] = target
-        locks = {(root / REQUIREMENTS_FILE).read_bytes() for root in unpacked.values()}
-        if len(locks) != 1:  # the kit ships function/'s one lock in every archive
-            raise RuntimeError(f"the functions' archives hold {len(locks)} different locks")
-        python = function_python(next(iter(unpacked.values())) / REQUIREMENTS_FILE, venvs_dir)
+        # The functions by the lock their archive ships (the kit's alone, or the kit's and
+        # the team's), in declaration order: the environment each is started in.
+        by_lock: dict[bytes, list[int]] = {}
+        for index, startup in enumerate(startups):
+            lock = (unpacked[startup.archive] / REQUIREMENTS_FILE).read_bytes()
+            by_lock.setdefault(lock, []).append(index)
+        # Every venv first (built once per lock, then cached), then the start-ups side by
+        # side: a team's stack has two locks, and its plan waits for the slower only.
+        groups = [
+            (function_python(unpacked[startups[indexes[0]].archive] / REQUIREMENTS_FILE,
+                             venvs_dir), indexes)
+            for indexes in by_lock.values()
+        ]
         # The runtime account's credentials, which the metadata server gives a deployed
         # function: any client built at start-up finds these and uses no network until called.
         credentials = work / "credentials.json"
@@ -258,35 +270,52 @@ def _start_in_subprocess(
             "type": "authorized_user", "client_id": "offline", "client_secret": "offline",
             "refresh_token": "offline",
         }))
-        plan = [
-            {"archive": str(unpacked[s.archive]), "entry_point": s.entry_point,
-             "environment": dict(s.environment), "specs": sorted(set(s.specs))}
-            for s in startups
-        ]
-        (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
-        # Nothing of this machine's environment but PATH: no PYTHONPATH, no emulator hosts,
-        # no gcloud config (HOME is the scratch directory).
-        env = {"PATH": os.environ.get("PATH", ""), "HOME": str(work),
-               "GOOGLE_APPLICATION_CREDENTIALS": str(credentials)}
-        try:
-            result = subprocess.run(
-                # -P: nothing prepended to sys.path (no working directory), as the runtime's
-                # functions-framework script has it; the archive is appended by create_app.
-                [str(python), "-P", "-c", _STARTER, str(work / "plan.json"),
-                 str(work / "results.json")],
-                cwd=work, env=env, capture_output=True, text=True,
-                timeout=STARTUP_TIMEOUT_SECONDS, check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(
-                f"starting the functions offline took over {STARTUP_TIMEOUT_SECONDS} s: a "
-                "module waits at import (for the network?); the deployed start-up would too"
-            ) from None
-        results_path = work / "results.json"
-        if result.returncode != 0 or not results_path.exists():
-            raise RuntimeError(
-                "starting the functions offline failed: "
-                f"{(result.stderr or result.stdout).strip()[-2000:]}"
-            )
-        results: dict[str, Any] = json.loads(results_path.read_text(encoding="utf-8"))
+        plans = []
+        for number, (python, indexes) in enumerate(groups):
+            plan = [
+                {"archive": str(unpacked[s.archive]), "entry_point": s.entry_point,
+                 "environment": dict(s.environment), "specs": sorted(set(s.specs))}
+                for s in (startups[i] for i in indexes)
+            ]
+            folder = work / f"lock{number}"
+            folder.mkdir()
+            (folder / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+            plans.append((python, folder))
+        with ThreadPoolExecutor(max_workers=len(plans)) as pool:
+            ran = list(pool.map(lambda p: _run_starter(p[0], p[1], work, credentials), plans))
+    results: dict[str, Any] = {"specs": {}, "functions": [None] * len(startups)}
+    for (_, indexes), group in zip(groups, ran, strict=True):
+        results["specs"].update(group["specs"])
+        for index, started in zip(indexes, group["functions"], strict=True):
+            results["functions"][index] = started
+    return results
+
+
+def _run_starter(python: Path, folder: Path, home: Path, credentials: Path) -> dict[str, Any]:
+    """Run _STARTER with `python` over `folder`/plan.json; its results."""
+    # Nothing of this machine's environment but PATH: no PYTHONPATH, no emulator hosts,
+    # no gcloud config (HOME is the scratch directory).
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home),
+           "GOOGLE_APPLICATION_CREDENTIALS": str(credentials)}
+    try:
+        result = subprocess.run(
+            # -P: nothing prepended to sys.path (no working directory), as the runtime's
+            # functions-framework script has it; the archive is appended by create_app.
+            [str(python), "-P", "-c", _STARTER, str(folder / "plan.json"),
+             str(folder / "results.json")],
+            cwd=folder, env=env, capture_output=True, text=True,
+            timeout=STARTUP_TIMEOUT_SECONDS, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(
+            f"starting the functions offline took over {STARTUP_TIMEOUT_SECONDS} s: a "
+            "module waits at import (for the network?); the deployed start-up would too"
+        ) from None
+    results_path = folder / "results.json"
+    if result.returncode != 0 or not results_path.exists():
+        raise RuntimeError(
+            "starting the functions offline failed: "
+            f"{(result.stderr or result.stdout).strip()[-2000:]}"
+        )
+    results: dict[str, Any] = json.loads(results_path.read_text(encoding="utf-8"))
     return results

@@ -54,7 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in written:
         print(f"wrote {path.relative_to(args.directory)}")
     print(f"Next, in {args.directory}: set your project in stacks/Pulumi.dev.yaml, then "
-          "`make test` (it builds .venv from requirements.txt), `make demo STACK=dev`, and "
+          "`make test` (it builds .venv from requirements.txt), `make lock` (the hash-checked "
+          "locks CI installs: commit them), `make demo STACK=dev`, and "
           "`pulumi stack init dev && pulumi up --policy-pack policy` (README.md there).")
     return 0
 

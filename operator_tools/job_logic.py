@@ -9,9 +9,10 @@ the program's run under its mocks and:
   so, when the package index cannot be reached;
 - names the config keys whose `module:function` the deployed dedup function imports
   (`job_logic_uses`: each job's own `jobLogic`, and `defaultJobLogic` when it is used);
-- starts every declared function from its own archive, environment and Python
-  (operator_tools/function_startup.py), the job-running one (handle_scheduled_job) after
-  importing each of those specs one by one;
+- starts every declared function from its own archive, environment and Python (the one
+  of its archive's lock: operator_tools/function_startup.py), the job-running ones
+  (handle_scheduled_job) after importing one by one those of the specs its own job table
+  routes to (a runtime's archive holds only its own jobs' modules);
 
 and raises one `ConfigError`: each bad spec under its config key (`jobs[2].jobLogic`,
 `defaultJobLogic`) with what is missing and the closest match (among the modules in
@@ -31,11 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from dedup.settings import DEFAULT_JOB_ENV
 from infra.config import ConfigError, Problem, StackConfig, kit_key
 from infra.dedup_service import ENTRY_POINT as JOB_LOGIC_ENTRY_POINT
 from infra.lock import FIX as LOCK_FIX
 from infra.lock import TEAM_LOCK, LockError
 from infra.program import DEFAULT_SOURCE_DIR, DEFAULT_TEAM_DIR
+from infra.source import JOB_ROUTES_TABLE, KIT_CODE, read_archive_table
 from operator_tools.declared import OfflineRun
 from operator_tools.function_startup import (
     REQUIREMENTS_FILE,
@@ -47,10 +50,16 @@ from operator_tools.lock import verify_team_lock
 
 JOBS_PACKAGE: Final = "jobs"
 """The package in `function/` that holds the team's job modules."""
+
+"""The job-running function's default job logic, imported when it has no routes."""
 EXAMPLE_JOBS_PACKAGE: Final = "example_jobs"
 """The kit's example job modules (the default jobLogic, the demo's failing job)."""
 FIX_DEPENDENCY: Final = (
     "add the package that provides it to function/jobs/requirements.in and run `make lock`"
+)
+FIX_KIT_DEPENDENCY: Final = (
+    "add the package that provides it to the kit's function/requirements.in and run "
+    "`make lock-kit` (kit maintainers)"
 )
 
 # Runs in the function's environment: argv[1] names a JSON file of the functions to start
@@ -126,6 +135,21 @@ def _fix_missing(name: str, source_dir: Path | None) -> str:
     return f"{FIX_DEPENDENCY}{where}"
 
 
+def _fix_missing_in_kit_code(name: str, source_dir: Path) -> str:
+    """How to make missing module `name` importable in a function that runs no job logic
+    (the proxy, the watchdog), whose archive is the kit's code and the kit's lock alone
+    (infra/source.py): never the team's jobs, the kit's example jobs or the team's lock."""
+    top = name.split(".")[0]
+    if (source_dir / top).exists() or (source_dir / f"{top}.py").exists():
+        return (f"{name!r} is in function/ but not in this function's archive, which holds "
+                f"only the kit's code ({', '.join(KIT_CODE)}) and lock: this function runs "
+                "no job logic, so its code must not import it")
+    dev_only = importlib.util.find_spec(top) is not None
+    where = " (the kit's dev virtualenv has it; the function does not)" if dev_only else ""
+    return (f"{FIX_KIT_DEPENDENCY}: this function runs no job logic and installs the kit's "
+            f"lock alone, never function/jobs/requirements.txt{where}")
+
+
 def _spec_problem(
     use: JobLogicUse, found: Mapping[str, Any], source_dir: Path, team_dir: Path | None
 ) -> Problem:
@@ -180,13 +204,28 @@ def _startup_problem(
     startup: DeclaredStartup, failed: Mapping[str, Any], source_dir: Path
 ) -> Problem:
     missing = failed.get("missing")
-    if missing:
+    if missing and startup.entry_point != JOB_LOGIC_ENTRY_POINT:
+        fix = _fix_missing_in_kit_code(str(missing), source_dir)
+        message = f"does not start: importing {missing!r} fails ({failed['error']})"
+    elif missing:
         fix = _fix_missing(str(missing), source_dir)
         message = f"does not start: importing {missing!r} fails ({failed['error']})"
     else:
         fix = "fix what the error names: the function runs this at every cold start"
         message = f"does not start: {failed['error']}"
     return Problem(startup.key, message, fix)
+
+
+def _imported_specs(startup: DeclaredStartup) -> set[str]:
+    """The `module:function` specs a job-running function imports at start: its job
+    table's routes, or DEDUP_JOB when it has none (function/dedup/job_logic.py
+    `scheduled_jobs`). A runtime's archive carries only its own jobs' modules: another
+    runtime's spec is not importable there, and not asked of it."""
+    routes = json.loads(read_archive_table(startup.archive, JOB_ROUTES_TABLE) or "{}")
+    if routes:
+        return {str(spec) for spec in routes.values()}
+    return {startup.environment[DEFAULT_JOB_ENV]} if DEFAULT_JOB_ENV in startup.environment \
+        else set()
 
 
 def check_job_logic(
@@ -211,7 +250,7 @@ def check_job_logic(
     uses = job_logic_uses(values, config)
     startups = [
         DeclaredStartup(s.resource, s.function_name, s.entry_point, s.archive, s.environment,
-                        tuple(u.spec for u in uses))
+                        tuple(u.spec for u in uses if u.spec in _imported_specs(s)))
         if s.entry_point == JOB_LOGIC_ENTRY_POINT else s
         for s in declared_startups(run.resources)
     ]

@@ -18,11 +18,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from policies.deployer_trust import impersonable_deployers
 from policies.deployers import exempt, member_email
 from policies.facts import StackFacts, stack_facts
 from policies.gcp import ALLOWED_CALLERS_ENV, SCHEDULER_JOB, service_account_email
 from policies.grants import PRIMITIVE_ROLES, PUBLIC_MEMBERS, role_permissions
-from policies.kit_resources import label, oidc_email, runtime_email
+from policies.kit_resources import (
+    delivers_runs,
+    label,
+    oidc_email,
+    runtime_email,
+    task_account,
+)
 from policies.model import Finding, Resource
 from policies.permissions import ACT_AS, IMPERSONATE, INVOKE, SET_IAM
 from policies.reach import SERVICE_ACCOUNT_IAM_MODULE, granted_on, service_of
@@ -97,8 +104,13 @@ def watchdog_own_service_account(resources: Sequence[Resource]) -> list[Finding]
 
 
 def accounts_not_impersonable(resources: Sequence[Resource]) -> list[Finding]:
+    """Nobody may mint tokens or keys of any account of the kit: the ones its workloads
+    run as and its jobs send tokens of, and every other one it creates or uses (the
+    build account, the watchdog's task account, any account the stack declares:
+    facts.kit_identities). A build account's token runs the functions' builds, which
+    put the code the functions run."""
     facts = stack_facts(resources)
-    accounts = facts.kit_accounts
+    accounts = facts.kit_identities
     declared = facts.custom_roles
     findings: list[Finding] = []
     for resource, found in facts.granting:
@@ -132,9 +144,14 @@ def act_as_only_own_accounts(
     e-mails) that are no account of the kit. Whoever else holds it attaches the account to
     a job, task or service of their own and gets its tokens."""
     facts = stack_facts(resources)
-    accounts = facts.kit_accounts
+    accounts = facts.kit_identities
     allowed = exempt(deployers, accounts)
-    own_use = facts.delivering_accounts
+    # A watchdog that delivers runs acts as its own account (its runtime's, or the task
+    # account its tasks send tokens of) to mint its tasks' OIDC tokens.
+    own_use = facts.delivering_accounts | {
+        email for w in facts.watchdog_functions
+        if delivers_runs(w) and (email := known_str(task_account(w)))
+    }
     declared = facts.custom_roles
     findings: list[Finding] = []
     for resource, found in facts.granting:
@@ -172,7 +189,9 @@ def act_as_only_own_accounts(
                     f"{note}",
                     resource.urn,
                 ))
-    return findings
+    # A listed deployer's exemption is only as safe as the deployer (issue 36).
+    return findings + impersonable_deployers(
+        facts.granting, declared, deployers, "dedup-accounts-act-as")
 
 
 def _functions_by_name(facts: StackFacts) -> dict[str, Resource]:

@@ -11,7 +11,10 @@ member:
 Only those two policies read it. Only service accounts may be listed: a group, a user, a
 domain, a principal or principal set (a Workload Identity pool's identities) is refused as
 a setting error, and so is a default account (Compute Engine, App Engine, Cloud Build),
-which other workloads of the project run as.
+which other workloads of the project run as, and a Google-managed service account (a
+service agent, e.g. service-<number>@gcp-sa-<service>.iam.gserviceaccount.com), which a
+Google service acts as. A listed deployer must itself be protected as the kit's accounts
+are: policies/deployer_trust.py.
 """
 
 from __future__ import annotations
@@ -68,6 +71,14 @@ def parse(value: Any) -> frozenset[str]:
         if not _MEMBER.fullmatch(entry):
             raise _refuse(entry, "is not a service account's IAM member")
         email = entry.removeprefix(PREFIX).lower()
+        agent = google_managed(email)
+        if agent is not None:
+            raise _refuse(
+                entry,
+                f"is a Google-managed service account ({agent}), which a Google service acts "
+                "as for the project, not the deployer (only a user-managed deployer account, "
+                "<name>@<project>.iam.gserviceaccount.com)",
+            )
         if is_default_runtime_account(email) or is_default_build_account(email):
             raise _refuse(
                 entry,
@@ -76,6 +87,42 @@ def parse(value: Any) -> frozenset[str]:
             )
         emails.add(email)
     return frozenset(emails)
+
+
+# Google-managed service accounts (service agents), which Google's services act as
+# (https://cloud.google.com/iam/docs/service-account-types and
+# https://cloud.google.com/iam/docs/service-agents, which warns that "the email address
+# format for service agents [is] subject to change": the rules lean to refusing): a
+# user-managed account is <name>@<project-id>.iam.gserviceaccount.com (a domain-scoped
+# project's ID reads <name>.<domain>); service agents are service-<number>@gcp-sa-<service>,
+# service-<number>@<google project> (compute-system, container-engine-robot,
+# serverless-robot-prod, gs-project-accounts...), the folder and organization agents
+# (service-org-, service-folder-, service-p<number>@...),
+# <number>@cloudservices.gserviceaccount.com (the Google APIs Service Agent),
+# <number>@cloudbuild.gserviceaccount.com, and accounts in Google's own projects
+# (<project>.google.com); the defaults (<number>-compute@developer, <project>@appspot) are
+# refused below as default accounts.
+_USER_MANAGED: Final = re.compile(r"^[^@]+@(?P<project>[a-z0-9.:-]+)\.iam\.gserviceaccount\.com$")
+_AGENT_NAME: Final = re.compile(r"^service-(?:org-|folder-|[pfo])?\d+@")
+_GOOGLE_PROJECTS: Final = ("gcp-sa-",)
+
+
+def google_managed(email: str) -> str | None:
+    """Why `email` (lower case) is a Google-managed service account; None if user-managed
+    (or a default account: is_default_runtime_account, is_default_build_account)."""
+    if is_default_runtime_account(email) or is_default_build_account(email):
+        return None  # refused with its own reason
+    if _AGENT_NAME.match(email):
+        return "a service agent: service-<number>@..."
+    user_managed = _USER_MANAGED.match(email)
+    if user_managed is None:
+        return f"a Google-managed domain, {email.partition('@')[2]}"
+    project = user_managed.group("project")
+    if project.startswith(_GOOGLE_PROJECTS):
+        return "a service agent: @gcp-sa-<service>"
+    if project.endswith(".google.com"):
+        return "an account of a Google-owned project"
+    return None
 
 
 SETTING: Final = Setting(

@@ -66,9 +66,10 @@ from policies.kit_resources import (
     runtime_name,
     targets,
     targets_by_host,
-    url_targets,
+    task_account,
 )
 from policies.model import Resource
+from policies.urls import NormalUrl, Origin, normal_url
 from policies.values import as_mapping, get, is_unknown, known_str
 
 T = TypeVar("T")
@@ -248,15 +249,15 @@ class StackFacts:
     @cached_property
     def _targeted(self) -> dict[int, list[Resource]]:
         """Each Scheduler job (by id) -> the dedup functions it may target, in stack order
-        (kit_resources.job_targets, with the functions indexed by URL once: a job's URI
-        is looked up by itself and each prefix ending before a "/" or "?")."""
+        (kit_resources.job_targets, with the functions indexed by normalised origin once:
+        a job's URI is looked up by its origin, then matched by path)."""
         functions = self.dedup_functions
-        by_url: dict[str, list[Resource]] = defaultdict(list)
+        by_origin: dict[Origin, list[tuple[Resource, NormalUrl]]] = defaultdict(list)
         unaddressed: list[Resource] = []  # no URL known yet: matched by the URI's host
         for function in functions:
             urls = function_urls(function)
-            for url in dict.fromkeys(urls):
-                by_url[url].append(function)
+            for url in urls:
+                by_origin[url.origin].append((function, url))
             if not urls:
                 unaddressed.append(function)
         order = {id(f): index for index, f in enumerate(functions)}
@@ -270,10 +271,12 @@ class StackFacts:
             if text is None:
                 found[id(job)] = []
                 continue
-            target = text.rstrip("/")
-            cuts = [len(target), *(i for i, c in enumerate(target) if c in "/?")]
-            hits = {id(f): f for cut in cuts for f in by_url.get(target[:cut], ())
-                    if url_targets(text, target[:cut])}
+            target = normal_url(text)
+            if target is None:  # no plain http(s) URL: it may be any (fail closed)
+                found[id(job)] = list(functions)
+                continue
+            hits = {id(f): f for f, url in by_origin.get(target.origin, ())
+                    if target.within(url)}
             if targets_by_host(text):
                 hits.update((id(f), f) for f in unaddressed)
             found[id(job)] = sorted(hits.values(), key=lambda f: order[id(f)])
@@ -354,10 +357,11 @@ class StackFacts:
     def kit_identities(self) -> frozenset[str]:
         """Every known account of the kit: the ones workloads run as and jobs send tokens
         of (kit_accounts), the ones the stack declares, the ones its functions build
-        with."""
+        with, the ones its watchdogs' tasks send tokens of."""
         declared = {account_email(a) for a in self.of_type(SERVICE_ACCOUNT)}
         builders = {build_account(f) for f in self.kit_functions}
-        return self.kit_accounts | frozenset(e for e in declared | builders if e)
+        tasks = {known_str(task_account(w)) for w in self.watchdog_functions}
+        return self.kit_accounts | frozenset(e for e in declared | builders | tasks if e)
 
     @cached_property
     def delivering_accounts(self) -> frozenset[str]:

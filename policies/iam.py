@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from policies.deployer_trust import impersonable_deployers
 from policies.deployers import exempt, member_email
 from policies.facts import stack_facts
 from policies.gcp import iam_kind
@@ -260,4 +261,6 @@ def no_role_admin_or_build_create(
                 f"policy's `deployers` setting (docs/policies.md){note}",
                 resource.urn,
             ))
-    return findings
+    # A listed deployer's exemption is only as safe as the deployer (issue 36).
+    return findings + impersonable_deployers(
+        facts.granting, facts.custom_roles, deployers, "iam-no-role-admin-or-build-create")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from policies.facts import StackFacts, stack_facts
 from policies.gcp import (
@@ -36,6 +35,7 @@ from policies.gcp import (
 )
 from policies.kit_resources import QUEUE_ENV
 from policies.model import Finding, Resource
+from policies.urls import normal_url
 from policies.values import as_list, as_mapping, get, is_unknown
 
 ALL_TRAFFIC_CONNECTOR: Final = "ALL_TRAFFIC"  # functions v2 vpcConnectorEgressSettings
@@ -56,8 +56,8 @@ def _internal_hosts(resource: Resource) -> tuple[str, ...] | None:
         urls = [get(resource.props, "uri"), *(as_list(get(resource.props, "urls")) or [])]
     else:
         return None
-    hosts = {urlsplit(u).hostname for u in urls if isinstance(u, str) and "://" in u}
-    return tuple(sorted(h.lower() for h in hosts if h))
+    hosts = {url.host for u in urls if isinstance(u, str) and (url := normal_url(u))}
+    return tuple(sorted(hosts))
 
 
 def _environment(resource: Resource) -> list[Any]:

@@ -35,7 +35,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from infra.source import PROXY_ROUTES_TABLE
 from policies.gcp import (
@@ -60,6 +59,7 @@ from policies.gcp import (
 )
 from policies.job_tables import job_table
 from policies.model import Resource
+from policies.urls import NormalUrl, normal_url
 from policies.values import MISSING, UNKNOWN, as_list, as_mapping, get, is_unknown, known_str
 
 DEFAULT_DATABASE: Final = "(default)"
@@ -74,6 +74,8 @@ PROXY_URL_ENV: Final = "DEDUP_WATCH_PROXY_URL"
 RUNTIME_URLS_ENV: Final = "DEDUP_WATCH_RUNTIME_URLS"
 DELIVERY_URL_ENVS: Final = (TARGET_URL_ENV, PROXY_URL_ENV, RUNTIME_URLS_ENV)
 QUEUE_ENV: Final = "DEDUP_WATCH_QUEUE"
+TASK_ACCOUNT_ENV: Final = "DEDUP_WATCH_TASK_ACCOUNT"
+"""The account whose OIDC tokens the watchdog's tasks carry (its own)."""
 WATCH_DATABASE_ENV: Final = "DEDUP_WATCH_DATABASE"
 
 # Where each kind of workload names the service account it runs as.
@@ -212,29 +214,30 @@ def job_uri(job: Resource) -> Any:
     return MISSING if target is MISSING else get(target, "uri")
 
 
-def function_urls(function: Resource) -> list[str]:
-    """The function's known URLs (url, serviceConfig.uri), without a trailing slash."""
-    return [
-        u.rstrip("/")
-        for u in (
-            known_str(get(function.props, "url")),
-            known_str(get(function.props, "serviceConfig", "uri")),
-        )
-        if u
-    ]
+def function_urls(function: Resource) -> list[NormalUrl]:
+    """The function's known URLs (url, serviceConfig.uri), normalised (policies/urls.py)."""
+    found: list[NormalUrl] = []
+    for value in (get(function.props, "url"), get(function.props, "serviceConfig", "uri")):
+        text = known_str(value)
+        normal = normal_url(text) if text else None
+        if normal is not None and normal not in found:
+            found.append(normal)
+    return found
 
 
-def url_targets(uri: str, url: str) -> bool:
-    """`uri` is the function URL `url` itself or a path below it (the proxy's
-    ".../<name>-proxy" URL does not target the function ".../<name>")."""
-    target = uri.rstrip("/")
-    return target == url or target.startswith((f"{url}/", f"{url}?"))
+def url_targets(uri: str, url: NormalUrl) -> bool:
+    """`uri` is the function URL `url` itself or a path below it, compared by normalised
+    origin and path (the proxy's ".../<name>-proxy" URL does not target the function
+    ".../<name>"); a URI that is no plain http(s) URL may target any (fail closed)."""
+    target = normal_url(uri)
+    return target is None or target.within(url)
 
 
 def targets_by_host(uri: str) -> bool:
-    """`uri` is a Cloud Run / Cloud Functions URL: it may target a function whose URL is
-    not known yet."""
-    return (urlsplit(uri).hostname or "").endswith(_RUN_HOSTS)
+    """`uri` is a Cloud Run / Cloud Functions URL (or no plain URL: fail closed): it may
+    target a function whose URL is not known yet."""
+    target = normal_url(uri)
+    return target is None or target.host.endswith(_RUN_HOSTS)
 
 
 def job_targets(job: Resource, function: Resource) -> bool:
@@ -285,6 +288,14 @@ def own_database(watchdog: Resource) -> RecordsDatabase | None:
     if name is None or records is None:
         return None
     return RecordsDatabase(records.project, name)
+
+
+def task_account(watchdog: Resource) -> Any:
+    """The e-mail its deliveries' tasks send OIDC tokens of (DEDUP_WATCH_TASK_ACCOUNT,
+    lower case): a string, UNKNOWN or MISSING."""
+    value = get(environment(watchdog), TASK_ACCOUNT_ENV)
+    text = known_str(value)
+    return service_account_email(text) if text else value
 
 
 def delivers_runs(watchdog: Resource) -> bool:

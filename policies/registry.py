@@ -13,9 +13,11 @@ from policies import (
     alert_thresholds,
     alerting,
     databases,
+    deliveries_queue,
     deployers,
     function,
     iam,
+    identities,
     ingress,
     proxy,
     runtimes,
@@ -154,7 +156,8 @@ RESOURCE_POLICIES: Final[tuple[ResourcePolicy | ResourceGraphPolicy, ...]] = (
         "A predefined role granted on the project, folder or organization should be one the "
         "pack's permission table (policies/permissions.py) lists, so it is judged by what it "
         "allows. Granted to an account that runs job code it fails "
-        "(dedup-runtime-no-kit-resources).",
+        "(dedup-runtime-no-kit-resources), and granted to anyone where the watchdog's "
+        "deliveries queue is (dedup-deliveries-queue-task-creators).",
         ADVISORY,
         iam.known_roles_at_hierarchy_level,
     ),
@@ -320,7 +323,8 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     StackPolicy(
         "dedup-accounts-act-as",
         "No member may hold iam.serviceAccounts.actAs (roles/iam.serviceAccountUser, custom "
-        "roles) on an account of the kit (the jobs' invoker, a function's runtime account), "
+        "roles) on an account of the kit (the jobs' invoker, a function's runtime or build "
+        "account, the watchdog's task account, any account the stack declares), "
         "except a watchdog that delivers runs on its own account and the deployer's service "
         "accounts listed in this policy's `deployers` setting: whoever holds it attaches "
         "the account to a job or service of their own and gets its tokens.",
@@ -355,8 +359,9 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     ),
     StackPolicy(
         "dedup-accounts-not-impersonable",
-        "No grant on an account that a function, service or job of the stack runs as, or "
-        "whose OIDC tokens a Scheduler job sends, may allow minting its tokens or keys "
+        "No grant on an account of the kit (one a function, service or job of the stack "
+        "runs as, whose OIDC tokens a Scheduler job or the watchdog's tasks send, a "
+        "function builds with, or the stack declares) may allow minting its tokens or keys "
         "(getOpenIdToken, getAccessToken, signJwt, signBlob, implicitDelegation, "
         "serviceAccountKeys.create, setIamPolicy): its holders could call the functions as "
         "the jobs do.",
@@ -497,7 +502,54 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     ),
 )
 
-ALL_POLICIES: Final[tuple[Policy, ...]] = (*RESOURCE_POLICIES, *STACK_POLICIES)
+# The watchdog's deliveries queue (issue 36): judged like a Scheduler job, enqueued by the
+# watchdog alone.
+QUEUE_POLICIES: Final[tuple[StackPolicy, ...]] = (
+    StackPolicy(
+        "dedup-deliveries-queue-target",
+        "The watchdog's deliveries queue (its DEDUP_WATCH_QUEUE) sets no httpTarget "
+        "override that changes a delivery: a uriOverride must leave every delivery URL "
+        "(DEDUP_WATCH_TARGET_URL, DEDUP_WATCH_PROXY_URL, DEDUP_WATCH_RUNTIME_URLS) as it is, "
+        "by normalised origin, path and query; an oidcToken override must name the "
+        "watchdog's own DEDUP_WATCH_TASK_ACCOUNT (and an audience, if set, every delivery "
+        "URL); no oauthToken, no headerOverrides, no httpMethod but POST. The kit sets none.",
+        MANDATORY,
+        deliveries_queue.queue_target,
+    ),
+    StackPolicy(
+        "dedup-deliveries-queue-task-creators",
+        "Nobody but the watchdog (its runtime or task account) may create tasks on its "
+        "deliveries queue: no member may hold cloudtasks.tasks.create (roles/cloudtasks."
+        "enqueuer, editor, admin, roles/editor, custom roles...) on the queue or on its "
+        "project, folder or organization, and a role the pack does not know granted there "
+        "fails too. Whoever can create tasks there names a run's task first (the watchdog "
+        "takes it as queued) or delivers runs with the watchdog's token.",
+        MANDATORY,
+        deliveries_queue.task_creators,
+    ),
+)
+
+# Issue 36, "Trust by construction": the kit's caller identities used by the kit alone.
+TRUST_POLICIES: Final[tuple[StackPolicy, ...]] = (
+    StackPolicy(
+        "dedup-kit-identities-kit-only",
+        "The accounts whose OIDC tokens the kit's functions accept, the jobs' invoker (what "
+        "the stack's Scheduler jobs that target the kit send tokens of, and "
+        "DEDUP_ALLOWED_CALLERS names) and the run watchdog's, are used by the kit alone: "
+        "the invoker only as its Scheduler jobs' httpTarget.oidcToken, the watchdog's only "
+        "as its function's account, its tasks' (DEDUP_WATCH_TASK_ACCOUNT) and its deliveries "
+        "queue's OIDC identity. Any other resource, of any type (a Pub/Sub push "
+        "subscription, a Cloud Run service, a workflow, one the pack has never seen), that "
+        "names either in any property fails; grants to or on the account are judged by the "
+        "grant policies.",
+        MANDATORY,
+        identities.kit_identities_kit_only,
+    ),
+)
+
+ALL_POLICIES: Final[tuple[Policy, ...]] = (
+    *RESOURCE_POLICIES, *STACK_POLICIES, *TRUST_POLICIES, *QUEUE_POLICIES,
+)
 
 
 def by_name(name: str) -> Policy:

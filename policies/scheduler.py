@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_MAX_SECONDS,
@@ -19,12 +17,9 @@ from infra.scheduler_rules import (
     validate_time_zone,
 )
 from policies.gcp import SCHEDULER_JOB, is_default_runtime_account, parse_duration_seconds
+from policies.urls import origin
 from policies.values import MISSING, get, is_unknown, known_str
 
-_DEFAULT_PORTS: Final = {"https": 443, "http": 80}
-# A plain host name or IPv4 address, optionally with a port: no user info, no backslash,
-# no percent-encoding, nothing two URL parsers could read as different hosts.
-_PLAIN_NETLOC: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?")
 # A stack repeats schedules (a 5,000-job stack has a few hundred distinct ones): each is
 # judged once per check, not once per job.
 _SCHEDULES_REMEMBERED: Final = 4096
@@ -149,27 +144,6 @@ def oidc_audience(resource_type: str, props: Mapping[str, Any]) -> list[str]:
             "(the audience Cloud Run checks)"
         ]
     return _audience_origin_problems(get(target, "uri"), audience)
-
-
-def origin(url: str) -> tuple[str, str, int] | None:
-    """(scheme, host, port) of an http(s) URL, lower-cased, the port made explicit; None
-    for anything else, or a spelling two parsers could read differently (user info,
-    backslashes, percent-encoding, whitespace, non-ASCII)."""
-    # ASCII: the only whitespace that is printable is the space.
-    if not url.isascii() or not url.isprintable() or " " in url:
-        return None
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return None
-    scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS or not _PLAIN_NETLOC.fullmatch(parts.netloc):
-        return None
-    host = (parts.hostname or "").lower()
-    if not host:
-        return None
-    return scheme, host, port if port is not None else _DEFAULT_PORTS[scheme]
 
 
 def _audience_origin_problems(uri: Any, audience: str) -> list[str]:

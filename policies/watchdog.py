@@ -24,6 +24,7 @@ from policies.grants import (
     DATASTORE_USER,
     DATASTORE_VIEWER,
     RUN_INVOKER,
+    SECRET_ACCESSOR,
     condition_database,
     single_database_problem,
 )
@@ -37,11 +38,16 @@ from policies.kit_resources import (
     own_database,
     records_database,
     runtime_email,
+    same_secret,
+    secret_of,
 )
 from policies.model import Finding, Resource
-from policies.values import as_mapping, get
+from policies.reach import grant_secret
+from policies.values import as_list, as_mapping, get, known_str
 
 TASKS_ENQUEUER: Final = "roles/cloudtasks.enqueuer"
+TASKS_VIEWER: Final = "roles/cloudtasks.viewer"  # GetTask: an existing task is read back
+TASK_KEY_ENV: Final = "DEDUP_WATCH_TASK_KEY"  # the secret env var of its task key
 SA_USER: Final = "roles/iam.serviceAccountUser"
 
 
@@ -61,7 +67,15 @@ def _own_queue_grant(watchdog: Resource, grant: Resource, role: str, email: str)
     """The two grants its deliveries through Cloud Tasks need, on the narrowest resource:
     enqueuer on the one queue its DEDUP_WATCH_QUEUE names, and serviceAccountUser (actAs,
     to have its tasks carry its own OIDC token) on its own account, nobody else's."""
-    if role == TASKS_ENQUEUER and grant.type.startswith("gcp:cloudtasks/queueIam"):
+    if role == SECRET_ACCESSOR and (on := grant_secret(grant)) is not None:
+        keys = [secret_of(str(get(e, "secret")), known_str(get(e, "projectId")) or
+                          known_str(get(watchdog.props, "project")))
+                for e in as_list(get(watchdog.props, "serviceConfig",
+                                     "secretEnvironmentVariables")) or []
+                if get(e, "key") == TASK_KEY_ENV and known_str(get(e, "secret"))]
+        return any(same_secret(on, key) for key in keys)
+    if role in (TASKS_ENQUEUER, TASKS_VIEWER) and grant.type.startswith(
+            "gcp:cloudtasks/queueIam"):
         queue = get(as_mapping(environment(watchdog)) or {}, QUEUE_ENV)
         named = (f"projects/{get(grant.props, 'project')}/locations/"
                  f"{get(grant.props, 'location')}/queues/{get(grant.props, 'name')}")

@@ -3,7 +3,8 @@ with nothing else of this repository, a team repository written by `scheduler-de
 a job of the team's with a dependency of its own, and there, exactly as a team runs them:
 `lock`, the team's tests, `plan --stack dev`, `policy-check` and `demo`. The function's
 archive must hold the team's job, the kit's runtime at the installed version, and the
-team's pinned dependency.
+team's pinned dependency; the locks `make lock` writes for the team's CI must pin the kit
+by the wheel's own hash, and install, hash-checked, as the starter's workflows install them.
 
 Installs go through uv from its cache (tests/dist_helpers.py uv_pip_install), and the plan's
 function environment is seeded the same way (seed_function_venv): the same packages,
@@ -25,7 +26,7 @@ import pytest
 
 from dedup.version import __version__ as KIT_VERSION
 from infra.cloud_function import FUNCTION_RUNTIME
-from infra.lock import deployed_requirements
+from infra.lock import deployed_requirements, kit_requirements
 from local_stack import FirestoreEmulator
 from operator_tools.init import KIT_PIN, STARTER
 from tests.dist_helpers import (
@@ -36,6 +37,9 @@ from tests.dist_helpers import (
     install_wheel,
     uv_pip_install,
 )
+from tests.function.test_requirements_lock import pins
+from tests.infra.test_ci_supply_chain import TEAM as TEAM_WORKFLOWS
+from tests.infra.test_ci_supply_chain import unhashed
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The team's job and its own dependency (not one the kit's function lock has).
@@ -102,7 +106,7 @@ class TeamRepo:
         """A command of the team's virtualenv (or `make`), in the team's repository, with
         nothing of this checkout on any path."""
         command = [argv[0] if argv[0] == "make" else str(self.bin / argv[0]), *argv[1:]]
-        env = {**clean_env(), "PIP_FIND_LINKS": str(self.dist)}
+        env = {**clean_env(), "PIP_FIND_LINKS": str(self.dist), "UV_FIND_LINKS": str(self.dist)}
         return subprocess.run(command, cwd=self.path, env=env, capture_output=True,
                               text=True, timeout=timeout, check=False)
 
@@ -149,11 +153,12 @@ def executable(path: Path, text: str) -> Path:
 
 
 def seed_function_venv(project: Path, base: str) -> bool:
-    """The environment the plan's start-up check starts the functions in: a virtualenv of
-    the archive's requirements.txt (the installed kit's lock, then the team's), which the
+    """The environments the plan's start-up check starts the functions in: a virtualenv of
+    each archive's requirements.txt (the installed kit's lock, then the team's, for the
+    functions that run jobs; the kit's alone for the watchdog and the proxy), which the
     plan builds with pip on first use into `project`/.cache/function-venv/<its digest>-py
     <version>/ (operator_tools' function_python) and a team's later plans reuse. Built here
-    with uv from the same file, as a later plan finds it; pip's build is the kit's own
+    with uv from the same files, as a later plan finds them; pip's build is the kit's own
     (`make plan`, tests/infra/test_startup_parity.py). False when this Python (and `base`,
     its base interpreter) is not the functions' runtime version: the plan then builds its
     own."""
@@ -161,15 +166,16 @@ def seed_function_venv(project: Path, base: str) -> bool:
     if f"{sys.version_info[0]}{sys.version_info[1]}" != runtime:
         return False
     (kit,) = (project / ".venv").glob("lib/python*/site-packages/scheduler_dedup_kit/function")
-    requirements = deployed_requirements(kit, project / "function")
-    lock = project.parent / "function-requirements.txt"
-    lock.write_bytes(requirements)
-    digest = hashlib.sha256(requirements).hexdigest()[:16]
-    venv = project / ".cache" / "function-venv" / f"{digest}-py{runtime}"
-    subprocess.run([str(UV), "venv", "--quiet", "--no-python-downloads", "--python", base,
-                    str(venv)], env=clean_env(), check=True, timeout=120)
-    uv_pip_install(["--python", str(venv / "bin" / "python"), "--require-hashes",
-                    "-r", str(lock)])
+    for name, requirements in (("team", deployed_requirements(kit, project / "function")),
+                               ("kit", kit_requirements(kit))):
+        lock = project.parent / f"function-requirements-{name}.txt"
+        lock.write_bytes(requirements)
+        digest = hashlib.sha256(requirements).hexdigest()[:16]
+        venv = project / ".cache" / "function-venv" / f"{digest}-py{runtime}"
+        subprocess.run([str(UV), "venv", "--quiet", "--no-python-downloads", "--python", base,
+                        str(venv)], env=clean_env(), check=True, timeout=120)
+        uv_pip_install(["--python", str(venv / "bin" / "python"), "--require-hashes",
+                        "-r", str(lock)])
     return True
 
 
@@ -197,6 +203,40 @@ def test_init_writes_the_starter_and_the_first_job_pinned_to_this_version(
     assert again.returncode == 2 and "not an empty folder" in again.stderr
 
 
+def test_make_lock_writes_the_hash_locked_toolchain_the_workflows_install(
+    team: TeamRepo, tmp_path: Path,
+) -> None:
+    """requirements-bootstrap.txt and requirements-deploy.txt: every package with its
+    hashes, the kit by the hash of the wheel the team's index serves, the team's own
+    dependency at its function lock's version. Installed as ci.yml and deploy.yml install
+    them (hash-checked, no dependency resolved, no build tool fetched; by uv from its cache
+    rather than pip), the kit and the team's dependency import."""
+    bootstrap = team.path / TEAM_WORKFLOWS.bootstrap
+    deploy = team.path / TEAM_WORKFLOWS.deploy
+    text = deploy.read_text(encoding="utf-8")
+    assert unhashed(bootstrap.read_text(encoding="utf-8")) == []
+    assert unhashed(text) == []
+    (wheel,) = team.dist.glob("*.whl")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    kit = re.search(r"(?m)^scheduler-dedup-kit==(\S+) \\\n((?:\s+--hash=\S+ ?\\?\n)+)", text)
+    assert kit and kit[1] == KIT_VERSION and f"--hash=sha256:{digest}" in kit[2], text[:2000]
+    name, version = DEPENDENCY.split("==")
+    assert pins(text)[name] == version
+    assert {"pulumi", "pydantic", "pytest", "pip", "setuptools"} <= set(pins(text))
+    python = fresh_venv(tmp_path / "ci-venv")
+    uv_pip_install(["--python", str(python), "--require-hashes", "--no-deps",
+                    "--only-binary", ":all:", "-r", str(bootstrap)])
+    uv_pip_install(["--python", str(python), "--require-hashes", "--no-deps",
+                    "--no-build-isolation", "--find-links", str(team.dist), "-r", str(deploy)])
+    imported = subprocess.run(
+        [str(python), "-c", "import scheduler_dedup_kit, humanize; "
+         "print(scheduler_dedup_kit.__file__)"],
+        cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120,
+        check=False)
+    assert imported.returncode == 0, imported.stderr
+    assert str(tmp_path / "ci-venv") in imported.stdout
+
+
 def test_the_teams_tests_pass_there(team: TeamRepo) -> None:
     out = team.ok("make", "unit")
     assert re.search(r"\b4 passed\b", out), out  # hello's two tests and the digest's two
@@ -220,6 +260,15 @@ def test_plan_builds_an_archive_of_the_pinned_runtime_and_the_teams_job(team: Te
     assert re.search(rf"{re.escape(DEPENDENCY)} \\\n\s+--hash=sha256:", requirements)
     assert f"jobs.{JOB}:run" in routes.values()
     assert "kitVersion" in out and f'"{KIT_VERSION}"' in out
+    # The watchdog's archive (issue 36): the installed kit's code and lock, nothing of the team.
+    kit_only = []
+    for other in (team.path / "build" / "function-source").glob("*.zip"):
+        with zipfile.ZipFile(other) as zf:
+            if "job_tables/watch_jobs.json" in zf.namelist():
+                kit_only.append(zf.namelist())
+                assert DEPENDENCY not in zf.read("requirements.txt").decode()
+    assert kit_only and not [n for names in kit_only for n in names
+                             if n.startswith(("jobs/", "example_jobs/"))]
 
 
 def test_policy_check_passes_there(team: TeamRepo) -> None:

@@ -19,6 +19,8 @@ from pathlib import Path
 from dedup.tables import JOB_ROUTES_TABLE, SOURCE_ROOT, TABLES_DIR, TABLES_DIR_ENV
 
 ALLOWED_CALLERS_ENV = "DEDUP_ALLOWED_CALLERS"
+DEFAULT_JOB_ENV = "DEDUP_JOB"
+"""The `module:function` a function runs for a job its job table does not name."""
 FORCED_RUN_MARGIN_ENV = "DEDUP_FORCED_RUN_MARGIN_SECONDS"
 # An e-mail address as Google writes service accounts' (and users'): local@domain.tld, no
 # wildcards or other punctuation a reader could take for a pattern.
@@ -120,7 +122,7 @@ class Settings:
             lease_seconds=lease,
             retention_seconds=retention,
             missing_schedule_time=mode,
-            default_job=env.get("DEDUP_JOB") or cls.default_job,
+            default_job=env.get(DEFAULT_JOB_ENV) or cls.default_job,
             job_routes=routes,
             store_timeout_seconds=number_setting(
                 env, "DEDUP_STORE_TIMEOUT_SECONDS", cls.store_timeout_seconds, 0.1

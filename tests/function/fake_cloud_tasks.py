@@ -10,7 +10,17 @@ can drive it too. Each created task is dispatched on a thread of its own: an HTT
 its url, headers and body with an OIDC token for its audience (minted by `mint_token`),
 retried on any non-2xx or no answer within the dispatch deadline, with the queue's
 exponential backoff, up to max_attempts. `drop_create_replies` creates tasks but closes the
-connection before answering (a lost reply).
+connection before answering (a lost reply); `refuse_gets` answers GetTask 403.
+
+A task with a scheduleTime in the future waits (it is not dispatched while the test runs:
+a squatter's task scheduled weeks ahead). `GET /v2/{task name}` is GetTask
+(https://cloud.google.com/tasks/docs/reference/rest/v2/projects.locations.queues.tasks/get):
+"After a task is successfully executed or has exhausted its retry attempts, the task is
+deleted. A GetTask request for a deleted task returns a NOT_FOUND error", while its name
+still answers CreateTask ALREADY_EXISTS (about an hour: here, for the fake's lifetime).
+`responseView`: "By default response_view is BASIC" and "the basic view omits fields which
+can be large or can contain sensitive data" (Task.View BASIC: the body); FULL returns all
+(google.cloud.tasks.v2 GetTaskRequest.response_view, Task.View).
 """
 
 from __future__ import annotations
@@ -22,8 +32,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from typing import Any
+from urllib.parse import parse_qs
 
 import requests
 from google.cloud import tasks_v2
@@ -34,6 +46,9 @@ from tests.waiting import let_time_pass
 TokenMinter = Callable[[str, str], str]  # (service account e-mail, audience) -> token
 _TASK_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
 _PATH = re.compile(r"/v2/(projects/[^/]+/locations/[^/]+/queues/[^/]+)/tasks")
+_TASK_PATH = re.compile(r"/v2/(projects/[^/]+/locations/[^/]+/queues/[^/]+/tasks/[^/]+)")
+_VIEWS = {"VIEW_UNSPECIFIED": "BASIC", "0": "BASIC", "BASIC": "BASIC", "1": "BASIC",
+          "FULL": "FULL", "2": "FULL"}  # google.cloud.tasks.v2.Task.View, by name and number
 MAX_HEADER_BYTES = 80 * 1000  # "The size of the headers must be less than 80KB."
 
 
@@ -50,9 +65,10 @@ class QueueRetry:
 class FakeTask:
     name: str
     task: tasks_v2.Task
-    eta: float = field(default_factory=time.time)  # X-CloudTasks-TaskETA: when created
+    eta: float = field(default_factory=time.time)  # X-CloudTasks-TaskETA: its scheduleTime
     statuses: list[int | None] = field(default_factory=list)  # per attempt; None: no answer
-    done: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)  # deleted (name kept)
+    waiting: bool = False  # scheduled in the future: not dispatched while the test runs
 
     @property
     def succeeded(self) -> bool:
@@ -69,14 +85,16 @@ class FakeCloudTasks(LoopbackServer):
         self._retry = retry or QueueRetry()
         self.tasks: dict[str, FakeTask] = {}
         self.create_calls: list[tuple[str, int | None]] = []  # (task name, status answered)
+        self.get_calls: list[tuple[str, str, int]] = []  # (task name, view, status answered)
         self.drop_create_replies = 0
+        self.refuse_gets = 0  # the next GetTask calls answer 403 PERMISSION_DENIED
         self._lock = threading.Lock()
         super().__init__()
 
     def wait_until_settled(self, timeout: float = 30.0) -> None:
         """Every task created so far has succeeded or used its attempts."""
         deadline = time.monotonic() + timeout
-        for task in list(self.tasks.values()):
+        for task in [t for t in list(self.tasks.values()) if not t.waiting]:
             if not task.done.wait(max(0.0, deadline - time.monotonic())):
                 raise TimeoutError(f"task {task.name} still dispatching after {timeout}s")
 
@@ -100,10 +118,37 @@ class FakeCloudTasks(LoopbackServer):
                     409, "ALREADY_EXISTS", "The task cannot be created because a task with "
                     "this name existed too recently.",
                 )
-            created = FakeTask(task.name, task)
+            now = time.time()
+            scheduled = task.schedule_time.timestamp() if "schedule_time" in task else now
+            if "schedule_time" not in task:  # "If not set ... dispatched immediately"
+                task.schedule_time = datetime.fromtimestamp(now, UTC)
+            task.create_time = datetime.fromtimestamp(now, UTC)
+            created = FakeTask(task.name, task, eta=scheduled, waiting=scheduled > now + 1)
             self.tasks[task.name] = created
-        threading.Thread(target=self._dispatch, args=(created,), daemon=True).start()
-        return 200, json.loads(tasks_v2.Task.to_json(task))
+        if not created.waiting:
+            threading.Thread(target=self._dispatch, args=(created,), daemon=True).start()
+        return 200, _task_json(task, full=False)
+
+    # -- GetTask ---------------------------------------------------------------------------
+    def _get(self, name: str, view: str) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            found = self.tasks.get(name)
+            refused = self.refuse_gets > 0
+            self.refuse_gets -= refused
+        if refused:
+            return 403, _error(403, "PERMISSION_DENIED", "The principal lacks IAM permission "
+                               "cloudtasks.tasks.get for the resource.")
+        if not name.startswith(f"{self.queue}/tasks/"):
+            return 404, _error(404, "NOT_FOUND", f"Queue does not exist: {name}")
+        if found is None or found.done.is_set():  # never created, or ran / gave up: deleted
+            return 404, _error(404, "NOT_FOUND", "The task no longer exists, though a task "
+                               "with this name existed recently.")
+        # By name or number (Google's client sends `$alt=json;enum-encoding=int`);
+        # "VIEW_UNSPECIFIED: Unspecified. Defaults to BASIC."
+        chosen = _VIEWS.get(view or "BASIC")
+        if chosen is None:
+            return 400, _error(400, "INVALID_ARGUMENT", f"Invalid value for responseView: {view}")
+        return 200, _task_json(found.task, full=chosen == "FULL")
 
     def _dispatch(self, fake: FakeTask) -> None:
         http = fake.task.http_request
@@ -141,6 +186,18 @@ class FakeCloudTasks(LoopbackServer):
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 pass
+
+            def do_GET(self) -> None:
+                path, _, query = self.path.partition("?")
+                match = _TASK_PATH.fullmatch(path)
+                if match is None:
+                    self._answer(404, _error(404, "NOT_FOUND", f"no method at {self.path}"))
+                    return
+                view = (parse_qs(query).get("responseView") or [""])[0]
+                status, answer = fake._get(match.group(1), view)
+                with fake._lock:
+                    fake.get_calls.append((match.group(1), view or "BASIC", status))
+                self._answer(status, answer)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -205,6 +262,16 @@ def _task_problem(parent: str, task: tasks_v2.Task) -> str | None:
     ):
         return "A request body is allowed only if the HTTP method is POST, PUT, or PATCH"
     return None
+
+
+def _task_json(task: tasks_v2.Task, *, full: bool) -> dict[str, Any]:
+    """The Task as the API returns it in the FULL view or the BASIC one (no body)."""
+    shown: dict[str, Any] = json.loads(  # enums by name, as the REST API answers
+        tasks_v2.Task.to_json(task, use_integers_for_enums=False))
+    if not full:
+        shown.get("httpRequest", {}).pop("body", None)
+    shown["view"] = "FULL" if full else "BASIC"
+    return shown
 
 
 def _error(code: int, status: str, message: str) -> dict[str, Any]:

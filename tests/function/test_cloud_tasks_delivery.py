@@ -11,6 +11,7 @@ real Firestore emulator; the watchdog runs in-process on a clock the test sets.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -55,6 +56,7 @@ pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
 QUEUE = f"projects/{PROJECT}/locations/{LOCATION}/queues/scheduler-dedup-deliveries"
 WATCHDOG = f"scheduler-dedup-watchdog@{PROJECT}.iam.gserviceaccount.com"
+TASK_KEY = "test-task-key-0123456789abcdef0123456789"  # DEDUP_WATCH_TASK_KEY
 
 
 def mint(account: str, audience: str) -> str:
@@ -78,8 +80,14 @@ def fake() -> Iterator[FakeCloudTasks]:
         yield tasks
 
 
+def queued_deliverer(fake: FakeCloudTasks, **kwargs: Any) -> CloudTasksDeliverer:
+    """The watchdog's deliverer on the fake's queue (no credentials)."""
+    return CloudTasksDeliverer(
+        TaskQueue(QUEUE, WATCHDOG, TASK_KEY, fake.url), requests.Session(), **kwargs)
+
+
 def queued_watch(served: Served, fake: FakeCloudTasks, job: Any, now: datetime) -> Watch:
-    deliverer = CloudTasksDeliverer(TaskQueue(QUEUE, WATCHDOG, fake.url), requests.Session())
+    deliverer = queued_deliverer(fake)
     return Watch(served.collection, [job], served.server.url, now=now, deliverer=deliverer)
 
 
@@ -106,13 +114,27 @@ def test_googles_client_creates_a_task_and_meets_already_exists_on_the_same_name
         client.create_task(parent=QUEUE, task=task)
     with pytest.raises(exceptions.NotFound):
         client.create_task(parent=QUEUE.replace("deliveries", "other"), task=task)
+    # GetTask: BASIC (the default) omits the body, FULL shows it; a task due later waits.
+    later = tasks_v2.Task(task, name=f"{QUEUE}/tasks/{uuid.uuid4().hex}",
+                          schedule_time=datetime.now(UTC) + timedelta(days=1))
+    client.create_task(parent=QUEUE, task=later)
+    basic = client.get_task(name=later.name)
+    full = client.get_task(request=tasks_v2.GetTaskRequest(
+        name=later.name, response_view=tasks_v2.Task.View.FULL))
+    assert (basic.view, basic.http_request.url, basic.http_request.body) == (
+        tasks_v2.Task.View.BASIC, nobody, b"")
+    assert (full.view, full.http_request.body) == (tasks_v2.Task.View.FULL, b"{}")
+    assert full.http_request.oidc_token.service_account_email == WATCHDOG
     fake.wait_until_settled()
     assert fake.tasks[task.name].statuses == [None, None, None]  # retried, then given up
+    with pytest.raises(exceptions.NotFound):  # deleted once done; its name still taken
+        client.get_task(name=task.name)
+    assert fake.tasks[later.name].statuses == []  # not due
 
 
 def test_an_unknown_field_or_a_bad_deadline_is_invalid_argument(fake: FakeCloudTasks) -> None:
     url = f"{fake.url}/v2/{QUEUE}/tasks"
-    good = task_of(TaskQueue(QUEUE, WATCHDOG), _delivery("http://127.0.0.1:1/"))
+    good = task_of(TaskQueue(QUEUE, WATCHDOG, TASK_KEY), _delivery("http://127.0.0.1:1/"))
     unknown = requests.post(url, json={"task": {**good, "retries": 3}}, timeout=5)
     assert (unknown.status_code, unknown.json()["error"]["status"]) == (400, "INVALID_ARGUMENT")
     early = requests.post(url, json={"task": {**good, "dispatchDeadline": "5s"}}, timeout=5)
@@ -129,12 +151,18 @@ def _delivery(url: str, **changes: Any) -> RunDelivery:
 
 
 def test_the_task_is_what_the_api_accepts_with_the_runs_headers_and_a_clamped_deadline() -> None:
-    queue = TaskQueue(QUEUE, WATCHDOG)
+    queue = TaskQueue(QUEUE, WATCHDOG, TASK_KEY)
     task = tasks_v2.Task.from_json(
         json.dumps(task_of(queue, _delivery("https://f-abc-ew.a.run.app"))),
         ignore_unknown_fields=False,
     )
-    assert task.name == f"{QUEUE}/tasks/{'ab' * 32}"
+    # The run, the delivery's number, and a MAC only the key's holder computes.
+    assert re.fullmatch(rf"{QUEUE}/tasks/{'ab' * 32}-0-[0-9a-f]{{32}}", task.name)
+    other_key = replace(queue, key="another-key-0123456789abcdef0123456789")
+    names = {queue.task_name(_delivery("https://x"), choice) for choice in range(3)}
+    names |= {queue.task_name(_delivery("https://x", number=1)),
+              other_key.task_name(_delivery("https://x"))}
+    assert len(names) == 5 and task.name in names
     assert task.dispatch_deadline.total_seconds() == 600
     http = task.http_request
     assert (http.url, http.http_method, http.body) == (
@@ -156,6 +184,10 @@ def test_the_task_is_what_the_api_accepts_with_the_runs_headers_and_a_clamped_de
     ({"DEDUP_WATCH_QUEUE": "my-queue", "DEDUP_WATCH_TASK_ACCOUNT": WATCHDOG},
      "is not a queue name"),
     ({"DEDUP_WATCH_QUEUE": QUEUE}, "DEDUP_WATCH_TASK_ACCOUNT=''"),
+    ({"DEDUP_WATCH_QUEUE": QUEUE, "DEDUP_WATCH_TASK_ACCOUNT": WATCHDOG},
+     "DEDUP_WATCH_TASK_KEY has 0 characters"),
+    ({"DEDUP_WATCH_QUEUE": QUEUE, "DEDUP_WATCH_TASK_ACCOUNT": WATCHDOG,
+      "DEDUP_WATCH_TASK_KEY": "short"}, "DEDUP_WATCH_TASK_KEY has 5 characters"),
 ])
 def test_bad_queue_settings_stop_the_start_up_naming_the_variable(
     env: dict[str, str], message: str,
@@ -164,8 +196,10 @@ def test_bad_queue_settings_stop_the_start_up_naming_the_variable(
         TaskQueue.from_env(env)
     assert TaskQueue.from_env({}) is None
     assert TaskQueue.from_env(
-        {"DEDUP_WATCH_QUEUE": QUEUE, "DEDUP_WATCH_TASK_ACCOUNT": WATCHDOG}
-    ) == TaskQueue(QUEUE, WATCHDOG)
+        {"DEDUP_WATCH_QUEUE": QUEUE, "DEDUP_WATCH_TASK_ACCOUNT": WATCHDOG,
+         "DEDUP_WATCH_TASK_KEY": TASK_KEY}
+    ) == TaskQueue(QUEUE, WATCHDOG, TASK_KEY)
+    assert TASK_KEY not in repr(TaskQueue(QUEUE, WATCHDOG, TASK_KEY))
 
 
 # -- catch-up through the queue -------------------------------------------------------------
@@ -197,10 +231,12 @@ def test_a_lost_create_reply_is_asked_again_and_is_still_one_task(
     now, times = recent_minutes(3)
     Runs(served.collection).completed(job.name, *(t for t in times if t != times[1]))
     fake.drop_create_replies = 1
-    body = queued_watch(served, fake, job, now).tick()
+    watch = queued_watch(served, fake, job, now)
+    body = watch.tick()
     assert body["problems"] == [] and body[CAUGHT_UP][0]["status"] == QUEUED
     [name] = fake.tasks
     assert fake.create_calls == [(name, None), (name, 409)]  # created unseen, then found
+    assert fake.get_calls == [(name, "FULL", 200)]  # read back: the watchdog's own
     fake.wait_until_settled()
     assert len(served.executions(job.name)) == 1
 
@@ -234,7 +270,7 @@ def test_a_queued_delivery_after_its_bound_runs_nothing(
     late = _delivery(served.server.url, job_id=job, schedule_time=times[0],
                      body=SLOW_BODY, generation=0, attempt_deadline_seconds=60,
                      deliver_within_seconds=0)  # any lateness after its ETA is too late
-    deliverer = CloudTasksDeliverer(TaskQueue(QUEUE, WATCHDOG, fake.url), requests.Session())
+    deliverer = queued_deliverer(fake)
     assert deliverer.deliver(late).status == QUEUED
     fake.wait_until_settled()
     [task] = fake.tasks.values()
@@ -301,10 +337,11 @@ def test_a_queued_catch_up_whose_task_gave_up_is_delivered_again_as_a_new_task(
     assert [p for p in body["problems"] if p["schedule_time"] == z(times[1])] == []
     fake.wait_until_settled()
     # (the minutes after `now` are due by then too, and caught up: only this run's tasks)
-    again = sorted(name for name in fake.tasks if name.startswith(original))
-    assert again == [original, f"{original}-1"]
-    assert fake.tasks[original].statuses == [None] * 3
-    assert fake.tasks[f"{original}-1"].statuses == [200]
+    run = original.rsplit("-", 2)[0]
+    again = sorted(name for name in fake.tasks if name.startswith(f"{run}-"))
+    assert [name.rsplit("-", 2)[1] for name in again] == ["0", "1"]  # delivery numbers
+    assert fake.tasks[again[0]].statuses == [None] * 3
+    assert fake.tasks[again[1]].statuses == [200]
     executed = [e["schedule_time"] for e in served.executions(job.name)]
     assert executed.count(times[1].isoformat()) == 1
 
@@ -399,7 +436,7 @@ def test_a_rerun_held_off_by_409s_is_delivered_again_under_a_new_task_name(
         assert [r["status"] for r in watch.tick()["reruns"]] == [QUEUED]
         fake.wait_until_settled()
         [first] = fake.tasks.values()
-        assert first.name.endswith(f"/tasks/{request.request_id}")
+        assert f"/tasks/{request.request_id}-0-" in first.name
         assert first.statuses == [409] * 3 and not first.succeeded
         # While its attempts may still be running (the queue's span: 8 min here), not
         # handed over again.
@@ -413,8 +450,8 @@ def test_a_rerun_held_off_by_409s_is_delivered_again_under_a_new_task_name(
         watch.now = now + timedelta(hours=1)
         assert [r["status"] for r in watch.tick()["reruns"]] == [QUEUED]
         fake.wait_until_settled()
-        assert sorted(t.rsplit("/", 1)[-1] for t in fake.tasks) == [
-            request.request_id, f"{request.request_id}-1"]
+        assert sorted(t.rsplit("/", 1)[-1].rsplit("-", 1)[0] for t in fake.tasks) == [
+            f"{request.request_id}-0", f"{request.request_id}-1"]
         assert [(r["generation"], r["status"]) for r in watch.tick()["reruns"]] == [
             (1, "completed")]
         assert [r.status for r in queue.for_job(job.name)] == [DONE]
@@ -439,7 +476,7 @@ def test_the_served_watchdog_hands_its_runs_to_the_queue_its_environment_names(
     DEDUP_WATCH_TASK_ACCOUNT as infra sets them (the endpoint: the fake, on loopback)."""
     job, times, env = served_watchdog_setup(
         served, DEDUP_WATCH_QUEUE=QUEUE, DEDUP_WATCH_TASK_ACCOUNT=WATCHDOG,
-        DEDUP_WATCH_TASKS_ENDPOINT=fake.url,
+        DEDUP_WATCH_TASK_KEY=TASK_KEY, DEDUP_WATCH_TASKS_ENDPOINT=fake.url,
     )
     with FunctionServer(env, target="watch_scheduled_runs") as watchdog:
         reply = requests.post(watchdog.url, headers={"Authorization": bearer(INVOKER)},
@@ -460,4 +497,5 @@ def test_the_tasks_endpoint_is_googleapis_or_loopback_only(endpoint: str) -> Non
     """Another host would receive the watchdog's access token."""
     with pytest.raises(SettingsError, match="DEDUP_WATCH_TASKS_ENDPOINT"):
         TaskQueue.from_env({"DEDUP_WATCH_QUEUE": QUEUE, "DEDUP_WATCH_TASK_ACCOUNT": WATCHDOG,
+                            "DEDUP_WATCH_TASK_KEY": TASK_KEY,
                             "DEDUP_WATCH_TASKS_ENDPOINT": endpoint})

@@ -172,6 +172,13 @@ class StackUnderTest:
                     (directory / name.removeprefix(f"{TABLES_DIR}/")).write_bytes(zf.read(name))
         return {TABLES_DIR_ENV: str(directory)}
 
+    @staticmethod
+    def secret_env(function: DeclaredResource) -> dict[str, str]:
+        """Its secret environment variables as Cloud Run sets them at instance start: a
+        stand-in value of each secret (the watchdog's task key, the proxy's token secret)."""
+        entries = function.props["serviceConfig"].get("secretEnvironmentVariables") or []
+        return {entry["key"]: f"stand-in-{entry['secret']}-" + "0" * 32 for entry in entries}
+
     def children_of(self, component: str) -> list[DeclaredResource]:
         """The custom resources of the component with that Pulumi name."""
         parent = self.run.by_name(component).urn

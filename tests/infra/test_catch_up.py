@@ -74,7 +74,8 @@ def test_the_watchdog_gets_what_a_delivery_needs(catch_up: StackUnderTest) -> No
     # And the watchdog starts with it, each job's deliveries going where its Scheduler
     # job's go.
     settings = WatchSettings.from_env(
-        {**env, "DEDUP_PROJECT": cfg.project, **job_tables_env(watch_jobs=table)})
+        {**env, **catch_up.secret_env(catch_up.watchdog), "DEDUP_PROJECT": cfg.project,
+         **job_tables_env(watch_jobs=table)})
     assert [j.name for j in settings.jobs if j.catch_up] == sorted(
         cfg.job_id(j) for j in cfg.jobs if j.catch_up
     )

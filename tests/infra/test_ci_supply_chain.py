@@ -13,7 +13,11 @@
   listings are run, on stack files written for the test (never the team's).
 
 The checks are functions over a workflow's parsed YAML, so each is also run on a workflow
-as it was before these fixes (a step or job of it) and must report it.
+as it was before these fixes (a step or job of it) and must report it. They hold two sets
+of workflows: the kit's own (.github/workflows/) and the starter's
+(examples/team-repo/.github/workflows/, what `scheduler-dedup init` writes into a team's
+repository, whose deploy jobs hold that team's production deployer; issue 36): the
+starter's installs its toolchain from locks its `make lock` writes with hashes.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +38,12 @@ import pytest
 import yaml
 
 from infra import KIT_ROOT as REPO_ROOT
+from operator_tools.init import STARTER
 from tests.function.test_requirements_lock import closure as lock_closure
 from tests.function.test_requirements_lock import pins, requirement_lines
 from tests.infra.test_ci_stacks import write_stack
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
-FILES = sorted(WORKFLOWS.glob("*.yml"))
 LOCKS = REPO_ROOT / ".github" / "requirements"
 BOOTSTRAP = LOCKS / "bootstrap.txt"
 DEPLOY = LOCKS / "deploy.txt"
@@ -55,6 +60,54 @@ INSTALLER = {"pip", "setuptools"}
 _INSTALL = re.compile(r"\b(?:pip3?|uv\s+pip|pipx|uv\s+tool|poetry|pipenv|npm|yarn|gem|go)"
                       r"\s+(?:install|sync|add|ci|get)\b")
 _MAKE = re.compile(r"(?:^|[;&|]\s*)make\b(?!\s+help\b)")
+
+
+def locked_by_make_lock(root: Path) -> frozenset[str]:
+    """The files the `lock` target of `root`'s Makefile writes with every hash
+    (`--generate-hashes ... --output-file <file>`): a team's, which a fresh starter has not
+    got yet, held by the recipe that writes them. The kit's `make lock` writes none of its
+    workflows' locks (those are `make lock-kit`'s, committed, read)."""
+    text = re.sub(r"\\\n\s*", " ", (root / "Makefile").read_text("utf-8"))
+    variables = dict(re.findall(r"(?m)^([A-Z_]+) :?= (.*)$", text))
+    recipe = text.split("\nlock:", 1)[1].split("\n\n", 1)[0]
+    found = set()
+    for command in recipe.splitlines()[1:]:
+        command = re.sub(r"\$\(([A-Z_]+)\)", lambda m: variables.get(m[1], m[0]), command)
+        written = re.search(r"--output-file (\S+)", command)
+        if written and "--generate-hashes" in command:
+            found.add(written[1])
+    return frozenset(found)
+
+
+@dataclass(frozen=True)
+class WorkflowSet:
+    """A repository's workflows and the locks their jobs build the toolchain from."""
+
+    name: str
+    root: Path
+    bootstrap: str
+    """pip and setuptools, with hashes, relative to `root`."""
+    deploy: str
+    """The toolchain a credentialed job runs (the program, the policy pack), with hashes."""
+    python: str
+    """The workflows' Python (actions/setup-python), the one the locks are for."""
+
+    @property
+    def workflows(self) -> Path:
+        return self.root / ".github" / "workflows"
+
+    @property
+    def files(self) -> list[Path]:
+        return sorted(self.workflows.glob("*.yml"))
+
+
+KIT = WorkflowSet("kit", REPO_ROOT, ".github/requirements/bootstrap.txt",
+                  ".github/requirements/deploy.txt", "3.11")
+TEAM = WorkflowSet("starter", STARTER, "requirements-bootstrap.txt",
+                   "requirements-deploy.txt", "3.12")
+WORKFLOW_SETS = [KIT, TEAM]
+EVERY_WORKFLOW = [pytest.param(s, p, id=f"{s.name}/{p.name}") for s in WORKFLOW_SETS
+                  for p in s.files]
 
 
 def load(path: Path) -> dict[Any, Any]:
@@ -82,9 +135,12 @@ def commands(script: str) -> list[str]:
 
 
 def unhashed(text: str) -> list[str]:
-    """The lines of a requirements file that pip's hash-checking mode would not cover."""
+    """The lines of a requirements file that pip's hash-checking mode would not cover. The
+    one index it names (`--index-url`, which `uv pip compile --emit-index-url` writes) says
+    only where files come from: their hashes say which are accepted."""
     return [line[:80] for line in requirement_lines(text)
-            if not _PIN.match(line) or not _HASH.search(line)]
+            if not line.startswith("--index-url ")
+            and (not _PIN.match(line) or not _HASH.search(line))]
 
 
 def holds_credentials(job: dict[str, Any]) -> bool:
@@ -94,8 +150,10 @@ def holds_credentials(job: dict[str, Any]) -> bool:
 
 
 def install_problems(workflow: dict[Any, Any], root: Path = REPO_ROOT) -> list[str]:
-    """Every install that is not pip's hash-checking mode over fully hashed files."""
+    """Every install that is not pip's hash-checking mode over fully hashed files (in
+    `root`, or written with hashes by its `make lock`)."""
     problems: list[str] = []
+    locked_by_make = locked_by_make_lock(root)
     for name, job in workflow["jobs"].items():
         for s in steps(job):
             for command in commands(s.get("run", "")):
@@ -130,6 +188,8 @@ def install_problems(workflow: dict[Any, Any], root: Path = REPO_ROOT) -> list[s
                                     "command line, not from a hashed file")
                 for file in files:
                     path = root / file
+                    if file in locked_by_make and not path.is_file():
+                        continue  # a team's, once it ran `make lock`
                     if not path.is_file():
                         problems.append(f"{where}: {file} does not exist")
                     elif bad := unhashed(path.read_text("utf-8")):
@@ -172,7 +232,10 @@ def listing_outputs(job: dict[str, Any], stack_dir: Path, out_dir: Path) -> dict
     directory it is: the kit's listing (`python -m operator_tools ci-stacks`, the test's Python)
     pointed at it with --stack-dir, any other script there as written. Its outputs."""
     (step,) = [s for s in steps(job) if s.get("id") == "list"]
-    script = step["run"].replace(".venv/bin/python", shlex.quote(sys.executable)).replace(
+    # The starter's: the installed kit's entry point, the same command.
+    script = step["run"].replace(".venv/bin/scheduler-dedup ci-stacks",
+                                 ".venv/bin/python -m operator_tools ci-stacks")
+    script = script.replace(".venv/bin/python", shlex.quote(sys.executable)).replace(
         "-m operator_tools ci-stacks", "-m operator_tools ci-stacks --stack-dir .")
     handle, name = tempfile.mkstemp(prefix="github-output-", dir=out_dir)
     os.close(handle)
@@ -205,10 +268,11 @@ def passed_on(job: dict[str, Any], stack_dir: Path, out_dir: Path) -> dict[str, 
     return found
 
 
-def deployed_stacks(stack_dir: Path, out_dir: Path) -> dict[str, set[str]]:
-    """The stacks deploy.yml deploys in each environment, for the stack files of
-    `stack_dir`: its listing run there, each environment's job's matrix resolved."""
-    jobs = load(WORKFLOWS / "deploy.yml")["jobs"]
+def deployed_stacks(stack_dir: Path, out_dir: Path,
+                    workflows: Path = WORKFLOWS) -> dict[str, set[str]]:
+    """The stacks deploy.yml (of `workflows`) deploys in each environment, for the stack
+    files of `stack_dir`: its listing run there, each environment's job's matrix resolved."""
+    jobs = load(workflows / "deploy.yml")["jobs"]
     (lister,) = [name for name, job in jobs.items()
                  if any(s.get("id") == "list" for s in steps(job))]
     lists = passed_on(jobs[lister], stack_dir, out_dir)
@@ -223,22 +287,24 @@ def deployed_stacks(stack_dir: Path, out_dir: Path) -> dict[str, set[str]]:
 
 
 @functools.cache
-def production_stacks() -> frozenset[str]:
+def production_stacks(workflows: Path = WORKFLOWS) -> frozenset[str]:
     """The fixture stacks deploy.yml deploys in the `production` environment (once)."""
     with tempfile.TemporaryDirectory() as temporary:
         write_fixture_stacks(Path(temporary) / "stacks")
-        found = deployed_stacks(Path(temporary) / "stacks", Path(temporary))
+        found = deployed_stacks(Path(temporary) / "stacks", Path(temporary), workflows)
     assert found.get("production") == FIXTURE_REVIEWED
     return frozenset(found["production"])
 
 
-def pull_request_prod_problems(workflow: dict[Any, Any], tmp_path: Path) -> list[str]:
-    """A pull-request workflow's job in `production`, or a preview of a production stack."""
+def pull_request_prod_problems(workflow: dict[Any, Any], tmp_path: Path,
+                               workflows: Path = WORKFLOWS) -> list[str]:
+    """A pull-request workflow's job in `production`, or a preview of a production stack
+    (what deploy.yml of `workflows` deploys there)."""
     if not triggers(workflow) & PULL_REQUEST_TRIGGERS:
         return []
     stack_dir = tmp_path / "stacks"
     write_fixture_stacks(stack_dir)
-    prod = production_stacks()
+    prod = production_stacks(workflows)
     problems = []
     if "pull_request_target" in triggers(workflow):
         problems.append("pull_request_target runs with the base repository's secrets")
@@ -268,30 +334,33 @@ def pull_request_prod_problems(workflow: dict[Any, Any], tmp_path: Path) -> list
 # --------------------------------------------------------------------------- the workflows
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-def test_every_install_is_hash_checked(path: Path) -> None:
-    problems = install_problems(load(path))
+@pytest.mark.parametrize(("workflows", "path"), EVERY_WORKFLOW)
+def test_every_install_is_hash_checked(workflows: WorkflowSet, path: Path) -> None:
+    problems = install_problems(load(path), workflows.root)
     assert problems == [], "\n".join(problems)
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-def test_secrets_only_in_jobs_bound_to_an_environment(path: Path) -> None:
+@pytest.mark.parametrize(("workflows", "path"), EVERY_WORKFLOW)
+def test_secrets_only_in_jobs_bound_to_an_environment(workflows: WorkflowSet,
+                                                      path: Path) -> None:
     problems = secret_problems(load(path))
     assert problems == [], "\n".join(problems)
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-def test_pull_requests_never_reach_prod(path: Path, tmp_path: Path) -> None:
-    problems = pull_request_prod_problems(load(path), tmp_path)
+@pytest.mark.parametrize(("workflows", "path"), EVERY_WORKFLOW)
+def test_pull_requests_never_reach_prod(workflows: WorkflowSet, path: Path,
+                                        tmp_path: Path) -> None:
+    problems = pull_request_prod_problems(load(path), tmp_path, workflows.workflows)
     assert problems == [], "\n".join(problems)
 
 
+@pytest.mark.parametrize("workflows", WORKFLOW_SETS, ids=lambda s: s.name)
 def test_deploy_runs_each_reviewed_stack_in_production_and_every_other_in_dev(
-    tmp_path: Path,
+    workflows: WorkflowSet, tmp_path: Path,
 ) -> None:
     """By the stacks' own settings (reviewBeforeUp, unset: reviewed), each once."""
     write_fixture_stacks(tmp_path / "stacks")
-    assert deployed_stacks(tmp_path / "stacks", tmp_path) == {
+    assert deployed_stacks(tmp_path / "stacks", tmp_path, workflows.workflows) == {
         "production": FIXTURE_REVIEWED, "dev": FIXTURE_UNREVIEWED}
 
 
@@ -312,34 +381,37 @@ def test_the_pull_request_preview_has_secrets_of_its_own() -> None:
     assert ci["jobs"]["preview"]["environment"] == "preview"
 
 
-def toolchain_steps(job: dict[str, Any]) -> list[int]:
-    return [i for i, s in enumerate(steps(job)) if ".github/requirements/" in s.get("run", "")]
+def toolchain_steps(job: dict[str, Any], workflows: WorkflowSet = KIT) -> list[int]:
+    return [i for i, s in enumerate(steps(job)) if workflows.deploy in s.get("run", "")]
 
 
-def test_every_credentialed_job_builds_the_same_hashed_toolchain_before_any_credential() -> None:
+@pytest.mark.parametrize("workflows", WORKFLOW_SETS, ids=lambda s: s.name)
+def test_every_credentialed_job_builds_the_same_hashed_toolchain_before_any_credential(
+    workflows: WorkflowSet,
+) -> None:
     """And the listing jobs, which run the kit's config models, build that one too."""
     scripts = set()
-    for path in FILES:
+    for path in workflows.files:
         for name, job in load(path)["jobs"].items():
             if name == "stacks":
-                (build,) = toolchain_steps(job)
+                (build,) = toolchain_steps(job, workflows)
                 scripts.add(steps(job)[build]["run"])
             if not holds_credentials(job):
                 continue
-            (build,) = toolchain_steps(job)
+            (build,) = toolchain_steps(job, workflows)
             scripts.add(steps(job)[build]["run"])
             for s in steps(job)[:build + 1]:
                 assert "secrets." not in str(s), name
                 assert not s.get("uses", "").startswith("google-github-actions/auth@"), name
             python = [s for s in steps(job) if s.get("uses", "").startswith(
                 "actions/setup-python@")]
-            assert python and python[0]["with"]["python-version"] == "3.11", name
+            assert python and python[0]["with"]["python-version"] == workflows.python, name
     assert len(scripts) == 1, "one install, the same in every job"
     (script,) = scripts
     bootstrap, deploy = [c for c in commands(script) if " install " in c]
-    assert bootstrap.endswith("-r .github/requirements/bootstrap.txt")
+    assert bootstrap.endswith(f"-r {workflows.bootstrap}")
     assert "--only-binary :all:" in bootstrap  # pip and setuptools: wheels only
-    assert deploy.endswith("-r .github/requirements/deploy.txt")
+    assert deploy.endswith(f"-r {workflows.deploy}")
     # The one source distribution is built with the locked setuptools: pip fetches no
     # build tools, which its hash-checking mode would not check.
     assert "--no-build-isolation" in deploy
@@ -406,6 +478,28 @@ def test_make_lock_writes_both_for_the_workflows_python() -> None:
                          "-r ../../policies/requirements.txt", "-r bootstrap.in"]
 
 
+def test_the_starters_make_lock_writes_both_with_hashes_for_its_workflows_python() -> None:
+    """A team's locks are its own (the kit's wheel is built at release, so its hash is not
+    known here): the starter ships the recipe, and CI installs nothing else."""
+    assert locked_by_make_lock(TEAM.root) == {TEAM.bootstrap, TEAM.deploy}
+    assert locked_by_make_lock(KIT.root) == frozenset()
+    text = (STARTER / "Makefile").read_text()
+    assert f"DEPLOY_PYTHON := {TEAM.python}" in text
+    assert "--python-platform linux" in text
+    recipe = text.split("\nlock:", 1)[1].split("\n\n", 1)[0]
+    # The kit (requirements.txt), the installer and the team's jobs' dependencies, at its
+    # function lock's versions: what the test job imports.
+    for source in ("requirements.txt requirements-bootstrap.in", "function/jobs/requirements.in",
+                   "--constraint function/jobs/requirements.txt"):
+        assert source in recipe, source
+
+
+def test_the_starters_installer_is_the_kits() -> None:
+    starter = requirement_lines((STARTER / "requirements-bootstrap.in").read_text())
+    assert starter == requirement_lines((LOCKS / "bootstrap.in").read_text())
+    assert set(pins("\n".join(starter))) == INSTALLER
+
+
 DEPLOY_TEXT = DEPLOY.read_text()
 PULUMI_PIN = pins(DEPLOY_TEXT)["pulumi"]
 
@@ -467,6 +561,25 @@ DEPLOYER = {"permissions": {"contents": "read", "id-token": "write"}}
 )
 def test_an_unhashed_install_is_reported(case: str, script: str, expected: str) -> None:
     problems = install_problems(workflow({"push": {}}, dev=run_job(script, **DEPLOYER)))
+    assert any(expected in problem for problem in problems), (case, problems)
+
+
+@pytest.mark.parametrize(
+    ("case", "script", "expected"),
+    [
+        ("the starter's Makefile .venv (before: its test, listing and deploy jobs)",
+         "make .venv/stamp", "make builds the unhashed .venv"),
+        ("the kit by version, its closure unhashed",
+         "pip install --require-hashes --no-deps -r requirements.txt",
+         "requirements.txt has unhashed lines"),
+        ("a lock no recipe writes", "pip install --require-hashes --no-deps -r requirements.lock",
+         "requirements.lock does not exist"),
+    ],
+)
+def test_an_unhashed_install_in_the_starter_is_reported(case: str, script: str,
+                                                        expected: str) -> None:
+    problems = install_problems(workflow({"push": {}}, dev=run_job(script, **DEPLOYER)),
+                                TEAM.root)
     assert any(expected in problem for problem in problems), (case, problems)
 
 

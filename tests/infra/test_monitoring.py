@@ -210,10 +210,11 @@ def test_watchdog_account_holds_only_the_database_roles(stack: StackUnderTest) -
         expected[f"watchdog-reads-runtime-{runtime.name}-database"] = (
             "roles/datastore.viewer", stack.config.runtime_database(runtime))
     # Besides run.invoker on the services it delivers runs to (tests/infra/test_catch_up.py)
-    # and its queue's grants (tests/infra/test_watchdog_deliveries.py).
+    # and its queue's grants and task key (tests/infra/test_watchdog_deliveries.py).
     grants = {g.name: g for g in stack.grants_to(email)
               if not g.name.startswith("watchdog-delivers-to-")
-              and g.name not in ("watchdog-enqueues-deliveries", "watchdog-acts-as-itself")}
+              and g.name not in ("watchdog-enqueues-deliveries", "watchdog-acts-as-itself",
+                                 "watchdog-reads-deliveries", "watchdog-task-key-reader")}
     assert {
         name: (g.props["role"], g.props["condition"]["expression"])
         for name, g in grants.items()
@@ -655,7 +656,8 @@ def test_the_watchdog_reads_the_settings_infra_gives_it(stack: StackUnderTest) -
     assert stack.watchdog is not None
     cfg = stack.config
     env = stack.watchdog.props["serviceConfig"]["environmentVariables"]
-    settings = WatchSettings.from_env({**env, **stack.tables_env(stack.watchdog)})
+    settings = WatchSettings.from_env(
+        {**env, **stack.secret_env(stack.watchdog), **stack.tables_env(stack.watchdog)})
     assert settings.lookback_seconds == cfg.watchdog.lookback_seconds
     assert settings.grace_seconds == cfg.watchdog.grace_seconds
     assert settings.store.allowed_callers == frozenset({stack.account_email("invoker")})

@@ -93,7 +93,8 @@ def test_the_watchdog_reads_its_thousand_jobs_at_start_up(big: StackUnderTest) -
 
     assert big.watchdog is not None
     env = big.watchdog.props["serviceConfig"]["environmentVariables"]
-    settings = WatchSettings.from_env({**env, **big.tables_env(big.watchdog)})
+    settings = WatchSettings.from_env(
+        {**env, **big.secret_env(big.watchdog), **big.tables_env(big.watchdog)})
     assert len(settings.jobs) == JOBS
     assert sum(j.proxied for j in settings.jobs) == JOBS // PROXIED_EVERY
 

@@ -166,14 +166,22 @@ def monitoring_counts(cfg: StackConfig) -> Counter[str]:
     a channel per alert e-mail and one dashboard."""
     watchdog = cfg.watchdog.enabled
     # A watchdog that delivers runs hands them to a Cloud Tasks queue of its own, with
-    # enqueuer on it and actAs on its own account.
+    # enqueuer and viewer (GetTask) on it and actAs on its own account; its tasks' names
+    # are keyed by a secret (its one version and value, its accessor grant), whose API it
+    # enables unless the proxy or a runtime's secrets do.
     delivers = int(any(cfg.watchdog_delivers_to(proxied=p) for p in (False, True)) or any(
         cfg.watchdog_delivers_to(runtime=r.name) for r in cfg.runtimes))
+    secret_api = set(SECRET_APIS) - set(runtime_apis(cfg)) if not cfg.proxied_jobs else set()
     return Counter(
         {
             "gcp:cloudtasks/queue:Queue": delivers,
-            "gcp:cloudtasks/queueIamMember:QueueIamMember": delivers,
+            "gcp:cloudtasks/queueIamMember:QueueIamMember": 2 * delivers,
             "gcp:serviceaccount/iAMMember:IAMMember": delivers,
+            "gcp:secretmanager/secret:Secret": delivers,
+            "gcp:secretmanager/secretVersion:SecretVersion": delivers,
+            "random:index/randomPassword:RandomPassword": delivers,
+            "gcp:secretmanager/secretIamMember:SecretIamMember": delivers,
+            SERVICE: delivers * len(secret_api),
             WATCHDOG_COMPONENT: int(watchdog),
             FUNCTION: int(watchdog),
             OBJECT: int(watchdog),
@@ -249,7 +257,8 @@ def test_apis_enabled_and_kept_on_destroy(stack: StackUnderTest) -> None:
     services = stack.all(SERVICE)
     routes = stack.config.proxy_routes().values()
     proxy_apis = {api for t in routes for api in TARGET_APIS[t.target]}
-    if routes:  # the proxy's token secret
+    delivers = stack.all("gcp:cloudtasks/queue:Queue")
+    if routes or delivers:  # the proxy's token secret, the watchdog's task key
         proxy_apis |= set(SECRET_APIS)
     assert {s.props["service"] for s in services} == (
         set(REQUIRED_APIS) | proxy_apis | set(runtime_apis(stack.config)))

@@ -122,7 +122,27 @@ def test_a_dev_only_import_in_one_functions_code_fails_that_function(tmp_path: P
                           "watch_scheduled_runs)",)
     assert "does not start: importing 'yaml' fails (ModuleNotFoundError: No module named " \
         "'yaml')" in str(error)
-    assert FIX in str(error)
+    # The team's lock is not installed there: only the kit's lock can bring it.
+    assert FIX not in str(error)
+    assert ("add the package that provides it to the kit's function/requirements.in and run "
+            "`make lock-kit` (kit maintainers): this function runs no job logic and installs "
+            "the kit's lock alone") in str(error)
+
+
+def test_the_watchdog_cannot_import_job_code(tmp_path: Path) -> None:
+    """The watchdog's archive is the kit's code and lock alone (infra/source.py): a kit
+    change that made its start-up import the team's jobs (or the kit's example jobs) fails
+    the plan, naming the function and why, not a deploy."""
+    source = forked_function(tmp_path, {"billing": BILLING})
+    watchdog = source / "dedup" / "watchdog" / "tick.py"
+    future = "from __future__ import annotations\n"
+    watchdog.write_text(watchdog.read_text().replace(
+        future, future + "\nimport jobs.billing\n", 1))
+    error = failure(prod_naming("jobs.billing:run"), source)
+    assert error.keys == ("function scheduler-dedup-watchdog (watchdog-function, "
+                          "watch_scheduled_runs)",)
+    assert ("'jobs' is in function/ but not in this function's archive, which holds only "
+            "the kit's code (main.py, dedup/) and lock") in str(error)
 
 
 def test_a_function_starts_with_its_declared_environment_alone(

@@ -1,7 +1,9 @@
-"""The kit installed, a team's repository apart from it: each archive is the kit's function/
-plus the team's function/jobs/ (and its lock), the project is found from the working
-directory up but never inside the installed kit, and a team repository never falls back to
-the kit's example stacks. (tests/test_by_version.py runs all of it from a real wheel.)"""
+"""The kit installed, a team's repository apart from it: each archive of a function that runs
+jobs is the kit's function/ plus the team's function/jobs/ (and its lock; the proxy's and
+the watchdog's hold the kit's alone: test_archives_by_trust.py), the project is found from
+the working directory up but never inside the installed kit, and a team repository never
+falls back to the kit's example stacks. (tests/test_by_version.py runs all of it from a
+real wheel.)"""
 
 from __future__ import annotations
 

@@ -62,6 +62,17 @@ REFUSED = [
     f"serviceAccount:{APPSPOT_SA}",
     f"serviceAccount:{CLOUDBUILD_SA}",
     "serviceAccount:",
+    # Google-managed service accounts, service agents (issue 36): a Google service acts as
+    # them (https://cloud.google.com/iam/docs/service-agents).
+    "serviceAccount:service-123456789012@gcp-sa-cloudbuild.iam.gserviceaccount.com",
+    "serviceAccount:service-123456789012@gcp-sa-cloudscheduler.iam.gserviceaccount.com",
+    "serviceAccount:service-123456789012@compute-system.iam.gserviceaccount.com",
+    "serviceAccount:service-123456789012@serverless-robot-prod.iam.gserviceaccount.com",
+    "serviceAccount:service-org-123456789012@gcp-sa-ktd-hpsa.iam.gserviceaccount.com",
+    "serviceAccount:service-p123456789012@gcp-sa-accessapproval.iam.gserviceaccount.com",
+    "serviceAccount:123456789012@cloudservices.gserviceaccount.com",
+    "serviceAccount:firebase-agent@gcp-sa-firebase.iam.gserviceaccount.com",
+    "serviceAccount:robot@cloud-ml.google.com.iam.gserviceaccount.com",
 ]
 
 
@@ -81,11 +92,11 @@ def test_only_the_two_escalation_policies_read_it() -> None:
 
 
 def test_service_accounts_are_accepted_in_any_case() -> None:
-    agent = "serviceAccount:service-1@gcp-sa-cloudbuild.iam.gserviceaccount.com"
+    scoped = "serviceAccount:deployer@ci.example.com.iam.gserviceaccount.com"  # domain-scoped
     assert deployers.parse(
-        [DEPLOYER, f"serviceAccount:CI-Bot@{PROJECT.upper()}.iam.gserviceaccount.com", agent]
+        [DEPLOYER, f"serviceAccount:CI-Bot@{PROJECT.upper()}.iam.gserviceaccount.com", scoped]
     ) == {DEPLOYER_SA, f"ci-bot@{PROJECT}.iam.gserviceaccount.com",
-          agent.removeprefix("serviceAccount:")}
+          scoped.removeprefix("serviceAccount:")}
     assert deployers.parse([]) == frozenset()
 
 
@@ -116,8 +127,8 @@ def test_not_a_list_of_strings_is_a_setting_error(value: Any) -> None:
 @pytest.mark.parametrize("member", [DEPLOYER, *REFUSED])
 def test_what_the_cli_schema_lets_through_the_policies_accept_or_report(member: str) -> None:
     """The schema's pattern (the CLI refuses a config that does not match it) never admits
-    what the policies refuse, except the default accounts, which only they know: the pack
-    reports those as a violation."""
+    what the policies refuse, except the default accounts and Google-managed service
+    agents, which only they know: the pack reports those as a violation."""
     matches = re.fullmatch(deployers.PATTERN.strip("^$"), member) is not None
     try:
         deployers.parse([member])
@@ -126,7 +137,8 @@ def test_what_the_cli_schema_lets_through_the_policies_accept_or_report(member: 
         accepted = False
     assert matches or not accepted
     if matches and not accepted:
-        assert member.removeprefix("serviceAccount:") in {COMPUTE_SA, APPSPOT_SA, CLOUDBUILD_SA}
+        email = member.removeprefix("serviceAccount:")
+        assert email in {COMPUTE_SA, APPSPOT_SA, CLOUDBUILD_SA} or deployers.google_managed(email)
 
 
 # --- the policies ------------------------------------------------------------------------

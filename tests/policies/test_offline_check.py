@@ -407,7 +407,9 @@ BROKEN: list[Broken] = [
         "primitive role (program)",
         "iam-no-primitive-roles",
         program=_project_member("roles/editor"),
-        also=frozenset({"dedup-accounts-no-basic-roles"}),  # an account the stack declares
+        # An account the stack declares; editor on the project creates tasks on the
+        # watchdog's deliveries queue.
+        also=frozenset({"dedup-accounts-no-basic-roles", "dedup-deliveries-queue-task-creators"}),
     ),
     Broken(
         "project-level serviceAccountUser (program)",
@@ -452,17 +454,20 @@ BROKEN: list[Broken] = [
         # The watchdog then shares that account with the dedup function; and the function
         # names dev's watchdog account (it delivers runs: catchUp), which nothing runs as;
         # and the runtime account's datastore role is for an account the function no
-        # longer runs as (a writer of the dedup database that need not write it).
+        # longer runs as (a writer of the dedup database that need not write it); and the
+        # dedup function runs as the watchdog's account, whose tokens the functions accept;
+        # and the watchdog's account reads its task key, while no function runs as it any more.
         also=frozenset({"dedup-watchdog-own-service-account", "dedup-allowed-callers",
-                        "dedup-database-writers"}),
+                        "dedup-database-writers", "dedup-kit-identities-kit-only",
+                        "dedup-secret-readers-declared"}),
     ),
     Broken(
         "no runtime service account",
         "function-dedicated-runtime-service-account",
         lambda d: mutate(d, FUNCTION, "serviceConfig.serviceAccountEmail", DELETE),
         # The function names dev's watchdog account (it delivers runs: catchUp), which
-        # nothing runs as any more.
-        also=frozenset({"dedup-allowed-callers"}),
+        # nothing runs as any more, and which reads the watchdog's task key.
+        also=frozenset({"dedup-allowed-callers", "dedup-secret-readers-declared"}),
     ),
     Broken(
         "App Engine default build account",
@@ -854,7 +859,8 @@ def retail_declared() -> list[DeclaredResource]:
             lambda d: mutate_named(mutate_named(
                 d, "runtime-sync-datastore-user", "role", "roles/someservice.newRole"),
                 "runtime-sync-datastore-user", "condition", DELETE),
-            {"dedup-runtime-no-kit-resources"},
+            # Unknown on the project: it may create tasks on the deliveries queue too.
+            {"dedup-runtime-no-kit-resources", "dedup-deliveries-queue-task-creators"},
             id="sync-holds-a-role-the-pack-does-not-know-on-the-project"),
         pytest.param(
             lambda d: mutate_named(mutate_named(

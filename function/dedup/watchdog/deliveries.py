@@ -21,8 +21,8 @@ and tests, a direct POST, judged by the answer:
   raised, or when no delivery executed it within RERUN_DELIVERY_WINDOW_SECONDS, with what
   is known of why); one for a run not completed waits (`waiting`) until Scheduler can no
   longer retry that run (its retry window + grace), so the two never overlap. Each
-  delivery of a request is numbered (a queued task of its own, `<run_id>-<n>`), and none
-  is handed over while the last may still be dispatching. A generation that settles on a
+  delivery of a request is numbered (a queued task of its own, `<run_id>-<n>-<mac>`), and
+  none is handed over while the last may still be dispatching. A generation that settles on a
   record showing a second execution is reported `ran_twice`, in its job's streak
   (dedup/watchdog/rerun_deliveries.py);
 - backfills (`make backfill`, dedup/watchdog/backfills.py): before the pending re-runs, each job's

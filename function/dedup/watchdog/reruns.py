@@ -113,7 +113,7 @@ class RerunRequest:
     # the request again (its own release, retried) adopts it instead of counting it twice.
     backfill: str | None = None
     # How often the watchdog delivered it (each delivery a Cloud Tasks task of its own:
-    # `<run_id>-<n>` past the first, as catch-ups are numbered), the last one when, and what
+    # `<run_id>-<n>-<mac>`, as catch-ups are numbered), the last one when, and what
     # the last answer said when it was no execution (e.g. "held off (409)").
     deliveries: int = 0
     delivered_at: datetime | None = None

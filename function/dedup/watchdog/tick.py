@@ -277,7 +277,7 @@ def build_watchdog_handler(
             deliverer = HttpDeliverer(settings.target_auth)
         else:  # DEDUP_WATCH_TARGET_AUTH=none: no credentials at all (a local fake's queue)
             plain = requests.Session() if settings.target_auth is TargetAuth.NONE else None
-            deliverer = CloudTasksDeliverer(settings.queue, plain)
+            deliverer = CloudTasksDeliverer(settings.queue, plain, emit)
     reruns = FirestoreRerunQueue(own, settings.reruns_collection)
     backfills = BackfillPacer(
         settings.backfill, FirestoreBackfills(own, backfills_collection(store.collection)),
