@@ -18,10 +18,12 @@ infra/source.py), in pip's hash-checking mode; for the proxy and the watchdog, w
 none, the kit's lock alone (`kit_requirements`): no team package is installed, imported or
 built with their identities. The team lock's first
 line records the digests of the files it was resolved from (the team's `.in`, the kit's
-lock); `lock_problems` says, offline, when any of them changed since (a kit release that
-adds, drops or moves a package the team's depend on included), for `make plan` and
-`make policy-check` to refuse before a deploy. `make lock` writes the team's lock
-(operator_tools/lock.py).
+lock), its second the instant it was resolved as of (`RESOLVED_AS_OF`: what the index
+offered then); `lock_problems` says, offline, when any of the files changed since (a kit
+release that adds, drops or moves a package the team's depend on included), for `make plan`
+and `make policy-check` to refuse before a deploy. The lock is not trusted beyond that:
+both also resolve it again, as `make lock` does, and refuse any line that differs
+(operator_tools/lock.py, which writes and verifies the team's lock).
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ FUNCTION_PYTHON: Final = "3.12"
 """The functions' runtime (python312, infra/cloud_function.py), which the locks resolve for."""
 DIGEST_PREFIX: Final = "# locked from"
 """The team lock's first line: `# locked from <file> sha256:<hex> ...` per input file."""
+RESOLVED_AS_OF: Final = "# resolved from the package index as of"
+"""The team lock's second line: `# resolved ... as of <UTC instant>`; resolving again as of
+that instant (uv's --exclude-newer) ignores what the index published since."""
 FIX: Final = "run `make lock`"
 INDEX_OPTIONS: Final = ("--index-url", "--extra-index-url", "--find-links", "-i ", "-f ")
 """Lines of the team's file that say where packages come from: carried into its lock."""
@@ -54,6 +59,16 @@ _PIN: Final = re.compile(
 
 class LockError(RuntimeError):
     """`make lock` could not resolve, or wrote what it cannot read back: the why and the fix."""
+
+    def __init__(self, what: str, fix: str = FIX) -> None:
+        self.what, self.fix = what, fix
+        separator = "\n" if "\n" in what else ". "  # a long why ends on its own line
+        super().__init__(f"{what}{separator}Fix: {fix}")
+
+
+class IndexUnreachable(LockError):
+    """The package index could not be reached, so the team lock could not be resolved (by
+    `make lock`) or resolved again to verify it (by `make plan`): never taken as a pass."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +110,7 @@ def parse_lock(text: str) -> list[Pin]:
         elif not line.strip() or line.lstrip().startswith("#") or line.startswith(INDEX_OPTIONS):
             close()
         else:
-            raise LockError(f"cannot read the lock line {line[:80]!r}. Fix: {FIX}")
+            raise LockError(f"cannot read the lock line {line[:80]!r}")
     close()
     return pins
 
@@ -103,6 +118,15 @@ def parse_lock(text: str) -> list[Pin]:
 def index_options(text: str) -> list[str]:
     """The index option lines of a requirements file, as written."""
     return [line.strip() for line in text.splitlines() if line.startswith(INDEX_OPTIONS)]
+
+
+def resolved_as_of(text: str) -> str | None:
+    """The UTC instant a team lock was resolved as of (its RESOLVED_AS_OF line), if it says."""
+    for line in text.splitlines()[:3]:
+        if line.startswith(RESOLVED_AS_OF):
+            words = line.removeprefix(RESOLVED_AS_OF).split()
+            return words[0] if words else None
+    return None
 
 
 def _digest(path: Path) -> str:
@@ -146,7 +170,7 @@ def lock_problems(root: Path = PROJECT_DIR, kit_root: Path | None = None) -> lis
     try:
         pins = parse_lock(text)
     except LockError as exc:
-        return [str(exc).split(". Fix:")[0]]
+        return [exc.what]
     for pin in pins:
         if "--hash=sha256:" not in pin.block:
             problems.append(f"{pin.name} in {TEAM_LOCK} has no --hash")

@@ -4,7 +4,9 @@ start it, so what `make plan` and `make policy-check` accept starts once deploye
 `check_job_logic` (called by both, through `operator_tools.offline.run_checked_stack`) takes
 the program's run under its mocks and:
 
-- refuses a team lock that `make lock` would write differently (the archives' requirements);
+- refuses a team lock that `make lock` would write differently (the archives' requirements):
+  resolved again, as `make lock` resolves it (operator_tools/lock.py), and refused, saying
+  so, when the package index cannot be reached;
 - names the config keys whose `module:function` the deployed dedup function imports
   (`job_logic_uses`: each job's own `jobLogic`, and `defaultJobLogic` when it is used);
 - starts every declared function from its own archive, environment and Python (the one
@@ -34,7 +36,7 @@ from dedup.settings import DEFAULT_JOB_ENV
 from infra.config import ConfigError, Problem, StackConfig, kit_key
 from infra.dedup_service import ENTRY_POINT as JOB_LOGIC_ENTRY_POINT
 from infra.lock import FIX as LOCK_FIX
-from infra.lock import TEAM_LOCK, lock_problems
+from infra.lock import TEAM_LOCK, LockError
 from infra.program import DEFAULT_SOURCE_DIR, DEFAULT_TEAM_DIR
 from infra.source import JOB_ROUTES_TABLE, KIT_CODE, read_archive_table
 from operator_tools.declared import OfflineRun
@@ -44,6 +46,7 @@ from operator_tools.function_startup import (
     declared_startups,
     start_functions,
 )
+from operator_tools.lock import verify_team_lock
 
 JOBS_PACKAGE: Final = "jobs"
 """The package in `function/` that holds the team's job modules."""
@@ -238,7 +241,10 @@ def check_job_logic(
     archives were built from `source_dir`."""
     # The team's function/ is the one the program's archives took theirs from (its default).
     team_dir = DEFAULT_TEAM_DIR
-    stale = lock_problems((team_dir or source_dir).parent, source_dir.parent)
+    try:
+        stale = verify_team_lock((team_dir or source_dir).parent, source_dir.parent)
+    except LockError as exc:  # not verified (the index unreachable: IndexUnreachable) is not passed
+        raise ConfigError([Problem(str(TEAM_LOCK), exc.what, exc.fix)]) from exc
     if stale:  # the archive's requirements.txt would not be what make lock would write
         raise ConfigError([Problem(str(TEAM_LOCK), what, LOCK_FIX) for what in stale])
     uses = job_logic_uses(values, config)
