@@ -5,8 +5,11 @@ any change of the kit's function code, runtimes or not (tests/infra/test_source.
 an archive without `job_modules` is the whole tree, as before).
 
 `data/stacks_before_runtimes.json` is what the program declared for the example stacks dev
-and prod at the commit before runtimes (a53a7f0), normalised as below. A later, deliberate
-change of what those stacks declare records it anew: `python -m tests.infra.test_without_runtimes`.
+and prod at the commit before runtimes (a53a7f0), normalised as below, re-recorded once since
+for a deliberate addition: the delivering watchdog's task key (issue 36: dev's watchdog
+delivers, so its stack gained the key's secret, version, value and reader, and the queue
+viewer grant; nothing it declared before changed). A later, deliberate change of what those
+stacks declare records it anew: `python -m tests.infra.test_without_runtimes`.
 """
 
 from __future__ import annotations
