@@ -7,8 +7,9 @@ an archive without `job_modules` is the whole tree, as before).
 `data/stacks_before_runtimes.json` is what the program declared for the example stacks dev
 and prod at the commit before runtimes (a53a7f0), normalised as below, re-recorded once since
 for a deliberate addition: the delivering watchdog's task key (issue 36: dev's watchdog
-delivers, so its stack gained the key's secret, version, value and reader, and the queue
-viewer grant; nothing it declared before changed). A later, deliberate change of what those
+delivers, so its stack gained the key's secret, version, value, reader and API, the queue
+viewer grant, and the key as a secret variable of the watchdog function, an update in
+place). A later, deliberate change of what those
 stacks declare records it anew: `python -m tests.infra.test_without_runtimes`.
 """
 
