@@ -16,16 +16,18 @@ records (a "must not exist" create or a `last_update_time` precondition):
    if it has no record (one that failed or whose claim lapsed keeps that record and
    answers 409); a forced run ("Run now") with no record is answered 200 skipped and
    recorded nowhere, so pressing it again once the job is free runs it, and under
-   `forcedRuns: replaceNext` the scheduled run it is keyed as keeps its own outcome; `wait` answers 409, so Scheduler's retries start it once that run ended;
+   `forcedRuns: replaceNext` the scheduled run it is keyed as keeps its own outcome;
+   `wait` answers 409, so Scheduler's retries start it once that run ended;
    `replace` marks that run's record `replaced_by` (its next renewal sets its
    `claim_lost`) and answers 409 until it stopped or its lease lapsed;
 4. not blocked: this run is claimed as always, and then the job's latest run is moved to
    it, guarded by the version read in step 1, before the job runs. Two runs that both
    found the job free cannot both move it: the one that loses runs nothing and, unless it
    had no record, is not forced, and lost under `forbid` to a scheduled run (then recorded
-   `skipped`), gives its claim back (a forced run so refused under `forbid`: 200 skipped), leaving no outcome: a claim it created is deleted (guarded by
-   its version), a record it took over is restored as it was (a lapsed claim restored
-   lapsed), and it answers 409.
+   `skipped`), gives its claim back, leaving no outcome: a claim it created is deleted
+   (guarded by its version), a record it took over is restored as it was (a lapsed claim
+   restored lapsed), and it answers 409 (a forced run refused so under `forbid`: 200
+   skipped).
 
 The pointer is written at claim only: once the run ends, its own record says so, which
 step 2 reads anyway. A pointer write whose outcome is unknown gives the claim back the

@@ -198,8 +198,9 @@ class Deduplicator:
         """Make this claim the job's latest run before the job runs (dedup/overlap.py);
         a Delivery when it must run nothing: another run took the job first, or the write's
         outcome is unknown. A run that had no record and lost to a scheduled run under
-        `forbid` is recorded skipped (a forced one: given back, answered skipped); otherwise the claim is given back (deleted, or the
-        record it took over restored: no outcome is left, as nothing ran) and answered 409,
+        `forbid` is recorded skipped (a forced one: given back, answered skipped); otherwise
+        the claim is given back (deleted, or the record it took over restored: no outcome
+        is left, as nothing ran) and answered 409,
         or 500 when the write's outcome is unknown. `delivered`: a watchdog delivery."""
         assert self._overlap is not None
         base = Delivery(Outcome.IN_PROGRESS, key.run_id, claim.attempt_id, claim.attempt)
