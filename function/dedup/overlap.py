@@ -14,16 +14,20 @@ records (a "must not exist" create or a `last_update_time` precondition):
    block; this run's own document being no record refuses it (MalformedRecord, a 500);
 3. blocked: `forbid` records this run `skipped` (naming the blocking run) and answers 200
    if it has no record (one that failed or whose claim lapsed keeps that record and
-   answers 409); `wait` answers 409, so Scheduler's retries start it once that run ended;
+   answers 409); a forced run ("Run now") with no record is answered 200 skipped and
+   recorded nowhere, so pressing it again once the job is free runs it, and under
+   `forcedRuns: replaceNext` the scheduled run it is keyed as keeps its own outcome;
+   `wait` answers 409, so Scheduler's retries start it once that run ended;
    `replace` marks that run's record `replaced_by` (its next renewal sets its
    `claim_lost`) and answers 409 until it stopped or its lease lapsed;
 4. not blocked: this run is claimed as always, and then the job's latest run is moved to
    it, guarded by the version read in step 1, before the job runs. Two runs that both
    found the job free cannot both move it: the one that loses runs nothing and, unless it
-   had no record and lost under `forbid` to a scheduled run (then recorded `skipped`),
-   gives its claim back, leaving no outcome: a claim it created is deleted (guarded by
-   its version), a record it took over is restored as it was (a lapsed claim restored
-   lapsed), and it answers 409.
+   had no record, is not forced, and lost under `forbid` to a scheduled run (then recorded
+   `skipped`), gives its claim back, leaving no outcome: a claim it created is deleted
+   (guarded by its version), a record it took over is restored as it was (a lapsed claim
+   restored lapsed), and it answers 409 (a forced run refused so under `forbid`: 200
+   skipped).
 
 The pointer is written at claim only: once the run ends, its own record says so, which
 step 2 reads anyway. A pointer write whose outcome is unknown gives the claim back the
@@ -339,6 +343,11 @@ class OverlapGate:
         or its claim lapsed) keeps that evidence and waits instead (409); a live one is
         answered 409 too, a settled one from its record."""
         detail = f"skipped: run {blocked_by} of the job holds a live claim (overlap: forbid)"
+        if (key.forced or key.early) and (own is None or (own.past_expiry and not is_live(own))):
+            # "Run now" refused, not recorded: a record would be final under a run_id the
+            # next press shares (separate) or the scheduled run shares (replaceNext).
+            return Answer("skipped", key.run_id, f"{detail}; a forced run is not recorded: "
+                          "press it again once that run ended")
         if own is None:
             record = self.skipped_record(key, blocked_by)
             try:

@@ -198,8 +198,9 @@ class Deduplicator:
         """Make this claim the job's latest run before the job runs (dedup/overlap.py);
         a Delivery when it must run nothing: another run took the job first, or the write's
         outcome is unknown. A run that had no record and lost to a scheduled run under
-        `forbid` is recorded skipped; otherwise the claim is given back (deleted, or the
-        record it took over restored: no outcome is left, as nothing ran) and answered 409,
+        `forbid` is recorded skipped (a forced one: given back, answered skipped); otherwise
+        the claim is given back (deleted, or the record it took over restored: no outcome
+        is left, as nothing ran) and answered 409,
         or 500 when the write's outcome is unknown. `delivered`: a watchdog delivery."""
         assert self._overlap is not None
         base = Delivery(Outcome.IN_PROGRESS, key.run_id, claim.attempt_id, claim.attempt)
@@ -215,11 +216,17 @@ class Deduplicator:
             return replace(base, outcome=Outcome.STORE_UNAVAILABLE, detail=detail)
         if first is None:
             return None
-        if (overlap == OVERLAP_FORBID and claim.previous is None and not first.delivered
-                and first.run_id != UNKNOWN):  # an unknown winner may be a delivery: 409
+        refused = (overlap == OVERLAP_FORBID and claim.previous is None
+                   and not first.delivered
+                   and first.run_id != UNKNOWN)  # an unknown winner may be a delivery: 409
+        if refused and not (key.forced or key.early):
             skipped = replace(self._overlap.skipped_record(key, first.run_id),
                               attempt_id=claim.attempt_id, attempts=claim.attempt)
             step = lambda: self._writes.write_outcome(claim, skipped)  # noqa: E731
+            outcome = Outcome.SKIPPED
+        elif refused:
+            # A forced run is refused unrecorded (OverlapGate._skip): its claim given back.
+            step = lambda: self._give_back(claim)  # noqa: E731
             outcome = Outcome.SKIPPED
         else:
             step = lambda: self._give_back(claim)  # noqa: E731

@@ -244,3 +244,49 @@ def test_a_malformed_latest_run_document_blocks_nothing_and_is_overwritten(
     assert (status, body["outcome"]) == (200, "completed")
     snapshot: Any = latest.get()
     assert (snapshot.to_dict() or {})["run_id"] == run_id(T1)
+
+
+# -- "Run now" under forbid (issue 37, items 1 and 2) ---------------------------------------
+
+def forced_press(next_tick: datetime, forced_runs: str) -> dict[str, str]:
+    """A "Run now" delivery: it carries the job's next scheduled time, an hour ahead."""
+    return headers(next_tick, "forbid", **{"X-Dedup-Forced-Runs": forced_runs})
+
+
+def test_forbid_refuses_run_now_while_a_run_is_live_and_a_press_after_it_ended_runs(
+    function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path, collection_name: str
+) -> None:
+    next_tick = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    forced_id = RunKey(PROJECT, LOCATION, JOB, next_tick, forced=True).run_id
+    first = running(function, pool, ledger, T1, "forbid")
+    status, refused = function.deliver(forced_press(next_tick, "separate"), b"{}")
+    assert (status, refused["outcome"], refused["run_id"]) == (200, "skipped", forced_id)
+    assert first.finish()[1]["outcome"] == "completed"
+    # Pressed again once that run ended (same next tick, so the same forced run ID): it runs.
+    status, body = function.deliver(forced_press(next_tick, "separate"), b"{}")
+    assert (status, body["outcome"], body["run_id"], body["trigger"]) == (
+        200, "completed", forced_id, "forced")
+    assert [e["run_id"] for e in read_ledger(str(ledger))] == [run_id(T1), forced_id]
+    assert "press it again once that run ended" in refused["detail"]
+
+
+def test_forbid_refusing_run_now_under_replace_next_leaves_the_scheduled_run_to_run(
+    function: InProcessFunction, pool: ThreadPoolExecutor, ledger: Path, collection_name: str
+) -> None:
+    next_tick = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    scheduled_id = run_id(next_tick)
+    first = running(function, pool, ledger, T1, "forbid")
+    status, body = function.deliver(forced_press(next_tick, "replaceNext"), b"{}")
+    assert (status, body["outcome"], body["run_id"]) == (200, "skipped", scheduled_id)
+    assert first.finish()[1]["outcome"] == "completed"
+    store = FirestoreRunStore(function.client, collection_name, 5)
+    assert store.get(scheduled_id) is None  # the refused press consumed nothing
+    # Scheduler's own delivery of that run, at its time (an instance whose margin covers
+    # the hour stands in for waiting it), the job now free: it runs, once.
+    on_time = helpers.function_with_held_jobs(collection_name, forced_run_margin_seconds=7200)
+    status, body = on_time.deliver(headers(next_tick, "forbid"), b"{}")
+    assert (status, body["outcome"], body["run_id"], body["trigger"]) == (
+        200, "completed", scheduled_id, "scheduled")
+    stored = store.get(scheduled_id)
+    assert stored is not None and stored.record.status is RunStatus.COMPLETED
+    assert [e["run_id"] for e in read_ledger(str(ledger))] == [run_id(T1), scheduled_id]

@@ -161,6 +161,24 @@ def test_a_fresh_loser_is_deleted_and_its_retry_runs(
     assert len(read_ledger(str(ledger))) == 2
 
 
+@pytest.mark.parametrize("forced_runs", ["separate", "replaceNext"])
+def test_run_now_losing_the_race_under_forbid_is_refused_unrecorded_and_runs_when_pressed_again(
+    function: InProcessFunction, store: FirestoreRunStore, ledger: Path,
+    monkeypatch: pytest.MonkeyPatch, forced_runs: str
+) -> None:
+    next_tick = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    pressed = RunKey(PROJECT, LOCATION, JOB, next_tick, forced=forced_runs == "separate")
+    press = headers(next_tick, "forbid", **{"X-Dedup-Forced-Runs": forced_runs})
+    interloper(monkeypatch, function, pressed, headers(T3, "forbid"))
+    status, body = function.deliver(press, b"{}")
+    assert (status, body["outcome"], body["run_id"]) == (200, "skipped", pressed.run_id)
+    # Nothing recorded: neither the next press nor (replaceNext) the scheduled run is consumed.
+    assert store.get(pressed.run_id) is None
+    status, body = function.deliver(press, b"{}")
+    assert (status, body["outcome"], body["run_id"]) == (200, "completed", pressed.run_id)
+    assert [e["run_id"] for e in read_ledger(str(ledger))] == [key(T3).run_id, pressed.run_id]
+
+
 def test_a_retried_loser_restores_the_failed_record_it_took_over(
     function: InProcessFunction, store: FirestoreRunStore, ledger: Path,
     monkeypatch: pytest.MonkeyPatch
