@@ -142,12 +142,45 @@ class Claimer:
             return None  # someone else moved first: look again
         except StoreUnavailable:
             now = self._resolve(run_id, sent, answer_within)
+            if now is not None and now.version == stored.version:
+                # Not landed yet, but the takeover (guarded by this very version) may still
+                # be in flight: move the version on, so it never can.
+                now = self._fence_takeover(key, attempt_id, attempts, unfinished, now,
+                                           sent, answer_within)
+                if now is None:
+                    raise  # fenced: nothing of this attempt's can run
             if now is not None and now.record.attempt_id == attempt_id:
                 return self._adopt(key, attempt_id, now, sent, previous)
-            if now is not None and now.version == stored.version:
-                raise  # our takeover did not land: the record is as the crash left it
             return None  # it moved (or went): look again
         return self._claim(key, takeover, version, sent, previous)
+
+    def _fence_takeover(
+        self, key: RunKey, attempt_id: str, attempts: int, unfinished: tuple[int, ...],
+        unchanged: StoredRun, sent: float, answer_within: float | None,
+    ) -> StoredRun | None:
+        """_fence for a takeover whose outcome is unknown, after a read found the record
+        `unchanged`: replace it, guarded by that version, with a `failed` record of this
+        attempt (keeping `unfinished`: a lapsed holder may have run), so the takeover in
+        flight fails on its guard and a retry takes the failed record over at once. None:
+        fenced. Otherwise the record found (this attempt's takeover, landed first; or a
+        rival's move)."""
+        run_id = key.run_id
+        fence = self._writes.failed(
+            key, attempt_id, attempts, "takeover's outcome unknown and the record "
+            "unchanged: fenced, nothing ran", unfinished_attempts=unfinished)
+
+        def write_fence() -> StoredRun | None:
+            try:
+                self._store.replace(run_id, fence, unchanged.version)
+                return None
+            except RecordChanged:
+                found = self._store.get(run_id)
+            if found is not None and _is_fence_of(found, attempt_id):
+                return None  # our own fence, landed with its reply lost
+            return found
+
+        until = self._settle_until(sent, answer_within)
+        return retry_unavailable(write_fence, until, self._monotonic)
 
     def _claim(
         self, key: RunKey, record: RunRecord, version: datetime, sent: float,
@@ -224,11 +257,16 @@ class Claimer:
                     found = self._store.get(run_id)
                 if found is None:
                     continue  # released or deleted between our create and read: again
-                if found.record.attempt_id == attempt_id and (
-                        found.record.status is RunStatus.FAILED):
+                if _is_fence_of(found, attempt_id):
                     return None  # our own fence, landed with its reply lost
                 return found
             raise StoreUnavailable(f"run {run_id}: the record kept changing under the fence")
 
         until = self._settle_until(sent, answer_within)
         return retry_unavailable(write_fence, until, self._monotonic)
+
+
+def _is_fence_of(stored: StoredRun, attempt_id: str) -> bool:
+    """The record is the fence of `attempt_id` (only that attempt writes its ID, and its
+    claims are `in_progress`, so its `failed` record before running is the fence)."""
+    return stored.record.attempt_id == attempt_id and stored.record.status is RunStatus.FAILED

@@ -23,7 +23,7 @@ from dedup.keys import RunKey
 from dedup.outcomes import Delivery, Outcome
 from dedup.protocol import Deduplicator
 from dedup.run_context import RunContext
-from dedup.store import RecordExists, StoredRun, StoreUnavailable
+from dedup.store import RecordChanged, RecordExists, StoredRun, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
 from local_stack.deliveries import LOCATION, PROJECT
 from tests.function.faulty_store import Fault, FaultyStore
@@ -136,6 +136,30 @@ def test_a_takeover_whose_reply_was_lost_is_adopted(collection_name: str) -> Non
     delivery = dedup.run(KEY, job, b"", {})
     assert (delivery.outcome, delivery.attempt) == (Outcome.COMPLETED, 2)
     assert job.executions == [delivery.attempt_id]
+
+
+def test_a_takeover_that_commits_after_the_5xx_cannot_block_the_retry(
+    collection_name: str,
+) -> None:
+    """Item 7's takeover twin: the takeover of a lapsed claim times out, the read finds
+    the record unchanged, the delivery answers 500, and then the takeover (guarded by
+    that version) commits. Now the version was moved on by a failed record of that
+    attempt, so the late takeover fails its guard and the retry runs the job at once."""
+    crashed, _ = faulty_dedup(collection_name, lease=1.0)
+    assert isinstance(crashed.claim(KEY), Claim)
+    dedup, store = faulty_dedup(collection_name, lease=60.0)
+    lease_lapsed(store.inner, KEY.run_id)
+    store.script("replace", Fault.LANDS_LATE)
+    job = CountingJob()
+    first = dedup.run(KEY, job, b"", {}, answer_within=170)
+    assert first.outcome is Outcome.STORE_UNAVAILABLE and job.executions == []
+    [late] = store.land_late()
+    assert isinstance(late, RecordChanged)  # the fence moved the version it was guarded by
+    retry = dedup.run(KEY, job, b"", {}, answer_within=170)
+    assert retry.outcome is Outcome.COMPLETED
+    assert job.executions == [retry.attempt_id]
+    stored = store.inner.get(KEY.run_id)
+    assert stored is not None and stored.record.unfinished_attempts == (1,)  # kept
 
 
 def test_a_claim_that_did_not_land_is_a_5xx_that_blocks_nothing(collection_name: str) -> None:
