@@ -337,7 +337,7 @@ class DedupHandler:
             try:
                 delivery = self._dedup.run(
                     key, job, body, lowered, self._answer_within(parsed),
-                    effective_policy(parsed.overlap, lowered))
+                    effective_policy(parsed.overlap, lowered), parsed.business)
             except Exception as exc:  # a bug or an unexpected store error: retryable
                 log.exception("unexpected error for run %s", key.run_id)
                 delivery = Delivery(Outcome.STORE_UNAVAILABLE, key.run_id, detail=repr(exc))
