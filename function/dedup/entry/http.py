@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from dedup.business_runs import SkippedTime
+from dedup.business_runs import BusinessSchedule, SkippedTime
 from dedup.entry.callers import check_caller
 from dedup.job_logic import JobRegistry
 from dedup.keys import (
@@ -198,6 +198,7 @@ class RunsDeliveries(Protocol):
     def run(
         self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str],
         answer_within: float | None = None, overlap: str = "allow",
+        business: BusinessSchedule | None = None,
     ) -> Delivery:
         ...
 
