@@ -32,6 +32,7 @@ from typing import Any, cast
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from dedup.business_runs import BusinessSchedule
 from dedup.entry.http import DedupHandler, emit_log_line
 from dedup.job_logic import JobRegistry
 from dedup.keys import RunKey
@@ -149,6 +150,7 @@ class TextbookDeduplicator:
     def run(
         self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str],
         answer_within: float | None = None, overlap: str = "allow",
+        business: BusinessSchedule | None = None,
     ) -> Delivery:
         """One delivery end to end; the same signature and outcomes as Deduplicator.run
         (overlap `allow` only: the textbook handler knows no other run of the job)."""

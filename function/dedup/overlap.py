@@ -18,8 +18,10 @@ records (a "must not exist" create or a `last_update_time` precondition):
    recorded nowhere, so pressing it again once the job is free runs it, and under
    `forcedRuns: replaceNext` the scheduled run it is keyed as keeps its own outcome;
    `wait` answers 409, so Scheduler's retries start it once that run ended;
-   `replace` marks that run's record `replaced_by` (its next renewal sets its
-   `claim_lost`) and answers 409 until it stopped or its lease lapsed;
+   `replace`, from a newer run (`run_order`), marks that run's record `replaced_by` (its
+   next renewal sets its `claim_lost`) and answers 409 until it stopped or its lease
+   lapsed; an older run (a late retry of a run that failed, say) never stops a newer
+   one: it waits (409, nothing written), as under `wait`;
 4. not blocked: this run is claimed as always, and then the job's latest run is moved to
    it, guarded by the version read in step 1, before the job runs. Two runs that both
    found the job free cannot both move it: the one that loses runs nothing and, unless it
@@ -54,6 +56,7 @@ from typing import Any, Protocol
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from dedup.business_runs import BusinessRun, BusinessSchedule
 from dedup.keys import (
     DELIVER_WITHIN_HEADER,
     OVERLAP_ALLOW,
@@ -216,6 +219,20 @@ class Answer:
     result_json: str | None = None
 
 
+def run_order(schedule_time: datetime, forced: bool, business: BusinessSchedule | None
+              ) -> tuple[datetime, datetime, int]:
+    """Where a run stands among its job's runs, for `replace` (only a later run replaces
+    an earlier one): the first instant its business run is due, then its local time (runs
+    shifted to one clock change), from the job's schedule; a schedule time that names no
+    business run (away from a clock change, a manual POST) is its own instant. A forced run
+    ("Run now") carries the job's next schedule time and was pressed before that time: it
+    stands just before the scheduled run of that time, after every earlier run."""
+    named = business.run_named(schedule_time) if business is not None else None
+    if isinstance(named, BusinessRun):
+        return named.due, named.local, 0 if forced else 1
+    return schedule_time, datetime.min, 0 if forced else 1
+
+
 def is_live(stored: StoredRun | None) -> bool:
     """A run that blocks the next one: in progress, its lease not lapsed (store's clock)."""
     return (stored is not None and stored.record.status is RunStatus.IN_PROGRESS
@@ -257,9 +274,12 @@ class OverlapGate:
         self._expire_at = expire_at
         self._wall_clock = wall_clock
 
-    def enter(self, key: RunKey, policy: str) -> Clear | Answer:
-        """Before the claim: may this run go on? StoreUnavailable: nothing was written;
-        MalformedRecord: this run's own document is no run record (nothing runs over it)."""
+    def enter(self, key: RunKey, policy: str, business: BusinessSchedule | None = None
+              ) -> Clear | Answer:
+        """Before the claim: may this run go on? `business`: the job's schedule (its
+        X-Dedup-Schedule), which orders its runs under `replace`. StoreUnavailable: nothing
+        was written; MalformedRecord: this run's own document is no run record (nothing
+        runs over it)."""
         assert policy != OVERLAP_ALLOW  # allow never reads the job's latest run
         job_doc = latest_run_id(key)
         found = self._latest.get(job_doc)
@@ -288,6 +308,16 @@ class OverlapGate:
                           "delivery) holds a live claim; this run waits for it")
         if policy == OVERLAP_FORBID:
             return self._skip(key, previous, own)
+        if policy == OVERLAP_REPLACE and (
+                run_order(key.schedule_time, key.forced or key.early, business)
+                <= run_order(found.latest.schedule_time, found.latest.forced, business)):
+            # Only a newer run replaces: an older one (a late retry of a run that failed)
+            # must not stop the run that took the job after it. It waits, writing nothing:
+            # a retry once that run ended runs it; if its retries run out first, its record
+            # (`failed`) or its absence (`missed`) is what the watchdog reports.
+            return Answer("in_progress", key.run_id, f"run {previous} of the job, a newer "
+                          "run, holds a live claim; this older run waits for it (overlap: "
+                          "replace: only a newer run replaces an older one)")
         if policy == OVERLAP_REPLACE and blocking.record.replaced_by is None:
             # Best effort: a write that failed or lost a race is made by the next retry.
             with contextlib.suppress(RecordChanged, StoreUnavailable):

@@ -33,6 +33,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from dedup.business_runs import BusinessSchedule
 from dedup.cache import CompletedRunCache
 from dedup.claim import Claim, ClaimLost, ClaimWrites
 from dedup.claiming import Claimer
@@ -122,11 +123,13 @@ class Deduplicator:
     def run(
         self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str],
         answer_within: float | None = None, overlap: str = OVERLAP_ALLOW,
+        business: BusinessSchedule | None = None,
     ) -> Delivery:
         """Claim, run the job while the heartbeat renews, then complete or release.
         `answer_within`: how long a claim whose outcome is unknown may be resolved before
         the caller must be answered (dedup/claiming.py). `overlap`: the job's policy towards
-        its other runs (dedup/overlap.py); `allow` reads and writes nothing more."""
+        its other runs (dedup/overlap.py); `allow` reads and writes nothing more.
+        `business`: the job's schedule, which orders its runs under `replace`."""
         run_id = key.run_id
         hit, cached = self._cache.get(run_id)
         if hit:
@@ -137,7 +140,7 @@ class Deduplicator:
                 return Delivery(Outcome.STORE_UNAVAILABLE, run_id,
                                 detail=f"overlap {overlap!r} needs a latest-run store")
             try:
-                entered = self._overlap.enter(key, overlap)
+                entered = self._overlap.enter(key, overlap, business)
             except (StoreUnavailable, MalformedRecord) as exc:
                 return Delivery(Outcome.STORE_UNAVAILABLE, run_id, detail=_why(exc))
             if isinstance(entered, Answer):

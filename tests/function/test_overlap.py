@@ -17,12 +17,12 @@ from google.cloud import firestore
 
 from dedup.keys import RunKey
 from dedup.overlap import latest_run_id
-from dedup.store import RunStatus
+from dedup.store import RunStatus, StoredRun
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.due import WatchedJob
 from dedup.watchdog.settings import WatchSettings
 from dedup.watchdog.tick import build_watchdog_handler
-from dedup.watchdog.verdicts import SKIPPED, classify_run
+from dedup.watchdog.verdicts import FINE, SKIPPED, classify_run
 from local_stack.deliveries import (
     LOCATION,
     PROJECT,
@@ -198,6 +198,53 @@ def test_replace_stops_the_previous_run_through_claim_lost_and_then_runs(
     assert "replaced by run" in reply["detail"]
     stored = FirestoreRunStore(function.client, collection_name, 5).get(run_id(T1))
     assert stored is not None and stored.record.replaced_by == run_id(T2)
+
+
+def test_replace_an_older_runs_retry_never_stops_the_newer_run_it_meets_it_waits(
+    collection_name: str, ledger: Path, pool: ThreadPoolExecutor
+) -> None:
+    """Issue 37, item 5: under `replace` only a newer run replaces an older one. A retry of
+    an older run that failed, delivered while a newer run runs, must not stop it (it used
+    to mark it `replaced_by`: stopped through claim_lost, its retries `200 skipped`, judged
+    skipped, nobody told). It waits (409, nothing written) and runs once the job is free."""
+    # A 3 s lease renews every second: a `replaced_by` mark would stop T2 within that.
+    function = helpers.function_with_held_jobs(collection_name, lease_seconds=3)
+    store = FirestoreRunStore(function.client, collection_name, 5)
+    fail = json.dumps({"fail": True}).encode()
+    assert function.deliver(headers(T1, "replace"), fail)[:1] == (500,)
+    newer = running(function, pool, ledger, T2, "replace")
+    try:
+        status, reply = function.deliver(headers(T1, "replace"), b"{}")
+        assert (status, reply["outcome"]) == (409, "in_progress"), reply
+        seen = store.get(run_id(T2))
+        assert seen is not None
+
+        def renewed_or_marked() -> StoredRun | None:
+            now = store.get(run_id(T2))
+            moved = now is not None and (now.version != seen.version
+                                         or now.record.replaced_by is not None)
+            return now if moved else None
+
+        # T2's next renewal lands (or, on the old code, T2 is already marked to stop).
+        after = wait_until(renewed_or_marked, what="T2's claim to be renewed", poll=0.1)
+        assert after.record.replaced_by is None, "the older run's retry marked T2 to stop"
+        assert after.record.status is RunStatus.IN_PROGRESS
+    finally:
+        status, reply = newer.finish()
+    assert (status, reply["outcome"]) == (200, "completed")
+    assert reply["result"]["claim_lost"] is False  # T2 was never told to stop
+    # The older run kept its `failed` record while it waited, and runs once T2 ended.
+    stored = store.get(run_id(T1))
+    assert stored is not None and stored.record.status is RunStatus.FAILED
+    assert stored.record.replaced_by is None
+    status, reply = function.deliver(headers(T1, "replace"), b"{}")
+    assert (status, reply["outcome"]) == (200, "completed"), reply
+    ran = Counter(e["run_id"] for e in read_ledger(str(ledger)))
+    assert ran == {run_id(T1): 2, run_id(T2): 1}  # T1: its failed attempt, then its run
+    job = WatchedJob(JOB, "* * * * *", attempt_deadline_seconds=60, retry_window_seconds=60)
+    later = T3 + timedelta(minutes=30)
+    for t in (T1, T2):
+        assert classify_run(job, t, store.get(run_id(t)), later, 60, T1) == FINE
 
 
 def test_a_skipped_run_is_skipped_for_the_watchdog_never_missed_nor_caught_up(

@@ -17,8 +17,16 @@ from typing import Any
 
 import pytest
 
+from dedup.business_runs import BusinessSchedule, business_schedule
 from dedup.keys import RunKey
-from dedup.overlap import Answer, Clear, FirestoreLatestRunStore, LatestRun, OverlapGate
+from dedup.overlap import (
+    Answer,
+    Clear,
+    FirestoreLatestRunStore,
+    LatestRun,
+    OverlapGate,
+    run_order,
+)
 from dedup.store import RunRecord, RunStatus, StoredRun, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.due import WatchedJob
@@ -133,8 +141,9 @@ def interloper(monkeypatch: pytest.MonkeyPatch, function: InProcessFunction, los
     enter = OverlapGate.enter
     fired: list[bool] = []
 
-    def racing_enter(self: OverlapGate, key: RunKey, policy: str) -> Clear | Answer:
-        entered = enter(self, key, policy)
+    def racing_enter(self: OverlapGate, key: RunKey, policy: str,
+                     business: BusinessSchedule | None = None) -> Clear | Answer:
+        entered = enter(self, key, policy, business)
         if key.run_id == loser.run_id and not fired:
             fired.append(True)
             assert isinstance(entered, Clear)
@@ -325,3 +334,18 @@ def test_replace_with_more_than_one_backfill_in_flight_is_refused(where: str) ->
     assert "watchdog.backfillInFlight" in message
     set_key("scheduler-dedup:watchdog", {"backfillInFlight": 1})(raw)
     assert load_config(raw).jobs[0].overlap == "replace"
+
+
+# -- 6. replace: which run is newer ----------------------------------------------------
+
+def test_replace_orders_runs_by_business_instant_and_a_forced_run_before_its_time() -> None:
+    # A forced run carries the job's next schedule time and was pressed before it came:
+    # newer than every earlier run, older than the scheduled run of that time.
+    assert run_order(T1, False, None) < run_order(T2, True, None) < run_order(T2, False, None)
+    # Europe/Berlin skips 02:00-03:00 on 2026-03-29: under dstSkipped shift, 02:00 and
+    # 02:30 are both due at the change (01:00 UTC); their local times order them.
+    berlin = business_schedule("0,30 1,2 * * *", "Europe/Berlin", None, "shift")
+    at = [datetime(2026, 3, 29, h, m, tzinfo=UTC) for h, m in ((0, 30), (1, 0), (1, 30))]
+    orders = [run_order(t, False, berlin) for t in at]
+    assert orders[1][0] == orders[2][0] == at[1]  # both due at the change
+    assert orders == sorted(orders) and len(set(orders)) == 3

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from dedup.business_runs import SkippedTime
+from dedup.business_runs import BusinessSchedule, SkippedTime
 from dedup.entry.callers import check_caller
 from dedup.job_logic import JobRegistry
 from dedup.keys import (
@@ -198,6 +198,7 @@ class RunsDeliveries(Protocol):
     def run(
         self, key: RunKey, job: Job, body: bytes, headers: Mapping[str, str],
         answer_within: float | None = None, overlap: str = "allow",
+        business: BusinessSchedule | None = None,
     ) -> Delivery:
         ...
 
@@ -337,7 +338,7 @@ class DedupHandler:
             try:
                 delivery = self._dedup.run(
                     key, job, body, lowered, self._answer_within(parsed),
-                    effective_policy(parsed.overlap, lowered))
+                    effective_policy(parsed.overlap, lowered), parsed.business)
             except Exception as exc:  # a bug or an unexpected store error: retryable
                 log.exception("unexpected error for run %s", key.run_id)
                 delivery = Delivery(Outcome.STORE_UNAVAILABLE, key.run_id, detail=repr(exc))
