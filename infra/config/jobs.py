@@ -54,8 +54,9 @@ FORCED_RUNS_TEXT = (
     "delivery is then a duplicate) or `refuse` (400, nothing runs)")
 OVERLAP_TEXT = (
     "A run whose previous run of the same job still runs: `allow` (both run), `forbid` (200, "
-    "recorded `skipped`, nothing runs), `wait` (409 until that run ends: Scheduler's retries "
-    "start it) or `replace` (that run is asked to stop through claim_lost; 409 until it did)")
+    "recorded `skipped`, nothing runs; a refused \"Run now\" is recorded nowhere), `wait` "
+    "(409 until that run ends: Scheduler's retries start it) or `replace` (a newer run asks "
+    "the older one to stop through claim_lost, 409 until it did; an older run's retry waits)")
 OVERLAP_FIX = "use 'allow', 'forbid', 'wait' or 'replace'"
 PROXY_TARGETS: Final[tuple[str, ...]] = get_args(ProxyTargetName)
 _PROXY_PROJECT = r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20}"
