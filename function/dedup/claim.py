@@ -163,24 +163,15 @@ class ClaimWrites:
         once, or for good when `permanent` (with `result_json` to replay). False: another
         attempt holds it now."""
         failed = replace(
-            self.failed(claim.key, claim.attempt_id, claim.attempt, error, claim.claimed_at,
+            self.record(claim.key, claim.attempt_id, claim.attempt, claim.claimed_at,
                         claim.unfinished_attempts),
+            status=RunStatus.FAILED,
+            failed_at=self._wall_clock(),
+            error=summarize_error(error),
             permanent=permanent,
             result_json=result_json,
         )
         return self.write_outcome(claim, failed)
-
-    def failed(
-        self, key: RunKey, attempt_id: str, attempts: int, error: str,
-        claimed_at: datetime | None = None, unfinished_attempts: tuple[int, ...] = (),
-    ) -> RunRecord:
-        """The record of an attempt on `key`'s run that failed (now) with `error`."""
-        return replace(
-            self.record(key, attempt_id, attempts, claimed_at, unfinished_attempts),
-            status=RunStatus.FAILED,
-            failed_at=self._wall_clock(),
-            error=summarize_error(error),
-        )
 
     def write_outcome(self, claim: Claim, record: RunRecord) -> bool:
         """Replace the claim with its outcome (completed, failed or skipped), guarded; a

@@ -6,10 +6,8 @@ claiming write whose outcome is unknown.
 A claim whose reply was lost may have landed: left alone, that phantom claim would answer
 409 to every retry for a whole lease. So before a 5xx the attempt looks the record up by
 its `attempt_id`, until the store answers or that claim's own fence time has passed: found
-in time, adopted and run; learnt too late, released; absent, the run's ID is fenced
-(create-if-absent of a `failed` record, "nothing ran") so a create still in flight cannot
-land later, and the 5xx leaves nothing that blocks the retry. The claim and the writes
-under it are dedup/claim.py.
+in time, adopted and run; learnt too late, released; absent, the 5xx leaves nothing
+behind. The claim and the writes under it are dedup/claim.py.
 """
 
 from __future__ import annotations
@@ -62,9 +60,9 @@ class Claimer:
     def claim(self, key: RunKey, answer_within: float | None = None) -> Claim | Delivery:
         """Claim the run for a new attempt, or say why not (a Delivery to answer with).
 
-        Raises StoreUnavailable only when nothing of this attempt's can run (at most its
-        `failed` fence is left in the store), or the store stayed unreachable for the
-        settle time: then a claim may remain, bounded by the lease.
+        Raises StoreUnavailable only when nothing of this attempt's is left in the store
+        (or the store stayed unreachable for the settle time: then a claim may remain,
+        bounded by the lease).
         """
         run_id = key.run_id
         attempt_id = uuid.uuid4().hex
@@ -82,11 +80,7 @@ class Claimer:
                 # for as long as that claim could be used (its fence time).
                 stored = self._resolve(run_id, sent, answer_within)
                 if stored is None:
-                    # Nothing landed yet, but the create may still be in flight: fence
-                    # the run's ID so it never can, and learn what holds it if it did.
-                    stored = self._fence(key, attempt_id, sent, answer_within)
-                if stored is None:
-                    raise  # nothing landed, and now none can: the 5xx leaves nothing behind
+                    raise  # nothing landed: the 5xx leaves nothing behind
             if stored is None:
                 continue  # released or deleted between our create and read: try again
             if stored.record.attempt_id == attempt_id:
@@ -142,45 +136,12 @@ class Claimer:
             return None  # someone else moved first: look again
         except StoreUnavailable:
             now = self._resolve(run_id, sent, answer_within)
-            if now is not None and now.version == stored.version:
-                # Not landed yet, but the takeover (guarded by this very version) may still
-                # be in flight: move the version on, so it never can.
-                now = self._fence_takeover(key, attempt_id, attempts, unfinished, now,
-                                           sent, answer_within)
-                if now is None:
-                    raise  # fenced: nothing of this attempt's can run
             if now is not None and now.record.attempt_id == attempt_id:
                 return self._adopt(key, attempt_id, now, sent, previous)
+            if now is not None and now.version == stored.version:
+                raise  # our takeover did not land: the record is as the crash left it
             return None  # it moved (or went): look again
         return self._claim(key, takeover, version, sent, previous)
-
-    def _fence_takeover(
-        self, key: RunKey, attempt_id: str, attempts: int, unfinished: tuple[int, ...],
-        unchanged: StoredRun, sent: float, answer_within: float | None,
-    ) -> StoredRun | None:
-        """_fence for a takeover whose outcome is unknown, after a read found the record
-        `unchanged`: replace it, guarded by that version, with a `failed` record of this
-        attempt (keeping `unfinished`: a lapsed holder may have run), so the takeover in
-        flight fails on its guard and a retry takes the failed record over at once. None:
-        fenced. Otherwise the record found (this attempt's takeover, landed first; or a
-        rival's move)."""
-        run_id = key.run_id
-        fence = self._writes.failed(
-            key, attempt_id, attempts, "takeover's outcome unknown and the record "
-            "unchanged: fenced, nothing ran", unfinished_attempts=unfinished)
-
-        def write_fence() -> StoredRun | None:
-            try:
-                self._store.replace(run_id, fence, unchanged.version)
-                return None
-            except RecordChanged:
-                found = self._store.get(run_id)
-            if found is not None and _is_fence_of(found, attempt_id):
-                return None  # our own fence, landed with its reply lost
-            return found
-
-        until = self._settle_until(sent, answer_within)
-        return retry_unavailable(write_fence, until, self._monotonic)
 
     def _claim(
         self, key: RunKey, record: RunRecord, version: datetime, sent: float,
@@ -220,53 +181,8 @@ class Claimer:
         answer: at most `answer_within` seconds after `sent` (the delivery's attempt
         deadline, less a store budget to answer in; None: the settle time only), and at
         least the settle time. StoreUnavailable if the store never answered."""
-        until = self._settle_until(sent, answer_within)
-        return retry_unavailable(lambda: self._store.get(run_id), until, self._monotonic)
-
-    def _settle_until(self, sent: float, answer_within: float | None) -> float:
-        """When to stop settling a claiming write sent at `sent` (see _resolve)."""
         # An unknown deadline: the settle time alone, as before.
         fenced = sent + self._fence_after
         until = sent if answer_within is None else min(fenced, sent + answer_within)
-        return max(until, self._monotonic() + self._settle)
-
-    def _fence(
-        self, key: RunKey, attempt_id: str, sent: float, answer_within: float | None
-    ) -> StoredRun | None:
-        """Make "this attempt's create never lands" true, after a read found no record: a
-        read cannot prove that a create still in flight will not land later, as a live
-        claim of an attempt that answered 5xx (409 to every retry for a lease). So the
-        run's ID is taken with create-if-absent by a `failed` record of this very attempt
-        ("nothing ran"): a late create then finds it and fails, and a retry takes a failed
-        record over at once. None: the fence holds the ID (nothing of ours can run).
-        Otherwise the record found there, which the caller judges as after a conflicting
-        create: this attempt's own claim (its create landed after all: adopted), or a
-        rival's. StoreUnavailable if the store never answered (the lease then bounds a
-        claim that lands late, as when no read got through)."""
-        run_id = key.run_id
-        fence = self._writes.failed(
-            key, attempt_id, 1, "claim's create outcome unknown and no record found: "
-            "fenced, nothing ran")
-
-        def write_fence() -> StoredRun | None:
-            for _ in range(_CLAIM_ROUNDS):
-                try:
-                    self._store.create(run_id, fence)
-                    return None
-                except RecordExists:
-                    found = self._store.get(run_id)
-                if found is None:
-                    continue  # released or deleted between our create and read: again
-                if _is_fence_of(found, attempt_id):
-                    return None  # our own fence, landed with its reply lost
-                return found
-            raise StoreUnavailable(f"run {run_id}: the record kept changing under the fence")
-
-        until = self._settle_until(sent, answer_within)
-        return retry_unavailable(write_fence, until, self._monotonic)
-
-
-def _is_fence_of(stored: StoredRun, attempt_id: str) -> bool:
-    """The record is the fence of `attempt_id` (only that attempt writes its ID, and its
-    claims are `in_progress`, so its `failed` record before running is the fence)."""
-    return stored.record.attempt_id == attempt_id and stored.record.status is RunStatus.FAILED
+        until = max(until, self._monotonic() + self._settle)
+        return retry_unavailable(lambda: self._store.get(run_id), until, self._monotonic)

@@ -94,9 +94,9 @@ class Deduplicator:
     def claim(self, key: RunKey, answer_within: float | None = None) -> Claim | Delivery:
         """Claim the run for a new attempt, or say why not (a Delivery to answer with).
 
-        Raises StoreUnavailable only when nothing of this attempt's can run (at most its
-        `failed` fence is left in the store), or the store stayed unreachable for the
-        settle time: then a claim may remain, bounded by the lease.
+        Raises StoreUnavailable only when nothing of this attempt's is left in the store
+        (or the store stayed unreachable for the settle time: then a claim may remain,
+        bounded by the lease).
         """
         return self._claimer.claim(key, answer_within)
 
