@@ -37,6 +37,7 @@ from infra.config import (
     service_account_id,
 )
 from infra.iam_wait import wait_for_iam
+from infra.job_modules import modules_of
 from infra.records_database import declare_records_database
 from infra.source import JOB_ROUTES_TABLE
 
@@ -118,9 +119,9 @@ class DedupServiceArgs:
             runtime_apis=runtime_apis(cfg),
             # Its jobs' modules and defaultJobLogic's, which it imports at start when it
             # has no job of its own (dedup.job_logic).
-            job_modules=(tuple(sorted({r.split(":", 1)[0] for r in [
-                *cfg.job_routes().values(), cfg.dedup.default_job_logic]}))
-                if cfg.runtimes else None),
+            job_modules=(modules_of([*cfg.job_routes().values(),
+                                     cfg.dedup.default_job_logic])
+                         if cfg.runtimes else None),
         )
 
     # Resource names derived from the prefix (all within Google's length limits, see

@@ -27,11 +27,11 @@ What ships of `jobs/`:
 from __future__ import annotations
 
 import ast
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
-__all__ = ["JOBS_DIR", "JobModuleError", "job_module_files"]
+__all__ = ["JOBS_DIR", "JobModuleError", "job_module_files", "modules_of"]
 
 JOBS_DIR: Final = "jobs"
 """The team's package in function/ (`jobLogic: jobs.<module>:<function>`): its folder's
@@ -42,6 +42,12 @@ DYNAMIC_IMPORTS: Final = frozenset({"import_module", "__import__"})
 
 class JobModuleError(ValueError):
     """A module a job names is not in `jobs/`, or a module to ship cannot be parsed."""
+
+
+def modules_of(job_logic: Iterable[str]) -> tuple[str, ...]:
+    """The modules of `module:function` job-logic specs, each once, sorted: what a
+    function's archive must carry of the team's code (`job_modules`)."""
+    return tuple(sorted({spec.partition(":")[0] for spec in job_logic}))
 
 
 def job_module_files(

@@ -35,6 +35,7 @@ from infra.config import DedupSettings, GrantSettings, RuntimeSettings, StackCon
 from infra.config.runtimes import EGRESS, SECRET_ACCESSOR_ROLE
 from infra.dedup_service import ENTRY_POINT, dedup_environment
 from infra.iam_wait import wait_for_iam
+from infra.job_modules import modules_of
 from infra.records_database import declare_records_database
 from infra.source import JOB_ROUTES_TABLE
 
@@ -88,9 +89,9 @@ class JobRuntimeArgs:
         )
 
     @property
-    def job_modules(self) -> list[str]:
+    def job_modules(self) -> tuple[str, ...]:
         """The modules of its jobs' logic: all of the team's code its archive carries."""
-        return sorted({route.split(":", 1)[0] for route in self.job_routes.values()})
+        return modules_of(self.job_routes.values())
 
     def environment(self) -> dict[str, str]:
         """The kit's DEDUP_* settings (its own database), then the team's settings."""
