@@ -157,19 +157,8 @@ def test_a_runtime_jobs_missed_run_is_read_in_its_database_and_caught_up_by_its_
     runtime_env = function_env(collection_name, runtime_ledger, DEDUP_DATABASE=runtime_database)
     with FunctionServer(default_env, threads=4) as default, \
             FunctionServer(runtime_env, threads=4) as sync:
-        env = {
-            "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION,
-            "DEDUP_COLLECTION": collection_name, "DEDUP_STORE_TIMEOUT_SECONDS": "5",
-            **job_tables_env(watch_jobs=[
-                catch_up_entry(plain),
-                catch_up_entry(synced, runtime="sync", database=runtime_database),
-            ]),
-            "DEDUP_WATCH_LOOKBACK_SECONDS": "3600", "DEDUP_WATCH_GRACE_SECONDS": "30",
-            "DEDUP_WATCH_DELIVERY_TIMEOUT_SECONDS": "20",
-            "DEDUP_WATCH_TARGET_AUTH": "none",  # the served functions take no token
-            "DEDUP_WATCH_TARGET_URL": default.url,
-            RUNTIME_URLS_ENV: json.dumps({"sync": sync.url}),
-        }
+        env = two_functions_watchdog_env(collection_name, plain, synced, runtime_database,
+                                         default.url, sync.url)
         settings = WatchSettings.from_env(env)
         assert settings.other_databases == (runtime_database,)
         logs: list[Mapping[str, Any]] = []
@@ -198,6 +187,27 @@ def test_a_runtime_jobs_missed_run_is_read_in_its_database_and_caught_up_by_its_
         assert (again.body["problems"], again.body[CAUGHT_UP]) == ([], [])
         assert len(read_ledger(str(default_ledger)) + read_ledger(str(runtime_ledger))) == 2
 
+
+
+def two_functions_watchdog_env(
+    collection: str, plain: str, synced: str, runtime_database: str, default_url: str,
+    sync_url: str,
+) -> dict[str, str]:
+    """The watchdog's environment over two catch-up jobs: `plain` in the default function
+    (at `default_url`), `synced` in runtime `sync` (its records in `runtime_database`)."""
+    return {
+        "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION,
+        "DEDUP_COLLECTION": collection, "DEDUP_STORE_TIMEOUT_SECONDS": "5",
+        **job_tables_env(watch_jobs=[
+            catch_up_entry(plain),
+            catch_up_entry(synced, runtime="sync", database=runtime_database),
+        ]),
+        "DEDUP_WATCH_LOOKBACK_SECONDS": "3600", "DEDUP_WATCH_GRACE_SECONDS": "30",
+        "DEDUP_WATCH_DELIVERY_TIMEOUT_SECONDS": "20",
+        "DEDUP_WATCH_TARGET_AUTH": "none",  # the served functions take no token
+        "DEDUP_WATCH_TARGET_URL": default_url,
+        RUNTIME_URLS_ENV: json.dumps({"sync": sync_url}),
+    }
 
 @pytest.mark.usefixtures("firestore_emulator")
 @pytest.mark.parametrize("written_in", ["runtime", "default"])
@@ -230,19 +240,8 @@ def test_a_malformed_record_costs_only_its_own_run_a_verdict_and_every_other_run
     runtime_env = function_env(collection_name, runtime_ledger, DEDUP_DATABASE=runtime_database)
     with FunctionServer(default_env, threads=4) as default, \
             FunctionServer(runtime_env, threads=4) as sync:
-        env = {
-            "DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION,
-            "DEDUP_COLLECTION": collection_name, "DEDUP_STORE_TIMEOUT_SECONDS": "5",
-            **job_tables_env(watch_jobs=[
-                catch_up_entry(plain),
-                catch_up_entry(synced, runtime="sync", database=runtime_database),
-            ]),
-            "DEDUP_WATCH_LOOKBACK_SECONDS": "3600", "DEDUP_WATCH_GRACE_SECONDS": "30",
-            "DEDUP_WATCH_DELIVERY_TIMEOUT_SECONDS": "20",
-            "DEDUP_WATCH_TARGET_AUTH": "none",
-            "DEDUP_WATCH_TARGET_URL": default.url,
-            RUNTIME_URLS_ENV: json.dumps({"sync": sync.url}),
-        }
+        env = two_functions_watchdog_env(collection_name, plain, synced, runtime_database,
+                                         default.url, sync.url)
         logs: list[Mapping[str, Any]] = []
         handler = build_watchdog_handler(
             WatchSettings.from_env(env), firestore.Client(project=PROJECT), logs.append,
