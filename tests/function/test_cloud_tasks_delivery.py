@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import requests
@@ -347,17 +347,32 @@ def test_a_queued_catch_up_whose_task_gave_up_is_delivered_again_as_a_new_task(
 
 
 # -- re-runs through the queue ---------------------------------------------------------------
-def test_a_rerun_through_the_queue_is_done_by_its_record_without_a_second_task(
-    served: Served, fake: FakeCloudTasks, tmp_path: Path,
-) -> None:
-    job = replace(minutely(f"rerun-{uuid.uuid4().hex[:6]}", catch_up=False), reruns=True)
+class AskedRerun(NamedTuple):
+    job: Any
+    now: datetime
+    times: list[datetime]
+    queue: FirestoreRerunQueue
+    request: RerunRequest
+
+
+def asked_rerun(served: Served, name: str, reason: str) -> AskedRerun:
+    """A job `name-<random>` whose last two minutes completed, and a re-run of the first of
+    them asked (generation 1, as `make rerun` writes it) in the served function's store."""
+    job = replace(minutely(f"{name}-{uuid.uuid4().hex[:6]}", catch_up=False), reruns=True)
     now, times = recent_minutes(2)
     Runs(served.collection).completed(job.name, *times)
     store = FirestoreRunStore(_client(), served.collection, 5)
     queue = FirestoreRerunQueue(store, reruns_collection(served.collection))
     request = RerunRequest(PROJECT, LOCATION, job.name, times[0], 1, "ops@example.com",
-                           "fixed the export", now)
+                           reason, now)
     queue.create(request)
+    return AskedRerun(job, now, times, queue, request)
+
+
+def test_a_rerun_through_the_queue_is_done_by_its_record_without_a_second_task(
+    served: Served, fake: FakeCloudTasks, tmp_path: Path,
+) -> None:
+    job, now, times, queue, _ = asked_rerun(served, "rerun", "fixed the export")
     watch = queued_watch(served, fake, job, now)
     first = watch.tick()
     assert [(r["generation"], r["status"]) for r in first["reruns"]] == [(1, QUEUED)]
@@ -374,14 +389,7 @@ def test_a_rerun_that_never_reaches_the_function_ends_failed_with_why(
 ) -> None:
     """Not pending for good: past its delivery window (and the queue's retries) the request
     is finished failed, and said; its deliveries carried the bound, so none runs later."""
-    job = replace(minutely(f"lost-rerun-{uuid.uuid4().hex[:6]}", catch_up=False),
-                  reruns=True)
-    now, times = recent_minutes(2)
-    Runs(served.collection).completed(job.name, *times)
-    store = FirestoreRunStore(_client(), served.collection, 5)
-    queue = FirestoreRerunQueue(store, reruns_collection(served.collection))
-    queue.create(RerunRequest(PROJECT, LOCATION, job.name, times[0], 1, "ops@example.com",
-                              "fixed", now))
+    job, now, _, queue, _ = asked_rerun(served, "lost-rerun", "fixed")
     watch = queued_watch(served, fake, job, now)
     watch.url = f"http://127.0.0.1:{free_port()}/"  # its tasks never reach the function
     assert [r["status"] for r in watch.tick()["reruns"]] == [QUEUED]
@@ -419,15 +427,7 @@ def test_a_rerun_held_off_by_409s_is_delivered_again_under_a_new_task_name(
     """The queue's attempts all answered 409: once they are over, the next delivery is a
     task of its own (`<run_id>-1`), not ALREADY_EXISTS read as queued for an hour, and it
     executes the generation once the job is free; no new task while the first may run."""
-    job = replace(minutely(f"held-rerun-{uuid.uuid4().hex[:6]}", catch_up=False),
-                  reruns=True)
-    now, times = recent_minutes(2)
-    Runs(served.collection).completed(job.name, *times)
-    store = FirestoreRunStore(_client(), served.collection, 5)
-    queue = FirestoreRerunQueue(store, reruns_collection(served.collection))
-    request = RerunRequest(PROJECT, LOCATION, job.name, times[0], 1, "ops@example.com",
-                           "fixed", now)
-    queue.create(request)
+    job, now, times, queue, request = asked_rerun(served, "held-rerun", "fixed")
     held = ThreadingHTTPServer(("127.0.0.1", 0), _HeldOff)
     threading.Thread(target=held.serve_forever, daemon=True).start()
     try:

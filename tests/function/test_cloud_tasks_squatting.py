@@ -18,7 +18,6 @@ import base64
 import json
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,11 +25,10 @@ import pytest
 import requests
 
 from dedup.keys import RunKey
-from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.cloud_tasks import FOREIGN_TASK, TaskQueue
 from dedup.watchdog.deliveries import CAUGHT_UP
 from dedup.watchdog.delivery import ERROR, QUEUED, RunDelivery
-from dedup.watchdog.reruns import DONE, FirestoreRerunQueue, RerunRequest, reruns_collection
+from dedup.watchdog.reruns import DONE
 from local_stack import FunctionServer
 from local_stack.deliveries import INVOKER, LOCATION, PROJECT, bearer
 from tests.function.fake_cloud_tasks import FakeCloudTasks, QueueRetry
@@ -47,6 +45,7 @@ from tests.function.test_cloud_tasks_delivery import (
     QUEUE,
     TASK_KEY,
     WATCHDOG,
+    asked_rerun,
     mint,
     queued_deliverer,
     queued_watch,
@@ -130,15 +129,7 @@ def test_a_catch_up_runs_once_whatever_tasks_were_created_ahead_of_it(
 def test_a_rerun_runs_once_although_its_old_names_were_taken_ahead_of_it(
     served: Served, fake: FakeCloudTasks,
 ) -> None:
-    job = replace(minutely(f"rerun-squat-{uuid.uuid4().hex[:6]}", catch_up=False),
-                  reruns=True)
-    now, times = recent_minutes(2)
-    Runs(served.collection).completed(job.name, *times)
-    store = FirestoreRunStore(_client(), served.collection, 5)
-    queue = FirestoreRerunQueue(store, reruns_collection(served.collection))
-    request = RerunRequest(PROJECT, LOCATION, job.name, times[0], 1, "ops@example.com",
-                           "fixed the export", now)
-    queue.create(request)
+    job, now, _, queue, request = asked_rerun(served, "rerun-squat", "fixed the export")
     squatted = [squat(fake, task_id) for task_id in todays_names(request.request_id)]
     watch = queued_watch(served, fake, job, now)
     assert [(r["generation"], r["status"]) for r in watch.tick()["reruns"]] == [(1, QUEUED)]
