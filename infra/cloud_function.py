@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 import pulumi
+import pulumi_random as random
 
 from infra import gcp
 from infra.config import FunctionSettings
+from infra.config.runtimes import SECRET_ACCESSOR_ROLE
 from infra.source import table_files, write_source_archive
 
 FUNCTION_RUNTIME: Final = "python312"
@@ -304,3 +306,59 @@ def grant_database_user(
         ),
         opts=pulumi.ResourceOptions(parent=parent),
     )
+
+
+RANDOM_SECRET_LENGTH: Final = 64
+"""Letters and digits of a secret the kit makes (the proxy's token secret, the watchdog's
+task key): about 381 bits."""
+
+
+class RandomSecret(NamedTuple):
+    """A Secret Manager secret holding one random value the program made, and its readers."""
+
+    secret: gcp.secretmanager.Secret
+    version: gcp.secretmanager.SecretVersion
+    readers: list[gcp.secretmanager.SecretIamMember]
+
+
+def declare_random_secret(
+    name: str,
+    *,
+    parent: pulumi.Resource,
+    project: str,
+    secret_id: str,
+    labels: Mapping[str, str],
+    readers: Mapping[str, pulumi.Input[str]],
+    depends_on: Sequence[pulumi.Resource] = (),
+) -> RandomSecret:
+    """`{name}`: the secret `secret_id`; `{name}-value`, a random value of
+    RANDOM_SECRET_LENGTH letters and digits (in Pulumi's state, never in a stack file);
+    `{name}-version`, its one version; and `{name}-<who>`, secretAccessor on it for each
+    member of `readers` (who -> member), and for nobody else."""
+    child = pulumi.ResourceOptions(parent=parent)
+    secret = gcp.secretmanager.Secret(
+        name,
+        project=project,
+        secret_id=secret_id,
+        labels=dict(labels),
+        replication=gcp.secretmanager.SecretReplicationArgs(
+            auto=gcp.secretmanager.SecretReplicationAutoArgs(),
+        ),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
+    )
+    value = random.RandomPassword(f"{name}-value", length=RANDOM_SECRET_LENGTH, special=False,
+                                  opts=child)
+    version = gcp.secretmanager.SecretVersion(
+        f"{name}-version", secret=secret.id, secret_data=value.result, opts=child)
+    granted = [
+        gcp.secretmanager.SecretIamMember(
+            f"{name}-{who}",
+            project=project,
+            secret_id=secret.secret_id,
+            role=SECRET_ACCESSOR_ROLE,
+            member=member,
+            opts=child,
+        )
+        for who, member in readers.items()
+    ]
+    return RandomSecret(secret, version, granted)

@@ -55,12 +55,12 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import pulumi
-import pulumi_random as random
 
 from infra import gcp
 from infra.cloud_function import (
     FunctionBase,
     declare_function,
+    declare_random_secret,
     declare_source,
     enable_apis,
     grant_database_user,
@@ -91,10 +91,8 @@ WORKFLOW_START_PERMISSIONS: Final = ("workflows.executions.create",)
 """Exactly what `projects.locations.workflows.executions.create` checks."""
 ROLE_RUN_JOBS_EXECUTOR_WITH_OVERRIDES: Final = "roles/run.jobsExecutorWithOverrides"
 ROLE_PUBSUB_PUBLISHER: Final = "roles/pubsub.publisher"
-ROLE_SECRET_ACCESSOR: Final = "roles/secretmanager.secretAccessor"
 TOKEN_SECRET_ENV: Final = "DEDUP_TOKEN_SECRET"
 """function/dedup/proxy/tokens.py reads the token secret from this variable."""
-TOKEN_SECRET_LENGTH: Final = 64
 SECRET_APIS: Final = ("secretmanager.googleapis.com",)
 
 # APIs the proxy calls per target, beyond the dedup service's own (run and cloudbuild are
@@ -284,43 +282,16 @@ class DedupProxy(pulumi.ComponentResource):
         )
 
         # --- the token secret: the proxy signs, the downstream guards check -------------
-        self.token_secret = gcp.secretmanager.Secret(
-            f"{name}-token-secret",
-            project=project,
-            secret_id=args.token_secret_id,
-            labels=dict(args.function_base.labels),
-            replication=gcp.secretmanager.SecretReplicationArgs(
-                auto=gcp.secretmanager.SecretReplicationAutoArgs(),
-            ),
-            opts=after_apis,
+        readers: dict[str, pulumi.Input[str]] = {"proxy": member}
+        readers.update({f"reader-{email.lower()}": f"serviceAccount:{email}"
+                        for email in args.token_secret_readers})
+        token = declare_random_secret(
+            f"{name}-token-secret", parent=self, project=project,
+            secret_id=args.token_secret_id, labels=args.function_base.labels, readers=readers,
+            depends_on=[*args.depends_on, *self.apis],
         )
-        token_value = random.RandomPassword(
-            f"{name}-token-secret-value",
-            length=TOKEN_SECRET_LENGTH,
-            special=False,
-            opts=child,
-        )
-        self.token_secret_version = gcp.secretmanager.SecretVersion(
-            f"{name}-token-secret-version",
-            secret=self.token_secret.id,
-            secret_data=token_value.result,
-            opts=child,
-        )
-        readers = {"proxy": member} | {
-            f"reader-{email.lower()}": f"serviceAccount:{email}"
-            for email in args.token_secret_readers
-        }
-        self.token_secret_grants = [
-            gcp.secretmanager.SecretIamMember(
-                f"{name}-token-secret-{who}",
-                project=project,
-                secret_id=self.token_secret.secret_id,
-                role=ROLE_SECRET_ACCESSOR,
-                member=reader,
-                opts=child,
-            )
-            for who, reader in readers.items()
-        ]
+        self.token_secret, self.token_secret_version = token.secret, token.version
+        self.token_secret_grants = token.readers
 
         # --- the roles its targets need, nothing else ---------------------------------
         self.target_grants = []

@@ -59,12 +59,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pulumi
-import pulumi_random as random
 
 from infra import gcp
 from infra.cloud_function import (
     FunctionBase,
     declare_function,
+    declare_random_secret,
     declare_source,
     enable_apis,
     grant_database_user,
@@ -79,7 +79,7 @@ from infra.config import (
     WatchdogSettings,
     service_account_id,
 )
-from infra.dedup_proxy import ROLE_SECRET_ACCESSOR, SECRET_APIS, TOKEN_SECRET_LENGTH, DedupProxy
+from infra.dedup_proxy import SECRET_APIS, DedupProxy
 from infra.dedup_service import DedupService, dedup_environment, runtime_apis
 from infra.iam_wait import wait_for_iam
 from infra.job_runtime import JobRuntime
@@ -550,31 +550,14 @@ class Watchdog(pulumi.ComponentResource):
         `watchdog-task-key`)."""
         apis = enable_apis(f"{name}-task-key", parent=self, project=args.project,
                            apis=args.secret_apis)
-        secret = gcp.secretmanager.Secret(
-            f"{name}-task-key",
-            project=args.project,
-            secret_id=args.task_key_secret_id,
-            labels=dict(args.function_base.labels),
-            replication=gcp.secretmanager.SecretReplicationArgs(
-                auto=gcp.secretmanager.SecretReplicationAutoArgs(),
-            ),
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[*args.job_depends_on, *args.secret_depends_on, *apis]),
+        key = declare_random_secret(
+            f"{name}-task-key", parent=self, project=args.project,
+            secret_id=args.task_key_secret_id, labels=args.function_base.labels,
+            readers={"reader": self.account.member},
+            depends_on=[*args.job_depends_on, *args.secret_depends_on, *apis],
         )
-        value = random.RandomPassword(f"{name}-task-key-value", length=TOKEN_SECRET_LENGTH,
-                                      special=False, opts=pulumi.ResourceOptions(parent=self))
-        version = gcp.secretmanager.SecretVersion(
-            f"{name}-task-key-version", secret=secret.id, secret_data=value.result,
-            opts=pulumi.ResourceOptions(parent=self))
-        reader = gcp.secretmanager.SecretIamMember(
-            f"{name}-task-key-reader",
-            project=args.project,
-            secret_id=secret.secret_id,
-            role=ROLE_SECRET_ACCESSOR,
-            member=self.account.member,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        return secret, version, reader
+        [reader] = key.readers
+        return key.secret, key.version, reader
 
     def _task_key_environment(
         self, args: WatchdogArgs
