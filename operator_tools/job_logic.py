@@ -50,8 +50,6 @@ from operator_tools.lock import verify_team_lock
 
 JOBS_PACKAGE: Final = "jobs"
 """The package in `function/` that holds the team's job modules."""
-
-"""The job-running function's default job logic, imported when it has no routes."""
 EXAMPLE_JOBS_PACKAGE: Final = "example_jobs"
 """The kit's example job modules (the default jobLogic, the demo's failing job)."""
 FIX_DEPENDENCY: Final = (
