@@ -8,9 +8,11 @@ or `unversioned` for a checkout from before the first release. Printed: the "Upg
 section of every release after FROM up to this checkout's version
 (function/dedup/version.py), oldest first, the order to apply them in; then the
 Unreleased section's steps, if it has any (changes merged here, not yet released). FROM
-equal to this version prints "nothing to do". A FROM that is no released version, or a
-changelog out of step with the version, is one line naming what is wrong and the versions
-there are (exit 2).
+equal to this version prints "nothing to do". A checkout with unreleased changes carries
+the development version of the next release (`2.0.0.dev0`, operator_tools/release.py); as
+FROM, such a version stands for the release below it, and the Unreleased steps are said to
+be possibly done already. A FROM that is no released version, or a changelog out of step
+with the version, is one line naming what is wrong and the versions there are (exit 2).
 
 Standard library only: no Pulumi, no Google client, and the version is read from its one
 file without importing the function's package.
@@ -40,6 +42,9 @@ _RELEASE = re.compile(r"^## \[(?P<name>[^\]]+)\](?:\s+-\s+(?P<date>\d{4}-\d{2}-\
 _SECTION = re.compile(r"^### (?P<title>.+?)\s*$")
 _LINK_DEFINITION = re.compile(r"^\[[^\]]+\]:\s")
 _VERSION = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
+# PEP 440's development release of a version: what a checkout with unreleased changes carries.
+_DEVELOPMENT = re.compile(r"^(?P<release>\d+\.\d+\.\d+)\.dev(0|[1-9]\d*)$")
+_HEADING = re.compile(r"^#{1,6}\s")
 
 
 class UpgradeCheckError(Exception):
@@ -51,6 +56,7 @@ class Release:
     name: str  # "1.0.0", or "Unreleased"
     date: str | None
     upgrading: str | None  # the "### Upgrading" text, stripped; None without that section
+    changes: str = ""  # every line under the release's heading but headings and links, stripped
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,12 @@ def version_key(version: str) -> tuple[int, int, int]:
     return major, minor, patch
 
 
+def development_of(version: str) -> str | None:
+    """The release a development version leads to (`2.0.0.dev0` -> `2.0.0`), else None."""
+    match = _DEVELOPMENT.match(version)
+    return None if match is None else match["release"]
+
+
 def parse_changelog(text: str) -> Changelog:
     """The releases of a Keep a Changelog file (`## [1.0.0] - 2026-12-01`), each with its
     "### Upgrading" text; `## [Unreleased]` apart."""
@@ -84,7 +96,9 @@ def parse_changelog(text: str) -> Changelog:
     unreleased: Release | None = None
     releases: list[Release] = []
     for name, date, lines in found:
-        release = Release(name, date, _section(lines, UPGRADING))
+        changes = "\n".join(line for line in lines
+                            if not _HEADING.match(line) and not _LINK_DEFINITION.match(line))
+        release = Release(name, date, _section(lines, UPGRADING), changes.strip())
         if name.lower() == UNRELEASED.lower():
             if unreleased is not None or releases:
                 raise UpgradeCheckError(f"## [{UNRELEASED}] must come once, above every release")
@@ -138,16 +152,24 @@ def upgrade_steps(changelog: Changelog, from_version: str, current: str) -> str:
     if not changelog.releases:
         raise UpgradeCheckError("CHANGELOG.md lists no release")
     latest = changelog.releases[0].name
-    if latest != current:
+    upcoming = development_of(current)
+    if latest != current and (upcoming is None or version_key(upcoming) <= version_key(latest)):
         raise UpgradeCheckError(
             f"CHANGELOG.md's latest release is {latest} but function/dedup/version.py says "
-            f"{current}: a release bumps both together"
+            f"{current}: a release bumps both together (`scheduler-dedup release --check`)"
         )
     wanted = from_version.strip()
+    if wanted[:1] in ("v", "V") and (_VERSION.match(wanted[1:]) or development_of(wanted[1:])):
+        wanted = wanted[1:]
     if wanted.lower() == UNVERSIONED:
         wanted = UNVERSIONED
-    elif wanted[:1] in ("v", "V") and _VERSION.match(wanted[1:]):
-        wanted = wanted[1:]
+    development_build, built = development_of(wanted), wanted
+    if development_build is not None:
+        # A build with unreleased changes holds the release below it, and perhaps some of
+        # the Unreleased steps (which ones, its version cannot say).
+        below = [r.name for r in changelog.releases
+                 if version_key(r.name) < version_key(development_build)]
+        wanted = below[0] if below else UNVERSIONED
     if not wanted:
         raise UpgradeCheckError(
             "make upgrade-check needs FROM=<the version you run> (`pulumi stack output "
@@ -164,8 +186,14 @@ def upgrade_steps(changelog: Changelog, from_version: str, current: str) -> str:
     pending = changelog.unreleased.upgrading if changelog.unreleased else None
     shown = "an unversioned checkout" if wanted == UNVERSIONED else wanted
     parts: list[str] = []
+    if development_build is not None:
+        parts.append(f"{built} is a development build after {shown}: it may "
+                     f"have taken some of the Unreleased steps; the releases' steps apply.")
     if not newer:
-        parts.append(f"Nothing to do: {shown} is this checkout's version ({current}).")
+        parts.append(f"Nothing to do: {shown} is this checkout's version ({current})."
+                     if current == wanted else
+                     f"No release since {shown}: this checkout ({current}) is {shown} and "
+                     "the changes not in a release yet.")
     else:
         names = ", ".join(r.name for r in newer)
         parts.append(
