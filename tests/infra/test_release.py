@@ -23,13 +23,17 @@ from infra import KIT_ROOT as REPO_ROOT
 from local_stack import FunctionServer
 from local_stack.deliveries import function_env, scheduler_headers
 from operator_tools.upgrade_check import (
+    AUDIENCES,
+    BY_VERSION,
     CHANGELOG,
+    FORK,
     UNVERSIONED,
     UpgradeCheckError,
     current_version,
     development_of,
     main,
     parse_changelog,
+    split_steps,
     upgrade_steps,
     version_key,
 )
@@ -298,6 +302,55 @@ def test_a_changelog_out_of_step_with_the_version_is_refused() -> None:
     ]:
         with pytest.raises(UpgradeCheckError, match=reason):
             parse_changelog(broken)
+
+
+def test_every_upgrade_step_says_whom_it_is_for() -> None:
+    """`1. [fork] ...`, `[by version]` or `[both]`: upgrade-check prints each to its own."""
+    changelog = parse_changelog(CHANGELOG.read_text())
+    sections = [r for r in (changelog.unreleased, *changelog.releases) if r and r.upgrading]
+    for release in sections:
+        assert release.upgrading is not None
+        _, steps = split_steps(release.upgrading)
+        assert steps, f"{release.name}: its Upgrading section lists no numbered step"
+        untagged = [s.number for s in steps if s.audience not in AUDIENCES]
+        assert untagged == [], f"{release.name}: steps {untagged} name no audience"
+
+
+BY_KIND = (
+    SAMPLE.replace("1. Rename `alerts.email`", "1. [by version] Rename `alerts.email`")
+    .replace("1. `make migrate-proxy-records",
+             "Before you start.\n\n1. [fork] `make migrate-proxy-records")
+    .replace("## [Unreleased]\n", "## [Unreleased]\n\n### Upgrading\n\n"
+             "1. [both] Move your stacks.\n2. [fork] Merge the workflows.\n")
+)
+
+
+def test_upgrade_check_prints_the_steps_for_the_repository_it_runs_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    changelog = parse_changelog(BY_KIND)
+    fork = upgrade_steps(changelog, "1.0.0", "2.0.0", FORK)
+    assert "The steps for a fork of the kit, where this runs" in fork
+    assert "Before you start.\n\n1. [fork] `make migrate-proxy-records" in fork
+    assert "Rename `alerts.email`" not in fork
+    assert "No step for a fork of the kit: nothing to do beyond taking the release." in fork
+    assert "Move your stacks." in fork and "Merge the workflows." in fork
+
+    by_version = upgrade_steps(changelog, "1.0.0", "2.0.0", BY_VERSION)
+    assert "The steps for a repository that depends on the kit by version" in by_version
+    assert "make migrate-proxy-records" not in by_version and "Before you start" not in by_version
+    assert "== 1.1.0 (2027-02-01) ==\n\nNo step for a repository that depends on the kit by " \
+        "version" in by_version
+    assert "1. [by version] Rename `alerts.email`" in by_version
+    assert "Move your stacks." in by_version and "Merge the workflows." not in by_version
+
+    # The default is the repository it runs in: a checkout is a fork, the installed kit's
+    # command runs in a repository that depends on it by version.
+    monkeypatch.setattr("operator_tools.upgrade_check.KIT_INSTALLED", True)
+    out, err = io.StringIO(), io.StringIO()
+    assert main([parse_changelog(CHANGELOG.read_text()).versions[0]], out, err) == 0, err
+    assert "depends on the kit by version" in out.getvalue()
+    assert "[fork]" not in out.getvalue()
 
 
 def test_make_upgrade_check(kit_checkout: Path) -> None:
