@@ -25,6 +25,7 @@ SCHEDULER_DEDUP := PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(BIN)
 STACK ?=
 # POLICY_CONFIG=<file> gives policy-check a --policy-pack-config file (enforcement levels,
 # the deployers setting), e.g. policies/policy-config.example.json.
+# Unset, each stack gets policies/policy-config.<stack>.json if it exists, as CI's pulumi up.
 POLICY_CONFIG ?=
 # The team's stacks: Pulumi.<stack>.yaml in Pulumi.yaml's stackConfigDir (stacks/).
 STACK_DIR := $(or $(shell sed -n 's/^stackConfigDir: *//p' Pulumi.yaml),.)

@@ -21,6 +21,7 @@ import yaml
 
 from infra import gcp
 from infra.program import build
+from operator_tools import stack_files
 from operator_tools.offline import DeclaredResource, load_stack_config, run_offline
 from policies import offline_check
 from policies.evaluate import Violation, mandatory
@@ -780,6 +781,38 @@ def test_example_policy_config_downgrades_and_disables(
     assert code == 0, output
     assert "[advisory] storage-bucket-public-access-prevention: " in output
     assert "iam-datastore-user-single-database" not in output
+
+
+def test_each_stack_gets_its_own_policy_config_as_cis_pulumi_up_does(
+    dev_declared: list[DeclaredResource], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """policies/policy-config.<stack>.json, when it exists, is what CI passes to that stack's
+    `pulumi up --policy-pack-config`: make policy-check (and make test) apply it too."""
+    broken = mutate(dev_declared, BUCKET, "publicAccessPrevention", "inherited")
+    monkeypatch.setattr(offline_check, "declare", lambda _path: broken)
+    monkeypatch.setattr(stack_files.stack_policy_config, "__defaults__", (tmp_path,))
+    code, output = run_main("--stack-file", str(DEV))
+    assert code == 1 and "policy config" not in output, output
+
+    own = tmp_path / "policy-config.dev.json"
+    own.write_text((ROOT / "policies" / "policy-config.example.json").read_text())
+    (tmp_path / "policy-config.prod.json").write_text('{"all": "disabled"}')  # another stack's
+    code, output = run_main("--stack-file", str(DEV))
+    assert code == 0, output
+    assert f"Pulumi.dev.yaml, policy config {own}): " in output
+    assert "[advisory] storage-bucket-public-access-prevention: " in output
+
+    # --policy-config names one file for every stack, instead of each stack's own.
+    everything = tmp_path / "strict.json"
+    everything.write_text('{"all": "mandatory"}')
+    code, output = run_main("--stack-file", str(DEV), "--policy-config", str(everything))
+    assert code == 1 and f"policy config {everything}" in output, output
+
+    own.write_text('{"no-such-policy": "advisory"}')
+    code, output = run_main("--stack-file", str(DEV))
+    assert code == offline_check.EXIT_ERROR
+    assert "Pulumi.dev.yaml): ERROR policy config: " in output
+    assert "unknown policy 'no-such-policy'" in output
 
 
 def test_unknowns_from_a_preview_do_not_fail_the_check(
