@@ -25,11 +25,12 @@ import argparse
 import sys
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from infra import PROJECT_DIR
+from policies import scheduler
 from policies.evaluate import (
     PolicyConfigError,
     Settings,
@@ -38,7 +39,7 @@ from policies.evaluate import (
     load_pack_config,
     mandatory,
 )
-from policies.model import Enforcement, Resource
+from policies.model import Enforcement, Resource, ResourcePolicy
 from policies.registry import ALL_POLICIES
 
 EXIT_OK = 0
@@ -90,15 +91,22 @@ def stack_files(directory: Path = PROJECT_DIR) -> list[Path]:
     return sorted(p for p in directory.glob("Pulumi.*.y*ml") if p.suffix in (".yaml", ".yml"))
 
 
+DstChosen = Mapping[str, frozenset[str]]
+"""Each Scheduler job ID -> the DST behaviours its stack file chose (OfflineRun.dst_chosen)."""
+
+
 def check_declared(
     declared: Iterable[Declared],
     levels: Mapping[str, Enforcement] | None = None,
     settings: Settings | None = None,
+    dst_chosen: DstChosen | None = None,
 ) -> list[Violation]:
     """The offline check's core: the pack's policies over resources declared under mocks.
 
     Resource policies get each resource's inputs, stack policies each resource's state
     (inputs plus the outputs the mocks computed), as the CLI's Analyze and AnalyzeStack.
+    The DST advisory leaves out what `dst_chosen` says the stack file chose: the pack under
+    the CLI sees only the declared job, whose headers carry the choice in force either way.
     """
     items = list(declared)
     inputs = [Resource(d.type, d.name, d.urn, d.props, d.parent) for d in items]
@@ -106,16 +114,22 @@ def check_declared(
         Resource(d.type, d.name, d.urn, d.outputs or d.props, d.parent, tuple(d.dependencies))
         for d in items
     ]
-    return evaluate(inputs, levels, stack_resources=state, settings=settings)
+    policies = ALL_POLICIES
+    if dst_chosen:
+        policies = tuple(
+            replace(p, check=scheduler.dst_changes_unless_chosen(dst_chosen))
+            if isinstance(p, ResourcePolicy) and p.name == scheduler.DST_POLICY else p
+            for p in ALL_POLICIES)
+    return evaluate(inputs, levels, policies, stack_resources=state, settings=settings)
 
 
-def declare(path: Path) -> list[Declared]:
+def declare(path: Path) -> tuple[list[Declared], DstChosen]:
     """Run the Pulumi program under mocks with the stack file's config, once the config is
-    valid and every job's logic imports."""
+    valid and every job's logic imports: what it declared, and the DST choices it made."""
     from operator_tools.offline import run_checked_stack  # the program needs pulumi_gcp
 
     run = run_checked_stack(path)
-    return list(run.resources)
+    return list(run.resources), run.dst_chosen
 
 
 def check_stack_file(
@@ -125,12 +139,12 @@ def check_stack_file(
 ) -> StackReport:
     report = StackReport(stack_name(path), path)
     try:
-        declared = declare(path)
+        declared, dst_chosen = declare(path)
     except Exception as exc:  # a config error, or the program failing: report, don't crash
         report.error = _describe(exc)
         return report
     report.resources = len(declared)
-    report.violations = check_declared(declared, levels, settings)
+    report.violations = check_declared(declared, levels, settings, dst_chosen)
     return report
 
 
