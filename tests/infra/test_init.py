@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dedup.version import __version__ as KIT_VERSION
 from infra import KIT_ROOT as REPO_ROOT
-from operator_tools.init import FIRST_JOB, KIT_PIN, STARTER, main
+from operator_tools.init import FIRST_JOB, FIRST_STEPS, KIT_PIN, STARTER, main
 
 
 def test_init_writes_the_starter_and_its_first_job(tmp_path: Path) -> None:
@@ -20,10 +21,50 @@ def test_init_writes_the_starter_and_its_first_job(tmp_path: Path) -> None:
     job = {Path(f"function/jobs/{FIRST_JOB}.py"), Path(f"tests/jobs/test_{FIRST_JOB}.py"),
            Path("function/jobs/__init__.py"), Path("tests/jobs/__init__.py")}
     assert written == starter | job
-    for name in starter:
+    for name in starter - {Path("Pulumi.yaml")}:
         assert (target / name).read_bytes() == (STARTER / name).read_bytes()
     stack = (target / "stacks" / "Pulumi.dev.yaml").read_text(encoding="utf-8")
     assert f"jobLogic: jobs.{FIRST_JOB}:run" in stack
+    # The Pulumi project is the repository's own (its folder's name), not the kit's.
+    project = yaml.safe_load((target / "Pulumi.yaml").read_text(encoding="utf-8"))
+    assert project["name"] == "our-jobs"
+    assert project == {**yaml.safe_load((STARTER / "Pulumi.yaml").read_text()), "name": "our-jobs"}
+
+
+def test_init_names_the_project_as_told_and_refuses_a_name_pulumi_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main([str(tmp_path / "repo"), "--project", "billing-jobs"]) == 0
+    said = capsys.readouterr().out
+    assert "Its Pulumi project is 'billing-jobs'" in said and "no other team's" in said
+    assert "name: billing-jobs\n" in (tmp_path / "repo" / "Pulumi.yaml").read_text()
+    assert main([str(tmp_path / "other"), "--project", "our jobs"]) == 2
+    assert "'our jobs' is not a Pulumi project name" in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()
+
+
+def test_the_starter_finds_python_as_the_kits_makefile_does() -> None:
+    """python3.12 on PATH, else a pyenv-installed 3.12, else python3: the same lines."""
+    kit = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    lookup = kit[kit.index("RUNTIME_PYTHON_VERSION :="):kit.index("endif\n") + len("endif\n")]
+    assert "pyenv root" in lookup
+    assert lookup in (STARTER / "Makefile").read_text(encoding="utf-8")
+
+
+def test_the_starters_words_name_commands_that_exist_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The README and init's last words give the same first deployment; the stack file's
+    new-job hint is the starter Makefile's target with its variable."""
+    assert FIRST_STEPS in (STARTER / "README.md").read_text(encoding="utf-8")
+    assert main([str(tmp_path / "our-jobs")]) == 0
+    assert f"`{FIRST_STEPS}`" in capsys.readouterr().out
+    stack = (STARTER / "stacks" / "Pulumi.dev.yaml").read_text(encoding="utf-8")
+    hint = " ".join(line.strip(" #") for line in stack.splitlines()
+                    if line.lstrip().startswith("#"))
+    assert "`make new-job NAME=<name>` (`scheduler-dedup new-job <name>`)" in hint
+    makefile = (STARTER / "Makefile").read_text(encoding="utf-8")
+    assert '$(BIN)/scheduler-dedup new-job "$(NAME)"' in makefile
 
 
 def test_the_starter_pins_this_kit_version() -> None:
