@@ -242,6 +242,15 @@ def test_the_teams_tests_pass_there(team: TeamRepo) -> None:
     assert re.search(r"\b4 passed\b", out), out  # hello's two tests and the digest's two
 
 
+def test_the_teams_code_is_held_to_the_kits_ruff_and_mypy(team: TeamRepo) -> None:
+    """docs/jobs.md's promise, by version: `make test` lints and type-checks the team's jobs
+    and tests (the weekly digest and its dependency's import included) with the kit's
+    settings, mypy finding the installed kit's `dedup`."""
+    out = team.ok("make", "lint", "typecheck")
+    assert "All checks passed!" in out, out
+    assert re.search(r"Success: no issues found in \d+ source files", out), out
+
+
 def test_plan_builds_an_archive_of_the_pinned_runtime_and_the_teams_job(team: TeamRepo) -> None:
     out = team.ok("scheduler-dedup", "plan", "--stack", "dev")
     # It started the functions in the team's own .cache/function-venv, found there.

@@ -3,6 +3,11 @@ and the kit pinned at this version (tests/test_by_version.py runs what it writes
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -107,3 +112,53 @@ def test_the_starters_make_targets_are_the_kits_with_the_same_arguments() -> Non
     for own in ("schema", "release", "dist"):  # the kit maintainers' own (the kit's files)
         kit.pop(own)
     assert starter == kit
+
+
+def test_the_starter_holds_team_code_to_the_kits_ruff_and_mypy_settings() -> None:
+    """docs/jobs.md's checks, by version: the same rules, strictness and tool versions."""
+    kit = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]
+    starter = tomllib.loads((STARTER / "pyproject.toml").read_text(encoding="utf-8"))["tool"]
+    for key in ("line-length", "target-version"):
+        assert starter["ruff"][key] == kit["ruff"][key]
+    assert starter["ruff"]["lint"]["select"] == kit["ruff"]["lint"]["select"]
+    assert starter["ruff"]["lint"]["flake8-tidy-imports"] == kit["ruff"]["lint"][
+        "flake8-tidy-imports"]
+    assert {"dedup", "jobs"} <= set(starter["ruff"]["lint"]["isort"]["known-first-party"])
+    for key in ("python_version", "strict", "warn_unused_ignores", "explicit_package_bases",
+                "mypy_path"):
+        assert starter["mypy"][key] == kit["mypy"][key], key
+    assert starter["mypy"]["files"] == ["function/jobs", "tests"]
+    assert all(override in starter["mypy"]["overrides"] for override in kit["mypy"]["overrides"])
+    makefile = (STARTER / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"(?m)^test: lint typecheck unit plan policy-check ", makefile)
+    kit_pins = set((REPO_ROOT / "requirements-dev.txt").read_text(encoding="utf-8").split())
+    starter_pins = (STARTER / "requirements.txt").read_text(encoding="utf-8").split()
+    assert {p for p in starter_pins if p.startswith(("ruff==", "mypy=="))} <= kit_pins
+    assert any(p.startswith("ruff==") for p in starter_pins)
+    assert any(p.startswith("mypy==") for p in starter_pins)
+
+
+def test_an_inited_repository_passes_them_and_they_catch_what_they_should(
+    tmp_path: Path, kit_function_dir: Path,
+) -> None:
+    """As the starter's `make lint` and `make typecheck` run them (mypy finding the kit's
+    `dedup` through MYPYPATH), on what `init` writes, then on a job that breaks them."""
+    team = tmp_path / "our-jobs"
+    assert main([str(team)]) == 0
+    tools = Path(sys.executable).parent
+    env = {**os.environ, "MYPYPATH": str(kit_function_dir)}
+
+    def check(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(tools / argv[0]), *argv[1:]], cwd=team, env=env,
+                              capture_output=True, text=True, timeout=600, check=False)
+
+    linted, typed = check("ruff", "check", "."), check("mypy")
+    assert linted.returncode == 0, linted.stdout
+    assert typed.returncode == 0, typed.stdout
+    job = team / "function" / "jobs" / f"{FIRST_JOB}.py"
+    job.write_text(job.read_text() + "\n\ndef helper(value):\n    return value\n")
+    typed = check("mypy")
+    assert typed.returncode == 1 and "Function is missing a type annotation" in typed.stdout
+    job.write_text("import sys, os\n" + job.read_text())
+    linted = check("ruff", "check", ".")
+    assert linted.returncode == 1 and "E401" in linted.stdout, linted.stdout
