@@ -189,6 +189,13 @@ def test_make_release_cuts_one_commits_worth_and_make_dist_refuses_a_bare_bump(
     assert schema_check.returncode == 0, schema_check.stderr
     current = scheduler_dedup(checkout, "upgrade-check", major)
     assert current.stdout.startswith(f"Nothing to do: {major} is this checkout's version")
+    # A team repository by version upgrading to it is shown its steps, and no fork's.
+    upgrade = scheduler_dedup(checkout, "upgrade-check", before.versions[0], "--for",
+                              "by version")
+    assert upgrade.returncode == 0, upgrade.stderr
+    assert upgrade.stdout.startswith(f"Upgrading from {before.versions[0]} to {major}")
+    assert f"== {major} (" in upgrade.stdout and "[by version]" in upgrade.stdout
+    assert "[fork]" not in upgrade.stdout and "== Unreleased" not in upgrade.stdout
 
     # Nothing left to release; the next change makes it a development version again.
     again = scheduler_dedup(checkout, "release", f"{major[0]}.0.1")
