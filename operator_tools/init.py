@@ -26,6 +26,9 @@ FIRST_JOB: Final = "hello"
 """The job the starter's dev stack names (stacks/Pulumi.dev.yaml: jobs.hello:run)."""
 KIT_PIN: Final = f"scheduler-dedup-kit=={KIT_VERSION}"
 """The starter's requirements.txt line: the version of the kit that wrote it."""
+LEFT_BEHIND: Final = ("__pycache__", "*.pyc", ".venv", "build", ".cache", ".pytest_cache",
+                      ".ruff_cache", ".mypy_cache")
+"""What a run of the starter leaves in it, which init never copies."""
 FIRST_STEPS: Final = "pulumi stack select --create dev && pulumi up --policy-pack policy"
 """How the starter's dev stack is first deployed (its README says the same)."""
 _PROJECT_LINE: Final = re.compile(r"(?m)^name: .*$")
@@ -54,9 +57,10 @@ def init_repository(target: Path, project: str | None = None) -> list[Path]:
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise InitError(f"{target} exists and is not an empty folder. Fix: name a new folder "
                         "(init never writes over a file)")
-    # Never what a run of the starter left behind (its .gitignore's build/, .cache/, .venv).
+    # Never what a run of the starter (or of the kit's checks over it) left behind: its
+    # .gitignore's build/, .cache/, .venv and the tools' caches.
     shutil.copytree(STARTER, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
-        "__pycache__", "*.pyc", ".venv", "build", ".cache", ".pytest_cache"))
+        *LEFT_BEHIND))
     pulumi_yaml = target / "Pulumi.yaml"
     pulumi_yaml.write_text(_PROJECT_LINE.sub(f"name: {name}", pulumi_yaml.read_text(
         encoding="utf-8"), count=1), encoding="utf-8")
