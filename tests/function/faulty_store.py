@@ -21,6 +21,7 @@ from typing import TypeVar
 
 from dedup.store import MalformedRun, RunRecord, StoredRun, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
+from dedup.watchdog.cursors import Cursor, WatchStore
 
 T = TypeVar("T")
 
@@ -85,3 +86,36 @@ class FaultyStore:
 
     def get_many(self, run_ids: Sequence[str]) -> Mapping[str, StoredRun | MalformedRun]:
         return self._call("get_many", lambda: self.inner.get_many(run_ids))
+
+
+class CursorCommitFaults:
+    """A watch store (dedup.watchdog.cursors.WatchStore) whose next cursor commits fail,
+    as a tick meets them: `landed` of them land and then report StoreUnavailable (the
+    store went away right after the commit, or its reply was lost and could not be
+    resolved); `unreached` of them report it without reaching the store."""
+
+    def __init__(self, inner: WatchStore, landed: int = 0, unreached: int = 0) -> None:
+        self.inner = inner
+        self.landed = landed
+        self.unreached = unreached
+
+    def get_many(
+        self, run_ids: Sequence[str], database: str | None = None
+    ) -> Mapping[str, StoredRun | MalformedRun]:
+        return self.inner.get_many(run_ids, database)
+
+    def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
+        return self.inner.get_cursors(jobs)
+
+    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> dict[str, datetime]:
+        if self.unreached:
+            self.unreached -= 1
+            raise StoreUnavailable("the cursor commit never reached the store")
+        versions = self.inner.put_cursors(cursors, now)
+        if self.landed:
+            self.landed -= 1
+            raise StoreUnavailable("the cursor commit landed; its reply was lost")
+        return versions
+
+    def clear_outboxes(self, versions: Mapping[str, datetime]) -> None:
+        self.inner.clear_outboxes(versions)

@@ -5,8 +5,9 @@ Each tick, for every job that is not paused, judges the runs whose verdict becam
 (dedup/watchdog/catch_up.py), its backfills' runs and the pending re-runs
 (dedup/watchdog/rerun_deliveries.py), moves the incident streaks (dedup/watchdog/
 incidents.py), and writes each job's cursor (dedup/watchdog/cursors.py). Deliveries land
-before any cursor moves, and problems are logged before the cursor moves: a tick that fails
-halfway answers 500 and the retry may report a problem a second time, never zero times. A
+before any cursor moves; problem and incident lines are committed with the cursor and logged
+after (dedup/watchdog/outbox.py): a tick that fails halfway answers 500 and the retry may
+report a problem a second time, never zero times, and nothing is paged that no cursor holds. A
 document it cannot read (a cursor or a request with a field missing or of the wrong type, a
 cursor judged beyond now, a run record job code wrote into its own records database) is
 reported `malformed`, naming it, and never trusted: the job is judged afresh over the
@@ -16,6 +17,7 @@ judged as ever, and the tick answers 200.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +39,7 @@ from dedup.watchdog.delivery import QUEUED, DeliversRuns, HttpDeliverer, TargetA
 from dedup.watchdog.due import WatchedJob, rfc3339
 from dedup.watchdog.incidents import OPENED, Transition, judge_streaks
 from dedup.watchdog.judging import JobJudging
+from dedup.watchdog.outbox import Line, problem_line, transition_line
 from dedup.watchdog.ran_twice import RAN_TWICE
 from dedup.watchdog.rerun_deliveries import RERUN_WAITING, RerunDeliveries
 from dedup.watchdog.reruns import FirestoreRerunQueue, RerunQueue, RerunRequest
@@ -62,6 +65,8 @@ class TickResult:
     transitions: list[Transition] = field(default_factory=list)
     overlapped: str | None = None  # why its cursors were not written (another tick's were)
     backfills: list[dict[str, Any]] = field(default_factory=list)  # each one's progress
+    # Problems in no cursor's outbox (dedup/watchdog/outbox.py): the handler logs them.
+    unannounced: list[Problem] = field(default_factory=list)
 
 
 class Watchdog(JobJudging, RerunDeliveries):
@@ -86,14 +91,17 @@ class Watchdog(JobJudging, RerunDeliveries):
         self._backfills = backfills if self._reruns is not None else None
         # This tick's pending catch-ups (run_id -> job, schedule time), set before re-runs.
         self._catching_up: dict[str, tuple[WatchedJob, datetime]] = {}
-        # Where a tick's incident transitions are logged, before its cursors are written
-        # (WatchdogHandler sets it); None: only returned in the TickResult.
-        self.announce: Callable[[Sequence[Transition]], None] | None = None
+        # Where a tick's problem and incident lines are logged, once the cursors that hold
+        # them were written (WatchdogHandler sets it); None: only returned in TickResult.
+        self.announce: Callable[[Sequence[Line]], None] | None = None
         # The re-run requests one delivery pass finished, written together at its end.
         self._finishing: list[tuple[RerunRequest, str, str]] = []
         # This tick's ran_twice problems of re-run and backfill generations (a request that
         # settled on a record showing a second execution): put into their job's streak.
         self._generation_problems: list[Problem] = []
+        # The requests whose settling this tick found a problem: finished only once the
+        # cursor that carries the problem's line was written (dedup/watchdog/outbox.py).
+        self._finish_after_commit: list[tuple[RerunRequest, str, str]] = []
 
     def tick(self) -> tuple[int, list[Problem], dict[str, int]]:
         """(runs judged, problems, counts) for every job; StoreUnavailable on an outage."""
@@ -114,9 +122,6 @@ class Watchdog(JobJudging, RerunDeliveries):
             cursor = cursors.setdefault(job.name, Cursor())
             cursor.judged_through = self._horizon(job, now)
             cursor.watch_from = cursor.watch_from or now
-        overlapped = None
-        if paused:
-            overlapped = self._put_cursors({job.name: cursors[job.name] for job in paused}, now)
         watched = [(job, cursors.get(job.name, Cursor())) for job in active]
         reads = [self._reads(job, cursor, now) for job, cursor in watched]
         found = self._read_all([job for job, _ in watched], reads)
@@ -136,6 +141,7 @@ class Watchdog(JobJudging, RerunDeliveries):
         }
         # Backfills first: they deliver their own requests, by ID; then the pending ones.
         self._generation_problems = []
+        self._finish_after_commit = []
         backfilled, backfills = self._advance_backfills(now, problems)
         reruns = self._deliver_reruns(now, problems)  # a store error here, too, leaves
         # every cursor as it was
@@ -148,12 +154,12 @@ class Watchdog(JobJudging, RerunDeliveries):
             else:
                 problems.append(problem)  # a paused job's: reported (its cursor stands)
         transitions = self._advance_streaks(judged, now)
-        if transitions and self.announce is not None:
-            # Logged before the cursors move: a tick that fails now repeats them at its
-            # retry (the same incidents), never loses them.
-            self.announce(transitions)
-        overlapped = self._put_cursors(
-            {job.name: cursor for job, cursor, _ in judged}, now) or overlapped
+        # Paused jobs' cursors too: one commit carries every job's lines (outbox.py).
+        written = {job.name: cursor for job, cursor, _ in judged} | {
+            job.name: cursors[job.name] for job in paused}
+        unannounced = self._fill_outboxes(
+            written, [*problems, *(p for _, _, t in judged for p in t.problems)], transitions)
+        overlapped = self._commit_and_announce(written, now)
         forced: list[ForcedRun] = self._forced_before_missed(judged)
         counts["reads"] += len(forced)
         for _, _, result in judged:
@@ -166,18 +172,50 @@ class Watchdog(JobJudging, RerunDeliveries):
         counts["incidents_opened"] = sum(t.event == OPENED for t in transitions)
         counts["incidents_resolved"] = len(transitions) - counts["incidents_opened"]
         return TickResult(checked, problems, counts, caught_up, reruns, forced, transitions,
-                          overlapped, backfills)
+                          overlapped, backfills, unannounced)
 
-    def _put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> str | None:
-        """Write the cursors; why not, if another tick moved one since this tick read it.
-        That tick judged from the same cursor (else its own guarded write would have failed)
-        and reported the same problems and transitions, which this tick reports too (a
-        problem twice, never zero times); its cursor stands, so a stale tick never rolls a
-        later one back (and re-counts its runs into the streaks)."""
+    def _fill_outboxes(
+        self, written: Mapping[str, Cursor], problems: Sequence[Problem],
+        transitions: Sequence[Transition],
+    ) -> list[Problem]:
+        """Put this tick's problem and incident lines into the outbox of the cursor of
+        their job (dedup/watchdog/outbox.py), after what an earlier tick left there
+        unlogged; the problems of no cursor this tick writes (a request naming no watched
+        job), which the handler logs as before."""
+        unannounced: list[Problem] = []
+        for problem in problems:
+            cursor = written.get(problem.job)
+            if cursor is None:
+                unannounced.append(problem)
+            else:
+                cursor.outbox.append(problem_line(problem))
+        for transition in transitions:
+            written[transition.job].outbox.append(transition_line(transition))
+        return unannounced
+
+    def _commit_and_announce(self, written: Mapping[str, Cursor], now: datetime) -> str | None:
+        """Write the cursors with their outboxes, then log each written cursor's lines and
+        clear them; then finish the re-run requests whose verdict those lines carry (a
+        request left pending is judged again, never lost). Why not, if another tick moved
+        a cursor since this tick read it: that tick judged from the same cursor (else its
+        own guarded write would have failed) and committed the same lines, which it logs;
+        its cursor stands, so a stale tick never rolls a later one back (and re-counts its
+        runs into the streaks)."""
         try:
-            self._store.put_cursors(cursors, now)
+            versions = self._store.put_cursors(written, now)
         except CursorMoved as exc:
             return str(exc)
+        lines = [line for job in versions for line in written[job].outbox]
+        if lines and self.announce is not None:
+            self.announce(lines)
+        if lines:
+            # Not cleared (the store failed): logged already, the next tick logs them again
+            # (twice, never zero times).
+            with contextlib.suppress(StoreError):
+                self._store.clear_outboxes(
+                    {job: v for job, v in versions.items() if written[job].outbox})
+        if self._finish_after_commit and self._reruns is not None:
+            self._reruns.finish_all(self._finish_after_commit, now)
         return None
 
     def _advance_streaks(
@@ -304,18 +342,11 @@ class WatchdogHandler:
         self._settings = settings
         self._watchdog = watchdog
         self._emit = emit
-        watchdog.announce = self._emit_transitions
+        watchdog.announce = self._emit_lines
 
-    def _emit_transitions(self, transitions: Sequence[Transition]) -> None:
-        """One `incident_opened` (ERROR) or `incident_resolved` (NOTICE) line each: what
-        the incident alert policies count (infra/monitoring.py)."""
-        for transition in transitions:
-            self._emit({
-                "severity": "ERROR" if transition.event == OPENED else "NOTICE",
-                "message": transition.message,
-                "component": "watchdog",
-                **transition.to_json(),
-            })
+    def _emit_lines(self, lines: Sequence[Line]) -> None:
+        for line in lines:
+            self._emit(line)
 
     def handle(self, headers: Mapping[str, str], body: bytes) -> HttpReply:
         started = time.perf_counter()
@@ -361,14 +392,8 @@ class WatchdogHandler:
                 "kind": "forced",
                 **run.to_json(),
             })
-        for problem in problems:
-            when = "-" if problem.schedule_time is None else rfc3339(problem.schedule_time)
-            self._emit({
-                "severity": PROBLEM_SEVERITY[problem.kind],
-                "message": f"watchdog {problem.kind}: {problem.job} @ {when}",
-                "component": "watchdog",
-                **problem.to_json(),
-            })
+        for problem in result.unannounced:
+            self._emit(problem_line(problem))
         if result.overlapped is not None:
             self._emit({
                 "severity": "WARNING",
