@@ -35,6 +35,7 @@ from dedup.watchdog.incidents import (
     advance,
     incident_id,
 )
+from dedup.watchdog.outbox import FOLDED, MAX_PROBLEM_LINES
 from dedup.watchdog.settings import parse_watch_jobs
 from dedup.watchdog.tick import build_watchdog_handler
 from local_stack.deliveries import LOCATION, PROJECT
@@ -512,3 +513,25 @@ def test_an_incident_whose_cursor_write_failed_is_never_paged_if_the_run_then_co
 
 def missed_lines(watch: Watch) -> list[str]:
     return [str(e["schedule_time"]) for e in watch.logs if e.get("kind") == "missed"]
+
+
+def test_a_job_with_hundreds_of_problems_at_one_tick_keeps_its_cursor_small(
+    collection_name: str,
+) -> None:
+    """A job every minute, judged again six hours after its last tick (the watchdog was
+    down): 360 missed runs at one tick (two days' would be 2,880, whose lines would
+    outgrow the cursor document, 1 MiB, and fail every commit). The first
+    MAX_PROBLEM_LINES are logged one by one, the rest counted in one line, and the
+    incident still opens."""
+    every_minute = replace(TEN_MINUTES, name="every-minute", schedule="* * * * *",
+                           thresholds=Thresholds(3, 2))
+    watch = Watch(collection_name, [every_minute], now=at(11, 0))
+    Runs(collection_name).completed(every_minute.name, at(10, 59))
+    assert watch.tick()[0] == 200  # watching from here
+    status, _ = watch.tick(at(17, 0))  # six hours later, nothing ran since
+    assert status == 200
+    missed = [e for e in watch.logs if e.get("kind") == "missed"]
+    [fold] = [e for e in watch.logs if e.get("outcome") == FOLDED]
+    assert len(missed) == MAX_PROBLEM_LINES
+    assert len(missed) + fold["folded"]["missed"] > 340  # 11:00 to 16:4x, as due
+    assert [e["event"] for e in incident_lines(watch)] == [OPENED]

@@ -22,6 +22,11 @@ from dedup.watchdog.verdicts import PROBLEM_SEVERITY, Problem
 
 # One log line as the watchdog emits it: JSON values only (stored in a cursor as they are).
 Line = dict[str, Any]
+# Problem lines kept per cursor (about 400 bytes each): a job every minute judged after two
+# days without ticks has 2,880 missed runs, which would outgrow the cursor document (1 MiB)
+# and fail every tick's commit. Those beyond are folded into one line that counts them.
+MAX_PROBLEM_LINES = 300
+FOLDED = "problems_folded"
 
 
 def problem_line(problem: Problem) -> Line:
@@ -45,6 +50,30 @@ def transition_line(transition: Transition) -> Line:
         "component": "watchdog",
         **transition.to_json(),
     }
+
+
+def folded(lines: Sequence[Line], job: str) -> list[Line]:
+    """`lines` with the problem lines beyond MAX_PROBLEM_LINES folded into one line that
+    counts them by kind (incident lines are always kept: they page)."""
+    problems = [line for line in lines if "kind" in line]
+    if len(problems) <= MAX_PROBLEM_LINES:
+        return list(lines)
+    kept = {id(line) for line in problems[:MAX_PROBLEM_LINES]}
+    extra: dict[str, int] = {}
+    for line in problems[MAX_PROBLEM_LINES:]:
+        extra[str(line["kind"])] = extra.get(str(line["kind"]), 0) + 1
+    total = sum(extra.values())
+    return [line for line in lines if "kind" not in line or id(line) in kept] + [{
+        "severity": "ERROR",
+        "message": f"watchdog: {total} more problems of {job} not listed one by one "
+                   f"(the first {MAX_PROBLEM_LINES} are): "
+                   + ", ".join(f"{n} {kind}" for kind, n in sorted(extra.items())),
+        "component": "watchdog",
+        # `outcome`, not `kind`: the problem metric counts lines with a `kind`.
+        "outcome": FOLDED,
+        "job": job,
+        "folded": extra,
+    }]
 
 
 def lines_from_document(value: Any) -> list[Line]:

@@ -39,7 +39,7 @@ from dedup.watchdog.delivery import QUEUED, DeliversRuns, HttpDeliverer, TargetA
 from dedup.watchdog.due import WatchedJob, rfc3339
 from dedup.watchdog.incidents import OPENED, Transition, judge_streaks
 from dedup.watchdog.judging import JobJudging
-from dedup.watchdog.outbox import Line, problem_line, transition_line
+from dedup.watchdog.outbox import Line, folded, problem_line, transition_line
 from dedup.watchdog.ran_twice import RAN_TWICE
 from dedup.watchdog.rerun_deliveries import RERUN_WAITING, RerunDeliveries
 from dedup.watchdog.reruns import FirestoreRerunQueue, RerunQueue, RerunRequest
@@ -191,6 +191,8 @@ class Watchdog(JobJudging, RerunDeliveries):
                 cursor.outbox.append(problem_line(problem))
         for transition in transitions:
             written[transition.job].outbox.append(transition_line(transition))
+        for job, cursor in written.items():
+            cursor.outbox = folded(cursor.outbox, job)
         return unannounced
 
     def _commit_and_announce(self, written: Mapping[str, Cursor], now: datetime) -> str | None:
