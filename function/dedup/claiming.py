@@ -10,6 +10,8 @@ in time, adopted and run; learnt too late, released. Absent is no proof that the
 will not land later (still in flight), so the attempt then creates a fence in its place
 (RunRecord.fence_of: "nothing ran", counted absent by every reader), which that create
 would meet and fail on; only then does the 5xx leave nothing behind that blocks a retry.
+A takeover whose read finds the record unchanged moves it on to a new version instead,
+meaning what it did, which the takeover (guarded by the old one) would fail on.
 The claim and the writes under it are dedup/claim.py.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 
 from dedup.cache import CompletedRunCache
@@ -147,10 +150,14 @@ class Claimer:
             return None  # someone else moved first: look again
         except StoreUnavailable:
             now = self._resolve(run_id, sent, answer_within)
+            if now is not None and now.version == stored.version:
+                # Not landed yet, but the takeover (guarded by this very version) may still
+                # be in flight: move the version on, the record meaning what it did.
+                now = self._move_on(run_id, now, sent, answer_within)
+                if now is None:
+                    raise  # our takeover did not land, and now cannot: the 5xx blocks nothing
             if now is not None and now.record.attempt_id == attempt_id:
                 return self._adopt(key, attempt_id, now, sent, previous)
-            if now is not None and now.version == stored.version:
-                raise  # our takeover did not land: the record is as the crash left it
             return None  # it moved (or went): look again
         return self._claim(key, takeover, version, sent, previous)
 
@@ -201,6 +208,33 @@ class Claimer:
         fenced = sent + self._fence_after
         until = sent if answer_within is None else min(fenced, sent + answer_within)
         return max(until, self._monotonic() + self._settle)
+
+    def _move_on(
+        self, run_id: str, unchanged: StoredRun, sent: float, answer_within: float | None
+    ) -> StoredRun | None:
+        """_fence for a takeover whose outcome is unknown, after a read found the record
+        `unchanged`: give it a new version, guarded by the one read, so the takeover in
+        flight (guarded by it too) fails if it lands later. What the record says stays, for
+        every reader: a lapsed claim is restored lapsed (lease 0, as the overlap gate gives
+        one back), anything else is renewed (a new version, nothing else changed). None:
+        moved on. Otherwise the record found at a newer version (this attempt's takeover,
+        landed first; or another's move), for the caller to judge. StoreUnavailable if the
+        store never answered (then the lease bounds a takeover that lands late)."""
+        record = unchanged.record
+
+        def move_on() -> StoredRun | None:
+            try:
+                if record.status is RunStatus.IN_PROGRESS and record.lease_seconds > 0:
+                    self._store.replace(run_id, replace(record, lease_seconds=0.0),
+                                        unchanged.version, record)
+                else:
+                    self._store.renew(run_id, record.expire_at, unchanged.version)
+                return None
+            except RecordChanged:
+                return self._store.get(run_id)  # moved: by whom, the caller judges
+
+        return retry_unavailable(move_on, self._settle_until(sent, answer_within),
+                                 self._monotonic)
 
     def _fence(
         self, key: RunKey, attempt_id: str, sent: float, answer_within: float | None

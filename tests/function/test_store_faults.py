@@ -23,7 +23,7 @@ from dedup.keys import RunKey
 from dedup.outcomes import Delivery, Outcome
 from dedup.protocol import Deduplicator
 from dedup.run_context import RunContext
-from dedup.store import RecordExists, StoredRun, StoreUnavailable
+from dedup.store import RecordChanged, RecordExists, StoredRun, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
 from local_stack.deliveries import LOCATION, PROJECT
 from tests.function.faulty_store import Fault, FaultyStore
@@ -177,6 +177,46 @@ def test_a_create_that_commits_after_the_5xx_cannot_block_the_retry(
     assert isinstance(late, RecordExists)  # the fence held: the late create did not land
     assert dedup.run(KEY, job, b"", {}).outcome is Outcome.DUPLICATE
     assert job.executions == [retry.attempt_id]
+
+
+class FailingJob:
+    def __call__(self, context: RunContext) -> Any:
+        raise RuntimeError("ledger locked")
+
+
+@pytest.mark.parametrize("left", ["lapsed claim", "failed run"])
+def test_a_takeover_that_commits_after_the_5xx_cannot_block_the_retry(
+    collection_name: str, left: str,
+) -> None:
+    """Item 7's takeover twin: the takeover of a lapsed claim (or of a failed run) times
+    out, the read finds the record unchanged, the delivery answers 500, and then the
+    takeover (guarded by that version) commits: before, a live claim of an attempt no
+    longer running, 409 to every retry for a lease. Now the record was moved on to a new
+    version, meaning what it did to every reader (a lapsed claim lapsed, the failed run
+    failed), so the late takeover fails its guard and the retry runs the job at once."""
+    earlier, _ = faulty_dedup(collection_name, lease=1.0)
+    if left == "lapsed claim":
+        assert isinstance(earlier.claim(KEY), Claim)
+    else:
+        assert earlier.run(KEY, FailingJob(), b"", {}).outcome is Outcome.FAILED
+    dedup, store = faulty_dedup(collection_name, lease=60.0)
+    before = lease_lapsed(store.inner, KEY.run_id)
+    store.script("replace", Fault.LANDS_LATE)
+    job = CountingJob()
+    first = dedup.run(KEY, job, b"", {}, answer_within=170)
+    assert first.outcome is Outcome.STORE_UNAVAILABLE and job.executions == []
+    moved_on = store.inner.get(KEY.run_id)
+    [late] = store.land_late()
+    retry = dedup.run(KEY, job, b"", {}, answer_within=170)
+    assert (retry.outcome, retry.attempt) == (Outcome.COMPLETED, 2)  # before: IN_PROGRESS
+    assert isinstance(late, RecordChanged)  # the version it was guarded by moved on
+    assert moved_on is not None and moved_on.version != before.version
+    assert moved_on.record == (replace(before.record, lease_seconds=0.0)
+                               if left == "lapsed claim" else before.record)
+    assert job.executions == [retry.attempt_id]
+    stored = store.inner.get(KEY.run_id)
+    assert stored is not None and stored.record.unfinished_attempts == (
+        (1,) if left == "lapsed claim" else ())
 
 
 def land_after_the_first_read(
