@@ -5,7 +5,10 @@ Each fault applies to one call of one operation, in order:
 - LOST_REPLY: the call runs against the emulator (a write lands), then reports
   StoreUnavailable, as when the reply is lost or arrives after the deadline;
 - UNREACHABLE: the call reports StoreUnavailable without reaching the store;
-- BUG: an unexpected exception (RuntimeError) without reaching the store.
+- BUG: an unexpected exception (RuntimeError) without reaching the store;
+- LANDS_LATE: the call reports StoreUnavailable without reaching the store yet, and is
+  held until `land_late()` runs it (a write still in flight when its caller gave up,
+  which commits after the caller's next read).
 `break_` makes every call of an operation fail until `heal`. (The network-level injector,
 local_stack.store_faults, drives the end-to-end tests and the demo.)
 """
@@ -19,7 +22,7 @@ from datetime import datetime
 from enum import Enum
 from typing import TypeVar
 
-from dedup.store import MalformedRun, RunRecord, StoredRun, StoreUnavailable
+from dedup.store import MalformedRun, RunRecord, StoredRun, StoreError, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.cursors import Cursor, WatchStore
 
@@ -30,6 +33,7 @@ class Fault(Enum):
     LOST_REPLY = "lost_reply"
     UNREACHABLE = "unreachable"
     BUG = "bug"
+    LANDS_LATE = "lands_late"
 
 
 class FaultyStore:
@@ -39,6 +43,7 @@ class FaultyStore:
         self._broken: dict[str, Fault] = {}
         self._lock = threading.Lock()
         self.calls: list[tuple[str, Fault | None]] = []
+        self._in_flight: list[Callable[[], object]] = []
 
     def script(self, operation: str, *faults: Fault) -> None:
         with self._lock:
@@ -52,6 +57,19 @@ class FaultyStore:
         with self._lock:
             self._broken.pop(operation, None)
 
+    def land_late(self) -> list[object]:
+        """Run the calls held in flight (LANDS_LATE), in order: what each returned or
+        raised (a StoreError is returned, not raised)."""
+        with self._lock:
+            held, self._in_flight = self._in_flight, []
+        outcomes: list[object] = []
+        for call in held:
+            try:
+                outcomes.append(call())
+            except StoreError as exc:
+                outcomes.append(exc)
+        return outcomes
+
     def count(self, operation: str) -> int:
         return sum(1 for name, _ in self.calls if name == operation)
 
@@ -64,6 +82,10 @@ class FaultyStore:
             raise StoreUnavailable(f"injected: {operation} did not reach the store")
         if fault is Fault.BUG:
             raise RuntimeError(f"injected: {operation} hit an unexpected error")
+        if fault is Fault.LANDS_LATE:
+            with self._lock:
+                self._in_flight.append(call)
+            raise StoreUnavailable(f"injected: {operation} timed out, still in flight")
         result = call()
         if fault is Fault.LOST_REPLY:
             raise StoreUnavailable(f"injected: {operation} landed but its reply was lost")
