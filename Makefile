@@ -135,10 +135,10 @@ rerun: $(VENV)/stamp ## Ask for one run to execute again (STACK= JOB= TIME= REAS
 # record), failed or all; ORDER=reverse for newest first; DRY_RUN=1 prints exactly what it
 # would queue and writes nothing; CONFIRM=1 re-runs runs already re-run. The watchdog
 # releases its runs a few per tick (watchdog.backfillRunsPerTick, backfillInFlight).
-backfill: $(VENV)/stamp ## Queue the runs of a range again (STACK= JOB= FROM= TO= REASON= required; MODE= ORDER= DRY_RUN=)
-	@test -n "$(STACK)" -a -n "$(JOB)" -a -n "$(FROM)" -a -n "$(TO)" || { echo 'make backfill needs STACK=<name> JOB=<jobs[].name> FROM=<first schedule time, e.g. 2026-11-30T00:00:00+01:00> TO=<last one> REASON="<why>" [MODE=missing|failed|all] [ORDER=reverse] [DRY_RUN=1]' >&2; exit 2; }
+backfill: $(VENV)/stamp ## Queue the runs of a range again (STACK= JOB= FROM= TO= REASON= required; MODE= ORDER= STOP_ON_FAILURE= DRY_RUN=)
+	@test -n "$(STACK)" -a -n "$(JOB)" -a -n "$(FROM)" -a -n "$(TO)" || { echo 'make backfill needs STACK=<name> JOB=<jobs[].name> FROM=<first schedule time, e.g. 2026-11-30T00:00:00+01:00> TO=<last one> REASON="<why>" [MODE=missing|failed|all] [ORDER=reverse] [STOP_ON_FAILURE=1] [DRY_RUN=1]' >&2; exit 2; }
 	@test -n "$(DRY_RUN)" -o -n "$(REASON)" || { echo 'make backfill needs REASON="<why>" (or DRY_RUN=1 to see what it would queue)' >&2; exit 2; }
-	$(SCHEDULER_DEDUP) backfill $(STACK) --job "$(JOB)" --from "$(FROM)" --to "$(TO)" --reason "$(REASON)" $(if $(MODE),--mode "$(MODE)") $(if $(ORDER),--order "$(ORDER)") $(if $(DRY_RUN),--dry-run)
+	$(SCHEDULER_DEDUP) backfill $(STACK) --job "$(JOB)" --from "$(FROM)" --to "$(TO)" --reason "$(REASON)" $(if $(MODE),--mode "$(MODE)") $(if $(ORDER),--order "$(ORDER)") $(if $(STOP_ON_FAILURE),--stop-on-failure) $(if $(DRY_RUN),--dry-run)
 
 backfill-status: $(VENV)/stamp ## A job's backfill and how far it got (STACK= JOB= required)
 	@test -n "$(STACK)" -a -n "$(JOB)" || { echo 'make backfill-status needs STACK=<name> JOB=<jobs[].name>' >&2; exit 2; }
