@@ -60,6 +60,7 @@ from typing import Any, Final
 
 import pulumi
 
+from dedup.watchdog.windows import SILENCES_ENV
 from infra import gcp
 from infra.cloud_function import (
     FunctionBase,
@@ -144,6 +145,8 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
         }
         failure, recovery = cfg.alert_thresholds(job)
         entry.update(failureThreshold=failure, recoveryThreshold=recovery)
+        if job.silences:  # its maintenance windows (dedup/watchdog/windows.py)
+            entry["silences"] = [window.table_entry() for window in job.silences]
         if (database := cfg.records_database_of(job)) != cfg.dedup.database_name:
             entry["database"] = database  # the proxy's or the runtime's own records
         if job.proxy is not None:
@@ -285,6 +288,10 @@ class WatchdogArgs:
             "DEDUP_WATCH_BACKFILL_RUNS_PER_TICK": str(self.settings.backfill_runs_per_tick),
             "DEDUP_WATCH_BACKFILL_IN_FLIGHT": str(self.settings.backfill_in_flight),
         }
+        if self.settings.silences:  # the stack's maintenance windows, of every job
+            environment[SILENCES_ENV] = json.dumps(
+                [window.table_entry() for window in self.settings.silences],
+                sort_keys=True, separators=(",", ":"))
         if "dedup" in self.delivery_targets:
             environment["DEDUP_WATCH_TARGET_URL"] = self.delivery_targets["dedup"][0]
         if "proxy" in self.delivery_targets:
