@@ -33,7 +33,7 @@ from dedup.watchdog.silences import (
 from dedup.watchdog.verdicts import MALFORMED, MISSED
 from dedup.watchdog.windows import Window, parse_windows, silences_setting
 from local_stack.deliveries import PROJECT
-from operator_tools import silence
+from operator_tools import runs, silence
 from tests.function.test_watchdog import TEN_MINUTES, Runs, Watch, at
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
@@ -307,6 +307,28 @@ def test_make_silence_refuses_bad_input_and_writes_nothing(
     assert code == 2 and why in err and err.startswith("make silence: "), err
     client = firestore.Client(project=PROJECT, database="sched-dedup-silence-watchdog")
     assert list(client.collection(silences_collection(collection_name)).stream()) == []
+
+
+def test_make_runs_marks_the_problems_judged_in_a_silence(
+    tmp_path: Path, collection_name: str,
+) -> None:
+    path = str(stack_file(tmp_path, collection_name))
+    job = "sched-dedup-nightly"
+    Runs(collection_name, database="sched-dedup-silence").completed(
+        job, *(at(3, 0, day=day) for day in range(10, 14)))  # the 14th, 15th, 16th missed
+    cfg = runs.stack_config(path)
+    stores = runs.open_store(cfg)
+    FirestoreSilences(stores.watch, silences_collection(collection_name)).put(
+        OperatorSilence(job, at(12, 0), "db upgrade", "ops@example.com", at(0, 0)))
+    out = io.StringIO()
+    runs.show_runs(cfg, stores, last=4, now=at(10, 0), out=out)
+    text = out.getvalue()
+    assert "silenced until 2026-10-16T12:00:00Z by ops@example.com: db upgrade" in text
+    verdicts = {line.split()[0] + " " + line.split()[1]: line.split(None, 6)[-1]
+                for line in text.splitlines() if line.startswith("  2026-")}
+    assert verdicts["2026-10-16 03:00:00Z"].endswith("missed (silenced)")
+    assert verdicts["2026-10-15 03:00:00Z"].endswith("missed")
+    assert verdicts["2026-10-13 03:00:00Z"].endswith("ok")
 
 
 # -- the windows as the watchdog reads them ----------------------------------------------------
