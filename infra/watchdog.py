@@ -29,8 +29,11 @@ the dedup service's build account into its repository, internal-only ingress), a
 - gets the stack's jobs as its job table, watch_jobs.json in its own source archive (deployed
   job IDs, cron, time zone, attempt deadline, retry window, paused; a proxied job `proxied`
   and the proxy's `database`): environment variables are capped at 32 KiB, about 100 jobs'
-  worth; plus DEDUP_WATCH_LOOKBACK_SECONDS and DEDUP_WATCH_GRACE_SECONDS, beside the same DEDUP_*
-  store settings as the dedup function;
+  worth; a job's declared silence windows are its entry's `silences`, the stack's
+  (`watchdog.silences`) DEDUP_WATCH_SILENCES (function/dedup/watchdog/windows.py); plus
+  DEDUP_WATCH_LOOKBACK_SECONDS and DEDUP_WATCH_GRACE_SECONDS, beside the same DEDUP_*
+  store settings as the dedup function. `make silence`'s silences are documents of
+  `<collection>_silences` in its own database, read at each tick;
 - only when it delivers runs (some job has `catchUp`, or `watchdog.reruns`): each job's
   entry also carries `catchUp`/`catchUpWithinSeconds`, its body and its Scheduler headers
   DEDUP_WATCH_TARGET_URL is the dedup function's URL (DEDUP_WATCH_PROXY_URL the proxy's, for
