@@ -29,11 +29,9 @@ the dedup service's build account into its repository, internal-only ingress), a
 - gets the stack's jobs as its job table, watch_jobs.json in its own source archive (deployed
   job IDs, cron, time zone, attempt deadline, retry window, paused; a proxied job `proxied`
   and the proxy's `database`): environment variables are capped at 32 KiB, about 100 jobs'
-  worth; a job's declared silence windows are its entry's `silences`, the stack's
-  (`watchdog.silences`) DEDUP_WATCH_SILENCES (function/dedup/watchdog/windows.py); plus
+  worth (a job's silence windows too; the stack's in DEDUP_WATCH_SILENCES); plus
   DEDUP_WATCH_LOOKBACK_SECONDS and DEDUP_WATCH_GRACE_SECONDS, beside the same DEDUP_*
-  store settings as the dedup function. `make silence`'s silences are documents of
-  `<collection>_silences` in its own database, read at each tick;
+  store settings as the dedup function;
 - only when it delivers runs (some job has `catchUp`, or `watchdog.reruns`): each job's
   entry also carries `catchUp`/`catchUpWithinSeconds`, its body and its Scheduler headers
   DEDUP_WATCH_TARGET_URL is the dedup function's URL (DEDUP_WATCH_PROXY_URL the proxy's, for
@@ -63,7 +61,6 @@ from typing import Any, Final
 
 import pulumi
 
-from dedup.watchdog.windows import SILENCES_ENV
 from infra import gcp
 from infra.cloud_function import (
     FunctionBase,
@@ -83,6 +80,7 @@ from infra.config import (
     WatchdogSettings,
     service_account_id,
 )
+from infra.config.silences import silences_environment
 from infra.dedup_proxy import SECRET_APIS, DedupProxy
 from infra.dedup_service import DedupService, dedup_environment, runtime_apis
 from infra.iam_wait import wait_for_iam
@@ -291,10 +289,7 @@ class WatchdogArgs:
             "DEDUP_WATCH_BACKFILL_RUNS_PER_TICK": str(self.settings.backfill_runs_per_tick),
             "DEDUP_WATCH_BACKFILL_IN_FLIGHT": str(self.settings.backfill_in_flight),
         }
-        if self.settings.silences:  # the stack's maintenance windows, of every job
-            environment[SILENCES_ENV] = json.dumps(
-                [window.table_entry() for window in self.settings.silences],
-                sort_keys=True, separators=(",", ":"))
+        environment.update(silences_environment(self.settings.silences))
         if "dedup" in self.delivery_targets:
             environment["DEDUP_WATCH_TARGET_URL"] = self.delivery_targets["dedup"][0]
         if "proxy" in self.delivery_targets:

@@ -8,12 +8,19 @@ incident still open at its end pages then (function/dedup/watchdog/silences.py).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from dedup.watchdog.windows import MAX_DURATION_SECONDS, MAX_REASON_LENGTH, parse_instant
+from dedup.watchdog.windows import (
+    MAX_DURATION_SECONDS,
+    MAX_REASON_LENGTH,
+    SILENCES_ENV,
+    parse_instant,
+)
 from infra.config.errors import ProblemList, invalid
 from infra.config.fields import ConfigModel, Hint, Int
 from infra.config.hints import DEFAULT_TIME_ZONE, checked_cron, checked_time_zone
@@ -110,3 +117,12 @@ class SilenceWindow(ConfigModel):
         return self.model_dump(by_alias=True, exclude_none=True,
                                exclude={"duration_seconds", "time_zone"} if self.schedule is None
                                else set())
+
+
+def silences_environment(windows: Sequence[SilenceWindow]) -> dict[str, str]:
+    """DEDUP_WATCH_SILENCES: the stack's windows (`watchdog.silences`), of every job, as
+    the watchdog reads them; none: unset."""
+    if not windows:
+        return {}
+    return {SILENCES_ENV: json.dumps([window.table_entry() for window in windows],
+                                     sort_keys=True, separators=(",", ":"))}

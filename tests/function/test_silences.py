@@ -356,3 +356,29 @@ def test_the_job_table_and_environment_carry_windows_and_refuse_bad_ones() -> No
     ]:
         with pytest.raises(SettingsError, match=why):
             parse_windows(raw, "w")
+
+
+def test_the_stack_configs_windows_reach_the_watchdog_as_declared(tmp_path: Path) -> None:
+    """jobs[].silences through the job table, watchdog.silences through
+    DEDUP_WATCH_SILENCES (the same entries infra writes): the same windows."""
+    import json
+
+    from infra.config.silences import silences_environment
+    from infra.watchdog import watch_jobs
+
+    raw = yaml.safe_load(stack_file(tmp_path, "c").read_text())["config"]
+    dated = {"start": "2026-12-06T02:00:00+01:00", "end": "2026-12-06T04:00:00+01:00",
+             "reason": "ERP upgrade"}
+    weekly = {"schedule": "0 2 * * 0", "durationSeconds": 7200, "timeZone": "Europe/Berlin",
+              "reason": "weekly maintenance"}
+    raw["scheduler-dedup:jobs"][0]["silences"] = [dated]
+    raw["scheduler-dedup:watchdog"] = {"silences": [weekly]}
+    path = tmp_path / "Pulumi.windows.yaml"
+    path.write_text(yaml.safe_dump({"config": raw}), encoding="utf-8")
+    cfg = runs.stack_config(str(path))
+    [job] = parse_watch_jobs(json.dumps(watch_jobs(cfg)))
+    assert job.silences == (Window("ERP upgrade", at(1, 0, day=6, month=12),
+                                   at(3, 0, day=6, month=12)),)
+    assert silences_setting(silences_environment(cfg.watchdog.silences)) == (
+        Window("weekly maintenance", schedule="0 2 * * 0", duration_seconds=7200,
+               time_zone="Europe/Berlin"),)
