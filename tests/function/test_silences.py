@@ -382,3 +382,37 @@ def test_the_stack_configs_windows_reach_the_watchdog_as_declared(tmp_path: Path
     assert silences_setting(silences_environment(cfg.watchdog.silences)) == (
         Window("weekly maintenance", schedule="0 2 * * 0", duration_seconds=7200,
                time_zone="Europe/Berlin"),)
+
+
+DATED = {"start": "2026-12-06T02:00:00Z", "end": "2026-12-06T04:00:00Z", "reason": "x"}
+
+
+@pytest.mark.parametrize(("where", "windows", "key"), [
+    ("job", [{**DATED, "end": "2026-12-06T01:00:00Z"}], "jobs[0].silences[0].end"),
+    ("job", [{**DATED, "start": "2026-12-06T02:00:00"}], "jobs[0].silences[0].start"),
+    ("job", [{"start": DATED["start"], "end": DATED["end"]}], "jobs[0].silences[0].reason"),
+    ("job", [{"schedule": "0 2 * * 0", "reason": "weekly"}],
+     "jobs[0].silences[0].durationSeconds"),
+    ("job", [{"schedule": "0 2 * * 0", "durationSeconds": 7200, "timeZone": "CET",
+              "reason": "weekly"}], "jobs[0].silences[0].timeZone"),
+    ("watchdog", [{**DATED, "schedule": "0 2 * * 0", "durationSeconds": 7200}],
+     "watchdog.silences[0].schedule"),
+    ("no-watchdog", [DATED], "jobs[0].silences"),
+])
+def test_the_stack_config_refuses_a_bad_window_naming_the_key_and_the_fix(
+    tmp_path: Path, where: str, windows: list[dict[str, Any]], key: str,
+) -> None:
+    from infra.config import ConfigError, load_config
+
+    raw = yaml.safe_load(stack_file(tmp_path, "c").read_text())["config"]
+    if where == "watchdog":
+        raw["scheduler-dedup:watchdog"] = {"silences": windows}
+    else:
+        raw["scheduler-dedup:jobs"][0]["silences"] = windows
+    if where == "no-watchdog":
+        raw["scheduler-dedup:watchdog"] = {"enabled": False}
+    with pytest.raises(ConfigError) as refused:
+        load_config(raw)
+    assert f"scheduler-dedup:{key}" in refused.value.keys, str(refused.value)
+    [problem] = [p for p in refused.value.problems if p.key == f"scheduler-dedup:{key}"]
+    assert problem.fix, problem

@@ -344,26 +344,6 @@ INVALID: list[tuple[str, Callable[[Config], None], str]] = [
         ),
         "scheduler-dedup:proxyTimeoutSeconds",
     ),
-    # Silences (issue 40): a dated or a recurring window, each with a reason.
-    ("silence-end-before-start", set_job("silences", [
-        {"start": "2026-12-06T04:00:00Z", "end": "2026-12-06T02:00:00Z", "reason": "x"}]),
-     f"{JOB0}.silences[0].end"),
-    ("silence-without-offset", set_job("silences", [
-        {"start": "2026-12-06T02:00:00", "end": "2026-12-06T04:00:00Z", "reason": "x"}]),
-     f"{JOB0}.silences[0].start"),
-    ("silence-without-reason", set_job("silences", [
-        {"start": "2026-12-06T02:00:00Z", "end": "2026-12-06T04:00:00Z"}]),
-     f"{JOB0}.silences[0].reason"),
-    ("recurring-silence-without-duration", set_job("silences", [
-        {"schedule": "0 2 * * 0", "reason": "weekly"}]), f"{JOB0}.silences[0].durationSeconds"),
-    ("stack-silence-dated-and-recurring", set_key("scheduler-dedup:watchdog", {"silences": [
-        {"schedule": "0 2 * * 0", "durationSeconds": 7200, "start": "2026-12-06T02:00:00Z",
-         "end": "2026-12-06T04:00:00Z", "reason": "x"}]}),
-     "scheduler-dedup:watchdog.silences[0].schedule"),
-    ("silence-without-watchdog", several(
-        set_job("silences", [{"start": "2026-12-06T02:00:00Z", "end": "2026-12-06T04:00:00Z",
-                              "reason": "x"}]),
-        set_key("scheduler-dedup:watchdog", {"enabled": False})), f"{JOB0}.silences"),
 ]
 
 
