@@ -31,7 +31,7 @@ STACK_DIR := $(or $(shell sed -n 's/^stackConfigDir: *//p' Pulumi.yaml),.)
 STACKS := $(patsubst $(STACK_DIR)/Pulumi.%.yaml,%,$(wildcard $(STACK_DIR)/Pulumi.*.yaml))
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint typecheck workflow-lint unit lock lock-kit plan runs rerun backfill backfill-status backfill-cancel migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve dist
+.PHONY: help demo test lint typecheck workflow-lint unit lock lock-kit plan runs rerun backfill backfill-status backfill-cancel silence silence-remove silences migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve dist
 
 help: ## List the targets, one line each (STACK=<name> picks a stack)
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z-]+:.*## / {printf "  make %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -147,6 +147,21 @@ backfill-status: $(VENV)/stamp ## A job's backfill and how far it got (STACK= JO
 backfill-cancel: $(VENV)/stamp ## Stop releasing a job's backfill; runs in flight finish (STACK= JOB= required)
 	@test -n "$(STACK)" -a -n "$(JOB)" || { echo 'make backfill-cancel needs STACK=<name> JOB=<jobs[].name>' >&2; exit 2; }
 	$(SCHEDULER_DEDUP) backfill $(STACK) --job "$(JOB)" --cancel
+
+# A maintenance window from now until UNTIL, without a deploy: problems are logged (marked
+# silenced) and shown by make runs, nothing pages; an incident still open at UNTIL pages
+# then. Without JOB= it silences every job. REQUESTED_BY= overrides who asks.
+silence: $(VENV)/stamp ## Silence a job, or the stack, until a time (STACK= UNTIL= REASON= required; JOB=)
+	@test -n "$(STACK)" -a -n "$(UNTIL)" -a -n "$(REASON)" || { echo 'make silence needs STACK=<name> UNTIL=<end, e.g. 2026-12-06T04:00:00+01:00> REASON="<why>" [JOB=<jobs[].name>; unset: every job]' >&2; exit 2; }
+	$(SCHEDULER_DEDUP) silence $(STACK) $(if $(JOB),--job "$(JOB)") --until "$(UNTIL)" --reason "$(REASON)"
+
+silence-remove: $(VENV)/stamp ## Lift a silence set by make silence (STACK= required; JOB=)
+	@test -n "$(STACK)" || { echo 'make silence-remove needs STACK=<name> [JOB=<jobs[].name>; unset: the stack's silence]' >&2; exit 2; }
+	$(SCHEDULER_DEDUP) silence $(STACK) $(if $(JOB),--job "$(JOB)") --remove
+
+silences: $(VENV)/stamp ## The silences make silence set (STACK= required)
+	@test -n "$(STACK)" || { echo 'make silences needs STACK=<name>' >&2; exit 2; }
+	$(SCHEDULER_DEDUP) silence $(STACK) --list
 
 # Day 2 rehearsed locally: the stack served (Firestore emulator, the function, the proxy on
 # fake Google APIs, the Scheduler emulator in real time, the watchdog on its schedule) until

@@ -7,7 +7,8 @@ function it delivers to writes them). What it writes is in a database of its own
 (DEDUP_WATCH_DATABASE, infra's `<databaseName>-watchdog`), which the dedup function's
 account, running the team's job code, cannot write: one cursor document per job in
 `<collection>_watchdog` (the last judged schedule time, the in-progress runs it still
-watches, the overlong runs already reported, its pending catch-ups and incident streaks),
+watches, the overlong runs already reported, its pending catch-ups and incident streaks, the
+incidents held during a silence: dedup/watchdog/silences.py),
 so each problem is reported once, and the status of the re-run requests it delivers, from
 `<collection>_reruns` there (dedup/watchdog/reruns.py). (Unset: both in DEDUP_DATABASE, as
 the demo and older tests keep them.) Each cursor write is guarded by the version the tick
@@ -64,6 +65,9 @@ class Cursor:
     # The lines a tick committed with this cursor and has not yet logged and cleared
     # (dedup/watchdog/outbox.py): the next tick carries them into its commit and logs them.
     outbox: list[Line] = field(default_factory=list)
+    # The `incident_opened` lines held during a silence, logged (paged) once it is over if
+    # their streak is still open (dedup/watchdog/silences.py).
+    held: list[Line] = field(default_factory=list)
     # Not stored: why the document read was no cursor (this one then starts afresh).
     malformed: str | None = None
     # Not stored: the document's version as read (None: there was none); its write is
@@ -81,6 +85,7 @@ class Cursor:
             "catch_ups": {r: c.to_document() for r, c in self.catch_ups.items()},
             "incidents": {k: v.to_document() for k, v in self.incidents.items()},
             "outbox": [dict(line) for line in self.outbox],
+            "held": [dict(line) for line in self.held],
             "updated_at": now,
         }
 
@@ -100,6 +105,7 @@ class Cursor:
             raise MalformedDocument(str(exc)) from None
         try:
             outbox = lines_from_document(data.get("outbox"))
+            held = lines_from_document(data.get("held"), "held")
         except ValueError as exc:
             raise MalformedDocument(str(exc)) from None
         return cls(
@@ -115,6 +121,7 @@ class Cursor:
             },
             incidents=incidents,
             outbox=outbox,
+            held=held,
         )
 
     @classmethod

@@ -76,16 +76,16 @@ def folded(lines: Sequence[Line], job: str) -> list[Line]:
     }]
 
 
-def lines_from_document(value: Any) -> list[Line]:
-    """A cursor's stored outbox; ValueError naming what is wrong if it is none (then the
-    cursor is refused as malformed, as any of its fields would be)."""
+def lines_from_document(value: Any, key: str = "outbox") -> list[Line]:
+    """A cursor's stored outbox (or its `held` lines); ValueError naming what is wrong if
+    it is none (then the cursor is refused as malformed, as any of its fields would be)."""
     if value is None:
         return []
     if not isinstance(value, Sequence) or isinstance(value, str | bytes):
-        raise ValueError(f"outbox is {type(value).__name__}, not a list")
+        raise ValueError(f"{key} is {type(value).__name__}, not a list")
     lines: list[Line] = []
     for i, line in enumerate(value):
         if not isinstance(line, Mapping) or not isinstance(line.get("message"), str):
-            raise ValueError(f"outbox[{i}] is no log line (a map with a message)")
+            raise ValueError(f"{key}[{i}] is no log line (a map with a message)")
         lines.append(dict(line))
     return lines

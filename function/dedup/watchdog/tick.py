@@ -37,13 +37,20 @@ from dedup.watchdog.cursors import Cursor, CursorMoved, FirestoreWatchStore, Wat
 from dedup.watchdog.deliveries import CAUGHT_UP, CAUGHT_UP_SEVERITY, Delivered
 from dedup.watchdog.delivery import QUEUED, DeliversRuns, HttpDeliverer, TargetAuth
 from dedup.watchdog.due import WatchedJob, rfc3339
-from dedup.watchdog.incidents import OPENED, Transition, judge_streaks
+from dedup.watchdog.incidents import OPENED, RESOLVED, Transition, judge_streaks
 from dedup.watchdog.judging import JobJudging
-from dedup.watchdog.outbox import Line, folded, problem_line, transition_line
+from dedup.watchdog.outbox import Line, folded, problem_line
 from dedup.watchdog.ran_twice import RAN_TWICE
 from dedup.watchdog.rerun_deliveries import RERUN_WAITING, RerunDeliveries
 from dedup.watchdog.reruns import FirestoreRerunQueue, RerunQueue, RerunRequest
 from dedup.watchdog.settings import WatchSettings
+from dedup.watchdog.silences import (
+    FirestoreSilences,
+    Silence,
+    SilenceBook,
+    settle_incidents,
+    silences_collection,
+)
 from dedup.watchdog.verdicts import (
     MALFORMED,
     MISSED,
@@ -81,8 +88,11 @@ class Watchdog(JobJudging, RerunDeliveries):
         deliverer: DeliversRuns | None = None,
         reruns: RerunQueue | None = None,
         backfills: BackfillPacer | None = None,
+        silences: FirestoreSilences | None = None,
     ) -> None:
         self._settings = settings
+        # `make silence`'s silences (dedup/watchdog/silences.py); None: declared ones only.
+        self._silences = silences
         self._store = store
         self._now = wall_clock
         # Catch-up and re-runs need both a deliverer and a target URL (settings.delivers).
@@ -116,6 +126,7 @@ class Watchdog(JobJudging, RerunDeliveries):
         cursors = self._store.get_cursors([job.name for job in self._settings.jobs])
         counts = {"jobs": len(active), "paused": len(paused), "reads": len(cursors)}
         checked, problems = 0, self._refuse_malformed_cursors(cursors, now)
+        silenced = self._silenced(now, problems)
         for job in paused:
             # Scheduler delivers nothing while paused: move the cursor past those runs, so
             # that resuming the job does not report them as missed.
@@ -157,8 +168,15 @@ class Watchdog(JobJudging, RerunDeliveries):
         # Paused jobs' cursors too: one commit carries every job's lines (outbox.py).
         written = {job.name: cursor for job, cursor, _ in judged} | {
             job.name: cursors[job.name] for job in paused}
+        incident_lines: dict[str, list[Line]] = {}
+        quiet: set[str] = set()
+        for name, cursor in written.items():  # held during a silence, or paged
+            incident_lines[name], not_logged = settle_incidents(
+                cursor, [t for t in transitions if t.job == name], silenced.get(name), now)
+            quiet |= not_logged
         unannounced = self._fill_outboxes(
-            written, [*problems, *(p for _, _, t in judged for p in t.problems)], transitions)
+            written, [*problems, *(p for _, _, t in judged for p in t.problems)],
+            incident_lines, silenced)
         overlapped = self._commit_and_announce(written, now)
         forced: list[ForcedRun] = self._forced_before_missed(judged)
         counts["reads"] += len(forced)
@@ -169,28 +187,48 @@ class Watchdog(JobJudging, RerunDeliveries):
             problems.extend(result.problems)
             forced.extend(result.forced)
         counts["forced"] = len(forced)
-        counts["incidents_opened"] = sum(t.event == OPENED for t in transitions)
-        counts["incidents_resolved"] = len(transitions) - counts["incidents_opened"]
-        return TickResult(checked, problems, counts, caught_up, reruns, forced, transitions,
+        logged = [line.get("event") for lines in incident_lines.values() for line in lines]
+        counts["incidents_opened"] = logged.count(OPENED)
+        counts["incidents_resolved"] = logged.count(RESOLVED)
+        counts["incidents_held"] = sum(len(c.held) for c in written.values())
+        counts["silenced"] = sum(s is not None for s in silenced.values())
+        paged = [t for t in transitions if t.incident not in quiet]
+        return TickResult(checked, problems, counts, caught_up, reruns, forced, paged,
                           overlapped, backfills, unannounced)
+
+    def _silenced(self, now: datetime, problems: list[Problem]) -> dict[str, Silence | None]:
+        """The silence each job is in now (dedup/watchdog/silences.py); an operator
+        silence the watchdog cannot read is reported `malformed` and silences nothing."""
+        operator, refused = self._silences.read_all() if self._silences else ([], [])
+        for document, why in refused:
+            problems.append(Problem(
+                document.removeprefix("job:"), None, MALFORMED,
+                error=f"silence refused, nothing is silenced by it: {why}",
+                document=f"{silences_collection(self._settings.store.collection)}/{document}",
+            ))
+        book = SilenceBook(self._settings.silences, operator, now)
+        return {job.name: book.of(job) for job in self._settings.jobs}
 
     def _fill_outboxes(
         self, written: Mapping[str, Cursor], problems: Sequence[Problem],
-        transitions: Sequence[Transition],
+        incident_lines: Mapping[str, Sequence[Line]], silenced: Mapping[str, Silence | None],
     ) -> list[Problem]:
         """Put this tick's problem and incident lines into the outbox of the cursor of
         their job (dedup/watchdog/outbox.py), after what an earlier tick left there
-        unlogged; the problems of no cursor this tick writes (a request naming no watched
-        job), which the handler logs as before."""
+        unlogged, a problem of a silenced job marked so; the problems of no cursor this
+        tick writes (a request naming no watched job), which the handler logs as before."""
         unannounced: list[Problem] = []
         for problem in problems:
             cursor = written.get(problem.job)
+            silence = silenced.get(problem.job)
             if cursor is None:
                 unannounced.append(problem)
+            elif silence is not None and problem.kind != MALFORMED:  # a write nobody
+                cursor.outbox.append(silence.mark(problem_line(problem)))  # should make
             else:
                 cursor.outbox.append(problem_line(problem))
-        for transition in transitions:
-            written[transition.job].outbox.append(transition_line(transition))
+        for job, lines in incident_lines.items():
+            written[job].outbox.extend(lines)
         for job, cursor in written.items():
             cursor.outbox = folded(cursor.outbox, job)
         return unannounced
@@ -323,7 +361,9 @@ def build_watchdog_handler(
         settings.backfill, FirestoreBackfills(own, backfills_collection(store.collection)),
         reruns, store.retention_seconds,
     )
-    watchdog = Watchdog(settings, watch_store, wall_clock, deliverer, reruns, backfills)
+    silences = FirestoreSilences(own, silences_collection(store.collection))
+    watchdog = Watchdog(settings, watch_store, wall_clock, deliverer, reruns, backfills,
+                        silences)
     return WatchdogHandler(settings, watchdog, emit)
 
 
