@@ -32,7 +32,7 @@ STACK_DIR := $(or $(shell sed -n 's/^stackConfigDir: *//p' Pulumi.yaml),.)
 STACKS := $(patsubst $(STACK_DIR)/Pulumi.%.yaml,%,$(wildcard $(STACK_DIR)/Pulumi.*.yaml))
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint typecheck workflow-lint unit lock lock-kit plan runs rerun backfill backfill-status backfill-cancel migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve dist
+.PHONY: help demo test lint typecheck workflow-lint unit lock lock-kit plan runs rerun backfill backfill-status backfill-cancel silence silence-remove silences migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve dist
 
 help: ## List the targets, one line each (STACK=<name> picks a stack)
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z-]+:.*## / {printf "  make %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -136,10 +136,10 @@ rerun: $(VENV)/stamp ## Ask for one run to execute again (STACK= JOB= TIME= REAS
 # record), failed or all; ORDER=reverse for newest first; DRY_RUN=1 prints exactly what it
 # would queue and writes nothing; CONFIRM=1 re-runs runs already re-run. The watchdog
 # releases its runs a few per tick (watchdog.backfillRunsPerTick, backfillInFlight).
-backfill: $(VENV)/stamp ## Queue the runs of a range again (STACK= JOB= FROM= TO= REASON= required; MODE= ORDER= DRY_RUN=)
-	@test -n "$(STACK)" -a -n "$(JOB)" -a -n "$(FROM)" -a -n "$(TO)" || { echo 'make backfill needs STACK=<name> JOB=<jobs[].name> FROM=<first schedule time, e.g. 2026-11-30T00:00:00+01:00> TO=<last one> REASON="<why>" [MODE=missing|failed|all] [ORDER=reverse] [DRY_RUN=1]' >&2; exit 2; }
+backfill: $(VENV)/stamp ## Queue the runs of a range again (STACK= JOB= FROM= TO= REASON= required; MODE= ORDER= STOP_ON_FAILURE= DRY_RUN=)
+	@test -n "$(STACK)" -a -n "$(JOB)" -a -n "$(FROM)" -a -n "$(TO)" || { echo 'make backfill needs STACK=<name> JOB=<jobs[].name> FROM=<first schedule time, e.g. 2026-11-30T00:00:00+01:00> TO=<last one> REASON="<why>" [MODE=missing|failed|all] [ORDER=reverse] [STOP_ON_FAILURE=1] [DRY_RUN=1]' >&2; exit 2; }
 	@test -n "$(DRY_RUN)" -o -n "$(REASON)" || { echo 'make backfill needs REASON="<why>" (or DRY_RUN=1 to see what it would queue)' >&2; exit 2; }
-	$(SCHEDULER_DEDUP) backfill $(STACK) --job "$(JOB)" --from "$(FROM)" --to "$(TO)" --reason "$(REASON)" $(if $(MODE),--mode "$(MODE)") $(if $(ORDER),--order "$(ORDER)") $(if $(DRY_RUN),--dry-run)
+	$(SCHEDULER_DEDUP) backfill $(STACK) --job "$(JOB)" --from "$(FROM)" --to "$(TO)" --reason "$(REASON)" $(if $(MODE),--mode "$(MODE)") $(if $(ORDER),--order "$(ORDER)") $(if $(STOP_ON_FAILURE),--stop-on-failure) $(if $(DRY_RUN),--dry-run)
 
 backfill-status: $(VENV)/stamp ## A job's backfill and how far it got (STACK= JOB= required)
 	@test -n "$(STACK)" -a -n "$(JOB)" || { echo 'make backfill-status needs STACK=<name> JOB=<jobs[].name>' >&2; exit 2; }
@@ -148,6 +148,21 @@ backfill-status: $(VENV)/stamp ## A job's backfill and how far it got (STACK= JO
 backfill-cancel: $(VENV)/stamp ## Stop releasing a job's backfill; runs in flight finish (STACK= JOB= required)
 	@test -n "$(STACK)" -a -n "$(JOB)" || { echo 'make backfill-cancel needs STACK=<name> JOB=<jobs[].name>' >&2; exit 2; }
 	$(SCHEDULER_DEDUP) backfill $(STACK) --job "$(JOB)" --cancel
+
+# A maintenance window from now until UNTIL, without a deploy: problems are logged (marked
+# silenced) and shown by make runs, nothing pages; an incident still open at UNTIL pages
+# then. Without JOB= it silences every job. REQUESTED_BY= overrides who asks.
+silence: $(VENV)/stamp ## Silence a job, or the stack, until a time (STACK= UNTIL= REASON= required; JOB=)
+	@test -n "$(STACK)" -a -n "$(UNTIL)" -a -n "$(REASON)" || { echo 'make silence needs STACK=<name> UNTIL=<end, e.g. 2026-12-06T04:00:00+01:00> REASON="<why>" [JOB=<jobs[].name>; unset: every job]' >&2; exit 2; }
+	$(SCHEDULER_DEDUP) silence $(STACK) $(if $(JOB),--job "$(JOB)") --until "$(UNTIL)" --reason "$(REASON)"
+
+silence-remove: $(VENV)/stamp ## Lift a silence set by make silence (STACK= required; JOB=)
+	@test -n "$(STACK)" || { echo 'make silence-remove needs STACK=<name> [JOB=<jobs[].name>; unset: the stack's silence]' >&2; exit 2; }
+	$(SCHEDULER_DEDUP) silence $(STACK) $(if $(JOB),--job "$(JOB)") --remove
+
+silences: $(VENV)/stamp ## The silences make silence set (STACK= required)
+	@test -n "$(STACK)" || { echo 'make silences needs STACK=<name>' >&2; exit 2; }
+	$(SCHEDULER_DEDUP) silence $(STACK) --list
 
 # Day 2 rehearsed locally: the stack served (Firestore emulator, the function, the proxy on
 # fake Google APIs, the Scheduler emulator in real time, the watchdog on its schedule) until

@@ -29,7 +29,8 @@ the dedup service's build account into its repository, internal-only ingress), a
 - gets the stack's jobs as its job table, watch_jobs.json in its own source archive (deployed
   job IDs, cron, time zone, attempt deadline, retry window, paused; a proxied job `proxied`
   and the proxy's `database`): environment variables are capped at 32 KiB, about 100 jobs'
-  worth; plus DEDUP_WATCH_LOOKBACK_SECONDS and DEDUP_WATCH_GRACE_SECONDS, beside the same DEDUP_*
+  worth (a job's silence windows too; the stack's in DEDUP_WATCH_SILENCES); plus
+  DEDUP_WATCH_LOOKBACK_SECONDS and DEDUP_WATCH_GRACE_SECONDS, beside the same DEDUP_*
   store settings as the dedup function;
 - only when it delivers runs (some job has `catchUp`, or `watchdog.reruns`): each job's
   entry also carries `catchUp`/`catchUpWithinSeconds`, its body and its Scheduler headers
@@ -79,6 +80,7 @@ from infra.config import (
     WatchdogSettings,
     service_account_id,
 )
+from infra.config.silences import silences_environment
 from infra.dedup_proxy import SECRET_APIS, DedupProxy
 from infra.dedup_service import DedupService, dedup_environment, runtime_apis
 from infra.iam_wait import wait_for_iam
@@ -144,6 +146,8 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
         }
         failure, recovery = cfg.alert_thresholds(job)
         entry.update(failureThreshold=failure, recoveryThreshold=recovery)
+        if job.silences:  # its maintenance windows (dedup/watchdog/windows.py)
+            entry["silences"] = [window.table_entry() for window in job.silences]
         if (database := cfg.records_database_of(job)) != cfg.dedup.database_name:
             entry["database"] = database  # the proxy's or the runtime's own records
         if job.proxy is not None:
@@ -285,6 +289,7 @@ class WatchdogArgs:
             "DEDUP_WATCH_BACKFILL_RUNS_PER_TICK": str(self.settings.backfill_runs_per_tick),
             "DEDUP_WATCH_BACKFILL_IN_FLIGHT": str(self.settings.backfill_in_flight),
         }
+        environment.update(silences_environment(self.settings.silences))
         if "dedup" in self.delivery_targets:
             environment["DEDUP_WATCH_TARGET_URL"] = self.delivery_targets["dedup"][0]
         if "proxy" in self.delivery_targets:

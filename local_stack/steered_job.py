@@ -1,6 +1,7 @@
 """Job logic for the tests and the benchmark, steered by the request body (JSON):
 
-{"sleep": seconds, "fail": true, "result": any}. Every execution appends one line to the
+{"sleep": seconds, "fail": true, "fail_at": [schedule times, ISO 8601], "result": any}: fail
+always, or only the runs of those schedule times. Every execution appends one line to the
 ledger file named by TEST_LEDGER, so executions are counted outside the dedup store.
 """
 
@@ -38,7 +39,7 @@ def run(context: RunContext) -> Any:
     spec = json.loads(context.body) if context.body else {}
     record_execution(context, os.environ["TEST_LEDGER"])
     time.sleep(float(spec.get("sleep", 0)))
-    if spec.get("fail"):
+    if spec.get("fail") or context.schedule_time.isoformat() in spec.get("fail_at", ()):
         raise RuntimeError("job asked to fail")
     return {"echo": spec.get("result"), "claim_lost": context.claim_lost.is_set()}
 

@@ -25,6 +25,8 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
     "rerun": ("operator_tools.rerun", "main", "ask for one run to execute again (make rerun)"),
     "backfill": ("operator_tools.backfill", "main",
                  "queue the runs of a range, or show or cancel a backfill (make backfill)"),
+    "silence": ("operator_tools.silence", "main",
+                "silence a job or the stack until a time, lift or list silences (make silence)"),
     "migrate-proxy-records": ("operator_tools.migrate_records", "main",
                               "copy proxied jobs' records into the proxy's database"),
     "lock": ("operator_tools.lock", "main", "pin your jobs' dependencies (make lock)"),

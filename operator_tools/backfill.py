@@ -1,8 +1,10 @@
 """`make backfill STACK=prod JOB=invoice-sync FROM=... TO=... [MODE=missing|failed|all]
-[ORDER=reverse] [DRY_RUN=1] [REASON="..."]`: the runs of a range, executed once more.
+[ORDER=reverse] [STOP_ON_FAILURE=1] [DRY_RUN=1] [REASON="..."]`: the runs of a range,
+executed once more.
 
     python -m operator_tools backfill STACK --job NAME --from RFC3339 --to RFC3339
-        [--mode missing|failed|all] [--order forward|reverse] [--dry-run] [--reason TEXT]
+        [--mode missing|failed|all] [--order forward|reverse] [--stop-on-failure]
+        [--dry-run] [--reason TEXT]
     python -m operator_tools backfill STACK --job NAME --status      (make backfill-status)
     python -m operator_tools backfill STACK --job NAME --cancel      (make backfill-cancel)
 
@@ -25,7 +27,10 @@ and gets the generation `make rerun` would give it; a run that fails a check is 
 with why. `--dry-run` prints exactly the runs it would queue (and the skipped) and writes
 nothing. Otherwise the plan is written in one commit to the watchdog's own database
 (dedup/watchdog/backfills.py), and the watchdog releases its runs into the re-run queue a few at a
-time: `make backfill-status` shows how far it got. The same command asked again finds its
+time: `make backfill-status` shows how far it got. With STOP_ON_FAILURE=1 it stops
+releasing at the first run that fails (state `stopped`, naming that run; the runs already
+in flight finish). A paused job can be backfilled: the watchdog delivers its runs as any
+re-run, while Scheduler delivers nothing of its schedule. The same command asked again finds its
 backfill (same job, range, mode and order) and queues nothing; a job has one active
 backfill at a time.
 """
@@ -146,6 +151,7 @@ def plan_backfill(
     cfg: StackConfig, stores: RunStores, *, job_name: str, first_text: str, last_text: str,
     mode: str = MISSING, order: str = FORWARD, reason: str = "", requested_by: str = "",
     now: datetime | None = None, again: bool = False, dry_run: bool = False,
+    stop_on_failure: bool = False,
 ) -> Planned:
     """Which runs of the range the backfill queues, as which generation, and which it
     skips; RerunRefused for a range or request it refuses as a whole."""
@@ -217,6 +223,7 @@ def plan_backfill(
         backfill_id=ident, project=cfg.project, location=cfg.region, job=job.name,
         first=first, last=last, mode=mode, order=order, reason=reason.strip(),
         requested_by=requested_by, requested_at=now, total=len(queued),
+        stop_on_failure=stop_on_failure,
     )
     return Planned(backfill, tuple(chosen), len(times), existing, job.time_zone,
                    settings.runtime)
@@ -258,7 +265,8 @@ def status_line(backfill: Backfill) -> str:
     return (f"backfill {backfill.backfill_id[:12]} of {backfill.job} "
             f"{backfill.first.astimezone(UTC):%Y-%m-%dT%H:%MZ}.."
             f"{backfill.last.astimezone(UTC):%Y-%m-%dT%H:%MZ}, mode {backfill.mode}, "
-            f"{backfill.order}: {backfill.state}, {backfill.done} done, {backfill.failed} "
+            f"{backfill.order}{', stop on failure' if backfill.stop_on_failure else ''}: "
+            f"{backfill.state}, {backfill.done} done, {backfill.failed} "
             f"failed, {backfill.refused} refused, {len(backfill.in_flight)} in flight, "
             f"{backfill.next}/{backfill.total} released")
 
@@ -282,7 +290,12 @@ def show_status(cfg: StackConfig, stores: RunStores, job_name: str, out: TextIO)
                   f"{cfg.runtime_database(runtime)})\n")
     asked_at = f"{backfill.requested_at:%Y-%m-%d %H:%M}Z"
     out.write(f"  asked by {backfill.requested_by} at {asked_at}: {backfill.reason}\n")
-    if backfill.last_error:
+    if backfill.stopped_at is not None:
+        out.write(f"  stopped at its failed run {backfill.stopped_at:%Y-%m-%dT%H:%M:%S}Z: "
+                  f"{backfill.last_error}; nothing after it was released. Once its cause "
+                  "is fixed: make rerun TIME=<that run>, then make backfill again with "
+                  "FROM=<the run after it> and the same TO and MODE\n")
+    elif backfill.last_error:
         out.write(f"  last error: {backfill.last_error}\n")
     if backfill.finished_at is not None:
         out.write(f"  {backfill.state} at {backfill.finished_at:%Y-%m-%d %H:%M}Z\n")
@@ -351,6 +364,8 @@ def main(
                         help="who asks (default: REQUESTED_BY, the ADC account or $USER)")
     parser.add_argument("--again", action="store_true", default=confirmed(),
                         help="re-run runs that re-runs executed already (CONFIRM=1)")
+    parser.add_argument("--stop-on-failure", action="store_true",
+                        help="stop releasing runs at the first failed run (STOP_ON_FAILURE=1)")
     parser.add_argument("--status", action="store_true", help="show the job's backfill")
     parser.add_argument("--cancel", action="store_true", help="cancel the job's backfill")
     args = parser.parse_args(argv)
@@ -374,7 +389,7 @@ def main(
             cfg, stores, job_name=args.job, first_text=args.first, last_text=args.last,
             mode=args.mode, order=args.order, reason=args.reason,
             requested_by=who_asks(args.requested_by), now=moment, again=args.again,
-            dry_run=args.dry_run,
+            dry_run=args.dry_run, stop_on_failure=args.stop_on_failure,
         )
         print_plan(planned, out, dry_run=args.dry_run)
         if args.dry_run:

@@ -18,6 +18,9 @@ earliest record shown, is later: the watchdog does not judge it); never_ran when
 exists (no record among the runs shown and no watchdog cursor); paused for a paused job's
 runs without a record. A failed run's last error (the record's `error`) is printed on a
 line of its own under its row, as are a forced run kept apart and the run's re-runs.
+A problem verdict the watchdog judged during a silence (`make silence`, or a window the stack
+config declares; function/dedup/watchdog/silences.py) reads `(silenced)`: logged, paging
+nobody; a job silenced now says until when, by whom and why under its heading.
 
 `--at` judges the runs as at another instant than now (the expected runs are the last N at
 or before it, their verdicts as the watchdog would give them then): `make demo
@@ -42,19 +45,28 @@ from dedup.keys import RunKey
 from dedup.settings import SettingsError
 from dedup.store import MalformedRun, RunStatus, StoredRun, StoreError
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog.due import WatchedJob
+from dedup.watchdog.due import WatchedJob, rfc3339, verdict_due_at
 from dedup.watchdog.ran_twice import RAN_TWICE, second_execution
 from dedup.watchdog.reruns import FirestoreRerunQueue, RerunRequest, reruns_collection
 from dedup.watchdog.settings import CURSOR_SUFFIX, parse_watch_jobs
+from dedup.watchdog.silences import (
+    FirestoreSilences,
+    OperatorSilence,
+    SilenceBook,
+    silences_collection,
+)
 from dedup.watchdog.verdicts import (
     BEFORE_FIRST_RUN,
     FAILED,
     FINE,
     MALFORMED,
+    MISSED,
     NEVER_RAN,
+    OVERLONG,
     classify_run,
     running_seconds,
 )
+from dedup.watchdog.windows import Window, parse_windows
 from infra.config import ConfigError, JobSettings, StackConfig, load_config
 from infra.watchdog import watch_jobs
 from operator_tools.offline import load_stack_config, stack_names
@@ -231,6 +243,22 @@ def job_table(
     return rows
 
 
+def mark_silenced(
+    rows: Sequence[tuple[str, ...]], job: WatchedJob, times: Sequence[datetime],
+    grace_seconds: float, stack_windows: Sequence[Window],
+    operator: Sequence[OperatorSilence],
+) -> list[tuple[str, ...]]:
+    """A problem verdict `(silenced)` where the watchdog judged it in a silence (at its
+    verdict's due time): logged, paging nobody (function/dedup/watchdog/silences.py)."""
+    marked: list[tuple[str, ...]] = []
+    for row, t in zip(rows, times, strict=True):
+        if row[-1].split("+")[0] in (MISSED, FAILED, OVERLONG) and SilenceBook(
+                stack_windows, operator, verdict_due_at(job, t, grace_seconds)).of(job) is not None:
+            row = (*row[:-1], f"{row[-1]} (silenced)")
+        marked.append(row)
+    return marked
+
+
 def format_table(rows: Sequence[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in [HEADERS, *rows]) for i in range(len(HEADERS))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -254,6 +282,13 @@ def show_runs(
     cursors = _first_runs(
         stores.watch, cfg.dedup.collection + CURSOR_SUFFIX, [j.name for j in jobs]
     )
+    operator: list[OperatorSilence] = FirestoreSilences(
+        stores.watch, silences_collection(cfg.dedup.collection)).read_all()[0] if (
+        cfg.watchdog.enabled) else []
+    # The stack's windows as the watchdog reads them (DEDUP_WATCH_SILENCES; a job's are in
+    # its job table entry, `job.silences`).
+    stack_windows = parse_windows([w.table_entry() for w in cfg.watchdog.silences],
+                                  "watchdog.silences")
     out.write(f"project {cfg.project}, database {cfg.dedup.database_name}, collection "
               f"{cfg.dedup.collection}; now {now.strftime('%Y-%m-%d %H:%M:%SZ')}, watchdog "
               f"grace {grace:g}s\n")
@@ -280,6 +315,10 @@ def show_runs(
                   f"{job.attempt_deadline_seconds:g}s{paused}{runtime}{elsewhere})\n")
         rows = job_table(job, cfg.project, cfg.region, read, times, now, grace,
                          cursors.get(job.name))
+        rows = mark_silenced(rows, job, times, grace, stack_windows, operator)
+        if (silence := SilenceBook(stack_windows, operator, now).of(job)) is not None:
+            out.write(f"  silenced until {rfc3339(silence.until)} by {silence.by}: "
+                      f"{silence.reason} (problems logged, nothing paged)\n")
         extra = generation_lines(stores, job, times, now, records)
         for t, run_id in forced.items():
             if (record := found.get(run_id)) is not None:

@@ -102,7 +102,8 @@ def allowed_text(info: FieldInfo) -> str:
     if options := choices(info):
         return ", ".join(f"`{option}`" for option in options)
     longest = [m.max_length for m in info.metadata if hasattr(m, "max_length")]
-    return f"≤ {longest[0]} characters" if longest else ""
+    what = "entries" if get_origin(info.annotation) is tuple else "characters"
+    return f"≤ {longest[0]} {what}" if longest else ""
 
 
 # --------------------------------------------------------------------------- the artefacts

@@ -86,9 +86,10 @@ class Claim:
     # The earlier attempts this run's claims took over unfinished (RunRecord's field),
     # kept by every write of this attempt.
     unfinished_attempts: tuple[int, ...] = ()
-    # The record this claim replaced (a takeover of a failed run or a lapsed claim); None:
-    # it created the record (or replaced a leftover past its expiry, which counts as
-    # absent). What the overlap gate restores when the claim must leave no outcome.
+    # The record this claim replaced (a takeover of a failed run, a lapsed claim or a
+    # fence, RunRecord.is_fence, which counts as absent); None: it created the record (or
+    # replaced a leftover past its expiry, which counts as absent). What the overlap gate
+    # restores when the claim must leave no outcome (a fence too: a create may meet it).
     previous: RunRecord | None = None
     # The record the store holds at `version`, as this attempt knows it (written or read
     # at that version); None: unknown. An outcome written over it sends only what changed.
@@ -134,6 +135,10 @@ class ClaimWrites:
             key, attempt_id, attempts, self._lease, self._expire_at(),
             claimed_at or self._wall_clock(), unfinished_attempts,
         )
+
+    def fence(self, key: RunKey, attempt_id: str) -> RunRecord:
+        """The fence of `attempt_id` on `key`'s run (RunRecord.fence_of), written now."""
+        return RunRecord.fence_of(key, attempt_id, self._lease, self._wall_clock())
 
     def _expire_at(self) -> datetime:
         return self._wall_clock() + timedelta(seconds=self._retention)

@@ -6,8 +6,13 @@ claiming write whose outcome is unknown.
 A claim whose reply was lost may have landed: left alone, that phantom claim would answer
 409 to every retry for a whole lease. So before a 5xx the attempt looks the record up by
 its `attempt_id`, until the store answers or that claim's own fence time has passed: found
-in time, adopted and run; learnt too late, released; absent, the 5xx leaves nothing
-behind. The claim and the writes under it are dedup/claim.py.
+in time, adopted and run; learnt too late, released. Absent is no proof that the create
+will not land later (still in flight), so the attempt then creates a fence in its place
+(RunRecord.fence_of: "nothing ran", counted absent by every reader), which that create
+would meet and fail on; only then does the 5xx leave nothing behind that blocks a retry.
+A takeover whose read finds the record unchanged moves it on to a new version instead,
+meaning what it did, which the takeover (guarded by the old one) would fail on.
+The claim and the writes under it are dedup/claim.py.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 
 from dedup.cache import CompletedRunCache
@@ -60,9 +66,9 @@ class Claimer:
     def claim(self, key: RunKey, answer_within: float | None = None) -> Claim | Delivery:
         """Claim the run for a new attempt, or say why not (a Delivery to answer with).
 
-        Raises StoreUnavailable only when nothing of this attempt's is left in the store
-        (or the store stayed unreachable for the settle time: then a claim may remain,
-        bounded by the lease).
+        Raises StoreUnavailable only when nothing of this attempt's can run (at most its
+        fence is left in the store, which counts as absent), or the store stayed
+        unreachable for the settle time: then a claim may remain, bounded by the lease.
         """
         run_id = key.run_id
         attempt_id = uuid.uuid4().hex
@@ -80,7 +86,11 @@ class Claimer:
                 # for as long as that claim could be used (its fence time).
                 stored = self._resolve(run_id, sent, answer_within)
                 if stored is None:
-                    raise  # nothing landed: the 5xx leaves nothing behind
+                    # Nothing landed yet, but the create may still be in flight: fence the
+                    # run's ID so it never can, and learn what holds it if it did.
+                    stored = self._fence(key, attempt_id, sent, answer_within)
+                if stored is None:
+                    raise  # nothing landed, and now none can: the 5xx blocks no retry
             if stored is None:
                 continue  # released or deleted between our create and read: try again
             if stored.record.attempt_id == attempt_id:
@@ -98,7 +108,11 @@ class Claimer:
         record = stored.record
         unfinished = record.unfinished_attempts
         previous: RunRecord | None = record
-        if stored.past_expiry:
+        if record.is_fence:
+            # Nothing ran under it: as if absent. Kept as `previous`: a claim given back
+            # (dedup/overlap.py) restores the fence, which a create in flight may still meet.
+            attempts, unfinished = 1, ()
+        elif stored.past_expiry:
             previous = None
             attempts, unfinished = 1, ()  # a leftover the TTL has not deleted yet: a new life
         elif record.status is RunStatus.COMPLETED:
@@ -136,10 +150,14 @@ class Claimer:
             return None  # someone else moved first: look again
         except StoreUnavailable:
             now = self._resolve(run_id, sent, answer_within)
+            if now is not None and now.version == stored.version:
+                # Not landed yet, but the takeover (guarded by this very version) may still
+                # be in flight: move the version on, the record meaning what it did.
+                now = self._move_on(run_id, now, sent, answer_within)
+                if now is None:
+                    raise  # our takeover did not land, and now cannot: the 5xx blocks nothing
             if now is not None and now.record.attempt_id == attempt_id:
                 return self._adopt(key, attempt_id, now, sent, previous)
-            if now is not None and now.version == stored.version:
-                raise  # our takeover did not land: the record is as the crash left it
             return None  # it moved (or went): look again
         return self._claim(key, takeover, version, sent, previous)
 
@@ -181,8 +199,73 @@ class Claimer:
         answer: at most `answer_within` seconds after `sent` (the delivery's attempt
         deadline, less a store budget to answer in; None: the settle time only), and at
         least the settle time. StoreUnavailable if the store never answered."""
+        return retry_unavailable(lambda: self._store.get(run_id),
+                                 self._settle_until(sent, answer_within), self._monotonic)
+
+    def _settle_until(self, sent: float, answer_within: float | None) -> float:
+        """When to stop settling a claiming write sent at `sent` (see _resolve)."""
         # An unknown deadline: the settle time alone, as before.
         fenced = sent + self._fence_after
         until = sent if answer_within is None else min(fenced, sent + answer_within)
-        until = max(until, self._monotonic() + self._settle)
-        return retry_unavailable(lambda: self._store.get(run_id), until, self._monotonic)
+        return max(until, self._monotonic() + self._settle)
+
+    def _move_on(
+        self, run_id: str, unchanged: StoredRun, sent: float, answer_within: float | None
+    ) -> StoredRun | None:
+        """_fence for a takeover whose outcome is unknown, after a read found the record
+        `unchanged`: give it a new version, guarded by the one read, so the takeover in
+        flight (guarded by it too) fails if it lands later. What the record says stays, for
+        every reader: a lapsed claim is restored lapsed (lease 0, as the overlap gate gives
+        one back), anything else is renewed (a new version, nothing else changed). None:
+        moved on. Otherwise the record found at a newer version (this attempt's takeover,
+        landed first; or another's move), for the caller to judge. StoreUnavailable if the
+        store never answered (then the lease bounds a takeover that lands late)."""
+        record = unchanged.record
+
+        def move_on() -> StoredRun | None:
+            try:
+                if record.status is RunStatus.IN_PROGRESS and record.lease_seconds > 0:
+                    self._store.replace(run_id, replace(record, lease_seconds=0.0),
+                                        unchanged.version, record)
+                else:
+                    self._store.renew(run_id, record.expire_at, unchanged.version)
+                return None
+            except RecordChanged:
+                return self._store.get(run_id)  # moved: by whom, the caller judges
+
+        return retry_unavailable(move_on, self._settle_until(sent, answer_within),
+                                 self._monotonic)
+
+    def _fence(
+        self, key: RunKey, attempt_id: str, sent: float, answer_within: float | None
+    ) -> StoredRun | None:
+        """Make "this attempt's create never lands" true, after a read found no record: a
+        read cannot prove that a create still in flight will not commit later, as a live
+        claim of an attempt that answered 5xx (409 to every retry for a lease). So the
+        run's ID is taken, create-if-absent, by this attempt's fence (RunRecord.fence_of),
+        which every reader counts as absent: the late create meets it and fails, and a
+        retry claims over it at once (a watchdog's delivery, a catch-up or re-run, is
+        delivered again: it is no failed run). None: the fence holds the ID. Otherwise the
+        record found there, for the caller to judge as after a conflicting create: this
+        attempt's own claim (its create landed first: adopted), or a rival's record (a
+        rival's fence included). StoreUnavailable if the store never answered (then the
+        lease bounds a claim that lands late, as when no read got through)."""
+        run_id = key.run_id
+        fence = self._writes.fence(key, attempt_id)
+
+        def write_fence() -> StoredRun | None:
+            for _ in range(_CLAIM_ROUNDS):
+                try:
+                    self._store.create(run_id, fence)
+                    return None
+                except RecordExists:
+                    found = self._store.get(run_id)
+                if found is None:
+                    continue  # deleted between our create and read (a give-back): again
+                if found.record.attempt_id == attempt_id and found.record.is_fence:
+                    return None  # our own fence, landed with its reply lost
+                return found
+            raise StoreUnavailable(f"run {run_id}: the record kept changing under the fence")
+
+        return retry_unavailable(write_fence, self._settle_until(sent, answer_within),
+                                 self._monotonic)

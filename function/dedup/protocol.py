@@ -94,9 +94,9 @@ class Deduplicator:
     def claim(self, key: RunKey, answer_within: float | None = None) -> Claim | Delivery:
         """Claim the run for a new attempt, or say why not (a Delivery to answer with).
 
-        Raises StoreUnavailable only when nothing of this attempt's is left in the store
-        (or the store stayed unreachable for the settle time: then a claim may remain,
-        bounded by the lease).
+        Raises StoreUnavailable only when nothing of this attempt's can run (at most its
+        fence is left in the store, which counts as absent), or the store stayed
+        unreachable for the settle time: then a claim may remain, bounded by the lease.
         """
         return self._claimer.claim(key, answer_within)
 
@@ -219,7 +219,8 @@ class Deduplicator:
             return replace(base, outcome=Outcome.STORE_UNAVAILABLE, detail=detail)
         if first is None:
             return None
-        refused = (overlap == OVERLAP_FORBID and claim.previous is None
+        had_no_record = claim.previous is None or claim.previous.is_fence  # nothing ran
+        refused = (overlap == OVERLAP_FORBID and had_no_record
                    and not first.delivered
                    and first.run_id != UNKNOWN)  # an unknown winner may be a delivery: 409
         if refused and not (key.forced or key.early):

@@ -15,9 +15,11 @@ from typing import Annotated, Any, ClassVar, Final, Literal, get_args
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
 
 from dedup.watchdog.incidents import MAX_THRESHOLD
+from dedup.watchdog.windows import MAX_WINDOWS
 from infra.config.errors import ProblemList, invalid
 from infra.config.fields import Bool, ConfigModel, Hint, Int
 from infra.config.hints import DEFAULT_TIME_ZONE, checked_cron, checked_time_zone
+from infra.config.silences import SILENCES_TEXT, SilenceWindow
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
     ATTEMPT_DEADLINE_MAX_SECONDS,
@@ -327,6 +329,9 @@ class JobSettings(ScheduledModel):
     alerts: JobAlertSettings = Field(
         default_factory=JobAlertSettings, description="The job's own alert thresholds "
         "(failureThreshold, recoveryThreshold); unset: the stack's alerts")
+    silences: tuple[SilenceWindow, ...] = Field(
+        default=(), max_length=MAX_WINDOWS,
+        description=f"The job's maintenance windows: {SILENCES_TEXT}")
 
     @field_validator("body")
     @classmethod

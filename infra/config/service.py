@@ -13,6 +13,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal
 from pydantic import Field, field_validator, model_validator
 
 from dedup.watchdog.incidents import MAX_THRESHOLD
+from dedup.watchdog.windows import MAX_WINDOWS
 from infra.config.errors import ProblemList, invalid
 from infra.config.fields import Bool, ConfigModel, Hint, Int
 from infra.config.hints import (
@@ -36,6 +37,7 @@ from infra.config.jobs import (
     ScheduledModel,
 )
 from infra.config.names import proxy_database_of, watch_database_of
+from infra.config.silences import SILENCES_TEXT, SilenceWindow
 from infra.scheduler_rules import DURATION_MAX_SECONDS, LEASE_STORE_TIMEOUTS, min_lease_seconds
 
 _UUID_LIKE = re.compile(r"^[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$")
@@ -288,6 +290,9 @@ class WatchdogSettings(ScheduledModel):
         default=1, ge=1, le=100, description="Runs of a job's backfill delivered and not "
         "finished at once; 1 never runs two of them side by side: raise it only for a job "
         "whose runs may overlap")
+    silences: tuple[SilenceWindow, ...] = Field(
+        default=(), max_length=MAX_WINDOWS,
+        description=f"Maintenance windows of every job of the stack: {SILENCES_TEXT}")
 
 
 class AlertSettings(ConfigModel):

@@ -180,6 +180,10 @@ class StackConfig(ConfigModel):
                              f"jobs[{first_index[job.name]}]", "give every job a unique name "
                              "(it names the Scheduler job, part of the dedup key)")
             first_index.setdefault(job.name, index)
+            if job.silences and not self.watchdog.enabled:
+                problems.add(("jobs", index, "silences"), "needs the watchdog (it is what "
+                             "pages, and what a silence holds back), which is disabled",
+                             "remove silences, or set watchdog.enabled true")
             if self.watchdog.enabled and job.name == WATCHDOG_JOB_NAME:
                 problems.add(("jobs", index, "name"), f"{job.name!r} is the watchdog's own "
                              "Scheduler job name", "rename the job (or set watchdog.enabled "

@@ -5,7 +5,10 @@ Each fault applies to one call of one operation, in order:
 - LOST_REPLY: the call runs against the emulator (a write lands), then reports
   StoreUnavailable, as when the reply is lost or arrives after the deadline;
 - UNREACHABLE: the call reports StoreUnavailable without reaching the store;
-- BUG: an unexpected exception (RuntimeError) without reaching the store.
+- BUG: an unexpected exception (RuntimeError) without reaching the store;
+- LANDS_LATE: the call reports StoreUnavailable without reaching the store yet, and is
+  held until `land_late()` runs it (a write still in flight when its caller gave up,
+  which commits after the caller's next read).
 `break_` makes every call of an operation fail until `heal`. (The network-level injector,
 local_stack.store_faults, drives the end-to-end tests and the demo.)
 """
@@ -19,8 +22,9 @@ from datetime import datetime
 from enum import Enum
 from typing import TypeVar
 
-from dedup.store import MalformedRun, RunRecord, StoredRun, StoreUnavailable
+from dedup.store import MalformedRun, RunRecord, StoredRun, StoreError, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
+from dedup.watchdog.cursors import Cursor, WatchStore
 
 T = TypeVar("T")
 
@@ -29,6 +33,7 @@ class Fault(Enum):
     LOST_REPLY = "lost_reply"
     UNREACHABLE = "unreachable"
     BUG = "bug"
+    LANDS_LATE = "lands_late"
 
 
 class FaultyStore:
@@ -38,6 +43,7 @@ class FaultyStore:
         self._broken: dict[str, Fault] = {}
         self._lock = threading.Lock()
         self.calls: list[tuple[str, Fault | None]] = []
+        self._in_flight: list[Callable[[], object]] = []
 
     def script(self, operation: str, *faults: Fault) -> None:
         with self._lock:
@@ -51,6 +57,19 @@ class FaultyStore:
         with self._lock:
             self._broken.pop(operation, None)
 
+    def land_late(self) -> list[object]:
+        """Run the calls held in flight (LANDS_LATE), in order: what each returned or
+        raised (a StoreError is returned, not raised)."""
+        with self._lock:
+            held, self._in_flight = self._in_flight, []
+        outcomes: list[object] = []
+        for call in held:
+            try:
+                outcomes.append(call())
+            except StoreError as exc:
+                outcomes.append(exc)
+        return outcomes
+
     def count(self, operation: str) -> int:
         return sum(1 for name, _ in self.calls if name == operation)
 
@@ -63,6 +82,10 @@ class FaultyStore:
             raise StoreUnavailable(f"injected: {operation} did not reach the store")
         if fault is Fault.BUG:
             raise RuntimeError(f"injected: {operation} hit an unexpected error")
+        if fault is Fault.LANDS_LATE:
+            with self._lock:
+                self._in_flight.append(call)
+            raise StoreUnavailable(f"injected: {operation} timed out, still in flight")
         result = call()
         if fault is Fault.LOST_REPLY:
             raise StoreUnavailable(f"injected: {operation} landed but its reply was lost")
@@ -85,3 +108,36 @@ class FaultyStore:
 
     def get_many(self, run_ids: Sequence[str]) -> Mapping[str, StoredRun | MalformedRun]:
         return self._call("get_many", lambda: self.inner.get_many(run_ids))
+
+
+class CursorCommitFaults:
+    """A watch store (dedup.watchdog.cursors.WatchStore) whose next cursor commits fail,
+    as a tick meets them: `landed` of them land and then report StoreUnavailable (the
+    store went away right after the commit, or its reply was lost and could not be
+    resolved); `unreached` of them report it without reaching the store."""
+
+    def __init__(self, inner: WatchStore, landed: int = 0, unreached: int = 0) -> None:
+        self.inner = inner
+        self.landed = landed
+        self.unreached = unreached
+
+    def get_many(
+        self, run_ids: Sequence[str], database: str | None = None
+    ) -> Mapping[str, StoredRun | MalformedRun]:
+        return self.inner.get_many(run_ids, database)
+
+    def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
+        return self.inner.get_cursors(jobs)
+
+    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> dict[str, datetime]:
+        if self.unreached:
+            self.unreached -= 1
+            raise StoreUnavailable("the cursor commit never reached the store")
+        versions = self.inner.put_cursors(cursors, now)
+        if self.landed:
+            self.landed -= 1
+            raise StoreUnavailable("the cursor commit landed; its reply was lost")
+        return versions
+
+    def clear_outboxes(self, versions: Mapping[str, datetime]) -> None:
+        self.inner.clear_outboxes(versions)

@@ -18,6 +18,7 @@ volume costs the deliveries, not waiting.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import threading
@@ -25,7 +26,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog import deliveries as watchdog_deliveries
 from dedup.watchdog.backfills import (
     FINISHED,
+    STOPPED,
     Backfill,
     BackfillPacer,
     BackfillSettings,
@@ -522,3 +524,51 @@ def watch_tick(watch: Watch) -> dict[str, Any]:
     return body
 
 
+
+
+def test_a_backfill_asked_to_stop_on_failure_stops_at_its_failed_run(served: Served) -> None:
+    """STOP_ON_FAILURE=1 (issue 40): the third of five runs fails; nothing after it is
+    released, the backfill is `stopped` naming that run, and make backfill-status says
+    what to do. Without it, the same backfill goes on past the failure (the next test)."""
+    name, job_id = new_job()
+    now, times = minutes_back(5)
+    cfg = stack(served.collection, name)
+    store = FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 10)
+    planned = plan(cfg, store, times[0], times[-1], now, stop_on_failure=True)
+    backfill_cli.queue_backfill(cfg, RunStores(store), planned, now)
+    job = replace(watched(job_id), body=json.dumps({"fail_at": [times[2].isoformat()]}))
+    watch = Watch(served.collection, [job], served.server.url, now=now,
+                  backfill=BackfillSettings(runs_per_tick=5, in_flight=1),
+                  store_host=served.proxy.host)
+    [progress] = watch_tick(watch)["backfills"]  # delivered directly: one tick
+    assert progress["state"] == STOPPED
+    assert progress["stopped_at"] == times[2].strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert (progress["done"], progress["failed"], progress["released"]) == (2, 1, 3)
+    assert "backfills" not in watch_tick(watch)  # stopped: nothing more is released
+    assert served.executions(job_id) == Counter({(t.isoformat(), 0): 1 for t in times[:3]})
+    out = io.StringIO()
+    backfill_cli.show_status(cfg, RunStores(store), name, out)
+    assert f"stopped at its failed run {times[2]:%Y-%m-%dT%H:%M:%S}Z" in out.getvalue()
+    assert "make rerun TIME=<that run>" in out.getvalue()
+
+
+def test_a_paused_job_is_backfilled_and_goes_on_past_a_failure_by_default(
+    served: Served,
+) -> None:
+    """A paused job (Scheduler delivers nothing of its schedule) is backfilled as any job:
+    the watchdog delivers its runs. Without STOP_ON_FAILURE a failed run is counted and
+    the backfill goes on to its end."""
+    name, job_id = new_job()
+    now, times = minutes_back(3)
+    cfg = stack(served.collection, name)
+    store = FirestoreRunStore(firestore.Client(project=PROJECT), served.collection, 10)
+    backfill_cli.queue_backfill(cfg, RunStores(store), plan(cfg, store, times[0], times[-1],
+                                                            now), now)
+    job = replace(watched(job_id), paused=True,
+                  body=json.dumps({"fail_at": [times[0].isoformat()]}))
+    watch = Watch(served.collection, [job], served.server.url, now=now,
+                  backfill=BackfillSettings(runs_per_tick=5, in_flight=1),
+                  store_host=served.proxy.host)
+    [progress] = watch_tick(watch)["backfills"]
+    assert (progress["state"], progress["done"], progress["failed"]) == (FINISHED, 2, 1)
+    assert served.executions(job_id) == Counter({(t.isoformat(), 0): 1 for t in times})

@@ -35,12 +35,13 @@ from dedup.watchdog.incidents import (
     advance,
     incident_id,
 )
+from dedup.watchdog.outbox import FOLDED, MAX_PROBLEM_LINES
 from dedup.watchdog.settings import parse_watch_jobs
 from dedup.watchdog.tick import build_watchdog_handler
 from local_stack.deliveries import LOCATION, PROJECT
 from local_stack.processes import FirestoreEmulator
 from local_stack.store_faults import StoreFaultProxy
-from tests.function.faulty_store import FaultyStore
+from tests.function.faulty_store import CursorCommitFaults, FaultyStore
 from tests.function.test_watchdog import TEN_MINUTES, Runs, Watch, at
 from tests.waiting import wait_until
 
@@ -214,29 +215,27 @@ def test_never_ran_opens_at_once_and_its_first_run_resolves_it(collection_name: 
 def test_a_tick_that_fails_after_logging_repeats_the_same_incident_once(
     collection_name: str,
 ) -> None:
-    """The transition is logged before the cursor moves: a tick whose cursor write failed
-    answers 500, and its retry logs the same incident again (Monitoring counts it in the
-    incident already open: one notification); the tick after logs nothing."""
+    """The transition is logged only once the cursor holding it was written (its outbox,
+    dedup/watchdog/outbox.py): a tick whose cursor write failed answers 500 and logs no
+    incident (none is open anywhere: a page for it could never be resolved); its retry
+    opens it, once; the tick after logs nothing."""
     write_history(Runs(collection_name), HISTORY)
     watch = Watch(collection_name, [job_with(3, 2)])
     handler = watch.handler()
     store = handler._watchdog._store  # the FirestoreWatchStore
     real_put = store.put_cursors
 
-    def failing_put(cursors: Mapping[str, Cursor], now: datetime) -> None:
+    def failing_put(cursors: Mapping[str, Cursor], now: datetime) -> dict[str, datetime]:
         raise StoreUnavailable("cursor write lost")
 
     store.put_cursors = failing_put  # type: ignore[method-assign]
     watch.now = at(11, 20)
     assert handler.handle({}, b"").status == 500
-    first = [summary_of(e) for e in incident_lines(watch)]
-    first_ids = {e["incident"] for e in incident_lines(watch)}
-    assert first == [EXPECTED[0]]
+    assert incident_lines(watch) == []
     store.put_cursors = real_put  # type: ignore[method-assign]
     watch.logs.clear()
     assert handler.handle({}, b"").status == 200
-    assert [summary_of(e) for e in incident_lines(watch)] == first
-    assert {e["incident"] for e in incident_lines(watch)} == first_ids
+    assert [summary_of(e) for e in incident_lines(watch)] == [EXPECTED[0]]
     watch.logs.clear()
     assert handler.handle({}, b"").status == 200
     assert incident_lines(watch) == []
@@ -276,9 +275,9 @@ def test_a_cursor_reply_dropped_by_the_store_opens_the_incident_once(
         store = handler._watchdog._store
         real_put = store.put_cursors
 
-        def dropped_reply(cursors: Mapping[str, Cursor], now: datetime) -> None:
+        def dropped_reply(cursors: Mapping[str, Cursor], now: datetime) -> dict[str, datetime]:
             proxy.stall(2, drop=True)  # from now on: the commit lands, its reply is lost
-            real_put(cursors, now)
+            return real_put(cursors, now)
 
         store.put_cursors = dropped_reply  # type: ignore[method-assign]
         watch.logs.clear()
@@ -316,19 +315,23 @@ class HeldAfterRead:
         self.read.set()
         return found
 
-    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> None:
+    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> dict[str, datetime]:
         assert self.release.wait(60)
-        self.inner.put_cursors(cursors, now)
+        return self.inner.put_cursors(cursors, now)
+
+    def clear_outboxes(self, versions: Mapping[str, datetime]) -> None:
+        self.inner.clear_outboxes(versions)
 
 
 def test_overlapping_ticks_open_one_incident_and_the_late_one_writes_nothing(
     collection_name: str,
 ) -> None:
     """Two ticks at once (a Scheduler retry next to a slow tick), on two handlers and two
-    clients against the emulator: both judge the same streak and log the same incident;
-    the one that writes second finds its cursor moved (guarded write) and writes nothing,
-    so it cannot roll the other's cursor back (and re-count its runs later); it says so
-    and answers 200 (nothing is left undone: the other tick judged the same runs)."""
+    clients against the emulator: both judge the same streak; the one that writes second
+    finds its cursor moved (guarded write) and writes nothing, so it cannot roll the
+    other's cursor back (and re-count its runs later), and logs nothing of it (the other
+    tick committed and logged the same incident); it says so and answers 200 (nothing is
+    left undone: the other tick judged the same runs)."""
     write_history(Runs(collection_name), HISTORY)
     slow, fast = Watch(collection_name, [job_with(3, 2)]), Watch(collection_name,
                                                                 [job_with(3, 2)])
@@ -351,8 +354,8 @@ def test_overlapping_ticks_open_one_incident_and_the_late_one_writes_nothing(
     assert overlapped["severity"] == "WARNING"
     assert "changed since this tick read it" in overlapped["message"]
     assert [summary_of(e) for e in fast_lines] == [EXPECTED[0]]
-    assert [summary_of(e) for e in incident_lines(slow)] == [EXPECTED[0]]
-    assert {e["incident"] for e in incident_lines(slow) + fast_lines} == {
+    assert incident_lines(slow) == []
+    assert {e["incident"] for e in fast_lines} == {
         incident_id(JOB, FAILING, at(10, 40))}
     # The slow tick did not roll the later cursor back: the next tick goes on from 11:30's
     # (11:10 is not judged, nor counted, again).
@@ -460,3 +463,75 @@ def test_a_watched_run_that_finishes_after_a_takeover_is_ran_twice(
     _, body = watch.tick(at(10, 40))
     assert [p["schedule_time"] for p in body["problems"] if p["kind"] == RAN_TWICE] == [
         z(at(10, 10))]
+
+
+# -- announced from durable state (dedup/watchdog/outbox.py; issue 37, items 3 and 6) ------
+
+def test_a_missed_run_is_reported_when_the_tick_fails_right_after_its_cursor_commit(
+    collection_name: str,
+) -> None:
+    """Item 3: the tick's cursor commit lands, then the store goes away (its reply is lost
+    and cannot be resolved): the tick answers 500. The missed run's line was committed
+    with the cursor, so the retry, which judges from the moved cursor, still logs it;
+    the tick after logs nothing again. (Before: logged after the commit by the failed
+    tick only, so never.)"""
+    runs = Runs(collection_name)
+    runs.completed(JOB, at(10, 40), at(10, 50), at(11, 0))  # 11:10 missed
+    watch = Watch(collection_name, [TEN_MINUTES], now=at(11, 30))
+    handler = watch.handler()
+    handler._watchdog._store = CursorCommitFaults(handler._watchdog._store, landed=1)
+    assert handler.handle({}, b"").status == 500
+    assert missed_lines(watch) == []
+    assert handler.handle({}, b"").status == 200  # Scheduler's retry
+    assert missed_lines(watch) == [z(at(11, 10))]
+    watch.logs.clear()
+    assert handler.handle({}, b"").status == 200
+    assert missed_lines(watch) == []
+    cursors = firestore.Client(project=PROJECT).collection(f"{collection_name}_watchdog")
+    assert cursor_document(cursors, JOB)["outbox"] == []  # acknowledged
+
+
+def test_an_incident_whose_cursor_write_failed_is_never_paged_if_the_run_then_completed(
+    collection_name: str,
+) -> None:
+    """Item 6: a tick opens an incident (threshold 1) and its cursor write fails; by its
+    retry the late run completed. Nothing was paged: the incident was only in the cursor
+    that never landed, and a page for it could never be resolved. (Before: paged at once,
+    then in no cursor.)"""
+    runs = Runs(collection_name)
+    runs.completed(JOB, at(10, 40), at(10, 50), at(11, 0))
+    watch = Watch(collection_name, [job_with(1, 1)], now=at(11, 30))
+    handler = watch.handler()
+    handler._watchdog._store = CursorCommitFaults(handler._watchdog._store, unreached=1)
+    assert handler.handle({}, b"").status == 500
+    runs.completed(JOB, at(11, 10))  # late, but it ran
+    assert handler.handle({}, b"").status == 200
+    assert incident_lines(watch) == [] and missed_lines(watch) == []
+    cursors = firestore.Client(project=PROJECT).collection(f"{collection_name}_watchdog")
+    assert not any(s["open"] for s in cursor_document(cursors, JOB)["incidents"].values())
+
+
+def missed_lines(watch: Watch) -> list[str]:
+    return [str(e["schedule_time"]) for e in watch.logs if e.get("kind") == "missed"]
+
+
+def test_a_job_with_hundreds_of_problems_at_one_tick_keeps_its_cursor_small(
+    collection_name: str,
+) -> None:
+    """A job every minute, judged again six hours after its last tick (the watchdog was
+    down): 360 missed runs at one tick (two days' would be 2,880, whose lines would
+    outgrow the cursor document, 1 MiB, and fail every commit). The first
+    MAX_PROBLEM_LINES are logged one by one, the rest counted in one line, and the
+    incident still opens."""
+    every_minute = replace(TEN_MINUTES, name="every-minute", schedule="* * * * *",
+                           thresholds=Thresholds(3, 2))
+    watch = Watch(collection_name, [every_minute], now=at(11, 0))
+    Runs(collection_name).completed(every_minute.name, at(10, 59))
+    assert watch.tick()[0] == 200  # watching from here
+    status, _ = watch.tick(at(17, 0))  # six hours later, nothing ran since
+    assert status == 200
+    missed = [e for e in watch.logs if e.get("kind") == "missed"]
+    [fold] = [e for e in watch.logs if e.get("outcome") == FOLDED]
+    assert len(missed) == MAX_PROBLEM_LINES
+    assert len(missed) + fold["folded"]["missed"] > 340  # 11:00 to 16:4x, as due
+    assert [e["event"] for e in incident_lines(watch)] == [OPENED]

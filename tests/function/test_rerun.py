@@ -23,7 +23,7 @@ from dedup.keys import RunKey
 from dedup.outcomes import Outcome
 from dedup.protocol import Deduplicator
 from dedup.run_context import PermanentFailure, RunContext
-from dedup.store import RecordExists, RunStatus
+from dedup.store import RecordExists, RunRecord, RunStatus
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.due import WatchedJob
 from dedup.watchdog.reruns import (
@@ -263,6 +263,25 @@ def test_a_missed_run_is_requested_as_generation_zero(
     asked = ask(stack(served.collection), store, recent)
     assert (asked.request.generation, asked.previous) == (0, None)
     assert asked.request.request_id == RunKey(PROJECT, LOCATION, JOB_ID, recent).run_id
+
+
+def test_a_fenced_run_is_requested_and_delivered_as_a_run_that_never_ran(
+    served: Served, store: FirestoreRunStore, recent: datetime,
+) -> None:
+    """A fence ("nothing ran": left where a claim's create had an unknown outcome, issue
+    37 item 7) is no failed run to the tools or the watchdog: `make rerun` asks for
+    generation 0, the watchdog delivers it, and it executes once. (The reverted fence, a
+    plain `failed` record, was settled `failed` without a delivery: backfills lost runs.)"""
+    clean(served)
+    key = RunKey(PROJECT, LOCATION, JOB_ID, recent)
+    store.create(key.run_id, RunRecord.fence_of(key, "a-fenced-attempt", 60, recent))
+    asked = ask(stack(served.collection), store, recent)
+    assert (asked.request.generation, asked.previous) == (0, None)
+    watch = Watch(served.collection, [watched()], served.server.url, now=recent)
+    [delivered] = watch.tick()["reruns"]
+    assert (delivered["status"], delivered["generation"]) == ("completed", 0)
+    assert [e["generation"] for e in served.executions(JOB_ID)
+            if e["schedule_time"] == recent.isoformat()] == [0]
 
 
 # -- what `make rerun` refuses before writing anything ------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +23,7 @@ from dedup.keys import RunKey
 from dedup.outcomes import Delivery, Outcome
 from dedup.protocol import Deduplicator
 from dedup.run_context import RunContext
-from dedup.store import StoredRun, StoreUnavailable
+from dedup.store import RecordChanged, RecordExists, StoredRun, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
 from local_stack.deliveries import LOCATION, PROJECT
 from tests.function.faulty_store import Fault, FaultyStore
@@ -137,14 +138,140 @@ def test_a_takeover_whose_reply_was_lost_is_adopted(collection_name: str) -> Non
     assert job.executions == [delivery.attempt_id]
 
 
+def fenced(store: FaultyStore) -> bool:
+    """The run's ID holds a fence ("nothing ran"), which every reader counts as absent:
+    get returns it past its expiry (the claimer takes it over), get_many (the watchdog's
+    and the tools' read) leaves it out."""
+    stored = store.inner.get(KEY.run_id)
+    return (stored is not None and stored.record.is_fence and stored.past_expiry
+            and store.inner.get_many([KEY.run_id]) == {})
+
+
 def test_a_claim_that_did_not_land_is_a_5xx_that_blocks_nothing(collection_name: str) -> None:
     dedup, store = faulty_dedup(collection_name)
     store.script("create", Fault.UNREACHABLE)
     job = CountingJob()
     delivery = dedup.run(KEY, job, b"", {})
     assert delivery.outcome is Outcome.STORE_UNAVAILABLE and STATUS[delivery.outcome] == 500
-    assert job.executions == [] and status_of(store) is None
-    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.COMPLETED  # no 409 after the 5xx
+    assert job.executions == [] and fenced(store)
+    retry = dedup.run(KEY, job, b"", {})
+    assert (retry.outcome, retry.attempt) == (Outcome.COMPLETED, 1)  # no 409 after the 5xx
+
+
+def test_a_create_that_commits_after_the_5xx_cannot_block_the_retry(
+    collection_name: str,
+) -> None:
+    """Issue 37, item 7: the claim's create times out, the read that resolves it finds no
+    record, the delivery answers 500 "nothing landed", and then the create commits. Before,
+    that late claim of an attempt no longer running answered 409 to every retry for a
+    whole lease; now the run's ID was fenced after the read, so the late create fails and
+    the retry runs the job at once (the lease is 60 s: no waiting for it)."""
+    dedup, store = faulty_dedup(collection_name, lease=60.0)
+    store.script("create", Fault.LANDS_LATE)
+    job = CountingJob()
+    first = dedup.run(KEY, job, b"", {}, answer_within=170)
+    assert first.outcome is Outcome.STORE_UNAVAILABLE and job.executions == []
+    [late] = store.land_late()
+    retry = dedup.run(KEY, job, b"", {}, answer_within=170)
+    assert (retry.outcome, retry.attempt) == (Outcome.COMPLETED, 1)  # before: IN_PROGRESS
+    assert isinstance(late, RecordExists)  # the fence held: the late create did not land
+    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.DUPLICATE
+    assert job.executions == [retry.attempt_id]
+
+
+class FailingJob:
+    def __call__(self, context: RunContext) -> Any:
+        raise RuntimeError("ledger locked")
+
+
+@pytest.mark.parametrize("left", ["lapsed claim", "failed run"])
+def test_a_takeover_that_commits_after_the_5xx_cannot_block_the_retry(
+    collection_name: str, left: str,
+) -> None:
+    """Item 7's takeover twin: the takeover of a lapsed claim (or of a failed run) times
+    out, the read finds the record unchanged, the delivery answers 500, and then the
+    takeover (guarded by that version) commits: before, a live claim of an attempt no
+    longer running, 409 to every retry for a lease. Now the record was moved on to a new
+    version, meaning what it did to every reader (a lapsed claim lapsed, the failed run
+    failed), so the late takeover fails its guard and the retry runs the job at once."""
+    earlier, _ = faulty_dedup(collection_name, lease=1.0)
+    if left == "lapsed claim":
+        assert isinstance(earlier.claim(KEY), Claim)
+    else:
+        assert earlier.run(KEY, FailingJob(), b"", {}).outcome is Outcome.FAILED
+    dedup, store = faulty_dedup(collection_name, lease=60.0)
+    before = lease_lapsed(store.inner, KEY.run_id)
+    store.script("replace", Fault.LANDS_LATE)
+    job = CountingJob()
+    first = dedup.run(KEY, job, b"", {}, answer_within=170)
+    assert first.outcome is Outcome.STORE_UNAVAILABLE and job.executions == []
+    moved_on = store.inner.get(KEY.run_id)
+    [late] = store.land_late()
+    retry = dedup.run(KEY, job, b"", {}, answer_within=170)
+    assert (retry.outcome, retry.attempt) == (Outcome.COMPLETED, 2)  # before: IN_PROGRESS
+    assert isinstance(late, RecordChanged)  # the version it was guarded by moved on
+    assert moved_on is not None and moved_on.version != before.version
+    assert moved_on.record == (replace(before.record, lease_seconds=0.0)
+                               if left == "lapsed claim" else before.record)
+    assert job.executions == [retry.attempt_id]
+    stored = store.inner.get(KEY.run_id)
+    assert stored is not None and stored.record.unfinished_attempts == (
+        (1,) if left == "lapsed claim" else ())
+
+
+def land_after_the_first_read(
+    store: FaultyStore, first: Callable[[], object] = lambda: None,
+) -> list[object]:
+    """The create held in flight commits just after the read that resolves it (which
+    found nothing), before the attempt's next write, once `first` has run. Returns the
+    list that then receives what the late create returned or raised."""
+    real_get = store.get
+    landed: list[object] = []
+
+    def get(run_id: str) -> StoredRun | None:
+        found = real_get(run_id)
+        store.get = real_get  # type: ignore[method-assign]
+        first()
+        landed.extend(store.land_late())
+        return found
+
+    store.get = get  # type: ignore[method-assign]
+    return landed
+
+
+def test_a_create_that_commits_before_the_fence_is_adopted_and_runs_once(
+    collection_name: str,
+) -> None:
+    """The late create lands between the read that found nothing and the fence: the fence
+    finds this attempt's own claim, which it adopts and runs (as when the read finds it)."""
+    dedup, store = faulty_dedup(collection_name, lease=60.0)
+    store.script("create", Fault.LANDS_LATE)
+    landed = land_after_the_first_read(store)
+    job = CountingJob()
+    first = dedup.run(KEY, job, b"", {}, answer_within=170)
+    assert len(landed) == 1 and first.outcome is Outcome.COMPLETED
+    assert dedup.run(KEY, job, b"", {}).outcome is Outcome.DUPLICATE
+    assert job.executions == [first.attempt_id]
+
+
+def test_a_rival_delivery_that_claims_before_the_fence_runs_the_job_once(
+    collection_name: str,
+) -> None:
+    """Two deliveries race: the rival claims and completes the run between the read that
+    found nothing and the fence; the late create of the first attempt cannot land over
+    it, and the fence finds the rival's record: a duplicate, not a 500."""
+    dedup, store = faulty_dedup(collection_name, lease=60.0)
+    rival, _ = faulty_dedup(collection_name, lease=60.0)
+    job = CountingJob()
+    rival_answers: list[Outcome] = []
+    store.script("create", Fault.LANDS_LATE)
+    landed = land_after_the_first_read(
+        store, first=lambda: rival_answers.append(rival.run(KEY, job, b"", {}).outcome))
+    first = dedup.run(KEY, job, b"", {}, answer_within=170)
+    assert rival_answers == [Outcome.COMPLETED]
+    assert [type(outcome) for outcome in landed] == [RecordExists]
+    assert first.outcome is Outcome.DUPLICATE
+    assert len(job.executions) == 1 and status_of(store) == "completed"
 
 
 def heal_after(store: FaultyStore, operation: str, seconds: float) -> threading.Timer:

@@ -444,8 +444,11 @@ class BrokenStore:
     def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
         return dict(self.inner.get_cursors(jobs))
 
-    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> None:
-        self.inner.put_cursors(cursors, now)
+    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> dict[str, datetime]:
+        return self.inner.put_cursors(cursors, now)
+
+    def clear_outboxes(self, versions: Mapping[str, datetime]) -> None:
+        self.inner.clear_outboxes(versions)
 
 
 def test_a_store_outage_is_a_500_and_the_retry_reports_what_it_hid(
@@ -574,7 +577,8 @@ class CountingStore:
 
     def __init__(self, inner: FirestoreWatchStore) -> None:
         self.inner = inner
-        self.calls: dict[str, list[int]] = {"get_many": [], "get_cursors": [], "put_cursors": []}
+        self.calls: dict[str, list[int]] = {
+            "get_many": [], "get_cursors": [], "put_cursors": [], "clear_outboxes": []}
 
     def get_many(
         self, run_ids: Sequence[str], database: str | None = None
@@ -586,9 +590,13 @@ class CountingStore:
         self.calls["get_cursors"].append(len(jobs))
         return self.inner.get_cursors(jobs)
 
-    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> None:
+    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> dict[str, datetime]:
         self.calls["put_cursors"].append(len(cursors))
-        self.inner.put_cursors(cursors, now)
+        return self.inner.put_cursors(cursors, now)
+
+    def clear_outboxes(self, versions: Mapping[str, datetime]) -> None:
+        self.calls["clear_outboxes"].append(len(versions))
+        self.inner.clear_outboxes(versions)
 
 
 def test_a_tick_over_many_jobs_reads_and_writes_in_batches(collection_name: str) -> None:

@@ -7,8 +7,10 @@ is no recovery."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from google.cloud import firestore
@@ -31,8 +33,9 @@ from dedup.watchdog.reruns import (
     reruns_collection,
 )
 from dedup.watchdog.settings import WatchSettings
-from dedup.watchdog.tick import TickResult, Watchdog
+from dedup.watchdog.tick import TickResult, Watchdog, WatchdogHandler
 from local_stack.deliveries import LOCATION, PROJECT
+from tests.function.faulty_store import CursorCommitFaults
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -189,3 +192,35 @@ def test_a_catch_up_answered_skipped_is_no_recovery(collection_name: str) -> Non
     assert result.counts["skipped"] == len(answers.given)
     events = [t.event for t in result.transitions]
     assert events == [OPENED] and RESOLVED not in events
+
+
+def test_a_generation_that_ran_twice_is_reported_when_its_settling_tick_fails_after_commit(
+    collection_name: str,
+) -> None:
+    """Item 4 of issue 37: the tick that settles a re-run generation which executed twice
+    commits its cursor, then the store goes away (the reply lost, unresolved): 500. The
+    request stays pending until the cursor carrying its ran_twice line was written, so the
+    retry still reports it; once reported, it is finished and never reported again.
+    (Before: the request was written done first, so no later tick reported it.)"""
+    job = WatchedJob("seam-told", "* * * * *", reruns=True, attempt_deadline_seconds=60)
+    runs = _runs(collection_name)
+    queue = FirestoreRerunQueue(runs, reruns_collection(collection_name))
+    t = NOW - timedelta(minutes=20)
+    _record(runs, RunKey(PROJECT, LOCATION, job.name, t), taken_over=False)
+    twice = RunKey(PROJECT, LOCATION, job.name, t, generation=1)
+    _record(runs, twice, taken_over=True)  # killed mid-job and taken over: ran twice
+    request = _request(job.name, t, 1, NOW - timedelta(minutes=5))
+    queue.create(request)
+    logs: list[Mapping[str, Any]] = []
+    watchdog = _watchdog(collection_name, [job], Answers())
+    handler = WatchdogHandler(watchdog._settings, watchdog, logs.append)
+    watchdog._store = CursorCommitFaults(watchdog._store, landed=1)
+    assert handler.handle({}, b"").status == 500
+    assert queue.get_many([request.request_id])[request.request_id].status == PENDING
+    assert handler.handle({}, b"").status == 200  # Scheduler's retry
+    told = [e for e in logs if e.get("kind") == RAN_TWICE]
+    assert told and {e["run_id"] for e in told} == {twice.run_id}
+    assert queue.get_many([request.request_id])[request.request_id].status == DONE
+    logs.clear()
+    assert handler.handle({}, b"").status == 200
+    assert [e for e in logs if e.get("kind") == RAN_TWICE] == []

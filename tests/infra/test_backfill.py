@@ -276,3 +276,27 @@ def test_the_same_backfill_once_finished_is_planned_afresh(
     assert (again.value.backfill_id, again.value.state, again.value.total) == (
         stored.value.backfill_id, ACTIVE, 3)
     assert [r.schedule_time.hour for r in backfills.page(again.value, 0)] == [3, 4, 5]
+
+
+def test_stop_on_failure_is_written_with_the_backfill_and_shown(
+    tmp_path: Path, collection_name: str,
+) -> None:
+    """`make backfill STOP_ON_FAILURE=1` (--stop-on-failure) writes it into the plan the
+    watchdog reads, and the status says so; without it, it is off."""
+    path = stack_file(tmp_path, collection_name)
+    hourly = outage_day(path)
+    args = (str(path), "--job", JOB, "--from", "2026-10-16T00:00:00Z", "--to",
+            "2026-10-16T11:59:00Z", "--reason", "outage 03:00-06:00")
+    code, out, err = main(*args, "--stop-on-failure")
+    assert (code, err) == (0, "") and "forward, stop on failure: active" in out
+    stored = own_backfills(collection_name).get(hourly.job_id)
+    assert stored is not None and isinstance(stored.value, Backfill)
+    assert stored.value.stop_on_failure and stored.value.stopped_at is None
+    code, out, _ = main(str(path), "--job", JOB, "--status")
+    assert code == 0 and "stop on failure" in out
+    main(str(path), "--job", JOB, "--cancel")
+    code, out, err = main(*args[:-2], "--reason", "again", "--mode", "all")
+    assert (code, err) == (0, "")
+    again = own_backfills(collection_name).get(hourly.job_id)
+    assert again is not None and isinstance(again.value, Backfill)
+    assert not again.value.stop_on_failure

@@ -10,8 +10,8 @@ never from this instance.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
@@ -19,6 +19,10 @@ from dedup.keys import RunKey
 
 # A failed record's `error`: one line, at most this long.
 MAX_ERROR_CHARS = 500
+# A fence's `expire_at` (RunRecord.is_fence): past from the start, so every reader of one
+# record counts it absent (StoredRun.past_expiry), older code included, and the TTL
+# policy may delete it (long after any create it stood in for could still land).
+FENCE_EXPIRE_AT = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class RunStatus(StrEnum):
@@ -81,6 +85,15 @@ class RunRecord:
     # The watchdog's `ran_twice` evidence (dedup.watchdog.ran_twice).
     unfinished_attempts: tuple[int, ...] = ()
 
+    @property
+    def is_fence(self) -> bool:
+        """A fence (fence_of): not a run's record but a stand-in for "nothing ran", put
+        where a claim's create whose outcome was unknown found nothing, so that create,
+        should it still be in flight, fails when it lands. Counted absent by every reader:
+        get_many leaves it out; get returns it past its expiry, for the claimer to take
+        over. Told by `failed` with no attempt: a run's records count from attempt 1."""
+        return self.status is RunStatus.FAILED and self.attempts == 0
+
     @classmethod
     def claim(
         cls, key: RunKey, attempt_id: str, attempts: int, lease_seconds: float,
@@ -102,6 +115,20 @@ class RunRecord:
             forced=key.forced or key.early,
             generation=key.generation,
             unfinished_attempts=unfinished_attempts,
+        )
+
+    @classmethod
+    def fence_of(
+        cls, key: RunKey, attempt_id: str, lease_seconds: float, written_at: datetime
+    ) -> RunRecord:
+        """The fence of `attempt_id` on `key`'s run (is_fence): `failed` with no attempt
+        under it, and past its expiry, so a reader that does not know fences (an older
+        version) takes it for the leftover it is as good as: a new life, attempt 1."""
+        return replace(
+            cls.claim(key, attempt_id, 0, lease_seconds, FENCE_EXPIRE_AT),
+            status=RunStatus.FAILED, failed_at=written_at,
+            error="nothing ran: this attempt's claim had an unknown outcome and no record "
+                  "was found; fenced so it cannot land later",
         )
 
 
@@ -184,7 +211,8 @@ class RunStore(Protocol):
         ...
 
     def get(self, run_id: str) -> StoredRun | None:
-        """Read the record, or None if there is none. Raises MalformedRecord."""
+        """Read the record, or None if there is none; a fence (RunRecord.is_fence) is
+        returned, past its expiry, for the claimer to take over. Raises MalformedRecord."""
         ...
 
     def replace(
@@ -202,8 +230,9 @@ class RunStore(Protocol):
         ...
 
     def get_many(self, run_ids: Sequence[str]) -> Mapping[str, StoredRun | MalformedRun]:
-        """Read many records by ID (batched); absent ones are left out of the result, and a
-        document that is no record is a MalformedRun (the others are read as ever)."""
+        """Read many records by ID (batched); absent ones are left out of the result, and
+        so are fences (RunRecord.is_fence: nothing ran, no run to judge); a document that is
+        no record is a MalformedRun (the others are read as ever)."""
         ...
 
 

@@ -288,10 +288,11 @@ class FirestoreRunStore:
         return found
 
     def get_many(self, run_ids: Sequence[str]) -> dict[str, StoredRun | MalformedRun]:
-        """One BatchGetDocuments per GET_MANY_BATCH IDs; absent records are left out, and a
-        document that is no run record is its MalformedRun (each parsed on its own: one
-        cannot fail the read of the others). Firestore bills one read per requested
-        document, found or not."""
+        """One BatchGetDocuments per GET_MANY_BATCH IDs; absent records are left out, and
+        so are fences (nothing ran: every reader of many records, the watchdog's and the
+        tools', counts the run as absent); a document that is no run record is its
+        MalformedRun (each parsed on its own: one cannot fail the read of the others).
+        Firestore bills one read per requested document, found or not."""
 
         def op() -> dict[str, StoredRun | MalformedRun]:
             found: dict[str, StoredRun | MalformedRun] = {}
@@ -302,9 +303,11 @@ class FirestoreRunStore:
                     refs, retry=self._retry, timeout=self._timeout
                 )
                 for snapshot in snapshots:
-                    if snapshot.exists:
-                        found[snapshot.id] = _read(snapshot.id, self._path(snapshot.id),
-                                                   snapshot)
+                    if not snapshot.exists:
+                        continue
+                    read = _read(snapshot.id, self._path(snapshot.id), snapshot)
+                    if not (isinstance(read, StoredRun) and read.record.is_fence):
+                        found[snapshot.id] = read
             return found
 
         return self._call(op)

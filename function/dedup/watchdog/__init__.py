@@ -6,7 +6,8 @@
 - verdicts.py: a run's verdict from its record (classify_run), the problems it reports
   (Problem, MISSED, FAILED, ...), a tick's verdicts on one job (JobTick, ForcedRun);
 - cursors.py: its store: records by ID, the guarded per-job cursor documents (Cursor,
-  FirestoreWatchStore, CursorMoved);
+  FirestoreWatchStore, CursorMoved); outbox.py: the problem and incident lines a tick
+  commits with its cursors and logs once they landed (announced from durable state);
 - judging.py: judging one job at a tick: its reads, verdicts and cursor moves;
 - deliveries.py: what a tick delivers and how (Delivered, the queue's retry bounds);
   catch_up.py: missed runs delivered again; rerun_deliveries.py: the re-run requests and
@@ -15,5 +16,7 @@
   watch_scheduled_runs calls (WatchdogHandler, build_watchdog_handler_from_env);
 - delivery.py and cloud_tasks.py: the delivery seam (a direct POST, a Cloud Tasks task);
   reruns.py: the re-run queue; backfills.py: `make backfill`'s pacing; incidents.py: alert
-  streaks; ran_twice.py: a run executed twice, from its record.
+  streaks; ran_twice.py: a run executed twice, from its record;
+- windows.py: declared silence windows; silences.py: `make silence`'s silences (SilenceBook:
+  the silence each job is in), and what a silence holds back (settle_incidents).
 """

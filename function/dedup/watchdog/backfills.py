@@ -10,7 +10,8 @@ nothing) to the watchdog's own database, next to the re-run requests:
   the same command asked again finds it and queues nothing), range, mode, order, who asked
   and why, and its progress: `next` (how many of its runs are released), `in_flight`
   (the released requests not finished yet: request ID -> position), the counts of `done`,
-  `failed` and `refused` ones, and its `state` (active, finished, cancelled);
+  `failed` and `refused` ones, and its `state` (active, finished, cancelled, or stopped:
+  asked with STOP_ON_FAILURE=1, one of its runs failed, `stopped_at` names the earliest);
 - `.../pages/<backfill ID>-<k>`: its runs in delivery order, PAGE_SIZE per page (schedule
   time and generation each).
 
@@ -71,7 +72,10 @@ MODES = (MISSING, FAILED_RUNS, ALL)
 FORWARD, REVERSE = "forward", "reverse"
 ORDERS = (FORWARD, REVERSE)
 ACTIVE, FINISHED, CANCELLED = "active", "finished", "cancelled"
-STATES = (ACTIVE, FINISHED, CANCELLED)
+# STOP_ON_FAILURE: a run of it failed, so nothing more is released (its runs in flight
+# finish); `stopped_at` names the failed run.
+STOPPED = "stopped"
+STATES = (ACTIVE, FINISHED, CANCELLED, STOPPED)
 # What the watchdog marks a document that is no backfill (never read as one again).
 REFUSED_STATE = "refused"
 RUNS_PER_TICK_ENV = "DEDUP_WATCH_BACKFILL_RUNS_PER_TICK"
@@ -143,6 +147,9 @@ class Backfill:
     last_error: str | None = None
     state: str = ACTIVE
     finished_at: datetime | None = None
+    # STOP_ON_FAILURE=1: stop releasing at the first failed run (`stopped_at`: its time).
+    stop_on_failure: bool = False
+    stopped_at: datetime | None = None
 
     @property
     def pages(self) -> int:
@@ -160,6 +167,8 @@ class Backfill:
             "job": self.job, "backfill": self.backfill_id, "state": self.state,
             "total": self.total, "released": self.next, "in_flight": len(self.in_flight),
             "done": self.done, "failed": self.failed, "refused": self.refused,
+            **({"stopped_at": self.stopped_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+               if self.stopped_at is not None else {}),
         }
 
     def to_document(self, now: datetime) -> dict[str, Any]:
@@ -172,6 +181,7 @@ class Backfill:
             "done": self.done, "failed": self.failed, "refused": self.refused,
             "last_error": self.last_error, "state": self.state,
             "finished_at": self.finished_at, "updated_at": now,
+            "stop_on_failure": self.stop_on_failure, "stopped_at": self.stopped_at,
         }
 
     @classmethod
@@ -195,6 +205,13 @@ class Backfill:
                 raise MalformedDocument(f"{key} is {_shown(value)}, not a timestamp")
             return value
 
+        stop_on_failure = data.get("stop_on_failure", False)  # absent: written before it
+        if not isinstance(stop_on_failure, bool):
+            raise MalformedDocument(f"stop_on_failure is {_shown(stop_on_failure)}, not a bool")
+        stopped_at = data.get("stopped_at")
+        if stopped_at is not None and not (
+                isinstance(stopped_at, datetime) and stopped_at.tzinfo is not None):
+            raise MalformedDocument(f"stopped_at is {_shown(stopped_at)}, not a timestamp")
         in_flight = data.get("in_flight") or {}
         if not isinstance(in_flight, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, int) for k, v in in_flight.items()):
@@ -212,6 +229,7 @@ class Backfill:
             state=text("state"),
             finished_at=data.get("finished_at") if isinstance(data.get("finished_at"),
                                                               datetime) else None,
+            stop_on_failure=stop_on_failure, stopped_at=stopped_at,
         )
         if backfill.mode not in MODES or backfill.order not in ORDERS or (
                 backfill.state not in STATES) or backfill.next > backfill.total or (
@@ -449,13 +467,15 @@ class BackfillPacer:
         return {run: sorted(of_run, key=lambda r: r.generation) for run, of_run in found.items()}
 
     def _settle(self, live: Mapping[str, _Live]) -> list[RerunRequest]:
-        """Count the in-flight requests that finished, and let them go; the pending ones."""
+        """Count the in-flight requests that finished, and let them go; the pending ones.
+        A backfill asked to stop on failure stops at its earliest failed run (by position)."""
         wanted = [r for entry in live.values() for r in entry.backfill.in_flight]
         found = self._queue.read_many(wanted) if wanted else {}
         pending: list[RerunRequest] = []
         for entry in live.values():
             backfill = entry.backfill
-            for request_id in list(backfill.in_flight):
+            failed: list[tuple[int, RerunRequest]] = []
+            for request_id, position in list(backfill.in_flight.items()):
                 request = found.get(request_id)
                 if isinstance(request, RerunRequest) and request.status == PENDING:
                     pending.append(request)
@@ -471,9 +491,15 @@ class BackfillPacer:
                 elif request.status == FAILED:
                     backfill.failed += 1
                     backfill.last_error = request.outcome
+                    failed.append((position, request))
                 else:
                     backfill.refused += 1
                     backfill.last_error = request.outcome
+            if failed and backfill.stop_on_failure and backfill.state == ACTIVE:
+                _, first_failed = min(failed, key=lambda f: f[0])
+                backfill.state = STOPPED
+                backfill.stopped_at = first_failed.schedule_time
+                backfill.last_error = first_failed.outcome
             if backfill.next >= backfill.total and not backfill.in_flight and (
                     backfill.state == ACTIVE):
                 backfill.state = FINISHED
@@ -533,8 +559,10 @@ class BackfillPacer:
         for job, entry in list(live.items()):
             if not entry.changed:
                 continue
-            if entry.backfill.state == FINISHED and entry.backfill.finished_at is None:
-                entry.backfill.finished_at = now
+            backfill = entry.backfill
+            if backfill.finished_at is None and (backfill.state == FINISHED or (
+                    backfill.state == STOPPED and not backfill.in_flight)):
+                backfill.finished_at = now
             try:
                 entry.version = self._backfills.update(entry.backfill, entry.version, now)
                 entry.changed = False

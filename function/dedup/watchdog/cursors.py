@@ -7,7 +7,8 @@ function it delivers to writes them). What it writes is in a database of its own
 (DEDUP_WATCH_DATABASE, infra's `<databaseName>-watchdog`), which the dedup function's
 account, running the team's job code, cannot write: one cursor document per job in
 `<collection>_watchdog` (the last judged schedule time, the in-progress runs it still
-watches, the overlong runs already reported, its pending catch-ups and incident streaks),
+watches, the overlong runs already reported, its pending catch-ups and incident streaks, the
+incidents held during a silence: dedup/watchdog/silences.py),
 so each problem is reported once, and the status of the re-run requests it delivers, from
 `<collection>_reruns` there (dedup/watchdog/reruns.py). (Unset: both in DEDUP_DATABASE, as
 the demo and older tests keep them.) Each cursor write is guarded by the version the tick
@@ -30,6 +31,7 @@ from google.api_core import exceptions as gexc
 from dedup.store import MalformedRun, StoredRun, StoreError
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.incidents import MalformedStreak, Streak, streaks_from_document
+from dedup.watchdog.outbox import Line, lines_from_document
 from dedup.watchdog.reruns import MalformedDocument
 
 _Chunk = TypeVar("_Chunk")
@@ -60,6 +62,12 @@ class Cursor:
     # The job's incident streaks by kind (dedup.watchdog.incidents): moved with the cursor, in one
     # guarded write, so a transition is made once.
     incidents: dict[str, Streak] = field(default_factory=dict)
+    # The lines a tick committed with this cursor and has not yet logged and cleared
+    # (dedup/watchdog/outbox.py): the next tick carries them into its commit and logs them.
+    outbox: list[Line] = field(default_factory=list)
+    # The `incident_opened` lines held during a silence, logged (paged) once it is over if
+    # their streak is still open (dedup/watchdog/silences.py).
+    held: list[Line] = field(default_factory=list)
     # Not stored: why the document read was no cursor (this one then starts afresh).
     malformed: str | None = None
     # Not stored: the document's version as read (None: there was none); its write is
@@ -76,6 +84,8 @@ class Cursor:
             "overlong": dict(self.overlong),
             "catch_ups": {r: c.to_document() for r, c in self.catch_ups.items()},
             "incidents": {k: v.to_document() for k, v in self.incidents.items()},
+            "outbox": [dict(line) for line in self.outbox],
+            "held": [dict(line) for line in self.held],
             "updated_at": now,
         }
 
@@ -93,6 +103,11 @@ class Cursor:
             incidents = streaks_from_document(data.get("incidents"))
         except MalformedStreak as exc:
             raise MalformedDocument(str(exc)) from None
+        try:
+            outbox = lines_from_document(data.get("outbox"))
+            held = lines_from_document(data.get("held"), "held")
+        except ValueError as exc:
+            raise MalformedDocument(str(exc)) from None
         return cls(
             judged_through=_instant_or_none(data, "judged_through"),
             watch_from=_instant_or_none(data, "watch_from"),
@@ -105,6 +120,8 @@ class Cursor:
                 for r, c in catch_ups.items()
             },
             incidents=incidents,
+            outbox=outbox,
+            held=held,
         )
 
     @classmethod
@@ -189,8 +206,13 @@ class WatchStore(Protocol):
     def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
         ...
 
-    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> None:
-        """Write each job's cursor (job name -> cursor)."""
+    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> dict[str, datetime]:
+        """Write each job's cursor (job name -> cursor); each written one's new version."""
+        ...
+
+    def clear_outboxes(self, versions: Mapping[str, datetime]) -> None:
+        """Empty each job's cursor outbox, if the cursor is still at that version (its lines
+        were logged); one that moved on is left to the tick that moved it."""
         ...
 
 
@@ -238,16 +260,17 @@ class FirestoreWatchStore:
             found.update(part)
         return found
 
-    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> None:
+    def put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> dict[str, datetime]:
         """Each cursor written only if its document is still as this tick read it (created
         if there was none): a tick that overlapped another (a Scheduler retry next to a slow
         tick) gets CursorMoved instead of overwriting the other's cursors and streaks (and
-        writes nothing of that chunk: one commit per chunk, all or nothing)."""
+        writes nothing of that chunk: one commit per chunk, all or nothing). Returns each
+        cursor's new version (what its outbox's acknowledgement is guarded by)."""
         # Marks this write, so that a retry of a commit that landed knows it for its own.
         written_by = uuid.uuid4().hex
 
-        def write(chunk: Sequence[tuple[str, Cursor]]) -> None:
-            def op() -> None:
+        def write(chunk: Sequence[tuple[str, Cursor]]) -> dict[str, datetime]:
+            def op() -> dict[str, datetime]:
                 batch = self._own.client.batch()
                 for job, cursor in chunk:
                     ref = self._cursors.document(job)
@@ -258,29 +281,71 @@ class FirestoreWatchStore:
                         batch.update(ref, document, option=self._own.client.write_option(
                             last_update_time=cursor.version))
                 try:
-                    batch.commit(retry=self._own.retry, timeout=self._own.timeout)
+                    results: Any = batch.commit(retry=self._own.retry, timeout=self._own.timeout)
                 except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.NotFound) as exc:
-                    if self._landed(chunk, written_by):
-                        return  # our commit landed, its reply was lost: the retry met it
+                    landed = self._landed(chunk, written_by)
+                    if landed is not None:
+                        return landed  # our commit landed, its reply was lost: the retry met it
                     raise CursorMoved(
                         f"a cursor of jobs {[job for job, _ in chunk][:3]} changed since this "
                         f"tick read it (another tick wrote it): {exc}") from exc
+                return {job: result.update_time
+                        for (job, _), result in zip(chunk, results, strict=True)}
+
+            return self._own.call(op)
+
+        items = list(cursors.items())
+        versions: dict[str, datetime] = {}
+        for part in in_parallel(write, [items[i:i + CURSOR_WRITE_BATCH]
+                                        for i in range(0, len(items), CURSOR_WRITE_BATCH)]):
+            versions.update(part)
+        return versions
+
+    def clear_outboxes(self, versions: Mapping[str, datetime]) -> None:
+        """One guarded commit per chunk; a chunk with a cursor that moved on (its commit
+        fails whole) is cleared one cursor at a time, skipping the moved ones: the tick
+        that moved a cursor carried its lines into its own commit."""
+        def clear(chunk: Sequence[tuple[str, datetime]]) -> None:
+            def guarded(job: str, version: datetime) -> dict[str, Any]:
+                return {"reference": self._cursors.document(job), "field_updates": {
+                    "outbox": []}, "option": self._own.client.write_option(
+                        last_update_time=version)}
+
+            def op() -> None:
+                batch = self._own.client.batch()
+                for job, version in chunk:
+                    batch.update(**guarded(job, version))
+                try:
+                    batch.commit(retry=self._own.retry, timeout=self._own.timeout)
+                except (gexc.FailedPrecondition, gexc.NotFound):
+                    for job, version in chunk:
+                        single = self._own.client.batch()
+                        single.update(**guarded(job, version))
+                        try:
+                            single.commit(retry=self._own.retry, timeout=self._own.timeout)
+                        except (gexc.FailedPrecondition, gexc.NotFound):
+                            continue  # moved on since: no longer this tick's to clear
 
             self._own.call(op)
 
-        items = list(cursors.items())
-        in_parallel(write, [items[i:i + CURSOR_WRITE_BATCH]
+        items = list(versions.items())
+        in_parallel(clear, [items[i:i + CURSOR_WRITE_BATCH]
                             for i in range(0, len(items), CURSOR_WRITE_BATCH)])
 
-    def _landed(self, chunk: Sequence[tuple[str, Cursor]], written_by: str) -> bool:
-        """Whether every cursor of `chunk` is this write's own (its WRITTEN_BY mark): a
-        commit that landed while its reply was lost, which the client's retry then found
-        changed."""
+    def _landed(
+        self, chunk: Sequence[tuple[str, Cursor]], written_by: str
+    ) -> dict[str, datetime] | None:
+        """Each cursor's version if every cursor of `chunk` is this write's own (its
+        WRITTEN_BY mark): a commit that landed while its reply was lost, which the client's
+        retry then found changed. None if any is not."""
         refs = [self._cursors.document(job) for job, _ in chunk]
         snapshots: Any = self._own.client.get_all(
             refs, retry=self._own.retry, timeout=self._own.timeout)
-        marks = {s.id: (s.to_dict() or {}).get(WRITTEN_BY) for s in snapshots if s.exists}
-        return all(marks.get(job) == written_by for job, _ in chunk)
+        found = {s.id: s for s in snapshots if s.exists}
+        if not all(job in found and (found[job].to_dict() or {}).get(WRITTEN_BY) == written_by
+                   for job, _ in chunk):
+            return None
+        return {job: found[job].update_time for job, _ in chunk}
 
 
 WRITTEN_BY = "written_by"

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from dedup.business_runs import BusinessSchedule, business_schedule
 from dedup.keys import FORCED_SEPARATE
 from dedup.watchdog.incidents import Thresholds
+from dedup.watchdog.windows import Window
 
 DEFAULT_CATCH_UP_WITHIN_SECONDS = 6 * 3600.0
 
@@ -60,6 +61,8 @@ class WatchedJob:
     forced_runs: str = FORCED_SEPARATE
     # How many bad runs in a row open an incident and good ones close it (dedup.watchdog.incidents).
     thresholds: Thresholds = field(default_factory=Thresholds)
+    # Its declared silence windows (dedup.watchdog.windows): problems logged, nothing paged.
+    silences: tuple[Window, ...] = ()
 
     @property
     def business(self) -> BusinessSchedule:

@@ -58,6 +58,7 @@ class RerunDeliveries(TickDeliveries):
     _backfills: BackfillPacer | None
     _catching_up: dict[str, tuple[WatchedJob, datetime]]
     _finishing: list[tuple[RerunRequest, str, str]]
+    _finish_after_commit: list[tuple[RerunRequest, str, str]]
     _generation_problems: list[Problem]
 
     def _advance_backfills(
@@ -102,6 +103,9 @@ class RerunDeliveries(TickDeliveries):
         """Deliver these pending requests (every request of their runs: `of_runs`, by base
         run_id) that pass the checks; their status written in one batch at the end."""
         assert self._reruns is not None
+        # Settled earlier this tick, finished once its problem's line is committed.
+        held = {request.request_id for request, _, _ in self._finish_after_commit}
+        pending = [r for r in pending if r.request_id not in held]
         jobs = {job.name: job for job in self._settings.jobs}
         delivered: list[Delivered] = []
         deliverable: list[tuple[RerunRequest, WatchedJob]] = []
@@ -148,7 +152,13 @@ class RerunDeliveries(TickDeliveries):
             ))
         self._judge_generations(finished_direct, self._records(
             [(job, r.request_id) for r, job in finished_direct]) if finished_direct else {})
-        self._reruns.finish_all(self._finishing, now)
+        reported = {p.run_id for p in self._generation_problems}
+        # A request whose settling found a problem stays pending until the cursor carrying
+        # the problem's line is written (dedup/watchdog/outbox.py): a tick that fails before
+        # leaves it to be judged again, never finished with its problem untold.
+        self._finish_after_commit += [f for f in self._finishing if f[0].request_id in reported]
+        self._reruns.finish_all(
+            [f for f in self._finishing if f[0].request_id not in reported], now)
         if noted:
             self._reruns.note_deliveries(noted, now)
         return delivered
@@ -158,8 +168,8 @@ class RerunDeliveries(TickDeliveries):
         records: Mapping[str, StoredRun | MalformedRun],
     ) -> None:
         """ran_twice for re-run and backfill generations that settled this pass: judged on
-        the generation's record, once (the request is finished in the same pass); one whose
-        document is no record is reported `malformed` instead."""
+        the generation's record, once (the request is finished once the problem's line is
+        committed); one whose document is no record is reported `malformed` instead."""
         for request, job in settled:
             stored = records.get(request.request_id)
             if isinstance(stored, MalformedRun):

@@ -33,6 +33,7 @@ from dedup.watchdog.delivery import TARGET_URL_ENV, TargetAuth, target_auth_sett
 from dedup.watchdog.due import DEFAULT_CATCH_UP_WITHIN_SECONDS, WatchedJob
 from dedup.watchdog.incidents import Thresholds
 from dedup.watchdog.reruns import reruns_collection
+from dedup.watchdog.windows import Window, parse_windows, silences_setting
 
 # The proxy's URL: where runs of the jobs marked `proxied` are delivered (the table is built
 # before the proxy exists, so its URL comes with the environment).
@@ -55,7 +56,7 @@ _JOB_KEYS = {
     "name", "schedule", "timeZone", "attemptDeadlineSeconds", "retryWindowSeconds", "paused",
     "catchUp", "catchUpWithinSeconds", "body", "headers", "url", "database", "proxied",
     "runtime", "dstRepeated", "dstSkipped", "reruns", "forcedRuns", "failureThreshold",
-    "recoveryThreshold",
+    "recoveryThreshold", "silences",
 }
 # Firestore database IDs (the same rule as infra's databaseName).
 _DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
@@ -84,6 +85,9 @@ class WatchSettings:
     # DEDUP_WATCH_BACKFILL_*: how fast `make backfill`'s runs are released
     # (dedup/watchdog/backfills.py).
     backfill: BackfillSettings = field(default_factory=BackfillSettings)
+    # DEDUP_WATCH_SILENCES: the stack's declared silence windows, of every job
+    # (dedup/watchdog/silences.py; a job's own are its table entry's `silences`).
+    silences: tuple[Window, ...] = ()
 
     @property
     def cursor_collection(self) -> str:
@@ -148,7 +152,7 @@ class WatchSettings:
         return cls(
             store, jobs, lookback, grace, target_url, target_auth_setting(env), timeout,
             TaskQueue.from_env(env), watch_database_setting(env, store, jobs),
-            BackfillSettings.from_env(env),
+            BackfillSettings.from_env(env), silences_setting(env),
         )
 
 
@@ -348,6 +352,7 @@ def parse_watch_jobs(raw: str, where: str = WATCH_JOBS_TABLE) -> tuple[WatchedJo
             name, schedule, zone, deadline, window, paused, catch_up, within, body,
             tuple(sorted(headers.items())), url, database, proxied, runtime,
             dst["dstRepeated"], dst["dstSkipped"], reruns, forced_runs, thresholds,
+            parse_windows(entry.get("silences"), f"{where}.silences"),
         )
         jobs.append(job)
     # Counted once: names.count per name was quadratic (25 million steps for 5,000 jobs).

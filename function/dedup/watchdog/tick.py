@@ -5,8 +5,9 @@ Each tick, for every job that is not paused, judges the runs whose verdict becam
 (dedup/watchdog/catch_up.py), its backfills' runs and the pending re-runs
 (dedup/watchdog/rerun_deliveries.py), moves the incident streaks (dedup/watchdog/
 incidents.py), and writes each job's cursor (dedup/watchdog/cursors.py). Deliveries land
-before any cursor moves, and problems are logged before the cursor moves: a tick that fails
-halfway answers 500 and the retry may report a problem a second time, never zero times. A
+before any cursor moves; problem and incident lines are committed with the cursor and logged
+after (dedup/watchdog/outbox.py): a tick that fails halfway answers 500 and the retry may
+report a problem a second time, never zero times, and nothing is paged that no cursor holds. A
 document it cannot read (a cursor or a request with a field missing or of the wrong type, a
 cursor judged beyond now, a run record job code wrote into its own records database) is
 reported `malformed`, naming it, and never trusted: the job is judged afresh over the
@@ -16,6 +17,7 @@ judged as ever, and the tick answers 200.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,12 +37,20 @@ from dedup.watchdog.cursors import Cursor, CursorMoved, FirestoreWatchStore, Wat
 from dedup.watchdog.deliveries import CAUGHT_UP, CAUGHT_UP_SEVERITY, Delivered
 from dedup.watchdog.delivery import QUEUED, DeliversRuns, HttpDeliverer, TargetAuth
 from dedup.watchdog.due import WatchedJob, rfc3339
-from dedup.watchdog.incidents import OPENED, Transition, judge_streaks
+from dedup.watchdog.incidents import OPENED, RESOLVED, Transition, judge_streaks
 from dedup.watchdog.judging import JobJudging
+from dedup.watchdog.outbox import Line, folded, problem_line
 from dedup.watchdog.ran_twice import RAN_TWICE
 from dedup.watchdog.rerun_deliveries import RERUN_WAITING, RerunDeliveries
 from dedup.watchdog.reruns import FirestoreRerunQueue, RerunQueue, RerunRequest
 from dedup.watchdog.settings import WatchSettings
+from dedup.watchdog.silences import (
+    FirestoreSilences,
+    Silence,
+    SilenceBook,
+    settle_incidents,
+    silences_collection,
+)
 from dedup.watchdog.verdicts import (
     MALFORMED,
     MISSED,
@@ -62,6 +72,8 @@ class TickResult:
     transitions: list[Transition] = field(default_factory=list)
     overlapped: str | None = None  # why its cursors were not written (another tick's were)
     backfills: list[dict[str, Any]] = field(default_factory=list)  # each one's progress
+    # Problems in no cursor's outbox (dedup/watchdog/outbox.py): the handler logs them.
+    unannounced: list[Problem] = field(default_factory=list)
 
 
 class Watchdog(JobJudging, RerunDeliveries):
@@ -76,8 +88,11 @@ class Watchdog(JobJudging, RerunDeliveries):
         deliverer: DeliversRuns | None = None,
         reruns: RerunQueue | None = None,
         backfills: BackfillPacer | None = None,
+        silences: FirestoreSilences | None = None,
     ) -> None:
         self._settings = settings
+        # `make silence`'s silences (dedup/watchdog/silences.py); None: declared ones only.
+        self._silences = silences
         self._store = store
         self._now = wall_clock
         # Catch-up and re-runs need both a deliverer and a target URL (settings.delivers).
@@ -86,14 +101,17 @@ class Watchdog(JobJudging, RerunDeliveries):
         self._backfills = backfills if self._reruns is not None else None
         # This tick's pending catch-ups (run_id -> job, schedule time), set before re-runs.
         self._catching_up: dict[str, tuple[WatchedJob, datetime]] = {}
-        # Where a tick's incident transitions are logged, before its cursors are written
-        # (WatchdogHandler sets it); None: only returned in the TickResult.
-        self.announce: Callable[[Sequence[Transition]], None] | None = None
+        # Where a tick's problem and incident lines are logged, once the cursors that hold
+        # them were written (WatchdogHandler sets it); None: only returned in TickResult.
+        self.announce: Callable[[Sequence[Line]], None] | None = None
         # The re-run requests one delivery pass finished, written together at its end.
         self._finishing: list[tuple[RerunRequest, str, str]] = []
         # This tick's ran_twice problems of re-run and backfill generations (a request that
         # settled on a record showing a second execution): put into their job's streak.
         self._generation_problems: list[Problem] = []
+        # The requests whose settling this tick found a problem: finished only once the
+        # cursor that carries the problem's line was written (dedup/watchdog/outbox.py).
+        self._finish_after_commit: list[tuple[RerunRequest, str, str]] = []
 
     def tick(self) -> tuple[int, list[Problem], dict[str, int]]:
         """(runs judged, problems, counts) for every job; StoreUnavailable on an outage."""
@@ -108,15 +126,13 @@ class Watchdog(JobJudging, RerunDeliveries):
         cursors = self._store.get_cursors([job.name for job in self._settings.jobs])
         counts = {"jobs": len(active), "paused": len(paused), "reads": len(cursors)}
         checked, problems = 0, self._refuse_malformed_cursors(cursors, now)
+        silenced = self._silenced(now, problems)
         for job in paused:
             # Scheduler delivers nothing while paused: move the cursor past those runs, so
             # that resuming the job does not report them as missed.
             cursor = cursors.setdefault(job.name, Cursor())
             cursor.judged_through = self._horizon(job, now)
             cursor.watch_from = cursor.watch_from or now
-        overlapped = None
-        if paused:
-            overlapped = self._put_cursors({job.name: cursors[job.name] for job in paused}, now)
         watched = [(job, cursors.get(job.name, Cursor())) for job in active]
         reads = [self._reads(job, cursor, now) for job, cursor in watched]
         found = self._read_all([job for job, _ in watched], reads)
@@ -136,6 +152,7 @@ class Watchdog(JobJudging, RerunDeliveries):
         }
         # Backfills first: they deliver their own requests, by ID; then the pending ones.
         self._generation_problems = []
+        self._finish_after_commit = []
         backfilled, backfills = self._advance_backfills(now, problems)
         reruns = self._deliver_reruns(now, problems)  # a store error here, too, leaves
         # every cursor as it was
@@ -148,12 +165,19 @@ class Watchdog(JobJudging, RerunDeliveries):
             else:
                 problems.append(problem)  # a paused job's: reported (its cursor stands)
         transitions = self._advance_streaks(judged, now)
-        if transitions and self.announce is not None:
-            # Logged before the cursors move: a tick that fails now repeats them at its
-            # retry (the same incidents), never loses them.
-            self.announce(transitions)
-        overlapped = self._put_cursors(
-            {job.name: cursor for job, cursor, _ in judged}, now) or overlapped
+        # Paused jobs' cursors too: one commit carries every job's lines (outbox.py).
+        written = {job.name: cursor for job, cursor, _ in judged} | {
+            job.name: cursors[job.name] for job in paused}
+        incident_lines: dict[str, list[Line]] = {}
+        quiet: set[str] = set()
+        for name, cursor in written.items():  # held during a silence, or paged
+            incident_lines[name], not_logged = settle_incidents(
+                cursor, [t for t in transitions if t.job == name], silenced.get(name), now)
+            quiet |= not_logged
+        unannounced = self._fill_outboxes(
+            written, [*problems, *(p for _, _, t in judged for p in t.problems)],
+            incident_lines, silenced)
+        overlapped = self._commit_and_announce(written, now)
         forced: list[ForcedRun] = self._forced_before_missed(judged)
         counts["reads"] += len(forced)
         for _, _, result in judged:
@@ -163,21 +187,75 @@ class Watchdog(JobJudging, RerunDeliveries):
             problems.extend(result.problems)
             forced.extend(result.forced)
         counts["forced"] = len(forced)
-        counts["incidents_opened"] = sum(t.event == OPENED for t in transitions)
-        counts["incidents_resolved"] = len(transitions) - counts["incidents_opened"]
-        return TickResult(checked, problems, counts, caught_up, reruns, forced, transitions,
-                          overlapped, backfills)
+        logged = [line.get("event") for lines in incident_lines.values() for line in lines]
+        counts["incidents_opened"] = logged.count(OPENED)
+        counts["incidents_resolved"] = logged.count(RESOLVED)
+        counts["incidents_held"] = sum(len(c.held) for c in written.values())
+        counts["silenced"] = sum(s is not None for s in silenced.values())
+        paged = [t for t in transitions if t.incident not in quiet]
+        return TickResult(checked, problems, counts, caught_up, reruns, forced, paged,
+                          overlapped, backfills, unannounced)
 
-    def _put_cursors(self, cursors: Mapping[str, Cursor], now: datetime) -> str | None:
-        """Write the cursors; why not, if another tick moved one since this tick read it.
-        That tick judged from the same cursor (else its own guarded write would have failed)
-        and reported the same problems and transitions, which this tick reports too (a
-        problem twice, never zero times); its cursor stands, so a stale tick never rolls a
-        later one back (and re-counts its runs into the streaks)."""
+    def _silenced(self, now: datetime, problems: list[Problem]) -> dict[str, Silence | None]:
+        """The silence each job is in now (dedup/watchdog/silences.py); an operator
+        silence the watchdog cannot read is reported `malformed` and silences nothing."""
+        operator, refused = self._silences.read_all() if self._silences else ([], [])
+        for document, why in refused:
+            problems.append(Problem(
+                document.removeprefix("job:"), None, MALFORMED,
+                error=f"silence refused, nothing is silenced by it: {why}",
+                document=f"{silences_collection(self._settings.store.collection)}/{document}",
+            ))
+        book = SilenceBook(self._settings.silences, operator, now)
+        return {job.name: book.of(job) for job in self._settings.jobs}
+
+    def _fill_outboxes(
+        self, written: Mapping[str, Cursor], problems: Sequence[Problem],
+        incident_lines: Mapping[str, Sequence[Line]], silenced: Mapping[str, Silence | None],
+    ) -> list[Problem]:
+        """Put this tick's problem and incident lines into the outbox of the cursor of
+        their job (dedup/watchdog/outbox.py), after what an earlier tick left there
+        unlogged, a problem of a silenced job marked so; the problems of no cursor this
+        tick writes (a request naming no watched job), which the handler logs as before."""
+        unannounced: list[Problem] = []
+        for problem in problems:
+            cursor = written.get(problem.job)
+            silence = silenced.get(problem.job)
+            if cursor is None:
+                unannounced.append(problem)
+            elif silence is not None and problem.kind != MALFORMED:  # a write nobody
+                cursor.outbox.append(silence.mark(problem_line(problem)))  # should make
+            else:
+                cursor.outbox.append(problem_line(problem))
+        for job, lines in incident_lines.items():
+            written[job].outbox.extend(lines)
+        for job, cursor in written.items():
+            cursor.outbox = folded(cursor.outbox, job)
+        return unannounced
+
+    def _commit_and_announce(self, written: Mapping[str, Cursor], now: datetime) -> str | None:
+        """Write the cursors with their outboxes, then log each written cursor's lines and
+        clear them; then finish the re-run requests whose verdict those lines carry (a
+        request left pending is judged again, never lost). Why not, if another tick moved
+        a cursor since this tick read it: that tick judged from the same cursor (else its
+        own guarded write would have failed) and committed the same lines, which it logs;
+        its cursor stands, so a stale tick never rolls a later one back (and re-counts its
+        runs into the streaks)."""
         try:
-            self._store.put_cursors(cursors, now)
+            versions = self._store.put_cursors(written, now)
         except CursorMoved as exc:
             return str(exc)
+        lines = [line for job in versions for line in written[job].outbox]
+        if lines and self.announce is not None:
+            self.announce(lines)
+        if lines:
+            # Not cleared (the store failed): logged already, the next tick logs them again
+            # (twice, never zero times).
+            with contextlib.suppress(StoreError):
+                self._store.clear_outboxes(
+                    {job: v for job, v in versions.items() if written[job].outbox})
+        if self._finish_after_commit and self._reruns is not None:
+            self._reruns.finish_all(self._finish_after_commit, now)
         return None
 
     def _advance_streaks(
@@ -283,7 +361,9 @@ def build_watchdog_handler(
         settings.backfill, FirestoreBackfills(own, backfills_collection(store.collection)),
         reruns, store.retention_seconds,
     )
-    watchdog = Watchdog(settings, watch_store, wall_clock, deliverer, reruns, backfills)
+    silences = FirestoreSilences(own, silences_collection(store.collection))
+    watchdog = Watchdog(settings, watch_store, wall_clock, deliverer, reruns, backfills,
+                        silences)
     return WatchdogHandler(settings, watchdog, emit)
 
 
@@ -304,18 +384,11 @@ class WatchdogHandler:
         self._settings = settings
         self._watchdog = watchdog
         self._emit = emit
-        watchdog.announce = self._emit_transitions
+        watchdog.announce = self._emit_lines
 
-    def _emit_transitions(self, transitions: Sequence[Transition]) -> None:
-        """One `incident_opened` (ERROR) or `incident_resolved` (NOTICE) line each: what
-        the incident alert policies count (infra/monitoring.py)."""
-        for transition in transitions:
-            self._emit({
-                "severity": "ERROR" if transition.event == OPENED else "NOTICE",
-                "message": transition.message,
-                "component": "watchdog",
-                **transition.to_json(),
-            })
+    def _emit_lines(self, lines: Sequence[Line]) -> None:
+        for line in lines:
+            self._emit(line)
 
     def handle(self, headers: Mapping[str, str], body: bytes) -> HttpReply:
         started = time.perf_counter()
@@ -361,14 +434,8 @@ class WatchdogHandler:
                 "kind": "forced",
                 **run.to_json(),
             })
-        for problem in problems:
-            when = "-" if problem.schedule_time is None else rfc3339(problem.schedule_time)
-            self._emit({
-                "severity": PROBLEM_SEVERITY[problem.kind],
-                "message": f"watchdog {problem.kind}: {problem.job} @ {when}",
-                "component": "watchdog",
-                **problem.to_json(),
-            })
+        for problem in result.unannounced:
+            self._emit(problem_line(problem))
         if result.overlapped is not None:
             self._emit({
                 "severity": "WARNING",
