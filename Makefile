@@ -25,6 +25,7 @@ SCHEDULER_DEDUP := PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(BIN)
 STACK ?=
 # POLICY_CONFIG=<file> gives policy-check a --policy-pack-config file (enforcement levels,
 # the deployers setting), e.g. policies/policy-config.example.json.
+# Unset, each stack gets policies/policy-config.<stack>.json if it exists, as CI's pulumi up.
 POLICY_CONFIG ?=
 # The team's stacks: Pulumi.<stack>.yaml in Pulumi.yaml's stackConfigDir (stacks/).
 STACK_DIR := $(or $(shell sed -n 's/^stackConfigDir: *//p' Pulumi.yaml),.)
@@ -212,10 +213,21 @@ docs-serve: $(VENV)/stamp ## Serve the documentation on http://127.0.0.1:8000
 # The kit as a wheel, dist/scheduler_dedup_kit-<version>-py3-none-any.whl (pyproject.toml:
 # its tree under scheduler_dedup_kit/, Requires-Dist from hatch_build.py). Built by the pinned
 # hatchling of the venv (--no-build-isolation): reproducible, and offline. Not part of make test.
+# First, the version must say what the checkout holds (operator_tools/release.py): a release
+# only with its CHANGELOG.md section, and a development version while Unreleased lists changes.
 dist: $(VENV)/stamp ## Build the kit's wheel into dist/
+	$(SCHEDULER_DEDUP) release --check
 	rm -f dist/scheduler_dedup_kit-*.whl
 	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w dist .
 	@ls dist/scheduler_dedup_kit-*.whl
+
+# Kit maintainers: CHANGELOG.md's Unreleased section becomes VERSION's, and the version, the
+# component schema (and the released one) and the starter's pin follow; refused for a number
+# the CHANGELOG's versioning rule forbids. It edits files only: review, commit, tag vVERSION.
+.PHONY: release
+release: $(VENV)/stamp ## Kit maintainers: cut release VERSION= (edits files; you commit and tag)
+	@test -n "$(VERSION)" || { echo "make release needs a version: make release VERSION=<MAJOR.MINOR.PATCH>" >&2; exit 2; }
+	$(SCHEDULER_DEDUP) release "$(VERSION)"
 
 clean: ## Remove the virtualenv, caches and dist/
 	rm -rf $(VENV) .venv-* .cache .mypy_cache .ruff_cache .pytest_cache dist

@@ -30,7 +30,16 @@ if TYPE_CHECKING:
 
 PACKAGE_NAME: Final = PROJECT_NAME
 """The package's name: the first part of its type tokens (scheduler-dedup:index:...)."""
-PACKAGE_VERSION: Final = KIT_VERSION
+
+
+def package_version(kit_version: str) -> str:
+    """The kit's PEP 440 version as the Semantic Version a Pulumi package schema needs: a
+    development version `2.0.0.dev0` is `2.0.0-dev.0`, a release the same."""
+    release, dev, number = kit_version.partition(".dev")
+    return f"{release}-dev.{number}" if dev else release
+
+
+PACKAGE_VERSION: Final = package_version(KIT_VERSION)
 """The package's version is the kit's (function/dedup/version.py)."""
 _PULUMI_STATUS: Final = "pulumi.runtime.proto.status_pb2"
 

@@ -10,11 +10,11 @@ processes too.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from itertools import groupby, islice, pairwise
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import croniter
@@ -345,15 +345,23 @@ def dst_hazards(cron: str, time_zone: str, start: datetime, end: datetime) -> li
     return hazards
 
 
+def chosen_kinds(names: Iterable[str] | None) -> frozenset[HazardKind]:
+    """The kinds of DST change among `names` (what OfflineRun.dst_chosen holds)."""
+    return frozenset(kind for kind in get_args(HazardKind) if kind in (names or ()))
+
+
 def dst_advisory(
     cron: str, time_zone: str, now: datetime | None = None,
-    horizon: timedelta = ADVISORY_HORIZON,
+    horizon: timedelta = ADVISORY_HORIZON, chosen: frozenset[HazardKind] = frozenset(),
 ) -> str | None:
     """One line for `make plan` and the policy pack: the DST changes of the next year (from
     `now`) that `cron` in `time_zone` runs into, and what to do; None when there are none.
+    `chosen`: the kinds of change whose behaviour the job's team chose (dstRepeated:
+    "repeat", dstSkipped: "gap"), left out: nothing to advise there.
     Raises ScheduleError for a schedule or time zone Cloud Scheduler does not accept."""
     start = now or datetime.now(UTC)
-    hazards = dst_hazards(cron, time_zone, start, start + horizon)
+    hazards = [h for h in dst_hazards(cron, time_zone, start, start + horizon)
+               if h.kind not in chosen]
     if not hazards:
         return None
     changes = [

@@ -33,6 +33,8 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
     "new-job": ("operator_tools.new_job", "main", "a job module and its test (make new-job)"),
     "upgrade-check": ("operator_tools.upgrade_check", "main",
                       "the upgrade steps from a release to this one (make upgrade-check)"),
+    "release": ("operator_tools.release", "main",
+                "cut a release, or check what the version says (make release, make dist)"),
     "schema": ("operator_tools.schema", "main",
                "regenerate the config block, reference and JSON Schema (make schema)"),
     "ci-stacks": ("operator_tools.ci_stacks", "main", "the team's stacks, as CI deploys them"),

@@ -44,6 +44,9 @@ class OfflineRun:
     resources: tuple[DeclaredResource, ...]
     outputs: Mapping[str, Any]
     """The stack outputs (pulumi.export), resolved."""
+    dst_chosen: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Each Scheduler job ID -> the DST behaviours its stack file chose ("repeat", "gap"),
+    when the run came from a checked stack file (offline.checked_run); else nothing known."""
 
     def of_type(self, type_token: str) -> list[DeclaredResource]:
         return [r for r in self.resources if r.type == type_token]

@@ -30,6 +30,7 @@ A config error raises `infra.config.ConfigError` before any resource is declared
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import hashlib
 import json
 import threading
@@ -125,7 +126,7 @@ def checked_run(
     config = load_config(values)
     run = run_offline(values, stack=stack, source_dir=source_dir, build_dir=build_dir)
     check_job_logic(values, config, run, source_dir)
-    return run
+    return dataclasses.replace(run, dst_chosen=config.dst_chosen_by_job_id())
 
 
 def engine_config(stack_config: Mapping[str, Any]) -> dict[str, str]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from infra.config import ConfigError
 from infra.contracts import Finding, check_resources
-from infra.scheduler_rules import ScheduleError, dst_advisory
+from infra.scheduler_rules import HazardKind, ScheduleError, chosen_kinds, dst_advisory
 from infra.source import (
     JOB_ROUTES_TABLE,
     PROXY_ROUTES_TABLE,
@@ -229,10 +229,11 @@ def render(run: OfflineRun, now: datetime | None = None) -> str:
 
 def dst_advisories(run: OfflineRun, now: datetime | None = None) -> list[tuple[str, str]]:
     """(job resource name, advisory) for each Scheduler job whose schedule runs into a DST
-    change within a year of `now` (as the policy pack's scheduler-job-dst-change)."""
+    change within a year of `now` whose behaviour its stack file did not choose (as the
+    policy pack's scheduler-job-dst-change under `make policy-check`)."""
     now = now or datetime.now(UTC)  # one year ahead of the same instant for every job
     # Jobs share schedules (every hour at :00, ...): each (schedule, zone) is judged once.
-    judged: dict[tuple[str, str], str | None] = {}
+    judged: dict[tuple[str, str, frozenset[HazardKind]], str | None] = {}
     found: list[tuple[str, str]] = []
     for resource in run.resources:
         if resource.type != "gcp:cloudscheduler/job:Job":
@@ -240,10 +241,11 @@ def dst_advisories(run: OfflineRun, now: datetime | None = None) -> list[tuple[s
         schedule, zone = resource.props.get("schedule"), resource.props.get("timeZone")
         if not isinstance(schedule, str):
             continue
-        key = (schedule, zone if isinstance(zone, str) else "Etc/UTC")
+        chosen = chosen_kinds(run.dst_chosen.get(str(resource.props.get("name"))))
+        key = (schedule, zone if isinstance(zone, str) else "Etc/UTC", chosen)
         if key not in judged:
             try:
-                judged[key] = dst_advisory(*key, now)
+                judged[key] = dst_advisory(key[0], key[1], now, chosen=chosen)
             except ScheduleError:
                 judged[key] = None  # the config check refuses such a schedule before the plan
         if (advisory := judged[key]) is not None:

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Final, get_args, get_origin
 import yaml
 from pydantic.fields import FieldInfo
 
+from dedup.version import __version__ as KIT_VERSION
 from infra.config import (
     DEFAULTS,
     GROUPS,
@@ -205,13 +206,13 @@ def package_schema() -> dict[str, Any]:
     return schema
 
 
-def provider_requirements() -> str:
-    from infra.component_host import PACKAGE_VERSION
-
+def provider_requirements(kit_version: str | None = None) -> str:
+    """The kit release the package installs: `kit_version`, or this checkout's."""
+    version = KIT_VERSION if kit_version is None else kit_version
     return ("# Generated from function/dedup/version.py by `make schema`: the kit release the "
             "component\n# package runs; Pulumi installs it into the plugin's virtualenv "
             "(docs/component-package.md).\n"
-            f"{KIT_DISTRIBUTION}=={PACKAGE_VERSION}\n")
+            f"{KIT_DISTRIBUTION}=={version}\n")
 
 
 def breaking_changes(released: dict[str, Any], current: dict[str, Any]) -> list[str]:

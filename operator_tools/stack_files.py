@@ -43,6 +43,18 @@ STACK_FILE_DIR: Final = _stack_config_dir()
 """Where the team's stack files live: Pulumi.yaml's `stackConfigDir` (`stacks/`)."""
 
 
+POLICY_CONFIG_DIR: Final = PROJECT_DIR / "policies"
+"""Where a stack's policy config is, `policy-config.<stack>.json` (a team place): the file
+CI's `pulumi preview` and `pulumi up` pass as `--policy-pack-config` when it exists
+(.github/workflows), which `make policy-check` applies the same way."""
+
+
+def stack_policy_config(stack: str, directory: Path = POLICY_CONFIG_DIR) -> Path | None:
+    """The stack's policy config file, if it has one."""
+    path = directory / f"policy-config.{stack}.json"
+    return path if path.is_file() else None
+
+
 class StackFileError(ValueError):
     """A stack file that cannot be read: the file, where, what is wrong and the fix."""
 

@@ -47,7 +47,7 @@ RESOURCE_POLICIES: Final[tuple[ResourcePolicy | ResourceGraphPolicy, ...]] = (
         scheduler.time_zone,
     ),
     ResourcePolicy(
-        "scheduler-job-dst-change",
+        scheduler.DST_POLICY,
         "A Cloud Scheduler job in a zone with daylight saving time should not fire at a "
         "local time that a DST change within the next year skips or repeats (what Scheduler "
         "does then is not documented): use timeZone Etc/UTC or a time outside the change "

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from infra.scheduler_rules import (
     ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_MIN_SECONDS,
+    HazardKind,
     ScheduleError,
+    chosen_kinds,
     dst_advisory,
     validate_cron,
     validate_time_zone,
@@ -35,10 +37,12 @@ def _cron_problem(schedule: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=_SCHEDULES_REMEMBERED)
-def _dst_advisory_from(schedule: str, zone: str, minute: int) -> str | None:
+def _dst_advisory_from(schedule: str, zone: str, minute: int,
+                       chosen: frozenset[HazardKind] = frozenset()) -> str | None:
     """The DST advisory of the year from the start of `minute` (minutes since the epoch):
-    the same for every job of one check with the same schedule and zone."""
-    return dst_advisory(schedule, zone, datetime.fromtimestamp(minute * 60, UTC))
+    the same for every job of one check with the same schedule, zone and choices."""
+    return dst_advisory(schedule, zone, datetime.fromtimestamp(minute * 60, UTC),
+                        chosen=chosen)
 
 
 def _http_target(resource_type: str, props: Mapping[str, Any]) -> Any:
@@ -75,9 +79,28 @@ def time_zone(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     return []
 
 
-def dst_changes(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+DST_POLICY: Final = "scheduler-job-dst-change"
+
+
+def dst_changes_unless_chosen(
+    chosen_by_job_id: Mapping[str, frozenset[str]],
+) -> Callable[[str, Mapping[str, Any]], list[str]]:
+    """dst_changes leaving out the DST changes whose behaviour the job's stack file chose
+    (Scheduler job ID -> "repeat", "gap"): what the offline check knows of the stack file."""
+
+    def check(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+        job_id = get(props, "name")
+        return dst_changes(resource_type, props, chosen_kinds(
+            chosen_by_job_id.get(job_id) if isinstance(job_id, str) else None))
+
+    return check
+
+
+def dst_changes(resource_type: str, props: Mapping[str, Any],
+                chosen: frozenset[HazardKind] = frozenset()) -> list[str]:
     """A schedule that fires at a local time a DST change skips or repeats within the next
-    year (infra.scheduler_rules.dst_advisory, the same as `make plan`'s advisory)."""
+    year (infra.scheduler_rules.dst_advisory, the same as `make plan`'s advisory), but the
+    kinds of change `chosen` (dstRepeated: "repeat", dstSkipped: "gap")."""
     if resource_type != SCHEDULER_JOB:
         return []
     zone = get(props, "timeZone")
@@ -86,7 +109,7 @@ def dst_changes(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     if schedule is None or zone_name is None:
         return []  # unknown until applied, or another scheduler policy's violation
     try:
-        advisory = _dst_advisory_from(schedule, zone_name, int(time.time() // 60))
+        advisory = _dst_advisory_from(schedule, zone_name, int(time.time() // 60), chosen)
     except ScheduleError:
         return []  # scheduler-job-unix-cron-schedule / scheduler-job-time-zone report it
     return [] if advisory is None else [advisory]

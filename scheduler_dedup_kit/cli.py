@@ -11,7 +11,7 @@ from scheduler_dedup_kit import activate
 
 ANYWHERE: Final = frozenset({"init", "upgrade-check", "-h", "--help"})
 """What the installed kit runs outside a Pulumi project: every other command works on one."""
-CHECKOUT_ONLY: Final = frozenset({"schema"})
+CHECKOUT_ONLY: Final = frozenset({"schema", "release"})
 """Kit maintainers' commands: they rewrite the kit's own files, which an install must not."""
 
 

@@ -147,6 +147,9 @@ def kit_project_defaults(function_dir: Path, stack_dir: Path) -> list[Replacemen
         replaced.setdefault(function, {})["source_dir"] = (KIT_FUNCTION_DIR, function_dir)
     for function in taking_stack_dir:
         replaced.setdefault(function, {})["directory"] = (was, stack_dir)
+    # The stacks' policy configs (policies/policy-config.<stack>.json): none, as in the kit.
+    replaced[stack_files.stack_policy_config] = {
+        "directory": (stack_files.POLICY_CONFIG_DIR, stack_dir.parent / "policies")}
     return [
         *(r for function, its in replaced.items() for r in _defaults_replaced(function, its)),
         *((module, "STACK_FILE_DIR", stack_dir) for module in naming_stack_dir),

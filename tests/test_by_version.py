@@ -28,7 +28,7 @@ from dedup.version import __version__ as KIT_VERSION
 from infra.cloud_function import FUNCTION_RUNTIME
 from infra.lock import deployed_requirements, kit_requirements
 from local_stack import FirestoreEmulator
-from operator_tools.init import KIT_PIN, STARTER
+from operator_tools.init import KIT_PIN
 from tests.dist_helpers import (
     UV,
     build_wheel,
@@ -40,6 +40,7 @@ from tests.dist_helpers import (
 from tests.function.test_requirements_lock import pins
 from tests.infra.test_ci_supply_chain import TEAM as TEAM_WORKFLOWS
 from tests.infra.test_ci_supply_chain import unhashed
+from tests.infra.test_init import starter_files
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The team's job and its own dependency (not one the kit's function lock has).
@@ -192,8 +193,7 @@ def test_the_installed_kit_is_the_wheel_and_nothing_of_this_checkout(team: TeamR
 def test_init_writes_the_starter_and_the_first_job_pinned_to_this_version(
     team: TeamRepo,
 ) -> None:
-    starter = sorted(p.relative_to(STARTER).as_posix() for p in STARTER.rglob("*")
-                     if p.is_file() and "__pycache__" not in p.parts)
+    starter = sorted(p.as_posix() for p in starter_files())
     for name in [*starter, "function/jobs/hello.py", "tests/jobs/test_hello.py"]:
         assert (team.path / name).is_file(), name
     pins = [line for line in (team.path / "requirements.txt").read_text().splitlines()
@@ -240,6 +240,15 @@ def test_make_lock_writes_the_hash_locked_toolchain_the_workflows_install(
 def test_the_teams_tests_pass_there(team: TeamRepo) -> None:
     out = team.ok("make", "unit")
     assert re.search(r"\b4 passed\b", out), out  # hello's two tests and the digest's two
+
+
+def test_the_teams_code_is_held_to_the_kits_ruff_and_mypy(team: TeamRepo) -> None:
+    """docs/jobs.md's promise, by version: `make test` lints and type-checks the team's jobs
+    and tests (the weekly digest and its dependency's import included) with the kit's
+    settings, mypy finding the installed kit's `dedup`."""
+    out = team.ok("make", "lint", "typecheck")
+    assert "All checks passed!" in out, out
+    assert re.search(r"Success: no issues found in \d+ source files", out), out
 
 
 def test_plan_builds_an_archive_of_the_pinned_runtime_and_the_teams_job(team: TeamRepo) -> None:

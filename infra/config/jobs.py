@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Final, Literal, get_args
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
 
 from dedup.watchdog.incidents import MAX_THRESHOLD
 from dedup.watchdog.windows import MAX_WINDOWS
@@ -29,6 +29,7 @@ from infra.scheduler_rules import (
     MAX_DOUBLINGS_DEFAULT,
     MAX_DOUBLINGS_MAX,
     RETRY_COUNT_MAX,
+    HazardKind,
     RetrySettings,
     retry_window_seconds,
 )
@@ -261,6 +262,9 @@ class JobSettings(ScheduledModel):
 
     CRON_EXAMPLE: ClassVar[str] = "'0 3 * * *'"
     setting_of: ClassVar[str] = "a job setting"
+    # Not a setting: which DST behaviours the stack file chose, kept once StackConfig has
+    # filled dstRepeated and dstSkipped with the choice in force (dst_chosen).
+    _dst_chosen: frozenset[HazardKind] = PrivateAttr(default_factory=frozenset)
     name: str = Field(
         pattern=rf"^[A-Za-z0-9_-]{{1,{JOB_ID_MAX_LENGTH}}}$",
         description="Unique in the stack; the Scheduler job ID is `<namePrefix>-<name>`, at "
@@ -365,3 +369,15 @@ class JobSettings(ScheduledModel):
     @property
     def retry_window_seconds(self) -> float:
         return retry_window_seconds(self.attempt_deadline_seconds, self.retry)
+
+    @property
+    def dst_chosen(self) -> frozenset[HazardKind]:
+        """The DST changes whose behaviour the stack file chose for this job ("repeat":
+        dstRepeated, "gap": dstSkipped; the job's own or the stack's): `make plan` and `make
+        policy-check` advise about the others only. Empty for a job made outside a stack."""
+        return self._dst_chosen
+
+    def with_dst_chosen(self, chosen: frozenset[HazardKind]) -> JobSettings:
+        job = self.model_copy()
+        job._dst_chosen = chosen
+        return job

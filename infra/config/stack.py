@@ -45,7 +45,7 @@ from infra.config.service import (
     FunctionSettings,
     WatchdogSettings,
 )
-from infra.scheduler_rules import JOB_ID_MAX_LENGTH
+from infra.scheduler_rules import JOB_ID_MAX_LENGTH, HazardKind
 
 GROUPS: Final[Mapping[str, type[BaseModel]]] = {
     "<dedup>": DedupSettings,
@@ -257,7 +257,8 @@ class StackConfig(ConfigModel):
         problems.raise_any()
         derived = {"database_name": database or prefix,
                    "firestore_location": dedup.firestore_location or self.region}
-        jobs = tuple(job.model_copy(update=with_stack_defaults(job, dedup)) for job in self.jobs)
+        jobs = tuple(job.model_copy(update=with_stack_defaults(job, dedup))
+                     .with_dst_chosen(dst_chosen(job, dedup)) for job in self.jobs)
         object.__setattr__(self, "dedup", dedup.model_copy(update=derived))  # frozen model
         object.__setattr__(self, "watchdog", watchdog)
         object.__setattr__(self, "jobs", jobs)
@@ -347,6 +348,10 @@ class StackConfig(ConfigModel):
     def job_id(self, job: JobSettings) -> str:
         """The deployed Scheduler job ID of `job`: `<namePrefix>-<name>`."""
         return scheduler_job_id(self.name_prefix, job.name)
+
+    def dst_chosen_by_job_id(self) -> dict[str, frozenset[HazardKind]]:
+        """Each Scheduler job ID -> the DST behaviours its stack file chose (dst_chosen)."""
+        return {self.job_id(job): job.dst_chosen for job in self.jobs}
 
     def job_routes(self, runtime: str | None = None) -> dict[str, str]:
         """A function's job table: the deployed ID -> effective `module:function` of every
@@ -449,6 +454,16 @@ def with_stack_defaults(job: JobSettings, dedup: DedupSettings) -> dict[str, Any
         "forced_runs": job.forced_runs or dedup.forced_runs,
         "overlap": job.overlap or dedup.overlap,
     }
+
+
+def dst_chosen(job: JobSettings, dedup: DedupSettings) -> frozenset[HazardKind]:
+    """The DST behaviours set for `job` in the stack file, before the defaults fill them."""
+    chosen: list[HazardKind] = []
+    if job.dst_repeated or dedup.dst_repeated:
+        chosen.append("repeat")
+    if job.dst_skipped or dedup.dst_skipped:
+        chosen.append("gap")
+    return frozenset(chosen)
 
 
 # --------------------------------------------------------------------------- what follows

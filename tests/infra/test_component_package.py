@@ -22,7 +22,12 @@ from dedup.version import __version__ as KIT_VERSION
 from infra import KIT_ROOT as REPO_ROOT
 from infra.component import COMPONENT_TYPE
 from infra.component_args import ARGS_TYPE, INPUTS, config_values, input_type
-from infra.component_host import PACKAGE_NAME, component_provider, pulumi_provider_importable
+from infra.component_host import (
+    PACKAGE_NAME,
+    component_provider,
+    package_version,
+    pulumi_provider_importable,
+)
 from infra.config import (
     AT_MOST_ONCE,
     ConfigError,
@@ -137,7 +142,7 @@ def test_the_checked_in_schema_is_the_one_the_host_serves_over_grpc(kit_checkout
         process.wait()
     checked_in = json.loads((REPO_ROOT / schema.PACKAGE_SCHEMA_PATH).read_text())
     assert json.loads(served.schema) == checked_in
-    assert checked_in["version"] == KIT_VERSION
+    assert checked_in["version"] == package_version(KIT_VERSION)
 
 
 def test_no_breaking_schema_change_without_a_major_version() -> None:

@@ -3,6 +3,8 @@ the advisory `make plan` and the policy pack print for them."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -11,6 +13,7 @@ import pytest
 from croniter import croniter
 
 from infra import scheduler_rules
+from infra.config import load_config
 from infra.scheduler_rules import (
     GAP,
     REPEAT,
@@ -21,7 +24,10 @@ from infra.scheduler_rules import (
     offset_changes,
 )
 from operator_tools.plan import dst_advisories, render
+from operator_tools.stack_files import load_stack_config
+from policies import offline_check
 from tests.infra.helpers import StackUnderTest
+from tests.stacks import fixture_stack_file
 
 # 2027: Europe/Berlin springs forward on 28 March (02:00 -> 03:00) and falls back on
 # 31 October (03:00 -> 02:00); both at 01:00 UTC.
@@ -164,3 +170,39 @@ def test_plan_lists_the_dst_advisories_of_exactly_the_jobs_that_meet_a_change(
     # prod's Berlin and New York jobs run outside the change windows.
     assert dst_advisories(stack_runs["prod"].run, now) == []
     assert "Advisories:" not in render(stack_runs["prod"].run, now)
+
+
+def test_the_advisory_leaves_out_the_changes_whose_behaviour_the_team_chose(
+    stack_runs: dict[str, StackUnderTest],
+) -> None:
+    """dstRepeated chosen (per job or for the stack): no word of the repeated times;
+    dstSkipped chosen: none of the skipped ones; both: no advisory for the job at all, in
+    `make plan` and `make policy-check` alike (issue 38)."""
+    now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    values = copy.deepcopy(load_stack_config(fixture_stack_file("dev")))
+    for job in values["scheduler-dedup:jobs"]:
+        if job["name"] == "hourly-sync":
+            job["dstRepeated"] = "once"
+    values["scheduler-dedup:dstSkipped"] = "shift"
+    chosen = load_config(values).dst_chosen_by_job_id()
+    assert chosen == {"sched-dedup-dev-heartbeat": {"gap"},
+                      "sched-dedup-dev-hourly-sync": {"gap", "repeat"},
+                      "sched-dedup-dev-nightly-report": {"gap"}}
+    assert load_config(load_stack_config(fixture_stack_file("dev"))).dst_chosen_by_job_id() == {
+        job_id: frozenset() for job_id in chosen}
+
+    # The same resources as declared (the choices change headers, not what is advised on).
+    dev = dataclasses.replace(stack_runs["dev"].run, dst_chosen=chosen)
+    advised = dict(dst_advisories(dev, now))
+    assert list(advised) == ["job-nightly-report-job"]
+    assert "2027-10-31 02:30" in advised["job-nightly-report-job"]
+    assert "does not exist" not in advised["job-nightly-report-job"]
+
+    violations = [v for v in offline_check.check_declared(dev.resources, dst_chosen=chosen)
+                  if v.policy == "scheduler-job-dst-change"]
+    assert [str(v.urn).rsplit("::", 1)[1] for v in violations] == ["job-nightly-report-job"]
+    assert "occurs twice" in violations[0].message  # the year from now: the next autumn
+    assert "does not exist" not in violations[0].message
+    # Nothing chosen: every job that meets a change, as before.
+    unchosen = offline_check.check_declared(dev.resources)
+    assert len([v for v in unchosen if v.policy == "scheduler-job-dst-change"]) == 2

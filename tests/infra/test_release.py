@@ -23,13 +23,19 @@ from infra import KIT_ROOT as REPO_ROOT
 from local_stack import FunctionServer
 from local_stack.deliveries import function_env, scheduler_headers
 from operator_tools.upgrade_check import (
+    AUDIENCES,
+    BY_VERSION,
     CHANGELOG,
+    FORK,
     UNVERSIONED,
     UpgradeCheckError,
     current_version,
+    development_of,
     main,
     parse_changelog,
+    split_steps,
     upgrade_steps,
+    version_key,
 )
 from tests.infra.helpers import StackUnderTest
 from tests.infra.test_makefile import make
@@ -44,11 +50,16 @@ SECTIONS = {"Upgrading", "Added", "Changed", "Deprecated", "Removed", "Fixed", "
 # --- declared once ------------------------------------------------------------------------
 
 
-def test_the_version_is_one_semantic_version_and_changelogs_latest_release() -> None:
-    assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
+def test_the_version_is_changelogs_latest_release_or_the_next_ones_development() -> None:
+    """tests/infra/test_release_cut.py: which of the two, and the rule between releases."""
+    assert re.fullmatch(r"\d+\.\d+\.\d+(\.dev0)?", __version__)
     assert current_version() == __version__
     changelog = parse_changelog(CHANGELOG.read_text())
-    assert changelog.versions[0] == __version__, "bump version.py and CHANGELOG.md together"
+    upcoming = development_of(__version__)
+    if upcoming is None:
+        assert changelog.versions[0] == __version__, "bump version.py and CHANGELOG.md together"
+    else:
+        assert version_key(upcoming) > version_key(changelog.versions[0])
 
 
 def test_no_other_file_declares_the_version() -> None:
@@ -238,9 +249,31 @@ def test_steps_of_every_release_after_from_oldest_first() -> None:
 def test_from_the_current_version_there_is_nothing_to_do() -> None:
     changelog = parse_changelog(SAMPLE)
     assert upgrade_steps(changelog, "2.0.0", "2.0.0").startswith("Nothing to do")
+    latest = parse_changelog(CHANGELOG.read_text()).versions[0]
     out, err = io.StringIO(), io.StringIO()
-    assert main([__version__], out, err) == 0
-    assert out.getvalue().startswith("Nothing to do") and err.getvalue() == ""
+    assert main([latest], out, err) == 0
+    assert err.getvalue() == ""
+    assert out.getvalue().startswith(
+        "Nothing to do" if latest == __version__ else f"No release since {latest}")
+
+
+def test_a_development_version_is_the_release_below_it_and_its_changes() -> None:
+    """A checkout (or a deployment) built between releases: `2.1.0.dev0` after 2.0.0."""
+    pending = SAMPLE.replace("## [Unreleased]\n",
+                             "## [Unreleased]\n\n### Upgrading\n\n1. Move your stacks.\n")
+    changelog = parse_changelog(pending)
+    printed = upgrade_steps(changelog, "1.1.0", "3.0.0.dev0")
+    assert printed.startswith("Upgrading from 1.1.0 to 3.0.0.dev0: the steps of 2.0.0")
+    assert printed.index("Rename `alerts.email`") < printed.index("Move your stacks.")
+    since = upgrade_steps(changelog, "2.0.0", "3.0.0.dev0")
+    assert since.startswith("No release since 2.0.0: this checkout (3.0.0.dev0) is 2.0.0 and")
+    assert "Move your stacks." in since
+    deployed = upgrade_steps(changelog, "v2.0.0.dev0", "3.0.0.dev0")
+    assert deployed.startswith("2.0.0.dev0 is a development build after 1.1.0: it may have "
+                               "taken some of the Unreleased steps")
+    assert "Rename `alerts.email`" in deployed and "Move your stacks." in deployed
+    with pytest.raises(UpgradeCheckError, match=r"latest release is 2\.0\.0 but .* 2\.0\.0\.dev0"):
+        upgrade_steps(changelog, "1.1.0", "2.0.0.dev0")  # a development of a release made
 
 
 def test_unreleased_steps_are_shown_apart() -> None:
@@ -271,17 +304,69 @@ def test_a_changelog_out_of_step_with_the_version_is_refused() -> None:
             parse_changelog(broken)
 
 
+def test_every_upgrade_step_says_whom_it_is_for() -> None:
+    """`1. [fork] ...`, `[by version]` or `[both]`: upgrade-check prints each to its own."""
+    changelog = parse_changelog(CHANGELOG.read_text())
+    sections = [r for r in (changelog.unreleased, *changelog.releases) if r and r.upgrading]
+    for release in sections:
+        assert release.upgrading is not None
+        _, steps = split_steps(release.upgrading)
+        assert steps, f"{release.name}: its Upgrading section lists no numbered step"
+        untagged = [s.number for s in steps if s.audience not in AUDIENCES]
+        assert untagged == [], f"{release.name}: steps {untagged} name no audience"
+
+
+BY_KIND = (
+    SAMPLE.replace("1. Rename `alerts.email`", "1. [by version] Rename `alerts.email`")
+    .replace("1. `make migrate-proxy-records",
+             "Before you start.\n\n1. [fork] `make migrate-proxy-records")
+    .replace("## [Unreleased]\n", "## [Unreleased]\n\n### Upgrading\n\n"
+             "1. [both] Move your stacks.\n2. [fork] Merge the workflows.\n")
+)
+
+
+def test_upgrade_check_prints_the_steps_for_the_repository_it_runs_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    changelog = parse_changelog(BY_KIND)
+    fork = upgrade_steps(changelog, "1.0.0", "2.0.0", FORK)
+    assert "The steps for a fork of the kit, where this runs" in fork
+    assert "Before you start.\n\n1. [fork] `make migrate-proxy-records" in fork
+    assert "Rename `alerts.email`" not in fork
+    assert "No step for a fork of the kit: nothing to do beyond taking the release." in fork
+    assert "Move your stacks." in fork and "Merge the workflows." in fork
+
+    by_version = upgrade_steps(changelog, "1.0.0", "2.0.0", BY_VERSION)
+    assert "The steps for a repository that depends on the kit by version" in by_version
+    assert "make migrate-proxy-records" not in by_version and "Before you start" not in by_version
+    assert "== 1.1.0 (2027-02-01) ==\n\nNo step for a repository that depends on the kit by " \
+        "version" in by_version
+    assert "1. [by version] Rename `alerts.email`" in by_version
+    assert "Move your stacks." in by_version and "Merge the workflows." not in by_version
+
+    # The default is the repository it runs in: a checkout is a fork, the installed kit's
+    # command runs in a repository that depends on it by version.
+    monkeypatch.setattr("operator_tools.upgrade_check.KIT_INSTALLED", True)
+    out, err = io.StringIO(), io.StringIO()
+    assert main([parse_changelog(CHANGELOG.read_text()).versions[0]], out, err) == 0, err
+    assert "depends on the kit by version" in out.getvalue()
+    assert "[fork]" not in out.getvalue()
+
+
 def test_make_upgrade_check(kit_checkout: Path) -> None:
     """The target, as a team runs it (the virtualenv taken as built), in a clone of the kit."""
-    current = make(kit_checkout, "upgrade-check", f"FROM={__version__}", dry_run=False)
+    latest = parse_changelog(CHANGELOG.read_text()).versions[0]
+    current = make(kit_checkout, "upgrade-check", f"FROM={latest}", dry_run=False)
     assert current.returncode == 0, current.stderr
-    assert current.stdout.startswith(f"Nothing to do: {__version__} is this checkout's version")
+    assert current.stdout.startswith(
+        f"Nothing to do: {latest} is this checkout's version" if latest == __version__
+        else f"No release since {latest}: this checkout ({__version__})")
     first = make(kit_checkout, "upgrade-check", f"FROM={UNVERSIONED}", dry_run=False)
     assert first.returncode == 0, first.stderr
-    assert f"== {__version__} (" in first.stdout
+    assert f"== {latest} (" in first.stdout
     assert "make migrate-proxy-records STACK=<stack>" in first.stdout
     for bad in ("FROM=0.0.1", None):
         refused = make(kit_checkout, "upgrade-check", *([bad] if bad else []), dry_run=False)
         assert refused.returncode == 2
-        assert f"{UNVERSIONED}, {__version__}" in refused.stderr
+        assert f"{UNVERSIONED}, {latest}" in refused.stderr
         assert "Traceback" not in refused.stderr

@@ -12,7 +12,7 @@ import pytest
 
 from bench.scale import PROXIED_EVERY, scaled_stack_config
 from infra.config import StackConfig, load_config
-from infra.scheduler_rules import dst_advisory
+from infra.scheduler_rules import HazardKind, dst_advisory
 from infra.source import JOB_ROUTES_TABLE, PROXY_ROUTES_TABLE, WATCH_JOBS_TABLE
 from infra.watchdog import watch_jobs
 from operator_tools import plan
@@ -140,9 +140,10 @@ def test_the_dst_advisories_judge_each_schedule_once_and_say_what_each_job_would
                                                now)) is not None]
     judged: list[tuple[str, str]] = []
 
-    def counted(schedule: str, zone: str, at: datetime | None = None) -> str | None:
+    def counted(schedule: str, zone: str, at: datetime | None = None,
+                chosen: frozenset[HazardKind] = frozenset()) -> str | None:
         judged.append((schedule, zone))
-        return dst_advisory(schedule, zone, at)
+        return dst_advisory(schedule, zone, at, chosen=chosen)
 
     monkeypatch.setattr(plan, "dst_advisory", counted)
     assert dst_advisories(big.run, now) == one_by_one

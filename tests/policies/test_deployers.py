@@ -254,9 +254,10 @@ def test_offline_check_reads_deployers(tmp_path: Path, monkeypatch: pytest.Monke
     dev = str(fixture_stack_file("dev"))
     declared = list(run_offline(load_stack_config(fixture_stack_file("dev")), stack="dev")
                     .resources)
-    monkeypatch.setattr(offline_check, "declare", lambda _path: declared)
+    monkeypatch.setattr(offline_check, "declare", lambda _path: (declared, {}))
     _, baseline = _run("--stack-file", dev)
-    monkeypatch.setattr(offline_check, "declare", lambda _path: _with_deployer_grants(declared))
+    granted = _with_deployer_grants(declared)
+    monkeypatch.setattr(offline_check, "declare", lambda _path: (granted, {}))
     code, output = _run("--stack-file", dev)
     assert code == offline_check.EXIT_VIOLATIONS, output
     assert "[mandatory] dedup-accounts-act-as: deployer-acts-as-invoker " in output

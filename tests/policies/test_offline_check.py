@@ -21,6 +21,7 @@ import yaml
 
 from infra import gcp
 from infra.program import build
+from operator_tools import stack_files
 from operator_tools.offline import DeclaredResource, load_stack_config, run_offline
 from policies import offline_check
 from policies.evaluate import Violation, mandatory
@@ -78,11 +79,11 @@ def test_kit_stacks_pass_with_no_mandatory_violation() -> None:
 
 def test_the_retail_stack_passes_the_whole_pack_with_its_runtimes() -> None:
     """The issue's example (three jobs, two runtimes with a secret, a bucket grant and VPC
-    egress, a watchdog that delivers to a runtime): no mandatory violation, and the only
-    advisories are its jobs' DST changes; the pack sees both runtimes."""
+    egress, a watchdog that delivers to a runtime): no violation at all (its jobs that meet
+    a DST change chose dstRepeated and dstSkipped: no advisory); the pack sees both runtimes."""
     report = offline_check.check_stack_file(RETAIL)
-    assert {v.policy for v in report.violations} == {"scheduler-job-dst-change"}, report
-    functions = [r for r in offline_check.declare(RETAIL)
+    assert report.violations == [], report
+    functions = [r for r in offline_check.declare(RETAIL)[0]
                  if r.type == "gcp:cloudfunctionsv2/function:Function"]
     assert sorted(f.props.get("labels", {}).get("kit-runtime", "") for f in functions) == [
         "", "", "", "export", "sync"]
@@ -200,10 +201,12 @@ def drop(declared: list[DeclaredResource], resource_type: str) -> list[DeclaredR
 Mutation = Callable[[list[DeclaredResource]], list[DeclaredResource]]
 
 
-def extra_resource_program(declare_extra: Callable[[str], None]) -> Callable[[Path], list[Any]]:
+def extra_resource_program(
+    declare_extra: Callable[[str], None],
+) -> Callable[[Path], tuple[list[Any], dict[str, frozenset[str]]]]:
     """An alternative Pulumi program: the kit's, plus one more resource, under mocks."""
 
-    def declare(path: Path) -> list[Any]:
+    def declare(path: Path) -> tuple[list[Any], dict[str, frozenset[str]]]:
         config = load_stack_config(path)
 
         def program() -> Mapping[str, Any]:
@@ -211,7 +214,7 @@ def extra_resource_program(declare_extra: Callable[[str], None]) -> Callable[[Pa
             declare_extra(str(config["gcp:project"]))
             return outputs
 
-        return list(run_offline(config, stack="broken", program=program).resources)
+        return list(run_offline(config, stack="broken", program=program).resources), {}
 
     return declare
 
@@ -679,7 +682,7 @@ def test_broken_stack_is_caught(
     declared = prod_declared if broken.stack == PROD else dev_declared
     if broken.mutation is not None:
         mutation = broken.mutation
-        monkeypatch.setattr(offline_check, "declare", lambda _path: mutation(list(declared)))
+        monkeypatch.setattr(offline_check, "declare", lambda _path: (mutation(list(declared)), {}))
     elif broken.program is not None:
         monkeypatch.setattr(offline_check, "declare", extra_resource_program(broken.program))
 
@@ -717,7 +720,7 @@ def test_advisory_violation_is_printed_but_does_not_fail(
     code, output = run_main("--stack-file", str(DEV))
     assert code == 0, output
     assert "[advisory] " in output and "[mandatory]" not in output
-    monkeypatch.setattr(offline_check, "declare", lambda _path: unconditioned)
+    monkeypatch.setattr(offline_check, "declare", lambda _path: (unconditioned, {}))
     code, output = run_main("--stack-file", str(DEV))
     assert "[advisory] iam-datastore-user-single-database: " in output
     # Unconditioned on the project, the runtime account (job code) writes the watchdog's
@@ -737,7 +740,7 @@ def test_proxy_database_role_without_condition_writes_the_dedup_database(
     """Unconditioned on the project, the proxy's roles/datastore.user also writes the dedup
     database, which only the dedup function and the watchdog must write (issue 25)."""
     broken = mutate_named(prod_declared, "proxy-datastore-user", "condition", DELETE)
-    monkeypatch.setattr(offline_check, "declare", lambda _path: broken)
+    monkeypatch.setattr(offline_check, "declare", lambda _path: (broken, {}))
     code, output = run_main("--stack-file", str(PROD))
     assert code == offline_check.EXIT_VIOLATIONS, output
     assert "[advisory] iam-datastore-user-single-database: proxy-datastore-user " in output
@@ -751,7 +754,7 @@ def test_retries_shorter_than_the_lease_are_advisory(
 ) -> None:
     # invoice-sync with one retry (30 s after the failed attempt) against prod's 60 s lease.
     broken = mutate_named(prod_declared, "job-invoice-sync-job", "retryConfig.retryCount", 1)
-    monkeypatch.setattr(offline_check, "declare", lambda _path: broken)
+    monkeypatch.setattr(offline_check, "declare", lambda _path: (broken, {}))
     code, output = run_main("--stack-file", str(PROD))
     assert code == 0, output
     assert "[advisory] dedup-retries-outlast-lease: job-invoice-sync-job " in output
@@ -772,7 +775,7 @@ def test_example_policy_config_downgrades_and_disables(
         else d
         for d in broken
     ]
-    monkeypatch.setattr(offline_check, "declare", lambda _path: broken)
+    monkeypatch.setattr(offline_check, "declare", lambda _path: (broken, {}))
     code, output = run_main("--stack-file", str(DEV))
     assert code == 1
     config = ROOT / "policies" / "policy-config.example.json"
@@ -780,6 +783,38 @@ def test_example_policy_config_downgrades_and_disables(
     assert code == 0, output
     assert "[advisory] storage-bucket-public-access-prevention: " in output
     assert "iam-datastore-user-single-database" not in output
+
+
+def test_each_stack_gets_its_own_policy_config_as_cis_pulumi_up_does(
+    dev_declared: list[DeclaredResource], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """policies/policy-config.<stack>.json, when it exists, is what CI passes to that stack's
+    `pulumi up --policy-pack-config`: make policy-check (and make test) apply it too."""
+    broken = mutate(dev_declared, BUCKET, "publicAccessPrevention", "inherited")
+    monkeypatch.setattr(offline_check, "declare", lambda _path: (broken, {}))
+    monkeypatch.setattr(stack_files.stack_policy_config, "__defaults__", (tmp_path,))
+    code, output = run_main("--stack-file", str(DEV))
+    assert code == 1 and "policy config" not in output, output
+
+    own = tmp_path / "policy-config.dev.json"
+    own.write_text((ROOT / "policies" / "policy-config.example.json").read_text())
+    (tmp_path / "policy-config.prod.json").write_text('{"all": "disabled"}')  # another stack's
+    code, output = run_main("--stack-file", str(DEV))
+    assert code == 0, output
+    assert f"Pulumi.dev.yaml, policy config {own}): " in output
+    assert "[advisory] storage-bucket-public-access-prevention: " in output
+
+    # --policy-config names one file for every stack, instead of each stack's own.
+    everything = tmp_path / "strict.json"
+    everything.write_text('{"all": "mandatory"}')
+    code, output = run_main("--stack-file", str(DEV), "--policy-config", str(everything))
+    assert code == 1 and f"policy config {everything}" in output, output
+
+    own.write_text('{"no-such-policy": "advisory"}')
+    code, output = run_main("--stack-file", str(DEV))
+    assert code == offline_check.EXIT_ERROR
+    assert "Pulumi.dev.yaml): ERROR policy config: " in output
+    assert "unknown policy 'no-such-policy'" in output
 
 
 def test_unknowns_from_a_preview_do_not_fail_the_check(
@@ -883,6 +918,7 @@ def test_a_runtime_reaching_beyond_its_own_is_caught(
 ) -> None:
     """The runtime policies read the program's own resources (labels, accounts, databases,
     secrets, grants), not only the fixtures'."""
-    monkeypatch.setattr(offline_check, "declare", lambda _path: mutation(list(retail_declared)))
+    mutated = mutation(list(retail_declared))
+    monkeypatch.setattr(offline_check, "declare", lambda _path: (mutated, {}))
     report = offline_check.check_stack_file(RETAIL)
     assert {v.policy for v in mandatory(report.violations)} == fired, report

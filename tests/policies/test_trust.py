@@ -37,7 +37,7 @@ def example_state(stack: str) -> tuple[Resource, ...]:
     """The example stack's resources as the stack policies see them (inputs and outputs)."""
     return tuple(
         Resource(d.type, d.name, d.urn, d.outputs or d.props, d.parent, tuple(d.dependencies))
-        for d in declare(fixture_stack_file(stack))
+        for d in declare(fixture_stack_file(stack))[0]
     )
 
 
