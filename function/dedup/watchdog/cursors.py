@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from google.api_core import exceptions as gexc
 
+from dedup.beyond import COLLECTION_SUFFIX as BEYOND_COLLECTION_SUFFIX
 from dedup.store import MalformedRun, StoredRun, StoreError
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.incidents import MalformedStreak, Streak, streaks_from_document
@@ -64,6 +65,9 @@ class Cursor:
     # The lines a tick committed with this cursor and has not yet logged and cleared
     # (dedup/watchdog/outbox.py): the next tick carries them into its commit and logs them.
     outbox: list[Line] = field(default_factory=list)
+    # The runs beyond the schedule already judged (run_id -> arrival; dedup/watchdog/beyond.py),
+    # pruned to the ledgers a tick reads.
+    beyond_seen: dict[str, datetime] = field(default_factory=dict)
     # Not stored: why the document read was no cursor (this one then starts afresh).
     malformed: str | None = None
     # Not stored: the document's version as read (None: there was none); its write is
@@ -81,6 +85,7 @@ class Cursor:
             "catch_ups": {r: c.to_document() for r, c in self.catch_ups.items()},
             "incidents": {k: v.to_document() for k, v in self.incidents.items()},
             "outbox": [dict(line) for line in self.outbox],
+            "beyond_seen": dict(self.beyond_seen),
             "updated_at": now,
         }
 
@@ -115,6 +120,7 @@ class Cursor:
             },
             incidents=incidents,
             outbox=outbox,
+            beyond_seen=_instants(data, "beyond_seen"),
         )
 
     @classmethod
@@ -234,6 +240,29 @@ class FirestoreWatchStore:
     ) -> Mapping[str, StoredRun | MalformedRun]:
         store = self._runs if database is None else self._by_database[database]
         return store.get_many(run_ids)
+
+    def get_ledgers(
+        self, ledger_ids: Sequence[str], database: str | None = None
+    ) -> dict[str, Mapping[str, Any]]:
+        """The ledgers of runs beyond the schedule (dedup/beyond.py) by ID, beside the
+        records of `database` (absent ones left out); read only."""
+        store = self._runs if database is None else self._by_database[database]
+        ledgers = store.client.collection(store.collection + BEYOND_COLLECTION_SUFFIX)
+
+        def read(chunk: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+            def op() -> dict[str, Mapping[str, Any]]:
+                snapshots: Any = store.client.get_all(
+                    [ledgers.document(i) for i in chunk], retry=store.retry,
+                    timeout=store.timeout)
+                return {s.id: s.to_dict() or {} for s in snapshots if s.exists}
+
+            return store.call(op)
+
+        found: dict[str, Mapping[str, Any]] = {}
+        for part in in_parallel(read, [ledger_ids[i:i + CURSOR_READ_BATCH]
+                                       for i in range(0, len(ledger_ids), CURSOR_READ_BATCH)]):
+            found.update(part)
+        return found
 
     def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
         def read(chunk: Sequence[str]) -> dict[str, Cursor]:
