@@ -33,6 +33,7 @@ from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.incidents import MalformedStreak, Streak, streaks_from_document
 from dedup.watchdog.outbox import Line, lines_from_document
 from dedup.watchdog.reruns import MalformedDocument
+from dedup.watchdog.schedule_edits import ScheduleHistory
 
 _Chunk = TypeVar("_Chunk")
 _Result = TypeVar("_Result")
@@ -68,6 +69,9 @@ class Cursor:
     # The runs beyond the schedule already judged (run_id -> arrival; dedup/watchdog/beyond.py),
     # pruned to the ledgers a tick reads.
     beyond_seen: dict[str, datetime] = field(default_factory=dict)
+    # The schedules the job was judged by, and when each changed (dedup/watchdog/
+    # schedule_edits.py): each run is judged by the schedule in force at its time.
+    schedules: ScheduleHistory = field(default_factory=ScheduleHistory)
     # Not stored: why the document read was no cursor (this one then starts afresh).
     malformed: str | None = None
     # Not stored: the document's version as read (None: there was none); its write is
@@ -86,6 +90,7 @@ class Cursor:
             "incidents": {k: v.to_document() for k, v in self.incidents.items()},
             "outbox": [dict(line) for line in self.outbox],
             "beyond_seen": dict(self.beyond_seen),
+            "schedules": self.schedules.to_document(),
             "updated_at": now,
         }
 
@@ -105,6 +110,7 @@ class Cursor:
             raise MalformedDocument(str(exc)) from None
         try:
             outbox = lines_from_document(data.get("outbox"))
+            schedules = ScheduleHistory.from_document(data.get("schedules"))
         except ValueError as exc:
             raise MalformedDocument(str(exc)) from None
         return cls(
@@ -121,6 +127,7 @@ class Cursor:
             incidents=incidents,
             outbox=outbox,
             beyond_seen=_instants(data, "beyond_seen"),
+            schedules=schedules,
         )
 
     @classmethod
