@@ -146,7 +146,7 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
         entry.update(failureThreshold=failure, recoveryThreshold=recovery)
         if job.runs_beyond_schedule != "off":  # dedup/watchdog/beyond.py reads its ledgers
             entry["runsBeyondSchedule"] = job.runs_beyond_schedule
-            if job.max_forced_runs_per_day is not None:
+            if job.max_forced_runs_per_day:  # 0: unset
                 entry["maxForcedRunsPerDay"] = job.max_forced_runs_per_day
         if (database := cfg.records_database_of(job)) != cfg.dedup.database_name:
             entry["database"] = database  # the proxy's or the runtime's own records

@@ -335,10 +335,10 @@ class JobSettings(ScheduledModel):
     runs_beyond_schedule: RunsBeyondSchedule = Field(
         default="off", description=RUNS_BEYOND_SCHEDULE_TEXT,
         json_schema_extra=Hint("a runsBeyondSchedule choice", "use 'off', 'log' or 'page'"))
-    max_forced_runs_per_day: Int | None = Field(
-        default=None, ge=0, le=MAX_FORCED_RUNS_PER_DAY_MAX,
+    max_forced_runs_per_day: Int = Field(  # 0: unset (a given value is validated, the default not)
+        default=0, ge=1, le=MAX_FORCED_RUNS_PER_DAY_MAX,
         description="With runsBeyondSchedule: each forced run (\"Run now\") beyond this many "
-        "within 24 hours is reported `too_many_forced_runs`; unset: forced runs are not "
+        "within 24 hours is reported `too_many_forced_runs`; 0 (unset): forced runs are not "
         "counted")
 
     @field_validator("body")
@@ -365,7 +365,7 @@ class JobSettings(ScheduledModel):
 
     @model_validator(mode="after")
     def _forced_runs_counted(self) -> JobSettings:
-        if self.max_forced_runs_per_day is not None and self.runs_beyond_schedule == "off":
+        if self.max_forced_runs_per_day and self.runs_beyond_schedule == "off":
             raise invalid("is set on a job whose runsBeyondSchedule is off, so no forced run "
                           "would be counted", "set runsBeyondSchedule to 'log' or 'page', or "
                           "remove maxForcedRunsPerDay", "maxForcedRunsPerDay")

@@ -131,7 +131,7 @@ def test_the_stack_config_reaches_the_watchdogs_table() -> None:
 @pytest.mark.parametrize(("job", "named"), [
     ({"runsBeyondSchedule": "loud"}, "runsBeyondSchedule"),
     ({"maxForcedRunsPerDay": 2}, "maxForcedRunsPerDay"),  # runsBeyondSchedule off
-    ({"runsBeyondSchedule": "log", "maxForcedRunsPerDay": -1}, "maxForcedRunsPerDay"),
+    ({"runsBeyondSchedule": "log", "maxForcedRunsPerDay": 0}, "maxForcedRunsPerDay"),
 ])
 def test_a_wrong_setting_is_a_config_error_naming_it(job: dict[str, object], named: str) -> None:
     with pytest.raises(ConfigError) as caught:

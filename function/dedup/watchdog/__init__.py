@@ -17,5 +17,6 @@
 - delivery.py and cloud_tasks.py: the delivery seam (a direct POST, a Cloud Tasks task);
   reruns.py: the re-run queue; backfills.py: `make backfill`'s pacing; incidents.py: alert
   streaks; ran_twice.py: a run executed twice, from its record; beyond.py: runs beyond the
-  schedule (unexplained_run, too_many_forced_runs), from the ledgers the function notes.
+  schedule (unexplained_run, too_many_forced_runs), from the ledgers the function notes;
+  schedule_edits.py: each run judged by the schedule in force at its time.
 """
