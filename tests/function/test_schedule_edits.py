@@ -17,6 +17,7 @@ at 9u + u/4."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -28,10 +29,20 @@ from google.cloud import firestore
 
 from dedup.settings import Settings
 from dedup.store.firestore import FirestoreRunStore
-from dedup.watchdog.cursors import FirestoreWatchStore
+from dedup.watchdog.cursors import Cursor, FirestoreWatchStore
 from dedup.watchdog.deliveries import CAUGHT_UP
 from dedup.watchdog.delivery import HttpDeliverer, TargetAuth
 from dedup.watchdog.due import WatchedJob
+from dedup.watchdog.reruns import MalformedDocument
+from dedup.watchdog.schedule_edits import (
+    PastSchedule,
+    ScheduleHistory,
+    due_times,
+    edit_windows,
+    note_table,
+    schedule_key,
+    unsure,
+)
 from dedup.watchdog.settings import WatchSettings
 from dedup.watchdog.tick import Watchdog, WatchdogHandler
 from local_stack import FunctionServer
@@ -156,3 +167,48 @@ def test_a_schedule_edit_reports_no_false_missed_run_and_catches_up_no_extra_run
     runs.completed(name, at(9.5))
     fourth = tick(new, collection, server.url, at(9.5) + late, grace)
     assert fourth["problems"] == [] and fourth.get(CAUGHT_UP, []) == []
+
+
+T0 = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
+
+
+def test_an_edit_is_recorded_once_and_each_schedule_judges_its_own_runs() -> None:
+    hourly = WatchedJob("job", "0 * * * *")
+    half_past = dataclasses.replace(hourly, schedule="30 * * * *")
+    history = ScheduleHistory()
+    note_table(hourly, history, T0, T0 - timedelta(days=2))
+    assert (history.key, history.past) == (schedule_key(hourly), [])
+    seen_old = T0 + timedelta(hours=1)
+    note_table(hourly, history, seen_old, T0)
+    edited = T0 + timedelta(hours=4)
+    note_table(half_past, history, edited, T0)
+    note_table(half_past, history, edited + timedelta(hours=1), T0)  # no second edit
+    assert history.past == [PastSchedule(schedule_key(hourly), None, edited)]
+    assert history.since == seen_old
+    times = due_times(half_past, history, T0, T0 + timedelta(hours=6))
+    hours = [T0 + timedelta(hours=h) for h in range(7)]
+    # The old schedule up to the edit, the new one after the last tick that saw the old.
+    assert times == sorted({*hours[1:5], *(h + timedelta(minutes=30) for h in hours[1:6])})
+    (window,) = edit_windows(half_past, history, T0)
+    assert window.old_only == frozenset(hours[2:5])
+    # An old run in the window is unsure unless a later old run ran; a new one unless an
+    # earlier (or the same) new run did.
+    assert unsure(hours[2], [window], set()) and not unsure(hours[2], [window], {hours[3]})
+    new_runs = sorted(window.new_only)
+    assert unsure(new_runs[0], [window], {new_runs[1]})
+    assert not unsure(new_runs[1], [window], {new_runs[0]})
+    assert not unsure(hours[1], [window], set())  # before the window: judged as ever
+    # Once its runs are all before the lookback, the past schedule is forgotten.
+    note_table(half_past, history, edited + timedelta(days=3), edited + timedelta(days=1))
+    assert history.past == []
+
+
+@pytest.mark.parametrize("schedules", [
+    "text", {"key": "not json"}, {"past": [{"key": "[]"}]},
+    {"past": [{"key": json.dumps(["0 * * * *", "Etc/UTC", None, None])}]},  # no until
+    {"seen_at": "yesterday"},
+])
+def test_a_cursor_with_schedules_it_cannot_read_is_refused(schedules: object) -> None:
+    with pytest.raises(MalformedDocument):
+        Cursor.from_document({"schedules": schedules})
+    assert Cursor.from_document({}).schedules == ScheduleHistory()  # an older cursor
