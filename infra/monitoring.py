@@ -6,9 +6,10 @@ Logging parses into `jsonPayload`); the functions export nothing themselves:
 - one line per delivery (dedup function, proxy and each runtime's function): `outcome`,
   `job` (the Scheduler job ID), `latency_ms`;
 - the watchdog's problem lines: `component: "watchdog"`, `kind` (missed, failed, overlong,
-  never_ran, ran_twice, malformed), `job`; one summary line per tick (`message` "watchdog
-  summary ..."); and one line per incident transition (dedup/watchdog/incidents.py): `event`
-  (`incident_opened`, `incident_resolved`), `incident_kind` (failing, ran_twice), `job`.
+  never_ran, ran_twice, malformed, unexplained_run, too_many_forced_runs), `job`; one
+  summary line per tick (`message` "watchdog summary ..."); and one line per incident
+  transition (dedup/watchdog/incidents.py): `event` (`incident_opened`,
+  `incident_resolved`), `incident_kind` (failing, ran_twice, beyond_schedule), `job`.
 
 Log-based metrics (user-defined, `logging.googleapis.com/user/<namePrefix>-...`):
 deliveries by job and outcome, job duration (a distribution of `latency_ms`) by job and
@@ -58,7 +59,8 @@ AUTO_CLOSE_SECONDS: Final = 1800
 of the same job and kind notifies again instead of joining a stale incident."""
 ABSENCE_MIN_SECONDS: Final = 120
 ABSENCE_MAX_SECONDS: Final = 84600  # Cloud Monitoring's longest absence duration: 23.5 h
-PROBLEM_KINDS: Final = ("missed", "failed", "overlong", "never_ran", "ran_twice", "malformed")
+PROBLEM_KINDS: Final = ("missed", "failed", "overlong", "never_ran", "ran_twice", "malformed",
+                        "unexplained_run", "too_many_forced_runs")
 FAILED_OUTCOMES: Final = ("failed", "failed_permanent")
 """Delivery outcomes of a run whose job raised (dedup.outcomes.Outcome): a runtime's errors."""
 INSTANCE_COUNT_METRIC: Final = "run.googleapis.com/container/instance_count"

@@ -148,6 +148,10 @@ def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
         entry.update(failureThreshold=failure, recoveryThreshold=recovery)
         if job.silences:  # its maintenance windows (dedup/watchdog/windows.py)
             entry["silences"] = [window.table_entry() for window in job.silences]
+        if job.runs_beyond_schedule != "off":  # dedup/watchdog/beyond.py reads its ledgers
+            entry["runsBeyondSchedule"] = job.runs_beyond_schedule
+            if job.max_forced_runs_per_day:  # 0: unset
+                entry["maxForcedRunsPerDay"] = job.max_forced_runs_per_day
         if (database := cfg.records_database_of(job)) != cfg.dedup.database_name:
             entry["database"] = database  # the proxy's or the runtime's own records
         if job.proxy is not None:

@@ -45,6 +45,15 @@ DstRepeated = Literal["once", "each"]
 DstSkipped = Literal["shift", "skip"]
 ForcedRuns = Literal["separate", "replaceNext", "refuse"]
 Overlap = Literal["allow", "forbid", "wait", "replace"]  # dedup.keys.OVERLAP_POLICIES
+RunsBeyondSchedule = Literal["off", "log", "page"]  # dedup.beyond.BEYOND_SETTINGS
+RUNS_BEYOND_SCHEDULE_TEXT = (
+    "Executions no business run explains (a second Scheduler job or another caller sending "
+    "the job's headers at a time of its own: `unexplained_run`) and forced runs beyond "
+    "maxForcedRunsPerDay (`too_many_forced_runs`): `off` (not judged), `log` (the watchdog "
+    "logs a problem line each) or `page` (and counts them in a `beyond_schedule` incident, "
+    "which pages once per streak); not `off`: the watchdog reads two small documents more "
+    "per tick for the job")
+MAX_FORCED_RUNS_PER_DAY_MAX: Final = 10_000
 DST_REPEATED_TEXT = (
     "A local time that happens twice (the autumn DST change): `once` (one run; a delivery for "
     "the other instant is a duplicate) or `each` (a run per instant)")
@@ -332,6 +341,14 @@ class JobSettings(ScheduledModel):
     silences: tuple[SilenceWindow, ...] = Field(
         default=(), max_length=MAX_WINDOWS,
         description=f"The job's maintenance windows: {SILENCES_TEXT}")
+    runs_beyond_schedule: RunsBeyondSchedule = Field(
+        default="off", description=RUNS_BEYOND_SCHEDULE_TEXT,
+        json_schema_extra=Hint("a runsBeyondSchedule choice", "use 'off', 'log' or 'page'"))
+    max_forced_runs_per_day: Int = Field(  # 0: unset (a given value is validated, the default not)
+        default=0, ge=1, le=MAX_FORCED_RUNS_PER_DAY_MAX,
+        description="With runsBeyondSchedule: each forced run (\"Run now\") beyond this many "
+        "within 24 hours is reported `too_many_forced_runs`; 0 (unset): forced runs are not "
+        "counted")
 
     @field_validator("body")
     @classmethod
@@ -353,6 +370,14 @@ class JobSettings(ScheduledModel):
             raise invalid("is set on a job that calls the proxy (proxy: ...), which runs in "
                           "the proxy's own function", "remove runtime (the proxy starts the "
                           "downstream target) or remove proxy", "runtime")
+        return self
+
+    @model_validator(mode="after")
+    def _forced_runs_counted(self) -> JobSettings:
+        if self.max_forced_runs_per_day and self.runs_beyond_schedule == "off":
+            raise invalid("is set on a job whose runsBeyondSchedule is off, so no forced run "
+                          "would be counted", "set runsBeyondSchedule to 'log' or 'page', or "
+                          "remove maxForcedRunsPerDay", "maxForcedRunsPerDay")
         return self
 
     @property

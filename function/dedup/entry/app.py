@@ -13,6 +13,8 @@ from typing import Any
 
 from google.cloud import firestore
 
+from dedup.beyond import COLLECTION_SUFFIX as BEYOND_COLLECTION_SUFFIX
+from dedup.beyond import FirestoreBeyondLedger
 from dedup.cache import CompletedRunCache
 from dedup.entry.http import DedupHandler, emit_log_line
 from dedup.job_logic import scheduled_jobs
@@ -52,6 +54,15 @@ def overlap_gate(store: FirestoreRunStore, settings: Settings) -> OverlapGate:
         lambda: datetime.now(UTC))
 
 
+def beyond_ledger(settings: Settings, client: firestore.Client) -> FirestoreBeyondLedger:
+    """Where runs beyond the schedule are noted for the watchdog (dedup/beyond.py): beside
+    the run records, with their store's timeout, retries and retention."""
+    store = FirestoreRunStore(client, settings.collection, settings.store_timeout_seconds)
+    return FirestoreBeyondLedger(
+        store.client, settings.collection + BEYOND_COLLECTION_SUFFIX, store.call, store.retry,
+        store.timeout, settings.retention_seconds)
+
+
 def build_handler(
     settings: Settings,
     client: firestore.Client | None = None,
@@ -59,7 +70,10 @@ def build_handler(
 ) -> DedupHandler:
     """Everything one instance needs; client and log sink may be injected (tests)."""
     jobs = scheduled_jobs(settings.default_job, settings.job_routes)
-    return DedupHandler(settings, build_deduplicator(settings, client), jobs, emit)
+    client = client or firestore.Client(project=settings.project, database=settings.database)
+    deduplicator = build_deduplicator(settings, client)
+    return DedupHandler(settings, deduplicator, jobs, emit,
+                        beyond=beyond_ledger(settings, client))
 
 
 def build_handler_from_env(environ: Mapping[str, str] | None = None) -> DedupHandler:
@@ -80,9 +94,10 @@ def build_proxy_handler(
         api_base=proxy.api_base,
     )
     jobs = proxy_jobs(proxy, downstream, emit)
-    return DedupHandler(
-        settings, build_deduplicator(settings, client), jobs, emit, check_body=check_body
-    )
+    client = client or firestore.Client(project=settings.project, database=settings.database)
+    deduplicator = build_deduplicator(settings, client)
+    return DedupHandler(settings, deduplicator, jobs, emit, check_body=check_body,
+                        beyond=beyond_ledger(settings, client))
 
 
 def build_proxy_handler_from_env(environ: Mapping[str, str] | None = None) -> DedupHandler:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from dedup.beyond import NotesRuns, why_beyond
 from dedup.business_runs import BusinessSchedule, SkippedTime
 from dedup.entry.callers import check_caller
 from dedup.job_logic import JobRegistry
@@ -35,6 +36,7 @@ from dedup.outcomes import Delivery, Outcome, encode_result, summarize_error
 from dedup.overlap import effective_policy
 from dedup.run_context import Job, PermanentFailure, RunContext
 from dedup.settings import MissingScheduleTime, Settings, number_setting
+from dedup.store import StoreError
 from dedup.version import __version__ as KIT_VERSION
 
 # The name its log lines carried before the move (jsonPayload.logger): queries keep matching.
@@ -78,6 +80,9 @@ FORBIDDEN_STATUS = 403
 FORBIDDEN_OUTCOME = "forbidden"
 REJECTED_STATUS = 400
 REJECTED_OUTCOME = "rejected"
+# A run beyond the schedule (dedup/beyond.py) whose note the store refused: logged ERROR,
+# as `event` (an `outcome` would count it as one more delivery in the deliveries metric).
+BEYOND_UNNOTED_EVENT = "beyond_unnoted"
 # - 200 "expired": a watchdog's queued delivery (catch-up, re-run) arriving later than its
 #   X-Dedup-Deliver-Within (a queue that was paused or backlogged): by then the watchdog
 #   has reported the run, so it must not run now; 200 so the queue stops.
@@ -234,8 +239,12 @@ class DedupHandler:
         jobs: JobRegistry,
         emit: Callable[[Mapping[str, Any]], None] = emit_log_line,
         check_body: Callable[[bytes], str | None] | None = None,
+        beyond: NotesRuns | None = None,
     ) -> None:
         self._settings = settings
+        # Where a run beyond the schedule (unscheduled, forced) is noted for the watchdog
+        # (dedup/beyond.py); None: not noted.
+        self._beyond = beyond
         self._dedup = deduplicator
         self._jobs = jobs
         self._emit = emit
@@ -335,6 +344,7 @@ class DedupHandler:
             key = RunKey(parsed.project, parsed.location, parsed.job_id, datetime.now(UTC))
             delivery = _run_without_dedup(key, job, body, lowered)
         else:
+            self._note_beyond(key, parsed)
             try:
                 delivery = self._dedup.run(
                     key, job, body, lowered, self._answer_within(parsed),
@@ -380,6 +390,26 @@ class DedupHandler:
         if delivery.outcome is Outcome.SKIPPED:
             reply["detail"] = delivery.detail  # the run of the job that held it off
         return HttpReply(status, reply)
+
+
+    def _note_beyond(self, key: RunKey, parsed: DeliveryHeaders) -> None:
+        """Note a run beyond the schedule before it runs (dedup/beyond.py). A note that
+        cannot be written does not stop the run: it is logged ERROR instead, naming it."""
+        why = None if self._beyond is None else why_beyond(key, parsed.business)
+        if why is None or self._beyond is None:
+            return
+        try:
+            self._beyond.note(key, why, datetime.now(UTC))
+        except StoreError as exc:
+            self._emit({
+                "severity": "ERROR",
+                "message": f"{key.job_id} @ {format_instant(key.schedule_time)}: a run beyond "
+                f"the schedule ({why}) could not be noted for the watchdog: {exc}",
+                "event": BEYOND_UNNOTED_EVENT,
+                "run_id": key.run_id,
+                "job": key.job_id,
+                "why": why,
+            })
 
 
 def _run_without_dedup(

@@ -16,7 +16,9 @@
   watch_scheduled_runs calls (WatchdogHandler, build_watchdog_handler_from_env);
 - delivery.py and cloud_tasks.py: the delivery seam (a direct POST, a Cloud Tasks task);
   reruns.py: the re-run queue; backfills.py: `make backfill`'s pacing; incidents.py: alert
-  streaks; ran_twice.py: a run executed twice, from its record;
+  streaks; ran_twice.py: a run executed twice, from its record; beyond.py: runs beyond the
+  schedule (unexplained_run, too_many_forced_runs), from the ledgers the function notes;
+  schedule_edits.py: each run judged by the schedule in force at its time;
 - windows.py: declared silence windows; silences.py: `make silence`'s silences (SilenceBook:
   the silence each job is in), and what a silence holds back (settle_incidents).
 """

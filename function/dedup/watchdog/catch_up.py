@@ -135,6 +135,9 @@ class CatchUp(TickDeliveries):
             and self._deliverer is not None
             and self._settings.delivery_url(job) is not None
             and (now - t).total_seconds() <= job.catch_up_within_seconds
+            # Only a run of the schedule the table holds: a run of a schedule edited away
+            # is reported, never delivered under the new one (dedup/watchdog/schedule_edits.py).
+            and job.is_scheduled(t)
         )
 
 

@@ -28,11 +28,13 @@ from typing import Any, Protocol, TypeVar
 
 from google.api_core import exceptions as gexc
 
+from dedup.beyond import COLLECTION_SUFFIX as BEYOND_COLLECTION_SUFFIX
 from dedup.store import MalformedRun, StoredRun, StoreError
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.incidents import MalformedStreak, Streak, streaks_from_document
 from dedup.watchdog.outbox import Line, lines_from_document
 from dedup.watchdog.reruns import MalformedDocument
+from dedup.watchdog.schedule_edits import ScheduleHistory
 
 _Chunk = TypeVar("_Chunk")
 _Result = TypeVar("_Result")
@@ -68,6 +70,12 @@ class Cursor:
     # The `incident_opened` lines held during a silence, logged (paged) once it is over if
     # their streak is still open (dedup/watchdog/silences.py).
     held: list[Line] = field(default_factory=list)
+    # The runs beyond the schedule already judged (run_id -> arrival; dedup/watchdog/beyond.py),
+    # pruned to the ledgers a tick reads.
+    beyond_seen: dict[str, datetime] = field(default_factory=dict)
+    # The schedules the job was judged by, and when each changed (dedup/watchdog/
+    # schedule_edits.py): each run is judged by the schedule in force at its time.
+    schedules: ScheduleHistory = field(default_factory=ScheduleHistory)
     # Not stored: why the document read was no cursor (this one then starts afresh).
     malformed: str | None = None
     # Not stored: the document's version as read (None: there was none); its write is
@@ -86,6 +94,8 @@ class Cursor:
             "incidents": {k: v.to_document() for k, v in self.incidents.items()},
             "outbox": [dict(line) for line in self.outbox],
             "held": [dict(line) for line in self.held],
+            "beyond_seen": dict(self.beyond_seen),
+            "schedules": self.schedules.to_document(),
             "updated_at": now,
         }
 
@@ -106,6 +116,7 @@ class Cursor:
         try:
             outbox = lines_from_document(data.get("outbox"))
             held = lines_from_document(data.get("held"), "held")
+            schedules = ScheduleHistory.from_document(data.get("schedules"))
         except ValueError as exc:
             raise MalformedDocument(str(exc)) from None
         return cls(
@@ -122,6 +133,8 @@ class Cursor:
             incidents=incidents,
             outbox=outbox,
             held=held,
+            beyond_seen=_instants(data, "beyond_seen"),
+            schedules=schedules,
         )
 
     @classmethod
@@ -241,6 +254,29 @@ class FirestoreWatchStore:
     ) -> Mapping[str, StoredRun | MalformedRun]:
         store = self._runs if database is None else self._by_database[database]
         return store.get_many(run_ids)
+
+    def get_ledgers(
+        self, ledger_ids: Sequence[str], database: str | None = None
+    ) -> dict[str, Mapping[str, Any]]:
+        """The ledgers of runs beyond the schedule (dedup/beyond.py) by ID, beside the
+        records of `database` (absent ones left out); read only."""
+        store = self._runs if database is None else self._by_database[database]
+        ledgers = store.client.collection(store.collection + BEYOND_COLLECTION_SUFFIX)
+
+        def read(chunk: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+            def op() -> dict[str, Mapping[str, Any]]:
+                snapshots: Any = store.client.get_all(
+                    [ledgers.document(i) for i in chunk], retry=store.retry,
+                    timeout=store.timeout)
+                return {s.id: s.to_dict() or {} for s in snapshots if s.exists}
+
+            return store.call(op)
+
+        found: dict[str, Mapping[str, Any]] = {}
+        for part in in_parallel(read, [ledger_ids[i:i + CURSOR_READ_BATCH]
+                                       for i in range(0, len(ledger_ids), CURSOR_READ_BATCH)]):
+            found.update(part)
+        return found
 
     def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
         def read(chunk: Sequence[str]) -> dict[str, Cursor]:

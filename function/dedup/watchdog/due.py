@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from dedup.beyond import BEYOND_OFF, BEYOND_PAGE
 from dedup.business_runs import BusinessSchedule, business_schedule
 from dedup.keys import FORCED_SEPARATE
 from dedup.watchdog.incidents import Thresholds
@@ -63,6 +64,15 @@ class WatchedJob:
     thresholds: Thresholds = field(default_factory=Thresholds)
     # Its declared silence windows (dedup.watchdog.windows): problems logged, nothing paged.
     silences: tuple[Window, ...] = ()
+    # Runs beyond the schedule (dedup/watchdog/beyond.py): off, log or page; and how many
+    # forced runs within 24 hours are fine (None: not counted).
+    runs_beyond_schedule: str = BEYOND_OFF
+    max_forced_runs_per_day: int | None = None
+
+    @property
+    def beyond_pages(self) -> bool:
+        """Its runs beyond the schedule count in an incident streak (which pages)."""
+        return self.runs_beyond_schedule == BEYOND_PAGE
 
     @property
     def business(self) -> BusinessSchedule:

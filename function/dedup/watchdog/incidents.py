@@ -10,6 +10,10 @@ runs each tick judged, in schedule order:
   recovery_threshold). A `never_ran` job opens it at once: no later run would count.
 - `ran_twice`: a run whose record shows a second execution (dedup.watchdog.ran_twice) opens an
   incident at once (threshold 1, always); `recoveryThreshold` runs without one close it.
+- `beyond_schedule`: a run beyond the schedule (`unexplained_run`, `too_many_forced_runs`:
+  dedup.watchdog.beyond) of a job whose runsBeyondSchedule is `page` opens an incident at
+  once; a tick that finds one counts no good run; `recoveryThreshold` good runs judged by
+  ticks that find none close it.
 
 Each open and each close is one `Transition`, logged as one `incident_opened` or
 `incident_resolved` line (`event`), which the alert policies count (infra/monitoring.py):
@@ -27,9 +31,14 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from dedup.beyond import BEYOND_PROBLEMS
+
 FAILING: Final = "failing"
 RAN_TWICE: Final = "ran_twice"
-INCIDENT_KINDS: Final = (FAILING, RAN_TWICE)
+# Runs beyond the schedule (dedup/watchdog/beyond.py) of a job whose runsBeyondSchedule is
+# `page`: opened at once, closed as ran_twice is.
+BEYOND_SCHEDULE: Final = "beyond_schedule"
+INCIDENT_KINDS: Final = (FAILING, RAN_TWICE, BEYOND_SCHEDULE)
 OPENED: Final = "incident_opened"
 RESOLVED: Final = "incident_resolved"
 DEFAULT_FAILURE_THRESHOLD: Final = 1
@@ -228,11 +237,21 @@ def judge_streaks(
     doubled = [Observation(t, True, r, RAN_TWICE) for t, r, kind in problems
                if kind == RAN_TWICE] + [
         Observation(t, False, r) for r, t in good.items() if r not in twice]
+    # Runs beyond the schedule come between the business runs (a second Scheduler job's
+    # times): a tick that found one counts no good run, so the incident stays open (one
+    # page) while they go on, and closes after recoveryThreshold good runs without one.
+    # Only a job that has had one keeps this streak (older watchdogs refuse a cursor with
+    # a streak kind they do not know: most jobs never have it).
+    beyond = [Observation(t, True, r, kind) for t, r, kind in problems
+              if kind in BEYOND_PROBLEMS]
+    if not beyond and BEYOND_SCHEDULE in streaks:
+        beyond = [Observation(t, False, r) for r, t in good.items()]
     ran_twice_thresholds = Thresholds(1, thresholds.recovery)  # always pages
     result: dict[str, Streak] = {}
     transitions: list[Transition] = []
     for kind, observed, limits in ((FAILING, failing, thresholds),
-                                   (RAN_TWICE, doubled, ran_twice_thresholds)):
+                                   (RAN_TWICE, doubled, ran_twice_thresholds),
+                                   (BEYOND_SCHEDULE, beyond, ran_twice_thresholds)):
         observed.sort(key=_in_schedule_order)
         streak, made = advance(job, kind, streaks.get(kind, Streak()), observed, limits, now)
         transitions += made

@@ -15,7 +15,7 @@ was judged moves the job's cursor (dedup/watchdog/cursors.py), written by the ti
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from dedup.keys import RunKey
@@ -25,6 +25,7 @@ from dedup.watchdog.catch_up import CatchUp
 from dedup.watchdog.cursors import Cursor, in_parallel
 from dedup.watchdog.due import WatchedJob
 from dedup.watchdog.ran_twice import RAN_TWICE, second_execution
+from dedup.watchdog.schedule_edits import EditWindow, due_times, edit_windows, note_table, unsure
 from dedup.watchdog.verdicts import (
     BEFORE_FIRST_RUN,
     FAILED,
@@ -57,6 +58,10 @@ class JobReads:
     early: dict[str, datetime]
     watching: dict[str, datetime]
     ids: list[str]
+    # The windows of the job's schedule edits still judged (dedup/watchdog/schedule_edits.py),
+    # their runs read too: their records say which schedule was in force.
+    windows: list[EditWindow] = field(default_factory=list)
+    window_ids: dict[str, datetime] = field(default_factory=dict)
 
 
 class JobJudging(CatchUp):
@@ -94,9 +99,14 @@ class JobJudging(CatchUp):
         start = lookback_start
         if cursor.judged_through is not None and cursor.judged_through > start:
             start = cursor.judged_through
-        due = list(job.schedule_times(start, horizon)) if horizon > start else []
+        note_table(job, cursor.schedules, now, lookback_start)
+        due = due_times(job, cursor.schedules, start, horizon)
         due_ids = {self._run_id(job, t): t for t in due}
         ids = list(due_ids)
+        windows = edit_windows(job, cursor.schedules, start) if cursor.schedules.past else []
+        window_ids = {self._run_id(job, t): t for w in windows
+                      for t in w.old_only | w.new_only}
+        ids += [r for r in window_ids if r not in due_ids]
         # Until the job's first run is known, the runs not yet due are read too: a job
         # created a moment ago has records only there, and is not `never_ran`.
         early: dict[str, datetime] = {}
@@ -106,8 +116,10 @@ class JobJudging(CatchUp):
             }
             ids += list(early)
         watching = {r: t for r, t in cursor.watching.items() if t >= lookback_start}
-        ids += [r for r in watching if r not in due_ids and r not in early]
-        return JobReads(lookback_start, horizon, start, due, due_ids, early, watching, ids)
+        ids += [r for r in watching if r not in due_ids and r not in early
+                and r not in window_ids]
+        return JobReads(lookback_start, horizon, start, due, due_ids, early, watching, ids,
+                        windows, window_ids)
 
     def _judge_job(
         self, job: WatchedJob, cursor: Cursor, now: datetime, reads: JobReads,
@@ -153,6 +165,9 @@ class JobJudging(CatchUp):
             if verdict in (BEFORE_FIRST_RUN, NOT_DUE):
                 continue  # before the job's first recorded run: it did not exist yet (a due
                 # run is never not_due)
+            if verdict == MISSED and reads.windows and unsure(
+                    t, reads.windows, {w for r, w in reads.window_ids.items() if r in found}):
+                continue  # around a schedule edit, with no record saying it was in force
             tick.checked += 1
             tick.skipped += verdict == SKIPPED
             self._ran_twice(job, t, run_id, stored, tick)

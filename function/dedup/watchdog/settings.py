@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
+from dedup.beyond import BEYOND_OFF, BEYOND_SETTINGS
 from dedup.business_runs import DST_REPEATED, DST_SKIPPED
 from dedup.keys import FORCED_RUNS, FORCED_SEPARATE
 from dedup.settings import Settings, SettingsError, number_setting, read_table, table_path
@@ -56,7 +57,7 @@ _JOB_KEYS = {
     "name", "schedule", "timeZone", "attemptDeadlineSeconds", "retryWindowSeconds", "paused",
     "catchUp", "catchUpWithinSeconds", "body", "headers", "url", "database", "proxied",
     "runtime", "dstRepeated", "dstSkipped", "reruns", "forcedRuns", "failureThreshold",
-    "recoveryThreshold", "silences",
+    "recoveryThreshold", "silences", "runsBeyondSchedule", "maxForcedRunsPerDay",
 }
 # Firestore database IDs (the same rule as infra's databaseName).
 _DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
@@ -348,11 +349,21 @@ def parse_watch_jobs(raw: str, where: str = WATCH_JOBS_TABLE) -> tuple[WatchedJo
                                     entry.get("recoveryThreshold", 1))
         except ValueError as exc:
             raise SettingsError(f"{where}: {exc} (failureThreshold, recoveryThreshold)") from None
+        beyond = entry.get("runsBeyondSchedule", BEYOND_OFF)
+        if beyond not in BEYOND_SETTINGS:
+            raise SettingsError(f"{where}.runsBeyondSchedule {beyond!r} is not one of "
+                                f"{', '.join(BEYOND_SETTINGS)}")
+        max_forced = entry.get("maxForcedRunsPerDay")
+        if max_forced is not None and (isinstance(max_forced, bool) or not isinstance(
+                max_forced, int) or max_forced < 0):
+            raise SettingsError(f"{where}.maxForcedRunsPerDay {max_forced!r} is not a whole "
+                                "number (0 or more), or absent")
         job = WatchedJob(
             name, schedule, zone, deadline, window, paused, catch_up, within, body,
             tuple(sorted(headers.items())), url, database, proxied, runtime,
             dst["dstRepeated"], dst["dstSkipped"], reruns, forced_runs, thresholds,
             parse_windows(entry.get("silences"), f"{where}.silences"),
+            beyond, max_forced,
         )
         jobs.append(job)
     # Counted once: names.count per name was quadratic (25 million steps for 5,000 jobs).

@@ -27,11 +27,13 @@ from typing import Any
 import requests
 from google.cloud import firestore
 
+from dedup.beyond import BEYOND_PROBLEMS
 from dedup.entry.http import HttpReply, emit_log_line, refuse_caller
 from dedup.keys import FORCED_SEPARATE, RunKey, lower_keys
 from dedup.store import StoredRun, StoreError, StoreUnavailable
 from dedup.store.firestore import FirestoreRunStore
 from dedup.watchdog.backfills import BackfillPacer, FirestoreBackfills, backfills_collection
+from dedup.watchdog.beyond import RunsBeyond
 from dedup.watchdog.cloud_tasks import CloudTasksDeliverer
 from dedup.watchdog.cursors import Cursor, CursorMoved, FirestoreWatchStore, WatchStore
 from dedup.watchdog.deliveries import CAUGHT_UP, CAUGHT_UP_SEVERITY, Delivered
@@ -76,7 +78,7 @@ class TickResult:
     unannounced: list[Problem] = field(default_factory=list)
 
 
-class Watchdog(JobJudging, RerunDeliveries):
+class Watchdog(JobJudging, RerunDeliveries, RunsBeyond):
     """One tick over every job; `now` is the instance's wall clock (minutes of grace make
     its skew irrelevant)."""
 
@@ -140,6 +142,7 @@ class Watchdog(JobJudging, RerunDeliveries):
             (job, cursor, self._judge_job(job, cursor, now, planned, found))
             for (job, cursor), planned in zip(watched, reads, strict=True)
         ]
+        self._runs_beyond(judged, now)  # unexplained and forced runs (watchdog/beyond.py)
         # Deliveries land before any cursor moves: a tick that fails halfway leaves the
         # runs to the retry, which delivers them again (the dedup protocol runs them once).
         caught_up = self._catch_up(judged, now)
@@ -270,7 +273,8 @@ class Watchdog(JobJudging, RerunDeliveries):
         for job, cursor, tick in judged:
             problems = [(now if p.run_id in settled else p.schedule_time, p.run_id, p.kind)
                         for p in tick.problems
-                        if p.kind == RAN_TWICE or p.run_id not in tick.counted]
+                        if (p.kind == RAN_TWICE or p.run_id not in tick.counted)
+                        and (p.kind not in BEYOND_PROBLEMS or job.beyond_pages)]
             good = {r: t for r, t in tick.good.items() if r not in tick.counted}
             cursor.incidents, transitions = judge_streaks(
                 job.name, job.thresholds, cursor.incidents, problems, good, now)

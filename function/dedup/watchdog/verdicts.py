@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from dedup.beyond import TOO_MANY_FORCED_RUNS, UNEXPLAINED_RUN
 from dedup.store import RunStatus, StoredRun
 from dedup.watchdog.due import WatchedJob, rfc3339, verdict_due_at
 from dedup.watchdog.ran_twice import RAN_TWICE
@@ -33,6 +34,8 @@ SKIPPED = "skipped"
 PROBLEM_SEVERITY = {
     MISSED: "ERROR", FAILED: "ERROR", NEVER_RAN: "ERROR", OVERLONG: "WARNING",
     MALFORMED: "ERROR", RAN_TWICE: "ERROR",
+    # Runs beyond the schedule (dedup.watchdog.beyond): they page only through an incident.
+    UNEXPLAINED_RUN: "WARNING", TOO_MANY_FORCED_RUNS: "WARNING",
 }
 
 
