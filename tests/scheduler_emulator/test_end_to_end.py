@@ -362,7 +362,11 @@ def test_a_run_whose_deliveries_all_failed_is_reported(function: LocalFunction) 
     assert "3 run(s) exhausted their retries" in text
 
 
-def test_all_faults_together_over_200_runs(function: LocalFunction) -> None:
+def test_all_faults_together_over_60_runs(function: LocalFunction) -> None:
+    """Every fault of the emulator at once, against the served function and the real
+    emulator. Its breadth (200 runs, 36 s, before) is the simulation's now (`make simulate`:
+    thousands of schedules with every feature against every fault, docs/protocol.md); this
+    keeps the real processes, sockets and store in the loop."""
     outcome = replay(
         function,
         [
@@ -375,16 +379,16 @@ def test_all_faults_together_over_200_runs(function: LocalFunction) -> None:
             "manual-bare=0.02",
             "concurrent=0.1",
         ],
-        ticks=70,
+        ticks=20,
     )
     assert_exactly_once(outcome)
-    assert outcome.totals["scheduled_runs"] == 210
+    assert outcome.totals["scheduled_runs"] == 60
     seen = {f for s in outcome.summaries for f in s.faults}
     assert seen >= {
         "lost-ack", "slow", "duplicate", "kill", "manual", "manual-overlap", "concurrent",
     }
     verdicts = Counter(s.verdict for s in outcome.summaries if s.scheduled)
-    assert verdicts[EXACTLY_ONCE] >= 200
+    assert verdicts[EXACTLY_ONCE] >= 55
 
 
 def test_store_stalls_and_outages(store_faulted: LocalFunction) -> None:
