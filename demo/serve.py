@@ -486,4 +486,4 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
 
 
 if __name__ == "__main__":  # the entry point it was: say where it went, and fail
-    raise SystemExit("run `python -m operator_tools serve` (or its make target)")
+    raise SystemExit("run `scheduler-dedup serve` (or the make target that calls it)")

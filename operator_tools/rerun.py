@@ -246,7 +246,8 @@ def plan_rerun(
         raise RerunRefused(
             f"{job.name} @ {when} has been re-run already: {'; '.join(already)}. Another "
             f"re-run executes it once more, as generation {generation}: if that is what "
-            "you want, ask again with CONFIRM=1 (python -m operator_tools rerun --again)"
+            "you want, ask again with CONFIRM=1 (`make rerun ... CONFIRM=1`, or "
+            "`scheduler-dedup rerun ... --again`)"
         )
     return RerunPlan(generation, previous, tuple(already))
 
