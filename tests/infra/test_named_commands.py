@@ -67,7 +67,8 @@ def messages(module: Path) -> Iterator[tuple[int, str]]:
             yield node.lineno, node.value
 
 
-MESSAGE_MODULES: Final = sorted((KIT_ROOT / "operator_tools").glob("*.py")) + [
+MESSAGE_MODULES: Final = [
+    *sorted((KIT_ROOT / "operator_tools").glob("*.py")),
     KIT_ROOT / "policies" / "offline_check.py", KIT_ROOT / "demo" / "serve.py",
     KIT_ROOT / "demo" / "cli.py", KIT_ROOT / "infra" / "lock.py",
 ]
@@ -81,7 +82,11 @@ def test_the_kit_only_targets_are_declared() -> None:
     assert KIT_TARGETS - STARTER_TARGETS == KIT_ONLY_TARGETS
 
 
-@pytest.mark.parametrize("module", MESSAGE_MODULES, ids=lambda p: p.relative_to(KIT_ROOT).as_posix())
+def relative(path: Path) -> str:
+    return path.relative_to(KIT_ROOT).as_posix()
+
+
+@pytest.mark.parametrize("module", MESSAGE_MODULES, ids=relative)
 def test_the_tools_messages_name_commands_that_exist(module: Path) -> None:
     wrong = []
     for line, text in messages(module):
@@ -119,7 +124,7 @@ def paragraphs(text: str) -> Iterator[tuple[int, str, str]]:
 
 
 @pytest.mark.parametrize("page", [*TEAM_PAGES, STARTER / "README.md"],
-                         ids=lambda p: p.relative_to(KIT_ROOT).as_posix())
+                         ids=relative)
 def test_the_docs_name_commands_that_exist(page: Path) -> None:
     """Each `make <target>` in a page's code is a target of the kit's Makefile, and of the
     starter's unless its paragraph (or the one introducing it) says it is the kit's or a
