@@ -3,12 +3,16 @@ and `scheduler-dedup <command>` named in the operator tools' messages and in the
 reads is a target of the Makefile it has (the kit's in a fork, the starter's in a team
 repository made by `scheduler-dedup init`) and a command of the CLI's table; a target only the
 kit's own Makefile has is named only where the text says whom it is for. No message names
-`python -m operator_tools`, which a team repository's environment does not have."""
+`python -m operator_tools`, which a team repository's environment does not have. In a
+repository `scheduler-dedup init` wrote, each of its targets' commands answers `--help`."""
 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -17,6 +21,7 @@ import pytest
 
 from infra import KIT_ROOT
 from operator_tools.__main__ import COMMANDS
+from operator_tools.init import main as init_main
 
 STARTER: Final = KIT_ROOT / "examples" / "team-repo"
 
@@ -149,3 +154,32 @@ def test_the_docs_name_commands_that_exist(page: Path) -> None:
         wrong += [f"{page.relative_to(KIT_ROOT)}:{line}: no command `scheduler-dedup {c}`"
                   for c in CLI.findall(code) if c not in COMMANDS]
     assert not wrong, "\n".join(wrong)
+
+
+def test_each_starter_target_runs_a_command_that_answers_in_a_team_repository(
+    tmp_path: Path,
+) -> None:
+    """In a repository `scheduler-dedup init` wrote: each of its make targets (as make would
+    run them, dry) calls `scheduler-dedup <command>` with a command of the table, and each
+    such command answers `--help` there, run as the installed kit's console entry runs it
+    (`python -m scheduler_dedup_kit`, the project found from the working directory)."""
+    team = tmp_path / "our-jobs"
+    assert init_main([str(team)]) == 0
+    env = {**os.environ, "PYTHONPATH": str(KIT_ROOT)}
+    called: dict[str, str] = {}
+    for target in sorted(STARTER_TARGETS):
+        dry = subprocess.run(["make", "--no-print-directory", "-n", "-o", ".venv/stamp",
+                              target], cwd=team, env=env, capture_output=True, text=True,
+                             timeout=60, check=False)
+        assert dry.returncode == 0, (target, dry.stderr)
+        for command in re.findall(r"\.venv/bin/scheduler-dedup ([a-z][a-z0-9-]*)", dry.stdout):
+            assert command in COMMANDS, f"make {target} calls scheduler-dedup {command}"
+            called.setdefault(command, target)
+    assert {"plan", "policy-check", "rerun", "upgrade-check", "lock", "new-job"} <= set(called)
+    for command, target in sorted(called.items()):
+        answered = subprocess.run([sys.executable, "-m", "scheduler_dedup_kit", command,
+                                   "--help"], cwd=team, env=env, capture_output=True,
+                                  text=True, timeout=120, check=False)
+        assert answered.returncode == 0, (target, command, answered.stderr[-2000:])
+        assert answered.stdout.startswith(f"usage: scheduler-dedup {command}"), (
+            target, answered.stdout[:200])
