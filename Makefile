@@ -181,9 +181,10 @@ migrate-proxy-records: $(VENV)/stamp ## Copy proxied jobs' records into the prox
 
 # The steps a running deployment needs to reach this checkout's release, from CHANGELOG.md's
 # "Upgrading" sections: FROM=<the version it runs> (pulumi stack output kitVersion), or
-# FROM=unversioned for a checkout from before the first release.
-upgrade-check: $(VENV)/stamp ## Print the upgrade steps from a release to this one (FROM= required)
-	@$(SCHEDULER_DEDUP) upgrade-check "$(FROM)"
+# FROM=unversioned for a checkout from before the first release. FOR=fork or FOR="by version"
+# prints the steps for that kind of repository (default: this one's, a fork).
+upgrade-check: $(VENV)/stamp ## Print the upgrade steps from a release to this one (FROM= required; FOR=)
+	@$(SCHEDULER_DEDUP) upgrade-check "$(FROM)"$(if $(FOR), --for "$(FOR)")
 
 # A job module, function/jobs/<NAME>.py, and its test, tests/jobs/test_<NAME>.py (which
 # make test runs), from the kit's templates (operator_tools/templates/); never over an existing file.

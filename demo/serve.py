@@ -23,6 +23,11 @@ printed at start-up, read and write what the served stack does.
 the missed one; a run before it is not judged), as Cloud Scheduler sometimes fails to: the
 watchdog reports it `missed`, and catches it up if the job has `catchUp`.
 
+One difference from the deployed watchdog (ServedWatchStore): until a job's first record is
+found, every tick judges the job over its whole lookback, so a record that appears after
+the first tick for a run from before it (a re-run of a run that never ran) makes the runs
+after it judged, as `make runs` shows them.
+
 A tick can also be asked for at once: POST the printed WATCHDOG_URL (`make rerun ...
 NOW=1 WATCHDOG_URL=...`); it answers as the deployed watchdog does (`checked`,
 `problems`, `caught_up`, `reruns`).
@@ -61,7 +66,7 @@ from dedup.watchdog.backfills import (
     FirestoreBackfills,
     backfills_collection,
 )
-from dedup.watchdog.cursors import FirestoreWatchStore
+from dedup.watchdog.cursors import Cursor, FirestoreWatchStore
 from dedup.watchdog.delivery import TargetAuth
 from dedup.watchdog.due import WatchedJob, rfc3339
 from dedup.watchdog.reruns import FirestoreRerunQueue, reruns_collection
@@ -93,6 +98,24 @@ from scheduler_emulator.stack import Stack, load_stack, resolve_stack
 SCHEDULER_TICKS = 100_000
 # --miss JOB: the fire never delivered, counted from start-up (the first one is delivered).
 DEFAULT_MISSED_FIRE = 2
+
+
+class ServedWatchStore(FirestoreWatchStore):
+    """The deployed watchdog's cursors, but for one thing: until the watchdog has found a
+    job's first recorded run, each tick judges the job from the start of its lookback, not
+    from where the previous tick judged through. A rehearsal's first records often come
+    after the watchdog's first tick for runs from before it (`make rerun` of a run that
+    never ran, with --no-scheduler; runs delivered by hand): the deployed watchdog, having
+    judged past them while the job had no record, would never judge the runs after them,
+    which `make runs` calls missed. Reading a never-run job's whole lookback each tick is
+    cheap for a local stack; the deployed watchdog does not (docs/operations.md)."""
+
+    def get_cursors(self, jobs: Sequence[str]) -> dict[str, Cursor]:
+        cursors = super().get_cursors(jobs)
+        for cursor in cursors.values():
+            if cursor.first_run is None:
+                cursor.judged_through = None
+        return cursors
 
 
 @dataclass(frozen=True)
@@ -240,7 +263,8 @@ class ServedStack:
         return client
 
     def _build_watchdog(self) -> tuple[WatchSettings, FirestoreWatchStore, FirestoreRerunQueue]:
-        """The deployed watchdog's settings and stores, where `make runs` reads them."""
+        """The deployed watchdog's settings and stores, where `make runs` reads them (its
+        cursors through ServedWatchStore: a job without a first run judged over its lookback)."""
         from operator_tools.runs import watched_jobs  # imports the Pulumi program
 
         cfg, dedup = self.cfg, self.cfg.dedup
@@ -274,7 +298,7 @@ class ServedStack:
             backfill=BackfillSettings(cfg.watchdog.backfill_runs_per_tick,
                                       cfg.watchdog.backfill_in_flight),
         )
-        store = FirestoreWatchStore(runs, dedup.collection + CURSOR_SUFFIX, by_database, own)
+        store = ServedWatchStore(runs, dedup.collection + CURSOR_SUFFIX, by_database, own)
         return settings, store, FirestoreRerunQueue(own, reruns_collection(dedup.collection))
 
     def _pacer(self, settings: WatchSettings, reruns: FirestoreRerunQueue) -> BackfillPacer:
@@ -486,4 +510,4 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
 
 
 if __name__ == "__main__":  # the entry point it was: say where it went, and fail
-    raise SystemExit("run `python -m operator_tools serve` (or its make target)")
+    raise SystemExit("run `scheduler-dedup serve` (or the make target that calls it)")

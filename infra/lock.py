@@ -195,4 +195,4 @@ def deployed_requirements(source_dir: Path, team_dir: Path | None = None) -> byt
 
 
 if __name__ == "__main__":  # the entry point it was: say where it went, and fail
-    raise SystemExit("run `python -m operator_tools lock` (or its make target)")
+    raise SystemExit("run `scheduler-dedup lock` (or the make target that calls it)")

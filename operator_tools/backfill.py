@@ -361,7 +361,8 @@ def main(
                         help="print the runs it would queue; write nothing")
     parser.add_argument("--reason", default="", help="why the runs must execute")
     parser.add_argument("--requested-by", default=os.environ.get("REQUESTED_BY"),
-                        help="who asks (default: REQUESTED_BY, the ADC account or $USER)")
+                        help="who asks (default: REQUESTED_BY, the ADC account, "
+                        "git's user.email or $USER)")
     parser.add_argument("--again", action="store_true", default=confirmed(),
                         help="re-run runs that re-runs executed already (CONFIRM=1)")
     parser.add_argument("--stop-on-failure", action="store_true",

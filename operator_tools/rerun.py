@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -246,7 +247,8 @@ def plan_rerun(
         raise RerunRefused(
             f"{job.name} @ {when} has been re-run already: {'; '.join(already)}. Another "
             f"re-run executes it once more, as generation {generation}: if that is what "
-            "you want, ask again with CONFIRM=1 (python -m operator_tools rerun --again)"
+            "you want, ask again with CONFIRM=1 (`make rerun ... CONFIRM=1`, or "
+            "`scheduler-dedup rerun ... --again`)"
         )
     return RerunPlan(generation, previous, tuple(already))
 
@@ -356,7 +358,8 @@ def confirmed() -> bool:
 
 
 def who_asks(explicit: str | None) -> str:
-    """REQUESTED_BY, else the Application Default Credentials' account, else $USER."""
+    """REQUESTED_BY, else the Application Default Credentials' account (not against the
+    emulator), else git's `user.email`, else $USER; "unknown" only when none says."""
     if explicit and explicit.strip():
         return explicit.strip()
     if not os.environ.get("FIRESTORE_EMULATOR_HOST"):
@@ -369,7 +372,19 @@ def who_asks(explicit: str | None) -> str:
                 return email
         except Exception:  # no ADC: the store open below says so, with the fix
             pass
-    return os.environ.get("USER") or "unknown"
+    return git_user_email() or os.environ.get("USER", "").strip() or "unknown"
+
+
+def git_user_email() -> str | None:
+    """`git config user.email` where the command runs (the repository's, else the user's
+    global setting); None without git or without the setting."""
+    try:
+        found = subprocess.run(["git", "config", "user.email"], capture_output=True,
+                               text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    email = found.stdout.strip()
+    return email if found.returncode == 0 and email else None
 
 
 def main(
@@ -390,7 +405,8 @@ def main(
                         help="the run's schedule time, e.g. 2026-11-30T09:15:00+01:00")
     parser.add_argument("--reason", required=True, help="why the run must execute again")
     parser.add_argument("--requested-by", default=os.environ.get("REQUESTED_BY"),
-                        help="who asks (default: REQUESTED_BY, the ADC account or $USER)")
+                        help="who asks (default: REQUESTED_BY, the ADC account, "
+                        "git's user.email or $USER)")
     parser.add_argument("--now", metavar="WATCHDOG_URL",
                         help="then ask the watchdog at this URL for a tick right away")
     parser.add_argument("--again", action="store_true", default=confirmed(),

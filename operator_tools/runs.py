@@ -16,8 +16,10 @@ malformed (a document that is no run record, its reason on a line under its row)
 before_first_run (the job's first recorded run, from the watchdog's cursor or else the
 earliest record shown, is later: the watchdog does not judge it); never_ran when neither
 exists (no record among the runs shown and no watchdog cursor); paused for a paused job's
-runs without a record. A failed run's last error (the record's `error`) is printed on a
-line of its own under its row, as are a forced run kept apart and the run's re-runs.
+runs without a record; `ok (generation N)` for a missed, failed or overlong run whose re-run
+(`make rerun`, a backfill) completed: it executed, late. A failed run's last error (the
+record's `error`) is printed on a line of its own under its row, as are a forced run kept
+apart and the run's re-runs.
 A problem verdict the watchdog judged during a silence (`make silence`, or a window the stack
 config declares; function/dedup/watchdog/silences.py) reads `(silenced)`: logged, paging
 nobody; a job silenced now says until when, by whom and why under its heading.
@@ -259,6 +261,20 @@ def mark_silenced(
     return marked
 
 
+def mark_rerun_completed(
+    rows: Sequence[tuple[str, ...]], times: Sequence[datetime], completed: Mapping[datetime, int],
+) -> list[tuple[str, ...]]:
+    """A missed, failed or overlong run whose re-run completed reads `ok (generation N)`:
+    it executed, late (its own record, in STATUS, stays as it ended; the generations are on
+    the lines under it)."""
+    marked: list[tuple[str, ...]] = []
+    for row, t in zip(rows, times, strict=True):
+        if row[-1].split("+")[0].split(" ")[0] in (MISSED, FAILED, OVERLONG) and t in completed:
+            row = (*row[:-1], f"{FINE} (generation {completed[t]})")
+        marked.append(row)
+    return marked
+
+
 def format_table(rows: Sequence[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in [HEADERS, *rows]) for i in range(len(HEADERS))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -316,10 +332,11 @@ def show_runs(
         rows = job_table(job, cfg.project, cfg.region, read, times, now, grace,
                          cursors.get(job.name))
         rows = mark_silenced(rows, job, times, grace, stack_windows, operator)
+        extra, completed = generation_lines(stores, job, times, now, records)
+        rows = mark_rerun_completed(rows, times, completed)
         if (silence := SilenceBook(stack_windows, operator, now).of(job)) is not None:
             out.write(f"  silenced until {rfc3339(silence.until)} by {silence.by}: "
                       f"{silence.reason} (problems logged, nothing paged)\n")
-        extra = generation_lines(stores, job, times, now, records)
         for t, run_id in forced.items():
             if (record := found.get(run_id)) is not None:
                 extra.setdefault(t, []).insert(0, forced_line(record, t, now))
@@ -372,20 +389,26 @@ def forced_line(stored: StoredRun, t: datetime, now: datetime) -> str:
 def generation_lines(
     stores: RunStores, job: WatchedJob, times: Sequence[datetime], now: datetime,
     records_of_job: FirestoreRunStore,
-) -> dict[datetime, list[str]]:
+) -> tuple[dict[datetime, list[str]], dict[datetime, int]]:
     """Per run shown, one line per re-run request (`make rerun`): its generation, what
-    became of it (its record in `records_of_job`, the job's records), who asked and why."""
+    became of it (its record in `records_of_job`, the job's records), who asked and why;
+    and per run, its latest generation that completed, if one did."""
     shown = set(times)
     queue = stores.reruns()
     requests = [r for r in queue.for_job(job.name) if r.schedule_time in shown]
     records = (records_of_job.get_many([r.request_id for r in requests])
                if requests else {})
     lines: dict[datetime, list[str]] = {}
+    completed: dict[datetime, int] = {}
     for request in requests:
+        stored = records.get(request.request_id)
         lines.setdefault(request.schedule_time, []).append(
-            _generation_line(request, records.get(request.request_id), now)
+            _generation_line(request, stored, now)
         )
-    return lines
+        if isinstance(stored, StoredRun) and stored.record.status is RunStatus.COMPLETED:
+            completed[request.schedule_time] = max(
+                request.generation, completed.get(request.schedule_time, 0))
+    return lines, completed
 
 
 def _generation_line(

@@ -106,7 +106,8 @@ def main(
                         help="when the silence ends, e.g. 2026-12-06T04:00:00+01:00")
     parser.add_argument("--reason", default="", help="why (on every line it marks)")
     parser.add_argument("--requested-by", default=os.environ.get("REQUESTED_BY"),
-                        help="who asks (default: REQUESTED_BY, the ADC account or $USER)")
+                        help="who asks (default: REQUESTED_BY, the ADC account, "
+                        "git's user.email or $USER)")
     parser.add_argument("--remove", action="store_true", help="lift the silence")
     parser.add_argument("--list", action="store_true", help="list the silences")
     args = parser.parse_args(argv)

@@ -277,4 +277,4 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 
 if __name__ == "__main__":  # the entry point it was: say where it went, and fail
-    raise SystemExit("run `python -m operator_tools policy-check` (or its make target)")
+    raise SystemExit("run `scheduler-dedup policy-check` (or the make target that calls it)")

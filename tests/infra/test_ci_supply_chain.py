@@ -371,10 +371,12 @@ def test_a_stack_directory_without_stacks_deploys_and_previews_nothing(tmp_path:
     assert passed_on(ci, tmp_path / "stacks", tmp_path) == {"names": []}
 
 
-def test_the_pull_request_preview_has_secrets_of_its_own() -> None:
+@pytest.mark.parametrize("workflows", WORKFLOW_SETS, ids=lambda s: s.name)
+def test_the_pull_request_preview_has_secrets_of_its_own(workflows: WorkflowSet) -> None:
     """Names no deploy uses, so a missing `preview` secret never falls back to a deploy's."""
-    ci = load(WORKFLOWS / "ci.yml")
-    deploy_secrets = set(re.findall(r"secrets\.(\w+)", (WORKFLOWS / "deploy.yml").read_text()))
+    ci = load(workflows.workflows / "ci.yml")
+    deploy_secrets = set(re.findall(r"secrets\.(\w+)",
+                                    (workflows.workflows / "deploy.yml").read_text()))
     preview_secrets = set(re.findall(r"secrets\.(\w+)", str(ci["jobs"])))
     assert preview_secrets == {"PULUMI_PREVIEW_ACCESS_TOKEN", "PULUMI_PREVIEW_CONFIG_PASSPHRASE"}
     assert not preview_secrets & deploy_secrets

@@ -43,5 +43,5 @@ def test_a_module_run_directly_fails_naming_the_command(
     result = subprocess.run([sys.executable, "-m", module, "dev"], cwd=kit_checkout,
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 1, result
-    assert f"python -m operator_tools {command}" in result.stderr
+    assert f"run `scheduler-dedup {command}`" in result.stderr
     assert result.stdout == ""

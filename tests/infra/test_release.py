@@ -370,3 +370,28 @@ def test_make_upgrade_check(kit_checkout: Path) -> None:
         assert refused.returncode == 2
         assert f"{UNVERSIONED}, {latest}" in refused.stderr
         assert "Traceback" not in refused.stderr
+    # FOR= names the other kind of repository (--for): a fork's checkout, by version's steps.
+    other = make(kit_checkout, "upgrade-check", f"FROM={UNVERSIONED}", "FOR=by version",
+                 dry_run=False)
+    assert other.returncode == 0, other.stderr
+    assert "depends on the kit by version" in other.stdout and "[fork]" not in other.stdout
+    assert "[by version]" in other.stdout
+    wrong = make(kit_checkout, "upgrade-check", f"FROM={latest}", "FOR=forks", dry_run=False)
+    assert wrong.returncode == 2 and "invalid choice: 'forks'" in wrong.stderr
+
+
+def test_the_starters_make_upgrade_check_passes_for_through(tmp_path: Path) -> None:
+    """The starter's target as make runs it (dry run, its virtualenv taken as built)."""
+    from operator_tools.init import STARTER
+
+    for name in ("Makefile", "Pulumi.yaml"):  # a project of its own, not the checkout
+        (tmp_path / name).write_bytes((STARTER / name).read_bytes())
+    for args, command in [
+        ((), '.venv/bin/scheduler-dedup upgrade-check "1.0.0"'),
+        (("FOR=fork",), '.venv/bin/scheduler-dedup upgrade-check "1.0.0" --for "fork"'),
+        (("FOR=by version",),
+         '.venv/bin/scheduler-dedup upgrade-check "1.0.0" --for "by version"'),
+    ]:
+        ran = make(tmp_path, "upgrade-check", "FROM=1.0.0", *args)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.strip().splitlines()[-1] == command

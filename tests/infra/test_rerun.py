@@ -288,8 +288,8 @@ def test_a_second_rerun_of_a_run_already_rerun_asks_for_confirmation(
         f"make rerun: {hourly.job_id} @ 2026-10-16T11:07+02:00 (2026-10-16T09:07:00Z) has "
         "been re-run already: generation 1 completed (asked by ops@example.com at "
         "2026-10-16 12:00Z: ledger import fixed). Another re-run executes it once more, as "
-        "generation 2: if that is what you want, ask again with CONFIRM=1 (python -m "
-        "operator_tools rerun --again)\n"
+        "generation 2: if that is what you want, ask again with CONFIRM=1 (`make rerun ... "
+        "CONFIRM=1`, or `scheduler-dedup rerun ... --again`)\n"
     )
     assert [r.generation for r in queue.for_job(hourly.job_id)] == [1]  # nothing queued
 

@@ -17,9 +17,19 @@ import pytest
 import yaml
 
 from infra import KIT_ROOT as REPO_ROOT
+from operator_tools.init import STARTER
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 FILES = sorted(WORKFLOWS.glob("*.yml"))
+# The starter's (what `scheduler-dedup init` writes into a team's repository): the same
+# workflows, on the installed kit (its `policy/` door, its `scheduler-dedup` command, the
+# locks its `make lock` writes), held to the same hardening.
+STARTER_WORKFLOWS = STARTER / ".github" / "workflows"
+BOTH = [*FILES, *sorted(STARTER_WORKFLOWS.glob("*.yml"))]
+
+
+def label(path: Path) -> str:
+    return f"{'starter' if path.is_relative_to(STARTER) else 'kit'}/{path.name}"
 PINNED = re.compile(r"^\s*(?:-\s+)?uses:\s+([\w.-]+/[\w./-]+)@([0-9a-f]{40}) # v\d+\.\d+\.\d+$")
 
 
@@ -39,9 +49,10 @@ def step(job: dict[str, Any], action: str) -> dict[str, Any]:
 
 def test_there_are_the_ci_and_deploy_workflows() -> None:
     assert {p.name for p in FILES} == {"ci.yml", "deploy.yml"}
+    assert {p.name for p in STARTER_WORKFLOWS.glob("*.yml")} == {"ci.yml", "deploy.yml"}
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", BOTH, ids=label)
 def test_every_action_is_pinned_to_a_commit_with_its_release(path: Path) -> None:
     lines = [line for line in path.read_text("utf-8").splitlines() if "uses:" in line]
     assert lines
@@ -49,7 +60,7 @@ def test_every_action_is_pinned_to_a_commit_with_its_release(path: Path) -> None
         assert PINNED.match(line), f"{path.name}: {line.strip()}"
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", BOTH, ids=label)
 def test_hardening(path: Path) -> None:
     workflow = load(path)
     assert workflow["permissions"] == {}, "no permissions at the top: each job its own"
@@ -227,7 +238,7 @@ def test_the_unreviewed_stacks_deploy_after_make_test(case: str, needs: dict[str
 def test_zizmor_finds_nothing() -> None:
     zizmor = Path(sys.executable).parent / "zizmor"
     result = subprocess.run(
-        [str(zizmor), "--offline", "--persona=pedantic", str(WORKFLOWS)],
+        [str(zizmor), "--offline", "--persona=pedantic", str(WORKFLOWS), str(STARTER_WORKFLOWS)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -242,7 +253,7 @@ def pulumi_step(s: dict[str, Any]) -> bool:
     return s.get("uses", "").startswith("pulumi/actions@") or "pulumi " in s.get("run", "")
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", BOTH, ids=label)
 def test_secrets_reach_only_the_steps_that_run_pulumi(path: Path) -> None:
     """Not the workflow, not the job: checkout, the .venv build (which runs the packages it
     installs) and the Google sign-in never see them."""
@@ -256,7 +267,7 @@ def test_secrets_reach_only_the_steps_that_run_pulumi(path: Path) -> None:
                 assert set(s["env"]) <= {"PULUMI_ACCESS_TOKEN", "PULUMI_CONFIG_PASSPHRASE"}
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", BOTH, ids=label)
 def test_environments_are_fixed_names(path: Path) -> None:
     """An `environment:` per matrix entry would create unprotected environments on demand;
     `production` is for deploy.yml's `pulumi up` only, `preview` for ci.yml's previews."""
@@ -271,10 +282,11 @@ def test_environments_are_fixed_names(path: Path) -> None:
         assert commands == {"preview" if path.name == "ci.yml" else "up"}, name
 
 
-def test_the_preview_installs_before_any_credential_and_reads_only() -> None:
-    job = load(WORKFLOWS / "ci.yml")["jobs"]["preview"]
+@pytest.mark.parametrize("workflows", [WORKFLOWS, STARTER_WORKFLOWS], ids=["kit", "starter"])
+def test_the_preview_installs_before_any_credential_and_reads_only(workflows: Path) -> None:
+    job = load(workflows / "ci.yml")["jobs"]["preview"]
     names = [s.get("name") or s.get("uses", "").split("@")[0] for s in steps(job)]
-    build = names.index("Build .venv from the hash-locked deploy toolchain")
+    build = next(i for i, name in enumerate(names) if name.startswith("Build .venv from"))
     auth = names.index("google-github-actions/auth")
     preview = names.index("pulumi/actions")
     assert build < auth < preview
@@ -284,5 +296,32 @@ def test_the_preview_installs_before_any_credential_and_reads_only() -> None:
     assert up["with"]["command"] == "preview"
     # Its own Pulumi token (read-only where the backend allows), never the deploy's.
     assert up["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_PREVIEW_ACCESS_TOKEN }}"
-    assert "PULUMI_ACCESS_TOKEN }}" not in (WORKFLOWS / "ci.yml").read_text("utf-8").replace(
+    assert "PULUMI_ACCESS_TOKEN }}" not in (workflows / "ci.yml").read_text("utf-8").replace(
         "PULUMI_PREVIEW_ACCESS_TOKEN }}", "")
+
+
+def test_the_starters_preview_is_the_kits_on_the_installed_kit() -> None:
+    """docs/ci.md describes one pull-request preview: the starter's job is the kit's, step
+    for step, but for what a team repository has instead (its Python, its locks, its
+    `policy/` door, the installed kit's `scheduler-dedup` command)."""
+    def as_team_has_it(job: dict[str, Any]) -> str:
+        text = yaml.safe_dump(job, sort_keys=True)
+        for kit, team in [('python-version: "3.11"', 'python-version: "3.12"'),
+                          ("python-version: '3.11'", "python-version: '3.12'"),
+                          (".github/requirements/bootstrap.txt", "requirements-bootstrap.txt"),
+                          (".github/requirements/deploy.txt", "requirements-deploy.txt"),
+                          ("hash-locked deploy toolchain", "hash-locked toolchain"),
+                          ("policyPacks: policies", "policyPacks: policy"),
+                          ("the team's unreviewed", "your unreviewed"),
+                          (".venv/bin/python -m operator_tools ci-stacks",
+                           ".venv/bin/scheduler-dedup ci-stacks")]:
+            text = text.replace(kit, team)
+        return text
+
+    kit, team = load(WORKFLOWS / "ci.yml"), load(STARTER_WORKFLOWS / "ci.yml")
+    assert team[True] == kit[True] == {"pull_request": None}
+    assert set(team["jobs"]) == set(kit["jobs"]) == {"test", "stacks", "preview"}
+    for name in ("stacks", "preview"):
+        assert yaml.safe_dump(team["jobs"][name], sort_keys=True) == as_team_has_it(
+            kit["jobs"][name]), name
+

@@ -116,6 +116,87 @@ def test_make_serve_catches_a_missed_run_up_and_delivers_a_rerun(
         assert "    + generation 1: completed, 1 attempt(s)" in out
 
 
+def deliver(served: ServedStack, stack: Any, when: datetime, body: bytes = b"{}") -> str:
+    """One run of JOB delivered by hand, as Scheduler would: the function's outcome."""
+    assert served.function is not None
+    url = served.function.url
+    reply = requests.post(url, headers=scheduler_headers(
+        f"projects/{PROJECT}/locations/{REGION}/jobs/{JOB_ID}", z(when),
+        project=PROJECT, location=REGION,
+        authorization=f"Bearer {scheduler_token(url, stack.invoker_email)}",
+    ), data=body, timeout=30)
+    outcome: str = reply.json()["outcome"]
+    return outcome
+
+
+def test_make_serve_judges_runs_from_before_its_first_tick_and_shows_a_completed_rerun(
+    tmp_path: Path, collection_name: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watchdog ticks once with no record (its first tick); then a job's first records
+    appear for runs from before that tick (delivered late, as a re-run of a run that never
+    ran is): the next tick judges the runs after the first one, as `make runs` shows them
+    (missed, failed), rather than leaving them unjudged. A failed run whose re-run
+    completed reads `ok (generation 1)`, and the re-run's requester is git's user.email
+    when REQUESTED_BY is unset."""
+    monkeypatch.delenv("CONFIRM", raising=False)
+    monkeypatch.delenv("REQUESTED_BY", raising=False)
+    git_config = tmp_path / "gitconfig"
+    git_config.write_text("[user]\n\temail = rehearsal@example.com\n", encoding="utf-8")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(git_config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.chdir(tmp_path)  # no repository here: the global setting answers
+    # The flaky example job: fails only a run whose body says failEvery 1 (the one
+    # delivered by hand below); the stack's body, which re-runs get, never fails.
+    path = write_stack(tmp_path, "serve-first", collection_name,
+                       watchdog={"reruns": True, "graceSeconds": 5}, jobs=[
+        {"name": JOB, "schedule": "*/5 * * * *", "timeZone": "Etc/UTC",
+         "attemptDeadlineSeconds": 60, "retry": {"retryCount": 0},
+         "jobLogic": "example_jobs.flaky:run", "body": {"failEvery": 100_000_000}},
+    ])
+    stack = load_stack(path)
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    first = now - timedelta(minutes=now.minute % 5 + 20)
+    missed, failed = first + timedelta(minutes=5), first + timedelta(minutes=10)
+    lines: list[str] = []
+    with ServedStack(stack, os.environ["FIRESTORE_EMULATOR_HOST"], workdir=tmp_path / "serve",
+                     scheduler=False, workers=1, log=lines.append) as served:
+        assert served.tick().problems == []  # the first tick: no record of the job yet
+        assert deliver(served, stack, first) == "completed"
+        assert deliver(served, stack, failed, b'{"failEvery": 1}') == "failed"
+        code, out, err = run_main(str(path), "--job", JOB, "--last", "8")
+        assert (code, err) == (0, "")
+        assert row(out, missed)[-1] == "missed" and row(out, failed)[-1] == "failed", out
+
+        judged = {(p.schedule_time, p.kind) for p in served.tick().problems}
+        assert {(missed, "missed"), (failed, "failed")} <= judged, lines
+
+        code, out, err = rerun_main(str(path), "--job", JOB, "--time", z(failed), "--reason",
+                                    "rehearsal", "--now", served.watchdog_url)
+        assert (code, err) == (0, ""), out
+        assert out.splitlines()[-1] == (f"tick now: the watchdog delivered 1 re-run(s): "
+                                        f"{JOB_ID} @ {z(failed)} generation 1: completed")
+        code, out, err = run_main(str(path), "--job", JOB, "--last", "8")
+        assert row(out, failed)[5] == "failed", out  # its own record, as it ended
+        assert " ".join(row(out, failed)[-3:]) == "ok (generation 1)", out
+        assert row(out, missed)[-1] == "missed", out  # not re-run: still missed
+        (rerun_line,) = [line for line in lines_under(out, failed) if "generation 1" in line]
+        assert "asked by rehearsal@example.com at " in rerun_line, rerun_line
+
+
+def test_the_requester_is_user_when_git_has_no_email(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("REQUESTED_BY", raising=False)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "none"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("USER", "ops")
+    assert rerun.who_asks(None) == "ops"
+    assert rerun.who_asks(" sre@example.com ") == "sre@example.com"
+    monkeypatch.delenv("USER")
+    assert rerun.who_asks(None) == "unknown"
+
+
 SYNC, EXPORT = "sync", "export"
 SYNC_ID, EXPORT_ID = f"{PREFIX}-{SYNC}", f"{PREFIX}-{EXPORT}"
 
