@@ -38,9 +38,12 @@ class Precondition:
 
 
 class WriteResult:
+    """One write's answer: the document's version after it (a delete's: the commit's time,
+    where the real client leaves it unset; the kit reads neither)."""
+
     __slots__ = ("update_time",)
 
-    def __init__(self, update_time: datetime | None) -> None:
+    def __init__(self, update_time: datetime) -> None:
         self.update_time = update_time
 
 
@@ -99,7 +102,7 @@ class Database:
             _check(write, old)
             if write.kind == "delete":
                 staged[write.path] = None
-                results.append(WriteResult(None))
+                results.append(WriteResult(when))
                 continue
             data = write.data or {}
             if write.kind == "update":
