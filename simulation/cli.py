@@ -33,7 +33,7 @@ def run_seed(seed: int) -> SeedReport:
     return SeedReport(seed, violations, text, run.steps)
 
 
-def report(run: SeedRun, violations: Sequence[Violation], limit: int = 80) -> str:
+def report(run: SeedRun, violations: Sequence[Violation], limit: int = 120) -> str:
     """The violations, and the trace of events touching the violating runs' IDs and
     actors (`limit` lines each), then the replay command."""
     lines = [run.spec.describe()]
@@ -47,7 +47,7 @@ def report(run: SeedRun, violations: Sequence[Violation], limit: int = 80) -> st
             (at, actor, text) for at, actor, text in run.recorder.trace
             if any(mark and mark in text for mark in marks | attempts)
             or actor in actors or any(actor.startswith(a + "/") for a in actors)
-            or actor.startswith("watchdog:")
+            or (actor.startswith("watchdog:") and at >= violation.since)
         ]
         for at, actor, text in touching[:limit]:
             lines.append(f"  {at:10.2f}s {actor}: {text}")

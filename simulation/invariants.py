@@ -45,6 +45,7 @@ class Violation:
     run_id: str | None
     text: str
     actors: tuple[str, ...] = ()
+    since: float = 0.0  # the trace's watchdog events from here (simulated seconds)
 
 
 def check(run: SeedRun) -> list[Violation]:
@@ -110,10 +111,7 @@ def _reported(run: SeedRun) -> list[Violation]:
         if entry.get("outcome") == "skipped" and entry.get("run_id"):
             first_skip.setdefault(str(entry["run_id"]), dict(entry))
     runs = business_runs(run)
-    when = {run_id: t for _, t, run_id in runs}
-    for job in run.spec.jobs:  # forced runs kept apart replace too
-        for _, t, _ in runs:
-            when.setdefault(RunKey(PROJECT, LOCATION, job.name, t, True).run_id, t)
+    when = _schedule_times_of(run)
     first_record: dict[str, datetime] = {}
     for job_name, t, run_id in runs:
         if run_id in run.records and (job_name not in first_record
@@ -128,9 +126,25 @@ def _reported(run: SeedRun) -> list[Violation]:
         record = run.records.get(run_id)
         why = _dropped(record, first_skip.get(run_id), when, t)
         if why is not None:
-            violations.append(Violation("reported", run_id,
-                                        f"{job_name} @ {t:%Y-%m-%dT%H:%MZ} ({run_id}): {why}"))
+            violations.append(Violation(
+                "reported", run_id, f"{job_name} @ {t:%Y-%m-%dT%H:%MZ} ({run_id}): {why}",
+                since=(t - run.spec.start).total_seconds()))
     return violations
+
+
+def _schedule_times_of(run: SeedRun) -> dict[str, datetime]:
+    """run_id -> schedule time of every run of the jobs from the start to a day after the
+    end, scheduled or forced (what `replaced_by` may name)."""
+    spec = run.spec
+    until = spec.start + timedelta(seconds=spec.end, days=1)
+    when = {}
+    for job in spec.jobs:
+        for business in job.watched().business.runs(spec.start - timedelta(days=1), until):
+            t = business.key_time
+            for instant in {t, *business.deliveries}:
+                for forced in (False, True):
+                    when[RunKey(PROJECT, LOCATION, job.name, instant, forced).run_id] = t
+    return when
 
 
 def _dropped(record: object, skip_line: dict[str, object] | None,

@@ -152,7 +152,7 @@ def draw_world(seed: int) -> WorldSpec:
         deadline = float(rng.choice((30, 60, 180)))
         retry = RetryPolicy(rng.choice((0, 1, 2, 3, 5)), float(rng.choice((5, 10, 30))),
                             float(rng.choice((60, 300))), rng.choice((0, 2, 5)), deadline)
-        behaviour = JobBehaviour(0.5, rng.choice((5.0, 20.0, 60.0)),
+        behaviour = JobBehaviour(0.5, rng.choice((5.0, 20.0, 60.0, 400.0, 900.0)),
                                  rng.choice((0.0, 0.05, 0.2)), rng.choice((0.0, 0.1, 0.3)))
         jobs.append(JobSpec(
             f"job-{index}", LOCAL_SCHEDULE if local else rng.choice(UTC_SCHEDULES),
@@ -164,8 +164,8 @@ def draw_world(seed: int) -> WorldSpec:
     for _ in range(rng.choice((0, 0, 1, 2))):
         begin = rng.uniform(0, span)
         outages.append((begin, begin + rng.uniform(5, 300), rng.uniform(0.3, 1.0)))
-    presses = tuple((rng.choice(jobs).name, rng.uniform(0, span))
-                    for _ in range(rng.choice((0, 0, 1, 2, 3))))
+    presses = tuple(_press_time(rng, rng.choice(jobs), start, span)
+                    for _ in range(rng.choice((0, 1, 2, 3))))
     tick_every = 300.0
     grace = float(rng.choice((60, 120, 300)))
     tick_retry = RetryPolicy(3, 10.0, 60.0, 2, 180.0)
@@ -179,6 +179,19 @@ def draw_world(seed: int) -> WorldSpec:
         tuple(outages), lease * rng.uniform(0.2, 2.0), rng.choice((0.0, 0.05, 0.2)),
         presses, tick_every, grace, rng.choice((0.0, 0.1, 0.3)), tick_retry, task_retry,
         rng.choice((0.0, 0.1)), calm_at, end)
+
+
+def _press_time(rng: random.Random, job: JobSpec, start: datetime, span: float
+                ) -> tuple[str, float]:
+    """When "Run now" is pressed: anywhere, or (half the time) just after a scheduled run
+    began, while it may still be running."""
+    from infra.scheduler_rules import schedule_times
+
+    at = rng.uniform(0, span)
+    if rng.random() < 0.5:
+        fire = next(schedule_times(job.schedule, job.time_zone, start + timedelta(seconds=at)))
+        at = (fire - start).total_seconds() + rng.uniform(1, 60)
+    return job.name, min(at, span)
 
 
 @dataclass
