@@ -149,7 +149,7 @@ class Instance:
             while left > 0:
                 if context.claim_lost.is_set():
                     raise RuntimeError("claim lost: the job stops")
-                step = min(left, self._rng.uniform(1.0, max(1.0, self._lease / 4)))
+                step = min(left, self._rng.uniform(1.0, max(1.0, self._lease / 3)))
                 scheduler.sleep(step)
                 left -= step
                 scheduler.pause()
@@ -229,9 +229,7 @@ class Deliveries:
         handler_actor = self._send(what, headers, body, replies)
         if self._rng.random() < self._duplicate_chance:
             self._send(what + " (duplicate)", headers, body, [])  # a second worker
-        give_up = scheduler.now + deadline
-        while not replies and not handler_actor.finished and scheduler.now < give_up:
-            scheduler.sleep(min(1.0, max(0.0, give_up - scheduler.now)))
+        scheduler.wait_for(handler_actor, deadline)
         return replies[0] if replies else None
 
     def _send(self, what: str, headers: Mapping[str, str], body: bytes,

@@ -44,6 +44,10 @@ class Actor:
     finished: bool = False
     ended_at: float | None = None
     group: list[Actor] = field(default_factory=list)
+    # Actors waiting for this one to end (Scheduler.wait_for), and this actor's current
+    # timer (a timer of an earlier wait, woken early, is stale: skipped when it fires).
+    waiters: list[Actor] = field(default_factory=list)
+    timer: int = -1
     # What the actor is at the moment (for traces and invariants).
     tags: dict[str, object] = field(default_factory=dict)
 
@@ -61,7 +65,7 @@ class Scheduler:
         self.steps = 0
         self.current: Actor | None = None
         self._ready: list[Actor] = []
-        self._timers: list[tuple[float, int, Actor]] = []
+        self._timers: list[tuple[float, int, Actor]] = []  # (when, its id, whom)
         self._order = itertools.count()
         self._all_done = threading.Event()
         self.errors: list[str] = []  # an actor's unexpected exception: a simulation bug
@@ -90,8 +94,12 @@ class Scheduler:
         if at is None or at <= self.now:
             self._ready.append(actor)
         else:
-            heapq.heappush(self._timers, (at, next(self._order), actor))
+            self._set_timer(actor, at)
         return actor
+
+    def _set_timer(self, actor: Actor, at: float) -> None:
+        actor.timer = next(self._order)
+        heapq.heappush(self._timers, (at, actor.timer, actor))
 
     def spawn_soon(self, key: str, name: str, body: Callable[[], None], at: float) -> None:
         """spawn() from any thread (a pool the kit runs): made at the next baton move,
@@ -119,6 +127,10 @@ class Scheduler:
             actor.finished = True
             if actor.ended_at is None:
                 actor.ended_at = self.now
+            for waiter in actor.waiters:  # woken before their timeout
+                if waiter.timer >= 0:
+                    waiter.timer = -1
+                    self._ready.append(waiter)
             self._hand_on(None)
 
     def run(self) -> None:
@@ -154,10 +166,21 @@ class Scheduler:
         actor = self._me()
         if actor.killed:
             raise Killed
-        heapq.heappush(self._timers, (self.now + max(0.0, seconds), next(self._order), actor))
+        self._set_timer(actor, self.now + max(0.0, seconds))
         self._hand_on(actor)
         if actor.killed:
             raise Killed
+
+    def wait_for(self, other: Actor, timeout: float) -> bool:
+        """The current actor waits until `other` ends or `timeout` seconds pass; whether
+        it ended."""
+        actor = self._me()
+        if not other.finished:
+            other.waiters.append(actor)
+            self.sleep(timeout)
+            if actor in other.waiters:
+                other.waiters.remove(actor)
+        return other.finished
 
     def kill(self, actor: Actor) -> None:
         """`actor` and its group die: Killed at their next yield point."""
@@ -181,11 +204,14 @@ class Scheduler:
         if self._asked:
             self._spawn_asked()
         while self._timers and self._timers[0][0] <= self.now:
-            self._ready.append(heapq.heappop(self._timers)[2])
+            _, timer, actor = heapq.heappop(self._timers)
+            if timer == actor.timer:  # else: stale (woken early)
+                actor.timer = -1
+                self._ready.append(actor)
 
     def _next(self) -> Actor | None:
         self._wake_due()
-        if not self._ready and self._timers:
+        while not self._ready and self._timers:
             self.now = max(self.now, self._timers[0][0])  # everyone waits: jump
             self._wake_due()
         if not self._ready:

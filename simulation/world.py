@@ -372,9 +372,7 @@ def _tick_forever(spec: WorldSpec, scheduler: Scheduler, watchdog: Any,
                               f"watchdog tick answered {reply.status}")
 
             worker = scheduler.spawn(f"watchdog:{label}#{attempt + 1}", one)
-            give_up = scheduler.now + spec.tick_retry.attempt_deadline
-            while not holder and not worker.finished and scheduler.now < give_up:
-                scheduler.sleep(1.0)
+            scheduler.wait_for(worker, spec.tick_retry.attempt_deadline)
             if holder and holder[0] == 200:
                 return
             scheduler.sleep(spec.tick_retry.backoff(attempt))
