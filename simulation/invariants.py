@@ -11,7 +11,8 @@ simulation").
    it (missed, failed, overlong, ran_twice, malformed), or it was skipped with its reason:
    recorded `skipped` by a scheduled delivery of its own (forbid: another run held the job
    when its time came), or replaced by a *newer* run (replace). A run skipped by a forced
-   run, or replaced by an older one, was dropped.
+   run, or replaced by an older one, was dropped. Likewise each re-run an operator asked
+   for: executed, or the watchdog said how it ended.
 3. incidents: each incident opened (`incident_opened`) is resolved (`incident_resolved`)
    or still open in its job's cursor at the end; and no second incident of the same job
    and kind is opened while one is open (one problem, one page; the same incident
@@ -50,7 +51,8 @@ class Violation:
 
 def check(run: SeedRun) -> list[Violation]:
     violations = [Violation("simulation", None, error) for error in run.errors]
-    violations += _once(run) + _reported(run) + _incidents(run) + _bounded(run)
+    violations += (_once(run) + _reported(run) + _reruns_reported(run) + _incidents(run)
+                   + _bounded(run))
     return violations
 
 
@@ -130,6 +132,28 @@ def _reported(run: SeedRun) -> list[Violation]:
                 "reported", run_id, f"{job_name} @ {t:%Y-%m-%dT%H:%MZ} ({run_id}): {why}",
                 since=(t - run.spec.start).total_seconds()))
     return violations
+
+
+def _reruns_reported(run: SeedRun) -> list[Violation]:
+    """Each re-run an operator asked for (its request written) executed, or the watchdog
+    logged how it ended (a `rerun` line past queued/waiting, or a problem naming it)."""
+    executed = {e.run_id for e in run.recorder.executions if e.how != "raised"}
+    told: set[str] = set()
+    for line in run.recorder.lines:
+        entry = line.entry
+        if entry.get("component") != "watchdog" or not entry.get("run_id"):
+            continue
+        if entry.get("kind") in PROBLEM_KINDS or (
+                entry.get("outcome") == "rerun"
+                and entry.get("status") not in ("queued", "waiting")):
+            told.add(str(entry["run_id"]))
+    cutoff = run.spec.end - 3 * run.spec.tick_every
+    return [
+        Violation("reported", run_id, f"re-run {run_id} asked at {at:.0f}s: not executed, "
+                  "and the watchdog never said how it ended", since=at)
+        for run_id, at in run.recorder.requested
+        if at < cutoff and run_id not in executed and run_id not in told
+    ]
 
 
 def _schedule_times_of(run: SeedRun) -> dict[str, datetime]:

@@ -34,6 +34,7 @@ from simulation.actors import (
 )
 from simulation.clock import SimClock, patched_kit
 from simulation.firestore_fake import FakeFirestore, Fate, Rpc
+from simulation.operators import ask_rerun
 from simulation.record import Line, Recorder
 from simulation.scheduler import Scheduler
 from simulation.watch import QueuedDeliveries, build_watchdog
@@ -112,6 +113,7 @@ class WorldSpec:
     stall_max: float
     duplicate_chance: float
     presses: tuple[tuple[str, float], ...]  # "Run now": job, when
+    reruns: tuple[tuple[str, float], ...]  # `make rerun` of the job's latest run, when
     tick_every: float
     grace: float
     double_tick_chance: float
@@ -130,7 +132,7 @@ class WorldSpec:
         return (f"seed {self.seed}: start {self.start:%Y-%m-%d %H:%M}Z span {self.span:.0f}s, "
                 f"{self.instances} instances, lease {self.lease:g}s, kill {self.kill_rate:.3f}, "
                 f"faults {self.fault_rate:.3f} outages {len(self.outages)}, presses "
-                f"{len(self.presses)}; jobs: {jobs}")
+                f"{len(self.presses)}, reruns {len(self.reruns)}; jobs: {jobs}")
 
 
 def draw_world(seed: int) -> WorldSpec:
@@ -166,6 +168,8 @@ def draw_world(seed: int) -> WorldSpec:
         outages.append((begin, begin + rng.uniform(5, 300), rng.uniform(0.3, 1.0)))
     presses = tuple(_press_time(rng, rng.choice(jobs), start, span)
                     for _ in range(rng.choice((0, 1, 2, 3))))
+    reruns = tuple((rng.choice(jobs).name, rng.uniform(0.3 * span, span))
+                   for _ in range(rng.choice((0, 0, 1, 3))))
     tick_every = 300.0
     grace = float(rng.choice((60, 120, 300)))
     tick_retry = RetryPolicy(3, 10.0, 60.0, 2, 180.0)
@@ -177,7 +181,7 @@ def draw_world(seed: int) -> WorldSpec:
         seed, start, span, tuple(jobs), rng.choice((2, 3)), lease, 10.0,
         rng.choice((0.0, 0.001, 0.003, 0.01)), rng.choice((0.0, 0.01, 0.03, 0.08)),
         tuple(outages), lease * rng.uniform(0.2, 2.0), rng.choice((0.0, 0.05, 0.2)),
-        presses, tick_every, grace, rng.choice((0.0, 0.1, 0.3)), tick_retry, task_retry,
+        presses, reruns, tick_every, grace, rng.choice((0.0, 0.1, 0.3)), tick_retry, task_retry,
         rng.choice((0.0, 0.1)), calm_at, end)
 
 
@@ -279,6 +283,9 @@ def _run(spec: WorldSpec, scheduler: Scheduler, clock: SimClock, recorder: Recor
         job = next(j for j in spec.jobs if j.name == name)
         _press(spec, job, at, scheduler, clock, deliveries)
     _tick_forever(spec, scheduler, watchdog, rng, recorder)
+    for name, at in spec.reruns:
+        job = next(j for j in spec.jobs if j.name == name)
+        _rerun(spec, job, at, settings, client, scheduler, clock, recorder)
 
     def calm() -> None:
         scheduler.kill_rate = 0.0
@@ -354,6 +361,24 @@ def _press(spec: WorldSpec, job: JobSpec, at: float, scheduler: Scheduler, clock
     scheduler.spawn(f"operator:{what}",
                     lambda: _attempts(what, job, headers, scheduler, deliveries),
                     at=at, killable=False)
+
+
+def _rerun(spec: WorldSpec, job: JobSpec, at: float, settings: Settings, client: Any,
+           scheduler: Scheduler, clock: SimClock, recorder: Recorder) -> None:
+    """`make rerun` of one of the job's runs scheduled a little before `at`."""
+    watched = job.watched()
+    candidates = [run.key_time for run in watched.business.runs(
+        clock.at(at) - timedelta(hours=1), clock.at(at))]
+    if not candidates:
+        return
+    instant = scheduler.rng.choice(candidates)
+
+    def ask() -> None:
+        ask_rerun(client, settings.collection, settings.store_timeout_seconds,
+                  settings.retention_seconds, watched, instant, spec.grace, PROJECT,
+                  LOCATION, scheduler, clock, recorder)
+
+    scheduler.spawn(f"operator:rerun {job.name}", ask, at=at, killable=False)
 
 
 def _tick_forever(spec: WorldSpec, scheduler: Scheduler, watchdog: Any,
