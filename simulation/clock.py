@@ -18,7 +18,7 @@ import time as time_module
 import types
 import uuid as uuid_module
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from simulation.scheduler import Scheduler
 
@@ -121,6 +121,3 @@ def patched_kit(clock: SimClock, rng: random.Random,
         for module, attribute, value in saved:
             setattr(module, attribute, value)
 
-
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]

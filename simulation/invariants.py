@@ -208,7 +208,7 @@ def _incidents(run: SeedRun) -> list[Violation]:
             holder = open_now.get(key)
             if holder is not None and holder != incident:
                 violations.append(Violation(
-                    "incidents", entry.get("run_id"),  # type: ignore[arg-type]
+                    "incidents", entry.get("run_id"),
                     f"incident {incident} ({key[0]} {key[1]}) opened while {holder} was open"))
             open_now[key] = str(incident)
             opened.setdefault(str(incident), (*key, line.at))

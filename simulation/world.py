@@ -10,6 +10,7 @@ watchdog's ticks. `run_world` runs it on the scheduler and returns what happened
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from dataclasses import dataclass, field
@@ -406,11 +407,10 @@ def _tick_forever(spec: WorldSpec, scheduler: Scheduler, watchdog: Any,
     count = 0
     while at < spec.end:
         label = f"tick{count}"
-        scheduler.spawn(f"watchdog-scheduler:{label}", lambda label=label: tick(label), at=at,
+        scheduler.spawn(f"watchdog-scheduler:{label}", functools.partial(tick, label), at=at,
                         killable=False)
         if rng.random() < spec.double_tick_chance:
-            scheduler.spawn(f"watchdog-scheduler:{label}b",
-                            lambda label=label: tick(label + "b"),
+            scheduler.spawn(f"watchdog-scheduler:{label}b", functools.partial(tick, label + "b"),
                             at=at + rng.uniform(0, 3), killable=False)
         at += spec.tick_every
         count += 1
@@ -424,7 +424,7 @@ def _final_records(spec: WorldSpec, client: Any, watch: WatchSettings) -> dict[s
     records = {}
     for snapshot in store.client.collection(watch.store.collection).stream():
         try:
-            records[snapshot.id] = document_to_record(snapshot.to_dict())
+            records[snapshot.id] = document_to_record(snapshot.to_dict() or {})
         except ValueError:
             continue
     return records
