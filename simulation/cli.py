@@ -1,4 +1,4 @@
-"""`python -m simulation --seeds N [--first S] [--seed S] [--workers W]`: run the seeds,
+"""`python -m simulation --seeds N [--first S] [--seed S ...] [--workers W]`: run the seeds,
 check the invariants, print each failing seed's trace (the events of its violating runs)
 and how to replay it; the last line is `simulation: N schedules, K invariant violations`,
 and the exit status 1 on any violation."""
@@ -61,11 +61,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulation", description=__doc__)
     parser.add_argument("--seeds", type=int, default=300, help="how many seeds (default 300)")
     parser.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
-    parser.add_argument("--seed", type=int, default=None, help="replay this one seed")
+    parser.add_argument("--seed", type=int, action="append", default=None,
+                        help="replay this seed (may be repeated)")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                         help="processes (default: 2, or the CPUs if fewer)")
     args = parser.parse_args(argv)
-    seeds = [args.seed] if args.seed is not None else list(
+    seeds = list(args.seed) if args.seed is not None else list(
         range(args.first, args.first + args.seeds))
     started = time.monotonic()
     if args.workers > 1 and len(seeds) > 1:
