@@ -150,9 +150,9 @@ class Instance:
                 if context.claim_lost.is_set():
                     raise RuntimeError("claim lost: the job stops")
                 step = min(left, self._rng.uniform(1.0, max(1.0, self._lease / 3)))
-                scheduler.sleep(step)
+                scheduler.kill_point()
+                scheduler.sleep(step)  # others run meanwhile
                 left -= step
-                scheduler.pause()
             if self._rng.random() < behaviour.fail_chance:
                 raise RuntimeError("the job failed (simulated)")
         except Exception:

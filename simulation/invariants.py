@@ -74,6 +74,7 @@ def _once(run: SeedRun) -> list[Violation]:
     for execution in run.recorder.executions:
         if execution.how != "raised":
             by_run[execution.run_id].append(execution.actor)
+    asked = {run_id for run_id, _ in run.recorder.requested}
     violations = []
     for run_id, actors in by_run.items():
         record = run.records.get(run_id)
@@ -82,7 +83,8 @@ def _once(run: SeedRun) -> list[Violation]:
         if record is not None and record.status is RunStatus.IN_PROGRESS:
             continue  # not judged yet (reported overlong, if it stays so)
         violations.append(Violation(
-            "once", run_id, f"run {run_id} executed {len(actors)} times and no ran_twice "
+            "once", run_id, f"{'re-run' if run_id in asked else 'run'} {run_id} executed "
+            f"{len(actors)} times and no ran_twice "
             f"was logged (record: {record.status.value if record else 'none'})",
             tuple(actors)))
     return violations

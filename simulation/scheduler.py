@@ -161,6 +161,14 @@ class Scheduler:
         if actor.killed:
             raise Killed
 
+    def kill_point(self) -> None:
+        """A point where the current actor may be killed, without giving up the baton."""
+        actor = self._me()
+        if actor.killable and self.kill_rate and self.rng.random() < self.kill_rate:
+            self.kill(actor)
+        if actor.killed:
+            raise Killed
+
     def sleep(self, seconds: float) -> None:
         """The current actor waits `seconds` of simulated time (others run meanwhile)."""
         actor = self._me()
