@@ -71,9 +71,11 @@ def _problem_runs(run: SeedRun) -> dict[str, set[str]]:
 def _once(run: SeedRun) -> list[Violation]:
     problems = _problem_runs(run)
     by_run: dict[str, list[str]] = defaultdict(list)
+    began: dict[str, float] = {}
     for execution in run.recorder.executions:
         if execution.how != "raised":
             by_run[execution.run_id].append(execution.actor)
+            began.setdefault(execution.run_id, execution.started)
     asked = {run_id for run_id, _ in run.recorder.requested}
     violations = []
     for run_id, actors in by_run.items():
@@ -86,7 +88,7 @@ def _once(run: SeedRun) -> list[Violation]:
             "once", run_id, f"{'re-run' if run_id in asked else 'run'} {run_id} executed "
             f"{len(actors)} times and no ran_twice "
             f"was logged (record: {record.status.value if record else 'none'})",
-            tuple(actors)))
+            tuple(actors), since=began[run_id]))
     return violations
 
 
@@ -211,7 +213,8 @@ def _incidents(run: SeedRun) -> list[Violation]:
             if holder is not None and holder != incident:
                 violations.append(Violation(
                     "incidents", entry.get("run_id"),
-                    f"incident {incident} ({key[0]} {key[1]}) opened while {holder} was open"))
+                    f"incident {incident} ({key[0]} {key[1]}) opened while {holder} was open",
+                    since=opened[holder][2]))
             open_now[key] = str(incident)
             opened.setdefault(str(incident), (*key, line.at))
         elif event == RESOLVED:
@@ -222,7 +225,7 @@ def _incidents(run: SeedRun) -> list[Violation]:
         if incident not in resolved and incident not in run.open_incidents:
             violations.append(Violation(
                 "incidents", None, f"incident {incident} ({job} {kind}, opened at {at:.0f}s) "
-                "is neither resolved nor open in the job's cursor"))
+                "is neither resolved nor open in the job's cursor", since=at))
     return violations
 
 
