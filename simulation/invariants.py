@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from dedup.keys import RunKey
 from dedup.store import RunStatus
 from dedup.watchdog.due import verdict_due_at
-from simulation.world import LOCATION, PROJECT, SeedRun
+from simulation.world import FORCED_DELIVERY, LOCATION, PROJECT, SeedRun
 
 PROBLEM_KINDS = frozenset({"missed", "failed", "overlong", "ran_twice", "malformed"})
 OPENED, RESOLVED = "incident_opened", "incident_resolved"
@@ -111,11 +111,6 @@ def business_runs(run: SeedRun) -> list[tuple[str, datetime, str]]:
 def _reported(run: SeedRun) -> list[Violation]:
     problems = _problem_runs(run)
     executed = {e.run_id for e in run.recorder.executions if e.how != "raised"}
-    first_skip: dict[str, dict[str, object]] = {}
-    for line in run.recorder.lines:
-        entry = line.entry
-        if entry.get("outcome") == "skipped" and entry.get("run_id"):
-            first_skip.setdefault(str(entry["run_id"]), dict(entry))
     runs = business_runs(run)
     when = _schedule_times_of(run)
     first_record: dict[str, datetime] = {}
@@ -130,7 +125,8 @@ def _reported(run: SeedRun) -> list[Violation]:
         if run_id in executed or problems.get(run_id):
             continue
         record = run.records.get(run_id)
-        why = _dropped(record, first_skip.get(run_id), when, t)
+        writer = run.recorder.made_by.get(getattr(record, "attempt_id", "") or "")
+        why = _dropped(record, writer, when, t)
         if why is not None:
             violations.append(Violation(
                 "reported", run_id, f"{job_name} @ {t:%Y-%m-%dT%H:%MZ} ({run_id}): {why}",
@@ -175,19 +171,21 @@ def _schedule_times_of(run: SeedRun) -> dict[str, datetime]:
     return when
 
 
-def _dropped(record: object, skip_line: dict[str, object] | None,
-             when: dict[str, datetime], t: datetime) -> str | None:
+def _dropped(record: object, writer: str | None, when: dict[str, datetime],
+             t: datetime) -> str | None:
     """Why a run that did not execute and was not reported was dropped; None: skipped
-    with its reason."""
+    with its reason. `writer`: the actor whose attempt wrote the record."""
     if record is None:
         return "no record, not executed, never reported missed"
     status = record.status  # type: ignore[attr-defined]
     replaced_by = getattr(record, "replaced_by", None)
     if status is RunStatus.SKIPPED:
-        if skip_line is not None and skip_line.get("trigger") == "scheduled":
+        # Legitimate when a delivery of the run itself recorded it: Scheduler's (named
+        # "<instance>:<job>@<time> attempt n"), not "Run now" (" run-now@").
+        if writer is not None and FORCED_DELIVERY not in writer:
             return None
-        return (f"recorded skipped by a {skip_line.get('trigger') if skip_line else 'unknown'}"
-                " delivery, not by its own scheduled one, and never reported")
+        return (f"recorded skipped by {writer or 'an unknown writer'}, not by a delivery "
+                "of the run itself, and never reported")
     if replaced_by is not None and status is RunStatus.FAILED:
         newer = when.get(replaced_by)
         if newer is not None and newer > t:

@@ -52,6 +52,8 @@ DST_DAYS = (
     ("America/New_York", datetime(2026, 11, 1, 6, tzinfo=UTC)),
 )
 UTC_SCHEDULES = ("*/15 * * * *", "0 * * * *", "*/10 * * * *", "*/20 * * * *")
+# In the name of a "Run now" delivery's actors (the invariants tell its writes by it).
+FORCED_DELIVERY = " run-now@"
 LOCAL_SCHEDULE = "*/30 0-4 * * *"  # local times around both changes, in the DST zone
 
 
@@ -358,7 +360,7 @@ def _press(spec: WorldSpec, job: JobSpec, at: float, scheduler: Scheduler, clock
     pressed = clock.at(at)
     upcoming = next(schedule_times(job.schedule, job.time_zone, pressed)).astimezone(UTC)
     headers = {**job.headers(), JOB_NAME: job.name, SCHEDULE_TIME: rfc3339_micro(upcoming)}
-    what = f"{job.name} run-now@{pressed:%H:%M:%S}Z"
+    what = f"{job.name}{FORCED_DELIVERY}{pressed:%H:%M:%S}Z"
     scheduler.spawn(f"operator:{what}",
                     lambda: _attempts(what, job, headers, scheduler, deliveries),
                     at=at, killable=False)
