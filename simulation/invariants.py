@@ -113,6 +113,9 @@ def _reported(run: SeedRun) -> list[Violation]:
     executed = {e.run_id for e in run.recorder.executions if e.how != "raised"}
     runs = business_runs(run)
     when = _schedule_times_of(run)
+    # How the kit took each delivery of a run: (actor, run_id) -> its line's trigger.
+    triggers = {(line.actor, str(line.entry["run_id"])): str(line.entry.get("trigger"))
+                for line in run.recorder.lines if line.entry.get("trigger")}
     first_record: dict[str, datetime] = {}
     for job_name, t, run_id in runs:
         if run_id in run.records and (job_name not in first_record
@@ -126,7 +129,7 @@ def _reported(run: SeedRun) -> list[Violation]:
             continue
         record = run.records.get(run_id)
         writer = run.recorder.made_by.get(getattr(record, "attempt_id", "") or "")
-        why = _dropped(record, writer, when, t)
+        why = _dropped(record, writer, triggers.get((writer, run_id)), when, t)
         if why is not None:
             violations.append(Violation(
                 "reported", run_id, f"{job_name} @ {t:%Y-%m-%dT%H:%MZ} ({run_id}): {why}",
@@ -171,10 +174,12 @@ def _schedule_times_of(run: SeedRun) -> dict[str, datetime]:
     return when
 
 
-def _dropped(record: object, writer: str | None, when: dict[str, datetime],
-             t: datetime) -> str | None:
+def _dropped(record: object, writer: str | None, trigger: str | None,
+             when: dict[str, datetime], t: datetime) -> str | None:
     """Why a run that did not execute and was not reported was dropped; None: skipped
-    with its reason. `writer`: the actor whose attempt wrote the record."""
+    with its reason. `writer`: the actor whose attempt wrote the record; `trigger`: how
+    the kit took that delivery (a "Run now" retried once its time has come is taken as
+    the scheduled run itself: keys.is_forced_run)."""
     if record is None:
         return "no record, not executed, never reported missed"
     status = record.status  # type: ignore[attr-defined]
@@ -182,7 +187,7 @@ def _dropped(record: object, writer: str | None, when: dict[str, datetime],
     if status is RunStatus.SKIPPED:
         # Legitimate when a delivery of the run itself recorded it: Scheduler's (named
         # "<instance>:<job>@<time> attempt n"), not "Run now" (" run-now@").
-        if writer is not None and FORCED_DELIVERY not in writer:
+        if writer is not None and (FORCED_DELIVERY not in writer or trigger == "scheduled"):
             return None
         return (f"recorded skipped by {writer or 'an unknown writer'}, not by a delivery "
                 "of the run itself, and never reported")
