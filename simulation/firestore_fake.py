@@ -1,30 +1,33 @@
 """FakeFirestore: the part of `google.cloud.firestore.Client` the kit calls, in memory, with
 every RPC's fate in the simulation's hands.
 
-What it models (each checked against the emulator by tests/simulation/test_fake_firestore.py):
+What it models (checked against the emulator by tests/simulation/test_fake_firestore.py,
+but for several databases and the faults, which tests/simulation/test_fake_fates.py holds):
 - documents by path in one or more databases (`for_database`), subcollections included (a
   document's subcollections outlive it, as Firestore's do);
 - single-document commits (`create`, `set` without merge, `update`, `delete`) and batches
   (`client.batch()`), all or nothing, with their preconditions and the exceptions the real
-  client raises: AlreadyExists (create over a document, or an `exists=False` option),
-  NotFound (update of a missing document), FailedPrecondition (a `last_update_time` option
-  that does not match, the document missing included);
+  client raises: AlreadyExists (create over a document), NotFound (update of a missing
+  document, or a delete with an `exists=True` option), FailedPrecondition (a
+  `last_update_time` option that does not match, the document missing included);
 - versions: each landed commit's time comes from the simulated clock, strictly after the
   database's previous commit (+1 µs when the clock has not moved); a document's
   `update_time` moves only when a write changes its content (a write of the same values
   keeps the old one and answers it, as Firestore's do); `create_time`; reads' `read_time`
   (never before the database's last commit);
 - values as Firestore returns them: datetimes UTC-aware (a naive one is taken as UTC),
-  ints stay ints and floats floats (1 and 1.0 are different contents, equal in a query),
-  tuples come back as lists, maps and lists copied both ways so no caller shares stored
-  state; SERVER_TIMESTAMP (the commit's time) and DELETE_FIELD (update only); update's
-  keys as field paths ("a.b" is field b of map a);
+  ints stay ints and floats floats (1 and 1.0 are different contents, equal in a query), a
+  subclass (a StrEnum) as its plain type, tuples as lists, maps and lists copied both ways
+  so no caller shares stored state; SERVER_TIMESTAMP (the commit's time: a stalled
+  commit's, when it lands) and DELETE_FIELD (update only); update's keys as field paths
+  ("a.b" is field b of map a);
 - reads: `DocumentReference.get`, `client.get_all` (duplicates read once, in request
   order), queries on one collection with `==` / `in` filters (`None` with `==` matches a
   null field only; `in` never matches null) and `limit`, ordered by document ID.
 - faults: every RPC (a commit, a BatchGetDocuments, a RunQuery) first calls
-  `before_rpc(rpc)` (the simulation's yield point), then `fates(rpc)` decides its `Fate`.
-  `retry=` and `timeout=` are accepted and ignored: a fault is final for the call.
+  `before_rpc(rpc)` (the simulation's yield point), then `fates(rpc)` decides its `Fate`
+  (both outside the store's lock: they may block the calling thread). `retry=` and
+  `timeout=` are accepted and ignored: a fault is final for the call.
 
 What it does not model (the kit does not call them): transactions, `set(merge=...)`,
 transforms other than SERVER_TIMESTAMP and DELETE_FIELD (Increment, ArrayUnion, ...),
@@ -32,8 +35,9 @@ query operators other than `==` and `in`, `order_by`, cursors, `select`, listene
 indexes (every query is served), field paths quoted with backticks, Firestore's limits
 (document size, 500 writes per commit, 30 values of an `in`), a batch writing one document
 twice with different preconditions (the emulator refuses it as InvalidArgument; here the
-writes apply in order), and the emulator's SERVER_TIMESTAMP at millisecond precision just
-before the commit (here the commit's own time, as production's).
+writes apply in order), a delete's WriteResult without update_time (here the commit's
+time), and the emulator's SERVER_TIMESTAMP at millisecond precision just before the commit
+(here the commit's own time, as production's).
 """
 
 from __future__ import annotations
@@ -398,6 +402,8 @@ def _set_write(path: str, data: Mapping[str, Any], merge: bool) -> Write:
 def _update_write(path: str, fields: Mapping[str, Any], option: Precondition | None) -> Write:
     if not fields:
         raise ValueError("Cannot update with an empty document.")
+    if option is not None and option.exists is False:
+        raise ValueError("update() cannot require the document not to exist")
     if any("`" in key for key in fields):
         raise NotImplementedError("FakeFirestore models no quoted field paths")
     return Write("update", path, stored(fields), option)

@@ -82,6 +82,10 @@ STEPS: list[tuple[str, Step]] = [
     ("guarded delete missing", lambda c, col: _doc(c, col, "x").delete(
         option=c.write_option(last_update_time=MOMENT))),
     ("delete missing", lambda c, col: _doc(c, col, "x").delete() is not None),
+    ("delete missing, must exist", lambda c, col: _doc(c, col, "x").delete(
+        option=c.write_option(exists=True))),
+    ("update a, must not exist", lambda c, col: _doc(c, col, "a").update(
+        {"n": 3}, option=c.write_option(exists=False))),
     ("create a again", lambda c, col: _doc(c, col, "a").create({"n": 1})),
     ("batch: create b, stale update a", _stale_batch),
     ("read b", lambda c, col: _read(c, col, "b")),
