@@ -205,6 +205,15 @@ class FakeFirestore:
         refs = list({ref.path: ref for ref in references}.values())
         return iter(self._read(refs))
 
+    # --- outside the simulation ---
+
+    def documents(self, collection: str) -> dict[str, dict[str, Any]]:
+        """The documents of `collection` in this database (ID -> a copy of its fields),
+        read as an invariant checker reads them: no RPC, no fate, no yield point."""
+        with self._world.lock:
+            docs = self._db.collections.get(collection, {})
+            return {doc_id: copied(docs[doc_id].data) for doc_id in sorted(docs)}
+
     # --- the fault seam ---
 
     @property

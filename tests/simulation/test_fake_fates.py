@@ -190,3 +190,15 @@ def test_each_database_holds_its_own_documents(steered: Steered) -> None:
     assert stored(steered.fake, "runs/r1") is None and stored(records, "runs/r1") == {"n": 1}
     assert steered.fake.for_database("records") is records
     assert steered.seen[0].database == "records"
+
+
+def test_documents_are_read_outside_the_simulation(steered: Steered) -> None:
+    steered.fake.document("runs/r2").create({"m": {"k": 1}})
+    steered.fake.document("runs/r1").create({"n": 1})
+    steered.fake.document("runs/r1/pages/p0").create({"p": 0})
+    rpcs = len(steered.seen)
+    found = steered.fake.documents("runs")
+    assert found == {"r1": {"n": 1}, "r2": {"m": {"k": 1}}} and list(found) == ["r1", "r2"]
+    assert len(steered.seen) == rpcs  # no RPC, so no yield point and no fate
+    found["r2"]["m"]["k"] = 2
+    assert stored(steered.fake, "runs/r2") == {"m": {"k": 1}}
