@@ -1,30 +1,33 @@
 """FakeFirestore: the part of `google.cloud.firestore.Client` the kit calls, in memory, with
 every RPC's fate in the simulation's hands.
 
-What it models (each checked against the emulator by tests/simulation/test_fake_firestore.py):
+What it models (checked against the emulator by tests/simulation/test_fake_firestore.py,
+but for several databases and the faults, which tests/simulation/test_fake_fates.py holds):
 - documents by path in one or more databases (`for_database`), subcollections included (a
   document's subcollections outlive it, as Firestore's do);
 - single-document commits (`create`, `set` without merge, `update`, `delete`) and batches
   (`client.batch()`), all or nothing, with their preconditions and the exceptions the real
-  client raises: AlreadyExists (create over a document, or an `exists=False` option),
-  NotFound (update of a missing document), FailedPrecondition (a `last_update_time` option
-  that does not match, the document missing included);
+  client raises: AlreadyExists (create over a document), NotFound (update of a missing
+  document, or a delete with an `exists=True` option), FailedPrecondition (a
+  `last_update_time` option that does not match, the document missing included);
 - versions: each landed commit's time comes from the simulated clock, strictly after the
   database's previous commit (+1 µs when the clock has not moved); a document's
   `update_time` moves only when a write changes its content (a write of the same values
   keeps the old one and answers it, as Firestore's do); `create_time`; reads' `read_time`
   (never before the database's last commit);
 - values as Firestore returns them: datetimes UTC-aware (a naive one is taken as UTC),
-  ints stay ints and floats floats (1 and 1.0 are different contents, equal in a query),
-  tuples come back as lists, maps and lists copied both ways so no caller shares stored
-  state; SERVER_TIMESTAMP (the commit's time) and DELETE_FIELD (update only); update's
-  keys as field paths ("a.b" is field b of map a);
+  ints stay ints and floats floats (1 and 1.0 are different contents, equal in a query), a
+  subclass (a StrEnum) as its plain type, tuples as lists, maps and lists copied both ways
+  so no caller shares stored state; SERVER_TIMESTAMP (the commit's time: a stalled
+  commit's, when it lands) and DELETE_FIELD (update only); update's keys as field paths
+  ("a.b" is field b of map a);
 - reads: `DocumentReference.get`, `client.get_all` (duplicates read once, in request
   order), queries on one collection with `==` / `in` filters (`None` with `==` matches a
   null field only; `in` never matches null) and `limit`, ordered by document ID.
 - faults: every RPC (a commit, a BatchGetDocuments, a RunQuery) first calls
-  `before_rpc(rpc)` (the simulation's yield point), then `fates(rpc)` decides its `Fate`.
-  `retry=` and `timeout=` are accepted and ignored: a fault is final for the call.
+  `before_rpc(rpc)` (the simulation's yield point), then `fates(rpc)` decides its `Fate`
+  (both outside the store's lock: they may block the calling thread). `retry=` and
+  `timeout=` are accepted and ignored: a fault is final for the call.
 
 What it does not model (the kit does not call them): transactions, `set(merge=...)`,
 transforms other than SERVER_TIMESTAMP and DELETE_FIELD (Increment, ArrayUnion, ...),
@@ -32,8 +35,9 @@ query operators other than `==` and `in`, `order_by`, cursors, `select`, listene
 indexes (every query is served), field paths quoted with backticks, Firestore's limits
 (document size, 500 writes per commit, 30 values of an `in`), a batch writing one document
 twice with different preconditions (the emulator refuses it as InvalidArgument; here the
-writes apply in order), and the emulator's SERVER_TIMESTAMP at millisecond precision just
-before the commit (here the commit's own time, as production's).
+writes apply in order), a delete's WriteResult without update_time (here the commit's
+time), and the emulator's SERVER_TIMESTAMP at millisecond precision just before the commit
+(here the commit's own time, as production's).
 """
 
 from __future__ import annotations
@@ -42,9 +46,9 @@ import enum
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from google.api_core import exceptions as gexc
 
@@ -60,6 +64,7 @@ from simulation.firestore_documents import (
 from simulation.firestore_values import MISSING, copied, field_value, stored, utc
 
 DEFAULT_DATABASE = "(default)"
+_Answer = TypeVar("_Answer")
 
 
 class Fate(enum.Enum):
@@ -79,12 +84,13 @@ class Rpc:
     """One RPC as the simulation sees it: `paths` are the documents a commit writes or a
     read asks for (a query: its collection's path), relative to the database; `writes`
     the kind of each write of a commit ("create", "set", "update", "delete"), in step with
-    `paths` (empty for reads)."""
+    `paths` (empty for reads); `attempt`, which sending of the call it is."""
 
     kind: RpcKind
     database: str
     paths: tuple[str, ...]
     writes: tuple[str, ...] = ()
+    attempt: int = 1  # > 1: the client's own retry of the same call (client_retries)
 
 
 @dataclass
@@ -99,10 +105,11 @@ class _World:
     the databases and the parked commits."""
 
     def __init__(self, clock: Callable[[], datetime], fates: Callable[[Rpc], Fate] | None,
-                 before_rpc: Callable[[Rpc], None] | None) -> None:
+                 before_rpc: Callable[[Rpc], None] | None, client_retries: int) -> None:
         self.clock = clock
         self.fates = fates
         self.before_rpc = before_rpc
+        self.client_retries = client_retries
         self.databases: dict[str, Database] = {}
         self.parked: list[_Parked] = []
         self.lock = threading.RLock()
@@ -132,12 +139,21 @@ def _deadline(rpc: Rpc) -> gexc.GoogleAPICallError:
                      f"simulated: {rpc.kind} {rpc.paths[:3]} got no answer")
 
 
+def _retry_error(rpc: Rpc, last: Exception) -> gexc.RetryError:
+    return gexc.RetryError(  # type: ignore[no-untyped-call]
+        f"simulated: {rpc.kind} {rpc.paths[:3]} retried, no answer", last)
+
+
 class FakeFirestore:
     """An in-memory Firestore client for one database (see the module's docstring).
 
     `clock` gives the simulated time (commit and read times); `fates(rpc)` decides each
     RPC's fate (default: every one lands); `before_rpc(rpc)` runs before each RPC and may
-    raise (nothing is then sent)."""
+    raise (nothing is then sent). `client_retries` (default 0: a fault is final for the
+    call) makes a call that passed `retry=` send its RPC up to that many more times after
+    a ServiceUnavailable or DeadlineExceeded, each sending its own RPC with its own fate, as
+    the client's Retry does (the kit's retries both), the last fault raised as RetryError:
+    so a retried create whose first commit landed unanswered meets its own document."""
 
     def __init__(
         self,
@@ -147,10 +163,11 @@ class FakeFirestore:
         database: str = DEFAULT_DATABASE,
         fates: Callable[[Rpc], Fate] | None = None,
         before_rpc: Callable[[Rpc], None] | None = None,
+        client_retries: int = 0,
         _world: _World | None = None,
     ) -> None:
         self.project = project
-        self._world = _world or _World(clock, fates, before_rpc)
+        self._world = _world or _World(clock, fates, before_rpc, client_retries)
         self._database_name = database
         self._db = self._world.database(database)
         self._views: dict[str, FakeFirestore] = {database: self}
@@ -199,7 +216,16 @@ class FakeFirestore:
                 transaction: Any = None, retry: Any = None,
                 timeout: Any = None) -> Iterator[DocumentSnapshot]:
         refs = list({ref.path: ref for ref in references}.values())
-        return iter(self._read(refs))
+        return iter(self._read(refs, retry))
+
+    # --- outside the simulation ---
+
+    def documents(self, collection: str) -> dict[str, dict[str, Any]]:
+        """The documents of `collection` in this database (ID -> a copy of its fields),
+        read as an invariant checker reads them: no RPC, no fate, no yield point."""
+        with self._world.lock:
+            docs = self._db.collections.get(collection, {})
+            return {doc_id: copied(docs[doc_id].data) for doc_id in sorted(docs)}
 
     # --- the fault seam ---
 
@@ -237,10 +263,30 @@ class FakeFirestore:
 
     # --- RPCs ---
 
-    def _commit(self, writes: tuple[Write, ...]) -> tuple[datetime, list[WriteResult]]:
-        world = self._world
+    def _sent(self, rpc: Rpc, retry: Any, send: Callable[[Rpc], _Answer]) -> _Answer:
+        """`send(rpc)`, and again (client_retries) after a transient fault if the caller
+        passed a retry."""
+        retries = self._world.client_retries if retry is not None else 0
+        attempt = rpc
+        while True:
+            try:
+                return send(attempt)
+            except (gexc.ServiceUnavailable, gexc.DeadlineExceeded) as exc:
+                if retries == 0:
+                    raise
+                if attempt.attempt > retries:
+                    raise _retry_error(rpc, exc) from exc
+            attempt = replace(attempt, attempt=attempt.attempt + 1)
+
+    def _commit(self, writes: tuple[Write, ...],
+                retry: Any = None) -> tuple[datetime, list[WriteResult]]:
         rpc = Rpc("commit", self._database_name, tuple(w.path for w in writes),
                   tuple(w.kind for w in writes))
+        return self._sent(rpc, retry, lambda attempt: self._commit_once(attempt, writes))
+
+    def _commit_once(self, rpc: Rpc,
+                     writes: tuple[Write, ...]) -> tuple[datetime, list[WriteResult]]:
+        world = self._world
         fate = world.fate(rpc)
         if fate is Fate.FAIL:
             raise _unavailable(rpc)
@@ -258,9 +304,12 @@ class FakeFirestore:
             raise _deadline(rpc)
         return answer
 
-    def _read(self, refs: list[DocumentReference]) -> list[DocumentSnapshot]:
-        world = self._world
+    def _read(self, refs: list[DocumentReference], retry: Any = None) -> list[DocumentSnapshot]:
         rpc = Rpc("batch_get", self._database_name, tuple(ref.path for ref in refs))
+        return self._sent(rpc, retry, lambda attempt: self._read_once(attempt, refs))
+
+    def _read_once(self, rpc: Rpc, refs: list[DocumentReference]) -> list[DocumentSnapshot]:
+        world = self._world
         fate = world.fate(rpc)
         if fate is not Fate.LAND:
             raise _deadline(rpc) if fate is Fate.STALL else _unavailable(rpc)
@@ -269,9 +318,12 @@ class FakeFirestore:
             find = self._db.find
             return [DocumentSnapshot(ref, find(ref.path), read_time) for ref in refs]
 
-    def _query(self, query: Query) -> list[DocumentSnapshot]:
-        world = self._world
+    def _query(self, query: Query, retry: Any = None) -> list[DocumentSnapshot]:
         rpc = Rpc("run_query", self._database_name, (query.queried.path,))
+        return self._sent(rpc, retry, lambda attempt: self._query_once(attempt, query))
+
+    def _query_once(self, rpc: Rpc, query: Query) -> list[DocumentSnapshot]:
+        world = self._world
         fate = world.fate(rpc)
         if fate is not Fate.LAND:
             raise _deadline(rpc) if fate is Fate.STALL else _unavailable(rpc)
@@ -366,27 +418,28 @@ class DocumentReference:
 
     def get(self, field_paths: Any = None, transaction: Any = None, retry: Any = None,
             timeout: Any = None) -> DocumentSnapshot:
-        return self._client._read([self])[0]
+        return self._client._read([self], retry)[0]
 
     def create(self, document_data: Mapping[str, Any], retry: Any = None,
                timeout: Any = None) -> WriteResult:
-        return self._one(Write("create", self.path, stored(document_data), None))
+        return self._one(Write("create", self.path, stored(document_data), None), retry)
 
     def set(self, document_data: Mapping[str, Any], merge: bool = False, retry: Any = None,
             timeout: Any = None) -> WriteResult:
-        return self._one(_set_write(self.path, document_data, merge))
+        return self._one(_set_write(self.path, document_data, merge), retry)
 
     def update(self, field_updates: Mapping[str, Any], option: Precondition | None = None,
                retry: Any = None, timeout: Any = None) -> WriteResult:
-        return self._one(_update_write(self.path, field_updates, option))
+        return self._one(_update_write(self.path, field_updates, option), retry)
 
     def delete(self, option: Precondition | None = None, retry: Any = None,
                timeout: Any = None) -> datetime:
-        commit_time, _ = self._client._commit((Write("delete", self.path, None, option),))
+        commit_time, _ = self._client._commit(
+            (Write("delete", self.path, None, option),), retry)
         return commit_time
 
-    def _one(self, write: Write) -> WriteResult:
-        return self._client._commit((write,))[1][0]
+    def _one(self, write: Write, retry: Any) -> WriteResult:
+        return self._client._commit((write,), retry)[1][0]
 
 
 def _set_write(path: str, data: Mapping[str, Any], merge: bool) -> Write:
@@ -398,6 +451,8 @@ def _set_write(path: str, data: Mapping[str, Any], merge: bool) -> Write:
 def _update_write(path: str, fields: Mapping[str, Any], option: Precondition | None) -> Write:
     if not fields:
         raise ValueError("Cannot update with an empty document.")
+    if option is not None and option.exists is False:
+        raise ValueError("update() cannot require the document not to exist")
     if any("`" in key for key in fields):
         raise NotImplementedError("FakeFirestore models no quoted field paths")
     return Write("update", path, stored(fields), option)
@@ -431,11 +486,11 @@ class Query:
 
     def get(self, transaction: Any = None, retry: Any = None,
             timeout: Any = None) -> list[DocumentSnapshot]:
-        return self.queried._client._query(self)
+        return self.queried._client._query(self, retry)
 
     def stream(self, transaction: Any = None, retry: Any = None,
                timeout: Any = None) -> Iterator[DocumentSnapshot]:
-        return iter(self.queried._client._query(self))
+        return iter(self.queried._client._query(self, retry))
 
 
 class CollectionReference(Query):
@@ -494,4 +549,4 @@ class WriteBatch:
         self._writes.append(Write("delete", reference.path, None, option))
 
     def commit(self, retry: Any = None, timeout: Any = None) -> list[WriteResult]:
-        return self._client._commit(tuple(self._writes))[1]
+        return self._client._commit(tuple(self._writes), retry)[1]

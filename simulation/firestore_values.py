@@ -8,32 +8,41 @@ from typing import Any
 
 from google.cloud.firestore_v1 import transforms
 
+# Stored as they are (exact types only: a subclass, a StrEnum say, is stored as its base
+# type, as the real client encodes it).
+_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
+
 
 def stored(value: Any) -> Any:
     """`value` as Firestore stores it (a copy of any container); the two sentinels the kit
     writes are kept for the commit to resolve."""
     kind = type(value)
-    if kind is str or kind is int or kind is float or kind is bool or value is None:
+    if kind in _PLAIN:
         return value
+    if kind is dict or isinstance(value, Mapping):
+        copy = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise TypeError(f"a field name must be text, not {type(key).__name__}")
+            copy[key] = item if type(item) in _PLAIN else stored(item)
+        return copy
     if isinstance(value, datetime):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value if value.tzinfo is UTC else value.astimezone(UTC)
-    if isinstance(value, Mapping):
-        return {_field_name(k): stored(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [stored(v) for v in value]
-    if isinstance(value, (int, float, str, bytes)):
-        return value
+        return [item if type(item) in _PLAIN else stored(item) for item in value]
+    if isinstance(value, int):  # bool cannot be subclassed: an IntEnum, say
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, bytes):
+        return bytes(value)
+    if isinstance(value, str):
+        return str.__str__(value)
     if value is transforms.SERVER_TIMESTAMP or value is transforms.DELETE_FIELD:
         return value
     raise TypeError(f"FakeFirestore does not store {type(value).__name__} values")
-
-
-def _field_name(key: Any) -> str:
-    if not isinstance(key, str):
-        raise TypeError(f"a field name must be text, not {type(key).__name__}")
-    return key
 
 
 def holds_server_time(data: Mapping[str, Any]) -> bool:

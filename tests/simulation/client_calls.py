@@ -12,6 +12,8 @@ from typing import Any
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from dedup.store import RunStatus
+
 Step = Callable[[Any, str], Any]  # (client, collection) -> the answer
 MOMENT = datetime(2000, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -62,7 +64,8 @@ def _guarded_noop(c: Any, col: str) -> Any:
 STEPS: list[tuple[str, Step]] = [
     ("create a", lambda c, col: _doc(c, col, "a").create({
         "n": 1, "f": 1.0, "b": True, "none": None, "t": MOMENT, "naive": datetime(2000, 6, 1, 12),
-        "m": {"k": [1, {"x": "y"}]}, "tup": (1, 2), "empty": {}, "s": "text"}).update_time),
+        "m": {"k": [1, {"x": "y"}]}, "tup": (1, 2), "empty": {}, "s": "text",
+        "enum": RunStatus.COMPLETED}).update_time),
     ("read a", lambda c, col: _read(c, col, "a")),
     ("update a, same n", lambda c, col: _doc(c, col, "a").update({"n": 1}).update_time),
     ("update a, n 1.0", lambda c, col: _doc(c, col, "a").update({"n": 1.0}).update_time),
@@ -79,6 +82,10 @@ STEPS: list[tuple[str, Step]] = [
     ("guarded delete missing", lambda c, col: _doc(c, col, "x").delete(
         option=c.write_option(last_update_time=MOMENT))),
     ("delete missing", lambda c, col: _doc(c, col, "x").delete() is not None),
+    ("delete missing, must exist", lambda c, col: _doc(c, col, "x").delete(
+        option=c.write_option(exists=True))),
+    ("update a, must not exist", lambda c, col: _doc(c, col, "a").update(
+        {"n": 3}, option=c.write_option(exists=False))),
     ("create a again", lambda c, col: _doc(c, col, "a").create({"n": 1})),
     ("batch: create b, stale update a", _stale_batch),
     ("read b", lambda c, col: _read(c, col, "b")),

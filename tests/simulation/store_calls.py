@@ -353,8 +353,8 @@ class Executor:
         if isinstance(value, StoredRun):
             assert value.read_time >= value.version, "a read before the version it read"
             return ("StoredRun", self.normalised(value.record), self.label(value.version))
-        if isinstance(value, enum.Enum):
-            return value.value
+        if isinstance(value, enum.Enum):  # not its value: a stored one comes back as text
+            return (type(value).__name__, value.value)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return (type(value).__name__, {f.name: self.normalised(getattr(value, f.name), f.name)
                                            for f in dataclasses.fields(value)})

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from google.api_core import exceptions as gexc
 
+from dedup.store import RecordExists, RunRecord, RunStatus
+from dedup.store.firestore import FirestoreRunStore
 from simulation.firestore_fake import FakeFirestore, Fate, Rpc
 
 START = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
@@ -31,6 +34,12 @@ class Steered:
 @pytest.fixture
 def steered() -> Steered:
     return Steered()
+
+
+def record() -> RunRecord:
+    return RunRecord(status=RunStatus.IN_PROGRESS, attempt_id="a1", attempts=1,
+                     lease_seconds=30.0, expire_at=START + timedelta(days=7), job="nightly",
+                     schedule_time=START, project="p", location="l")
 
 
 def stored(fake: FakeFirestore, path: str) -> dict[str, object] | None:
@@ -190,3 +199,60 @@ def test_each_database_holds_its_own_documents(steered: Steered) -> None:
     assert stored(steered.fake, "runs/r1") is None and stored(records, "runs/r1") == {"n": 1}
     assert steered.fake.for_database("records") is records
     assert steered.seen[0].database == "records"
+
+
+def test_documents_are_read_outside_the_simulation(steered: Steered) -> None:
+    steered.fake.document("runs/r2").create({"m": {"k": 1}})
+    steered.fake.document("runs/r1").create({"n": 1})
+    steered.fake.document("runs/r1/pages/p0").create({"p": 0})
+    rpcs = len(steered.seen)
+    found = steered.fake.documents("runs")
+    assert found == {"r1": {"n": 1}, "r2": {"m": {"k": 1}}} and list(found) == ["r1", "r2"]
+    assert len(steered.seen) == rpcs  # no RPC, so no yield point and no fate
+    found["r2"]["m"]["k"] = 2
+    assert stored(steered.fake, "runs/r2") == {"m": {"k": 1}}
+
+
+class Retrying(Steered):
+    """A fake that retries as the client does, up to twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fake = FakeFirestore(lambda: self.now, fates=self.fate,
+                                  before_rpc=self.seen.append, client_retries=2)
+
+
+RETRY = object()  # any retry= a caller passes: the kit's retries both faults the fake raises
+
+
+def test_a_call_retried_after_its_lost_reply_meets_its_own_write() -> None:
+    retrying = Retrying()
+    retrying.next_fates = [Fate.LOST_REPLY, Fate.LAND]
+    with pytest.raises(gexc.AlreadyExists):
+        retrying.fake.document("runs/r1").create({"n": 1}, retry=RETRY)
+    assert [rpc.attempt for rpc in retrying.seen] == [1, 2]
+    # Through the kit's store: its own create, found by its retry
+    retrying.next_fates = [Fate.LOST_REPLY, Fate.LAND]
+    client: Any = retrying.fake  # the store's stubs name the real client
+    runs = FirestoreRunStore(client, "records", 5.0)
+    with pytest.raises(RecordExists):
+        runs.create("r2", record())
+
+
+def test_a_retried_call_ends_in_retry_error_once_every_sending_failed() -> None:
+    retrying = Retrying()
+    retrying.next_fates = [Fate.FAIL, Fate.STALL, Fate.FAIL]
+    with pytest.raises(gexc.RetryError):
+        retrying.fake.document("runs/r1").set({"n": 1}, retry=RETRY)
+    assert len(retrying.fake.stalled) == 1  # the stalled sending may still land
+    assert retrying.fake.stalled[0].attempt == 2
+    retrying.next_fates = [Fate.FAIL, Fate.LAND]
+    assert retrying.fake.document("runs/r1").get(retry=RETRY).to_dict() is None
+
+
+def test_without_a_retry_the_first_fault_is_final() -> None:
+    retrying = Retrying()
+    retrying.next_fates = [Fate.FAIL]
+    with pytest.raises(gexc.ServiceUnavailable):
+        retrying.fake.document("runs/r1").create({"n": 1})
+    assert len(retrying.seen) == 1
