@@ -129,7 +129,7 @@ def _reported(run: SeedRun) -> list[Violation]:
             continue
         record = run.records.get(run_id)
         writer = run.recorder.made_by.get(getattr(record, "attempt_id", "") or "")
-        why = _dropped(record, writer, triggers.get((writer, run_id)), when, t)
+        why = _dropped(record, writer, triggers.get((writer or "", run_id)), when, t)
         if why is not None:
             violations.append(Violation(
                 "reported", run_id, f"{job_name} @ {t:%Y-%m-%dT%H:%MZ} ({run_id}): {why}",
