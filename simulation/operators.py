@@ -53,3 +53,65 @@ def ask_rerun(client: Any, collection: str, store_timeout: float, retention: flo
 
 def rerun_times(rng: random.Random, count: int, span: float) -> list[float]:
     return sorted(rng.uniform(span * 0.3, span) for _ in range(count))
+
+
+def ask_backfill(client: Any, collection: str, store_timeout: float, retention: float,
+                 job: Any, first: datetime, last: datetime, grace: float, project: str,
+                 location: str, scheduler: Scheduler, clock: SimClock,
+                 recorder: Recorder) -> None:
+    """One `make backfill ... MODE=all CONFIRM=1` of `job`'s runs from `first` to `last`:
+    each run's next generation as plan_backfill chooses it (operator_tools/backfill.py:
+    plan_rerun per run), written as the tool writes it (FirestoreBackfills.create)."""
+    from dedup.watchdog.backfills import (
+        ACTIVE,
+        ALL,
+        FORWARD,
+        Backfill,
+        FirestoreBackfills,
+        PlannedRun,
+        backfill_id,
+        backfills_collection,
+    )
+    from operator_tools.rerun import RerunRefused, generations_of, plan_rerun
+
+    actor = scheduler.current
+    name = actor.name if actor is not None else "main"
+    runs = FirestoreRunStore(client, collection, store_timeout)
+    queue = FirestoreRerunQueue(runs, reruns_collection(collection))
+    backfills = FirestoreBackfills(runs, backfills_collection(collection))
+    now = clock.wall()
+    times = [run.key_time for run in job.business.runs(first - timedelta(seconds=1), last)]
+    base = {t: RunKey(project, location, job.name, t).run_id for t in times}
+    planned: list[PlannedRun] = []
+    try:
+        existing = backfills.get(job.name)
+        if existing is not None and getattr(existing.value, "state", None) == ACTIVE:
+            recorder.note(scheduler.now, name, "backfill refused: one is active")
+            return
+        asked = queue.for_runs(list(base.values()))
+        through = {t: max((r.generation for r in asked.get(base[t], [])), default=-1)
+                   for t in times}
+        found = generations_of(runs, project, location, job.name, through)
+        for t in times:
+            try:
+                plan = plan_rerun(job, t, asked.get(base[t], []), found[t], now=now,
+                                  grace_seconds=grace, again=True)
+            except RerunRefused:
+                continue
+            planned.append(PlannedRun(t, plan.generation))
+        if not planned:
+            return
+        backfill = Backfill(
+            backfill_id(project, location, job.name, first, last, ALL, FORWARD), project,
+            location, job.name, first, last, ALL, FORWARD, "simulated", "operator@sim", now,
+            total=len(planned))
+        backfills.create(backfill, planned, now, existing)
+    except Exception as exc:
+        recorder.note(scheduler.now, name, f"backfill failed: {type(exc).__name__}")
+        return
+    for run in planned:
+        run_id = RunKey(project, location, job.name, run.schedule_time,
+                        generation=run.generation).run_id
+        recorder.requested.append((run_id, scheduler.now))
+        recorder.note(scheduler.now, name, f"backfill asked: run {run_id} generation "
+                      f"{run.generation}")

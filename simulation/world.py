@@ -35,7 +35,7 @@ from simulation.actors import (
 )
 from simulation.clock import SimClock, patched_kit
 from simulation.firestore_fake import FakeFirestore, Fate, Rpc
-from simulation.operators import ask_rerun
+from simulation.operators import ask_backfill, ask_rerun
 from simulation.record import Line, Recorder
 from simulation.scheduler import Scheduler
 from simulation.watch import QueuedDeliveries, build_watchdog
@@ -117,6 +117,7 @@ class WorldSpec:
     duplicate_chance: float
     presses: tuple[tuple[str, float], ...]  # "Run now": job, when
     reruns: tuple[tuple[str, float], ...]  # `make rerun` of the job's latest run, when
+    backfills: tuple[tuple[str, float], ...]  # `make backfill` of the job's last hours, when
     tick_every: float
     grace: float
     double_tick_chance: float
@@ -135,7 +136,8 @@ class WorldSpec:
         return (f"seed {self.seed}: start {self.start:%Y-%m-%d %H:%M}Z span {self.span:.0f}s, "
                 f"{self.instances} instances, lease {self.lease:g}s, kill {self.kill_rate:.3f}, "
                 f"faults {self.fault_rate:.3f} outages {len(self.outages)}, presses "
-                f"{len(self.presses)}, reruns {len(self.reruns)}; jobs: {jobs}")
+                f"{len(self.presses)}, reruns {len(self.reruns)}, backfills "
+                f"{len(self.backfills)}; jobs: {jobs}")
 
 
 def draw_world(seed: int) -> WorldSpec:
@@ -173,6 +175,9 @@ def draw_world(seed: int) -> WorldSpec:
                     for _ in range(rng.choice((0, 1, 2, 3))))
     reruns = tuple((rng.choice(jobs).name, rng.uniform(0.3 * span, span))
                    for _ in range(rng.choice((0, 0, 1, 3))))
+    more = random.Random(f"world/{seed}/backfills")  # its own draws: older seeds stay
+    backfills = tuple((more.choice(jobs).name, more.uniform(0.4 * span, span))
+                      for _ in range(more.choice((0, 0, 0, 1, 2))))
     tick_every = 300.0
     grace = float(rng.choice((60, 120, 300)))
     tick_retry = RetryPolicy(3, 10.0, 60.0, 2, 180.0)
@@ -184,8 +189,8 @@ def draw_world(seed: int) -> WorldSpec:
         seed, start, span, tuple(jobs), rng.choice((2, 3)), lease, 10.0,
         rng.choice((0.0, 0.001, 0.003, 0.01)), rng.choice((0.0, 0.01, 0.03, 0.08)),
         tuple(outages), lease * rng.uniform(0.2, 2.0), rng.choice((0.0, 0.05, 0.2)),
-        presses, reruns, tick_every, grace, rng.choice((0.0, 0.1, 0.3)), tick_retry, task_retry,
-        rng.choice((0.0, 0.1)), calm_at, end)
+        presses, reruns, backfills, tick_every, grace, rng.choice((0.0, 0.1, 0.3)),
+        tick_retry, task_retry, rng.choice((0.0, 0.1)), calm_at, end)
 
 
 def _press_time(rng: random.Random, job: JobSpec, start: datetime, span: float
@@ -289,6 +294,9 @@ def _run(spec: WorldSpec, scheduler: Scheduler, clock: SimClock, recorder: Recor
     for name, at in spec.reruns:
         job = next(j for j in spec.jobs if j.name == name)
         _rerun(spec, job, at, settings, client, scheduler, clock, recorder)
+    for name, at in spec.backfills:
+        job = next(j for j in spec.jobs if j.name == name)
+        _backfill(spec, job, at, settings, client, scheduler, clock, recorder)
 
     def calm() -> None:
         scheduler.kill_rate = 0.0
@@ -382,6 +390,21 @@ def _rerun(spec: WorldSpec, job: JobSpec, at: float, settings: Settings, client:
                   LOCATION, scheduler, clock, recorder)
 
     scheduler.spawn(f"operator:rerun {job.name}", ask, at=at, killable=False)
+
+
+def _backfill(spec: WorldSpec, job: JobSpec, at: float, settings: Settings, client: Any,
+              scheduler: Scheduler, clock: SimClock, recorder: Recorder) -> None:
+    """`make backfill` of the job's runs from two hours to half an hour before `at`."""
+    watched = job.watched()
+    first = clock.at(at) - timedelta(hours=2)
+    last = clock.at(at) - timedelta(minutes=30)
+
+    def ask() -> None:
+        ask_backfill(client, settings.collection, settings.store_timeout_seconds,
+                     settings.retention_seconds, watched, first, last, spec.grace, PROJECT,
+                     LOCATION, scheduler, clock, recorder)
+
+    scheduler.spawn(f"operator:backfill {job.name}", ask, at=at, killable=False)
 
 
 def _tick_forever(spec: WorldSpec, scheduler: Scheduler, watchdog: Any,
