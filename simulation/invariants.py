@@ -72,11 +72,15 @@ def _once(run: SeedRun) -> list[Violation]:
     problems = _problem_runs(run)
     by_run: dict[str, list[str]] = defaultdict(list)
     began: dict[str, float] = {}
+    last: dict[str, float] = {}
     for execution in run.recorder.executions:
         if execution.how != "raised":
             by_run[execution.run_id].append(execution.actor)
             began.setdefault(execution.run_id, execution.started)
-    asked = {run_id for run_id, _ in run.recorder.requested}
+            last[execution.run_id] = max(last.get(execution.run_id, 0.0),
+                                         execution.ended or execution.started)
+    judged_until = run.spec.end - 3 * run.spec.tick_every
+    asked = {run_id for run_id, _, _ in run.recorder.requested}
     violations = []
     for run_id, actors in by_run.items():
         record = run.records.get(run_id)
@@ -84,6 +88,8 @@ def _once(run: SeedRun) -> list[Violation]:
             continue
         if record is not None and record.status is RunStatus.IN_PROGRESS:
             continue  # not judged yet (reported overlong, if it stays so)
+        if last[run_id] > judged_until:
+            continue  # ended too near the end for the watchdog to have judged it
         violations.append(Violation(
             "once", run_id, f"{'re-run' if run_id in asked else 'run'} {run_id} executed "
             f"{len(actors)} times and no ran_twice "
@@ -139,24 +145,38 @@ def _reported(run: SeedRun) -> list[Violation]:
 
 def _reruns_reported(run: SeedRun) -> list[Violation]:
     """Each re-run an operator asked for (its request written) executed, or the watchdog
-    logged how it ended (a `rerun` line past queued/waiting, or a problem naming it)."""
+    logged how it ended (a `rerun` line past queued/waiting, or a problem naming it). A
+    backfill's runs are judged once the watchdog logged the backfill finished (it releases
+    them a few per tick: the rest are not due yet)."""
     executed = {e.run_id for e in run.recorder.executions if e.how != "raised"}
     told: set[str] = set()
+    finished: dict[str, list[float]] = defaultdict(list)  # job -> when a backfill ended
     for line in run.recorder.lines:
         entry = line.entry
-        if entry.get("component") != "watchdog" or not entry.get("run_id"):
+        if entry.get("component") != "watchdog":
+            continue
+        if entry.get("outcome") == "backfill" and entry.get("state") in (
+                "finished", "cancelled"):
+            finished[str(entry.get("job"))].append(line.at)
+        if not entry.get("run_id"):
             continue
         if entry.get("kind") in PROBLEM_KINDS or (
                 entry.get("outcome") == "rerun"
                 and entry.get("status") not in ("queued", "waiting")):
             told.add(str(entry["run_id"]))
     cutoff = run.spec.end - 3 * run.spec.tick_every
-    return [
-        Violation("reported", run_id, f"re-run {run_id} asked at {at:.0f}s: not executed, "
-                  "and the watchdog never said how it ended", since=at)
-        for run_id, at in run.recorder.requested
-        if at < cutoff and run_id not in executed and run_id not in told
-    ]
+    violations = []
+    for run_id, at, backfill in run.recorder.requested:
+        if run_id in executed or run_id in told:
+            continue
+        due = (any(t > at for t in finished[backfill]) if backfill is not None
+               else at < cutoff)
+        if due:
+            violations.append(Violation(
+                "reported", run_id, f"re-run {run_id} asked at {at:.0f}s"
+                f"{' (a backfill)' if backfill else ''}: not executed, and the watchdog "
+                "never said how it ended", since=at))
+    return violations
 
 
 def _schedule_times_of(run: SeedRun) -> dict[str, datetime]:

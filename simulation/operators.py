@@ -46,7 +46,7 @@ def ask_rerun(client: Any, collection: str, store_timeout: float, retention: flo
         recorder.note(scheduler.now, name, f"rerun failed: {type(exc).__name__}")
         return
     run_id = RunKey(project, location, job.name, instant, generation=plan.generation).run_id
-    recorder.requested.append((run_id, scheduler.now))
+    recorder.requested.append((run_id, scheduler.now, None))
     recorder.note(scheduler.now, name, f"rerun asked: run {run_id} generation "
                   f"{plan.generation}")
 
@@ -112,6 +112,6 @@ def ask_backfill(client: Any, collection: str, store_timeout: float, retention: 
     for run in planned:
         run_id = RunKey(project, location, job.name, run.schedule_time,
                         generation=run.generation).run_id
-        recorder.requested.append((run_id, scheduler.now))
+        recorder.requested.append((run_id, scheduler.now, job.name))
         recorder.note(scheduler.now, name, f"backfill asked: run {run_id} generation "
                       f"{run.generation}")

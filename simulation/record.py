@@ -39,8 +39,9 @@ class Recorder:
     ended: dict[str, float] = field(default_factory=dict)
     # actor name -> when a commit of it that the store held (stalled) landed late
     late_landings: dict[str, float] = field(default_factory=dict)
-    # re-runs operators asked for: (the generation's run_id, when)
-    requested: list[tuple[str, float]] = field(default_factory=list)
+    # re-runs operators asked for: (the generation's run_id, when, the backfill's job or
+    # None for a `make rerun`)
+    requested: list[tuple[str, float, str | None]] = field(default_factory=list)
 
     def note(self, at: float, actor: str, text: str) -> None:
         self.trace.append((at, actor, text))
