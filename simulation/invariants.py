@@ -4,15 +4,16 @@ simulation").
 1. once: each run (one run_id: one generation of one scheduled time, or a forced run)
    executes at most once (an execution: a job body that returned, or was killed before it
    returned; one that raised is a failed attempt, retried by design), unless the watchdog
-   logged `ran_twice` for it. A run still `in_progress` at the end is not judged yet.
+   logged `ran_twice` for it. A run still `in_progress` at the end, or whose last
+   execution ended in the last three ticks, is not judged yet.
 2. reported: each business run of the span (the watchdog's own schedule arithmetic,
    WatchedJob.business) whose verdict is due before the quiet end, scheduled no earlier than
    the job's first recorded run, either executed, or the watchdog logged a problem naming
    it (missed, failed, overlong, ran_twice, malformed), or it was skipped with its reason:
-   recorded `skipped` by a scheduled delivery of its own (forbid: another run held the job
+   recorded `skipped` by a delivery of its own (forbid: another run held the job
    when its time came), or replaced by a *newer* run (replace). A run skipped by a forced
    run, or replaced by an older one, was dropped. Likewise each re-run an operator asked
-   for: executed, or the watchdog said how it ended.
+   for: executed, or the watchdog said how it ended (a backfill's, once it finished).
 3. incidents: each incident opened (`incident_opened`) is resolved (`incident_resolved`)
    or still open in its job's cursor at the end; and no second incident of the same job
    and kind is opened while one is open (one problem, one page; the same incident
