@@ -23,12 +23,13 @@ PASSING_SEEDS = (0, 1, 2, 3)
 # Seeds that once found a bug, kept so that it stays fixed: fill in as bugs are fixed (the
 # seed, and a comment naming the bug). Each must pass.
 # Found without being told the sequence, on function/ as of 13050ba (before issue 37's
-# fixes) with this simulation: item 1 (Run now under forbid + replaceNext skips the
-# scheduled run): 37, 102; item 3 (problem lines lost once the cursor moved): 106, 43;
-# item 4 (a re-run executed twice, ran_twice never reported): 81, 108; item 5 (replace: an
-# older run replaced a newer one): 118, 385; item 6 (an incident paged and never resolved):
-# 167, 171; item 7 (a late create blocks the retry past a lease): 488, 798. Items 1 and 5
-# pass on today's function/; the others wait for their fixes.
+# fixes) with this simulation (1,000 seeds): item 1 (Run now under forbid + replaceNext
+# skips the scheduled run): 37, 102; item 3 (problem lines lost once the cursor moved):
+# 45, 106; item 4 (a re-run or backfill generation executed twice, ran_twice never
+# reported): 54, 81; item 5 (replace: an older run replaced a newer one): 118, 385; item 6
+# (an incident paged and never resolved): 167, 171; item 7 (a late create blocks the
+# retry past a lease): 488, 798. Items 1 and 5 pass on today's function/; the others wait
+# for their fixes.
 REGRESSION_SEEDS: tuple[int, ...] = ()
 
 
