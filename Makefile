@@ -32,7 +32,7 @@ STACK_DIR := $(or $(shell sed -n 's/^stackConfigDir: *//p' Pulumi.yaml),.)
 STACKS := $(patsubst $(STACK_DIR)/Pulumi.%.yaml,%,$(wildcard $(STACK_DIR)/Pulumi.*.yaml))
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint typecheck workflow-lint unit lock lock-kit plan runs rerun backfill backfill-status backfill-cancel silence silence-remove silences migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve dist
+.PHONY: help demo test lint typecheck workflow-lint unit simulate lock lock-kit plan runs rerun backfill backfill-status backfill-cancel silence silence-remove silences migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve dist
 
 help: ## List the targets, one line each (STACK=<name> picks a stack)
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z-]+:.*## / {printf "  make %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -63,7 +63,7 @@ $(VENV_BUILT)/.switch:
 demo: $(VENV)/stamp ## Run a stack's jobs locally under faults and report (STACK=, DEMO_ARGS=)
 	$(SCHEDULER_DEDUP) demo $(if $(STACK),--stack $(STACK)) $(DEMO_ARGS)
 
-test: lint typecheck workflow-lint policy-check plan docs unit ## Everything CI runs
+test: lint typecheck workflow-lint policy-check plan docs simulate unit ## Everything CI runs
 
 lint: $(VENV)/stamp ## ruff over the repository
 	$(BIN)/ruff check .
@@ -90,6 +90,15 @@ unit: $(VENV)/stamp ## The kit's tests (pytest; they never read your stack files
 # Needs the package index. What Cloud Build installs is the kit's lock plus this one.
 lock: $(VENV)/stamp ## Pin your jobs' dependencies (function/jobs/requirements.in) with hashes
 	$(SCHEDULER_DEDUP) lock
+
+# The deterministic simulation (simulation/, docs/protocol.md "Checked by simulation"): SEEDS
+# seeds, each a stack, a fault schedule and a day's deliveries run on simulated time, then
+# the invariants checked; the last line is `simulation: N schedules, K invariant violations`,
+# and any violation fails. SEED=<s> replays one seed, printing its trace.
+SEEDS ?= 300
+SEED ?=
+simulate: $(VENV)/stamp ## The deterministic simulation (SEEDS=N, SEED=s replays one)
+	PYTHONPATH=$(CURDIR)/function:$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(BIN)/python -m simulation $(if $(SEED),--seed $(SEED),--seeds $(SEEDS))
 
 # The kit's own locks, for its maintainers (a team never runs it: these are kit files).
 # function/requirements.txt: every package of function/requirements.in and their

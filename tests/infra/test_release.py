@@ -66,7 +66,7 @@ def test_no_other_file_declares_the_version() -> None:
     """No second `__version__` or copy of the number in the kit's code or packaging."""
     others = []
     roots = ("function", "infra", "operator_tools", "policies", "local_stack",
-             "scheduler_emulator", "demo", "bench", "examples")
+             "scheduler_emulator", "demo", "bench", "simulation", "examples")
     for path in (REPO_ROOT / name for name in kit_files()
                  if name.endswith(".py") and name.split("/", 1)[0] in roots):
         if path == VERSION_FILE:
