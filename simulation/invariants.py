@@ -8,12 +8,15 @@ simulation").
    execution ended in the last three ticks, is not judged yet.
 2. reported: each business run of the span (the watchdog's own schedule arithmetic,
    WatchedJob.business) whose verdict is due before the quiet end, scheduled no earlier than
-   the job's first recorded run, either executed, or the watchdog logged a problem naming
-   it (missed, failed, overlong, ran_twice, malformed), or it was skipped with its reason:
-   recorded `skipped` by a delivery of its own (forbid: another run held the job
-   when its time came), or replaced by a *newer* run (replace). A run skipped by a forced
-   run, or replaced by an older one, was dropped. Likewise each re-run an operator asked
-   for: executed, or the watchdog said how it ended (a backfill's, once it finished).
+   the job's first recorded run, not asked again by an operator (then its request judges
+   it), and whose last attempt did not end in the last three ticks, either executed, or the
+   watchdog logged a problem naming it (missed, failed, overlong, ran_twice, malformed), or
+   it was skipped with its reason: recorded `skipped` by a delivery of its own (forbid:
+   another run held the job when its time came), or replaced by a *newer* run (replace).
+   A run skipped by a forced run, or replaced by an older one, was dropped. Likewise each
+   re-run an operator asked for: executed, or its end was told, by the watchdog or by its
+   request's durable status `failed`/`refused` with why (what `make runs` shows; a
+   backfill's runs once it finished).
 3. incidents: each incident opened (`incident_opened`) is resolved (`incident_resolved`)
    or still open in its job's cursor at the end; and no second incident of the same job
    and kind is opened while one is open (one problem, one page; the same incident
@@ -123,15 +126,29 @@ def _reported(run: SeedRun) -> list[Violation]:
     # How the kit took each delivery of a run: (actor, run_id) -> its line's trigger.
     triggers = {(line.actor, str(line.entry["run_id"])): str(line.entry.get("trigger"))
                 for line in run.recorder.lines if line.entry.get("trigger")}
+    # A run an operator asked for again (`make rerun`, `make backfill`: a request of its
+    # own) is judged by its request (_reruns_reported), and its record, written by that
+    # request, is no evidence of when the job first ran for the watchdog.
+    requested = set(run.requests)
+    # A run whose last attempt ended (or failed) in the watchdog's last ticks, such as a
+    # catch-up delivered again and again at the end, is not judged yet: the tick after the
+    # end would report it.
+    judged_until = run.spec.end - 3 * run.spec.tick_every
+    last_end: dict[str, float] = {}
+    for execution in run.recorder.executions:
+        ended = execution.ended if execution.ended is not None else execution.started
+        last_end[execution.run_id] = max(last_end.get(execution.run_id, 0.0), ended)
     first_record: dict[str, datetime] = {}
     for job_name, t, run_id in runs:
-        if run_id in run.records and (job_name not in first_record
-                                      or t < first_record[job_name]):
+        if run_id in run.records and run_id not in requested and (
+                job_name not in first_record or t < first_record[job_name]):
             first_record[job_name] = t
     violations = []
     for job_name, t, run_id in runs:
         if job_name not in first_record or t < first_record[job_name]:
             continue  # before the job's first recorded run: not judged (docs)
+        if run_id in requested or last_end.get(run_id, 0.0) > judged_until:
+            continue  # judged by its request; or its last attempt ended too late to judge
         if run_id in executed or problems.get(run_id):
             continue
         record = run.records.get(run_id)
@@ -145,12 +162,16 @@ def _reported(run: SeedRun) -> list[Violation]:
 
 
 def _reruns_reported(run: SeedRun) -> list[Violation]:
-    """Each re-run an operator asked for (its request written) executed, or the watchdog
-    logged how it ended (a `rerun` line past queued/waiting, or a problem naming it). A
-    backfill's runs are judged once the watchdog logged the backfill finished (it releases
-    them a few per tick: the rest are not due yet)."""
+    """Each re-run an operator asked for (its request written) executed, or its end was
+    told: the watchdog logged it (a `rerun` line past queued/waiting, or a problem naming
+    it), or its request ended with why (`failed` or `refused` and its outcome: durable in
+    the watchdog's database, what `make runs` and `make backfill-status` show the operator
+    who asked; the log line is told at most once, from a tick that may die after the
+    request's end was written). A backfill's runs are judged once the watchdog logged the
+    backfill finished (it releases them a few per tick: the rest are not due yet)."""
     executed = {e.run_id for e in run.recorder.executions if e.how != "raised"}
-    told: set[str] = set()
+    told: set[str] = {request_id for request_id, (status, outcome) in run.requests.items()
+                      if status in ("failed", "refused") and outcome}
     finished: dict[str, list[float]] = defaultdict(list)  # job -> when a backfill ended
     for line in run.recorder.lines:
         entry = line.entry

@@ -215,6 +215,8 @@ class SeedRun:
     errors: list[str]
     ended: dict[str, float]  # actor name -> when it ended
     records: dict[str, Any] = field(default_factory=dict)  # run_id -> RunRecord at the end
+    # request_id -> (status, outcome) of every re-run request at the end
+    requests: dict[str, tuple[str, str]] = field(default_factory=dict)
     open_incidents: set[str] = field(default_factory=set)  # in a cursor at the end
     steps: int = 0
 
@@ -307,6 +309,7 @@ def _run(spec: WorldSpec, scheduler: Scheduler, clock: SimClock, recorder: Recor
     ended = {actor.name: actor.ended_at or scheduler.now for actor in scheduler.actors}
     return SeedRun(spec, recorder, list(scheduler.errors), ended, steps=scheduler.steps,
                    records=_final_records(spec, client, watch_settings),
+                   requests=_final_requests(client, watch_settings),
                    open_incidents=_open_incidents(client, watch_settings))
 
 
@@ -449,10 +452,23 @@ def _final_records(spec: WorldSpec, client: Any, watch: WatchSettings) -> dict[s
     records = {}
     for snapshot in store.client.collection(watch.store.collection).stream():
         try:
-            records[snapshot.id] = document_to_record(snapshot.to_dict() or {})
+            record = document_to_record(snapshot.to_dict() or {})
         except ValueError:
             continue
+        # A fence (RunRecord.is_fence, where the kit has it) is no run's record: nothing ran,
+        # and every reader counts it absent.
+        if not getattr(record, "is_fence", False):
+            records[snapshot.id] = record
     return records
+
+
+def _final_requests(client: Any, watch: WatchSettings) -> dict[str, tuple[str, str]]:
+    """Every re-run request's status and outcome at the end (no fault: the main thread)."""
+    found = {}
+    for snapshot in client.collection(watch.reruns_collection).stream():
+        data = snapshot.to_dict() or {}
+        found[snapshot.id] = (str(data.get("status", "")), str(data.get("outcome") or ""))
+    return found
 
 
 def _open_incidents(client: Any, watch: WatchSettings) -> set[str]:

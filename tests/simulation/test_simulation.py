@@ -20,17 +20,17 @@ ROOT = Path(__file__).resolve().parents[2]
 # Seeds that pass on this kit (a few, to keep the suite fast; make simulate runs hundreds).
 PASSING_SEEDS = (0, 1, 2, 3)
 
-# Seeds that once found a bug, kept so that it stays fixed: fill in as bugs are fixed (the
-# seed, and a comment naming the bug). Each must pass.
-# Found without being told the sequence, on function/ as of 13050ba (before issue 37's
-# fixes) with this simulation (1,000 seeds): item 1 (Run now under forbid + replaceNext
-# skips the scheduled run): 37, 102; item 3 (problem lines lost once the cursor moved):
-# 45, 106; item 4 (a re-run or backfill generation executed twice, ran_twice never
-# reported): 54, 81; item 5 (replace: an older run replaced a newer one): 118, 385; item 6
-# (an incident paged and never resolved): 167, 171; item 7 (a late create blocks the
-# retry past a lease): 488, 798. Items 1 and 5 pass on today's function/; the others wait
-# for their fixes.
-REGRESSION_SEEDS: tuple[int, ...] = ()
+# Seeds that found issue 37's bugs without being told their sequences, on function/ as of
+# 13050ba (before its fixes), with this simulation: each must pass now, so each bug stays
+# fixed. (Changing what a seed draws changes these: re-find them on 13050ba's function/.)
+REGRESSION_SEEDS: tuple[int, ...] = (
+    37, 102,  # item 1: Run now under forbid + replaceNext recorded the scheduled run skipped
+    45, 106,  # item 3: a missed run's line lost once the cursor moved
+    54, 81,  # item 4: a re-run or backfill generation ran twice, ran_twice never reported
+    118, 385,  # item 5: under replace, an older run's retry replaced a newer run
+    167, 171,  # item 6: an incident paged, then in no cursor, never resolved
+    488, 798,  # item 7: a create that landed after its 5xx blocked the retry past a lease
+)
 
 
 def simulate(*args: str) -> subprocess.CompletedProcess[str]:
@@ -50,7 +50,6 @@ def test_seeds_meet_every_invariant() -> None:
     assert done.returncode == 0
 
 
-@pytest.mark.skipif(not REGRESSION_SEEDS, reason="no regression seed yet")
 def test_the_regression_seeds_meet_every_invariant() -> None:
     done = simulate(*[arg for seed in REGRESSION_SEEDS for arg in ("--seed", str(seed))])
     assert done.returncode == 0, done.stdout
