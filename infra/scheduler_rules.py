@@ -221,6 +221,10 @@ def min_lease_seconds(store_timeout_seconds: float) -> float:
 
 
 # -- daylight saving time --------------------------------------------------------------------
+# Google's page on cron schedules and time zones, which the advisory cites.
+CRON_SCHEDULES_PAGE = "https://cloud.google.com/scheduler/docs/configuring/cron-job-schedules"
+
+
 # The DST changes a schedule runs into: the one computation behind `make plan`'s and the
 # policy pack's advisory (scheduler-job-dst-change) and the Scheduler emulator's DST ticks.
 #
@@ -370,7 +374,8 @@ def dst_advisory(
     ]
     return (
         f"schedule {cron!r} in {time_zone} runs into daylight saving time changes in the next "
-        f"year: {'; '.join(changes)}. What Cloud Scheduler does then is not documented; the "
+        f"year: {'; '.join(changes)}. Google says only that DST \"can cause jobs to run or "
+        "not run unexpectedly\" and recommends UTC (" + CRON_SCHEDULES_PAGE + "); the "
         "kit runs each local time as dstRepeated and dstSkipped say (unset: as BSD cron -s, "
         "once at fixed hours, by the clock with '*' in the minute or hour field): set them "
         "to choose, or use timeZone Etc/UTC"
