@@ -1,7 +1,8 @@
 """The invariants checked at the end of every seed (docs/protocol.md, "Checked by
 simulation").
 
-1. once: each run (one run_id: one generation of one scheduled time, or a forced run)
+1. once: each run (one run_id: one generation of one business run, or a forced run the kit
+   took as a business run; a Run now kept apart is no business run and is not judged)
    executes at most once (an execution: a job body that returned, or was killed before it
    returned; one that raised is a failed attempt, retried by design), unless the watchdog
    logged `ran_twice` for it. A run still `in_progress` at the end, or whose last
@@ -9,14 +10,15 @@ simulation").
 2. reported: each business run of the span (the watchdog's own schedule arithmetic,
    WatchedJob.business) whose verdict is due before the quiet end, scheduled no earlier than
    the job's first recorded run, not asked again by an operator (then its request judges
-   it), and whose last attempt did not end in the last three ticks, either executed, or the
+   it), not a catch-up still inside its bound at the end, and whose last attempt did not
+   end in the last three ticks, either executed, or the
    watchdog logged a problem naming it (missed, failed, overlong, ran_twice, malformed), or
    it was skipped with its reason: recorded `skipped` by a delivery of its own (forbid:
    another run held the job when its time came), or replaced by a *newer* run (replace).
    A run skipped by a forced run, or replaced by an older one, was dropped. Likewise each
    re-run an operator asked for: executed, or its end was told, by the watchdog or by its
    request's durable status `failed`/`refused` with why (what `make runs` shows; a
-   backfill's runs once it finished).
+   backfill's runs once it finished; a request still pending at the end is not judged).
 3. incidents: each incident opened (`incident_opened`) is resolved (`incident_resolved`)
    or still open in its job's cursor at the end; and no second incident of the same job
    and kind is opened while one is open (one problem, one page; the same incident
@@ -85,10 +87,16 @@ def _once(run: SeedRun) -> list[Violation]:
                                          execution.ended or execution.started)
     judged_until = run.spec.end - 3 * run.spec.tick_every
     asked = {run_id for run_id, _, _ in run.recorder.requested}
+    business = {run_id for _, _, run_id in business_runs(run, due_only=False)}
     violations = []
     for run_id, actors in by_run.items():
         record = run.records.get(run_id)
         if len(actors) < 2 or "ran_twice" in problems.get(run_id, set()):
+            continue
+        if record is not None and record.forced and run_id not in business | asked:
+            # A Run now kept apart (forcedRuns: separate) is no business run: the watchdog
+            # judges none (docs/protocol.md, "What it does not cover"); its record shows a
+            # takeover (`make runs`), no ran_twice line does.
             continue
         if record is not None and record.status is RunStatus.IN_PROGRESS:
             continue  # not judged yet (reported overlong, if it stays so)
@@ -102,9 +110,9 @@ def _once(run: SeedRun) -> list[Violation]:
     return violations
 
 
-def business_runs(run: SeedRun) -> list[tuple[str, datetime, str]]:
+def business_runs(run: SeedRun, due_only: bool = True) -> list[tuple[str, datetime, str]]:
     """(job, key time, run_id) of every business run of the span whose verdict is due
-    before the watchdog's last ticks."""
+    before the watchdog's last ticks (every one of the span: `due_only=False`)."""
     spec = run.spec
     until = spec.start + timedelta(seconds=spec.span)
     cutoff = spec.start + timedelta(seconds=spec.end - 2 * spec.tick_every)
@@ -113,7 +121,7 @@ def business_runs(run: SeedRun) -> list[tuple[str, datetime, str]]:
         watched = job.watched()
         for business in watched.business.runs(spec.start, until):
             t = business.key_time
-            if verdict_due_at(watched, t, spec.grace) <= cutoff:
+            if not due_only or verdict_due_at(watched, t, spec.grace) <= cutoff:
                 runs.append((job.name, t, RunKey(PROJECT, LOCATION, job.name, t).run_id))
     return runs
 
@@ -147,8 +155,10 @@ def _reported(run: SeedRun) -> list[Violation]:
     for job_name, t, run_id in runs:
         if job_name not in first_record or t < first_record[job_name]:
             continue  # before the job's first recorded run: not judged (docs)
-        if run_id in requested or last_end.get(run_id, 0.0) > judged_until:
-            continue  # judged by its request; or its last attempt ended too late to judge
+        if run_id in requested or run_id in run.pending_catch_ups or (
+                last_end.get(run_id, 0.0) > judged_until):
+            continue  # judged by its request; or not judged yet (a catch-up inside its
+            # bound, or a last attempt that ended too late to judge)
         if run_id in executed or problems.get(run_id):
             continue
         record = run.records.get(run_id)
@@ -191,6 +201,8 @@ def _reruns_reported(run: SeedRun) -> list[Violation]:
     for run_id, at, backfill in run.recorder.requested:
         if run_id in executed or run_id in told:
             continue
+        if run.requests.get(run_id, ("", ""))[0] == "pending":
+            continue  # still waiting its turn at the end (overlap: wait): not judged yet
         due = (any(t > at for t in finished[backfill]) if backfill is not None
                else at < cutoff)
         if due:

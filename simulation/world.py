@@ -218,6 +218,9 @@ class SeedRun:
     # request_id -> (status, outcome) of every re-run request at the end
     requests: dict[str, tuple[str, str]] = field(default_factory=dict)
     open_incidents: set[str] = field(default_factory=set)  # in a cursor at the end
+    # Catch-ups still pending in a cursor at the end (delivered again while inside their
+    # bound, reported once it is over): not judged yet.
+    pending_catch_ups: set[str] = field(default_factory=set)
     steps: int = 0
 
     def run_id(self, job: str, schedule_time: datetime, generation: int = 0,
@@ -310,7 +313,8 @@ def _run(spec: WorldSpec, scheduler: Scheduler, clock: SimClock, recorder: Recor
     return SeedRun(spec, recorder, list(scheduler.errors), ended, steps=scheduler.steps,
                    records=_final_records(spec, client, watch_settings),
                    requests=_final_requests(client, watch_settings),
-                   open_incidents=_open_incidents(client, watch_settings))
+                   open_incidents=_open_incidents(client, watch_settings),
+                   pending_catch_ups=_pending_catch_ups(client, watch_settings))
 
 
 def _emit_to(scheduler: Scheduler, recorder: Recorder) -> Any:
@@ -468,6 +472,15 @@ def _final_requests(client: Any, watch: WatchSettings) -> dict[str, tuple[str, s
     for snapshot in client.collection(watch.reruns_collection).stream():
         data = snapshot.to_dict() or {}
         found[snapshot.id] = (str(data.get("status", "")), str(data.get("outcome") or ""))
+    return found
+
+
+def _pending_catch_ups(client: Any, watch: WatchSettings) -> set[str]:
+    """The run IDs of the catch-ups pending in a cursor at the end."""
+    found: set[str] = set()
+    for snapshot in client.collection(watch.cursor_collection).stream():
+        catch_ups = (snapshot.to_dict() or {}).get("catch_ups") or {}
+        found.update(str(run_id) for run_id in catch_ups)
     return found
 
 
