@@ -5,6 +5,9 @@ a job of the team's with a dependency of its own, and there, exactly as a team r
 archive must hold the team's job, the kit's runtime at the installed version, and the
 team's pinned dependency; the locks `make lock` writes for the team's CI must pin the kit
 by the wheel's own hash, and install, hash-checked, as the starter's workflows install them.
+Last, a second release cut by `make release` in a clone of the kit, and the team repository
+upgraded to it as docs/by-version.md says: `make upgrade-check` prints its steps for a
+repository by version, and no fork's.
 
 Installs go through uv from its cache (tests/dist_helpers.py uv_pip_install), and the plan's
 function environment is seeded the same way (seed_function_venv): the same packages,
