@@ -5,6 +5,9 @@ a job of the team's with a dependency of its own, and there, exactly as a team r
 archive must hold the team's job, the kit's runtime at the installed version, and the
 team's pinned dependency; the locks `make lock` writes for the team's CI must pin the kit
 by the wheel's own hash, and install, hash-checked, as the starter's workflows install them.
+Last, a second release cut by `make release` in a clone of the kit, and the team repository
+upgraded to it as docs/by-version.md says: `make upgrade-check` prints its steps for a
+repository by version, and no fork's.
 
 Installs go through uv from its cache (tests/dist_helpers.py uv_pip_install), and the plan's
 function environment is seeded the same way (seed_function_venv): the same packages,
@@ -15,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -29,6 +33,15 @@ from infra.cloud_function import FUNCTION_RUNTIME
 from infra.lock import deployed_requirements, kit_requirements
 from local_stack import FirestoreEmulator
 from operator_tools.init import KIT_PIN
+from operator_tools.release import next_releases, unreleased_changes
+from operator_tools.upgrade_check import (
+    BY_VERSION,
+    FORK,
+    Release,
+    parse_changelog,
+    split_steps,
+    version_key,
+)
 from tests.dist_helpers import (
     UV,
     build_wheel,
@@ -41,6 +54,8 @@ from tests.function.test_requirements_lock import pins
 from tests.infra.test_ci_supply_chain import TEAM as TEAM_WORKFLOWS
 from tests.infra.test_ci_supply_chain import unhashed
 from tests.infra.test_init import starter_files
+from tests.infra.test_makefile import make
+from tests.kit_tree import kit_clone
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The team's job and its own dependency (not one the kit's function lock has).
@@ -103,6 +118,10 @@ class TeamRepo:
     function_venv_seeded: bool = False
     """The plan's function environment is there already (seed_function_venv)."""
 
+    make_venv: tuple[str, ...] = ()
+    """The make variables the starter's `.venv/stamp` is built with here (PYTHON, INSTALL:
+    VENV_PYTHON and INSTALL above), for any target that rebuilds it."""
+
     def run(self, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         """A command of the team's virtualenv (or `make`), in the team's repository, with
         nothing of this checkout on any path."""
@@ -130,12 +149,13 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamRepo]:
     installer = TeamRepo(root, fresh_venv(root / "installer").parent, dist)
     install_wheel(wheel, installer.bin / "python", deps=True)
     installer.ok("scheduler-dedup", "init", "team")
-    repo = TeamRepo(root / "team", root / "team" / ".venv" / "bin", dist)
     base = getattr(sys, "_base_executable", sys.executable)
     python = executable(root / "python", VENV_PYTHON.format(base=base))
     install = executable(root / "install", INSTALL.format(
         python=sys.executable, repo=str(REPO_ROOT), dist=str(dist)))
-    make_venv = ("make", ".venv/stamp", f"PYTHON={python}", f"INSTALL={install}")
+    repo = TeamRepo(root / "team", root / "team" / ".venv" / "bin", dist,
+                    make_venv=(f"PYTHON={python}", f"INSTALL={install}"))
+    make_venv = ("make", ".venv/stamp", *repo.make_venv)
     repo.ok(*make_venv, timeout=900)
     repo.ok("scheduler-dedup", "new-job", JOB)
     (repo.path / "function" / "jobs" / f"{JOB}.py").write_text(JOB_CODE, encoding="utf-8")
@@ -162,7 +182,8 @@ def seed_function_venv(project: Path, base: str) -> bool:
     with uv from the same files, as a later plan finds them; pip's build is the kit's own
     (`make plan`, tests/infra/test_startup_parity.py). False when this Python (and `base`,
     its base interpreter) is not the functions' runtime version: the plan then builds its
-    own."""
+    own. Seeded again after a `make lock` (which dates the team's lock), it adds the
+    environments of the new locks."""
     runtime = FUNCTION_RUNTIME.removeprefix("python")
     if f"{sys.version_info[0]}{sys.version_info[1]}" != runtime:
         return False
@@ -173,6 +194,8 @@ def seed_function_venv(project: Path, base: str) -> bool:
         lock.write_bytes(requirements)
         digest = hashlib.sha256(requirements).hexdigest()[:16]
         venv = project / ".cache" / "function-venv" / f"{digest}-py{runtime}"
+        if venv.exists():  # named by its lock: seeded from this one already
+            continue
         subprocess.run([str(UV), "venv", "--quiet", "--no-python-downloads", "--python", base,
                         str(venv)], env=clean_env(), check=True, timeout=120)
         uv_pip_install(["--python", str(venv / "bin" / "python"), "--require-hashes",
@@ -309,3 +332,105 @@ def test_the_demo_runs_the_teams_job_exactly_once_per_run(
     # One line per execution: each run (its run_id; a forced run is a run of its own) once.
     run_ids = [line.split()[0] for line in lines]
     assert len(run_ids) == len(set(run_ids)), "a run of the team's job executed twice"
+
+
+# --- a second release, and the team's upgrade to it -----------------------------------------
+# Keep this test last in the file: it upgrades the module's team repository in place (its
+# pin, locks and virtualenv), and the tests above check the first version there. Under
+# `--dist loadfile` a file's tests run in one worker, in this order.
+
+# The second release's Upgrading steps: one for each kind of repository (CHANGELOG.md's tags).
+NEXT_RELEASE_STEPS = (
+    "1. [fork] **Only a fork's step** (this test's): `git mv` a file of the kit's.",
+    "2. [by version] **Only a team repository's step** (this test's): run `make lock`.",
+    "3. [both] **Everyone's step** (this test's): set `scheduler-dedup:aKey` in each stack.",
+)
+STEP_TAG = re.compile(r"(?m)^\d+\.\s+\[([^\]]+)\]")
+RELEASE_HEADING = re.compile(r"(?m)^== (\S+) \(.*\) ==$")
+
+
+def cut_next_release(clone: Path) -> str:
+    """`make release VERSION=` in the kit's clone, at the smallest number CHANGELOG.md's rule
+    allows after its latest release (the next major one when Unreleased lists steps)."""
+    changelog = parse_changelog((clone / "CHANGELOG.md").read_text(encoding="utf-8"))
+    version = min(next_releases(changelog), key=version_key)
+    cut = make(clone, "release", f"VERSION={version}", dry_run=False, timeout=300)
+    assert cut.returncode == 0, cut.stdout + cut.stderr
+    assert "wrote CHANGELOG.md" in cut.stdout and f"git tag v{version}" in cut.stdout
+    return version
+
+
+def assert_only_by_version_steps(out: str, releases: list[Release]) -> None:
+    """`out` names `releases`, and under each release's heading lists exactly its steps for
+    a repository by version (`[by version]`, `[both]`, or untagged): no `[fork]` step."""
+    names = [r.name for r in releases]
+    assert RELEASE_HEADING.findall(out) == names, out
+    assert f"the steps of {', '.join(names)}, in this order" in out, out
+    assert "[fork]" not in out, out
+    sections = RELEASE_HEADING.split(out)[2::2]  # the text after each heading
+    for release, section in zip(releases, sections, strict=True):
+        _, steps = split_steps(release.upgrading or "")
+        for step in steps:
+            first_line = step.text.splitlines()[0]
+            assert (first_line in section) == (step.audience != FORK), (release.name, out)
+        assert set(STEP_TAG.findall(section)) <= {BY_VERSION, "both"}, section
+
+
+@pytest.mark.timeout(900)
+def test_a_release_cut_by_the_release_command_upgrades_the_team_to_its_by_version_steps(
+    team: TeamRepo, tmp_path: Path,
+) -> None:
+    """The kit's maintainers cut a release in a clone of the kit (`make release VERSION=`,
+    after cutting the clone's Unreleased changes as a release first, so the new release has
+    one before it), with one Upgrading step for each kind of repository, and build its wheel
+    (`make dist`) onto the team's index. The team upgrades as docs/by-version.md says: the
+    kit's pin in requirements.txt, `make lock`, `make test`; verifies the release as it says
+    (the lock's hash is the wheel's, `upgrade-check <release>` has nothing to do); and
+    `make upgrade-check FROM=<the version it ran>` prints the steps of each release since,
+    under its release, for a repository by version only."""
+    clone = kit_clone(tmp_path / "kit")
+    first_release = KIT_VERSION
+    if unreleased_changes(parse_changelog((clone / "CHANGELOG.md").read_text())):
+        first_release = cut_next_release(clone)  # what the team runs a build of, released
+    changelog_file = clone / "CHANGELOG.md"
+    steps = "\n### Upgrading\n\n" + "\n".join(NEXT_RELEASE_STEPS) + "\n"
+    changelog_file.write_text(changelog_file.read_text(encoding="utf-8").replace(
+        "## [Unreleased]\n", "## [Unreleased]\n" + steps, 1), encoding="utf-8")
+    second_release = cut_next_release(clone)
+    assert version_key(second_release)[0] == version_key(first_release)[0] + 1  # the steps
+    built = make(clone, "dist", dry_run=False, timeout=600)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = (clone / "dist").glob(f"scheduler_dedup_kit-{second_release}-*.whl")
+    shutil.copy2(wheel, team.dist)  # published on the team's index, beside the first
+
+    # The upgrade: the kit's pin, then `make lock` (which installs it first) and `make test`.
+    requirements = team.path / "requirements.txt"
+    pinned = requirements.read_text(encoding="utf-8")
+    assert pinned.count(f"\n{KIT_PIN}\n") == 1, pinned
+    requirements.write_text(pinned.replace(
+        f"\n{KIT_PIN}\n", f"\nscheduler-dedup-kit=={second_release}\n"), encoding="utf-8")
+    team.ok("make", "lock", *team.make_venv)
+    # The plan's function environments of the new locks, seeded as the fixture seeds them.
+    seeded = seed_function_venv(team.path, getattr(sys, "_base_executable", sys.executable))
+    tested = team.ok("make", "test", *team.make_venv)
+    assert f'kitVersion: "{second_release}"' in tested, tested[-4000:]
+    assert not seeded or BUILDING_FUNCTION_VENV not in tested, tested[-4000:]
+
+    # Knowing it has the release: CI's lock requires the wheel's hash, and the kit installed
+    # is the release (docs/by-version.md, "A specific release, and knowing you have it").
+    deploy_lock = (team.path / TEAM_WORKFLOWS.deploy).read_text(encoding="utf-8")
+    kit = re.search(rf"(?m)^scheduler-dedup-kit=={re.escape(second_release)} \\\n"
+                    r"((?:\s+--hash=\S+ ?\\?\n)+)", deploy_lock)
+    assert kit and f"--hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}" in kit[1]
+    current = team.ok("scheduler-dedup", "upgrade-check", second_release)
+    assert current.startswith(f"Nothing to do: {second_release} is this checkout's version")
+
+    # The steps since the version it ran: by version's alone, each under its release.
+    # (A development build, as the team ran, is before its release: it takes its steps too.)
+    changelog = parse_changelog(changelog_file.read_text(encoding="utf-8"))
+    release = {r.name: r for r in changelog.releases}
+    since = {KIT_VERSION: [first_release, second_release], first_release: [second_release]}
+    for deployed, names in since.items():
+        result = team.run("make", "upgrade-check", f"FROM={deployed}", *team.make_venv)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert_only_by_version_steps(result.stdout, [release[name] for name in names])

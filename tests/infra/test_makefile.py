@@ -15,7 +15,8 @@ from infra import KIT_ROOT as REPO_ROOT
 MAKEFILE = REPO_ROOT / "Makefile"
 
 
-def make(checkout: Path, *args: str, dry_run: bool = True) -> subprocess.CompletedProcess[str]:
+def make(checkout: Path, *args: str, dry_run: bool = True,
+         timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """`make` in `checkout` (a kit_clone of the repository: make reads its stacks and the
     team's lock, and the kit's tests never read a fork's); the virtualenv's stamp is taken
     as current (-o)."""
@@ -23,7 +24,7 @@ def make(checkout: Path, *args: str, dry_run: bool = True) -> subprocess.Complet
     return subprocess.run(
         ["make", "--no-print-directory", "-o", ".venv/stamp", *(["-n"] if dry_run else []),
          *args],
-        cwd=checkout, env=env, capture_output=True, text=True, timeout=60, check=False,
+        cwd=checkout, env=env, capture_output=True, text=True, timeout=timeout, check=False,
     )
 
 
