@@ -14,7 +14,7 @@ backfill's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -153,8 +153,12 @@ def run_extra_run(
     grace_seconds: float,
     *,
     avoid: Sequence[str] = (),
+    ticked: Mapping[str, datetime] | None = None,
 ) -> ExtraRunReport | None:
-    """The scene; None where no replayed job (without catchUp) has a free minute."""
+    """The scene; None where no replayed job (without catchUp) has a free minute.
+    `ticked`: per job, the last "now" an earlier scene ticked it at (the silence's): the
+    extra run comes after it, outside the silence."""
+    ticked = ticked or {}
     replayed = last_replayed(summaries)
     in_config = {job.name for job in stack.config.jobs} if stack.config else set()
     # Not the silence's job (avoid[0]), a job of the stack file, not the backfill's.
@@ -171,7 +175,8 @@ def run_extra_run(
         watchdog = SceneWatchdog(store_settings, function.firestore_host, watched,
                                  grace_seconds, function.stack.project)
         try:
-            judged = watchdog.judged_through() or replayed[job.name]
+            judged = max(watchdog.judged_through() or replayed[job.name],
+                         ticked.get(job.name, replayed[job.name]))
             at = extra_time(watched, judged, timedelta(seconds=watchdog.due_seconds()))
             if at is None:
                 continue

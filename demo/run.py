@@ -85,9 +85,11 @@ def watch_scenes(function: LocalFunction, stack: Stack, outcome: DemoOutcome) ->
     backfilled = [outcome.backfill.job] if outcome.backfill is not None else []
     outcome.silence = run_silence(function, stack, outcome.summaries, settings, grace,
                                   avoid=backfilled)
-    silenced = [outcome.silence.job] if outcome.silence is not None else [""]
+    silence = outcome.silence
+    silenced = [silence.job] if silence is not None else [""]
+    ticked = {silence.job: silence.again.now} if silence and silence.again else {}
     outcome.extra_run = run_extra_run(function, stack, outcome.summaries, settings, grace,
-                                      avoid=[*silenced, *backfilled])
+                                      avoid=[*silenced, *backfilled], ticked=ticked)
 
 
 def nothing_to_run(stack: Stack) -> str | None:

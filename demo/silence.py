@@ -5,11 +5,12 @@ where the watchdog reads it) silences one job of the stack (one without catchUp,
 would deliver its missed run itself; preferably not the backfill's), from just before its
 next run until a little after the run that follows is due. During the silence Scheduler
 delivers the first of the two (it runs, as ever: executed once) and never the second (a
-missed run). The watchdog's own code then ticks on the demo's clock: once the second
-run is due, in the silence (its `missed` line is logged, marked `silenced`, and nothing
-pages: no `incident_opened`, the incident is held), once just after the window (the
-incident, still open, pages: one `incident_opened`), and once more (nothing pages
-again). Any other count fails the demo.
+missed run). The watchdog's own code then ticks on the demo's clock: once the second run
+is due, in the silence (its `missed` line is logged, marked `silenced`, and nothing pages:
+no `incident_opened`, the incident is held), once just after the window (the incident,
+still open, pages: one `incident_opened`), and once more (nothing pages again). Any other
+count fails the demo. Then Scheduler delivers the job's next run as ever (a later scene on
+the job finds it completed).
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class SilenceReport:
     ran_answer: str = ""
     ran_executions: int = 0
     missed: datetime | None = None  # the run Scheduler never delivered, during the silence
+    # The run after it, delivered as ever (so a later scene on the job finds it completed).
+    following: datetime | None = None
+    following_executions: int = 0
     during: SceneTick | None = None  # the tick that judged it, in the silence
     after: SceneTick | None = None  # the first tick after the window
     again: SceneTick | None = None  # one more
@@ -68,6 +72,7 @@ class SilenceReport:
     @property
     def ok(self) -> bool:
         return (self.error is None and self.ran_executions == 1
+                and self.following_executions == 1
                 and self.during is not None and self.after is not None
                 and self.again is not None and len(self.silenced_missed) == 1
                 and not self.during.pages and len(self.after.pages) == 1
@@ -81,7 +86,8 @@ class SilenceReport:
             f"  make silence JOB={self.job} UNTIL={rfc3339(self.until) if self.until else '?'}"
             f" REASON=\"{SILENCE_REASON}\": {self.set_line}",
             f"  {self.job} @ {_when(self.ran)}, during the silence: {self.ran_answer}, "
-            f"{_times(self.ran_executions)} (runs run as ever)",
+            f"{_times(self.ran_executions)} (runs run as ever); the run after the missed "
+            f"one, @ {_when(self.following)}: {_times(self.following_executions)}",
         ]
         silenced = self.silenced_missed
         lines.append(
@@ -107,7 +113,8 @@ class SilenceReport:
             "job": self.job, "ok": self.ok, "error": self.error,
             "until": rfc3339(self.until) if self.until else None,
             "ran": _when(self.ran), "ran_executions": self.ran_executions,
-            "missed": _when(self.missed),
+            "missed": _when(self.missed), "following": _when(self.following),
+            "following_executions": self.following_executions,
             "silenced_lines": len(self.silenced_missed),
             "during": self.during.to_json() if self.during else None,
             "after": self.after.to_json() if self.after else None,
@@ -188,6 +195,10 @@ def run_silence(
         report.during = watchdog.tick(missed + due + timedelta(seconds=1), since)
         report.after = watchdog.tick(report.until + timedelta(seconds=1), since)
         report.again = watchdog.tick(report.until + timedelta(seconds=2), since)
+        # The run after the missed one, delivered as ever (not yet due at these ticks).
+        delivered = deliver_first_run(function, stack, job, following - timedelta(seconds=1))
+        report.following = delivered.schedule_time
+        report.following_executions = executions(function, stack, job, following)
     except Exception as exc:  # reported, and the demo fails on it
         report.error = f"{type(exc).__name__}: {exc}"
     finally:

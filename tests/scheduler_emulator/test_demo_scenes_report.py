@@ -37,6 +37,7 @@ def silence(*, during: list[dict[str, Any]], after: int, again: int = 0,
     return SilenceReport(
         "nightly-report", set_line="silenced until ...", until=UNTIL, ran=RAN,
         ran_answer="200 completed", ran_executions=executions, missed=MISSED_AT,
+        following=MISSED_AT + timedelta(days=1), following_executions=1,
         during=SceneTick(UNTIL - timedelta(minutes=10), [problem], during),
         after=SceneTick(UNTIL + timedelta(seconds=1), [], [opened(FAILING)] * after),
         again=SceneTick(UNTIL + timedelta(seconds=2), [], [opened(FAILING)] * again),
@@ -48,7 +49,8 @@ def test_a_missed_run_logged_silenced_then_paged_once_passes() -> None:
     assert report.ok
     lines = report.lines()
     assert lines[1] == ("  nightly-report @ 2026-12-07T01:30:00Z, during the silence: 200 "
-                        "completed, executed once (runs run as ever)")
+                        "completed, executed once (runs run as ever); the run after the "
+                        "missed one, @ 2026-12-09T01:30:00Z: executed once")
     assert lines[2].startswith("  nightly-report @ 2026-12-08T01:30:00Z, never delivered "
                                "(missed): the tick at ")
     assert lines[2].endswith("logged it `silenced`, 0 incident_opened (no page)")
