@@ -20,7 +20,9 @@ One module per idea:
 - replay.py: one replay through the Scheduler emulator, its executions counted;
   function_log.py: what the function answered, from its log;
 - the scenes after it: watch.py (the watchdog), backfill.py (both read records where
-  record_stores.py finds them: each job's database), paths.py (DST changes,
+  record_stores.py finds them: each job's database), silence.py (a run missed during
+  `make silence`'s silence) and extra_run.py (a run beyond the schedule), both ticking
+  the watchdog through scene_ticks.py, paths.py (DST changes,
   forced runs, long store stalls), overlap.py, and the proxied jobs: local_proxy.py (the
   proxy on fake Google APIs) and proxied.py (their replay);
 - outcome.py: what a replay found (DemoOutcome, ProxiedOutcome, PathResult);

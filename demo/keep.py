@@ -20,7 +20,7 @@ KEEP = "--keep"
 
 def kept_at(stack_file: Path, firestore_host: str) -> dict[str, datetime]:
     """Per job of the stack file with records (jobs[].name), the instant `make runs --at`
-    reads its replayed runs at: the verdict of its latest recorded run due (its retry
+    reads its replayed runs at: the verdict of its latest recorded business run due (its retry
     window + the watchdog's grace after it), as the demo's watchdog judges each job at the
     end of its own window; a later run, never replayed, is not judged yet."""
     from dedup.watchdog.due import verdict_due_at
@@ -39,9 +39,11 @@ def kept_at(stack_file: Path, firestore_host: str) -> dict[str, datetime]:
                     snapshot.to_dict() or {}
                     for snapshot in store.client.collection(cfg.dedup.collection).stream()
                 ]
+            # Business runs only: the extra-run scene's record (demo.extra_run) is none.
             times = [d["schedule_time"] for d in documents[id(store)]
                      if d.get("job") == job.name and d.get("project") == cfg.project
-                     and isinstance(d.get("schedule_time"), datetime)]
+                     and isinstance(d.get("schedule_time"), datetime)
+                     and job.is_scheduled(d["schedule_time"])]
             if times:
                 due = verdict_due_at(job, max(times), grace)
                 whole = due.replace(microsecond=0)

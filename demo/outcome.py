@@ -10,10 +10,12 @@ from datetime import datetime
 from typing import Any
 
 from demo.backfill import BackfillReport
+from demo.extra_run import ExtraRunReport
 from demo.ledger import LedgerCounts
 from demo.local_runtimes import LocalRuntime
 from demo.options import DemoOptions, PathSpec
 from demo.overlap import OverlapResult
+from demo.silence import SilenceReport
 from demo.store_faults import StoreFaultRecord, StoreTiming
 from demo.watch import WatchReport
 from scheduler_emulator.faults import FaultPlan
@@ -57,6 +59,10 @@ class DemoOutcome:
     nothing_to_run: str | None = None
     # demo.backfill: the runs of a simulated outage after the replay, backfilled.
     backfill: BackfillReport | None = None
+    # demo.silence: a run missed during `make silence`'s silence, paged once after it.
+    silence: SilenceReport | None = None
+    # demo.extra_run: a run no business run explains (runsBeyondSchedule: page), paged once.
+    extra_run: ExtraRunReport | None = None
     # The runtimes served (demo.local_runtimes), by name, each with its function's URL.
     runtimes: dict[str, tuple[LocalRuntime, str]] = field(default_factory=dict)
 
@@ -68,9 +74,10 @@ class DemoOutcome:
         watch_ok = self.watch is None or self.watch.ok
         paths_ok = all(path.ok for path in self.paths) and all(o.ok for o in self.overlap)
         proxied_ok = self.proxied is None or self.proxied.ok
-        backfill_ok = self.backfill is None or self.backfill.ok
+        scenes_ok = all(scene is None or scene.ok
+                        for scene in (self.backfill, self.silence, self.extra_run))
         return (bool(self.totals["all_ok"]) and not self.result.stopped_early and watch_ok
-                and paths_ok and proxied_ok and backfill_ok and self.nothing_to_run is None)
+                and paths_ok and proxied_ok and scenes_ok and self.nothing_to_run is None)
 
     @property
     def scale(self) -> float:

@@ -100,6 +100,13 @@ def render(outcome: DemoOutcome, show_all: bool = True) -> list[str]:
     if outcome.backfill is not None:
         lines += ["", "backfill (demo/backfill.py: the runs of a simulated outage after the "
                   "replay, make backfill MODE=missing):", *outcome.backfill.lines()]
+    if outcome.silence is not None:
+        lines += ["", "silence (demo/silence.py: make silence's code path over one job, a run "
+                  "missed during it, the watchdog on the replay's clock):",
+                  *outcome.silence.lines()]
+    if outcome.extra_run is not None:
+        lines += ["", "extra run (demo/extra_run.py: a delivery at a time no business run "
+                  "has, the watchdog on the replay's clock):", *outcome.extra_run.lines()]
     if outcome.proxied is not None:
         lines += ["", *proxied_lines(outcome.proxied, show_all)]
     if outcome.paths:

@@ -33,6 +33,8 @@ def outcome_json(outcome: DemoOutcome) -> dict[str, Any]:
         "runs": [summary_json(s) for s in outcome.summaries],
         "watchdog": watch_json(outcome.watch) if outcome.watch is not None else None,
         "backfill": outcome.backfill.to_json() if outcome.backfill is not None else None,
+        "silence": outcome.silence.to_json() if outcome.silence is not None else None,
+        "extra_run": outcome.extra_run.to_json() if outcome.extra_run is not None else None,
         "paths": [path.to_json() for path in outcome.paths],
         "overlap": [result.to_json() for result in outcome.overlap],
         "nothing_to_run": outcome.nothing_to_run,

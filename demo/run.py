@@ -23,9 +23,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from demo.extra_run import run_extra_run
 from demo.function_log import save_log
 from demo.ledger import LedgerCounts
-from demo.local_function import LocalFunction
+from demo.local_function import LocalFunction, watch_store_settings
 from demo.local_runtimes import local_runtimes, secret_files_written, team_code_warning
 from demo.options import DemoOptions
 from demo.outcome import DemoOutcome
@@ -33,6 +34,7 @@ from demo.overlap import run_overlap_paths
 from demo.paths import run_paths
 from demo.proxied import replay_proxied_jobs, with_proxied_job
 from demo.replay import replay
+from demo.silence import run_silence
 from demo.store_faults import store_timing
 from demo.watch import with_flaky_job
 from local_stack import FirestoreEmulator
@@ -72,6 +74,22 @@ def unserved_outcome(
         timing=store_timing(stack, scale, False), store_host="", store_faults=[],
         store_summary="", function_outcomes=Counter(),
     )
+
+
+def watch_scenes(function: LocalFunction, stack: Stack, outcome: DemoOutcome) -> None:
+    """After the watchdog and the backfill: a silence (demo.silence), then an extra run
+    (demo.extra_run), each on a job of its own where the stack has enough."""
+    assert outcome.watch is not None
+    settings = watch_store_settings(function, stack)
+    grace = outcome.watch.grace_seconds
+    backfilled = [outcome.backfill.job] if outcome.backfill is not None else []
+    outcome.silence = run_silence(function, stack, outcome.summaries, settings, grace,
+                                  avoid=backfilled)
+    silence = outcome.silence
+    silenced = [silence.job] if silence is not None else [""]
+    ticked = {silence.job: silence.again.now} if silence and silence.again else {}
+    outcome.extra_run = run_extra_run(function, stack, outcome.summaries, settings, grace,
+                                      avoid=[*silenced, *backfilled], ticked=ticked)
 
 
 def nothing_to_run(stack: Stack) -> str | None:
@@ -158,6 +176,10 @@ def run_demo(
                         f"job{'' if jobs == 1 else 's'} ({options.faults.describe()}) ..."
                     )
                     outcome = replay(function, stack, options, progress=progress)
+                    if outcome.watch is not None:
+                        log("replay finished; a silence, then an extra run, each judged by "
+                            "the watchdog ...")
+                        watch_scenes(function, stack, outcome)
                 else:
                     log(f"Firestore emulator on {firestore_host}; no job of the stack runs "
                         "in the dedup function: not serving it")

@@ -66,6 +66,14 @@ def verdict_line(outcome: DemoOutcome) -> str:
     if t["all_ok"] and backfill is not None and not backfill.ok:
         return ("RESULT: FAIL: the backfill of the simulated outage did not execute each "
                 "missed run exactly once (see the backfill section)")
+    silence = outcome.silence
+    if t["all_ok"] and silence is not None and not silence.ok:
+        return ("RESULT: FAIL: the run missed during a silence paged during it, or did not "
+                "page exactly once after it (see the silence section)")
+    extra = outcome.extra_run
+    if t["all_ok"] and extra is not None and not extra.ok:
+        return ("RESULT: FAIL: the extra run was not reported unexplained_run and paged "
+                "exactly once (see the extra run section)")
     if t["all_ok"] and not outcome.summaries and proxied is not None:
         return f"RESULT: PASS: {proxied_verdict(proxied)}" + (
             f"; {len(outcome.paths)} path(s) (DST changes, forced-run choices, long store "
@@ -104,6 +112,11 @@ def verdict_line(outcome: DemoOutcome) -> str:
         if backfill is not None:
             line += (f"; a backfill of {len(backfill.outage)} run(s) an outage missed: each "
                      "executed exactly once")
+        if silence is not None:
+            line += ("; a run missed during a silence logged silenced, paged once after "
+                     "it")
+        if extra is not None:
+            line += "; an extra run reported unexplained_run, paged once"
         if outcome.paths:
             line += (f"; {len(outcome.paths)} path(s) (DST changes, forced-run choices, long "
                      "store stalls): each business run executed once")

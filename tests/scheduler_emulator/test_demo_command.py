@@ -248,6 +248,24 @@ def test_the_default_demo_catches_up_the_missed_run_and_re_runs_one_once(
     assert len(backfill["outage"]) == OUTAGE_RUNS
     assert set(backfill["executions"].values()) == {1}
     assert backfill["progress"]["done"] == OUTAGE_RUNS
+    # A silence (demo/silence.py, make silence's code path) over a job: the run during it
+    # executed once, the missed one logged silenced and paged nothing during it, then once
+    # after the window (its incident still open).
+    silence = report["silence"]
+    assert silence is not None and silence["ok"], silence
+    assert silence["job"] != backfill["job"]
+    assert silence["ran_executions"] == 1 and silence["silenced_lines"] == 1
+    assert [silence[tick]["pages"] for tick in ("during", "after", "again")] == [0, 1, 0]
+    assert [p["kind"] for p in silence["during"]["problems"]] == ["missed"]
+    assert silence["during"]["problems"][0]["schedule_time"] == silence["missed"]
+    # An extra run (demo/extra_run.py): a second Scheduler job sends a job's headers at a
+    # time of none of its runs; with runsBeyondSchedule: page, reported and paged once.
+    extra = report["extra_run"]
+    assert extra is not None and extra["ok"], extra
+    assert extra["job"] != silence["job"]
+    assert extra["executions"] == 1
+    assert extra["unexplained_run"] == [extra["schedule_time"]]
+    assert [extra[tick]["pages"] for tick in ("first", "again")] == [1, 0]
     # The paths (demo/paths.py): the DST changes (Scheduler firing the repeated 01:30
     # once and twice), every forcedRuns choice, long store stalls: each business run once.
     assert [(p["path"], p["executed"] == p["runs"], p["ok"]) for p in report["paths"]] == [

@@ -23,6 +23,8 @@ from tests.stacks import fixture_stack_file
 
 # The fixture dev stack as the demo's project (a clone of the kit) holds it.
 DEV_STACK = fixture_stack_file("dev").relative_to(KIT_ROOT)
+# The silence scene's missed run (demo/silence.py), in the report.
+SILENCE_MISSED = re.compile(r"^  heartbeat @ (\S+), never delivered \(missed\)", re.MULTILINE)
 KEPT = re.compile(r"^  FIRESTORE_EMULATOR_HOST=(\S+) make runs STACK=(\S+) RUNS_ARGS=\"(.*)\"$")
 
 
@@ -71,13 +73,17 @@ def test_make_demo_keep_leaves_its_records_for_make_runs(
         rows = [line.split() for line in out.getvalue().splitlines()
                 if re.match(r"^  \d{4}-", line)]
         verdicts = [(r[5], r[6], r[-1]) for r in rows]
-        # The replayed runs (and the demo's backfill of a simulated outage after them):
-        # each completed once; the run after them not due yet at --at; nothing missed.
+        # The replayed runs (and the demo's backfill of a simulated outage after them, and
+        # the runs of its silence scene): each completed once; the run after them not due
+        # yet at --at; nothing missed but the run the silence scene left undelivered.
         assert verdicts[0] == ("-", "-", "not_due"), out.getvalue()
         recorded = [v for v in verdicts if v[0] != "-"]
         assert len(recorded) >= 4 and set(recorded) == {("completed", "1", "ok")}, (
             out.getvalue())
-        assert {v[2] for v in verdicts} <= {"ok", "not_due", "before_first_run"}, (
+        [silenced] = SILENCE_MISSED.findall(report.read_text())
+        missed = [f"{r[0]}T{r[1]}" for r in rows if r[-1] == "missed"]
+        assert missed == [silenced], out.getvalue()
+        assert {v[2] for v in verdicts} <= {"ok", "not_due", "before_first_run", "missed"}, (
             out.getvalue())
         # Without --at ("now"), the last replayed run is still ahead of the clock: not shown.
         out = io.StringIO()
