@@ -47,7 +47,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from dedup.keys import RunKey
 from dedup.store import RunStatus

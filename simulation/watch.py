@@ -96,9 +96,10 @@ def recording_watch_store(runs: FirestoreRunStore, collection: str, database: st
             cursors = super().get_cursors(jobs)
             me = scheduler.current
             if me is not None:
-                recorder.carried[me.name] = {job: {key for line in cursor.outbox
-                                                   if (key := carried_key(line))}
-                                             for job, cursor in cursors.items()}
+                recorder.carried[me.name] = {
+                    job: {key for line in getattr(cursor, "outbox", ())  # older kits: none
+                          if (key := carried_key(line))}
+                    for job, cursor in cursors.items()}
             return cursors
 
         def put_cursors(self, cursors: Any, now: Any) -> Any:
@@ -106,8 +107,8 @@ def recording_watch_store(runs: FirestoreRunStore, collection: str, database: st
             me = scheduler.current
             recorder.cursor_writes.append((me.name if me else "main", scheduler.now, {
                 job: CursorState(
-                    frozenset(s.incident for s in cursor.incidents.values()
-                              if s.open and s.incident),
+                    frozenset(s.incident for s in (getattr(cursor, "incidents", None)
+                                                   or {}).values() if s.open and s.incident),
                     frozenset(str(line.get("incident"))
                               for line in getattr(cursor, "held", None) or ()))
                 for job, cursor in cursors.items()}))

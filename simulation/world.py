@@ -240,7 +240,7 @@ def draw_world(seed: int) -> WorldSpec:
 
 
 def draw_silences(seed: int, jobs: list[JobSpec], span: float) -> tuple[SilenceSpec, ...]:
-    """Half the seeds: one or two silences over part of the span, of a job or the stack,
+    """Three seeds in five: one or two silences over part of the span, of a job or the stack,
     declared or set by `make silence` (sometimes lifted early). Drawn from their own
     stream, so that older seeds keep their worlds; at most one `make silence` per scope
     (a second one of the same scope replaces the first)."""

@@ -75,6 +75,52 @@ def claims_without_precondition(monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
     yield
 
 
+def test_a_watchdog_that_pages_during_a_silence_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watchdog that ignores the silence when it settles its incidents (opens page at
+    once) is caught by the silences' invariant, in a seed that holds an incident."""
+    import dedup.watchdog.silences as silences
+    import dedup.watchdog.tick as tick
+
+    settle = silences.settle_incidents
+    monkeypatch.setattr(tick, "settle_incidents", lambda cursor, transitions, silence, now:
+                        settle(cursor, transitions, None, now))
+    found = []
+    for seed in range(40):
+        if draw_world(seed).silences:
+            found += [v for v in check(run_world(draw_world(seed)))
+                      if v.invariant == "silences"]
+        if found:
+            break
+    assert found, "no seed caught an incident paged during its job's silence"
+    assert "paged at" in found[0].text and "inside the" in found[0].text
+
+
+def test_a_watchdog_that_never_pages_after_a_silence_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watchdog that drops the incidents it held instead of paging them at the end of
+    the silence is caught."""
+    import dedup.watchdog.silences as silences
+    import dedup.watchdog.tick as tick
+
+    settle = silences.settle_incidents
+
+    def dropping(cursor: object, transitions: object, silence: object, now: object) -> object:
+        lines, quiet = settle(cursor, transitions, silence, now)  # type: ignore[arg-type]
+        return [line for line in lines if not line.get("released_at")], quiet
+
+    monkeypatch.setattr(tick, "settle_incidents", dropping)
+    found = []
+    for seed in range(60):
+        if draw_world(seed).silences:
+            found += [v for v in check(run_world(draw_world(seed)))
+                      if v.invariant == "silences"]
+        if found:
+            break
+    assert found, "no seed caught a held incident never paged after its silence"
+    assert "never paged after it" in found[0].text
+
+
 @pytest.mark.usefixtures("claims_without_precondition")
 def test_a_protocol_that_skips_the_claim_is_caught() -> None:
     found = []
