@@ -4,8 +4,10 @@ A seed draws 1-3 jobs (schedule, time zone, overlap, forcedRuns, DST choices, ca
 incident thresholds, Scheduler's retry policy, how the job body behaves), 2-3 instances,
 the store's fault schedule (a base rate of failed, lost-reply and stalled RPCs, and
 outages), how often actors are killed, duplicate deliveries, "Run now" presses, and the
-watchdog's ticks. `run_world` runs it on the scheduler and returns what happened
-(simulation/record.py) for the invariants (simulation/invariants.py).
+watchdog's ticks; apart, so that older seeds keep their worlds, backfills and silences
+(declared windows and `make silence`, draw_silences). `run_world` runs it on the
+scheduler and returns what happened (simulation/record.py) for the invariants
+(simulation/invariants.py).
 """
 
 from __future__ import annotations
