@@ -140,16 +140,24 @@ def recording_silences(runs: FirestoreRunStore, collection: str, scheduler: Sche
 
 def build_watchdog(settings: WatchSettings, client: Any, clock: SimClock,
                    deliverer: QueuedDeliveries, emit: Callable[[Mapping[str, Any]], None],
-                   recorder: Recorder, operator_silences: bool) -> WatchdogHandler:
+                   recorder: Recorder, silenced: bool, operator_silences: bool,
+                   ) -> WatchdogHandler:
     """As tick.build_watchdog_handler, on the fake store, the simulated clock and the
-    simulated queue (one database: the records', the cursors' and the requests'). The
-    operator silences are read only in a seed that draws a `make silence`: the read is an
-    RPC at every tick, which would change every older seed's run."""
+    simulated queue (one database: the records', the cursors' and the requests'). What the
+    ticks read and write is recorded only in a seed with a silence (`silenced`: the
+    silences' invariant reads it). The operator silences are read only in a seed that
+    draws a `make silence`: the read is an RPC at every tick, which would change every
+    older seed's run."""
     store = settings.store
     runs = FirestoreRunStore(client, store.collection, store.store_timeout_seconds)
     scheduler = deliverer.scheduler
-    watch_store = recording_watch_store(runs, settings.cursor_collection, store.database,
-                                        scheduler, recorder)
+    if silenced:
+        watch_store = recording_watch_store(runs, settings.cursor_collection, store.database,
+                                            scheduler, recorder)
+    else:
+        from dedup.watchdog.cursors import FirestoreWatchStore
+        watch_store = FirestoreWatchStore(runs, settings.cursor_collection,
+                                          {store.database: runs}, runs)
     silences = (recording_silences(runs, store.collection, scheduler, recorder)
                 if operator_silences else None)
     reruns = backfills = None

@@ -360,7 +360,8 @@ def _run(spec: WorldSpec, scheduler: Scheduler, clock: SimClock, recorder: Recor
                                         if s.declared and s.job is None), "stack")))
     asked = [s for s in spec.silences if not s.declared]
     watchdog = build_watchdog(watch_settings, client, clock, queue,
-                              _emit_to(scheduler, recorder), recorder, bool(asked))
+                              _emit_to(scheduler, recorder), recorder,
+                              bool(spec.silences), bool(asked))
     for job in spec.jobs:
         _schedule_job(spec, job, scheduler, clock, deliveries, recorder)
     for name, at in spec.presses:
