@@ -352,6 +352,10 @@ class _Silenced:
         """From when every tick sees it over."""
         return min(self.until, self.removed_by)
 
+    def may_end(self) -> float:
+        """From when a tick may see it over."""
+        return min(self.until, self.removed_from)
+
     def surely_seen(self, began: float, read: tuple[float, float] | None) -> bool:
         if not self.requested <= began < self.until:
             return False
@@ -473,7 +477,7 @@ def _paged_after(run: SeedRun, views: _Views, paged: dict[str, list[float]]
             continue  # the seed ended first
         tick_after, when, states = after
         if incident in states[job].open:
-            if not any(t >= window.requested for t in paged[incident]):
+            if not any(t >= window.may_end() for t in paged[incident]):
                 violations.append(Violation(
                     "silences", None, f"incident {incident} of {job} opened at {at:.0f}s "
                     f"in the {window.describe()}, still open at {tick_after} "
