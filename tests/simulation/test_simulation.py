@@ -42,6 +42,25 @@ def simulate(*args: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
+# Seeds whose silences hold incidents: paged at the end of a declared stack window (11) or
+# of a `make silence` (12), or resolved within one and never paged (11, 14).
+SILENCE_SEEDS = (11, 12, 14)
+
+
+def test_silences_hold_incidents_then_page_or_drop_them() -> None:
+    """The silences' invariant is met where it bites: incidents held during a silence
+    are paged after it, or dropped when they resolved within it."""
+    released = resolved_within = 0
+    for seed in SILENCE_SEEDS:
+        run = run_world(draw_world(seed))
+        assert draw_world(seed).silences
+        assert check(run) == [], seed
+        released += sum(bool(line.entry.get("released_at")) for line in run.recorder.lines)
+        resolved_within += sum(line.entry.get("outcome") == "incident_silenced"
+                               for line in run.recorder.lines)
+    assert released and resolved_within, (released, resolved_within)
+
+
 def test_seeds_meet_every_invariant() -> None:
     seeds = [arg for seed in PASSING_SEEDS for arg in ("--seed", str(seed))]
     done = simulate(*seeds)
