@@ -28,6 +28,18 @@ simulation").
    attempt ended: its delivery answered, or its instance died. Only a commit of that
    attempt's that the store held (stalled) and landed later may extend it, and never
    after a 5xx, which promises that nothing blocks the retry.
+5. silences: no `incident_opened` line is decided by a tick that surely saw a silence of
+   its job (a declared window its `now` is in; a `make silence` whose write had landed
+   before the tick read the silences, and whose removal had not begun when the read
+   ended; of the job or of the stack); each problem line such a tick logs is marked
+   `silenced: true`, and one logged by a tick that surely saw none is not. A line is the
+   tick's own unless it was in the outbox of the cursor the tick read (committed by an
+   earlier tick, logged now). An incident whose streak opened at a tick that surely saw
+   a silence is, at the first tick after the silence's end that surely sees no silence
+   of its job, either still open in the cursor that tick wrote (then an
+   `incident_opened` line names it after the end: paged then), or not (then no
+   `incident_opened` line ever names it: resolved within the window, never paged).
+   Invariants 2 and 3 hold through silences as ever.
 """
 
 from __future__ import annotations
@@ -39,7 +51,8 @@ from datetime import datetime, timedelta
 from dedup.keys import RunKey
 from dedup.store import RunStatus
 from dedup.watchdog.due import verdict_due_at
-from simulation.world import FORCED_DELIVERY, LOCATION, PROJECT, SeedRun
+from simulation.watch import carried_key
+from simulation.world import FORCED_DELIVERY, LOCATION, PROJECT, SeedRun, SilenceSpec
 
 PROBLEM_KINDS = frozenset({"missed", "failed", "overlong", "ran_twice", "malformed"})
 OPENED, RESOLVED = "incident_opened", "incident_resolved"
@@ -58,7 +71,7 @@ class Violation:
 def check(run: SeedRun) -> list[Violation]:
     violations = [Violation("simulation", None, error) for error in run.errors]
     violations += (_once(run) + _reported(run) + _reruns_reported(run) + _incidents(run)
-                   + _bounded(run))
+                   + _bounded(run) + _silences(run))
     return violations
 
 
@@ -314,4 +327,164 @@ def _bounded(run: SeedRun) -> list[Violation]:
                 f"{attempt} blocks {line.at - ended:.1f}s after {holder} ended "
                 f"({'answered 5xx' if holder in answered_5xx else 'answered or died'}); "
                 f"bound: one lease ({lease:g}s)", (holder, line.actor)))
+    return violations
+
+
+@dataclass(frozen=True)
+class _Silenced:
+    """A silence as it went: declared (in force from `requested` until `until` for a tick
+    whose `now` is in it), or `make silence` (written between `landed_from` and
+    `landed_by`, removed between `removed_from` and `removed_by` if it was)."""
+
+    job: str | None
+    declared: bool
+    requested: float
+    until: float
+    landed_from: float = 0.0
+    landed_by: float = 0.0
+    removed_from: float = float("inf")
+    removed_by: float = float("inf")
+
+    def covers(self, job: str) -> bool:
+        return self.job is None or self.job == job
+
+    def over(self) -> float:
+        """From when every tick sees it over."""
+        return min(self.until, self.removed_by)
+
+    def may_end(self) -> float:
+        """From when a tick may see it over."""
+        return min(self.until, self.removed_from)
+
+    def surely_seen(self, began: float, read: tuple[float, float] | None) -> bool:
+        if not self.requested <= began < self.until:
+            return False
+        if self.declared:
+            return True
+        return read is not None and self.landed_by <= read[0] and read[1] < self.removed_from
+
+    def surely_unseen(self, began: float, read: tuple[float, float] | None) -> bool:
+        if not self.requested <= began < self.until:
+            return True
+        if self.declared:
+            return False
+        return read is not None and (read[1] < self.landed_from
+                                     or read[0] >= self.removed_by)
+
+    def describe(self) -> str:
+        return SilenceSpec(self.job, self.declared, self.requested, self.until).describe()
+
+
+def _silences_as_they_went(run: SeedRun) -> list[_Silenced]:
+    ops = {(scope, what): (first, done)
+           for scope, what, first, done in run.recorder.silence_ops}
+    found = []
+    for silence in run.spec.silences:
+        if silence.declared:
+            found.append(_Silenced(silence.job, True, silence.begin, silence.until))
+            continue
+        put = ops.get((silence.job or "", "put"))
+        if put is None:
+            continue  # a kit without silences: nothing was written
+        removal = ops.get((silence.job or "", "remove"), (float("inf"), float("inf")))
+        found.append(_Silenced(silence.job, False, put[0], silence.until, put[0], put[1],
+                               *removal))
+    return found
+
+
+class _Views:
+    """Which silences of a job a tick surely saw, or surely did not."""
+
+    def __init__(self, run: SeedRun, silences: list[_Silenced]) -> None:
+        self._recorder = run.recorder
+        self._silences = silences
+
+    def seen(self, tick: str, job: str) -> list[_Silenced]:
+        began = self._recorder.tick_began.get(tick)
+        read = self._recorder.silences_read.get(tick)
+        return [] if began is None else [
+            w for w in self._silences if w.covers(job) and w.surely_seen(began, read)]
+
+    def unseen(self, tick: str, job: str) -> bool:
+        began = self._recorder.tick_began.get(tick)
+        read = self._recorder.silences_read.get(tick)
+        return began is not None and all(
+            w.surely_unseen(began, read) for w in self._silences if w.covers(job))
+
+
+def _silences(run: SeedRun) -> list[Violation]:
+    silences = _silences_as_they_went(run)
+    if not silences:
+        return []
+    recorder = run.recorder
+    views = _Views(run, silences)
+    # Every problem kind but malformed (a write nobody should make) is marked in a silence.
+    from dedup.watchdog.verdicts import PROBLEM_SEVERITY
+    marked = set(PROBLEM_SEVERITY) - {"malformed"}
+    violations = []
+    paged: dict[str, list[float]] = defaultdict(list)  # incident -> when it was logged
+    for line in recorder.lines:
+        entry, tick = line.entry, line.actor
+        if entry.get("component") != "watchdog" or not tick.startswith("watchdog:"):
+            continue
+        job, key = str(entry.get("job")), carried_key(entry)
+        if entry.get("event") == OPENED:
+            paged[str(entry.get("incident"))].append(line.at)
+        if key is None or key in recorder.carried.get(tick, {}).get(job, set()):
+            continue  # not this tick's: an earlier tick committed it
+        during = views.seen(tick, job)
+        what = (f"incident {entry.get('incident')} of {job}" if entry.get("event") == OPENED
+                else f"{entry.get('kind')} of run {entry.get('run_id')}")
+        if entry.get("event") == OPENED and during:
+            violations.append(Violation(
+                "silences", entry.get("run_id"), f"{what} paged at {line.at:.0f}s by "
+                f"{tick}, inside the {during[0].describe()}", since=line.at))
+        elif entry.get("kind") in marked:
+            if during and not entry.get("silenced"):
+                violations.append(Violation(
+                    "silences", entry.get("run_id"), f"{what} logged at {line.at:.0f}s "
+                    f"inside the {during[0].describe()}, not marked silenced",
+                    since=line.at))
+            elif entry.get("silenced") and views.unseen(tick, job):
+                violations.append(Violation(
+                    "silences", entry.get("run_id"), f"{what} logged at {line.at:.0f}s "
+                    "marked silenced, outside every silence of its job", since=line.at))
+    return violations + _paged_after(run, views, paged)
+
+
+def _paged_after(run: SeedRun, views: _Views, paged: dict[str, list[float]]
+                 ) -> list[Violation]:
+    """An incident whose streak opened at a tick that surely saw a silence: paged after
+    it if still open at the first tick that surely sees none, else never."""
+    writes = run.recorder.cursor_writes
+    first_open: dict[tuple[str, str], int] = {}  # (job, incident) -> first write showing it
+    for index, (_, _, states) in enumerate(writes):
+        for job, state in states.items():
+            for incident in state.open | state.held:
+                first_open.setdefault((job, incident), index)
+    judged_until = run.spec.end - 2 * run.spec.tick_every
+    violations = []
+    for (job, incident), index in first_open.items():
+        tick, at, _ = writes[index]
+        during = views.seen(tick, job)
+        if not during:
+            continue
+        window = max(during, key=lambda w: w.over())
+        after = next(((t, when, states) for t, when, states in writes[index:]
+                      if when >= window.over() and job in states and views.unseen(t, job)),
+                     None)
+        if after is None or after[1] > judged_until:
+            continue  # the seed ended first
+        tick_after, when, states = after
+        if incident in states[job].open:
+            if not any(t >= window.may_end() for t in paged[incident]):
+                violations.append(Violation(
+                    "silences", None, f"incident {incident} of {job} opened at {at:.0f}s "
+                    f"in the {window.describe()}, still open at {tick_after} "
+                    f"({when:.0f}s), never paged after it", since=at))
+        elif paged[incident]:
+            violations.append(Violation(
+                "silences", None, f"incident {incident} of {job} opened at {at:.0f}s in "
+                f"the {window.describe()} and closed by {when:.0f}s, yet paged at "
+                f"{paged[incident][0]:.0f}s", since=at))
     return violations

@@ -1,11 +1,14 @@
 """Operators in the simulation: `make rerun` asked at random moments, through the same
 checks and the same request the tool writes (operator_tools/rerun.py: generations,
 plan_rerun, then FirestoreRerunQueue.create), on the fake store and the simulated clock.
-The watchdog delivers the requests at its ticks."""
+The watchdog delivers the requests at its ticks. `make silence` and its removal write
+and delete the silence as operator_tools/silence.py does (FirestoreSilences.put, .remove),
+retried until it lands (an operator runs the command again after an error)."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -115,3 +118,51 @@ def ask_backfill(client: Any, collection: str, store_timeout: float, retention: 
         recorder.requested.append((run_id, scheduler.now, job.name))
         recorder.note(scheduler.now, name, f"backfill asked: run {run_id} generation "
                       f"{run.generation}")
+
+
+def ask_silence(silence: Any, collection: str, store_timeout: float, client: Any,
+                scheduler: Scheduler, clock: SimClock, recorder: Recorder) -> None:
+    """`make silence` of `silence` (a world.SilenceSpec) at its begin, and `make
+    silence-remove` at its `removed_at`; each noted in `recorder.silence_ops` with its
+    first attempt and when it succeeded. Nothing on a kit without silences."""
+    try:
+        from dedup.watchdog.silences import (
+            FirestoreSilences,
+            OperatorSilence,
+            silences_collection,
+        )
+    except ImportError:
+        return
+    book = FirestoreSilences(FirestoreRunStore(client, collection, store_timeout),
+                             silences_collection(collection))
+    scope = silence.job or ""
+
+    def until_done(what: str, call: Callable[[], object]) -> None:
+        first = scheduler.now
+        for _ in range(100):
+            try:
+                call()
+            except Exception as exc:  # as an operator sees a failed command: run it again
+                recorder.note(scheduler.now, f"operator:silence {scope}",
+                              f"silence {what} failed: {type(exc).__name__}")
+                scheduler.sleep(10.0)
+                continue
+            recorder.silence_ops.append((scope, what, first, scheduler.now))
+            recorder.note(scheduler.now, f"operator:silence {scope}",
+                          f"silence {what}: {silence.describe()}")
+            return
+
+    def put() -> None:
+        asked = OperatorSilence(silence.job, clock.at(silence.until), "simulated maintenance",
+                                "operator@sim", clock.wall())
+        until_done("put", lambda: book.put(asked))
+
+    def remove() -> None:
+        while not any(op[:2] == (scope, "put") for op in recorder.silence_ops):
+            scheduler.sleep(5.0)  # the silence is lifted once it was set
+        until_done("remove", lambda: book.remove(silence.job))
+
+    scheduler.spawn(f"operator:silence {scope}", put, at=silence.begin, killable=False)
+    if silence.removed_at is not None:
+        scheduler.spawn(f"operator:silence-remove {scope}", remove, at=silence.removed_at,
+                        killable=False)

@@ -28,6 +28,15 @@ class Line:
     entry: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class CursorState:
+    """Of one job's cursor as a tick wrote it: the incidents open in its streaks, and
+    those held during a silence (dedup/watchdog/silences.py)."""
+
+    open: frozenset[str]
+    held: frozenset[str]
+
+
 @dataclass
 class Recorder:
     lines: list[Line] = field(default_factory=list)
@@ -42,6 +51,20 @@ class Recorder:
     # re-runs operators asked for: (the generation's run_id, when, the backfill's job or
     # None for a `make rerun`)
     requested: list[tuple[str, float, str | None]] = field(default_factory=list)
+    # What the watchdog's ticks saw and wrote (simulation/watch.py), for the silences'
+    # invariants: tick actor -> when it began (its `now`); tick actor -> when it read the
+    # operator silences (the read's start and end); tick actor -> per job, the incident
+    # IDs of the `incident_opened` lines and the (kind, run_id) of the problem lines in
+    # the outbox of the cursor it read (lines an earlier tick committed, logged now).
+    tick_began: dict[str, float] = field(default_factory=dict)
+    silences_read: dict[str, tuple[float, float]] = field(default_factory=dict)
+    carried: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    # Each cursor write that landed: (tick actor, when it landed, job -> CursorState).
+    cursor_writes: list[tuple[str, float, dict[str, CursorState]]] = field(
+        default_factory=list)
+    # `make silence` and its removal as they went: (scope, what, first attempt, success)
+    # with `what` "put" or "remove"; scope: the job, or "" for the stack.
+    silence_ops: list[tuple[str, str, float, float]] = field(default_factory=list)
 
     def note(self, at: float, actor: str, text: str) -> None:
         self.trace.append((at, actor, text))

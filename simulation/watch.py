@@ -14,6 +14,7 @@ from dedup.watchdog.settings import WatchSettings
 from dedup.watchdog.tick import Watchdog, WatchdogHandler
 from simulation.actors import Deliveries, RetryPolicy, accepted
 from simulation.clock import SimClock
+from simulation.record import CursorState, Recorder
 from simulation.scheduler import Scheduler
 
 QUEUED, ERROR = "queued", "error"
@@ -31,7 +32,7 @@ class QueuedDeliveries:
 
     def __init__(self, scheduler: Scheduler, clock: SimClock, deliveries: Deliveries,
                  seed: int, retry: RetryPolicy, fault_chance: float) -> None:
-        self._scheduler = scheduler
+        self._scheduler = self.scheduler = scheduler
         self._clock = clock
         self._deliveries = deliveries
         self._seed = seed
@@ -74,17 +75,91 @@ class QueuedDeliveries:
         return self._clock.at(eta).timestamp()
 
 
-def build_watchdog(settings: WatchSettings, client: Any, clock: SimClock,
-                   deliverer: QueuedDeliveries, emit: Callable[[Mapping[str, Any]], None],
-                   ) -> WatchdogHandler:
-    """As tick.build_watchdog_handler, on the fake store, the simulated clock and the
-    simulated queue (one database: the records', the cursors' and the requests')."""
+def carried_key(line: Mapping[str, Any]) -> str | None:
+    """How the invariants name an outbox line: `opened:<incident>` for an
+    `incident_opened` line, `<kind>:<run_id>` for a problem line; None for any other."""
+    if line.get("event") == "incident_opened":
+        return f"opened:{line.get('incident')}"
+    if line.get("kind") and line.get("run_id"):
+        return f"{line.get('kind')}:{line.get('run_id')}"
+    return None
+
+
+def recording_watch_store(runs: FirestoreRunStore, collection: str, database: str,
+                          scheduler: Scheduler, recorder: Recorder) -> Any:
+    """FirestoreWatchStore, noting for the silences' invariants what each tick read in the
+    cursors' outboxes and what its cursor writes that landed hold (record.py)."""
     from dedup.watchdog.cursors import FirestoreWatchStore
 
+    class RecordingWatchStore(FirestoreWatchStore):
+        def get_cursors(self, jobs: Any) -> Any:
+            cursors = super().get_cursors(jobs)
+            me = scheduler.current
+            if me is not None:
+                recorder.carried[me.name] = {
+                    job: {key for line in getattr(cursor, "outbox", ())  # older kits: none
+                          if (key := carried_key(line))}
+                    for job, cursor in cursors.items()}
+            return cursors
+
+        def put_cursors(self, cursors: Any, now: Any) -> Any:
+            written = super().put_cursors(cursors, now)
+            me = scheduler.current
+            recorder.cursor_writes.append((me.name if me else "main", scheduler.now, {
+                job: CursorState(
+                    frozenset(s.incident for s in (getattr(cursor, "incidents", None)
+                                                   or {}).values() if s.open and s.incident),
+                    frozenset(str(line.get("incident"))
+                              for line in getattr(cursor, "held", None) or ()))
+                for job, cursor in cursors.items()}))
+            return written
+
+    return RecordingWatchStore(runs, collection, {database: runs}, runs)
+
+
+def recording_silences(runs: FirestoreRunStore, collection: str, scheduler: Scheduler,
+                       recorder: Recorder) -> Any:
+    """FirestoreSilences (`make silence`'s, in the watchdog's database), noting when each
+    tick read them (None on a kit without silences)."""
+    try:
+        from dedup.watchdog.silences import FirestoreSilences, silences_collection
+    except ImportError:
+        return None
+
+    class RecordingSilences(FirestoreSilences):
+        def read_all(self) -> Any:
+            began = scheduler.now
+            found = super().read_all()
+            me = scheduler.current
+            if me is not None:
+                recorder.silences_read[me.name] = (began, scheduler.now)
+            return found
+
+    return RecordingSilences(runs, silences_collection(collection))
+
+
+def build_watchdog(settings: WatchSettings, client: Any, clock: SimClock,
+                   deliverer: QueuedDeliveries, emit: Callable[[Mapping[str, Any]], None],
+                   recorder: Recorder, silenced: bool, operator_silences: bool,
+                   ) -> WatchdogHandler:
+    """As tick.build_watchdog_handler, on the fake store, the simulated clock and the
+    simulated queue (one database: the records', the cursors' and the requests'). What the
+    ticks read and write is recorded only in a seed with a silence (`silenced`: the
+    silences' invariant reads it). The operator silences are read only in a seed that
+    draws a `make silence`: the read is an RPC at every tick, which would change every
+    older seed's run."""
     store = settings.store
     runs = FirestoreRunStore(client, store.collection, store.store_timeout_seconds)
-    watch_store = FirestoreWatchStore(runs, settings.cursor_collection, {store.database: runs},
-                                      runs)
+    scheduler = deliverer.scheduler
+    if silenced:
+        watch_store = recording_watch_store(runs, settings.cursor_collection, store.database,
+                                            scheduler, recorder)
+    else:
+        from dedup.watchdog.cursors import FirestoreWatchStore
+        watch_store = FirestoreWatchStore(runs, settings.cursor_collection,
+                                          {store.database: runs}, runs)
+    silences = (recording_silences(runs, store.collection, scheduler, recorder)
+                if operator_silences else None)
     reruns = backfills = None
     try:
         from dedup.watchdog.backfills import (
@@ -102,6 +177,6 @@ def build_watchdog(settings: WatchSettings, client: Any, clock: SimClock,
         pass
     watchdog = Watchdog(settings, watch_store, **accepted(
         Watchdog, wall_clock=clock.wall, deliverer=deliverer, reruns=reruns,
-        backfills=backfills))
+        backfills=backfills, silences=silences))
     return WatchdogHandler(settings, watchdog, emit)
 

@@ -4,12 +4,15 @@ A seed draws 1-3 jobs (schedule, time zone, overlap, forcedRuns, DST choices, ca
 incident thresholds, Scheduler's retry policy, how the job body behaves), 2-3 instances,
 the store's fault schedule (a base rate of failed, lost-reply and stalled RPCs, and
 outages), how often actors are killed, duplicate deliveries, "Run now" presses, and the
-watchdog's ticks. `run_world` runs it on the scheduler and returns what happened
-(simulation/record.py) for the invariants (simulation/invariants.py).
+watchdog's ticks; apart, so that older seeds keep their worlds, backfills and silences
+(declared windows and `make silence`, draw_silences). `run_world` runs it on the
+scheduler and returns what happened (simulation/record.py) for the invariants
+(simulation/invariants.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import random
@@ -35,7 +38,7 @@ from simulation.actors import (
 )
 from simulation.clock import SimClock, patched_kit
 from simulation.firestore_fake import FakeFirestore, Fate, Rpc
-from simulation.operators import ask_backfill, ask_rerun
+from simulation.operators import ask_backfill, ask_rerun, ask_silence
 from simulation.record import Line, Recorder
 from simulation.scheduler import Scheduler
 from simulation.watch import QueuedDeliveries, build_watchdog
@@ -70,6 +73,8 @@ class JobSpec:
     thresholds: tuple[int, int]
     retry: RetryPolicy
     behaviour: JobBehaviour
+    # Its declared silence windows, as infra/watchdog.py writes them in its table entry.
+    silences: tuple[dict[str, str], ...] = ()
 
     def headers(self) -> dict[str, str]:
         """What the kit's Scheduler job sends (infra/scheduled_job.py job_headers)."""
@@ -98,7 +103,44 @@ class JobSpec:
             headers=tuple(sorted(self.headers().items())),
             dst_repeated=self.dst_repeated, dst_skipped=self.dst_skipped, reruns=True,
             forced_runs=self.forced_runs,
-            thresholds=Thresholds(*self.thresholds)))
+            thresholds=Thresholds(*self.thresholds),
+            silences=declared_windows(self.silences, f"{self.name}.silences")))
+
+
+def declared_windows(entries: tuple[dict[str, str], ...], where: str) -> tuple[Any, ...]:
+    """Windows as the watchdog reads them from its job table or DEDUP_WATCH_SILENCES
+    (none on a kit without silences)."""
+    if not entries:
+        return ()
+    try:
+        from dedup.watchdog.windows import parse_windows
+    except ImportError:
+        return ()
+    return tuple(parse_windows(list(entries), where))
+
+
+@dataclass(frozen=True)
+class SilenceSpec:
+    """A silence of a job (None: of the stack): a window declared in the stack config
+    (the job's table entry, or DEDUP_WATCH_SILENCES), or `make silence` run at `begin`
+    until `until`, lifted by `make silence-remove` at `removed_at` (seconds)."""
+
+    job: str | None
+    declared: bool
+    begin: float
+    until: float
+    removed_at: float | None = None
+
+    def entry(self, start: datetime) -> dict[str, str]:
+        """The declared window as infra writes it (infra/config/silences.py)."""
+        return {"start": rfc3339_micro(start + timedelta(seconds=self.begin)),
+                "end": rfc3339_micro(start + timedelta(seconds=self.until)),
+                "reason": "simulated maintenance"}
+
+    def describe(self) -> str:
+        what = "window" if self.declared else "make silence"
+        lifted = "" if self.removed_at is None else f" removed at {self.removed_at:.0f}s"
+        return f"{what} of {self.job or 'the stack'} {self.begin:.0f}-{self.until:.0f}s{lifted}"
 
 
 @dataclass(frozen=True)
@@ -126,6 +168,7 @@ class WorldSpec:
     task_fault_chance: float
     calm_at: float  # no fault, no kill from here on
     end: float  # the watchdog's last tick is before this
+    silences: tuple[SilenceSpec, ...] = ()  # drawn apart (draw_silences)
 
     def describe(self) -> str:
         jobs = "; ".join(
@@ -137,7 +180,8 @@ class WorldSpec:
                 f"{self.instances} instances, lease {self.lease:g}s, kill {self.kill_rate:.3f}, "
                 f"faults {self.fault_rate:.3f} outages {len(self.outages)}, presses "
                 f"{len(self.presses)}, reruns {len(self.reruns)}, backfills "
-                f"{len(self.backfills)}; jobs: {jobs}")
+                f"{len(self.backfills)}; jobs: {jobs}"
+                + "".join(f"; {silence.describe()}" for silence in self.silences))
 
 
 def draw_world(seed: int) -> WorldSpec:
@@ -185,12 +229,36 @@ def draw_world(seed: int) -> WorldSpec:
     longest = max(j.retry.window() for j in jobs)
     calm_at = span + longest + 2 * lease
     end = calm_at + longest + grace + task_retry.window() + 4 * tick_every
+    silences = draw_silences(seed, jobs, span)
+    jobs = [dataclasses.replace(job, silences=tuple(
+        s.entry(start) for s in silences if s.declared and s.job == job.name))
+        for job in jobs]
     return WorldSpec(
         seed, start, span, tuple(jobs), rng.choice((2, 3)), lease, 10.0,
         rng.choice((0.0, 0.001, 0.003, 0.01)), rng.choice((0.0, 0.01, 0.03, 0.08)),
         tuple(outages), lease * rng.uniform(0.2, 2.0), rng.choice((0.0, 0.05, 0.2)),
         presses, reruns, backfills, tick_every, grace, rng.choice((0.0, 0.1, 0.3)),
-        tick_retry, task_retry, rng.choice((0.0, 0.1)), calm_at, end)
+        tick_retry, task_retry, rng.choice((0.0, 0.1)), calm_at, end, silences)
+
+
+def draw_silences(seed: int, jobs: list[JobSpec], span: float) -> tuple[SilenceSpec, ...]:
+    """Three seeds in five: one or two silences over part of the span, of a job or the stack,
+    declared or set by `make silence` (sometimes lifted early). Drawn from their own
+    stream, so that older seeds keep their worlds; at most one `make silence` per scope
+    (a second one of the same scope replaces the first)."""
+    quiet = random.Random(f"world/{seed}/silences")
+    silences: list[SilenceSpec] = []
+    for _ in range(quiet.choice((0, 0, 1, 1, 2))):
+        job = None if quiet.random() < 0.25 else quiet.choice(jobs).name
+        declared = quiet.random() < 0.5 or any(
+            not s.declared and s.job == job for s in silences)
+        begin = float(round(quiet.uniform(0, 0.8 * span)))
+        until = float(round(begin + quiet.uniform(600, 0.7 * span)))
+        removed = None
+        if not declared and quiet.random() < 0.4:
+            removed = float(round(quiet.uniform(begin + 60, until)))
+        silences.append(SilenceSpec(job, declared, begin, until, removed))
+    return tuple(silences)
 
 
 def _press_time(rng: random.Random, job: JobSpec, start: datetime, span: float
@@ -287,9 +355,13 @@ def _run(spec: WorldSpec, scheduler: Scheduler, clock: SimClock, recorder: Recor
     watch_settings = WatchSettings(**accepted(
         WatchSettings, store=settings, jobs=tuple(job.watched() for job in spec.jobs),
         lookback_seconds=6 * 3600.0, grace_seconds=spec.grace,
-        target_url="http://sim.invalid/", delivery_timeout_seconds=150.0))
-    watchdog = build_watchdog(watch_settings, client, clock, queue, _emit_to(scheduler,
-                                                                                recorder))
+        target_url="http://sim.invalid/", delivery_timeout_seconds=150.0,
+        silences=declared_windows(tuple(s.entry(spec.start) for s in spec.silences
+                                        if s.declared and s.job is None), "stack")))
+    asked = [s for s in spec.silences if not s.declared]
+    watchdog = build_watchdog(watch_settings, client, clock, queue,
+                              _emit_to(scheduler, recorder), recorder,
+                              bool(spec.silences), bool(asked))
     for job in spec.jobs:
         _schedule_job(spec, job, scheduler, clock, deliveries, recorder)
     for name, at in spec.presses:
@@ -302,6 +374,9 @@ def _run(spec: WorldSpec, scheduler: Scheduler, clock: SimClock, recorder: Recor
     for name, at in spec.backfills:
         job = next(j for j in spec.jobs if j.name == name)
         _backfill(spec, job, at, settings, client, scheduler, clock, recorder)
+    for silence in asked:
+        ask_silence(silence, settings.collection, settings.store_timeout_seconds, client,
+                    scheduler, clock, recorder)
 
     def calm() -> None:
         scheduler.kill_rate = 0.0
@@ -423,6 +498,9 @@ def _tick_forever(spec: WorldSpec, scheduler: Scheduler, watchdog: Any,
             holder: list[int] = []
 
             def one(holder: list[int] = holder) -> None:
+                began = scheduler.current
+                if began is not None:  # its `now` (no yield before the tick reads it)
+                    recorder.tick_began[began.name] = scheduler.now
                 reply = watchdog.handle({}, b"")
                 holder.append(reply.status)
                 me = scheduler.current

@@ -42,6 +42,25 @@ def simulate(*args: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
+# Seeds whose silences hold incidents: paged at the end of a declared stack window (11) or
+# of a `make silence` (12), or resolved within one and never paged (11, 14).
+SILENCE_SEEDS = (11, 12, 14)
+
+
+def test_silences_hold_incidents_then_page_or_drop_them() -> None:
+    """The silences' invariant is met where it bites: incidents held during a silence
+    are paged after it, or dropped when they resolved within it."""
+    released = resolved_within = 0
+    for seed in SILENCE_SEEDS:
+        run = run_world(draw_world(seed))
+        assert draw_world(seed).silences
+        assert check(run) == [], seed
+        released += sum(bool(line.entry.get("released_at")) for line in run.recorder.lines)
+        resolved_within += sum(line.entry.get("outcome") == "incident_silenced"
+                               for line in run.recorder.lines)
+    assert released and resolved_within, (released, resolved_within)
+
+
 def test_seeds_meet_every_invariant() -> None:
     seeds = [arg for seed in PASSING_SEEDS for arg in ("--seed", str(seed))]
     done = simulate(*seeds)
@@ -73,6 +92,52 @@ def claims_without_precondition(monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
 
     monkeypatch.setattr(firestore_fake.DocumentReference, "create", create)
     yield
+
+
+def test_a_watchdog_that_pages_during_a_silence_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watchdog that ignores the silence when it settles its incidents (opens page at
+    once) is caught by the silences' invariant, in a seed that holds an incident."""
+    import dedup.watchdog.silences as silences
+    import dedup.watchdog.tick as tick
+
+    settle = silences.settle_incidents
+    monkeypatch.setattr(tick, "settle_incidents", lambda cursor, transitions, silence, now:
+                        settle(cursor, transitions, None, now))
+    found = []
+    for seed in range(40):
+        if draw_world(seed).silences:
+            found += [v for v in check(run_world(draw_world(seed)))
+                      if v.invariant == "silences"]
+        if found:
+            break
+    assert found, "no seed caught an incident paged during its job's silence"
+    assert "paged at" in found[0].text and "inside the" in found[0].text
+
+
+def test_a_watchdog_that_never_pages_after_a_silence_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watchdog that drops the incidents it held instead of paging them at the end of
+    the silence is caught."""
+    import dedup.watchdog.silences as silences
+    import dedup.watchdog.tick as tick
+
+    settle = silences.settle_incidents
+
+    def dropping(cursor: object, transitions: object, silence: object, now: object) -> object:
+        lines, quiet = settle(cursor, transitions, silence, now)  # type: ignore[arg-type]
+        return [line for line in lines if not line.get("released_at")], quiet
+
+    monkeypatch.setattr(tick, "settle_incidents", dropping)
+    found = []
+    for seed in range(60):
+        if draw_world(seed).silences:
+            found += [v for v in check(run_world(draw_world(seed)))
+                      if v.invariant == "silences"]
+        if found:
+            break
+    assert found, "no seed caught a held incident never paged after its silence"
+    assert "never paged after it" in found[0].text
 
 
 @pytest.mark.usefixtures("claims_without_precondition")
