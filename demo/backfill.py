@@ -31,12 +31,13 @@ from dedup.watchdog.backfills import (
     FirestoreBackfills,
     backfills_collection,
 )
-from dedup.watchdog.due import WatchedJob, rfc3339
+from dedup.watchdog.due import rfc3339
 from dedup.watchdog.reruns import FirestoreRerunQueue, reruns_collection
 from dedup.watchdog.settings import WatchSettings
 from dedup.watchdog.tick import Watchdog
 from demo.ledger import commits_by_run_id
 from demo.record_stores import RecordStores
+from demo.scene_ticks import next_runs
 from demo.watch import ReplayDeliverer, delivering_config, fixed_instant, watched_jobs_of
 from scheduler_emulator.report import RunSummary
 from scheduler_emulator.stack import Stack
@@ -130,7 +131,7 @@ def run_backfill(
         return None
     job = min(candidates, key=lambda j: watched[j.name].catch_up)  # without catchUp first
     watched_job = watched[job.name]
-    outage = _next_runs(watched_job, replayed[job.name], OUTAGE_RUNS)
+    outage = next_runs(watched_job, replayed[job.name], OUTAGE_RUNS)
     report = BackfillReport(job.name, outage)
     due = timedelta(seconds=watched_job.retry_window_seconds + grace_seconds)
     now = outage[-1] + due + timedelta(seconds=1)
@@ -186,11 +187,3 @@ def run_backfill(
     return report
 
 
-def _next_runs(job: WatchedJob, after: datetime, count: int) -> list[datetime]:
-    """The key times of the job's next `count` business runs after `after`."""
-    span = timedelta(hours=1)
-    while True:
-        times = list(job.schedule_times(after, after + span))
-        if len(times) >= count or span > timedelta(days=400):
-            return times[:count]
-        span *= 4

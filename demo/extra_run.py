@@ -21,7 +21,7 @@ from typing import Any
 
 from dedup.beyond import BEYOND_OFF, BEYOND_PAGE, UNEXPLAINED_RUN
 from dedup.settings import Settings
-from dedup.watchdog.due import WatchedJob, rfc3339
+from dedup.watchdog.due import WatchedJob
 from dedup.watchdog.incidents import BEYOND_SCHEDULE
 from demo.local_function import LocalFunction
 from demo.scene_ticks import (
@@ -32,6 +32,8 @@ from demo.scene_ticks import (
     executions,
     last_replayed,
     next_runs,
+    shown_executions,
+    shown_when,
 )
 from demo.watch import watched_jobs_of
 from scheduler_emulator.report import RunSummary
@@ -81,11 +83,11 @@ class ExtraRunReport:
         found = self.unexplained
         lines = [
             f"  a second Scheduler job ({self.second_schedule}) sends {self.job}'s headers: "
-            f"{self.job} @ {_when(self.at)}, no run of its schedule {self.schedule}: "
-            f"{self.answer}, {_times(self.executions)}",
+            f"{self.job} @ {shown_when(self.at)}, no run of its schedule {self.schedule}: "
+            f"{self.answer}, {shown_executions(self.executions)}",
             f"  {self.job} has runsBeyondSchedule: page ({setting}); the tick at "
-            f"{_when(self.first.now)}: "
-            + (", ".join(f"{p.kind} @ {_when(p.schedule_time)}" for p in found)
+            f"{shown_when(self.first.now)}: "
+            + (", ".join(f"{p.kind} @ {shown_when(p.schedule_time)}" for p in found)
                or "NO unexplained_run")
             + f", {len(self.first.pages)} incident_opened"
             + (f" ({self.first.pages[0].get('incident_kind')})" if self.first.pages else ""),
@@ -99,20 +101,13 @@ class ExtraRunReport:
         return {
             "job": self.job, "ok": self.ok, "error": self.error, "schedule": self.schedule,
             "second_schedule": self.second_schedule, "set_by_demo": self.set_by_demo,
-            "schedule_time": _when(self.at), "answer": self.answer,
+            "schedule_time": shown_when(self.at), "answer": self.answer,
             "executions": self.executions,
-            "unexplained_run": [_when(p.schedule_time) for p in self.unexplained],
+            "unexplained_run": [shown_when(p.schedule_time) for p in self.unexplained],
             "first": self.first.to_json() if self.first else None,
             "again": self.again.to_json() if self.again else None,
         }
 
-
-def _when(instant: datetime | None) -> str:
-    return rfc3339(instant) if instant is not None else "-"
-
-
-def _times(n: int) -> str:
-    return {0: "never executed", 1: "executed once"}.get(n, f"EXECUTED {n} TIMES")
 
 
 def paging(stack: Stack, job: Job, runtime_urls: dict[str, str]) -> tuple[WatchedJob, bool]:

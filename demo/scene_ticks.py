@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from dedup.keys import RunKey
 from dedup.settings import Settings
-from dedup.watchdog.due import WatchedJob
+from dedup.watchdog.due import WatchedJob, rfc3339
 from dedup.watchdog.incidents import OPENED
 from dedup.watchdog.outbox import Line
 from dedup.watchdog.settings import WatchSettings
@@ -134,3 +134,13 @@ def last_replayed(summaries: Sequence[RunSummary]) -> dict[str, datetime]:
         if s.schedule_time is not None and not s.forced:
             last[s.job] = max(s.schedule_time, last.get(s.job, s.schedule_time))
     return last
+
+
+def shown_when(instant: datetime | None) -> str:
+    """An instant as the scenes' report shows it ("-": none)."""
+    return rfc3339(instant) if instant is not None else "-"
+
+
+def shown_executions(n: int) -> str:
+    """How often a run executed, as the scenes' report says it (loud when not once)."""
+    return {0: "never executed", 1: "executed once"}.get(n, f"EXECUTED {n} TIMES")

@@ -33,6 +33,8 @@ from demo.scene_ticks import (
     executions,
     last_replayed,
     next_runs,
+    shown_executions,
+    shown_when,
 )
 from demo.watch import watched_jobs_of
 from scheduler_emulator.report import RunSummary
@@ -85,20 +87,20 @@ class SilenceReport:
         lines = [
             f"  make silence JOB={self.job} UNTIL={rfc3339(self.until) if self.until else '?'}"
             f" REASON=\"{SILENCE_REASON}\": {self.set_line}",
-            f"  {self.job} @ {_when(self.ran)}, during the silence: {self.ran_answer}, "
-            f"{_times(self.ran_executions)} (runs run as ever); the run after the missed "
-            f"one, @ {_when(self.following)}: {_times(self.following_executions)}",
+            f"  {self.job} @ {shown_when(self.ran)}, during the silence: {self.ran_answer}, "
+            f"{shown_executions(self.ran_executions)} (runs run as ever); the run after the missed "
+            f"one, @ {shown_when(self.following)}: {shown_executions(self.following_executions)}",
         ]
         silenced = self.silenced_missed
         lines.append(
-            f"  {self.job} @ {_when(self.missed)}, never delivered (missed): the tick at "
-            f"{_when(self.during.now)} logged it "
+            f"  {self.job} @ {shown_when(self.missed)}, never delivered (missed): the tick at "
+            f"{shown_when(self.during.now)} logged it "
             + ("`silenced`" if silenced else "NOT SILENCED")
             + f", {len(self.during.pages)} incident_opened (no page"
             + ("" if not self.during.pages else ": PAGED DURING THE SILENCE") + ")")
         paged = self.after.pages
         lines.append(
-            f"  after the window, the tick at {_when(self.after.now)}: {len(paged)} "
+            f"  after the window, the tick at {shown_when(self.after.now)}: {len(paged)} "
             "incident_opened"
             + (f" ({paged[0].get('message', '')})" if len(paged) == 1 else "")
             + f"; the tick after it: {len(self.again.pages)}")
@@ -112,8 +114,8 @@ class SilenceReport:
         return {
             "job": self.job, "ok": self.ok, "error": self.error,
             "until": rfc3339(self.until) if self.until else None,
-            "ran": _when(self.ran), "ran_executions": self.ran_executions,
-            "missed": _when(self.missed), "following": _when(self.following),
+            "ran": shown_when(self.ran), "ran_executions": self.ran_executions,
+            "missed": shown_when(self.missed), "following": shown_when(self.following),
             "following_executions": self.following_executions,
             "silenced_lines": len(self.silenced_missed),
             "during": self.during.to_json() if self.during else None,
@@ -121,13 +123,6 @@ class SilenceReport:
             "again": self.again.to_json() if self.again else None,
         }
 
-
-def _when(instant: datetime | None) -> str:
-    return rfc3339(instant) if instant is not None else "-"
-
-
-def _times(n: int) -> str:
-    return {0: "never executed", 1: "executed once"}.get(n, f"EXECUTED {n} TIMES")
 
 
 def silence_job(stack: Stack, summaries: Sequence[RunSummary],
