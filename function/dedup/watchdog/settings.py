@@ -19,9 +19,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import croniter
 
 from dedup.beyond import BEYOND_OFF, BEYOND_SETTINGS
 from dedup.business_runs import DST_REPEATED, DST_SKIPPED
@@ -34,7 +31,7 @@ from dedup.watchdog.delivery import TARGET_URL_ENV, TargetAuth, target_auth_sett
 from dedup.watchdog.due import DEFAULT_CATCH_UP_WITHIN_SECONDS, WatchedJob
 from dedup.watchdog.incidents import Thresholds
 from dedup.watchdog.reruns import reruns_collection
-from dedup.watchdog.windows import Window, parse_windows, silences_setting
+from dedup.watchdog.windows import Window, checked_schedule, parse_windows, silences_setting
 
 # The proxy's URL: where runs of the jobs marked `proxied` are delivered (the table is built
 # before the proxy exists, so its URL comes with the environment).
@@ -283,18 +280,10 @@ def parse_watch_jobs(raw: str, where: str = WATCH_JOBS_TABLE) -> tuple[WatchedJo
             raise SettingsError(
                 f"{where} has unknown keys {unknown}: allowed are {sorted(_JOB_KEYS)}"
             )
-        name, schedule = entry.get("name"), entry.get("schedule")
+        name = entry.get("name")
         if not isinstance(name, str) or not name or "/" in name:
             raise SettingsError(f"{where}.name must be the Scheduler job ID (no '/')")
-        if not isinstance(schedule, str) or len(schedule.split()) != 5 or not (
-            croniter.is_valid(schedule)
-        ):
-            raise SettingsError(f"{where}.schedule {schedule!r} is not 5-field unix-cron")
-        zone = entry.get("timeZone", "Etc/UTC")
-        try:
-            ZoneInfo(zone)
-        except (ZoneInfoNotFoundError, ValueError, TypeError):
-            raise SettingsError(f"{where}.timeZone {zone!r} is not an IANA time zone") from None
+        schedule, zone = checked_schedule(entry, where)
         deadline = _entry_seconds(entry, "attemptDeadlineSeconds", 180.0, where, positive=True)
         window = _entry_seconds(entry, "retryWindowSeconds", 0.0, where, positive=False)
         paused = entry.get("paused", False)

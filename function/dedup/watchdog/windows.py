@@ -73,6 +73,22 @@ class Window:
         return (f"'{self.schedule}' {self.time_zone} for {self.duration_seconds:g}s")
 
 
+def checked_schedule(entry: Mapping[str, Any], where: str) -> tuple[str, str]:
+    """A table entry's `schedule` (5-field unix-cron) and `timeZone` (IANA, default
+    Etc/UTC), as a job entry and a recurring window both carry them; SettingsError naming
+    the key otherwise."""
+    schedule = entry.get("schedule")
+    if not isinstance(schedule, str) or len(schedule.split()) != 5 or not (
+            croniter.is_valid(schedule)):
+        raise SettingsError(f"{where}.schedule {schedule!r} is not 5-field unix-cron")
+    zone = entry.get("timeZone", "Etc/UTC")
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise SettingsError(f"{where}.timeZone {zone!r} is not an IANA time zone") from None
+    return schedule, zone
+
+
 def parse_windows(raw: Any, where: str) -> tuple[Window, ...]:
     """A JSON list of windows (None: none); SettingsError naming `where[i]` and the fix."""
     if raw is None:
@@ -118,15 +134,7 @@ def _window(entry: Any, where: str) -> Window:
     if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON_LENGTH:
         raise SettingsError(f"{where}.reason must say why (1 to {MAX_REASON_LENGTH} characters)")
     if "schedule" in entry:
-        schedule = entry["schedule"]
-        if not isinstance(schedule, str) or len(schedule.split()) != 5 or not (
-                croniter.is_valid(schedule)):
-            raise SettingsError(f"{where}.schedule {schedule!r} is not 5-field unix-cron")
-        zone = entry.get("timeZone", "Etc/UTC")
-        try:
-            ZoneInfo(zone)
-        except (ZoneInfoNotFoundError, ValueError, TypeError):
-            raise SettingsError(f"{where}.timeZone {zone!r} is not an IANA time zone") from None
+        schedule, zone = checked_schedule(entry, where)
         duration = entry.get("durationSeconds")
         if isinstance(duration, bool) or not isinstance(duration, int | float) or not (
                 math.isfinite(duration) and 0 < duration <= MAX_DURATION_SECONDS):
