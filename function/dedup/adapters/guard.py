@@ -1,0 +1,94 @@
+"""ServiceGuard: what every adapter shares, with no web framework in it.
+
+One per process (the adapters build it once, from the DEDUP_* environment, at start-up: a
+bad setting fails the start-up, as it does the kit's function): the settings, one Firestore
+client, one Deduplicator (its completed-run cache and the shared heartbeat) and the ledger
+of runs beyond the schedule. Each guarded job gets a DedupHandler of its own over them, so
+every adapter gives the same answers: 400 for missing or malformed Scheduler headers
+(nothing written), 403 for a caller not in DEDUP_ALLOWED_CALLERS, 200 for a completed
+duplicate (with its stored result), 409 while another attempt holds the claim, 500 when the
+job failed (its claim released: the retry runs at once) or the store is unavailable, 413
+for a body over DEDUP_MAX_BODY_BYTES; and one structured log line per delivery.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from google.cloud import firestore
+
+from dedup.entry.app import beyond_ledger, build_deduplicator
+from dedup.entry.http import (
+    BodyTooLarge,
+    DedupHandler,
+    HttpReply,
+    ReadsBytes,
+    emit_log_line,
+    max_body_bytes_setting,
+    read_bounded_body,
+    refuse_body,
+)
+from dedup.job_logic import JobRegistry
+from dedup.run_context import Job
+from dedup.settings import Settings
+
+Emit = Callable[[Mapping[str, Any]], None]
+
+
+class ServiceGuard:
+    """The protocol of one service process; `handler(job)` guards one job with it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        client: firestore.Client | None = None,
+        emit: Emit = emit_log_line,
+        max_body_bytes: int | None = None,
+    ) -> None:
+        self.settings = settings
+        self.client = client or firestore.Client(project=settings.project,
+                                                 database=settings.database)
+        self.emit = emit
+        self.max_body_bytes = (max_body_bytes if max_body_bytes is not None
+                               else max_body_bytes_setting({}))
+        self._deduplicator = build_deduplicator(settings, self.client)
+        self._beyond = beyond_ledger(settings, self.client)
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, client: firestore.Client | None = None,
+        emit: Emit = emit_log_line,
+    ) -> ServiceGuard:
+        """From the same DEDUP_* settings as the kit's function (dedup/settings.py)."""
+        env = os.environ if environ is None else environ
+        return cls(Settings.from_env(env), client, emit, max_body_bytes_setting(env))
+
+    def handler(self, job: Job) -> DedupHandler:
+        """`job` (a callable taking the RunContext) guarded: run once per run."""
+        return DedupHandler(self.settings, self._deduplicator, JobRegistry(job, {}),
+                            self.emit, beyond=self._beyond)
+
+    def read_body(self, declared_length: int | None, stream: ReadsBytes) -> bytes | HttpReply:
+        """The request body, or the 413 (and its log line) for one over the cap."""
+        try:
+            return read_bounded_body(declared_length, stream, self.max_body_bytes)
+        except BodyTooLarge as exc:
+            return refuse_body(str(exc), self.emit, time.perf_counter())
+
+
+_shared: ServiceGuard | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_guard() -> ServiceGuard:
+    """The process's guard from the environment, built on first use and then kept: every
+    guarded route of a service shares its client, cache and heartbeat."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = ServiceGuard.from_env()
+        return _shared
