@@ -147,7 +147,9 @@ def deduplicated(
     """A Flask view that takes the run (RunContext) and returns its result, run once per
     scheduled run. The guard is the process's (shared_guard, from the DEDUP_* environment)
     unless given, and is built when the view is decorated: a bad setting fails start-up.
-    URL variables of the route reach the view as keyword arguments, after the run."""
+    URL variables of the route reach the view as keyword arguments, after the run. The
+    body is read (bounded) before the view runs and put back for it: nothing before the
+    view (a before_request hook) may read it first."""
 
     def decorate(function: View) -> Callable[..., flask.Response]:
         service = guard or shared_guard()
