@@ -4,12 +4,15 @@ Flask view decorator, the wrapper for any WSGI app and the functions-framework d
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import flask
 import pytest
+import requests
 from google.cloud import firestore
+from werkzeug.serving import make_server
 from werkzeug.test import Client
 
 from dedup.adapters import functions_framework as ff_adapter
@@ -196,3 +199,27 @@ def test_the_functions_framework_decorator_takes_the_request_it_is_passed(
     assert export.__name__ == "export"  # its name, which functions-framework's --target finds
     refused = client.post(PATH, headers=headers, data=b"x" * 2048)
     assert (refused.status_code, refused.headers["Connection"]) == (413, "close")
+
+
+def test_the_wrapper_under_a_real_server_reads_the_body_without_waiting_for_more(
+    guard: ServiceGuard,
+) -> None:
+    """Werkzeug's server hands its socket over as wsgi.input: reading past CONTENT_LENGTH
+    would wait for the client's next request on a kept-alive connection."""
+    app = Plain()
+    server = make_server("127.0.0.1", 0, DedupWsgiMiddleware(app, [PATH], guard), threaded=True)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        with requests.Session() as session:  # one kept-alive connection for both
+            url = f"http://127.0.0.1:{server.server_port}{PATH}"
+            first = session.post(url, headers=scheduler_headers(), data=b'{"day": 2}',
+                                 timeout=30)
+            again = session.post(url, headers=scheduler_headers(), data=b'{"day": 2}',
+                                 timeout=30)
+    finally:
+        server.shutdown()
+        serving.join(timeout=30)
+    assert (first.status_code, first.json()["outcome"]) == (200, "completed")
+    assert (again.status_code, again.json()["outcome"]) == (200, "duplicate")
+    assert [seen["body"] for seen in app.seen] == [b'{"day": 2}']
