@@ -32,7 +32,7 @@ STACK_DIR := $(or $(shell sed -n 's/^stackConfigDir: *//p' Pulumi.yaml),.)
 STACKS := $(patsubst $(STACK_DIR)/Pulumi.%.yaml,%,$(wildcard $(STACK_DIR)/Pulumi.*.yaml))
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint typecheck workflow-lint unit simulate lock lock-kit plan runs rerun backfill backfill-status backfill-cancel silence silence-remove silences migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve dist
+.PHONY: help demo test lint typecheck workflow-lint unit simulate lock lock-kit plan runs rerun backfill backfill-status backfill-cancel silence silence-remove silences migrate-proxy-records upgrade-check new-job policy-check bench clean schema docs docs-serve dist protocol-dist
 
 help: ## List the targets, one line each (STACK=<name> picks a stack)
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z-]+:.*## / {printf "  make %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -70,6 +70,7 @@ lint: $(VENV)/stamp ## ruff over the repository
 
 typecheck: $(VENV)/stamp ## mypy
 	$(BIN)/mypy
+	for app in examples/own-service/*/main.py; do $(BIN)/mypy "$$app" || exit 1; done
 
 # The GitHub Actions workflows: zizmor's security audits, offline (no GitHub API calls).
 workflow-lint: $(VENV)/stamp ## zizmor's audits of the GitHub Actions workflows
@@ -230,6 +231,14 @@ dist: $(VENV)/stamp ## Build the kit's wheel into dist/
 	rm -f dist/scheduler_dedup_kit-*.whl
 	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w dist .
 	@ls dist/scheduler_dedup_kit-*.whl
+
+# The protocol alone, dist/scheduler_dedup_protocol-<version>-py3-none-any.whl (protocol/: the
+# `dedup` package for a team's own service, docs/own-service.md), built as make dist builds
+# the kit's wheel: the venv's pinned hatchling, offline.
+protocol-dist: $(VENV)/stamp ## Build the protocol's own wheel (a team's service installs it) into dist/
+	rm -f dist/scheduler_dedup_protocol-*.whl
+	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w dist ./protocol
+	@ls dist/scheduler_dedup_protocol-*.whl
 
 # Kit maintainers: CHANGELOG.md's Unreleased section becomes VERSION's, and the version, the
 # component schema (and the released one) and the starter's pin follow; refused for a number

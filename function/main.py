@@ -27,6 +27,7 @@ from typing import Protocol
 import flask
 import functions_framework
 
+from dedup.adapters.wsgi import flask_response
 from dedup.entry.app import build_handler_from_env, build_proxy_handler_from_env
 from dedup.entry.http import (
     BodyTooLarge,
@@ -88,13 +89,9 @@ _Reply = tuple[str, int, dict[str, str]] | flask.Response
 
 
 def _unread_body_reply(reply: HttpReply, headers: Mapping[str, str] | None = None) -> _Reply:
-    """A refusal sent without reading the request's body: streamed, and the connection
-    closed, because functions-framework reads the whole request after any other reply (its
-    `read_request` hook), which would buffer the body."""
-    text = reply.json_text.encode()
-    return flask.Response(iter([text]), reply.status, {
-        **_JSON, **(headers or {}), "Content-Length": str(len(text)), "Connection": "close",
-    })
+    """A refusal sent without reading the request's body (adapters/wsgi.py says why it is
+    streamed and closes the connection), as a team's functions-framework function sends it."""
+    return flask_response(reply, body_read=False, headers=headers)
 
 
 def _serve(target: str, request: flask.Request) -> _Reply:

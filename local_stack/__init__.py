@@ -1,5 +1,6 @@
 """Run the kit locally: the real Firestore emulator and the real function, as processes.
 
+ServiceServer serves a team's own service (examples/own-service/) by werkzeug or uvicorn.
 Shared by the test fixtures, `make demo` and `make bench`, so all three start and stop
 things the same way. Also here, for the tests and the benchmark alike: deliveries.py
 (Scheduler-style headers, in-process function instances), steered_job.py (a job the
@@ -16,6 +17,7 @@ from local_stack.processes import (
     FunctionServer,
     LocalStackError,
     PortInUse,
+    ServiceServer,
     free_port,
 )
 from local_stack.store_faults import StoreFaultProxy
@@ -30,6 +32,7 @@ __all__ = [
     "LocalStackError",
     "PlannedFault",
     "PortInUse",
+    "ServiceServer",
     "StoreFaultProxy",
     "free_port",
 ]

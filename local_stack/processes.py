@@ -251,3 +251,59 @@ class FunctionServer(_ManagedProcess):
 
     def __enter__(self) -> FunctionServer:
         return self.start()
+
+
+class ServiceServer(_ManagedProcess):
+    """A team's own service (examples/own-service/<app>/main.py exposing `app`) served as a
+    team serves it: werkzeug's server (`flask run`) for a WSGI app, uvicorn for an ASGI one;
+    by `python` (default: this interpreter), with `pythonpath` (default: the kit's function/,
+    where `dedup` is) or none (an interpreter whose virtualenv installed the protocol)."""
+
+    name = "service-server"
+
+    def __init__(
+        self,
+        app_dir: Path,
+        server: str,
+        env: Mapping[str, str],
+        *,
+        python: Path | None = None,
+        pythonpath: list[Path] | None = None,
+        port: int | None = None,
+    ) -> None:
+        super().__init__(port)
+        self._app_dir = app_dir
+        self._server = server
+        self._env = env
+        self._python = python or Path(sys.executable)
+        self._pythonpath = [FUNCTION_DIR] if pythonpath is None else pythonpath
+        self.name = f"{app_dir.name}-server"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def argv(self) -> list[str]:
+        port = str(self.port)
+        if self._server == "werkzeug":
+            return [str(self._python), "-m", "flask", "--app", "main", "run", "--with-threads",
+                    "--host", "127.0.0.1", "--port", port]
+        if self._server == "uvicorn":
+            return [str(self._python), "-m", "uvicorn", "main:app", "--host", "127.0.0.1",
+                    "--port", port]
+        raise ValueError(f"unknown server {self._server!r}: werkzeug or uvicorn")
+
+    def start(self, timeout_seconds: float = 60.0) -> ServiceServer:
+        env = {
+            **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+            **self._env,
+            "PYTHONUNBUFFERED": "1",
+        }
+        if self._pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join(str(p) for p in self._pythonpath)
+        self._spawn(self.argv(), env=env, cwd=self._app_dir)
+        self._wait_ready(self.url + "/", timeout_seconds)
+        return self
+
+    def __enter__(self) -> ServiceServer:
+        return self.start()

@@ -43,6 +43,7 @@ LONG_FILES = (
     "tests/function/test_catch_up.py",  # 21
     "tests/bench/test_harness.py",  # 21
     "tests/infra/test_job_logic.py",  # 20
+    "tests/adapters/test_install_bounds.py",  # 20 (quiet, uv's cache warm; 24 cold)
     "tests/proxy/test_proxy_inprocess.py",  # 19
 )
 
