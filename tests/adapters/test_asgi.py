@@ -24,10 +24,11 @@ from dedup.adapters.asgi import (
     current_run,
 )
 from dedup.adapters.guard import ServiceGuard
+from dedup.logs import current_run_fields
 from dedup.run_context import PermanentFailure, RunContext
 from dedup.settings import Settings
 from local_stack.deliveries import LOCATION, PROJECT, scheduler_headers
-from tests.waiting import PATIENCE_SECONDS
+from tests.waiting import PATIENCE_SECONDS, let_time_pass
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -104,13 +105,17 @@ class Service:
 
 @pytest.fixture
 def service(collection_name: str) -> Service:
+    return guarded_service(collection_name)
+
+
+def guarded_service(collection_name: str, **middleware_options: Any) -> Service:
     settings = Settings(project=PROJECT, location=LOCATION, collection=collection_name,
                         store_timeout_seconds=5)
     log_lines: list[Mapping[str, Any]] = []
     guard = ServiceGuard(settings, firestore.Client(project=PROJECT), log_lines.append,
                          max_body_bytes=SMALL_BODY_CAP)
     app = FastAPI()
-    app.add_middleware(DedupMiddleware, paths=[GUARDED], guard=guard)
+    app.add_middleware(DedupMiddleware, paths=[GUARDED], guard=guard, **middleware_options)
     built = Service(app, guard, log_lines)
 
     @app.post(GUARDED)
@@ -132,7 +137,8 @@ def service(collection_name: str) -> Service:
             return PlainTextResponse(asked["text"])
         state_run = request.state.dedup_run
         return JSONResponse({"run_id": run.run_id, "state_is_run": state_run is run,
-                             "attempt": run.attempt, "body": asked})
+                             "attempt": run.attempt, "body": asked,
+                             "logs_name": current_run_fields().get("run_id")})
 
     @app.get(GUARDED)
     async def status_page() -> dict[str, str]:
@@ -212,9 +218,10 @@ def test_a_run_completes_once_with_the_apps_json_as_its_result(
     reply = first.json()
     assert reply["outcome"] == "completed"
     (run,) = service.runs
-    # The endpoint's run is the delivery's, in the scope as request.state.dedup_run too.
+    # The endpoint's run is the delivery's, in the scope as request.state.dedup_run too;
+    # the lines it logs name the run (the run's log fields reach the coroutine).
     assert reply["result"] == {"run_id": run.run_id, "state_is_run": True, "attempt": 1,
-                               "body": {"n": 1}}
+                               "body": {"n": 1}, "logs_name": run.run_id}
     assert reply["run_id"] == run.run_id
     again = call(service.app, "POST", GUARDED, headers, b'{"n": 2}')
     assert again.status == 200
@@ -302,6 +309,40 @@ def test_the_event_loop_serves_other_requests_while_a_guarded_job_awaits(
     health, guarded = asyncio.run(scene())
     assert (health.status, health.json()) == (200, {"status": "ok"})
     assert (guarded.status, guarded.json()["outcome"]) == (200, "completed")
+
+
+def test_deliveries_beyond_max_concurrent_runs_wait_for_a_thread_not_the_loop(
+    collection_name: str,
+) -> None:
+    """One worker thread: a second run's delivery waits (unclaimed) while the first run's
+    job holds it, and the loop still serves; once the first ends, the second runs."""
+    service = guarded_service(collection_name, max_concurrent_runs=1)
+
+    async def scene() -> tuple[Answer, Answer, Answer, int]:
+        service.started, service.release = asyncio.Event(), asyncio.Event()
+        first = asyncio.create_task(asgi_call(
+            service.app, "POST", GUARDED, scheduler_headers(), b'{"hold": true}'))
+        await asyncio.wait_for(service.started.wait(), PATIENCE_SECONDS)
+        second = asyncio.create_task(asgi_call(
+            service.app, "POST", GUARDED,
+            scheduler_headers(schedule_time="2026-10-16T13:00:00Z"), b"{}"))
+        health = await asyncio.wait_for(
+            asgi_call(service.app, "GET", "/healthz"), PATIENCE_SECONDS)
+        await asyncio.to_thread(
+            let_time_pass, 1.0, "the second run must not start while the only thread is "
+            "held: a longer wait would not let it either")
+        runs_while_held = len(service.runs)
+        service.release.set()
+        answers = await asyncio.wait_for(asyncio.gather(first, second), PATIENCE_SECONDS)
+        return health, *answers, runs_while_held
+
+    health, first, second, runs_while_held = asyncio.run(scene())
+    assert health.status == 200
+    assert runs_while_held == 1  # the second delivery had no thread to run on
+    assert [first.json()["outcome"], second.json()["outcome"]] == ["completed", "completed"]
+    assert len(service.runs) == 2
+    with pytest.raises(ValueError, match="at least 1"):
+        DedupMiddleware(service.app, guard=service.guard, max_concurrent_runs=0)
 
 
 def test_current_run_names_what_is_missing_outside_a_guarded_request() -> None:

@@ -55,7 +55,8 @@ class Served:
                 if datetime.fromisoformat(line["schedule_time"])
                 == datetime.fromisoformat(schedule_time)]
 
-    def record(self, run_id: str) -> firestore.DocumentSnapshot:
+    def record(self, run_id: str) -> Any:
+        """The run's record (a DocumentSnapshot)."""
         return firestore.Client(project=PROJECT).collection(self.collection).document(
             run_id).get()
 
@@ -181,7 +182,7 @@ def test_a_job_whose_claim_is_taken_sees_claim_lost_and_stops(served: Served) ->
     # the rival's record.
     assert answered.status_code == 500, answered.text
     assert answered.json()["outcome"] == "failed"
-    stored = document.get().to_dict() or {}
+    stored = served.record(run_id).to_dict() or {}
     assert stored["attempt_id"] == "a-rival-attempt"
     assert stored["status"] == "in_progress"
     assert len(served.executions_of(schedule_time)) == 1

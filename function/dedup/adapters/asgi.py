@@ -12,15 +12,19 @@ a failure (the claim released, 500, so the retry runs at once). The client gets 
 protocol's answer, as JSON, never the app's own response.
 
 The endpoint finds its RunContext in the scope, `scope["state"]["dedup_run"]`: Starlette's
-and FastAPI's `request.state.dedup_run`, or `current_run(request)`. A long async job checks
+and FastAPI's `request.state.dedup_run`, or `current_run(request)`; what it logs names the
+run (the run's log fields, dedup/logs.py, reach its coroutine). A long async job checks
 `run.claim_lost.is_set()` between its steps (it never blocks): the shared heartbeat thread
 (dedup/heartbeat.py) renews the claim while the job awaits, and sets it once the claim is
 lost.
 
-Each delivery being run holds one of the middleware's worker threads for as long as its
-job runs (the thread waits for the job's coroutine on the loop): `max_concurrent_runs`
-(default DEFAULT_MAX_CONCURRENT_RUNS) deliveries run at once; more wait for a free thread
-before they are claimed. The event loop never waits on them: other requests are served.
+Each guarded delivery holds one of the middleware's worker threads until it is answered,
+a run for as long as its job runs (the thread waits for the job's coroutine on the loop):
+`max_concurrent_runs` (default DEFAULT_MAX_CONCURRENT_RUNS, 16) deliveries are in the
+protocol at once; more, duplicates too, wait for a free thread before anything is read or
+claimed. Raise it for a service whose guarded jobs run long at the same time:
+`app.add_middleware(DedupMiddleware, paths=[...], max_concurrent_runs=64)`. The event loop
+never waits on them: every other request is served meanwhile.
 
 Other paths and methods, and lifespan and websocket scopes, pass through untouched.
 """
