@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from google.cloud import firestore
 
+from dedup.adapters import asgi
 from dedup.adapters.asgi import (
     RUN_STATE_KEY,
     DedupMiddleware,
@@ -26,7 +27,7 @@ from dedup.adapters.asgi import (
 from dedup.adapters.guard import ServiceGuard
 from dedup.logs import current_run_fields
 from dedup.run_context import PermanentFailure, RunContext
-from dedup.settings import Settings
+from dedup.settings import Settings, SettingsError
 from local_stack.deliveries import LOCATION, PROJECT, scheduler_headers
 from tests.waiting import PATIENCE_SECONDS, let_time_pass
 
@@ -195,6 +196,51 @@ def test_lifespan_and_websocket_scopes_reach_the_app_untouched(
 
     asyncio.run(middleware(scope, never, never))
     assert seen == [scope] and seen[0] is scope
+
+
+def lifespan_startup(middleware: DedupMiddleware) -> tuple[list[Message], list[Message]]:
+    """The server's lifespan startup through `middleware`: (what the app behind it
+    received, what the server was sent)."""
+    received: list[Message] = []
+    sent: list[Message] = []
+
+    async def inner(scope: Scope, receive: Any, send: Any) -> None:
+        received.append(await receive())
+        await send({"type": "lifespan.startup.complete"})
+
+    async def server_receive() -> Message:
+        return {"type": "lifespan.startup"}
+
+    async def server_send(message: Message) -> None:
+        sent.append(message)
+
+    middleware.app = inner
+    asyncio.run(middleware({"type": "lifespan"}, server_receive, server_send))
+    return received, sent
+
+
+def test_the_guard_is_built_at_start_up_and_a_bad_setting_fails_it(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no guard given, the process's shared_guard() is built at the lifespan startup:
+    a bad DEDUP_* setting is the server's startup.failed (uvicorn exits), never the app's
+    requests failing one by one."""
+    monkeypatch.setattr(asgi, "shared_guard", lambda: service.guard)
+    middleware = DedupMiddleware(service.app, paths=[GUARDED])
+    received, sent = lifespan_startup(middleware)
+    assert received == [{"type": "lifespan.startup"}]  # given back to the app
+    assert sent == [{"type": "lifespan.startup.complete"}]
+    assert middleware.guard is service.guard
+
+    def bad_settings() -> ServiceGuard:
+        raise SettingsError("DEDUP_LOCATION is not set: set it to the function's region")
+
+    monkeypatch.setattr(asgi, "shared_guard", bad_settings)
+    received, sent = lifespan_startup(DedupMiddleware(service.app, paths=[GUARDED]))
+    assert received == []  # the app never started
+    assert sent == [{"type": "lifespan.startup.failed", "message":
+                     "dedup: SettingsError: DEDUP_LOCATION is not set: set it to the "
+                     "function's region"}]
 
 
 def test_a_delivery_without_schedulers_headers_is_a_400_and_nothing_runs(

@@ -23,14 +23,14 @@ from fastapi import FastAPI, Request
 
 from dedup import RunContext
 from dedup.adapters.asgi import DedupMiddleware, current_run
-from dedup.adapters.guard import shared_guard
 
 # How often the job looks at claim_lost while it works: a lost claim stops it within this.
 STEP_SECONDS = 0.2
 
 app = FastAPI()
-# The guard is built now, from the environment: a bad DEDUP_* setting fails the start-up.
-app.add_middleware(DedupMiddleware, paths=["/tasks/export"], guard=shared_guard())
+# Its settings come from the DEDUP_* environment, read at the app's start-up: a bad one
+# fails the start-up (uvicorn exits naming it).
+app.add_middleware(DedupMiddleware, paths=["/tasks/export"])
 
 
 @app.get("/healthz")

@@ -2,14 +2,16 @@
 
     app.add_middleware(DedupMiddleware, paths=["/tasks/export"])
 
-A POST to a guarded path is one delivery: its body is read (over DEDUP_MAX_BODY_BYTES: the
-kit's 413), then the protocol answers it (ServiceGuard's handler: the kit's exact answers
-and one log line per delivery) on a worker thread of the middleware's own, because its
-Firestore calls block. When the protocol runs the job, the job is the wrapped app itself,
-called for the request on the event loop with the body given back to it: a 2xx is the
-run's success (its JSON body, or its text, the run's result), anything else or an exception
-a failure (the claim released, 500, so the retry runs at once). The client gets the
-protocol's answer, as JSON, never the app's own response.
+Its settings are the kit function's DEDUP_* environment (ServiceGuard, built at the app's
+start-up). A POST to a guarded path is one delivery: its body is read (over
+DEDUP_MAX_BODY_BYTES: the kit's 413), then the protocol answers it (ServiceGuard's
+handler: the kit's exact answers and one log line per delivery) on a worker thread of the
+middleware's own, because its Firestore calls block. When the protocol runs the job, the
+job is the wrapped app itself, called for the request on the event loop with the body
+given back to it: a 2xx is the run's success (its JSON body, or its text, the run's
+result), anything else or an exception a failure (the claim released, 500, so the retry
+runs at once). The client gets the protocol's answer, as JSON, never the app's own
+response.
 
 The endpoint finds its RunContext in the scope, `scope["state"]["dedup_run"]`: Starlette's
 and FastAPI's `request.state.dedup_run`, or `current_run(request)`; what it logs names the
@@ -83,9 +85,10 @@ def current_run(request: HasScope) -> RunContext:
 
 
 class DedupMiddleware:
-    """Guard `paths` (POST) of `app` with the protocol; `guard` defaults to the process's
-    shared_guard() (the DEDUP_* environment, built here: under Starlette, when the app
-    first starts, so a bad setting fails the start-up)."""
+    """Guard `paths` (POST) of `app` with the protocol. `guard`: None (the usual) takes the
+    process's shared_guard(), from the DEDUP_* environment, built at the app's start-up
+    (its lifespan startup: a bad setting fails the start-up, as it does the kit's
+    function), or at the first guarded request under a server without lifespan."""
 
     def __init__(
         self, app: ASGIApp, paths: Iterable[str] = DEFAULT_PATHS,
@@ -94,18 +97,32 @@ class DedupMiddleware:
     ) -> None:
         self.app = app
         self.paths = frozenset(paths)
-        self.guard = guard or shared_guard()
+        # Not built here: Starlette builds its middleware inside the server's lifespan call,
+        # and uvicorn's default lifespan ("auto") takes an exception there for an app
+        # without lifespan, serves on, and every request of the app then fails.
+        self._guard = guard
         if max_concurrent_runs < 1:
             raise ValueError(f"max_concurrent_runs={max_concurrent_runs} must be at least 1")
         # Not the loop's default executor (a handful of threads, shared with anything else
         # that calls asyncio.to_thread): a delivery holds its thread for its job's length.
         self._runs = ThreadPoolExecutor(max_concurrent_runs, "dedup-run")
 
+    @property
+    def guard(self) -> ServiceGuard:
+        if self._guard is None:
+            self._guard = shared_guard()  # built once per process (its own lock)
+        return self._guard
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" and self._guard is None:
+            await self._start_up(scope, receive, send)
+            return
         if (scope["type"] != "http" or scope.get("method") != "POST"
                 or scope.get("path") not in self.paths):
             await self.app(scope, receive, send)
             return
+        if self._guard is None:  # no lifespan: built now, off the loop (it may read files)
+            await asyncio.get_running_loop().run_in_executor(self._runs, lambda: self.guard)
         body = await self._read_body(scope, receive)
         if body is None:
             return  # the client left before sending its body: no one to answer
@@ -125,6 +142,29 @@ class DedupMiddleware:
         reply = await loop.run_in_executor(
             self._runs, context.run, handler.handle, headers, body)
         await _send_reply(send, reply)
+
+    async def _start_up(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The lifespan scope: build the guard when the server says startup, or tell it the
+        start-up failed (uvicorn then exits, naming the setting); then the app's lifespan,
+        with the startup message given back to it."""
+        startup = await receive()
+        if startup["type"] == "lifespan.startup":
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._runs, lambda: self.guard)
+            except Exception as exc:
+                await send({"type": "lifespan.startup.failed",
+                            "message": f"dedup: {type(exc).__name__}: {exc}"})
+                return
+        given_back = False
+
+        async def replay() -> Message:
+            nonlocal given_back
+            if not given_back:
+                given_back = True
+                return startup
+            return await receive()
+
+        await self.app(scope, replay, send)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | HttpReply | None:
         """The body (at most the cap and one byte read), or the kit's 413 for one over the
