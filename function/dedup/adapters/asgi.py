@@ -28,7 +28,8 @@ claimed. Raise it for a service whose guarded jobs run long at the same time:
 `app.add_middleware(DedupMiddleware, paths=[...], max_concurrent_runs=64)`. The event loop
 never waits on them: every other request is served meanwhile.
 
-Other paths and methods, and lifespan and websocket scopes, pass through untouched.
+Other paths and methods, and lifespan and websocket scopes, pass through untouched (the
+lifespan startup once the guard is built, when it was not given).
 """
 
 from __future__ import annotations
