@@ -388,7 +388,7 @@ def test_deliveries_beyond_max_concurrent_runs_wait_for_a_thread_not_the_loop(
     assert [first.json()["outcome"], second.json()["outcome"]] == ["completed", "completed"]
     assert len(service.runs) == 2
     with pytest.raises(ValueError, match="at least 1"):
-        DedupMiddleware(service.app, guard=service.guard, max_concurrent_runs=0)
+        DedupMiddleware(service.app, [GUARDED], guard=service.guard, max_concurrent_runs=0)
 
 
 def test_current_run_names_what_is_missing_outside_a_guarded_request() -> None:

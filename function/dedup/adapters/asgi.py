@@ -55,7 +55,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Where the endpoint finds its run: scope["state"][RUN_STATE_KEY] (request.state.dedup_run).
 RUN_STATE_KEY = "dedup_run"
-DEFAULT_PATHS = ("/tasks/export",)
 # Deliveries whose jobs run at once in one process (one worker thread each). Scheduler
 # rarely sends one instance more than a few at a time; raise it for a service guarding
 # many jobs that run long at the same times.
@@ -92,7 +91,7 @@ class DedupMiddleware:
     function), or at the first guarded request under a server without lifespan."""
 
     def __init__(
-        self, app: ASGIApp, paths: Iterable[str] = DEFAULT_PATHS,
+        self, app: ASGIApp, paths: Iterable[str],
         guard: ServiceGuard | None = None,
         max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS,
     ) -> None:
