@@ -38,7 +38,14 @@ from policies.gcp import (
     SERVICE_ACCOUNT,
     service_account_email,
 )
-from policies.grants import CustomRoles, Grant, custom_roles, grants_or_problem
+from policies.grants import (
+    DATASTORE_USER,
+    CustomRoles,
+    Grant,
+    condition_database,
+    custom_roles,
+    grants_or_problem,
+)
 from policies.job_tables import BUCKET_OBJECT
 from policies.kit_resources import (
     WATCH_DATABASE_ENV,
@@ -54,6 +61,7 @@ from policies.kit_resources import (
     function_urls,
     has_own_database,
     in_proxy_component,
+    in_team_service_component,
     is_dedup_function,
     is_proxy_function,
     is_watchdog_function,
@@ -491,9 +499,32 @@ class StackFacts:
                 database = RecordsDatabase(known_str(get(declared.props, "project")),
                                            database_id(name))
                 _add_database(found, database, frozenset(), "", merge=False)
+        # A team service's database: written by the one account its component grants
+        # roles/datastore.user conditioned to it (the service's own, infra/team_service.py).
+        for resource, grants in self.granting:
+            if not in_team_service_component(resource):
+                continue
+            for grant in grants:
+                named = condition_database(grant.condition)
+                emails = frozenset(service_account_email(str(m)) for m in grant.members or []
+                                   if str(m).startswith("serviceAccount:"))
+                if known_str(grant.role) == DATASTORE_USER and isinstance(named, str):
+                    project, _, name = named.removeprefix("projects/").partition("/databases/")
+                    _add_database(found, RecordsDatabase(project or None, name), emails,
+                                  f"team service ({resource.name})")
         if unsure:  # a function whose settings are unknown may write any of them
             return tuple(KitDatabase(d.database, None, d.named_by) for d in found.values())
         return tuple(found.values())
+
+    @cached_property
+    def team_service_databases(self) -> tuple[RecordsDatabase, ...]:
+        """The records databases declared for the team's own services (each in its
+        TeamService component): the watchdog reads those too."""
+        return tuple(
+            RecordsDatabase(known_str(get(d.props, "project")), database_id(name))
+            for d in self.of_type(FIRESTORE_DATABASE)
+            if in_team_service_component(d) and (name := known_str(get(d.props, "name")))
+        )
 
     # --- alerting ------------------------------------------------------------------------
 

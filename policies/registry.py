@@ -293,7 +293,9 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "dedup-database-writers",
         "Every Firestore database of the kit (the dedup database, the proxy's, any other a "
         "function of the kit names in a DEDUP_*DATABASE setting, any declared in the stack) "
-        "is written only by the accounts of the functions naming it: no other member may "
+        "is written only by the accounts of the functions naming it (a team service's, by "
+        "the account its TeamService component grants roles/datastore.user on it): no other "
+        "member may "
         "hold a role that writes entities (roles/datastore.user, datastore.owner, custom "
         "roles with datastore.entities.*), conditioned to the database or granted on its "
         "project, folder or organization without a one-database condition.",
@@ -461,9 +463,9 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "dedup-watchdog-least-privilege",
         "The run watchdog's service account may hold only roles/datastore.user on the dedup "
         "database (it reads the records and writes its cursors and re-run queue there) and, "
-        "in a stack with the proxy or runtimes, roles/datastore.viewer on the proxy's and "
-        "each runtime's database (it reads their records), each conditioned to that one "
-        "database.",
+        "in a stack with the proxy, runtimes or team services, roles/datastore.viewer on the "
+        "proxy's, each runtime's and each team service's database (it reads their records), "
+        "each conditioned to that one database.",
         MANDATORY,
         watchdog.least_privilege,
     ),

@@ -102,9 +102,9 @@ def _viewer_problem(
     if not isinstance(named, str) or any(d is None or d.named_by(named) for d in others):
         return None
     return (
-        f"{DATASTORE_VIEWER} names database {named!r}, which is no proxy's or runtime's "
-        f"database ({', '.join(str(d) for d in others)}): remove it, or set its condition "
-        "to the database of the records it reads"
+        f"{DATASTORE_VIEWER} names database {named!r}, which is no proxy's, runtime's or "
+        f"team service's database ({', '.join(str(d) for d in others)}): remove it, or set "
+        "its condition to the database of the records it reads"
     )
 
 
@@ -132,9 +132,10 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
     dedup-database-writers and dedup-proxy-own-database."""
     findings: list[Finding] = []
     facts = stack_facts(resources)
-    # The other databases of run records it reads: the proxies' and the runtimes'.
+    # The other databases of run records it reads: the proxies', the runtimes' and the
+    # team services'.
     others = [records_database(p) for p in facts.proxy_functions] + [
-        r.database for r in facts.runtimes]
+        r.database for r in facts.runtimes] + list(facts.team_service_databases)
     for watchdog in facts.watchdog_functions:
         email = runtime_email(watchdog)
         if email is None:

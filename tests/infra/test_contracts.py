@@ -187,6 +187,11 @@ VALID: dict[str, dict[str, Any]] = {
 }
 
 
+# A job aimed at a team's App Engine service (infra/scheduled_job.py): no httpTarget.
+APP_ENGINE_JOB: dict[str, Any] = {"httpTarget": None, "appEngineHttpTarget": {
+    "relativeUri": "/x", "httpMethod": "POST", "appEngineRouting": {"service": "default"}}}
+
+
 def declared(resource_type: str, **changes: Any) -> DeclaredResource:
     """VALID[resource_type] with `changes` (dotted paths; None removes the key)."""
     props = copy.deepcopy(VALID[resource_type])
@@ -249,6 +254,9 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], Rule, str]] = [
      "attemptDeadline"),
     (JOB, {"attemptDeadline": "1800s"}, {"attemptDeadline": "1801s"}, L.R_JOB_DEADLINE,
      "attemptDeadline"),
+    (JOB, {**APP_ENGINE_JOB, "attemptDeadline": "86400s"}, {**APP_ENGINE_JOB, "attemptDeadline":
+                                                            "86401s"},
+     L.R_JOB_APP_ENGINE_DEADLINE, "attemptDeadline"),
     (JOB, {"retryConfig__retryCount": 0.0}, {"retryConfig__retryCount": 6.0},
      L.R_JOB_RETRY_COUNT, "retryConfig.retryCount"),
     (JOB, {"httpTarget__headers": {"X-Big": "v" * (80_000 - 6)}},  # 79,999 bytes in all
