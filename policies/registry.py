@@ -72,9 +72,22 @@ RESOURCE_POLICIES: Final[tuple[ResourcePolicy | ResourceGraphPolicy, ...]] = (
     ),
     ResourcePolicy(
         "scheduler-job-attempt-deadline",
-        "Cloud Scheduler HTTP jobs' attemptDeadline must be within 15s..1800s.",
+        "Cloud Scheduler jobs' attemptDeadline must be within the range Google's Job "
+        "reference gives their target: 15s..1800s for an HTTP target, 15s..86400s (24 h) "
+        "for an App Engine HTTP target; a Pub/Sub target ignores it.",
         MANDATORY,
         scheduler.attempt_deadline,
+    ),
+    ResourcePolicy(
+        "scheduler-job-app-engine-target",
+        "A Cloud Scheduler job with an App Engine HTTP target (appEngineHttpTarget, which "
+        "carries no OIDC token) must send its run as a POST to a relativeUri that begins "
+        "with '/' (the service's route, e.g. /tasks/export). App Engine retries a 503 "
+        "regardless of retryConfig and without counting it against retryCount, so the "
+        "protocol answers 409, never 503, while another attempt holds the claim; the "
+        "X-Dedup-* headers: dedup-job-headers.",
+        MANDATORY,
+        scheduler.app_engine_http_target,
     ),
     ResourcePolicy(
         "function-dedicated-runtime-service-account",
