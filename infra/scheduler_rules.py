@@ -23,8 +23,9 @@ from croniter import croniter
 ATTEMPT_DEADLINE_MIN_SECONDS = 15
 ATTEMPT_DEADLINE_MAX_SECONDS = 1800
 ATTEMPT_DEADLINE_DEFAULT_SECONDS = 180
-# App Engine HTTP targets: attemptDeadline between 15 seconds and 24 hours (Job reference).
-APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS = 86_400
+# App Engine HTTP targets: attemptDeadline between 15 seconds and 24 hours (Job.attemptDeadline,
+# https://cloud.google.com/scheduler/docs/reference/rest/v1/projects.locations.jobs).
+APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS = 24 * 3600
 RETRY_COUNT_MAX = 5
 # Scheduler's RetryConfig defaults.
 MIN_BACKOFF_DEFAULT_SECONDS = 5

@@ -3,7 +3,7 @@ resource: this package's face, re-exporting what the program, the operator tools
 tests use. The names and IDs live in `names`, the error machinery in `errors` (and `explain`,
 which reads pydantic's errors as problems with a key and a fix), Cloud Scheduler's and
 Firestore's value rules in `hints`, field declaration and introspection in `fields`, the
-models in `jobs` and `service`, the whole `StackConfig` with its cross-model rules, deploy
+models in `jobs`, `service`, `runtimes` and `services`, the whole `StackConfig` with its cross-model rules, deploy
 rules and `DEFAULTS` in `stack`, and `load_config` / `config_from_pulumi` in `load`. From the
 models follow, through `make schema` (operator_tools/schema.py), the `config:` block of
 `Pulumi.yaml`, docs/configuration.md's reference and `schema/stack.schema.json`.
@@ -35,6 +35,7 @@ from infra.config.names import (
 )
 from infra.config.runtimes import GrantSettings, RuntimeSettings, SecretSettings
 from infra.config.service import DedupSettings, FunctionSettings, WatchdogSettings
+from infra.config.services import AppEngineTarget, TeamServiceSettings
 from infra.config.stack import (
     DEFAULTS,
     DEPLOY_RULES,
@@ -61,6 +62,7 @@ __all__ = [
     "PROXY_TARGET_WORKFLOW",
     "RETRY_COUNT_DEFAULT",
     "WATCHDOG_JOB_NAME",
+    "AppEngineTarget",
     "ConfigError",
     "DedupSettings",
     "FunctionSettings",
@@ -71,6 +73,7 @@ __all__ = [
     "RuntimeSettings",
     "SecretSettings",
     "StackConfig",
+    "TeamServiceSettings",
     "WatchdogSettings",
     "bounds",
     "choices",

@@ -21,6 +21,7 @@ from infra.config.fields import Bool, ConfigModel, Hint, Int
 from infra.config.hints import DEFAULT_TIME_ZONE, checked_cron, checked_time_zone
 from infra.config.silences import SILENCES_TEXT, SilenceWindow
 from infra.scheduler_rules import (
+    APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_DEFAULT_SECONDS,
     ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_MIN_SECONDS,
@@ -106,6 +107,10 @@ PROXY_RESERVED_TOKEN_NAMES: Final[Mapping[str, frozenset[str]]] = {
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 JOB_LOGIC = rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}$"
 JOB_LOGIC_FIX = "use 'module:function' of a module inside function/, e.g. jobs.send_invoices:run"
+SERVICE_PATH: Final = r"^/[^\s#]*$"
+"""jobs[].path: a relative URI (Scheduler's AppEngineHttpTarget.relativeUri: begins with '/',
+no spaces, at most 2083 characters; the same for an HTTP target's path)."""
+SERVICE_PATH_MAX_LENGTH: Final = 2083
 CATCH_UP_WITHIN_DEFAULT_SECONDS: Final = 6 * 3600
 """jobs[].catchUpWithinSeconds: a missed run is caught up at most six hours late."""
 
@@ -287,8 +292,10 @@ class JobSettings(ScheduledModel):
     time_zone: str = Field(default=DEFAULT_TIME_ZONE, description="IANA time zone name")
     attempt_deadline_seconds: Int = Field(
         default=ATTEMPT_DEADLINE_DEFAULT_SECONDS, ge=ATTEMPT_DEADLINE_MIN_SECONDS,
-        le=ATTEMPT_DEADLINE_MAX_SECONDS,
-        description="How long Scheduler waits for one attempt; <= functionTimeoutSeconds")
+        le=APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS,
+        description="How long Scheduler waits for one attempt; <= functionTimeoutSeconds; "
+        f"at most {ATTEMPT_DEADLINE_MAX_SECONDS} (an HTTP target), "
+        f"{APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS} for a job aimed at an App Engine service")
     retry_config: Annotated[RetryConfig, BeforeValidator(_at_most_once)] = Field(
         default_factory=RetryConfig, alias="retry",
         description="Scheduler's retryConfig; unset: 3 retries 30..300 s apart; `none`: never "
@@ -313,6 +320,16 @@ class JobSettings(ScheduledModel):
         default=None, description="The runtime (`runtimes[].name`) the job runs in, with "
         "its settings, secrets, grants and network; unset: the stack's dedup function; not "
         "with `proxy`")
+    service: str | None = Field(
+        default=None, description="A team's own service (`services[].name`) the job calls "
+        "instead of a kit function; it runs the protocol library itself (docs/own-service.md); "
+        "not with runtime, proxy or jobLogic")
+    path: str | None = Field(
+        default=None, pattern=SERVICE_PATH, max_length=SERVICE_PATH_MAX_LENGTH,
+        description="With service: the route the job POSTs to, e.g. /tasks/export (begins "
+        "with '/'); unset: /",
+        json_schema_extra=Hint("a relative URI", "give the route beginning with '/', e.g. "
+                               "/tasks/export (no spaces)"))
     dst_repeated: DstRepeated | None = Field(
         default=None, description=f"{DST_REPEATED_TEXT}; unset: the stack's dstRepeated, "
         "else as BSD cron -s: `each` when the minute or hour field starts with `*`, else `once`",
@@ -373,6 +390,30 @@ class JobSettings(ScheduledModel):
         return self
 
     @model_validator(mode="after")
+    def _service_runs_its_own_code(self) -> JobSettings:
+        if self.service is None:
+            if self.path is not None:
+                raise invalid("is set on a job without service (a kit function's job is "
+                              "POSTed to its function's URL)", "remove path, or set service "
+                              "to the team service it is a route of", "path")
+            if self.attempt_deadline_seconds > ATTEMPT_DEADLINE_MAX_SECONDS:
+                raise invalid(f"{self.attempt_deadline_seconds} is out of range",
+                              f"use a value from {ATTEMPT_DEADLINE_MIN_SECONDS} to "
+                              f"{ATTEMPT_DEADLINE_MAX_SECONDS} (only a job aimed at an App "
+                              f"Engine service may wait up to "
+                              f"{APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS})",
+                              "attemptDeadlineSeconds")
+            return self
+        for key, value in (("runtime", self.runtime), ("proxy", self.proxy),
+                           ("jobLogic", self.job_logic)):
+            if value:
+                raise invalid(f"is set on a job aimed at service {self.service!r}, which runs "
+                              "its own code (the protocol library guards its route)",
+                              f"remove {key} (the service's handler is the job), or remove "
+                              "service to run the job in the kit", key)
+        return self
+
+    @model_validator(mode="after")
     def _forced_runs_counted(self) -> JobSettings:
         if self.max_forced_runs_per_day and self.runs_beyond_schedule == "off":
             raise invalid("is set on a job whose runsBeyondSchedule is off, so no forced run "
@@ -383,6 +424,11 @@ class JobSettings(ScheduledModel):
     @property
     def retry(self) -> RetrySettings:
         return RetrySettings(**self.retry_config.model_dump())  # the same field names
+
+    @property
+    def service_path(self) -> str:
+        """The route a job aimed at a team service POSTs to (its `path`, else '/')."""
+        return self.path or "/"
 
     @property
     def body_json(self) -> str | None:

@@ -37,6 +37,7 @@ from infra.config.names import (
     watch_database_of,
 )
 from infra.config.runtimes import RuntimeSettings, runtimes_in_stack
+from infra.config.services import TeamServiceSettings, services_in_stack
 from infra.config.service import (
     WATCHDOG_LOOKBACK_DEFAULT_SECONDS,
     AlertSettings,
@@ -107,6 +108,10 @@ class StackConfig(ConfigModel):
         default_factory=tuple, description="Runtimes: each a function of its own, with its "
         "own account, records, resources, settings, secrets, grants and network, for the jobs "
         "that name it (docs/job-needs.md)")
+    services: tuple[TeamServiceSettings, ...] = Field(  # a factory, as runtimes
+        default_factory=tuple, description="A team's own services that jobs call "
+        "(`jobs[].service`): each runs the protocol library itself; the kit declares its "
+        "records database, the grants and the jobs (docs/own-service.md)")
     jobs: tuple[JobSettings, ...] = Field(
         description="The Cloud Scheduler jobs: at least one, names unique",
         json_schema_extra=Hint(fix="give a list of jobs, each with at least a name and a "
@@ -168,6 +173,12 @@ class StackConfig(ConfigModel):
             job_runtimes=[job.runtime for job in self.jobs], name_prefix=prefix,
             database=database or prefix, store_timeout_seconds=store_timeout,
             project=self.project, region=self.region, problems=problems)
+        services_in_stack(
+            self.services, runtime_names=[runtime.name for runtime in self.runtimes],
+            job_targets=[(job.service, job.attempt_deadline_seconds, job.catch_up)
+                         for job in self.jobs],
+            database=database or prefix, kit_accounts=(self.invoker_email, self.watchdog_email),
+            reruns=self.watchdog.enabled and self.watchdog.reruns, problems=problems)
         # A runtime job's function is its runtime's: its timeout bounds the job's deadline.
         timeouts = {runtime.name: runtime.function.timeout_seconds for runtime in runtimes}
         first_index: dict[str, int] = {}
@@ -195,7 +206,8 @@ class StackConfig(ConfigModel):
                              f"{JOB_ID_MAX_LENGTH - len(prefix) - 1} characters")
             deadline, window = job.attempt_deadline_seconds, job.retry_window_seconds
             job_timeout = timeouts.get(job.runtime or "", timeout)
-            if job_timeout < deadline:
+            # A team service's timeout is its own (make plan's checklist names it).
+            if job.service is None and job_timeout < deadline:
                 whose = (f"runtime {job.runtime!r}'s functionTimeoutSeconds" if job.runtime
                          else "functionTimeoutSeconds")
                 problems.add(("jobs", index, "attemptDeadlineSeconds"), f"{deadline} s is longer"
@@ -315,12 +327,14 @@ class StackConfig(ConfigModel):
                          f"give jobs[{index}] retries (retry.retryCount >= 1), or use "
                          "overlap 'forbid' (skip such a run) or 'allow'")
 
-    def watchdog_delivers_to(self, *, proxied: bool = False, runtime: str | None = None) -> bool:
+    def watchdog_delivers_to(self, *, proxied: bool = False, runtime: str | None = None,
+                             service: str | None = None) -> bool:
         """Whether the watchdog delivers runs (catch-up, re-runs) to the proxy (`proxied`),
-        to the runtime named `runtime`, or to the dedup function: only then is it one of that
-        function's allowed callers, may invoke it, and gets its URL."""
-        jobs = [job for job in self.jobs
-                if (job.proxy is not None) == proxied and job.runtime == runtime]
+        to the runtime named `runtime`, to the team service named `service`, or to the dedup
+        function: only then is it one of that function's allowed callers, may invoke it,
+        and gets its URL."""
+        jobs = [job for job in self.jobs if (job.proxy is not None) == proxied
+                and job.runtime == runtime and job.service == service]
         return self.watchdog.enabled and bool(jobs) and (
             self.watchdog.reruns or any(job.catch_up for job in jobs)
         )
@@ -359,7 +373,7 @@ class StackConfig(ConfigModel):
         runtime's of that name."""
         jobs = sorted(self.jobs, key=lambda j: j.name)
         return {self.job_id(job): job.job_logic for job in jobs
-                if job.proxy is None and job.runtime == runtime}
+                if job.proxy is None and job.service is None and job.runtime == runtime}
 
     def runtime_of(self, job: JobSettings) -> RuntimeSettings | None:
         """The runtime `job` runs in; None: the dedup function (or the proxy)."""
@@ -380,9 +394,20 @@ class StackConfig(ConfigModel):
         """A runtime's own records database: `<databaseName>-<name>`."""
         return runtime_database_of(self.dedup.database_name, runtime.name)
 
+    def service_of(self, job: JobSettings) -> TeamServiceSettings | None:
+        """The team service `job` is aimed at; None: a kit function's job."""
+        return next((s for s in self.services if s.name == job.service), None)
+
+    def service_database(self, service: TeamServiceSettings) -> str:
+        """A team service's own records database: `<databaseName>-<name>`."""
+        return runtime_database_of(self.dedup.database_name, service.name)
+
     def records_database_of(self, job: JobSettings) -> str:
         """The database of `job`'s run records: the proxy's own for a proxied job, its
-        runtime's for a job in a runtime, else the dedup database."""
+        runtime's for a job in a runtime, its service's for a job aimed at a team service,
+        else the dedup database."""
+        if (service := self.service_of(job)) is not None:
+            return self.service_database(service)
         if job.proxy is not None:
             return self.dedup.proxy_database_name
         runtime = self.runtime_of(job)
@@ -448,7 +473,8 @@ def with_stack_defaults(job: JobSettings, dedup: DedupSettings) -> dict[str, Any
     stack, the demo's, is filled the same way)."""
     repeated, skipped = default_dst(job.schedule)
     return {
-        "job_logic": job.job_logic or dedup.default_job_logic,
+        # A team service's job runs the service's own code: no job logic of the kit's.
+        "job_logic": "" if job.service else job.job_logic or dedup.default_job_logic,
         "dst_repeated": job.dst_repeated or dedup.dst_repeated or repeated,
         "dst_skipped": job.dst_skipped or dedup.dst_skipped or skipped,
         "forced_runs": job.forced_runs or dedup.forced_runs,
