@@ -69,6 +69,13 @@ from policies.kit_resources import (
     task_account,
 )
 from policies.model import Resource
+from policies.reach import service_of
+from policies.team_services import (
+    TeamService,
+    app_engine_service_of,
+    cloud_run_service_of,
+    declared_team_services,
+)
 from policies.urls import NormalUrl, Origin, normal_url
 from policies.values import as_mapping, get, is_unknown, known_str
 
@@ -320,6 +327,60 @@ class StackFacts:
         """Some job's OIDC account is not known yet (it may be any account)."""
         return self._oidc[1]
 
+    # --- the team services (issue 39) ----------------------------------------------------
+
+    @cached_property
+    def team_services(self) -> tuple[TeamService, ...]:
+        """The team services the stack declares (policies/team_services.py)."""
+        return declared_team_services(self.resources)
+
+    def team_service_called(self, job: Resource) -> TeamService | None:
+        """The declared team Cloud Run service `job`'s known URI lies under, if any."""
+        target = normal_url(known_str(job_uri(job)) or "")
+        return next((s for s in self.team_services if target is not None
+                     and s.cloud_run is not None and s.url is not None
+                     and target.within(s.url)), None)
+
+    def called_service(self, grant_on: Resource) -> Resource | TeamService | None:
+        """The service the kit calls that a service IAM resource grants on: a function of
+        the kit (its Cloud Run v2 or function IAM), or a declared team Cloud Run service
+        (Cloud Run v2 IAM); None for anything else (a v1 gcp.cloudrun IAM resource too)."""
+        name = service_of(grant_on)
+        if name is None or grant_on.type.startswith("gcp:cloudrun/"):
+            return None
+        function = next((f for f in self.kit_functions
+                         if known_str(get(f.props, "name")) == name), None)
+        if function is not None:
+            return function
+        run = cloud_run_service_of(grant_on)
+        return next((s for s in self.team_services
+                     if run is not None and s.cloud_run is not None
+                     and s.cloud_run.same_as(run)), None)
+
+    @cached_property
+    def team_service_jobs(self) -> tuple[tuple[Resource, TeamService], ...]:
+        """(job, the declared team service it calls), for each job aimed at one: by its
+        URI (Cloud Run) or by its App Engine HTTP target's routing (App Engine)."""
+        app_engine = {s.app_engine: s for s in self.team_services if s.app_engine}
+        found = []
+        for job in self.scheduler_jobs:
+            routed = app_engine_service_of(job)
+            service = (app_engine.get(routed) if routed is not None
+                       else self.team_service_called(job))
+            if service is not None:
+                found.append((job, service))
+        return tuple(found)
+
+    @cached_property
+    def invoker_emails(self) -> frozenset[str]:
+        """The accounts the Scheduler jobs aimed at a function of the kit or a declared
+        team service send OIDC tokens of."""
+        return frozenset(
+            service_account_email(email) for job in self.scheduler_jobs
+            if (email := known_str(oidc_email(job)))
+            and (self.functions_targeted(job) or self.team_service_called(job))
+        )
+
     # --- accounts ------------------------------------------------------------------------
 
     @cached_property
@@ -491,6 +552,11 @@ class StackFacts:
                 database = RecordsDatabase(known_str(get(declared.props, "project")),
                                            database_id(name))
                 _add_database(found, database, frozenset(), "", merge=False)
+        for service in self.team_services:  # its own account claims its records there
+            if service.database is not None:
+                _add_database(found, service.database,
+                              None if service.account is None else frozenset({service.account}),
+                              str(service))
         if unsure:  # a function whose settings are unknown may write any of them
             return tuple(KitDatabase(d.database, None, d.named_by) for d in found.values())
         return tuple(found.values())

@@ -55,10 +55,10 @@ SA_USER: Final = "roles/iam.serviceAccountUser"
 
 ALLOWED_TEXT: Final = (
     f"{DATASTORE_USER} on its own database (DEDUP_WATCH_DATABASE), {DATASTORE_VIEWER} on "
-    "the dedup, the proxy's and each runtime's database, each conditioned to that one "
-    "database; when it "
-    "delivers runs, run.invoker on the "
-    f"kit's services, {TASKS_ENQUEUER} on the queue its DEDUP_WATCH_QUEUE names and "
+    "the dedup, the proxy's, each runtime's and each team service's database, each "
+    "conditioned to that one database; when it delivers runs, run.invoker on the kit's "
+    f"services and the declared team Cloud Run services, {TASKS_ENQUEUER} on the queue its "
+    "DEDUP_WATCH_QUEUE names and "
     f"{SA_USER} on its own account"
 )
 
@@ -96,14 +96,15 @@ def _viewer_problem(
         return None  # the dedup function's records
     if not others:
         return (
-            f"{DATASTORE_VIEWER} is granted but the stack has no proxy or runtime, whose "
-            "records it reads: remove it"
+            f"{DATASTORE_VIEWER} is granted but the stack has no proxy, runtime or team "
+            "service, whose records it reads: remove it"
         )
     if not isinstance(named, str) or any(d is None or d.named_by(named) for d in others):
         return None
     return (
-        f"{DATASTORE_VIEWER} names database {named!r}, which is no proxy's or runtime's "
-        f"database ({', '.join(str(d) for d in others)}): remove it, or set its condition "
+        f"{DATASTORE_VIEWER} names database {named!r}, which is no proxy's, runtime's or "
+        f"team service's database ({', '.join(str(d) for d in others)}): remove it, or set "
+        "its condition "
         "to the database of the records it reads"
     )
 
@@ -134,7 +135,7 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
     facts = stack_facts(resources)
     # The other databases of run records it reads: the proxies' and the runtimes'.
     others = [records_database(p) for p in facts.proxy_functions] + [
-        r.database for r in facts.runtimes]
+        r.database for r in facts.runtimes] + [s.database for s in facts.team_services]
     for watchdog in facts.watchdog_functions:
         email = runtime_email(watchdog)
         if email is None:
@@ -143,10 +144,8 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
         delivers = delivers_runs(watchdog)
         own, records = own_database(watchdog), records_database(watchdog)
         for resource, role, grant in facts.roles_held(email):
-            if delivers and role == RUN_INVOKER and resource.type.startswith(
-                "gcp:cloudrunv2/serviceIam"
-            ):
-                continue  # its tasks carry its token to the kit's functions
+            if delivers and role == RUN_INVOKER and facts.called_service(resource):
+                continue  # its tasks carry its token to the kit's functions, team services
             if delivers and _own_queue_grant(watchdog, resource, role, email):
                 continue
             if role not in (DATASTORE_USER, DATASTORE_VIEWER):
