@@ -30,6 +30,7 @@ from infra.dedup_service import DedupService, DedupServiceArgs
 from infra.job_runtime import JobRuntime, JobRuntimeArgs
 from infra.monitoring import Monitoring, MonitoringArgs
 from infra.scheduled_job import ScheduledJob, ScheduledJobArgs
+from infra.team_service import TeamService, TeamServiceArgs
 from infra.watchdog import Watchdog, WatchdogArgs
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:SchedulerDedup"
@@ -45,6 +46,8 @@ WATCHDOG_NAME: Final = "watchdog"
 MONITORING_NAME: Final = "monitoring"
 RUNTIME_PREFIX: Final = "runtime-"
 """A runtime's component is `runtime-<name>`."""
+TEAM_SERVICE_PREFIX: Final = "service-"
+"""A team service's component is `service-<name>`."""
 
 if TYPE_CHECKING:
     # The rendered TypedDict is built at import time, which mypy cannot follow.
@@ -100,6 +103,9 @@ class SchedulerDedup(pulumi.ComponentResource):
     """Each runtime's function URL by runtime name, when the stack has runtimes."""
     runtime_service_accounts: pulumi.Output[dict[str, str]] | None
     """Each runtime's account (its jobs' identity) by runtime name, when it has runtimes."""
+    team_service_databases: pulumi.Output[dict[str, str]] | None
+    """Each team service's records database (its DEDUP_DATABASE) by service name, when the
+    stack has services."""
 
     def __init__(
         self,
@@ -146,13 +152,28 @@ class SchedulerDedup(pulumi.ComponentResource):
                 pulumi.ResourceOptions(parent=self))
             for runtime in cfg.runtimes
         }
+        team_services = {
+            team.name: TeamService(
+                f"{TEAM_SERVICE_PREFIX}{team.name}",
+                TeamServiceArgs.from_config(cfg, team,
+                                            invoker_member=service.invoker_account.member,
+                                            depends_on=service.apis),
+                pulumi.ResourceOptions(parent=self))
+            for team in cfg.services
+        }
         jobs: list[ScheduledJob] = []
         for job in cfg.jobs:
-            # A proxied job calls the proxy, a runtime's job its runtime, any other job the
-            # dedup function.
-            uri = service.function_uri
+            # A proxied job calls the proxy, a runtime's job its runtime, a team service's
+            # job that service (at its path; the token's audience its URL), any other job
+            # the dedup function.
+            uri: pulumi.Input[str] = service.function_uri
+            audience: pulumi.Input[str] | None = None  # None: the uri itself
             ready = service.ready
-            if job.proxy is not None:
+            team = cfg.service_of(job)
+            if team is not None:  # its url: unused for App Engine (no token)
+                uri, audience = f"{team.url or ''}{job.service_path}", team.url or ""
+                ready = [*service.apis, *team_services[team.name].ready]
+            elif job.proxy is not None:
                 assert proxy is not None
                 uri, ready = proxy.function_uri, [*service.apis, *proxy.ready]
             elif job.runtime is not None:
@@ -166,14 +187,15 @@ class SchedulerDedup(pulumi.ComponentResource):
                     region=cfg.region,
                     target_uri=uri,
                     invoker_email=service.invoker_account.email,
-                    audience=uri,
+                    audience=audience,
                     job_id=cfg.job_id(job),
                     depends_on=ready,
+                    app_engine=team.app_engine if team is not None else None,
                 ),
                 self._child(),
             ))
         watchdog_args = (
-            WatchdogArgs.from_service(cfg, service, proxy, runtimes)
+            WatchdogArgs.from_service(cfg, service, proxy, runtimes, team_services)
             if cfg.watchdog.enabled else None
         )
         watchdog = (Watchdog(WATCHDOG_NAME, watchdog_args, self._child())
@@ -183,6 +205,8 @@ class SchedulerDedup(pulumi.ComponentResource):
         if proxy_args is not None:
             delivery_services.append(proxy_args.function_name)
         delivery_services.extend(cfg.runtime_function_name(r) for r in cfg.runtimes)
+        # A team's Cloud Run service logs the library's same one line per delivery.
+        delivery_services.extend(t.cloud_run for t in cfg.services if t.cloud_run is not None)
         monitoring = Monitoring(
             MONITORING_NAME,
             MonitoringArgs(
@@ -220,6 +244,8 @@ class SchedulerDedup(pulumi.ComponentResource):
             **{n: r.function_uri for n, r in runtimes.items()}) if runtimes else None
         self.runtime_service_accounts = pulumi.Output.all(
             **{n: r.account.email for n, r in runtimes.items()}) if runtimes else None
+        self.team_service_databases = pulumi.Output.all(
+            **{n: t.database.name for n, t in team_services.items()}) if team_services else None
         self.register_outputs(self.outputs())
 
     def outputs(self) -> dict[str, pulumi.Output[Any]]:

@@ -1,5 +1,7 @@
 """ScheduledJob: one Cloud Scheduler job that calls the dedup function (or, for a job with
-`proxy:`, the idempotent proxy) with an OIDC token.
+`proxy:`, the idempotent proxy; for a job with `service:`, a team's own service) with an
+OIDC token, or, for a team's App Engine service, through an App Engine HTTP target (which
+carries no token: App Engine targets have none).
 
 The job sends `X-Dedup-Project` and `X-Dedup-Location` (its own project and region), so
 one function can serve jobs of several projects or regions that share a job ID, and
@@ -17,7 +19,7 @@ from typing import Final
 import pulumi
 
 from infra import gcp
-from infra.config import JobSettings
+from infra.config import AppEngineTarget, JobSettings
 from infra.scheduler_rules import duration_string
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:ScheduledJob"
@@ -60,6 +62,8 @@ def job_headers(project: str, region: str, job: JobSettings) -> dict[str, str]:
 
 
 def default_description(job: JobSettings) -> str:
+    if job.service is not None:
+        return f"{job.name}: POSTs {job.service_path} of service {job.service} once per schedule"
     if job.proxy is not None:
         return (
             f"{job.name}: starts {job.proxy.target} {job.proxy.resource} once per schedule "
@@ -88,6 +92,9 @@ class ScheduledJobArgs:
     the function's routes are keyed by this ID (X-CloudScheduler-JobName)."""
     depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
     """E.g. the Cloud Scheduler API and the invoker binding."""
+    app_engine: AppEngineTarget | None = None
+    """A team's App Engine service: an App Engine HTTP target to `job.service_path` there
+    (`target_uri`, `invoker_email` and `audience` unused)."""
 
     @property
     def scheduler_job_id(self) -> str:
@@ -100,6 +107,21 @@ class ScheduledJobArgs:
         if self.job.body_json is None:
             return None
         return base64.b64encode(self.job.body_json.encode("utf-8")).decode("ascii")
+
+
+def app_engine_target(
+    args: ScheduledJobArgs, app_engine: AppEngineTarget
+) -> gcp.cloudscheduler.JobAppEngineHttpTargetArgs:
+    """The App Engine HTTP target of a job aimed at a team's App Engine service: the same
+    method, headers and body as every job of the kit, routed to its service (and version)."""
+    return gcp.cloudscheduler.JobAppEngineHttpTargetArgs(
+        relative_uri=args.job.service_path,
+        app_engine_routing=gcp.cloudscheduler.JobAppEngineHttpTargetAppEngineRoutingArgs(
+            service=app_engine.service, version=app_engine.version),
+        http_method="POST",
+        body=args.body_base64(),
+        headers=args.headers(),
+    )
 
 
 class ScheduledJob(pulumi.ComponentResource):
@@ -136,16 +158,20 @@ class ScheduledJob(pulumi.ComponentResource):
                 max_backoff_duration=duration(retry.max_backoff_seconds),
                 max_doublings=retry.max_doublings,
             ),
-            http_target=gcp.cloudscheduler.JobHttpTargetArgs(
-                uri=args.target_uri,
-                http_method="POST",
-                body=args.body_base64(),
-                headers=args.headers(),
-                oidc_token=gcp.cloudscheduler.JobHttpTargetOidcTokenArgs(
-                    service_account_email=args.invoker_email,
-                    audience=args.audience if args.audience is not None else args.target_uri,
-                ),
-            ),
+            http_target=None if args.app_engine is not None else (
+                gcp.cloudscheduler.JobHttpTargetArgs(
+                    uri=args.target_uri,
+                    http_method="POST",
+                    body=args.body_base64(),
+                    headers=args.headers(),
+                    oidc_token=gcp.cloudscheduler.JobHttpTargetOidcTokenArgs(
+                        service_account_email=args.invoker_email,
+                        audience=args.audience if args.audience is not None
+                        else args.target_uri,
+                    ),
+                )),
+            app_engine_http_target=None if args.app_engine is None else (
+                app_engine_target(args, args.app_engine)),
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
         self.job_name: pulumi.Output[str] = self.job.name

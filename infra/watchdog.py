@@ -86,9 +86,11 @@ from infra.dedup_service import DedupService, dedup_environment, runtime_apis
 from infra.iam_wait import wait_for_iam
 from infra.job_runtime import JobRuntime
 from infra.records_database import TTL_FIELD, declare_database, declare_unindexed_field
-from infra.scheduled_job import ScheduledJob, ScheduledJobArgs, job_headers
+from infra.scheduled_job import ScheduledJob, ScheduledJobArgs
 from infra.scheduler_rules import duration_string
 from infra.source import WATCH_JOBS_TABLE
+from infra.team_service import TeamService, run_service_name
+from infra.watch_table import SERVICE_TARGET, watch_jobs
 
 COMPONENT_TYPE: Final = "scheduler-dedup:index:Watchdog"
 ENTRY_POINT: Final = "watch_scheduled_runs"
@@ -115,60 +117,7 @@ TASK_KEY_ENV: Final = "DEDUP_WATCH_TASK_KEY"
 """function/dedup/watchdog/cloud_tasks.py reads its task key from this variable."""
 TASK_KEY_SECRET_SUFFIX: Final = "-watchdog-task-key"
 ROLE_SA_USER: Final = "roles/iam.serviceAccountUser"
-
-
-def watch_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
-    """The watchdog's job table: every job of the stack (dedup function and proxy), by
-    deployed ID; with what a delivery by the watchdog needs when it delivers that job's runs
-    (a proxied job goes to DEDUP_WATCH_PROXY_URL, an output: not in the table, which is
-    built before the proxy exists)."""
-
-    def seconds(value: float) -> float | int:
-        return int(value) if float(value).is_integer() else value
-
-    # Per target, not per job: each answer looks at every job of the stack.
-    delivers_to: dict[tuple[bool, str | None], bool] = {
-        (proxied, None): cfg.watchdog_delivers_to(proxied=proxied) for proxied in (False, True)}
-    delivers_to.update({(False, r.name): cfg.watchdog_delivers_to(runtime=r.name)
-                        for r in cfg.runtimes})
-    entries: list[dict[str, Any]] = []
-    for job in sorted(cfg.jobs, key=lambda j: j.name):
-        entry: dict[str, Any] = {
-            "name": cfg.job_id(job),
-            "schedule": job.schedule,
-            "timeZone": job.time_zone,
-            "attemptDeadlineSeconds": job.attempt_deadline_seconds,
-            "retryWindowSeconds": seconds(job.retry_window_seconds),
-            "paused": job.paused,
-            "dstRepeated": job.dst_repeated,
-            "dstSkipped": job.dst_skipped,
-            "forcedRuns": job.forced_runs,
-        }
-        failure, recovery = cfg.alert_thresholds(job)
-        entry.update(failureThreshold=failure, recoveryThreshold=recovery)
-        if job.silences:  # its maintenance windows (dedup/watchdog/windows.py)
-            entry["silences"] = [window.table_entry() for window in job.silences]
-        if job.runs_beyond_schedule != "off":  # dedup/watchdog/beyond.py reads its ledgers
-            entry["runsBeyondSchedule"] = job.runs_beyond_schedule
-            if job.max_forced_runs_per_day:  # 0: unset
-                entry["maxForcedRunsPerDay"] = job.max_forced_runs_per_day
-        if (database := cfg.records_database_of(job)) != cfg.dedup.database_name:
-            entry["database"] = database  # the proxy's or the runtime's own records
-        if job.proxy is not None:
-            entry["proxied"] = True
-        if job.runtime is not None:
-            entry["runtime"] = job.runtime  # delivered to its DEDUP_WATCH_RUNTIME_URLS entry
-        if job.catch_up:
-            entry.update(catchUp=True, catchUpWithinSeconds=job.catch_up_within_seconds)
-        if delivers_to[(job.proxy is not None, job.runtime)]:
-            # `make rerun` accepts a request for it (operator_tools/rerun.py), and the watchdog
-            # delivers only requests of jobs with this flag.
-            entry["reruns"] = True
-            entry["headers"] = job_headers(cfg.project, cfg.region, job)
-            if job.body_json is not None:
-                entry["body"] = job.body_json
-        entries.append(entry)
-    return entries
+__all__ = ["Watchdog", "WatchdogArgs", "watch_jobs", "watchdog_job_settings"]
 
 
 def watchdog_job_settings(
@@ -222,19 +171,21 @@ class WatchdogArgs:
     enables Secret Manager for its token secret)."""
     secret_depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
     """What enables them otherwise (the proxy's APIs)."""
-    delivery_targets: Mapping[str, tuple[pulumi.Input[str], pulumi.Input[str]]] = field(
+    delivery_targets: Mapping[str, tuple[pulumi.Input[str], pulumi.Input[str] | None]] = field(
         default_factory=dict
     )
-    """What the watchdog delivers runs to: "dedup", "proxy" and `runtime-<name>` -> (URL,
-    Cloud Run service name), for DEDUP_WATCH_TARGET_URL, DEDUP_WATCH_PROXY_URL,
-    DEDUP_WATCH_RUNTIME_URLS and its run.invoker grants."""
+    """What the watchdog delivers runs to: "dedup", "proxy", `runtime-<name>` and
+    `service-<name>` -> (URL, Cloud Run service name; None: App Engine, no grant), for
+    DEDUP_WATCH_TARGET_URL, DEDUP_WATCH_PROXY_URL, DEDUP_WATCH_RUNTIME_URLS and its
+    run.invoker grants (a team service's URL is in its jobs' table entries)."""
 
     @classmethod
     def from_service(
         cls, cfg: StackConfig, service: DedupService, proxy: DedupProxy | None = None,
         runtimes: Mapping[str, JobRuntime] | None = None,
+        team_services: Mapping[str, TeamService] | None = None,
     ) -> WatchdogArgs:
-        runtimes = runtimes or {}
+        runtimes, team_services = runtimes or {}, team_services or {}
         job = watchdog_job_settings(
             cfg.watchdog,
             function_timeout_seconds=cfg.function.timeout_seconds,
@@ -254,6 +205,7 @@ class WatchdogArgs:
             read_databases={
                 **({"proxy": proxy.database.name} if proxy is not None else {}),
                 **{f"{RUNTIME_TARGET}{n}": r.database.name for n, r in runtimes.items()},
+                **{f"{SERVICE_TARGET}{n}": t.database.name for n, t in team_services.items()},
             },
             depends_on=[*service.apis, *service.build_grants, service.ttl_field],
             job_depends_on=list(service.apis),
@@ -313,8 +265,8 @@ class WatchdogArgs:
 def _delivery_targets(
     cfg: StackConfig, service: DedupService, proxy: DedupProxy | None,
     runtimes: Mapping[str, JobRuntime],
-) -> dict[str, tuple[pulumi.Input[str], pulumi.Input[str]]]:
-    targets: dict[str, tuple[pulumi.Input[str], pulumi.Input[str]]] = {
+) -> dict[str, tuple[pulumi.Input[str], pulumi.Input[str] | None]]:
+    targets: dict[str, tuple[pulumi.Input[str], pulumi.Input[str] | None]] = {
         f"{RUNTIME_TARGET}{name}": (runtime.function_uri, runtime.service_name)
         for name, runtime in runtimes.items() if cfg.watchdog_delivers_to(runtime=name)
     }
@@ -322,6 +274,10 @@ def _delivery_targets(
         targets["dedup"] = (service.function_uri, service.service_name)
     if cfg.watchdog_delivers_to(proxied=True) and proxy is not None:
         targets["proxy"] = (proxy.function_uri, proxy.service_name)
+    # A team service's URL is in its jobs' table entries (infra/watch_table.py).
+    targets.update({f"{SERVICE_TARGET}{t.name}": (t.url or "",
+                                                    run_service_name(cfg.project, cfg.region, t))
+                    for t in cfg.services if cfg.watchdog_delivers_to(service=t.name)})
     return targets
 
 
@@ -420,6 +376,7 @@ class Watchdog(pulumi.ComponentResource):
                 member=self.account.member,
             )
             for target, (_, service_name) in sorted(args.delivery_targets.items())
+            if service_name is not None  # App Engine: no per-service grant
         ]
         # Its deliveries go through a Cloud Tasks queue: Cloud Run admits a task from the
         # same project on an internal-only URL, not a POST from a function without VPC

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infra.config import ConfigError
+from infra.config import ConfigError, StackConfig, load_config
 from infra.contracts import Finding, check_resources
 from infra.scheduler_rules import HazardKind, ScheduleError, chosen_kinds, dst_advisory
 from infra.source import (
@@ -37,10 +37,12 @@ from operator_tools.declared import DeclaredResource, OfflineRun
 from operator_tools.offline import (
     STACK_FILE_DIR,
     StackFileError,
+    load_stack_config,
     run_checked_stack,
     stack_names,
     stack_path,
 )
+from operator_tools.own_services import checklist
 from operator_tools.stack_files import checked_stack_files, display_path
 
 
@@ -126,6 +128,13 @@ def _job(p: Mapping[str, Any]) -> str:
     target = _get(p, "httpTarget") or {}
     oidc = target.get("oidcToken") or {}
     paused = " PAUSED" if p.get("paused") else ""
+    app_engine = _get(p, "appEngineHttpTarget")
+    if isinstance(app_engine, Mapping):  # a team's App Engine service: no token
+        routing = app_engine.get("appEngineRouting") or {}
+        where = "/".join(str(routing[k]) for k in ("service", "version") if routing.get(k))
+        target = {"httpMethod": app_engine.get("httpMethod"),
+                  "uri": f"appengine:{where or 'default'}{app_engine.get('relativeUri')}"}
+        oidc = {"serviceAccountEmail": "none (App Engine target)"}
     return (
         f"'{p.get('schedule')}' {p.get('timeZone')} deadline={p.get('attemptDeadline')} "
         f"retries={_num(retry.get('retryCount'))} "
@@ -201,9 +210,11 @@ def summarize(resource: DeclaredResource) -> str:
     return json.dumps(resource.props, sort_keys=True, default=str)[:160]
 
 
-def render(run: OfflineRun, now: datetime | None = None) -> str:
-    """The plan as text: a header, one row per resource, the outputs, then the advisories
-    (DST changes the jobs' schedules run into within a year of `now`)."""
+def render(run: OfflineRun, now: datetime | None = None,
+           config: StackConfig | None = None) -> str:
+    """The plan as text: a header, one row per resource, the outputs, the advisories
+    (DST changes the jobs' schedules run into within a year of `now`), then what the kit
+    cannot see of the team's own services (`config`'s, operator_tools/own_services.py)."""
     rows = [
         (r.type, r.name + (" [protected]" if r.protect else ""), summarize(r))
         for r in run.resources
@@ -224,6 +235,9 @@ def render(run: OfflineRun, now: datetime | None = None) -> str:
     if advisories:
         lines += ["", "Advisories:"]
         lines += [f"  [advisory] {name}: {message}" for name, message in advisories]
+    unseen = checklist(config) if config is not None else []
+    if unseen:
+        lines += ["", *unseen]
     return "\n".join(lines)
 
 
@@ -315,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(contract_error(path, findings), file=sys.stderr)
             status = 2
             continue
-        print(render(run))
+        print(render(run, config=load_config(load_stack_config(path))))
     return status
 
 

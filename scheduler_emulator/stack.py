@@ -284,11 +284,13 @@ def proxy_route(target: ProxyTarget, name_prefix: str) -> ProxyRoute:
 def from_stack_config(config: StackConfig, source: str = "stack") -> Stack:
     # Jobs with `proxy:` call the idempotent proxy, which starts Google Cloud executions:
     # kept apart (proxied_jobs), for a replay against the proxy (the demo's, on fake APIs).
+    # Jobs aimed at a team's own service (`service:`) run that service's code, which is not
+    # served here: the emulator leaves them out.
     jobs = tuple(
         job_from_settings(
             job, project=config.project, region=config.region, name_prefix=config.name_prefix
         )
-        for job in config.jobs
+        for job in config.jobs if job.service is None
     )
     dedup = config.dedup
     return Stack(

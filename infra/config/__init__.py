@@ -3,9 +3,10 @@ resource: this package's face, re-exporting what the program, the operator tools
 tests use. The names and IDs live in `names`, the error machinery in `errors` (and `explain`,
 which reads pydantic's errors as problems with a key and a fix), Cloud Scheduler's and
 Firestore's value rules in `hints`, field declaration and introspection in `fields`, the
-models in `jobs`, `service`, `runtimes` and `services`, the whole `StackConfig` with its cross-model rules, deploy
-rules and `DEFAULTS` in `stack`, and `load_config` / `config_from_pulumi` in `load`. From the
-models follow, through `make schema` (operator_tools/schema.py), the `config:` block of
+models in `jobs`, `service`, `runtimes` and `services` (a team's own services), the whole
+`StackConfig` with its cross-model rules, deploy rules and `DEFAULTS` in `stack`, and
+`load_config` / `config_from_pulumi` in `load`. From the models follow, through `make
+schema` (operator_tools/schema.py), the `config:` block of
 `Pulumi.yaml`, docs/configuration.md's reference and `schema/stack.schema.json`.
 """
 

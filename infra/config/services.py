@@ -32,7 +32,8 @@ CLOUD_RUN_SERVICE: Final = r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$"
 """A Cloud Run service's name: lowercase letters, digits and '-', starting with a letter."""
 APP_ENGINE_ID: Final = r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$"
 """An App Engine service or version ID: lowercase letters, digits and '-'."""
-SERVICE_ACCOUNT_EMAIL: Final = r"^[a-z0-9][a-z0-9.-]{0,98}@[a-z0-9][a-z0-9.-]*\.gserviceaccount\.com$"
+SERVICE_ACCOUNT_EMAIL: Final = (r"^[a-z0-9][a-z0-9.-]{0,98}@[a-z0-9][a-z0-9.-]*"
+                               r"\.gserviceaccount\.com$")
 RUN_APP_HOST: Final = re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)*\.run\.app$")
 DESCRIBE_URL: Final = ("gcloud run services describe {name} --region <region> "
                        "--format='value(status.url)'")
@@ -204,23 +205,23 @@ def services_in_stack(
     for index, (name, deadline, catch_up) in enumerate(job_targets):
         if name is None:
             continue
-        service = by_name.get(name)
-        if service is None:
+        target = by_name.get(name)
+        if target is None:
             problems.add(("jobs", index, "service"), f"{name!r} is not a service of this "
                          f"stack; {did_you_mean('service', name, known)}".rstrip("; "),
                          "declare it under services, or use one of: " + (
                              ", ".join(known) if known else "(none declared) remove service"))
             continue
-        bound = service.max_attempt_deadline_seconds
+        bound = target.max_attempt_deadline_seconds
         if deadline > bound:
             problems.add(("jobs", index, "attemptDeadlineSeconds"), f"{deadline} s is more "
                          f"than Cloud Scheduler allows for an HTTP target ({bound} s), which "
-                         f"a job aimed at {service.kind} is", f"lower attemptDeadlineSeconds "
+                         f"a job aimed at {target.kind} is", f"lower attemptDeadlineSeconds "
                          f"to <= {bound} (only App Engine targets may wait up to "
                          f"{APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS} s)")
-        if catch_up and service.app_engine is not None and service.url is None:
+        if catch_up and target.app_engine is not None and target.url is None:
             problems.add(("jobs", index, "catchUp"), f"needs the watchdog to deliver missed "
-                         f"runs to {service.kind}, which it reaches only by its URL (through "
+                         f"runs to {target.kind}, which it reaches only by its URL (through "
                          "its Cloud Tasks queue, as an HTTP request), and services["
                          f"{known.index(name)}].url is not set",
                          "set the service's url to the app's https URL (e.g. "

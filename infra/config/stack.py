@@ -37,7 +37,6 @@ from infra.config.names import (
     watch_database_of,
 )
 from infra.config.runtimes import RuntimeSettings, runtimes_in_stack
-from infra.config.services import TeamServiceSettings, services_in_stack
 from infra.config.service import (
     WATCHDOG_LOOKBACK_DEFAULT_SECONDS,
     AlertSettings,
@@ -46,6 +45,7 @@ from infra.config.service import (
     FunctionSettings,
     WatchdogSettings,
 )
+from infra.config.services import TeamServiceSettings, services_in_stack
 from infra.scheduler_rules import JOB_ID_MAX_LENGTH, HazardKind
 
 GROUPS: Final[Mapping[str, type[BaseModel]]] = {

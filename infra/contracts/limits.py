@@ -20,6 +20,7 @@ from infra.contracts import sources
 from infra.contracts.convert import Declared, api_value
 from infra.contracts.findings import Finding, Rule, Source
 from infra.scheduler_rules import (
+    APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_MIN_SECONDS,
     JOB_ID_MAX_LENGTH,
@@ -106,6 +107,9 @@ R_JOB_DESCRIPTION: Final = _rule(
 R_JOB_DEADLINE: Final = _rule(
     f"an HTTP target's attemptDeadline lies within {ATTEMPT_DEADLINE_MIN_SECONDS} s .. "
     f"{ATTEMPT_DEADLINE_MAX_SECONDS // 60} min", sources.SCHEDULER_JOBS_API)
+R_JOB_APP_ENGINE_DEADLINE: Final = _rule(
+    f"an App Engine HTTP target's attemptDeadline lies within {ATTEMPT_DEADLINE_MIN_SECONDS} "
+    f"s .. {APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS // 3600} h", sources.SCHEDULER_JOBS_API)
 R_JOB_RETRY_COUNT: Final = _rule(
     f"retryCount lies within 0..{RETRY_COUNT_MAX} (greater and negative values are not "
     "allowed)", sources.SCHEDULER_JOBS_API)
@@ -260,9 +264,14 @@ def scheduler_job_limits(resource: Declared) -> Iterator[Finding]:
     if isinstance(count, int | float) and not 0 <= count <= RETRY_COUNT_MAX:
         yield finding(resource, "retryConfig.retryCount", count, R_JOB_RETRY_COUNT)
     target = props.get("httpTarget")
+    deadline = duration_seconds(props.get("attemptDeadline"))
+    if isinstance(props.get("appEngineHttpTarget"), Mapping) and deadline is not None and not (
+        ATTEMPT_DEADLINE_MIN_SECONDS <= deadline <= APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS
+    ):
+        yield finding(resource, "attemptDeadline", props.get("attemptDeadline"),
+                      R_JOB_APP_ENGINE_DEADLINE)
     if not isinstance(target, Mapping):
         return
-    deadline = duration_seconds(props.get("attemptDeadline"))
     if deadline is not None and not (
         ATTEMPT_DEADLINE_MIN_SECONDS <= deadline <= ATTEMPT_DEADLINE_MAX_SECONDS
     ):

@@ -66,6 +66,7 @@ from dedup.watchdog.delivery import (
     QUEUED,
     DeliveryResult,
     RunDelivery,
+    audience_of,
     brief_error,
     json_or_none,
 )
@@ -171,7 +172,7 @@ def task_of(queue: TaskQueue, delivery: RunDelivery, choice: int = 0) -> dict[st
             "body": base64.b64encode((delivery.body or "").encode()).decode(),
             "oidcToken": {
                 "serviceAccountEmail": queue.service_account_email,
-                "audience": delivery.url,
+                "audience": audience_of(delivery.url),
             },
         },
     }

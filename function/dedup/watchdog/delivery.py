@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import requests
 
@@ -48,6 +49,15 @@ def target_auth_setting(env: Mapping[str, str]) -> TargetAuth:
     except ValueError:
         choices = ", ".join(a.value for a in TargetAuth)
         raise SettingsError(f"{TARGET_AUTH_ENV}={raw!r} must be one of: {choices}") from None
+
+
+def audience_of(url: str) -> str:
+    """The ID token audience for a delivery to `url`: its origin (scheme://host[:port]).
+    Cloud Run checks a token's audience against the service's run.app URL; a team
+    service's job is delivered to a path of it (infra/watch_table.py). The kit's own
+    functions' URLs have no path: for them it is the URL itself."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else url
 
 
 @dataclass(frozen=True)
@@ -163,10 +173,11 @@ class HttpDeliverer:
         if self._auth is TargetAuth.NONE:
             return {}
         with self._lock:
-            cached = self._tokens.get(url)
+            audience = audience_of(url)
+            cached = self._tokens.get(audience)
             if cached is None or self._monotonic() - cached[1] > self.TOKEN_REUSE_SECONDS:
-                cached = (self._fetch(url), self._monotonic())
-                self._tokens[url] = cached
+                cached = (self._fetch(audience), self._monotonic())
+                self._tokens[audience] = cached
         return {"Authorization": f"Bearer {cached[0]}"}
 
     def deliver(self, delivery: RunDelivery) -> DeliveryResult:
