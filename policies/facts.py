@@ -69,12 +69,11 @@ from policies.kit_resources import (
     task_account,
 )
 from policies.model import Resource
-from policies.reach import service_of
 from policies.team_services import (
     TeamService,
-    app_engine_service_of,
-    cloud_run_service_of,
     declared_team_services,
+    granted_service,
+    service_called_by,
 )
 from policies.urls import NormalUrl, Origin, normal_url
 from policies.values import as_mapping, get, is_unknown, known_str
@@ -330,46 +329,34 @@ class StackFacts:
     # --- the team services (issue 39) ----------------------------------------------------
 
     @cached_property
+    def _team_services(self) -> tuple[tuple[TeamService, tuple[Resource, ...]], ...]:
+        return declared_team_services(self.resources, self.scheduler_jobs)
+
+    @property
     def team_services(self) -> tuple[TeamService, ...]:
         """The team services the stack declares (policies/team_services.py)."""
-        return declared_team_services(self.resources)
-
-    def team_service_called(self, job: Resource) -> TeamService | None:
-        """The declared team Cloud Run service `job`'s known URI lies under, if any."""
-        target = normal_url(known_str(job_uri(job)) or "")
-        return next((s for s in self.team_services if target is not None
-                     and s.cloud_run is not None and s.url is not None
-                     and target.within(s.url)), None)
+        return tuple(service for service, _ in self._team_services)
 
     def called_service(self, grant_on: Resource) -> Resource | TeamService | None:
-        """The service the kit calls that a service IAM resource grants on: a function of
-        the kit (its Cloud Run v2 or function IAM), or a declared team Cloud Run service
-        (Cloud Run v2 IAM); None for anything else (a v1 gcp.cloudrun IAM resource too)."""
-        name = service_of(grant_on)
-        if name is None or grant_on.type.startswith("gcp:cloudrun/"):
-            return None
-        function = next((f for f in self.kit_functions
-                         if known_str(get(f.props, "name")) == name), None)
-        if function is not None:
-            return function
-        run = cloud_run_service_of(grant_on)
-        return next((s for s in self.team_services
-                     if run is not None and s.cloud_run is not None
-                     and s.cloud_run.same_as(run)), None)
+        """The service the kit calls that a service IAM resource grants on (a function of
+        the kit, a declared team Cloud Run service: team_services.granted_service)."""
+        return granted_service(grant_on, self.kit_functions, self.team_services)
 
     @cached_property
     def team_service_jobs(self) -> tuple[tuple[Resource, TeamService], ...]:
-        """(job, the declared team service it calls), for each job aimed at one: by its
-        URI (Cloud Run) or by its App Engine HTTP target's routing (App Engine)."""
-        app_engine = {s.app_engine: s for s in self.team_services if s.app_engine}
+        """(job, the declared team service it calls), in stack order, for each job aimed
+        at one: by its dependencies (the kit's), or by its URI."""
+        aimed = {id(job): service for service, jobs in self._team_services for job in jobs}
         found = []
         for job in self.scheduler_jobs:
-            routed = app_engine_service_of(job)
-            service = (app_engine.get(routed) if routed is not None
-                       else self.team_service_called(job))
+            service = aimed.get(id(job)) or service_called_by(job, self.team_services)
             if service is not None:
                 found.append((job, service))
         return tuple(found)
+
+    @cached_property
+    def team_service_jobs_by_id(self) -> dict[int, TeamService]:
+        return {id(job): service for job, service in self.team_service_jobs}
 
     @cached_property
     def invoker_emails(self) -> frozenset[str]:
@@ -378,8 +365,9 @@ class StackFacts:
         return frozenset(
             service_account_email(email) for job in self.scheduler_jobs
             if (email := known_str(oidc_email(job)))
-            and (self.functions_targeted(job) or self.team_service_called(job))
-        )
+            and (self.functions_targeted(job) or service_called_by(job, self.team_services))
+        ) | frozenset(service_account_email(e) for job, _ in self.team_service_jobs
+                      if (e := known_str(oidc_email(job))))
 
     # --- accounts ------------------------------------------------------------------------
 

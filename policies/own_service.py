@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from policies.facts import StackFacts, stack_facts
-from policies.gcp import SCHEDULER_JOB, service_account_email
+from policies.gcp import service_account_email
 from policies.grants import (
     PRIMITIVE_ROLES,
     condition_database,
@@ -30,7 +30,7 @@ from policies.kit_resources import job_uri, label, oidc_email
 from policies.model import Finding, Resource
 from policies.permissions import INVOKE, RECORDS_ACCESS, SET_IAM
 from policies.reach import granted_on
-from policies.team_services import TeamService
+from policies.team_services import TeamService, watch_table_urls
 from policies.urls import normal_url
 from policies.values import get, is_unknown, known_str
 
@@ -89,40 +89,25 @@ def _where(facts: StackFacts, resource: Resource) -> str:
 
 
 def service_job_target(resources: Sequence[Resource]) -> list[Finding]:
-    """A Scheduler job whose uri lies under a declared team Cloud Run service's url sends
-    an OIDC token whose audience is exactly that url (Cloud Run checks it against the
-    service's run.app URL); a job that sends the invoker's token goes to a function of
-    the kit or a declared team service, nowhere else."""
+    """A job aimed at a declared team Cloud Run service sends an OIDC token whose audience
+    is the service's url (the one audience of every job aimed at it: the kit sets it to
+    `services[].url`, which Cloud Run checks), and its uri lies under that url; a job
+    that sends the invoker's token goes to a function of the kit or a declared team
+    service, nowhere else."""
     facts = stack_facts(resources)
-    services = [s for s in facts.team_services if s.cloud_run is not None]
-    invokers = facts.invoker_emails
     findings: list[Finding] = []
+    aimed = dict(facts.team_service_jobs_by_id)
     for job in facts.scheduler_jobs:
-        uri = known_str(job_uri(job))
-        if uri is None or facts.functions_targeted(job):
+        uri = job_uri(job)
+        if is_unknown(uri) or not isinstance(uri, str) or facts.functions_targeted(job):
             continue  # no HTTP target, not known yet, or the kit's own (scheduler-job-*)
-        target = normal_url(uri)
-        aimed = [s for s in services
-                 if s.url is not None and target is not None and target.within(s.url)]
-        oidc = get(job.props, "httpTarget", "oidcToken")
-        if aimed:
-            service = aimed[0]
-            assert service.url is not None
-            audience = get(oidc, "audience")
-            if is_unknown(oidc) or is_unknown(audience):
-                continue
-            heard = normal_url(audience) if isinstance(audience, str) else None
-            if heard is None or not heard.same_target(service.url):
-                findings.append(Finding(
-                    f"Scheduler job {label(job)} calls {service} at {uri!r} with an OIDC "
-                    f"audience {audience if isinstance(audience, str) else None!r}, not the "
-                    f"service's url {str(service.url)!r}, which Cloud Run checks: set "
-                    "httpTarget.oidcToken.audience to the service's url (services[].url)",
-                    job.urn,
-                ))
+        service = aimed.get(id(job))
+        if service is not None:
+            if service.cloud_run is not None:
+                findings += _audience_problems(job, uri, service, facts)
             continue
         sent = known_str(oidc_email(job))
-        if sent and service_account_email(sent) in invokers:
+        if sent and service_account_email(sent) in facts.invoker_emails:
             findings.append(Finding(
                 f"Scheduler job {label(job)} sends OIDC tokens of the jobs' invoker "
                 f"{service_account_email(sent)} to {uri!r}, neither a function of the kit "
@@ -131,7 +116,66 @@ def service_job_target(resources: Sequence[Resource]) -> list[Finding]:
                 "send tokens of an account of its own",
                 job.urn,
             ))
+    return findings + _watchdog_delivery_problems(facts)
+
+
+def _watchdog_delivery_problems(facts: StackFacts) -> list[Finding]:
+    """The watchdog delivers a team service's runs (its job table's `url`, with its own
+    OIDC token) only under the url of the service the job is aimed at; a job aimed at no
+    declared team service has no such url."""
+    by_id = {name: service for job, service in facts.team_service_jobs
+             if (name := known_str(get(job.props, "name")))}
+    findings: list[Finding] = []
+    for watchdog in facts.watchdog_functions:
+        for job_id, url in sorted((watch_table_urls(watchdog, facts.resources) or {}).items()):
+            service = by_id.get(job_id)
+            target = normal_url(url)
+            if service is None:
+                problem = "which is aimed at no team service the stack declares"
+            elif service.cloud_run is None or service.url is None:
+                continue  # App Engine: its url is only in the table (services[].url)
+            elif target is None or not target.within(service.url):
+                problem = f"not under the url of {service}, {str(service.url)!r}"
+            else:
+                continue
+            findings.append(Finding(
+                f"the watchdog {label(watchdog)} delivers the runs of job {job_id!r} to "
+                f"{url!r} (its job table), {problem}: its tasks carry the watchdog's OIDC "
+                "token and the run's headers there: fix the table's source (the job's "
+                "`service` and the service's url), or remove the url",
+                watchdog.urn,
+            ))
     return findings
+
+
+def _audience_problems(job: Resource, uri: str, service: TeamService,
+                       facts: StackFacts) -> list[Finding]:
+    audience = get(job.props, "httpTarget", "oidcToken", "audience")
+    if is_unknown(audience):
+        return []
+    heard = normal_url(audience) if isinstance(audience, str) else None
+    target = normal_url(uri)
+    if service.url is None:
+        sent = sorted({str(get(j.props, "httpTarget", "oidcToken", "audience"))
+                       for j, s in facts.team_service_jobs if s is service})
+        return [Finding(
+            f"the jobs aimed at {service} send different OIDC audiences ({', '.join(sent)}): "
+            "Cloud Run accepts only its own run.app URL: set each job's "
+            "httpTarget.oidcToken.audience to the service's url (services[].url)",
+            job.urn,
+        )]
+    url = service.url
+    if heard is None or not heard.same_target(url) or target is None or (
+            not target.within(url)) or url.scheme != "https" or url.path != "/" or url.query:
+        return [Finding(
+            f"Scheduler job {label(job)} calls {service} at {uri!r} with the OIDC audience "
+            f"{audience!r}: the audience must be exactly the service's url (https, no path: "
+            "services[].url, which Cloud Run checks) and the uri lie under it: set "
+            "httpTarget.uri to the url plus the job's path and httpTarget.oidcToken.audience "
+            "to the url",
+            job.urn,
+        )]
+    return []
 
 
 # --- dedup-service-account-own-database ---------------------------------------------------
@@ -187,17 +231,12 @@ def service_account_not_kit(resources: Sequence[Resource]) -> list[Finding]:
     for service in facts.team_services:
         if service.account is None or service.account not in kit:
             continue
-        origin = service.origin if service.origin is not None else None
         findings.append(Finding(
             f"{service} runs as {service.account}, an account of the kit (what its "
             "functions run as, build with or its jobs send tokens of): the service's code "
             "could mint that account's tokens (which the kit's functions accept) or use its "
             "grants: run the service as an account of its own and set services[]."
             "serviceAccount to it",
-            origin.urn if origin is not None else None,
+            service.component,
         ))
     return findings
-
-
-def _is_job(resource: Resource) -> bool:
-    return resource.type == SCHEDULER_JOB

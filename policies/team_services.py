@@ -15,21 +15,24 @@ once (`StackFacts.team_services`). A shared helper: it imports no policy module.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from infra.source import WATCH_JOBS_TABLE
 from policies.gcp import FIRESTORE_DATABASE, SCHEDULER_JOB, service_account_email
 from policies.grants import DATASTORE_USER, RUN_INVOKER, grants
-from policies.kit_resources import RecordsDatabase, component_prefix, database_id
+from policies.job_tables import BUCKET_OBJECT, job_table
+from policies.kit_resources import RecordsDatabase, database_id, job_uri
 from policies.model import Resource
-from policies.reach import SERVICE_IAM_NAME
+from policies.reach import SERVICE_IAM_NAME, service_of
 from policies.urls import NormalUrl, normal_url
-from policies.values import MISSING, get, known_str
+from policies.values import MISSING, get, is_unknown, known_str
 
 TEAM_SERVICE_COMPONENT: Final = "scheduler-dedup:index:TeamService"
 """The kit's component declaring what one team service needs (infra/)."""
 RUN_SERVICE_IAM: Final = "gcp:cloudrunv2/serviceIam"
+CLOUD_RUN_V1_IAM: Final = "gcp:cloudrun/iam"
 
 
 @dataclass(frozen=True)
@@ -57,14 +60,16 @@ class TeamService:
     """One team service the stack declares, as far as its resources tell."""
 
     name: str
-    """The stack's name for it (`services[].name`)."""
+    """Its component's name (`service-<services[].name>`)."""
+    component: str
+    """Its component's URN."""
     cloud_run: CloudRunService | None
     """The Cloud Run service (None: an App Engine service)."""
     app_engine: str | None
     """The App Engine service ID (None: a Cloud Run service)."""
     url: NormalUrl | None
-    """Its base URL (a Cloud Run service's run.app URL: its jobs' audience); None if not
-    known (or none, for an App Engine service the watchdog does not deliver to)."""
+    """Its base URL, the one OIDC audience of the jobs aimed at it (a Cloud Run service's
+    run.app URL); None for an App Engine service, or while not known (or not one)."""
     account: str | None
     """The e-mail of its runtime account; None while not known."""
     database: RecordsDatabase | None
@@ -94,10 +99,16 @@ def app_engine_service_of(job: Resource) -> str | None:
         service)
 
 
-def in_team_service_component(resource: Resource) -> bool:
-    """Declared inside a team service's component (its URN's type chain names it)."""
-    parts = resource.urn.split("::")
-    return len(parts) >= 4 and f"{TEAM_SERVICE_COMPONENT}$" in parts[2]
+def team_service_component(resource: Resource) -> str | None:
+    """The URN of the team service component `resource` is declared in (its parent's,
+    whose type is the kit's TeamService); None for any other resource."""
+    parent = resource.parent
+    if parent is None:
+        return None
+    parts = parent.split("::")
+    if len(parts) < 4 or parts[2].rsplit("$", 1)[-1] != TEAM_SERVICE_COMPONENT:
+        return None
+    return parent
 
 
 def cloud_run_service_of(resource: Resource) -> CloudRunService | None:
@@ -124,23 +135,34 @@ def _member_accounts(resource: Resource, role: str) -> set[str]:
     }
 
 
-def declared_team_services(resources: Iterable[Resource]) -> tuple[TeamService, ...]:
-    """The team services of the stack, one per team service component, as far as its
-    children tell: its records database (the Firestore Database declared there), its
-    account (the member of its roles/datastore.user grant), its Cloud Run service (the
-    service its run.invoker grant is on), its URL (the jobs declared there)."""
+def declared_team_services(
+    resources: Sequence[Resource], jobs: Sequence[Resource]
+) -> tuple[tuple[TeamService, tuple[Resource, ...]], ...]:
+    """Each team service of the stack (one per TeamService component, as far as its
+    children tell: its records database, the account its roles/datastore.user grant
+    names, the Cloud Run service the invoker's run.invoker grant is on) with the
+    Scheduler jobs aimed at it (`jobs` that depend on a child of its component: the kit's
+    job waits for the service's records database, grant and invoker binding). Its URL is
+    the OIDC audience of those jobs (the kit sets it to `services[].url`); its App Engine
+    service, their App Engine routing."""
     children: dict[str, list[Resource]] = {}
     for resource in resources:
-        if in_team_service_component(resource):
-            prefix = component_prefix(resource)
-            if prefix is not None:
-                children.setdefault(prefix, []).append(resource)
-    return tuple(_team_service(prefix, listed) for prefix, listed in children.items())
+        component = team_service_component(resource)
+        if component is not None:
+            children.setdefault(component, []).append(resource)
+    found = []
+    for component, listed in children.items():
+        urns = {child.urn for child in listed}
+        aimed = tuple(job for job in jobs if urns & set(job.dependencies))
+        found.append((_team_service(component, listed, aimed), aimed))
+    return tuple(found)
 
 
-def _team_service(prefix: str, children: list[Resource]) -> TeamService:
-    name = prefix.rsplit("::", 1)[-1]
-    database = account = cloud_run = url = app_engine = None
+def _team_service(
+    component: str, children: list[Resource], jobs: Sequence[Resource]
+) -> TeamService:
+    name = component.rsplit("::", 1)[-1]
+    database = account = cloud_run = None
     for child in children:
         if child.type == FIRESTORE_DATABASE:
             named = known_str(get(child.props, "name"))
@@ -153,8 +175,50 @@ def _team_service(prefix: str, children: list[Resource]) -> TeamService:
         if (run := cloud_run_service_of(child)) is not None and _member_accounts(
                 child, RUN_INVOKER):
             cloud_run = run
-        if child.type == SCHEDULER_JOB:
-            audience = known_str(get(child.props, "httpTarget", "oidcToken", "audience"))
-            url = normal_url(audience) if audience else url
-            app_engine = app_engine_service_of(child) or app_engine
-    return TeamService(name, cloud_run, app_engine, url, account, database)
+    audiences = {known_str(get(j.props, "httpTarget", "oidcToken", "audience")) for j in jobs}
+    urls = {normal_url(a) for a in audiences if a}
+    app_engine = {app_engine_service_of(j) for j in jobs} - {None}
+    return TeamService(
+        name, component, cloud_run,
+        app_engine.pop() if len(app_engine) == 1 else None,
+        urls.pop() if len(urls) == 1 else None, account, database)
+
+
+def service_called_by(job: Resource, services: Sequence[TeamService]) -> TeamService | None:
+    """The declared team Cloud Run service `job`'s known URI lies under, if any."""
+    target = normal_url(known_str(job_uri(job)) or "")
+    return next((s for s in services if target is not None and s.cloud_run is not None
+                 and s.url is not None and target.within(s.url)), None)
+
+
+def granted_service(
+    grant_on: Resource, kit_functions: Sequence[Resource], services: Sequence[TeamService]
+) -> Resource | TeamService | None:
+    """The service the kit calls that a service IAM resource grants on: a function of the
+    kit (by its Cloud Run v2 or function IAM), or a declared team Cloud Run service (Cloud
+    Run v2 IAM); None for anything else (a v1 gcp.cloudrun IAM resource too: the kit
+    grants through Cloud Run v2)."""
+    name = service_of(grant_on)
+    if name is None or grant_on.type.startswith(CLOUD_RUN_V1_IAM):
+        return None
+    function = next((f for f in kit_functions if known_str(get(f.props, "name")) == name),
+                    None)
+    if function is not None:
+        return function
+    run = cloud_run_service_of(grant_on)
+    return next((s for s in services if run is not None and s.cloud_run is not None
+                 and s.cloud_run.same_as(run)), None)
+
+
+def watch_table_urls(watchdog: Resource, resources: Sequence[Resource]) -> dict[str, str] | None:
+    """Job ID -> the URL the watchdog delivers that job's runs to, from its job table
+    (infra/watch_table.py: a team service's job carries its `url`, the service's URL plus
+    the job's path); None while the table cannot be read here."""
+    objects = [r for r in resources if r.type == BUCKET_OBJECT]
+    table = job_table(watchdog, objects, WATCH_JOBS_TABLE)
+    if table is MISSING:
+        return {}
+    if is_unknown(table) or not isinstance(table, list):
+        return None
+    return {str(entry.get("name")): entry["url"] for entry in table
+            if isinstance(entry, Mapping) and isinstance(entry.get("url"), str)}
