@@ -26,11 +26,18 @@ from policies.grants import (
     role_not_known_yet,
     role_permissions,
 )
-from policies.kit_resources import job_uri, label, oidc_email
+from policies.kit_resources import (
+    function_urls,
+    job_uri,
+    label,
+    oidc_email,
+    targets_by_host,
+    url_targets,
+)
 from policies.model import Finding, Resource
 from policies.permissions import INVOKE, RECORDS_ACCESS, SET_IAM
-from policies.reach import granted_on
-from policies.team_services import TeamService, watch_table_urls
+from policies.reach import SERVICE_IAM_NAME, granted_on
+from policies.team_services import TeamService, service_not_known, watch_table_urls
 from policies.urls import normal_url
 from policies.values import get, is_unknown, known_str
 
@@ -44,6 +51,9 @@ def invoker_reach(resources: Sequence[Resource]) -> list[Finding]:
     service by its Cloud Run (v2) or function IAM."""
     facts = stack_facts(resources)
     declared = facts.custom_roles
+    # A function of the kit whose name is not known yet may be the service any grant
+    # names: service grants are judged once the names are known.
+    unnamed = any(known_str(get(f.props, "name")) is None for f in facts.kit_functions)
     findings: list[Finding] = []
     for email in sorted(facts.oidc_emails):
         if facts.runtimes_running_as(email):
@@ -56,6 +66,9 @@ def invoker_reach(resources: Sequence[Resource]) -> list[Finding]:
                 continue
             if allowed is not None and not allowed & (INVOKE | SET_IAM):
                 continue
+            on_service = any(resource.type.startswith(p) for p in SERVICE_IAM_NAME)
+            if on_service and (unnamed or service_not_known(resource)):
+                continue  # not known yet
             called = facts.called_service(resource)
             if called is not None and allowed is not None and not (
                     isinstance(called, TeamService) and allowed & SET_IAM):
@@ -107,7 +120,8 @@ def service_job_target(resources: Sequence[Resource]) -> list[Finding]:
                 findings += _audience_problems(job, uri, service, facts)
             continue
         sent = known_str(oidc_email(job))
-        if sent and service_account_email(sent) in facts.invoker_emails:
+        if sent and service_account_email(sent) in facts.invoker_emails and not (
+                _may_call_the_kit(uri, facts)):
             findings.append(Finding(
                 f"Scheduler job {label(job)} sends OIDC tokens of the jobs' invoker "
                 f"{service_account_email(sent)} to {uri!r}, neither a function of the kit "
@@ -117,6 +131,14 @@ def service_job_target(resources: Sequence[Resource]) -> list[Finding]:
                 job.urn,
             ))
     return findings + _watchdog_delivery_problems(facts)
+
+
+def _may_call_the_kit(uri: str, facts: StackFacts) -> bool:
+    """`uri` is (or, while a function's URL is not known yet, may be) a function of the
+    kit's: the watchdog's among them."""
+    urls = [function_urls(f) for f in facts.kit_functions]
+    return any(url_targets(uri, u) for listed in urls for u in listed) or (
+        targets_by_host(uri) and any(not listed for listed in urls))
 
 
 def _watchdog_delivery_problems(facts: StackFacts) -> list[Finding]:

@@ -21,7 +21,7 @@ from typing import Final
 
 from infra.source import WATCH_JOBS_TABLE
 from policies.gcp import FIRESTORE_DATABASE, SCHEDULER_JOB, service_account_email
-from policies.grants import DATASTORE_USER, RUN_INVOKER, grants
+from policies.grants import DATASTORE_USER, grants
 from policies.job_tables import BUCKET_OBJECT, job_table
 from policies.kit_resources import RecordsDatabase, database_id, job_uri
 from policies.model import Resource
@@ -40,19 +40,19 @@ class CloudRunService:
     """A Cloud Run service by its full name's parts (a Cloud Run function 2nd gen is one)."""
 
     project: str | None
-    """None: not known yet (then any project matches)."""
+    """None: not known yet (then any project matches); so for the others."""
     location: str | None
-    service: str
+    service: str | None
 
     def same_as(self, other: CloudRunService) -> bool:
-        return self.service == other.service and all(
-            mine is None or theirs is None or mine == theirs
-            for mine, theirs in ((self.project, other.project),
-                                 (self.location, other.location)))
+        return all(mine is None or theirs is None or mine == theirs
+                   for mine, theirs in ((self.service, other.service),
+                                        (self.project, other.project),
+                                        (self.location, other.location)))
 
     def __str__(self) -> str:
         return (f"projects/{self.project or '?'}/locations/{self.location or '?'}/services/"
-                f"{self.service}")
+                f"{self.service or '?'}")
 
 
 @dataclass(frozen=True)
@@ -112,13 +112,14 @@ def team_service_component(resource: Resource) -> str | None:
 
 
 def cloud_run_service_of(resource: Resource) -> CloudRunService | None:
-    """The Cloud Run service a gcp.cloudrunv2 service IAM resource grants on; None for
-    other resources, or while its name is not known."""
+    """The Cloud Run service a gcp.cloudrunv2 service IAM resource grants on (its parts
+    None while not known: then it may be any); None for other resources."""
     if not resource.type.startswith(RUN_SERVICE_IAM):
         return None
-    name = known_str(get(resource.props, SERVICE_IAM_NAME[RUN_SERVICE_IAM]))
+    raw = get(resource.props, SERVICE_IAM_NAME[RUN_SERVICE_IAM])
+    name = known_str(raw)
     if name is None:
-        return None
+        return CloudRunService(None, None, None) if is_unknown(raw) else None
     if name.startswith("projects/") and "/services/" in name:
         parts = name.split("/")  # projects/P/locations/L/services/S
         return CloudRunService(parts[1], parts[3] if len(parts) > 5 else None, parts[-1])
@@ -172,9 +173,8 @@ def _team_service(
         accounts = _member_accounts(child, DATASTORE_USER)
         if len(accounts) == 1:
             account = accounts.pop()
-        if (run := cloud_run_service_of(child)) is not None and _member_accounts(
-                child, RUN_INVOKER):
-            cloud_run = run
+        if (run := cloud_run_service_of(child)) is not None:
+            cloud_run = run  # the invoker's grant on it, the component's only one there
     audiences = {known_str(get(j.props, "httpTarget", "oidcToken", "audience")) for j in jobs}
     urls = {normal_url(a) for a in audiences if a}
     app_engine = {app_engine_service_of(j) for j in jobs} - {None}
@@ -222,3 +222,10 @@ def watch_table_urls(watchdog: Resource, resources: Sequence[Resource]) -> dict[
         return None
     return {str(entry.get("name")): entry["url"] for entry in table
             if isinstance(entry, Mapping) and isinstance(entry.get("url"), str)}
+
+
+def service_not_known(grant_on: Resource) -> bool:
+    """A Cloud Run or function IAM resource whose service is not known yet (it may be any,
+    a service the kit calls among them: judged once known)."""
+    return any(grant_on.type.startswith(prefix) and is_unknown(get(grant_on.props, key))
+               for prefix, key in SERVICE_IAM_NAME.items())

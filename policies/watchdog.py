@@ -43,7 +43,8 @@ from policies.kit_resources import (
 )
 from policies.model import Finding, Resource
 from policies.reach import grant_secret
-from policies.values import as_list, as_mapping, get, known_str
+from policies.team_services import service_not_known
+from policies.values import as_list, as_mapping, get, is_unknown, known_str
 
 TASKS_ENQUEUER: Final = "roles/cloudtasks.enqueuer"
 TASKS_VIEWER: Final = "roles/cloudtasks.viewer"  # GetTask: an existing task is read back
@@ -144,7 +145,8 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
         delivers = delivers_runs(watchdog)
         own, records = own_database(watchdog), records_database(watchdog)
         for resource, role, grant in facts.roles_held(email):
-            if delivers and role == RUN_INVOKER and facts.called_service(resource):
+            if (delivers or is_unknown(environment(watchdog))) and role == RUN_INVOKER and (
+                    facts.called_service(resource) or service_not_known(resource)):
                 continue  # its tasks carry its token to the kit's functions, team services
             if delivers and _own_queue_grant(watchdog, resource, role, email):
                 continue

@@ -10,10 +10,19 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from infra.source import WATCH_JOBS_TABLE
 from policies import gcp
+from policies.job_tables import BUCKET_OBJECT
 from policies.model import Resource
 from policies.team_services import TEAM_SERVICE_COMPONENT
-from tests.policies.cases import JOB, Case, one, stack_case
+from tests.policies.cases import (
+    JOB,
+    WATCHDOG_SOURCE_OBJECT,
+    Case,
+    delivering_watchdog,
+    one,
+    stack_case,
+)
 from tests.policies.fixtures import (
     BUILD_SA,
     DELETE,
@@ -36,7 +45,7 @@ from tests.policies.fixtures import (
     patch,
     replace_named,
     res,
-    watchdog_stack,
+    table_asset,
 )
 
 APP_SERVICE = "inventory"
@@ -304,17 +313,16 @@ CASES["dedup-database-writers"] = [
 
 
 def watchdog_service_stack(*extra: Resource) -> list[Resource]:
-    """service_stack with the watchdog reading the team services' databases and holding
-    run.invoker on the team's Cloud Run service (it delivers that service's runs)."""
-    stack = [r for r in service_stack() if r.name not in {x.name for x in kit_stack()}]
-    return replace_named([
-        *watchdog_stack(), *stack,
+    """service_stack with the watchdog delivering runs through its queue, reading the team
+    services' databases and holding run.invoker on the team's Cloud Run service."""
+    kit = {r.name for r in kit_stack()}
+    return [
+        *delivering_watchdog(), *(r for r in service_stack() if r.name not in kit),
         res(PROJECT_IAM_MEMBER, "watchdog-reads-team", datastore_grant(
             "", WATCHDOG_SA, database_condition(TEAM_DATABASE), role="roles/datastore.viewer")),
         invoker_on("watchdog-invokes-team", run_service(TEAM_RUN), who=WATCHDOG_SA),
         *extra,
-    ], "watchdog-function", "serviceConfig.environmentVariables.DEDUP_WATCH_TARGET_URL",
-        "https://scheduler-dedup-abc123-ew.a.run.app")
+    ]
 
 
 CASES["dedup-watchdog-least-privilege"] = [
@@ -323,4 +331,44 @@ CASES["dedup-watchdog-least-privilege"] = [
                watchdog_service_stack(invoker_on("watchdog-invokes-billing",
                                                  run_service(OTHER_RUN), who=WATCHDOG_SA)),
                True),
+]
+
+
+def delivering_to(url: str | None, job_id: str = "partner-export",
+                  stack: list[Resource] | None = None) -> list[Resource]:
+    """watchdog_service_stack whose watchdog's job table has it deliver job `job_id`'s runs
+    to `url` (infra/watch_table.py; None: the entry carries no url)."""
+    entry: dict[str, Any] = {"name": job_id, "schedule": "0 3 * * *", "timeZone": "Etc/UTC",
+                             "reruns": True, "headers": {}}
+    if url is not None:
+        entry["url"] = url
+    return [
+        *replace_named(stack or watchdog_service_stack(), "watchdog-function",
+                       "buildConfig.source.storageSource.object", WATCHDOG_SOURCE_OBJECT),
+        res(BUCKET_OBJECT, "watchdog-source", {
+            "bucket": "src-bucket", "name": WATCHDOG_SOURCE_OBJECT,
+            "source": table_asset(WATCH_JOBS_TABLE, [entry]), "contentType": "application/zip"}),
+    ]
+
+
+CASES["dedup-service-job-target"] += [
+    stack_case("job-target-watchdog-delivers-to-the-service",
+               delivering_to(f"{TEAM_URL}/tasks/export"), False),
+    stack_case("job-target-watchdog-delivers-app-engine",
+               delivering_to("https://acme.ew.r.appspot.com/tasks/sitemap", "inventory-export"),
+               False),
+    stack_case("job-target-watchdog-delivers-elsewhere",
+               delivering_to(f"{OTHER_URL}/tasks/export"), True),
+    stack_case("job-target-watchdog-delivers-an-undeclared-job",
+               delivering_to(f"{TEAM_URL}/tasks/export", "nightly-export"), True),
+]
+
+# The deliveries queue's overrides leave a team service's delivery URL as it is.
+CASES["dedup-deliveries-queue-target"] = [
+    stack_case("queue-team-service-url-kept", delivering_to(f"{TEAM_URL}/tasks/export"), False),
+    stack_case("queue-team-service-url-overridden",
+               replace_named(delivering_to(f"{TEAM_URL}/tasks/export"), "watchdog-deliveries",
+                             "httpTarget", {"uriOverride": {
+                                 "uriOverrideEnforceMode": "ALWAYS",
+                                 "pathOverride": {"path": "/"}}}), True),
 ]
