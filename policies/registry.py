@@ -71,8 +71,10 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     ),
     StackPolicy(
         "dedup-job-headers",
-        "Every Scheduler job that targets the dedup function (or its proxy) must send the "
-        "X-Dedup-Project and X-Dedup-Location headers with its own project and location.",
+        "Every Scheduler job of the kit (one that targets the dedup function or its proxy, "
+        "or is aimed at a team service the stack declares: an App Engine HTTP target's "
+        "appEngineHttpTarget.headers) must send the X-Dedup-Project and X-Dedup-Location "
+        "headers with its own project and location.",
         MANDATORY,
         stack.dedup_headers,
     ),
@@ -121,7 +123,8 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "dedup-database-writers",
         "Every Firestore database of the kit (the dedup database, the proxy's, any other a "
         "function of the kit names in a DEDUP_*DATABASE setting, any declared in the stack) "
-        "is written only by the accounts of the functions naming it: no other member may "
+        "is written only by the accounts of the functions naming it (a team service's "
+        "records database: by the service's account): no other member may "
         "hold a role that writes entities (roles/datastore.user, datastore.owner, custom "
         "roles with datastore.entities.*), conditioned to the database or granted on its "
         "project, folder or organization without a one-database condition.",
@@ -289,9 +292,11 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "dedup-watchdog-least-privilege",
         "The run watchdog's service account may hold only roles/datastore.user on the dedup "
         "database (it reads the records and writes its cursors and re-run queue there) and, "
-        "in a stack with the proxy or runtimes, roles/datastore.viewer on the proxy's and "
-        "each runtime's database (it reads their records), each conditioned to that one "
-        "database.",
+        "in a stack with the proxy, runtimes or team services, roles/datastore.viewer on "
+        "the proxy's, each runtime's and each team service's database (it reads their "
+        "records), each conditioned to that one database; when it delivers runs, "
+        "roles/run.invoker only on a function of the kit or a declared team Cloud Run "
+        "service.",
         MANDATORY,
         watchdog.least_privilege,
     ),
@@ -337,7 +342,8 @@ QUEUE_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "dedup-deliveries-queue-target",
         "The watchdog's deliveries queue (its DEDUP_WATCH_QUEUE) sets no httpTarget "
         "override that changes a delivery: a uriOverride must leave every delivery URL "
-        "(DEDUP_WATCH_TARGET_URL, DEDUP_WATCH_PROXY_URL, DEDUP_WATCH_RUNTIME_URLS) as it is, "
+        "(DEDUP_WATCH_TARGET_URL, DEDUP_WATCH_PROXY_URL, DEDUP_WATCH_RUNTIME_URLS, a team "
+        "service job's url in its job table) as it is, "
         "by normalised origin, path and query; an oidcToken override must name the "
         "watchdog's own DEDUP_WATCH_TASK_ACCOUNT (and an audience, if set, every delivery "
         "URL); no oauthToken, no headerOverrides, no httpMethod but POST. The kit sets none.",
