@@ -280,12 +280,17 @@ class ServedStack:
         jobs: list[WatchedJob] = []
         by_database: dict[str, FirestoreRunStore] = {}
         runtime_urls = self.function.runtime_urls if self.function is not None else {}
+        # A team's own service is not served here: its jobs are judged, never delivered
+        # (their `url` is the real service's).
+        team_jobs = {cfg.job_id(j) for j in cfg.jobs if j.service is not None}
         for job in with_runtime_urls(watched_jobs(cfg), runtime_urls):
             if job.database is not None:  # the proxy's, or a runtime's own records
                 by_database.setdefault(job.database, FirestoreRunStore(
                     self._client(job.database), dedup.collection, timeout))
             if job.proxied:  # judged, not delivered (see above)
                 job = replace(job, catch_up=False, reruns=False)
+            if job.name in team_jobs:
+                job = replace(job, catch_up=False, reruns=False, url=None)
             jobs.append(job)
         delivers = self.function is not None and delivering_config(self.stack) is not None
         if delivers:

@@ -86,7 +86,7 @@ def job_logic_uses(values: Mapping[str, Any], config: StackConfig) -> list[JobLo
     uses: list[JobLogicUse] = []
     routed = default_used = False
     for index, job in enumerate(config.jobs):
-        if job.proxy is not None:
+        if job.proxy is not None or job.service is not None:  # no job logic of the kit's
             continue
         routed = True
         raw = raw_jobs[index] if isinstance(raw_jobs, list) and index < len(raw_jobs) else {}

@@ -7,7 +7,9 @@ names in a `DEDUP_*DATABASE` setting (DEDUP_DATABASE, or e.g. a watchdog's own d
 setting), or a `gcp:firestore/database:Database` the stack declares. The accounts that
 must write it are the runtime accounts of the functions naming it (the proxy's: also the
 account declared in its component), but for a watchdog that has a database of its own
-(DEDUP_WATCH_DATABASE), which writes that one only and reads the others. Any other
+(DEDUP_WATCH_DATABASE), which writes that one only and reads the others; a team service's
+database (docs/own-service.md) is written by the account its TeamService component grants
+roles/datastore.user conditioned to it. Any other
 member holding a role that writes entities (`roles/datastore.user`,
 `roles/datastore.owner`, a custom role with datastore.entities.create/update/delete) is
 refused, whether the grant's condition names the database or it has no one-database

@@ -74,6 +74,7 @@ from policies.team_services import (
     declared_team_services,
     granted_service,
     service_called_by,
+    team_database_writers,
 )
 from policies.urls import NormalUrl, Origin, normal_url
 from policies.values import as_mapping, get, is_unknown, known_str
@@ -355,19 +356,13 @@ class StackFacts:
         return tuple(found)
 
     @cached_property
-    def team_service_jobs_by_id(self) -> dict[int, TeamService]:
-        return {id(job): service for job, service in self.team_service_jobs}
-
-    @cached_property
     def invoker_emails(self) -> frozenset[str]:
         """The accounts the Scheduler jobs aimed at a function of the kit or a declared
         team service send OIDC tokens of."""
-        return frozenset(
-            service_account_email(email) for job in self.scheduler_jobs
-            if (email := known_str(oidc_email(job)))
-            and (self.functions_targeted(job) or service_called_by(job, self.team_services))
-        ) | frozenset(service_account_email(e) for job, _ in self.team_service_jobs
-                      if (e := known_str(oidc_email(job))))
+        jobs = [*(j for j in self.scheduler_jobs if self.functions_targeted(j)),
+                *(j for j, _ in self.team_service_jobs)]
+        return frozenset(service_account_email(e) for j in jobs
+                         if (e := known_str(oidc_email(j))))
 
     # --- accounts ------------------------------------------------------------------------
 
@@ -540,11 +535,10 @@ class StackFacts:
                 database = RecordsDatabase(known_str(get(declared.props, "project")),
                                            database_id(name))
                 _add_database(found, database, frozenset(), "", merge=False)
-        for service in self.team_services:  # its own account claims its records there
-            if service.database is not None:
-                _add_database(found, service.database,
-                              None if service.account is None else frozenset({service.account}),
-                              str(service))
+        # A team service's database: written by the one account its component grants
+        # roles/datastore.user conditioned to it (the service's own, infra/team_service.py).
+        for database, writers, named_by in team_database_writers(self.granting):
+            _add_database(found, database, writers, named_by)
         if unsure:  # a function whose settings are unknown may write any of them
             return tuple(KitDatabase(d.database, None, d.named_by) for d in found.values())
         return tuple(found.values())

@@ -21,6 +21,9 @@ PUBSUB_TOPIC_IAM_PREFIX: Final = "gcp:pubsub/topicIAM"
 # The kit's idempotent proxy component (infra/dedup_proxy.py): the type in its children's
 # URNs, which links them to the proxy before any output (its account's e-mail) is known.
 PROXY_COMPONENT: Final = "scheduler-dedup:index:DedupProxy"
+TEAM_SERVICE_COMPONENT: Final = "scheduler-dedup:index:TeamService"
+"""A team's own service (infra/team_service.py): its records database and the one grant
+that lets the service's account write it."""
 # IAM resources of one Cloud Run (v2) job: JobIamMember / JobIamBinding / JobIamPolicy.
 CLOUD_RUN_V2_JOB_IAM_PREFIX: Final = "gcp:cloudrunv2/jobIam"
 # IAM resources of one Secret Manager secret: SecretIamMember / SecretIamBinding / ...

@@ -52,6 +52,7 @@ from policies.gcp import (
     PROXY_SETTINGS_PREFIX,
     PROXY_TARGET_ENV,
     SCHEDULER_JOB,
+    TEAM_SERVICE_COMPONENT,
     WATCH_SETTINGS_PREFIX,
     WATCHDOG_ENTRY_POINT,
     WORKFLOWS_WORKFLOW,
@@ -456,6 +457,12 @@ def in_proxy_component(resource: Resource) -> bool:
     """Declared inside the kit's DedupProxy component (its URN's type chain names it)."""
     parts = resource.urn.split("::")
     return len(parts) >= 4 and f"{PROXY_COMPONENT}$" in parts[2]
+
+
+def in_team_service_component(resource: Resource) -> bool:
+    """Declared inside one of the kit's TeamService components (a team's own service)."""
+    parts = resource.urn.split("::")
+    return len(parts) >= 4 and f"{TEAM_SERVICE_COMPONENT}$" in parts[2]
 
 
 def component_prefix(resource: Resource) -> str | None:

@@ -109,7 +109,7 @@ def service_job_target(resources: Sequence[Resource]) -> list[Finding]:
     service, nowhere else."""
     facts = stack_facts(resources)
     findings: list[Finding] = []
-    aimed = dict(facts.team_service_jobs_by_id)
+    aimed = {id(job): service for job, service in facts.team_service_jobs}
     for job in facts.scheduler_jobs:
         uri = job_uri(job)
         if is_unknown(uri) or not isinstance(uri, str) or facts.functions_targeted(job):

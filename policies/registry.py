@@ -123,8 +123,9 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "dedup-database-writers",
         "Every Firestore database of the kit (the dedup database, the proxy's, any other a "
         "function of the kit names in a DEDUP_*DATABASE setting, any declared in the stack) "
-        "is written only by the accounts of the functions naming it (a team service's "
-        "records database: by the service's account): no other member may "
+        "is written only by the accounts of the functions naming it (a team service's, by "
+        "the account its TeamService component grants roles/datastore.user on it): no other "
+        "member may "
         "hold a role that writes entities (roles/datastore.user, datastore.owner, custom "
         "roles with datastore.entities.*), conditioned to the database or granted on its "
         "project, folder or organization without a one-database condition.",

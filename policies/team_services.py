@@ -15,15 +15,20 @@ once (`StackFacts.team_services`). A shared helper: it imports no policy module.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from infra.source import WATCH_JOBS_TABLE
 from policies.gcp import FIRESTORE_DATABASE, SCHEDULER_JOB, service_account_email
-from policies.grants import DATASTORE_USER, grants
+from policies.grants import DATASTORE_USER, Grant, condition_database, grants
 from policies.job_tables import BUCKET_OBJECT, job_table
-from policies.kit_resources import RecordsDatabase, database_id, job_uri
+from policies.kit_resources import (
+    RecordsDatabase,
+    database_id,
+    in_team_service_component,
+    job_uri,
+)
 from policies.model import Resource
 from policies.reach import SERVICE_IAM_NAME, service_of
 from policies.urls import NormalUrl, normal_url
@@ -229,3 +234,22 @@ def service_not_known(grant_on: Resource) -> bool:
     a service the kit calls among them: judged once known)."""
     return any(grant_on.type.startswith(prefix) and is_unknown(get(grant_on.props, key))
                for prefix, key in SERVICE_IAM_NAME.items())
+
+
+def team_database_writers(
+    granting: Sequence[tuple[Resource, Sequence[Grant]]],
+) -> Iterator[tuple[RecordsDatabase, frozenset[str], str]]:
+    """(database, its writers, who names it) for each roles/datastore.user grant declared
+    in a TeamService component and conditioned to one database: the team service's
+    records database, written by the service's account."""
+    for resource, found in granting:
+        if not in_team_service_component(resource):
+            continue
+        for grant in found:
+            named = condition_database(grant.condition)
+            emails = frozenset(service_account_email(str(m)) for m in grant.members or []
+                               if str(m).startswith("serviceAccount:"))
+            if known_str(grant.role) == DATASTORE_USER and isinstance(named, str):
+                project, _, name = named.removeprefix("projects/").partition("/databases/")
+                yield (RecordsDatabase(project or None, name), emails,
+                       f"team service ({resource.name})")

@@ -105,8 +105,7 @@ def _viewer_problem(
     return (
         f"{DATASTORE_VIEWER} names database {named!r}, which is no proxy's, runtime's or "
         f"team service's database ({', '.join(str(d) for d in others)}): remove it, or set "
-        "its condition "
-        "to the database of the records it reads"
+        "its condition to the database of the records it reads"
     )
 
 
@@ -134,7 +133,8 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
     dedup-database-writers and dedup-proxy-own-database."""
     findings: list[Finding] = []
     facts = stack_facts(resources)
-    # The other databases of run records it reads: the proxies' and the runtimes'.
+    # The other databases of run records it reads: the proxies', the runtimes' and the
+    # team services'.
     others = [records_database(p) for p in facts.proxy_functions] + [
         r.database for r in facts.runtimes] + [s.database for s in facts.team_services]
     for watchdog in facts.watchdog_functions:

@@ -12,7 +12,14 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Final, Literal, get_args
 
-from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from dedup.watchdog.incidents import MAX_THRESHOLD
 from dedup.watchdog.windows import MAX_WINDOWS
@@ -276,6 +283,12 @@ class JobSettings(ScheduledModel):
 
     CRON_EXAMPLE: ClassVar[str] = "'0 3 * * *'"
     setting_of: ClassVar[str] = "a job setting"
+    # The schema's own bound for a job not aimed at a team service (an HTTP target's 30
+    # minutes); a team service's kind decides its bound (infra/config/services.py).
+    model_config = ConfigDict(json_schema_extra={
+        "if": {"not": {"required": ["service"]}},
+        "then": {"properties": {"attemptDeadlineSeconds": {
+            "maximum": ATTEMPT_DEADLINE_MAX_SECONDS}}}})
     # Not a setting: which DST behaviours the stack file chose, kept once StackConfig has
     # filled dstRepeated and dstSkipped with the choice in force (dst_chosen).
     _dst_chosen: frozenset[HazardKind] = PrivateAttr(default_factory=frozenset)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dedup.tables import TABLES_DIR, TABLES_DIR_ENV
-from infra.config import StackConfig
+from infra.config import StackConfig, TeamServiceSettings
 from infra.source import read_archive_table
 from operator_tools.offline import DeclaredResource, OfflineRun, engine_config
 
@@ -39,6 +39,7 @@ JOB_COMPONENT = "scheduler-dedup:index:ScheduledJob"
 WATCHDOG_COMPONENT = "scheduler-dedup:index:Watchdog"
 MONITORING_COMPONENT = "scheduler-dedup:index:Monitoring"
 RUNTIME_COMPONENT = "scheduler-dedup:index:JobRuntime"
+TEAM_SERVICE_COMPONENT = "scheduler-dedup:index:TeamService"
 STACK_COMPONENT = "scheduler-dedup:index:SchedulerDedup"
 """The whole stack's component (infra/component.py), the five above its children."""
 METRIC = "gcp:logging/metric:Metric"
@@ -89,8 +90,10 @@ class StackUnderTest:
         return [self.function, *(self.runtime_function(r.name) for r in self.config.runtimes)]
 
     def job_function(self, job_name: str) -> DeclaredResource:
-        """The function the job `job_name` (its name or deployed ID) calls."""
+        """The function the job `job_name` (its name or deployed ID) calls (a job aimed at
+        a team service calls none of the kit's)."""
         job = next(j for j in self.config.jobs if job_name in (j.name, self.config.job_id(j)))
+        assert job.service is None, f"{job_name} is aimed at team service {job.service}"
         if job.proxy is not None:
             assert self.proxy is not None
             return self.proxy
@@ -128,13 +131,30 @@ class StackUnderTest:
         assert self.proxy is not None
         return str(self.proxy.outputs["serviceConfig"]["service"])
 
+    def job_service(self, job_name: str) -> TeamServiceSettings | None:
+        """The team service the job `job_name` (its name or deployed ID) is aimed at."""
+        job = next((j for j in self.config.jobs
+                    if job_name in (j.name, self.config.job_id(j))), None)
+        return self.config.service_of(job) if job is not None else None
+
     def job_uri(self, job_name: str) -> str:
-        """The URL a job must call: the proxy's for a proxied job, else the function's.
-        `job_name` is the config's `jobs[].name` or the deployed job ID (or the watchdog's
-        job ID: its own function's)."""
+        """The URL a job must call: the proxy's for a proxied job, its service's URL and
+        path for a job aimed at a team service, else the function's. `job_name` is the
+        config's `jobs[].name` or the deployed job ID (or the watchdog's job ID: its own
+        function's)."""
         if job_name == self.watchdog_job_id and self.watchdog is not None:
             return self.watchdog_uri
+        if (team := self.job_service(job_name)) is not None:
+            job = next(j for j in self.config.jobs
+                       if job_name in (j.name, self.config.job_id(j)))
+            return f"{team.url}{job.service_path}"
         return str(self.job_function(job_name).outputs["serviceConfig"]["uri"])
+
+    def job_audience(self, job_name: str) -> str:
+        """The OIDC audience a job's token must carry: the URL it calls, but a team
+        service's own URL (no path: Cloud Run checks the service's run.app URL)."""
+        team = self.job_service(job_name)
+        return str(team.url) if team is not None else self.job_uri(job_name)
 
     def account_email(self, role: str) -> str:
         wanted = f"{self.config.name_prefix}-{role}"

@@ -137,10 +137,15 @@ def test_watch_jobs_are_the_stacks_deployed_jobs(stack: StackUnderTest) -> None:
         if job.runtime is not None:  # in its runtime's own database, delivered there
             judged["database"] = cfg.records_database_of(job)
             judged["runtime"] = job.runtime
+        if job.service is not None:  # in its team service's own database
+            judged["database"] = cfg.records_database_of(job)
         assert {k: v for k, v in entry.items() if k in judged} == judged
-        # A delivering watchdog's extra keys are checked in tests/infra/test_catch_up.py.
-        delivers = cfg.watchdog_delivers_to(proxied=job.proxy is not None, runtime=job.runtime)
-        extra = {"catchUp", "catchUpWithinSeconds", "headers", "body", "reruns"}
+        # A delivering watchdog's extra keys are checked in tests/infra/test_catch_up.py
+        # (a team service's job's `url`: tests/infra/test_team_services.py).
+        delivers = cfg.watchdog_delivers_to(proxied=job.proxy is not None, runtime=job.runtime,
+                                            service=job.service)
+        extra = {"catchUp", "catchUpWithinSeconds", "headers", "body", "reruns",
+                 *(["url"] if job.service is not None else [])}
         assert set(entry) - set(judged) <= (extra if delivers else set())
         props = deployed[entry["name"]]
         assert (props["schedule"], props["timeZone"]) == (entry["schedule"], entry["timeZone"])
@@ -209,6 +214,9 @@ def test_watchdog_account_holds_only_the_database_roles(stack: StackUnderTest) -
     for runtime in stack.config.runtimes:
         expected[f"watchdog-reads-runtime-{runtime.name}-database"] = (
             "roles/datastore.viewer", stack.config.runtime_database(runtime))
+    for team in stack.config.services:
+        expected[f"watchdog-reads-service-{team.name}-database"] = (
+            "roles/datastore.viewer", stack.config.service_database(team))
     # Besides run.invoker on the services it delivers runs to (tests/infra/test_catch_up.py)
     # and its queue's grants and task key (tests/infra/test_watchdog_deliveries.py).
     grants = {g.name: g for g in stack.grants_to(email)
@@ -227,7 +235,7 @@ def test_watchdog_account_holds_only_the_database_roles(stack: StackUnderTest) -
                if f.props["serviceConfig"]["serviceAccountEmail"] == email]
     assert [f.name for f in runners] == ["watchdog-function"]
     assert all(j.props["httpTarget"]["oidcToken"]["serviceAccountEmail"] != email
-               for j in stack.all(JOB))
+               for j in stack.all(JOB) if "httpTarget" in j.props)  # App Engine: no token
 
 
 def test_watchdog_job_calls_the_watchdog_with_oidc(stack: StackUnderTest) -> None:
@@ -674,7 +682,8 @@ def test_the_watchdog_reads_the_settings_infra_gives_it(stack: StackUnderTest) -
         assert watched.paused is job.paused
         # `make rerun` accepts a request for it exactly when its watchdog delivers one.
         assert watched.reruns is cfg.watchdog_delivers_to(proxied=job.proxy is not None,
-                                                          runtime=job.runtime)
+                                                          runtime=job.runtime,
+                                                          service=job.service)
         assert watched.runtime == job.runtime
 
 

@@ -58,6 +58,7 @@ from tests.infra.helpers import (
     SERVICE,
     SLEEP,
     STACK_COMPONENT,
+    TEAM_SERVICE_COMPONENT,
     WATCHDOG_COMPONENT,
     StackUnderTest,
     walk_strings,
@@ -133,6 +134,7 @@ def expected_counts(cfg: StackConfig) -> Counter[str]:
         )
     counts.update(monitoring_counts(cfg))
     counts.update(runtime_counts(cfg))
+    counts.update(team_service_counts(cfg))
     return +counts
 
 
@@ -160,6 +162,20 @@ def runtime_counts(cfg: StackConfig) -> Counter[str]:
     return counts
 
 
+def team_service_counts(cfg: StackConfig) -> Counter[str]:
+    """Each team service: its component, records database (TTL and schedule_time fields),
+    its account's datastore.user on it, the watchdog's viewer grant on it; on Cloud Run the
+    invoker's grant and, when the watchdog delivers its runs, the watchdog's."""
+    counts: Counter[str] = Counter()
+    for team in cfg.services:
+        cloud_run = int(team.cloud_run is not None)
+        counts.update({TEAM_SERVICE_COMPONENT: 1, DATABASE: 1, FIELD: 2,
+                       PROJECT_IAM: 1 + int(cfg.watchdog.enabled),
+                       RUN_IAM: cloud_run * (1 + int(cfg.watchdog_delivers_to(
+                           service=team.name)))})
+    return counts
+
+
 def monitoring_counts(cfg: StackConfig) -> Counter[str]:
     """The watchdog (function, account, grant, wait, job) and the Monitoring component:
     4 log-based metrics, 1 alert policy, plus 2 metrics and 2 policies of the watchdog,
@@ -170,7 +186,8 @@ def monitoring_counts(cfg: StackConfig) -> Counter[str]:
     # are keyed by a secret (its one version and value, its accessor grant), whose API it
     # enables unless the proxy or a runtime's secrets do.
     delivers = int(any(cfg.watchdog_delivers_to(proxied=p) for p in (False, True)) or any(
-        cfg.watchdog_delivers_to(runtime=r.name) for r in cfg.runtimes))
+        cfg.watchdog_delivers_to(runtime=r.name) for r in cfg.runtimes) or any(
+        cfg.watchdog_delivers_to(service=t.name) for t in cfg.services))
     secret_api = set(SECRET_APIS) - set(runtime_apis(cfg)) if not cfg.proxied_jobs else set()
     return Counter(
         {
@@ -248,6 +265,8 @@ def test_children_are_parented_to_their_component(stack: StackUnderTest) -> None
             expected = MONITORING_COMPONENT
         elif resource.name.startswith("runtime-"):
             expected = RUNTIME_COMPONENT
+        elif resource.name.startswith("service-"):
+            expected = TEAM_SERVICE_COMPONENT
         else:
             expected = DEDUP_COMPONENT
         assert components[resource.parent] == expected
@@ -309,6 +328,8 @@ def test_named_firestore_database(stack: StackUnderTest) -> None:
         names["watchdog-database"] = d.watch_database_name
     for runtime in stack.config.runtimes:  # each runtime's own records
         names[f"runtime-{runtime.name}-database"] = f"{d.database_name}-{runtime.name}"
+    for team in stack.config.services:  # each team service's own records
+        names[f"service-{team.name}-database"] = f"{d.database_name}-{team.name}"
     assert sorted(db.name for db in stack.all(DATABASE)) == sorted(names)
     for resource_name, database_name in names.items():
         check_database(stack.run.by_name(resource_name), database_name, d)
@@ -363,7 +384,8 @@ def test_record_fields_exempt_from_indexing(
 
 def test_only_the_ttl_field_has_a_ttl_and_goes_first(stack: StackUnderTest) -> None:
     components = ["dedup"] + (["proxy"] if stack.proxy is not None else []) + [
-        f"runtime-{r.name}" for r in stack.config.runtimes]
+        f"runtime-{r.name}" for r in stack.config.runtimes] + [
+        f"service-{t.name}" for t in stack.config.services]
     reruns = int(stack.watchdog is not None)  # the re-run requests' TTL field
     assert len(stack.all(FIELD)) == 2 * len(components) + reruns
     for component in components:
@@ -482,7 +504,7 @@ def test_every_function_serves_only_the_invoker_account(stack: StackUnderTest) -
         assert env["DEDUP_ALLOWED_CALLERS"] == ",".join(callers), function.name
         # The function's own parser accepts it, as the callers it serves.
         assert Settings.from_env(env).allowed_callers == frozenset(callers)
-    jobs = stack.all(JOB)
+    jobs = [j for j in stack.all(JOB) if "httpTarget" in j.props]  # App Engine: no token
     assert {j.props["httpTarget"]["oidcToken"]["serviceAccountEmail"] for j in jobs} == {
         invoker
     }
@@ -526,7 +548,7 @@ def test_function_environment(stack: StackUnderTest) -> None:
     assert routes == {
         f"{cfg.name_prefix}-{job['name']}": job.get("jobLogic", cfg.dedup.default_job_logic)
         for job in raw_jobs
-        if "proxy" not in job and "runtime" not in job
+        if "proxy" not in job and "runtime" not in job and "service" not in job
     }
     assert set(routes) <= {j.props["name"] for j in stack.all(JOB)}
 
@@ -569,12 +591,20 @@ def test_invoker_on_the_service_not_the_project(stack: StackUnderTest) -> None:
         assert runtime_binding.props["name"].endswith(
             f"/services/{stack.config.name_prefix}-{runtime.name}")
         bindings.append(runtime_binding)
+    for team in stack.config.services:  # a team's Cloud Run service: that service only
+        if team.cloud_run is not None:
+            team_binding = stack.run.by_name(f"service-{team.name}-invoker")
+            assert team_binding.props["member"] == invoker
+            assert team_binding.props["name"].endswith(f"/services/{team.cloud_run}")
+            bindings.append(team_binding)
     assert sorted(g.name for g in deliveries) == sorted(
         [f"watchdog-delivers-to-{target}"
          for target, proxied in (("dedup", False), ("proxy", True))
          if stack.config.watchdog_delivers_to(proxied=proxied)]
         + [f"watchdog-delivers-to-runtime-{r.name}" for r in stack.config.runtimes
            if stack.config.watchdog_delivers_to(runtime=r.name)]
+        + [f"watchdog-delivers-to-service-{t.name}" for t in stack.config.services
+           if t.cloud_run is not None and stack.config.watchdog_delivers_to(service=t.name)]
     )
     assert sorted(g.name for g in invoker_grants) == sorted(
         g.name for g in [*bindings, *deliveries]
@@ -596,6 +626,9 @@ def test_datastore_role_is_conditioned_to_the_database(stack: StackUnderTest) ->
     expected = {
         f"serviceAccount:{stack.account_email(a)}": database for a, database in databases.items()
     }
+    # Each team service's account, on its own records database only.
+    expected.update({f"serviceAccount:{t.service_account}": stack.config.service_database(t)
+                     for t in stack.config.services})
     assert sorted(g.props["member"] for g in grants) == sorted(expected)
     for grant in grants:
         assert grant.props["condition"]["expression"] == (
@@ -668,13 +701,18 @@ def test_scheduler_jobs(stack: StackUnderTest) -> None:
         assert retry["maxBackoffDuration"] == f"{job.retry.max_backoff_seconds:g}s"
         assert retry["maxRetryDuration"] == f"{job.retry.max_retry_duration_seconds:g}s"
         assert retry["maxDoublings"] == job.retry.max_doublings
-        target = props["httpTarget"]
+        team = cfg.service_of(job)
+        if team is not None and team.app_engine is not None:  # no URL, no token
+            target = props["appEngineHttpTarget"]
+            assert "httpTarget" not in props
+        else:
+            target = props["httpTarget"]
+            assert target["uri"] == stack.job_uri(job.name)
+            assert target["oidcToken"] == {
+                "serviceAccountEmail": invoker,
+                "audience": stack.job_audience(job.name),
+            }
         assert target["httpMethod"] == "POST"
-        assert target["uri"] == stack.job_uri(job.name)
-        assert target["oidcToken"] == {
-            "serviceAccountEmail": invoker,
-            "audience": stack.job_uri(job.name),
-        }
         # Where it runs, and what its schedule times mean (dedup.business_runs), with the
         # choices in force (the job's, the stack's, else BSD cron -s's).
         assert target["headers"] == {
@@ -704,15 +742,20 @@ def test_audience_is_the_run_app_service_uri(stack: StackUnderTest) -> None:
         rf"https://{stack.config.name_prefix}-[a-z0-9]+-[a-z]+\.a\.run\.app", stack.service_uri
     )
     for job in stack.all(JOB):
-        assert job.props["httpTarget"]["oidcToken"]["audience"] == stack.job_uri(
-            job.props["name"]
-        )
+        if "httpTarget" in job.props:  # an App Engine target carries no token
+            assert job.props["httpTarget"]["oidcToken"]["audience"] == stack.job_audience(
+                job.props["name"]
+            )
 
 
 def test_jobs_wait_for_the_invoker_binding(stack: StackUnderTest) -> None:
     for job in stack.all(JOB):
+        team = stack.job_service(job.props["name"])
         if job.props["name"] == stack.watchdog_job_id:
             name = "watchdog-invoker"
+        elif team is not None:  # its TeamService's grants (none on App Engine)
+            name = (f"service-{team.name}-invoker" if team.cloud_run
+                    else f"service-{team.name}-datastore-user")
         else:
             name = stack.job_function(job.props["name"]).name.replace("-function", "-invoker")
         binding = stack.run.by_name(name)
@@ -776,6 +819,11 @@ def test_stack_outputs(stack: StackUnderTest) -> None:
             if cfg.runtimes
             else {}
         ),
+        **(
+            {"teamServiceDatabases": {t.name: cfg.service_database(t) for t in cfg.services}}
+            if cfg.services
+            else {}
+        ),
     }
 
 
@@ -792,7 +840,7 @@ def test_dedup_invariants_hold_in_the_stack_files(stack: StackUnderTest) -> None
         assert lease >= 3 * store_timeout
         assert retention > lease
         for job in stack.config.jobs:
-            if stack.job_function(job.name) is function:
+            if job.service is None and stack.job_function(job.name) is function:
                 assert job.attempt_deadline_seconds <= timeout
             assert retention > job.retry_window_seconds
 
