@@ -45,17 +45,18 @@ from policies.values import get, is_unknown, known_str
 
 
 def invoker_reach(resources: Sequence[Resource]) -> list[Finding]:
-    """The accounts the stack's Scheduler jobs send OIDC tokens of (the jobs' invoker)
-    hold a role allowing invoke or IAM changes only on one service the kit calls: a
-    function of the kit, or a team Cloud Run service the stack declares, granted on that
-    service by its Cloud Run (v2) or function IAM."""
+    """The accounts the stack's Scheduler jobs aimed at the kit's functions or a declared
+    team service send OIDC tokens of (the jobs' invoker) hold a role allowing invoke or
+    IAM changes only on one service the kit calls: a function of the kit, or a team Cloud
+    Run service the stack declares, granted on that service by its Cloud Run (v2) or
+    function IAM."""
     facts = stack_facts(resources)
     declared = facts.custom_roles
     # A function of the kit whose name is not known yet may be the service any grant
     # names: service grants are judged once the names are known.
     unnamed = any(known_str(get(f.props, "name")) is None for f in facts.kit_functions)
     findings: list[Finding] = []
-    for email in sorted(facts.oidc_emails):
+    for email in sorted(facts.invoker_emails):
         if facts.runtimes_running_as(email):
             continue  # dedup-runtime-account-not-a-caller reports a job-running account
         for resource, role, _ in facts.roles_held(email):

@@ -387,7 +387,8 @@ TRUST_POLICIES: Final[tuple[StackPolicy, ...]] = (
 SERVICE_POLICIES: Final[tuple[StackPolicy, ...]] = (
     StackPolicy(
         "dedup-invoker-reach",
-        "The jobs' invoker (the accounts the stack's Scheduler jobs send OIDC tokens of) may "
+        "The jobs' invoker (the accounts the stack's Scheduler jobs aimed at the kit or a "
+        "declared team service send OIDC tokens of) may "
         "hold a role that allows run.routes.invoke, cloudfunctions.functions.invoke or IAM "
         "changes only on one service the kit calls, granted on that service: a function of "
         "the kit (Cloud Run v2 or function IAM) or a team Cloud Run service the stack "

@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from infra.source import WATCH_JOBS_TABLE
-from policies.gcp import FIRESTORE_DATABASE, SCHEDULER_JOB, service_account_email
+from policies.gcp import (
+    FIRESTORE_DATABASE,
+    SCHEDULER_JOB,
+    TEAM_SERVICE_COMPONENT,
+    service_account_email,
+)
 from policies.grants import DATASTORE_USER, Grant, condition_database, grants
 from policies.job_tables import BUCKET_OBJECT, job_table
 from policies.kit_resources import (
@@ -34,8 +39,6 @@ from policies.reach import SERVICE_IAM_NAME, service_of
 from policies.urls import NormalUrl, normal_url
 from policies.values import MISSING, get, is_unknown, known_str
 
-TEAM_SERVICE_COMPONENT: Final = "scheduler-dedup:index:TeamService"
-"""The kit's component declaring what one team service needs (infra/)."""
 RUN_SERVICE_IAM: Final = "gcp:cloudrunv2/serviceIam"
 CLOUD_RUN_V1_IAM: Final = "gcp:cloudrun/iam"
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from infra.source import WATCH_JOBS_TABLE
 from policies import gcp
+from policies.gcp import TEAM_SERVICE_COMPONENT
 from policies.job_tables import BUCKET_OBJECT
 from policies.model import Resource
-from policies.team_services import TEAM_SERVICE_COMPONENT
 from tests.policies.cases import (
     JOB,
     WATCHDOG_SOURCE_OBJECT,
@@ -60,6 +60,7 @@ OTHER_RUN = "billing-api"  # a Cloud Run service the stack does not declare
 OTHER_URL = "https://billing-api-4k2xq7wbqa-ew.a.run.app"
 ROOT = "scheduler-dedup:index:SchedulerDedup"
 CLOUD_RUN_V1_IAM_MEMBER = "gcp:cloudrun/iamMember:IamMember"
+BILLING_CALLER = f"billing-caller@{PROJECT}.iam.gserviceaccount.com"  # a team's own caller
 
 CASES: dict[str, list[Case]] = {}
 
@@ -235,6 +236,12 @@ CASES["dedup-invoker-reach"] = [
                service_stack(extra=(invoker_on("invoker-admin", run_service(TEAM_RUN),
                                                role="roles/run.admin"),)),
                True),
+    stack_case("reach-a-team-account-on-its-own-service",
+               [*service_stack(), res(JOB, "job-billing", patch(team_job_props(
+                   uri=f"{OTHER_URL}/tasks/bill", audience=OTHER_URL),
+                   "httpTarget.oidcToken.serviceAccountEmail", BILLING_CALLER)),
+                invoker_on("billing-caller-invoker", run_service(OTHER_RUN), who=BILLING_CALLER)],
+               False),
     stack_case("reach-other-role-elsewhere",
                service_stack(extra=(res(PROJECT_IAM_MEMBER, "invoker-logs",
                                         datastore_grant("", INVOKER_SA, None,
@@ -258,7 +265,7 @@ CASES["dedup-service-job-target"] = [
                [*kit_stack(), res(JOB, "job-team-own", patch(team_job_props(
                    uri=f"{OTHER_URL}/tasks/export", audience=OTHER_URL),
                    "httpTarget.oidcToken.serviceAccountEmail",
-                   f"billing-caller@{PROJECT}.iam.gserviceaccount.com"))], False),
+                   BILLING_CALLER))], False),
 ]
 
 CASES["dedup-service-account-own-database"] = [
