@@ -296,6 +296,7 @@ CASES["dedup-service-account-not-kit"] = [
                         ("build", BUILD_SA))),
 ]
 
+
 # The jobs aimed at team services send the X-Dedup-* headers like every job of the kit.
 CASES["dedup-job-headers"] = [
     stack_case("headers-team-services", service_stack(), False),
@@ -378,4 +379,11 @@ CASES["dedup-deliveries-queue-target"] = [
                              "httpTarget", {"uriOverride": {
                                  "uriOverrideEnforceMode": "ALWAYS",
                                  "pathOverride": {"path": "/"}}}), True),
+]
+
+CASES["dedup-service-account-not-kit"] += [
+    stack_case("team-account-is-the-watchdog",
+               replace_named(watchdog_service_stack(), "service-storefront-datastore-user",
+                             "member", f"serviceAccount:{WATCHDOG_SA}"), True),
+    stack_case("team-account-watchdog-stack", watchdog_service_stack(), False),
 ]
