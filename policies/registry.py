@@ -369,7 +369,8 @@ TRUST_POLICIES: Final[tuple[StackPolicy, ...]] = (
     StackPolicy(
         "dedup-kit-identities-kit-only",
         "The accounts whose OIDC tokens the kit's functions accept, the jobs' invoker (what "
-        "the stack's Scheduler jobs that target the kit send tokens of, and "
+        "the stack's Scheduler jobs that target the kit or a declared team service send "
+        "tokens of, and "
         "DEDUP_ALLOWED_CALLERS names) and the run watchdog's, are used by the kit alone: "
         "the invoker only as its Scheduler jobs' httpTarget.oidcToken, the watchdog's only "
         "as its function's account, its tasks' (DEDUP_WATCH_TASK_ACCOUNT) and its deliveries "
