@@ -187,11 +187,9 @@ VALID: dict[str, dict[str, Any]] = {
 }
 
 
-APP_ENGINE_TARGET: dict[str, Any] = {
-    "relativeUri": "/tasks/sitemap", "httpMethod": "POST",
-    "appEngineRouting": {"service": "default", "version": "v2"},
-    "headers": {"Content-Type": "application/json"},
-    "body": base64.b64encode(b'{"a":1}').decode()}
+# A job aimed at a team's App Engine service (infra/scheduled_job.py): no httpTarget.
+APP_ENGINE_JOB: dict[str, Any] = {"httpTarget": None, "appEngineHttpTarget": {
+    "relativeUri": "/x", "httpMethod": "POST", "appEngineRouting": {"service": "default"}}}
 
 
 def declared(resource_type: str, **changes: Any) -> DeclaredResource:
@@ -256,10 +254,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], Rule, str]] = [
      "attemptDeadline"),
     (JOB, {"attemptDeadline": "1800s"}, {"attemptDeadline": "1801s"}, L.R_JOB_DEADLINE,
      "attemptDeadline"),
-    # A team's App Engine service (infra/scheduled_job.py): up to 24 h, no token.
-    (JOB, {"httpTarget": None, "appEngineHttpTarget": APP_ENGINE_TARGET,
-           "attemptDeadline": "86400s"},
-     {"httpTarget": None, "appEngineHttpTarget": APP_ENGINE_TARGET, "attemptDeadline": "86401s"},
+    (JOB, {**APP_ENGINE_JOB, "attemptDeadline": "86400s"}, {**APP_ENGINE_JOB, "attemptDeadline":
+                                                            "86401s"},
      L.R_JOB_APP_ENGINE_DEADLINE, "attemptDeadline"),
     (JOB, {"retryConfig__retryCount": 0.0}, {"retryConfig__retryCount": 6.0},
      L.R_JOB_RETRY_COUNT, "retryConfig.retryCount"),

@@ -305,3 +305,23 @@ def test_a_stack_without_services_has_no_checklist(stack_runs: dict[str, StackUn
     cfg: StackConfig = stack_runs["prod"].config
     assert checklist(cfg) == []
     assert "cannot see" not in render(stack_runs["prod"].run, config=cfg)
+
+
+def test_the_watchdogs_task_to_a_services_path_carries_a_token_for_the_service() -> None:
+    """Cloud Run checks a token's audience against the service's run.app URL: a delivery to
+    a team service's path is a task for url + path with the service's origin as audience;
+    the kit's own functions' URLs (no path) keep the URL itself."""
+    from datetime import UTC, datetime
+
+    from dedup.watchdog.cloud_tasks import TaskQueue, task_of
+    from dedup.watchdog.delivery import RunDelivery, audience_of
+
+    queue = TaskQueue(f"projects/{PROJECT}/locations/us-west1/queues/retail-deliveries",
+                      WATCHDOG, "k" * 64)
+    delivery = RunDelivery(f"{EXPORTS_URL}/tasks/export", "retail-partner-export",
+                           datetime(2026, 12, 6, 12, tzinfo=UTC), {}, run_id="r1")
+    request = task_of(queue, delivery)["httpRequest"]
+    assert request["url"] == f"{EXPORTS_URL}/tasks/export"
+    assert request["oidcToken"] == {"serviceAccountEmail": WATCHDOG, "audience": EXPORTS_URL}
+    for kit_url in ("https://retail-export-bcgeiaeaaa-uw.a.run.app", "http://127.0.0.1:8080/"):
+        assert audience_of(kit_url) == kit_url

@@ -55,9 +55,11 @@ def audience_of(url: str) -> str:
     """The ID token audience for a delivery to `url`: its origin (scheme://host[:port]).
     Cloud Run checks a token's audience against the service's run.app URL; a team
     service's job is delivered to a path of it (infra/watch_table.py). The kit's own
-    functions' URLs have no path: for them it is the URL itself."""
+    functions' URLs have no path: for them it is the URL itself, as given."""
     parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else url
+    if not (parts.scheme and parts.netloc) or parts.path in ("", "/"):
+        return url
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 @dataclass(frozen=True)
