@@ -159,12 +159,16 @@ def declared_team_services(
         component = team_service_component(resource)
         if component is not None:
             children.setdefault(component, []).append(resource)
-    found = []
-    for component, listed in children.items():
-        urns = {child.urn for child in listed}
-        aimed = tuple(job for job in jobs if urns & set(job.dependencies))
-        found.append((_team_service(component, listed, aimed), aimed))
-    return tuple(found)
+    if not children:
+        return ()
+    owner = {child.urn: component for component, listed in children.items()
+             for child in listed}
+    aimed: dict[str, list[Resource]] = {component: [] for component in children}
+    for job in jobs:  # each job once, each of its dependencies looked up
+        for component in {owner[urn] for urn in job.dependencies if urn in owner}:
+            aimed[component].append(job)
+    return tuple((_team_service(component, listed, tuple(aimed[component])),
+                  tuple(aimed[component])) for component, listed in children.items())
 
 
 def _team_service(
