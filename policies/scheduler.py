@@ -230,7 +230,7 @@ def attempt_deadline(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     low, high, targets = bounds
     deadline = get(props, "attemptDeadline")
     if deadline is MISSING or is_unknown(deadline):
-        return []  # Scheduler's default (180 s; App Engine: the service's request timeout)
+        return []  # Scheduler's default (180 s; App Engine: by the service's scaling type)
     try:
         seconds = parse_duration_seconds(deadline)
     except ValueError as exc:
