@@ -250,8 +250,10 @@ def test_the_watchdog_delivers_an_app_engine_jobs_runs_by_its_url_without_a_gran
 
 
 def test_the_monitoring_counts_the_cloud_run_services_log_lines(retail: StackUnderTest) -> None:
-    filters = [json.dumps(m.props) for m in retail.all("gcp:logging/metric:Metric")]
-    assert any('\\"exports-api\\"' in f or "exports-api" in f for f in filters)
+    deliveries = retail.run.by_name("monitoring-metric-deliveries").props["filter"]
+    services = deliveries.split("resource.labels.service_name=(", 1)[1].split(")", 1)[0]
+    assert '"exports-api"' in services.split(" OR ")
+    assert "storefront" not in deliveries and '"default"' not in services  # App Engine
 
 
 def test_the_outputs_name_each_services_database(retail: StackUnderTest) -> None:
