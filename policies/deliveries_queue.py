@@ -33,6 +33,7 @@ from policies.deployers import member_email
 from policies.facts import StackFacts, stack_facts
 from policies.gcp import TASKS_QUEUE
 from policies.grants import is_hierarchy_level, role_not_known_yet, role_permissions
+from policies.job_tables import BUCKET_OBJECT
 from policies.kit_resources import (
     PROXY_URL_ENV,
     QUEUE_ENV,
@@ -45,6 +46,7 @@ from policies.kit_resources import (
 )
 from policies.model import Finding, Resource
 from policies.reach import granted_on, project_wide, queue_of
+from policies.team_services import watch_table_urls
 from policies.urls import NormalUrl, normal_url
 from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known_str
 
@@ -74,13 +76,16 @@ class DeliveriesQueue:
         return match[1] if match else None
 
 
-def _delivery_urls(watchdog: Resource) -> tuple[NormalUrl, ...] | None:
-    """The URLs the watchdog delivers to (normalised); None while one is not known or is
-    no plain http(s) URL (nothing can be checked against it)."""
+def _delivery_urls(watchdog: Resource, objects: Sequence[Resource]) -> tuple[NormalUrl, ...] | None:
+    """The URLs the watchdog delivers to (normalised): its settings' and its job table's
+    (a team service's jobs: policies/team_services.py; a table not readable here adds
+    none); None while one is not known or is no plain http(s) URL (nothing can be checked
+    against it)."""
     env = as_mapping(environment(watchdog))
     if env is None:
         return None if is_unknown(environment(watchdog)) else ()
-    texts: list[Any] = [get(env, TARGET_URL_ENV), get(env, PROXY_URL_ENV)]
+    texts: list[Any] = [get(env, TARGET_URL_ENV), get(env, PROXY_URL_ENV),
+                        *sorted((watch_table_urls(watchdog, objects) or {}).values())]
     runtimes = get(env, RUNTIME_URLS_ENV)
     if is_unknown(runtimes):
         return None
@@ -107,6 +112,7 @@ def deliveries_queues(facts: StackFacts) -> tuple[DeliveriesQueue, ...]:
     """The queues the stack's watchdogs name, each with its watchdogs (derived once per
     stack: `facts.derived(deliveries_queues)`)."""
     by_name: dict[str | None, list[Resource]] = {}
+    objects = facts.of_type(BUCKET_OBJECT)
     for watchdog in facts.watchdog_functions:
         named = get(environment(watchdog), QUEUE_ENV)
         if named is MISSING:
@@ -120,7 +126,7 @@ def deliveries_queues(facts: StackFacts) -> tuple[DeliveriesQueue, ...]:
         unsure = any(is_unknown(a) for a in accounts)
         urls: list[NormalUrl] | None = []
         for watchdog in watchdogs:
-            own = _delivery_urls(watchdog)
+            own = _delivery_urls(watchdog, objects)
             urls = None if own is None or urls is None else [*urls, *own]
         found.append(DeliveriesQueue(
             name, None if unsure else frozenset(known),

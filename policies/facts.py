@@ -38,14 +38,7 @@ from policies.gcp import (
     SERVICE_ACCOUNT,
     service_account_email,
 )
-from policies.grants import (
-    DATASTORE_USER,
-    CustomRoles,
-    Grant,
-    condition_database,
-    custom_roles,
-    grants_or_problem,
-)
+from policies.grants import CustomRoles, Grant, custom_roles, grants_or_problem
 from policies.job_tables import BUCKET_OBJECT
 from policies.kit_resources import (
     WATCH_DATABASE_ENV,
@@ -61,7 +54,6 @@ from policies.kit_resources import (
     function_urls,
     has_own_database,
     in_proxy_component,
-    in_team_service_component,
     is_dedup_function,
     is_proxy_function,
     is_watchdog_function,
@@ -77,6 +69,13 @@ from policies.kit_resources import (
     task_account,
 )
 from policies.model import Resource
+from policies.team_services import (
+    TeamService,
+    declared_team_services,
+    granted_service,
+    service_called_by,
+    team_database_writers,
+)
 from policies.urls import NormalUrl, Origin, normal_url
 from policies.values import as_mapping, get, is_unknown, known_str
 
@@ -328,6 +327,43 @@ class StackFacts:
         """Some job's OIDC account is not known yet (it may be any account)."""
         return self._oidc[1]
 
+    # --- the team services (issue 39) ----------------------------------------------------
+
+    @cached_property
+    def _team_services(self) -> tuple[tuple[TeamService, tuple[Resource, ...]], ...]:
+        return declared_team_services(self.resources, self.scheduler_jobs)
+
+    @property
+    def team_services(self) -> tuple[TeamService, ...]:
+        """The team services the stack declares (policies/team_services.py)."""
+        return tuple(service for service, _ in self._team_services)
+
+    def called_service(self, grant_on: Resource) -> Resource | TeamService | None:
+        """The service the kit calls that a service IAM resource grants on (a function of
+        the kit, a declared team Cloud Run service: team_services.granted_service)."""
+        return granted_service(grant_on, self.kit_functions, self.team_services)
+
+    @cached_property
+    def team_service_jobs(self) -> tuple[tuple[Resource, TeamService], ...]:
+        """(job, the declared team service it calls), in stack order, for each job aimed
+        at one: by its dependencies (the kit's), or by its URI."""
+        aimed = {id(job): service for service, jobs in self._team_services for job in jobs}
+        found = []
+        for job in self.scheduler_jobs:
+            service = aimed.get(id(job)) or service_called_by(job, self.team_services)
+            if service is not None:
+                found.append((job, service))
+        return tuple(found)
+
+    @cached_property
+    def invoker_emails(self) -> frozenset[str]:
+        """The accounts the Scheduler jobs aimed at a function of the kit or a declared
+        team service send OIDC tokens of."""
+        jobs = [*(j for j in self.scheduler_jobs if self.functions_targeted(j)),
+                *(j for j, _ in self.team_service_jobs)]
+        return frozenset(service_account_email(e) for j in jobs
+                         if (e := known_str(oidc_email(j))))
+
     # --- accounts ------------------------------------------------------------------------
 
     @cached_property
@@ -501,30 +537,11 @@ class StackFacts:
                 _add_database(found, database, frozenset(), "", merge=False)
         # A team service's database: written by the one account its component grants
         # roles/datastore.user conditioned to it (the service's own, infra/team_service.py).
-        for resource, grants in self.granting:
-            if not in_team_service_component(resource):
-                continue
-            for grant in grants:
-                named = condition_database(grant.condition)
-                emails = frozenset(service_account_email(str(m)) for m in grant.members or []
-                                   if str(m).startswith("serviceAccount:"))
-                if known_str(grant.role) == DATASTORE_USER and isinstance(named, str):
-                    project, _, name = named.removeprefix("projects/").partition("/databases/")
-                    _add_database(found, RecordsDatabase(project or None, name), emails,
-                                  f"team service ({resource.name})")
+        for database, writers, named_by in team_database_writers(self.granting):
+            _add_database(found, database, writers, named_by)
         if unsure:  # a function whose settings are unknown may write any of them
             return tuple(KitDatabase(d.database, None, d.named_by) for d in found.values())
         return tuple(found.values())
-
-    @cached_property
-    def team_service_databases(self) -> tuple[RecordsDatabase, ...]:
-        """The records databases declared for the team's own services (each in its
-        TeamService component): the watchdog reads those too."""
-        return tuple(
-            RecordsDatabase(known_str(get(d.props, "project")), database_id(name))
-            for d in self.of_type(FIRESTORE_DATABASE)
-            if in_team_service_component(d) and (name := known_str(get(d.props, "name")))
-        )
 
     # --- alerting ------------------------------------------------------------------------
 

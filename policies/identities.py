@@ -41,7 +41,6 @@ from policies.kit_resources import (
     account_email,
     environment,
     label,
-    oidc_email,
     runtime_email,
 )
 from policies.model import Finding, Resource
@@ -117,8 +116,8 @@ class CallerIdentities:
 def caller_identities(facts: StackFacts) -> CallerIdentities:
     """The watchdogs' accounts (the one each runs as, the one its tasks carry: its
     DEDUP_WATCH_TASK_ACCOUNT) and the invoker accounts (tokens a Scheduler job that targets
-    a function of the kit sends; the callers a function of the kit accepts, but for the
-    watchdogs' own)."""
+    a function of the kit or a declared team service sends; the callers a function of the
+    kit accepts, but for the watchdogs' own)."""
     watchdogs: set[str] = set()
     for watchdog in facts.watchdog_functions:
         env = as_mapping(environment(watchdog)) or {}
@@ -127,11 +126,7 @@ def caller_identities(facts: StackFacts) -> CallerIdentities:
                         service_account_email(task_account) if task_account else None):
             if account:
                 watchdogs.add(account)
-    invokers: set[str] = set()
-    for job in facts.scheduler_jobs:
-        sent = known_str(oidc_email(job))
-        if sent and facts.functions_targeted(job):
-            invokers.add(service_account_email(sent))
+    invokers: set[str] = set(facts.invoker_emails)  # jobs aimed at the kit or a team service
     for function in facts.kit_functions:
         env = as_mapping(environment(function)) or {}
         callers = known_str(env.get(ALLOWED_CALLERS_ENV)) or ""

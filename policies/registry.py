@@ -1,4 +1,5 @@
-"""Every policy of the pack: stable name, what to change, enforcement level, function.
+"""Every policy of the pack: stable name, what to change, enforcement level, function. The
+resource policies are listed in policies/resource_registry.py, the stack policies here.
 
 Names are stable: teams reference them in --policy-pack-config files. Descriptions say what
 to change. Everything is mandatory except what can only be judged in context.
@@ -15,194 +16,21 @@ from policies import (
     databases,
     deliveries_queue,
     deployers,
-    function,
     iam,
     identities,
     ingress,
+    own_service,
     proxy,
     runtimes,
-    scheduler,
     secrets,
     stack,
-    storage,
     watchdog,
 )
-from policies.model import Enforcement, Policy, ResourceGraphPolicy, ResourcePolicy, StackPolicy
+from policies.model import Enforcement, Policy, StackPolicy
+from policies.resource_registry import RESOURCE_POLICIES
 
 MANDATORY = Enforcement.MANDATORY
 ADVISORY = Enforcement.ADVISORY
-
-RESOURCE_POLICIES: Final[tuple[ResourcePolicy | ResourceGraphPolicy, ...]] = (
-    ResourcePolicy(
-        "scheduler-job-unix-cron-schedule",
-        "Cloud Scheduler jobs need a 5-field unix-cron schedule (e.g. '0 3 * * *'), not the "
-        "legacy 'every 5 minutes' form: only then is X-CloudScheduler-ScheduleTime reliable.",
-        MANDATORY,
-        scheduler.unix_cron_schedule,
-    ),
-    ResourcePolicy(
-        "scheduler-job-time-zone",
-        "Cloud Scheduler jobs' timeZone must be an IANA name such as 'Etc/UTC' or 'Europe/Berlin'.",
-        MANDATORY,
-        scheduler.time_zone,
-    ),
-    ResourcePolicy(
-        scheduler.DST_POLICY,
-        "A Cloud Scheduler job in a zone with daylight saving time should not fire at a "
-        "local time that a DST change within the next year skips or repeats (what Scheduler "
-        "does then is not documented): use timeZone Etc/UTC or a time outside the change "
-        "window.",
-        ADVISORY,
-        scheduler.dst_changes,
-    ),
-    ResourcePolicy(
-        "scheduler-job-oidc-auth",
-        "Cloud Scheduler HTTP jobs must authenticate with httpTarget.oidcToken (not oauthToken, "
-        "not none) of a dedicated service account, not the Compute or App Engine default one.",
-        MANDATORY,
-        scheduler.oidc_authentication,
-    ),
-    ResourcePolicy(
-        "scheduler-job-oidc-audience",
-        "Cloud Scheduler HTTP jobs must set httpTarget.oidcToken.audience to the function's "
-        "run.app URL, and it must be the origin (scheme, host, port) of the job's own uri: a "
-        "token is only ever sent where it is valid.",
-        MANDATORY,
-        scheduler.oidc_audience,
-    ),
-    ResourcePolicy(
-        "scheduler-job-attempt-deadline",
-        "Cloud Scheduler HTTP jobs' attemptDeadline must be within 15s..1800s.",
-        MANDATORY,
-        scheduler.attempt_deadline,
-    ),
-    ResourcePolicy(
-        "function-dedicated-runtime-service-account",
-        "Cloud Run functions and services must run as a dedicated service account "
-        "(serviceConfig.serviceAccountEmail / template.serviceAccount), not the Compute or "
-        "App Engine default account.",
-        MANDATORY,
-        function.dedicated_runtime_account,
-    ),
-    ResourcePolicy(
-        "function-dedicated-build-service-account",
-        "Cloud Run functions must build with a dedicated service account "
-        "(buildConfig.serviceAccount), not a default Compute, App Engine or Cloud Build account.",
-        MANDATORY,
-        function.dedicated_build_account,
-    ),
-    ResourcePolicy(
-        "function-ingress-not-public",
-        "Cloud Run functions (both generations) and services must not accept traffic from "
-        "the internet: ingressSettings ALLOW_INTERNAL_ONLY or ALLOW_INTERNAL_AND_GCLB "
-        "(functions), ingress INGRESS_TRAFFIC_INTERNAL_ONLY or "
-        "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER (Cloud Run). An allow-list: unset, empty or "
-        "any other value fails.",
-        MANDATORY,
-        function.ingress_not_public,
-    ),
-    ResourcePolicy(
-        "run-invoker-iam-check-enabled",
-        "Cloud Run services must keep the invoker IAM check: no invokerIamDisabled: true, no "
-        "run.googleapis.com/invoker-iam-disabled annotation.",
-        MANDATORY,
-        function.invoker_iam_check_enabled,
-    ),
-    ResourcePolicy(
-        "iam-no-public-members",
-        "No IAM member, binding or policy, and no ACL-style grant (Cloud Storage access "
-        "controls and ACLs, BigQuery dataset access) may grant to allUsers or "
-        "allAuthenticatedUsers. An IAM policy document is read as the provider reads it "
-        "(keys in any case); one the pack cannot read fails.",
-        MANDATORY,
-        iam.no_public_members,
-    ),
-    ResourcePolicy(
-        "iam-no-primitive-roles",
-        "No IAM grant may use a primitive role (roles/owner, roles/editor, roles/viewer): "
-        "grant the predefined roles the principal needs.",
-        MANDATORY,
-        iam.no_primitive_roles,
-    ),
-    ResourcePolicy(
-        "iam-no-project-level-invoker",
-        "No role that allows run.routes.invoke or cloudfunctions.functions.invoke "
-        "(roles/run.invoker, run.developer, run.admin, cloudfunctions.invoker, ...) may be "
-        "granted on the project, folder or organization: grant roles/run.invoker on the one "
-        "Cloud Run service.",
-        MANDATORY,
-        iam.no_hierarchy_invoker,
-    ),
-    ResourcePolicy(
-        "iam-no-project-level-service-account-impersonation",
-        "No role that lets a principal act as or mint tokens for service accounts, create "
-        "their keys, or change IAM policies (roles/iam.serviceAccountUser, "
-        "serviceAccountTokenCreator, serviceAccountOpenIdTokenCreator, workloadIdentityUser, "
-        "serviceAccountKeyAdmin, resourcemanager.projectIamAdmin, ...) may be granted on the "
-        "project, folder or organization: grant it on the one service account.",
-        MANDATORY,
-        iam.no_hierarchy_impersonation,
-    ),
-    ResourcePolicy(
-        "iam-datastore-user-single-database",
-        "Roles that write Firestore entities (roles/datastore.user and broader) should carry "
-        'exactly the condition resource.name == "projects/P/databases/D" (optionally '
-        "&&-joined with resource.type/resource.service equalities; no ||).",
-        ADVISORY,
-        iam.datastore_user_single_database,
-    ),
-    ResourcePolicy(
-        "iam-known-roles-at-hierarchy-level",
-        "A predefined role granted on the project, folder or organization should be one the "
-        "pack's permission table (policies/permissions.py) lists, so it is judged by what it "
-        "allows. Granted to an account that runs job code it fails "
-        "(dedup-runtime-no-kit-resources), and granted to anyone where the watchdog's "
-        "deliveries queue is (dedup-deliveries-queue-task-creators).",
-        ADVISORY,
-        iam.known_roles_at_hierarchy_level,
-    ),
-    ResourcePolicy(
-        "iam-grant-types-readable",
-        "Resources that grant access must be ones the pack reads: an IAM member/binding "
-        "without a readable role and member(s), or a type that looks like an ACL or access "
-        "entry the pack does not know, is flagged.",
-        ADVISORY,
-        iam.unknown_grant_types,
-    ),
-    ResourceGraphPolicy(
-        "dedup-proxy-component-grants",
-        "Grants declared in the idempotent proxy's component (linked by its URN, so judged "
-        "before anything is applied, even while the proxy's account is unknown) may only be "
-        "what its targets need: roles/datastore.user, roles/secretmanager.secretAccessor on "
-        "one secret, a custom role (its permissions: dedup-proxy-least-privilege) or "
-        "roles/workflows.invoker on the project, roles/run.jobsExecutorWithOverrides on one "
-        "job with its location, roles/pubsub.publisher on one topic, and the invoker's "
-        "roles/run.invoker on the proxy's own service; nothing at folder or organization "
-        "level, no project-wide cloudbuild.builds.create.",
-        MANDATORY,
-        proxy.component_grants,
-    ),
-    ResourcePolicy(
-        "storage-bucket-uniform-access",
-        "Cloud Storage buckets must set uniformBucketLevelAccess: true.",
-        MANDATORY,
-        storage.uniform_bucket_level_access,
-    ),
-    ResourcePolicy(
-        "storage-bucket-public-access-prevention",
-        'Cloud Storage buckets must set publicAccessPrevention: "enforced".',
-        MANDATORY,
-        storage.public_access_prevention,
-    ),
-    ResourcePolicy(
-        "dedup-token-secret-not-plain",
-        "DEDUP_TOKEN_SECRET (the proxy's token secret) must never be a plain environment "
-        "variable of a function or Cloud Run service or job: only a secret environment "
-        "variable from Secret Manager.",
-        MANDATORY,
-        secrets.token_secret_not_plain,
-    ),
-)
 
 STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     StackPolicy(
@@ -243,8 +71,10 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
     ),
     StackPolicy(
         "dedup-job-headers",
-        "Every Scheduler job that targets the dedup function (or its proxy) must send the "
-        "X-Dedup-Project and X-Dedup-Location headers with its own project and location.",
+        "Every Scheduler job of the kit (one that targets the dedup function or its proxy, "
+        "or is aimed at a team service the stack declares: an App Engine HTTP target's "
+        "appEngineHttpTarget.headers) must send the X-Dedup-Project and X-Dedup-Location "
+        "headers with its own project and location.",
         MANDATORY,
         stack.dedup_headers,
     ),
@@ -463,9 +293,11 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "dedup-watchdog-least-privilege",
         "The run watchdog's service account may hold only roles/datastore.user on the dedup "
         "database (it reads the records and writes its cursors and re-run queue there) and, "
-        "in a stack with the proxy, runtimes or team services, roles/datastore.viewer on the "
-        "proxy's, each runtime's and each team service's database (it reads their records), "
-        "each conditioned to that one database.",
+        "in a stack with the proxy, runtimes or team services, roles/datastore.viewer on "
+        "the proxy's, each runtime's and each team service's database (it reads their "
+        "records), each conditioned to that one database; when it delivers runs, "
+        "roles/run.invoker only on a function of the kit or a declared team Cloud Run "
+        "service.",
         MANDATORY,
         watchdog.least_privilege,
     ),
@@ -511,7 +343,8 @@ QUEUE_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "dedup-deliveries-queue-target",
         "The watchdog's deliveries queue (its DEDUP_WATCH_QUEUE) sets no httpTarget "
         "override that changes a delivery: a uriOverride must leave every delivery URL "
-        "(DEDUP_WATCH_TARGET_URL, DEDUP_WATCH_PROXY_URL, DEDUP_WATCH_RUNTIME_URLS) as it is, "
+        "(DEDUP_WATCH_TARGET_URL, DEDUP_WATCH_PROXY_URL, DEDUP_WATCH_RUNTIME_URLS, a team "
+        "service job's url in its job table) as it is, "
         "by normalised origin, path and query; an oidcToken override must name the "
         "watchdog's own DEDUP_WATCH_TASK_ACCOUNT (and an audience, if set, every delivery "
         "URL); no oauthToken, no headerOverrides, no httpMethod but POST. The kit sets none.",
@@ -536,7 +369,8 @@ TRUST_POLICIES: Final[tuple[StackPolicy, ...]] = (
     StackPolicy(
         "dedup-kit-identities-kit-only",
         "The accounts whose OIDC tokens the kit's functions accept, the jobs' invoker (what "
-        "the stack's Scheduler jobs that target the kit send tokens of, and "
+        "the stack's Scheduler jobs that target the kit or a declared team service send "
+        "tokens of, and "
         "DEDUP_ALLOWED_CALLERS names) and the run watchdog's, are used by the kit alone: "
         "the invoker only as its Scheduler jobs' httpTarget.oidcToken, the watchdog's only "
         "as its function's account, its tasks' (DEDUP_WATCH_TASK_ACCOUNT) and its deliveries "
@@ -549,8 +383,61 @@ TRUST_POLICIES: Final[tuple[StackPolicy, ...]] = (
     ),
 )
 
+# Issue 39, "Bring your own service": the jobs aimed at a team's service, the invoker's
+# reach and the team service's account.
+SERVICE_POLICIES: Final[tuple[StackPolicy, ...]] = (
+    StackPolicy(
+        "dedup-invoker-reach",
+        "The jobs' invoker (the accounts the stack's Scheduler jobs aimed at the kit or a "
+        "declared team service send OIDC tokens of) may "
+        "hold a role that allows run.routes.invoke, cloudfunctions.functions.invoke or IAM "
+        "changes only on one service the kit calls, granted on that service: a function of "
+        "the kit (Cloud Run v2 or function IAM) or a team Cloud Run service the stack "
+        "declares under `services` (gcp.cloudrunv2 ServiceIamMember/Binding/Policy; "
+        "roles/run.invoker, nothing that changes its IAM policy). Any other Cloud Run "
+        "service or function, a v1 gcp.cloudrun IAM resource, the project, a folder or the "
+        "organization fails, whatever the resource: every function of the kit and every "
+        "declared team service accepts the invoker's tokens.",
+        MANDATORY,
+        own_service.invoker_reach,
+    ),
+    StackPolicy(
+        "dedup-service-job-target",
+        "A Scheduler job aimed at a team Cloud Run service the stack declares (the kit's "
+        "job depends on the service's records database, grant and invoker binding) sends "
+        "an OIDC token whose audience is exactly the service's url (services[].url, the "
+        "one audience of all its jobs: Cloud Run checks it), and its httpTarget.uri lies "
+        "under that url (the url plus the job's path). A job that sends the invoker's "
+        "token to any other URL, neither a function of the kit nor a declared team "
+        "service, fails: declare the service under `services`.",
+        MANDATORY,
+        own_service.service_job_target,
+    ),
+    StackPolicy(
+        "dedup-service-account-own-database",
+        "A team service's account (services[].serviceAccount, the member of its "
+        "roles/datastore.user grant) may hold a role that reads or writes Firestore records "
+        "only conditioned to its own records database (resource.name == "
+        '"projects/P/databases/<databaseName>-<service>"): not unconditioned on the '
+        "project, folder or organization, not conditioned to another database. Its code "
+        "could otherwise read or rewrite other run records (a run executed twice or never).",
+        MANDATORY,
+        own_service.service_account_own_database,
+    ),
+    StackPolicy(
+        "dedup-service-account-not-kit",
+        "A team service runs as an account of its own, none of the kit's (the jobs' "
+        "invoker, the watchdog's, a function's runtime or build account, an account the "
+        "stack declares): the service's code could mint that account's tokens, which the "
+        "kit's functions accept, or use its grants. Set services[].serviceAccount to the "
+        "service's own account.",
+        MANDATORY,
+        own_service.service_account_not_kit,
+    ),
+)
+
 ALL_POLICIES: Final[tuple[Policy, ...]] = (
-    *RESOURCE_POLICIES, *STACK_POLICIES, *TRUST_POLICIES, *QUEUE_POLICIES,
+    *RESOURCE_POLICIES, *STACK_POLICIES, *TRUST_POLICIES, *QUEUE_POLICIES, *SERVICE_POLICIES,
 )
 
 

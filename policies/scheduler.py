@@ -1,4 +1,14 @@
-"""Resource policies for Cloud Scheduler jobs (gcp:cloudscheduler/job:Job)."""
+"""Resource policies for Cloud Scheduler jobs (gcp:cloudscheduler/job:Job).
+
+A job has one target (Google's Job reference: httpTarget, appEngineHttpTarget and
+pubsubTarget are mutually exclusive). An HTTP target authenticates with an OIDC token and
+its attemptDeadline lies within 15 s..30 min; an App Engine HTTP target has no token field
+at all (Scheduler calls the project's own app, from 0.1.0.2/32, which the app's firewall
+must admit: https://cloud.google.com/scheduler/docs/creating), its attemptDeadline may
+reach 24 h, its relativeUri must begin with "/", and a 503 it answers is retried
+regardless of retryConfig and not counted against retryCount:
+https://cloud.google.com/scheduler/docs/reference/rest/v1/projects.locations.jobs
+"""
 
 from __future__ import annotations
 
@@ -9,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from infra.scheduler_rules import (
+    APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_MIN_SECONDS,
     HazardKind,
@@ -50,6 +61,14 @@ def _http_target(resource_type: str, props: Mapping[str, Any]) -> Any:
     if resource_type != SCHEDULER_JOB:
         return MISSING
     return get(props, "httpTarget")
+
+
+def app_engine_target(resource_type: str, props: Mapping[str, Any]) -> Any:
+    """The job's appEngineHttpTarget (possibly UNKNOWN), or MISSING for other types and
+    targets."""
+    if resource_type != SCHEDULER_JOB:
+        return MISSING
+    return get(props, "appEngineHttpTarget")
 
 
 def unix_cron_schedule(resource_type: str, props: Mapping[str, Any]) -> list[str]:
@@ -192,21 +211,64 @@ def _audience_origin_problems(uri: Any, audience: str) -> list[str]:
     return []
 
 
+# The attemptDeadline Scheduler accepts, by target (Job reference); a Pub/Sub target
+# ignores it.
+_DEADLINE_BOUNDS: Final = {
+    "httpTarget": (ATTEMPT_DEADLINE_MIN_SECONDS, ATTEMPT_DEADLINE_MAX_SECONDS, "HTTP targets"),
+    "appEngineHttpTarget": (ATTEMPT_DEADLINE_MIN_SECONDS,
+                            APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS, "App Engine HTTP targets"),
+}
+
+
 def attempt_deadline(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    target = _http_target(resource_type, props)
-    if target is MISSING:
-        return []  # App Engine / Pub/Sub targets have other bounds
+    if resource_type != SCHEDULER_JOB:
+        return []
+    bounds = next((b for key, b in _DEADLINE_BOUNDS.items() if get(props, key) is not MISSING),
+                  None)
+    if bounds is None:
+        return []  # a Pub/Sub target: Scheduler ignores the deadline
+    low, high, targets = bounds
     deadline = get(props, "attemptDeadline")
     if deadline is MISSING or is_unknown(deadline):
-        return []  # Scheduler's default, 180s
+        return []  # Scheduler's default (180 s; App Engine: by the service's scaling type)
     try:
         seconds = parse_duration_seconds(deadline)
     except ValueError as exc:
-        return [f"attemptDeadline {exc}: set attemptDeadlineSeconds (15..1800)"]
-    if not ATTEMPT_DEADLINE_MIN_SECONDS <= seconds <= ATTEMPT_DEADLINE_MAX_SECONDS:
+        return [f"attemptDeadline {exc}: set attemptDeadlineSeconds ({low}..{high})"]
+    if not low <= seconds <= high:
         return [
-            f"attemptDeadline {deadline!r} is outside {ATTEMPT_DEADLINE_MIN_SECONDS}s.."
-            f"{ATTEMPT_DEADLINE_MAX_SECONDS}s, the range Cloud Scheduler accepts for HTTP "
-            "targets: set attemptDeadlineSeconds within it"
+            f"attemptDeadline {deadline!r} is outside {low}s..{high}s, the range Cloud "
+            f"Scheduler accepts for {targets}: set attemptDeadlineSeconds within it"
         ]
     return []
+
+
+APP_ENGINE_METHOD: Final = "POST"
+"""What a kit job sends (the body is the run's payload); Scheduler's default when unset."""
+
+
+def app_engine_http_target(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """An App Engine HTTP target the service can answer: a relativeUri that begins with
+    "/" (AppEngineHttpTarget.relativeUri; the kit aims it at a `/tasks/...` route) and the
+    POST method. A 503 from App Engine is retried regardless of retryConfig and not
+    counted against retryCount, so the protocol answers 409 (never 503) while another
+    attempt holds the claim; the X-Dedup-* headers are dedup-job-headers'."""
+    target = app_engine_target(resource_type, props)
+    if target is MISSING or is_unknown(target):
+        return []
+    problems: list[str] = []
+    uri = get(target, "relativeUri")
+    if not is_unknown(uri) and uri is not MISSING and (
+        not isinstance(uri, str) or not uri.startswith("/") or any(c.isspace() for c in uri)
+    ):
+        problems.append(
+            f"appEngineHttpTarget.relativeUri {uri!r} does not begin with '/' (or holds "
+            "spaces): set it to the service's route, e.g. '/tasks/export'"
+        )
+    method = get(target, "httpMethod")
+    if not is_unknown(method) and method is not MISSING and method != APP_ENGINE_METHOD:
+        problems.append(
+            f"appEngineHttpTarget.httpMethod {method!r} is not POST, which a kit job sends "
+            "(its body is the run's payload): set httpMethod to POST"
+        )
+    return problems

@@ -338,44 +338,47 @@ def _header(headers: Mapping[str, Any], name: str) -> Any:
 
 
 def dedup_headers(resources: Sequence[Resource]) -> list[Finding]:
+    """Every job of the kit (aimed at a function of the kit, or at a declared team
+    service: an App Engine HTTP target's headers are its own) sends X-Dedup-Project and
+    X-Dedup-Location with its own project and location."""
     findings: list[Finding] = []
-    seen: set[str] = set()
     facts = stack_facts(resources)
-    for function in facts.dedup_functions:
-        for job in facts.jobs_targeting(function):
-            if job.urn in seen:
+    jobs = {job.urn: job for function in facts.dedup_functions
+            for job in facts.jobs_targeting(function)}
+    jobs.update((job.urn, job) for job, _ in facts.team_service_jobs)
+    for job in facts.in_stack_order(list(jobs.values())):
+        target = "httpTarget" if get(job.props, "httpTarget") is not MISSING else (
+            "appEngineHttpTarget")
+        raw = get(job.props, target, "headers")
+        if is_unknown(raw):
+            continue
+        headers = as_mapping(raw) or {}
+        expected = {
+            "X-Dedup-Project": get(job.props, "project"),
+            "X-Dedup-Location": get(job.props, "region"),
+        }
+        for name, own in expected.items():
+            value = _header(headers, name)
+            if is_unknown(value):
                 continue
-            seen.add(job.urn)
-            raw = get(job.props, "httpTarget", "headers")
-            if is_unknown(raw):
-                continue
-            headers = as_mapping(raw) or {}
-            expected = {
-                "X-Dedup-Project": get(job.props, "project"),
-                "X-Dedup-Location": get(job.props, "region"),
-            }
-            for name, own in expected.items():
-                value = _header(headers, name)
-                if is_unknown(value):
-                    continue
-                if value is MISSING or not str(value).strip():
-                    findings.append(
-                        Finding(
-                            f"job {label(job)} does not send the {name} header, so its runs "
-                            "are keyed with the function's own project/location and can "
-                            "collide with a same-named job elsewhere: add "
-                            f"httpTarget.headers[{name!r}]",
-                            job.urn,
-                        )
+            if value is MISSING or not str(value).strip():
+                findings.append(
+                    Finding(
+                        f"job {label(job)} does not send the {name} header, so its runs "
+                        "are keyed with the receiver's own project/location and can "
+                        "collide with a same-named job elsewhere: add "
+                        f"{target}.headers[{name!r}]",
+                        job.urn,
                     )
-                elif known_str(own) and value != own:
-                    findings.append(
-                        Finding(
-                            f"job {label(job)} sends {name}: {value!r} but runs in {own!r}: "
-                            "send the job's own project and location",
-                            job.urn,
-                        )
+                )
+            elif known_str(own) and value != own:
+                findings.append(
+                    Finding(
+                        f"job {label(job)} sends {name}: {value!r} but runs in {own!r}: "
+                        "send the job's own project and location",
+                        job.urn,
                     )
+                )
     return findings
 
 

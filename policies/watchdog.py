@@ -43,7 +43,8 @@ from policies.kit_resources import (
 )
 from policies.model import Finding, Resource
 from policies.reach import grant_secret
-from policies.values import as_list, as_mapping, get, known_str
+from policies.team_services import service_not_known
+from policies.values import as_list, as_mapping, get, is_unknown, known_str
 
 TASKS_ENQUEUER: Final = "roles/cloudtasks.enqueuer"
 TASKS_VIEWER: Final = "roles/cloudtasks.viewer"  # GetTask: an existing task is read back
@@ -55,10 +56,10 @@ SA_USER: Final = "roles/iam.serviceAccountUser"
 
 ALLOWED_TEXT: Final = (
     f"{DATASTORE_USER} on its own database (DEDUP_WATCH_DATABASE), {DATASTORE_VIEWER} on "
-    "the dedup, the proxy's and each runtime's database, each conditioned to that one "
-    "database; when it "
-    "delivers runs, run.invoker on the "
-    f"kit's services, {TASKS_ENQUEUER} on the queue its DEDUP_WATCH_QUEUE names and "
+    "the dedup, the proxy's, each runtime's and each team service's database, each "
+    "conditioned to that one database; when it delivers runs, run.invoker on the kit's "
+    f"services and the declared team Cloud Run services, {TASKS_ENQUEUER} on the queue its "
+    "DEDUP_WATCH_QUEUE names and "
     f"{SA_USER} on its own account"
 )
 
@@ -96,8 +97,8 @@ def _viewer_problem(
         return None  # the dedup function's records
     if not others:
         return (
-            f"{DATASTORE_VIEWER} is granted but the stack has no proxy or runtime, whose "
-            "records it reads: remove it"
+            f"{DATASTORE_VIEWER} is granted but the stack has no proxy, runtime or team "
+            "service, whose records it reads: remove it"
         )
     if not isinstance(named, str) or any(d is None or d.named_by(named) for d in others):
         return None
@@ -135,7 +136,7 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
     # The other databases of run records it reads: the proxies', the runtimes' and the
     # team services'.
     others = [records_database(p) for p in facts.proxy_functions] + [
-        r.database for r in facts.runtimes] + list(facts.team_service_databases)
+        r.database for r in facts.runtimes] + [s.database for s in facts.team_services]
     for watchdog in facts.watchdog_functions:
         email = runtime_email(watchdog)
         if email is None:
@@ -144,10 +145,9 @@ def least_privilege(resources: Sequence[Resource]) -> list[Finding]:
         delivers = delivers_runs(watchdog)
         own, records = own_database(watchdog), records_database(watchdog)
         for resource, role, grant in facts.roles_held(email):
-            if delivers and role == RUN_INVOKER and resource.type.startswith(
-                "gcp:cloudrunv2/serviceIam"
-            ):
-                continue  # its tasks carry its token to the kit's functions
+            if (delivers or is_unknown(environment(watchdog))) and role == RUN_INVOKER and (
+                    facts.called_service(resource) or service_not_known(resource)):
+                continue  # its tasks carry its token to the kit's functions, team services
             if delivers and _own_queue_grant(watchdog, resource, role, email):
                 continue
             if role not in (DATASTORE_USER, DATASTORE_VIEWER):

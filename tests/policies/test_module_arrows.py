@@ -13,8 +13,10 @@ from policies.registry import ALL_POLICIES
 PACK = Path(__file__).resolve().parents[2] / "policies"
 POLICY_MODULES = frozenset(p.check.__module__.removeprefix("policies.") for p in ALL_POLICIES)
 """The modules that define a policy's check."""
-# The pack's plumbing: the registry imports every policy module, these import the registry.
-PLUMBING = frozenset({"registry", "evaluate", "pack", "offline_check", "__main__"})
+# The pack's plumbing: the registries import every policy module, these import the registry.
+PLUMBING = frozenset(
+    {"registry", "resource_registry", "evaluate", "pack", "offline_check", "__main__"}
+)
 
 
 def imports(module: str) -> list[tuple[str, str]]:

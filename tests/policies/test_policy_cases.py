@@ -33,6 +33,7 @@ from tests.policies.queue_cases import CASES as QUEUE_CASES
 from tests.policies.round_two_cases import ROUND_TWO_CASES
 from tests.policies.runtime_cases import RUNTIME_CASES
 from tests.policies.runtime_review_cases import REVIEW_CASES
+from tests.policies.service_cases import CASES as SERVICE_CASES
 from tests.policies.trust_cases import TRUST_CASES
 
 ALL_CASES: dict[str, list[Case]] = {
@@ -45,10 +46,11 @@ ALL_CASES: dict[str, list[Case]] = {
         *REVIEW_CASES.get(name, []),
         *TRUST_CASES.get(name, []),
         *QUEUE_CASES.get(name, []),
+        *SERVICE_CASES.get(name, []),
     ]
     for name in sorted(
         {*RESOURCE_CASES, *STACK_CASES, *BYPASS_CASES, *ROUND_TWO_CASES, *RUNTIME_CASES,
-         *REVIEW_CASES, *TRUST_CASES, *QUEUE_CASES}
+         *REVIEW_CASES, *TRUST_CASES, *QUEUE_CASES, *SERVICE_CASES}
     )
 }
 
