@@ -108,6 +108,9 @@ def test_config_values_are_the_stack_files_mapping() -> None:
 def test_a_non_plain_input_is_refused_with_why() -> None:
     import pulumi
 
+    # An Output is made on the current event loop, which an earlier test in this worker may
+    # have left unset (asyncio.run does: this file's gRPC test, the ASGI adapter's tests).
+    asyncio.set_event_loop(asyncio.new_event_loop())
     args = {"project": "acme-scheduler-dev", "region": "europe-west1",
             "jobs": [{"name": "a", "schedule": pulumi.Output.from_input("* * * * *")}]}
     with pytest.raises(ConfigError) as raised:

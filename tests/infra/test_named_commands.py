@@ -26,11 +26,11 @@ from operator_tools.init import main as init_main
 STARTER: Final = KIT_ROOT / "examples" / "team-repo"
 
 # The kit's targets a team repository does not have, by design: its maintainers' (a release,
-# the wheel, the kit's locks, schema, docs site, benchmark, the simulation of the kit's own
+# the wheels, the kit's locks, schema, docs site, benchmark, the simulation of the kit's own
 # protocol) and its repository's own chores.
 KIT_ONLY_TARGETS: Final = frozenset({
     "help", "workflow-lint", "lock-kit", "bench", "schema", "docs", "docs-serve", "dist",
-    "release", "clean", "simulate",
+    "release", "clean", "simulate", "protocol-dist",
 })
 # What may follow "make" in prose and is no target ("its make target").
 NOT_TARGETS: Final = frozenset({
