@@ -5,7 +5,9 @@ local HTTP server."""
 
 from __future__ import annotations
 
+import base64
 import functools
+import json
 import time
 from typing import Any
 
@@ -112,6 +114,13 @@ def test_a_signed_token_that_is_not_for_this_service_is_refused(
     assert why in refusal.reason and "not verified" in refusal.reason
 
 
+def unsigned(alg: str) -> str:
+    """A token of the invoker naming algorithm `alg`, with a signature of no key."""
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+    return f"{part({'alg': alg, 'kid': 'test-key-1'})}.{part(id_token_claims(INVOKER))}.AAAA"
+
+
 @pytest.mark.usefixtures("certs")
 def test_a_forged_signature_is_refused(google: SigningKey) -> None:
     forger = SigningKey.generate()  # a key of the forger's, naming Google's key ID
@@ -124,6 +133,7 @@ def test_a_forged_signature_is_refused(google: SigningKey) -> None:
         payload_swapped,  # Google's signature of another account's token
         forwarded_token(oidc_claims(INVOKER, AUDIENCE)).replace(  # no signature at all
             "SIGNATURE_REMOVED_BY_GOOGLE", ""),
+        unsigned("none"), unsigned("HS256"), unsigned("ES256"),  # algorithms not Google's
     ]:
         refusal = check(token)
         assert refusal is not None and refusal.caller == NOT_VERIFIED, token

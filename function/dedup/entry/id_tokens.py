@@ -159,7 +159,9 @@ def verified_claims(
     try:
         verified: Mapping[str, Any] = jwt.decode(  # type: ignore[no-untyped-call]
             token, certs=keys, audience=audience, clock_skew_in_seconds=CLOCK_SKEW_SECONDS)
-    except (auth_exceptions.GoogleAuthError, ValueError, TypeError) as exc:
+    # google-auth raises these for a token it refuses (it wraps a key-type mismatch too);
+    # anything else is a fault here, not the caller's, and must not read as a refusal.
+    except (auth_exceptions.GoogleAuthError, ValueError) as exc:
         raise TokenRejected(_why_not(exc, claims, audience)) from None
     if verified.get("iss") not in GOOGLE_ISSUERS:
         raise TokenRejected(f"the token's issuer {_shown(verified.get('iss'))} is not Google's")
