@@ -2,7 +2,8 @@
 
 The kit declares a team service's records database, its account's claim on it, the
 invoker's grant and the jobs (infra/team_service.py); the service itself is the team's.
-Whether it runs the protocol library, who else may invoke it, whether its ingress admits
+Whether it runs the protocol library, who else may invoke it (and, if anyone may, whether
+it verifies tokens itself: DEDUP_VERIFY_TOKEN_AUDIENCE), whether its ingress admits
 Scheduler and the watchdog's queue, which account it really runs as and which DEDUP_*
 settings it has: none of that is in the stack, so `make plan` names each as a checklist
 item with the concrete values, never assumes it (docs/own-service.md).
@@ -35,6 +36,11 @@ def service_checklist(cfg: StackConfig, service: TeamServiceSettings) -> list[st
             f"  [ ] its IAM: who else holds roles/run.invoker (or run.admin, Editor, Owner) on "
             f"{service.cloud_run}: each could send a job's headers; the kit grants "
             f"{', '.join(callers)} only",
+            f"  [ ] if it allows unauthenticated invocations (allUsers invoker, "
+            "--allow-unauthenticated), Cloud Run verifies no token and anyone can send a "
+            "job's headers with any e-mail: then its environment also has "
+            f"DEDUP_VERIFY_TOKEN_AUDIENCE={service.url} (the library verifies the token "
+            "itself; leave it unset on a service that requires authentication)",
             f"  [ ] its ingress admits requests to {service.url}: 'all', 'internal' or "
             "'internal-and-cloud-load-balancing' (Cloud Scheduler and Cloud Tasks of "
             f"{cfg.project} count as internal when the service is in the same project; "

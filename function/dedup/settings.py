@@ -22,6 +22,13 @@ ALLOWED_CALLERS_ENV = "DEDUP_ALLOWED_CALLERS"
 DEFAULT_JOB_ENV = "DEDUP_JOB"
 """The `module:function` a function runs for a job its job table does not name."""
 FORCED_RUN_MARGIN_ENV = "DEDUP_FORCED_RUN_MARGIN_SECONDS"
+VERIFY_TOKEN_AUDIENCE_ENV = "DEDUP_VERIFY_TOKEN_AUDIENCE"
+# The origin a Cloud Run service's tokens name as audience: https, a lower-case host name,
+# an optional port, nothing after it (the jobs and the watchdog send the service's URL).
+_HTTPS_ORIGIN = re.compile(
+    r"https://[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)+"
+    r"(?::[0-9]{1,5})?"
+)
 # An e-mail address as Google writes service accounts' (and users'): local@domain.tld, no
 # wildcards or other punctuation a reader could take for a pattern.
 _EMAIL = re.compile(
@@ -80,6 +87,10 @@ class Settings:
     allowed_callers: frozenset[str] = frozenset()
     """DEDUP_ALLOWED_CALLERS, lower-cased: the only callers served (callers.py); empty:
     every caller Cloud Run lets through."""
+    verify_token_audience: str | None = None
+    """DEDUP_VERIFY_TOKEN_AUDIENCE: when set, the caller's token is verified here (Google's
+    signature, issuer, expiry, this audience, email_verified: entry/id_tokens.py) before
+    its `email` is believed; for a service Cloud Run does not verify tokens for."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -114,6 +125,15 @@ class Settings:
         table = read_table(env, JOB_ROUTES_TABLE)
         routes = parse_job_routes(*table) if table is not None else {}
         cache_size = int(number_setting(env, "DEDUP_CACHE_SIZE", cls.cache_size, 0))
+        allowed_callers = parse_allowed_callers(env.get(ALLOWED_CALLERS_ENV, ""))
+        audience = parse_verify_token_audience(env.get(VERIFY_TOKEN_AUDIENCE_ENV, ""))
+        if audience is not None and not allowed_callers:
+            raise SettingsError(
+                f"{VERIFY_TOKEN_AUDIENCE_ENV} is set but {ALLOWED_CALLERS_ENV} is not: a "
+                "verified token of any Google account would be served, which is no "
+                f"boundary; set {ALLOWED_CALLERS_ENV} to the e-mails of the accounts the "
+                "Scheduler jobs (and the watchdog) send tokens of"
+            )
         return cls(
             project=project,
             location=location,
@@ -131,7 +151,8 @@ class Settings:
             forced_run_margin_seconds=number_setting(
                 env, FORCED_RUN_MARGIN_ENV, cls.forced_run_margin_seconds, 0
             ),
-            allowed_callers=parse_allowed_callers(env.get(ALLOWED_CALLERS_ENV, "")),
+            allowed_callers=allowed_callers,
+            verify_token_audience=audience,
         )
 
 
@@ -198,3 +219,19 @@ def parse_allowed_callers(raw: str) -> frozenset[str]:
             )
         emails.add(entry.lower())
     return frozenset(emails)
+
+
+def parse_verify_token_audience(raw: str) -> str | None:
+    """DEDUP_VERIFY_TOKEN_AUDIENCE: the service's https URL, origin only; None when blank."""
+    value = raw.strip()
+    if not value:
+        return None
+    if not _HTTPS_ORIGIN.fullmatch(value):
+        raise SettingsError(
+            f"{VERIFY_TOKEN_AUDIENCE_ENV}={raw[:120]!r} is not an https URL origin: set it to "
+            "the service's own URL, lower-case, with no path, query or trailing slash "
+            "(e.g. 'https://reports-abc123xyz-ew.a.run.app'): the audience its Scheduler "
+            "jobs' and the watchdog's tokens carry; leave it unset on a service that "
+            "requires authentication (Cloud Run verifies the token there)"
+        )
+    return value

@@ -298,6 +298,9 @@ def test_the_plan_lists_what_the_kit_cannot_see_with_the_values(retail: StackUnd
     assert "DEDUP_DATABASE=retail-exports-api" in exports
     assert "DEDUP_PROJECT=acme-retail-prod" in exports and "DEDUP_LOCATION=us-west1" in exports
     assert f"DEDUP_ALLOWED_CALLERS={INVOKER},{WATCHDOG}" in exports
+    assert "allows unauthenticated invocations" in exports
+    assert "DEDUP_VERIFY_TOKEN_AUDIENCE=https://exports-api-4k2xq7wbqa-uw.a.run.app " in exports
+    assert "DEDUP_VERIFY_TOKEN_AUDIENCE" not in storefront  # App Engine: Scheduler sends no token
     assert "carry no token" in storefront and "DEDUP_DATABASE=retail-storefront" in storefront
     assert "DEDUP_ALLOWED_CALLERS=" not in storefront  # Scheduler sends it no token
     assert "appengine:default/tasks/sitemap" in text

@@ -5,7 +5,9 @@ bad setting fails the start-up, as it does the kit's function): the settings, on
 client, one Deduplicator (its completed-run cache and the shared heartbeat) and the ledger
 of runs beyond the schedule. Each guarded job gets a DedupHandler of its own over them, so
 every adapter gives the same answers: 400 for missing or malformed Scheduler headers
-(nothing written), 403 for a caller not in DEDUP_ALLOWED_CALLERS, 200 for a completed
+(nothing written), 403 for a caller not in DEDUP_ALLOWED_CALLERS (or, with
+DEDUP_VERIFY_TOKEN_AUDIENCE, whose token does not verify: 500 when Google's certificates
+cannot be fetched), 200 for a completed
 duplicate (with its stored result), 409 while another attempt holds the claim, 500 when the
 job failed (its claim released: the retry runs at once) or the store is unavailable, 413
 for a body over DEDUP_MAX_BODY_BYTES; and one structured log line per delivery.

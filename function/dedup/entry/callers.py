@@ -27,9 +27,13 @@ Why decoding the token without verifying it is sound, and only where it is:
   authenticates with the other header claim any e-mail.
 - Anywhere the token is not verified first (a public service, `--allow-unauthenticated`,
   a local run, another platform in front), anyone can write any `email` claim, and this
-  check proves nothing: there it is a filter against mistakes, not a security boundary.
+  check alone proves nothing. There DEDUP_VERIFY_TOKEN_AUDIENCE (the service's URL) makes
+  it verify the token itself before believing its `email` (id_tokens.py: Google's
+  signature, issuer, expiry, that audience, `email_verified`).
 
-Stdlib only (base64 + json): nothing to import or fetch at cold start.
+Stdlib only (base64 + json): nothing to import or fetch at cold start. id_tokens.py (and
+google-auth's jwt) is imported on the first request that needs it, only with
+DEDUP_VERIFY_TOKEN_AUDIENCE set.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ SIGNATURE_REMOVED: Final = "SIGNATURE_REMOVED_BY_GOOGLE"
 NO_TOKEN: Final = "no token"
 NOT_A_JWT: Final = "not a JWT"
 NO_EMAIL: Final = "no email claim"
+NOT_VERIFIED: Final = "unverified token"
 
 _MAX_TOKEN_CHARS: Final = 16_384  # Google ID tokens are about 1 KB; bound the decoding work
 _MAX_SHOWN_EMAIL: Final = 254  # the longest e-mail address SMTP allows
@@ -128,9 +133,14 @@ def token_header(headers: Mapping[str, str]) -> tuple[str, str | None]:
     return "Authorization", value if value.strip() else None
 
 
-def check_caller(headers: Mapping[str, str], allowed: frozenset[str]) -> Refusal | None:
+def check_caller(
+    headers: Mapping[str, str], allowed: frozenset[str], verify_audience: str | None = None
+) -> Refusal | None:
     """None if the caller's `email` claim is in `allowed` (lower-case e-mails), else why not.
 
+    With `verify_audience` (DEDUP_VERIFY_TOKEN_AUDIENCE) the token must first pass
+    id_tokens.verified_claims for that audience; Google's certificates unavailable raises
+    id_tokens.CertsUnavailable (the caller answers a retryable 500).
     `headers` are lower-cased (keys.lower_keys). Nothing of the request but the token's
     `email` claim ends up in a Refusal.
     """
@@ -148,6 +158,20 @@ def check_caller(headers: Mapping[str, str], allowed: frozenset[str]) -> Refusal
         claims = jwt_claims(token)
     except NotAJwt as exc:
         return Refusal(f"the {name} bearer token is not a JWT: {exc}", NOT_A_JWT)
+    if verify_audience is not None:
+        if token.rsplit(".", 1)[-1] == SIGNATURE_REMOVED:
+            # Unverifiable, and on a public service anyone can write it (id_tokens.py).
+            return Refusal(
+                f"the {name} token's signature was removed: Cloud Run does that on a "
+                "service that requires authentication, which verified the token already; "
+                "unset DEDUP_VERIFY_TOKEN_AUDIENCE there (it is for services that allow "
+                "unauthenticated invocations, which receive tokens whole)", NOT_VERIFIED)
+        from dedup.entry.id_tokens import TokenRejected, verified_claims  # only when set
+
+        try:
+            claims = dict(verified_claims(token, claims, verify_audience))
+        except TokenRejected as exc:
+            return Refusal(f"the {name} token is not verified: {exc}", NOT_VERIFIED)
     email = claims.get("email")
     if not isinstance(email, str) or not email.strip():
         return Refusal(f"the {name} token has no email claim", NO_EMAIL)

@@ -74,10 +74,18 @@ SEVERITY = {
 # Two answers come before the protocol, read and write nothing, and are not Outcomes;
 # both are logged WARNING with their own `outcome` label:
 # - 403 "forbidden": DEDUP_ALLOWED_CALLERS is set and the caller's OIDC token is missing,
-#   not a JWT, has no `email` claim or one not in the list (callers.py). Checked first.
+#   not a JWT, has no `email` claim or one not in the list (callers.py), or (with
+#   DEDUP_VERIFY_TOKEN_AUDIENCE) is not a valid Google ID token for it. Checked first.
 # - 400 "rejected": the Scheduler headers are missing or malformed (keys.py).
 FORBIDDEN_STATUS = 403
 FORBIDDEN_OUTCOME = "forbidden"
+# - 500 "certs_unavailable": DEDUP_VERIFY_TOKEN_AUDIENCE is set and Google's certificates
+#   cannot be fetched (id_tokens.py): nothing verified, nothing claimed. 500, not 503,
+#   although no claim is held yet: the library answers 503 nowhere (App Engine retries a
+#   503 without counting it), so one rule holds without exceptions; Scheduler retries a
+#   500 like any failed attempt.
+CERTS_UNAVAILABLE_STATUS = 500
+CERTS_UNAVAILABLE_OUTCOME = "certs_unavailable"
 REJECTED_STATUS = 400
 REJECTED_OUTCOME = "rejected"
 # A run beyond the schedule (dedup/beyond.py) whose note the store refused: logged ERROR,
@@ -211,12 +219,32 @@ class RunsDeliveries(Protocol):
 def refuse_caller(
     lowered: Mapping[str, str], allowed: frozenset[str],
     emit: Callable[[Mapping[str, Any]], None], started: float,
+    verify_audience: str | None = None,
 ) -> HttpReply | None:
     """Every entry point's first step: a 403 (and one WARNING line) for a caller not in
-    DEDUP_ALLOWED_CALLERS, before anything is read or written; None to go on."""
+    DEDUP_ALLOWED_CALLERS, before anything is read or written; None to go on. With
+    `verify_audience` (DEDUP_VERIFY_TOKEN_AUDIENCE) the token is verified first, and a 500
+    (one ERROR line) answers when Google's certificates cannot be fetched."""
     if not allowed:
         return None
-    refusal = check_caller(lowered, allowed)
+    if verify_audience is None:
+        refusal = check_caller(lowered, allowed)
+    else:
+        from dedup.entry.id_tokens import CertsUnavailable  # only when set (cold start)
+
+        try:
+            refusal = check_caller(lowered, allowed, verify_audience)
+        except CertsUnavailable as exc:
+            emit({
+                "severity": "ERROR",
+                "message": f"caller not checked: Google's certificates are unavailable "
+                           f"({exc}); answered {CERTS_UNAVAILABLE_STATUS} before anything "
+                           "was claimed, so Scheduler retries",
+                "outcome": CERTS_UNAVAILABLE_OUTCOME,
+                "status": CERTS_UNAVAILABLE_STATUS,
+                "latency_ms": _ms_since(started),
+            })
+            return HttpReply(CERTS_UNAVAILABLE_STATUS, {"error": CERTS_UNAVAILABLE_OUTCOME})
     if refusal is None:
         return None
     # Who, and why: nothing else of the request (no headers, body or token).
@@ -285,7 +313,8 @@ class DedupHandler:
     def handle(self, headers: Mapping[str, str], body: bytes) -> HttpReply:
         started = time.perf_counter()
         lowered = lower_keys(headers)
-        forbidden = refuse_caller(lowered, self._settings.allowed_callers, self._emit, started)
+        forbidden = refuse_caller(lowered, self._settings.allowed_callers, self._emit, started,
+                                  self._settings.verify_token_audience)
         if forbidden is not None:
             return forbidden
         try:

@@ -397,7 +397,8 @@ class WatchdogHandler:
     def handle(self, headers: Mapping[str, str], body: bytes) -> HttpReply:
         started = time.perf_counter()
         forbidden = refuse_caller(
-            lower_keys(headers), self._settings.store.allowed_callers, self._emit, started
+            lower_keys(headers), self._settings.store.allowed_callers, self._emit, started,
+            self._settings.store.verify_token_audience,
         )
         if forbidden is not None:
             return forbidden
