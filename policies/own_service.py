@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from policies.facts import StackFacts, stack_facts
-from policies.gcp import service_account_email
+from policies.gcp import is_default_runtime_account, service_account_email
 from policies.grants import (
     PRIMITIVE_ROLES,
     condition_database,
@@ -27,6 +27,7 @@ from policies.grants import (
     role_permissions,
 )
 from policies.kit_resources import (
+    RecordsDatabase,
     function_urls,
     job_uri,
     label,
@@ -65,17 +66,19 @@ def invoker_reach(resources: Sequence[Resource]) -> list[Finding]:
             allowed = role_permissions(role, declared)
             if allowed is None and role_not_known_yet(role, declared):
                 continue
-            if allowed is not None and not allowed & (INVOKE | SET_IAM):
-                continue
             on_service = any(resource.type.startswith(p) for p in SERVICE_IAM_NAME)
             if on_service and (unnamed or service_not_known(resource)):
                 continue  # not known yet
             called = facts.called_service(resource)
-            if called is not None and allowed is not None and not (
-                    isinstance(called, TeamService) and allowed & SET_IAM):
-                continue  # a service the kit calls (its own: dedup-function-invokers)
+            if called is not None:
+                if allowed is not None and not _beyond_invoking(allowed):
+                    continue  # invoke only, on a service the kit calls
+            elif allowed is not None and not allowed & (INVOKE | SET_IAM):
+                continue
             what = ("a role the pack does not know (policies/permissions.py)"
-                    if allowed is None else ", ".join(sorted(allowed & (INVOKE | SET_IAM))))
+                    if allowed is None else ", ".join(sorted(
+                        _beyond_invoking(allowed) if called is not None
+                        else allowed & (INVOKE | SET_IAM))))
             findings.append(Finding(
                 f"{email}, whose OIDC tokens the stack's Scheduler jobs send, holds {role} "
                 f"({what}) on {_where(facts, resource)}: every function of the kit and each "
@@ -88,12 +91,20 @@ def invoker_reach(resources: Sequence[Resource]) -> list[Finding]:
     return findings
 
 
+def _beyond_invoking(allowed: frozenset[str]) -> frozenset[str]:
+    """What a role granted on a service allows there besides invoking it (a job's
+    permissions, such as roles/run.invoker's run.jobs.run, act on no service)."""
+    return frozenset(p for p in allowed - INVOKE if not p.startswith("run.jobs."))
+
+
 def _where(facts: StackFacts, resource: Resource) -> str:
     if is_hierarchy_level(resource.type):
         return f"{granted_on(resource)} (every service there)"
     called = facts.called_service(resource)
     if isinstance(called, TeamService):
-        return f"{called} (a role that changes its IAM policy)"
+        return f"{called} (a role allowing more than invoking it)"
+    if called is not None:
+        return f"the function {label(called)} of the kit (a role allowing more than invoking it)"
     name = known_str(get(resource.props, "name")) or known_str(
         get(resource.props, "service")) or resource.name
     return f"{resource.type} {name!r}, no service the kit calls"
@@ -210,34 +221,41 @@ def service_account_own_database(resources: Sequence[Resource]) -> list[Finding]
     (or every database of the project) it could make another function's run execute twice
     or never."""
     facts = stack_facts(resources)
-    declared = facts.custom_roles
     findings: list[Finding] = []
     for service in facts.team_services:
         own = service.database
-        if service.account is None or own is None:
+        if own is None:
             continue  # not known yet
-        for resource, role, grant in facts.roles_held(service.account):
-            if role in PRIMITIVE_ROLES or not is_hierarchy_level(resource.type):
-                continue  # basic roles: iam-no-primitive-roles; Firestore acts per project
-            allowed = role_permissions(role, declared)
-            if allowed is None and role_not_known_yet(role, declared):
-                continue
-            if allowed is not None and not allowed & RECORDS_ACCESS:
-                continue
-            named = condition_database(grant.condition)
-            if is_unknown(named) or (isinstance(named, str) and own.named_by(named)):
-                continue
-            reach = (f"conditioned to {named!r}" if isinstance(named, str)
-                     else "without a condition naming one database")
-            findings.append(Finding(
-                f"{service.account}, the account of {service}, holds {role} on "
-                f"{granted_on(resource)} {reach}, not only its own records database "
-                f"{str(own)!r}: the service's code could read or rewrite other run records "
-                "(a run executed twice or never): remove the grant; the kit grants "
-                "roles/datastore.user with the condition "
-                f'resource.name == "{own.resource_name()}"',
-                resource.urn,
-            ))
+        for account in service.accounts:
+            findings += _records_beyond(facts, service, account, own)
+    return findings
+
+
+def _records_beyond(facts: StackFacts, service: TeamService, account: str,
+                    own: RecordsDatabase) -> list[Finding]:
+    findings: list[Finding] = []
+    for resource, role, grant in facts.roles_held(account):
+        if role in PRIMITIVE_ROLES or not is_hierarchy_level(resource.type):
+            continue  # basic roles: iam-no-primitive-roles; Firestore acts per project
+        allowed = role_permissions(role, facts.custom_roles)
+        if allowed is None and role_not_known_yet(role, facts.custom_roles):
+            continue
+        if allowed is not None and not allowed & RECORDS_ACCESS:
+            continue
+        named = condition_database(grant.condition)
+        if is_unknown(named) or (isinstance(named, str) and own.named_by(named)):
+            continue
+        reach = (f"conditioned to {named!r}" if isinstance(named, str)
+                 else "without a condition naming one database")
+        findings.append(Finding(
+            f"{account}, the account of {service}, holds {role} on "
+            f"{granted_on(resource)} {reach}, not only its own records database "
+            f"{str(own)!r}: the service's code could read or rewrite other run records "
+            "(a run executed twice or never): remove the grant; the kit grants "
+            "roles/datastore.user with the condition "
+            f'resource.name == "{own.resource_name()}"',
+            resource.urn,
+        ))
     return findings
 
 
@@ -252,14 +270,20 @@ def service_account_not_kit(resources: Sequence[Resource]) -> list[Finding]:
     kit = facts.kit_identities
     findings: list[Finding] = []
     for service in facts.team_services:
-        if service.account is None or service.account not in kit:
-            continue
-        findings.append(Finding(
-            f"{service} runs as {service.account}, an account of the kit (what its "
-            "functions run as, build with or its jobs send tokens of): the service's code "
-            "could mint that account's tokens (which the kit's functions accept) or use its "
-            "grants: run the service as an account of its own and set services[]."
-            "serviceAccount to it",
-            service.component,
-        ))
+        for account in service.accounts:
+            if account in kit:
+                what = ("an account of the kit (what its functions run as, build with or its "
+                        "jobs send tokens of): the service's code could mint that account's "
+                        "tokens (which the kit's functions accept) or use its grants")
+            elif is_default_runtime_account(account):
+                what = ("the Compute Engine or App Engine default account (often a project "
+                        "Editor): the service's code would hold every grant it has, and "
+                        "whatever else runs as it, the service's records")
+            else:
+                continue
+            findings.append(Finding(
+                f"{service} runs as {account}, {what}: run the service as an account of "
+                "its own and set services[].serviceAccount to it",
+                service.component,
+            ))
     return findings
