@@ -34,9 +34,65 @@ APP_ENGINE_ID: Final = r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$"
 """An App Engine service or version ID: lowercase letters, digits and '-'."""
 SERVICE_ACCOUNT_EMAIL: Final = (r"^[a-z0-9][a-z0-9.-]{0,98}@[a-z0-9][a-z0-9.-]*"
                                r"\.gserviceaccount\.com$")
-RUN_APP_HOST: Final = re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)*\.run\.app$")
 DESCRIBE_URL: Final = ("gcloud run services describe {name} --region <region> "
                        "--format='value(status.url)'")
+
+# Cloud Run gives a service two run.app URLs ("Invoke with an HTTPS request", Service URL,
+# https://cloud.google.com/run/docs/triggering/https-request): a hash-based one for every
+# service, `https://SERVICE-HASH-REGIONCODE.a.run.app`, and, when the DNS label fits in 63
+# characters, the deterministic `https://[TAG---]SERVICE-PROJECT_NUMBER.REGION.run.app`
+# (REGION the region's name, e.g. us-central1). Google documents neither the hash's length
+# nor the region codes: the hash is taken as lowercase letters and digits (no '-', so the
+# service's name is what comes before it), the code as two letters (uc, ew, uw, ...). A
+# traffic tag's URL (`TAG---`) names one revision, not the service: refused.
+RUN_APP_HOST: Final = re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)*\.run\.app$")
+"""Any run.app host: what a Cloud Run URL is before it is matched to its service."""
+_HASH_LABEL_TAIL: Final = re.compile(r"^-[a-z0-9]+-[a-z]{2}$")
+_DETERMINISTIC_LABEL_TAIL: Final = re.compile(r"^-[0-9]+$")
+_CLOUD_RUN_REGION: Final = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+_BASE_URL: Final = re.compile(r"^https://(?P<host>[a-z0-9.-]+)/?$")
+DNS_LABEL_MAX_LENGTH: Final = 63
+
+
+def run_app_url_problem(url: str, service: str, region: str | None = None) -> str | None:
+    """What keeps `url` from being a run.app URL of Cloud Run service `service` (in `region`,
+    when given: the deterministic form names it), or None when it is one.
+
+    Accepted: `https://` + a lower-case host in one of the two forms above, and nothing
+    else but an optional lone trailing '/' (it is the same base URL: the kit drops it); no
+    port, user info, path, query or fragment."""
+    found = _BASE_URL.match(url)
+    if found is None:
+        return ("is not https://<lower-case host> alone (no upper case, port, user info, "
+                "path, query or fragment)")
+    host = found["host"]
+    label, _, domain = host.partition(".")
+    if not label.startswith(f"{service}-") or len(label) > DNS_LABEL_MAX_LENGTH:
+        return (f"does not start with https://{service}- (Cloud Run's URLs of service "
+                f"{service!r} do)")
+    tail = label[len(service):]
+    if domain == "a.run.app":
+        if _HASH_LABEL_TAIL.match(tail):
+            return None
+        return (f"is not of the form https://{service}-<hash>-<region code>.a.run.app "
+                "(a traffic tag's or another service's URL?)")
+    region_of_url, _, rest = domain.partition(".")
+    if rest != "run.app" or not _DETERMINISTIC_LABEL_TAIL.match(tail) or (
+            not _CLOUD_RUN_REGION.match(region_of_url)):
+        return (f"is neither https://{service}-<hash>-<region code>.a.run.app nor "
+                f"https://{service}-<project number>.<region>.run.app")
+    if region is not None and region_of_url != region:
+        return (f"names region {region_of_url!r}, not the service's region {region!r} "
+                "(gcp:region)")
+    return None
+
+
+def run_app_url_names_service(url: str, service: str, region: str | None = None) -> bool:
+    """Whether `url` is one of Cloud Run's run.app URLs of `service` (see
+    `run_app_url_problem`): https, lower case, no port, user info, path (a lone '/' is
+    accepted), query or fragment; `<service>-<hash>-<regioncode>.a.run.app` or
+    `<service>-<projectnumber>.<region>.run.app`, whose region must be `region` if given."""
+    return run_app_url_problem(url, service, region) is None
 
 
 def url_origin(url: str) -> str | None:
@@ -134,6 +190,13 @@ class TeamServiceSettings(ConfigModel):
                               "audience against the service's run.app URL (a custom domain "
                               "needs custom audiences the kit cannot see)", "give its run.app "
                               "URL (" + DESCRIBE_URL.format(name=self.cloud_run) + ")", "url")
+            # The region is the stack's (gcp:region): `services_in_stack` checks it.
+            if (wrong := run_app_url_problem(self.url, self.cloud_run)) is not None:
+                raise invalid(f"{self.url!r} {wrong}: it is not a URL of {self.kind}, so the "
+                              "jobs would call another service, or none", "give the "
+                              f"service's own run.app URL, which starts with https://"
+                              f"{self.cloud_run}- (" + DESCRIBE_URL.format(
+                                  name=self.cloud_run) + ")", "url")
         return self
 
     @property
@@ -161,12 +224,14 @@ def services_in_stack(
     runtime_names: Sequence[str],
     job_targets: Sequence[tuple[str | None, int, bool]],
     database: str,
+    region: str,
     kit_accounts: Sequence[str],
     reruns: bool,
     problems: ProblemList,
 ) -> None:
     """The rules across the stack's services and jobs, added to `problems`. `job_targets`:
-    each job's (service, attemptDeadlineSeconds, catchUp), by index; `reruns`: whether the
+    each job's (service, attemptDeadlineSeconds, catchUp), by index; `region`: gcp:region, where
+    a Cloud Run service must be; `reruns`: whether the
     watchdog delivers `make rerun`'s runs (watchdog.enabled and watchdog.reruns)."""
     known = [service.name for service in services]
     first: dict[str, int] = {}
@@ -189,6 +254,13 @@ def services_in_stack(
             problems.add((*at, "name"), f"no job calls service {service.name!r}, which would "
                          "declare a database and grants for nothing", f"set `service: "
                          f"{service.name}` on its jobs, or remove the service")
+        if service.cloud_run is not None and service.url is not None and (
+                wrong := run_app_url_problem(service.url, service.cloud_run, region)):
+            problems.add((*at, "url"), f"{service.url!r} {wrong}: the kit takes "
+                         f"{service.kind} to be in gcp:region, where it grants the invoker "
+                         "on it", "give the service's "
+                         f"URL in {region} (" + DESCRIBE_URL.format(
+                             name=service.cloud_run).replace("<region>", region) + ")")
         if service.service_account.lower() in kit_accounts:
             problems.add((*at, "serviceAccount"), f"{service.service_account!r} is one of the "
                          "kit's own accounts (the jobs' invoker or the watchdog): job code "

@@ -177,7 +177,8 @@ class StackConfig(ConfigModel):
             self.services, runtime_names=[runtime.name for runtime in self.runtimes],
             job_targets=[(job.service, job.attempt_deadline_seconds, job.catch_up)
                          for job in self.jobs],
-            database=database or prefix, kit_accounts=(self.invoker_email, self.watchdog_email),
+            database=database or prefix, region=self.region,
+            kit_accounts=(self.invoker_email, self.watchdog_email),
             reruns=self.watchdog.enabled and self.watchdog.reruns, problems=problems)
         # A runtime job's function is its runtime's: its timeout bounds the job's deadline.
         timeouts = {runtime.name: runtime.function.timeout_seconds for runtime in runtimes}
