@@ -39,7 +39,7 @@ from policies.model import Finding, Resource
 from policies.permissions import INVOKE, RECORDS_ACCESS, SET_IAM
 from policies.reach import SERVICE_IAM_NAME, granted_on
 from policies.team_services import TeamService, service_not_known, watch_table_urls
-from policies.urls import normal_url
+from policies.urls import Origin, normal_url, run_app_url_names_service
 from policies.values import get, is_unknown, known_str
 
 # --- dedup-invoker-reach -----------------------------------------------------------------
@@ -130,6 +130,16 @@ def service_job_target(resources: Sequence[Resource]) -> list[Finding]:
         if service is not None:
             if service.cloud_run is not None:
                 findings += _audience_problems(job, uri, service, facts)
+            else:
+                findings.append(Finding(
+                    f"Scheduler job {label(job)} sends an HTTP request to {uri!r} for "
+                    f"{service}, whose component grants the jobs' invoker roles/run.invoker "
+                    "on no Cloud Run service: the job's token and target are then checked "
+                    "against nothing: declare the service's cloudRun (the kit grants the "
+                    "invoker run.invoker on it), or aim an App Engine service's job with "
+                    "its appEngine target",
+                    job.urn,
+                ))
             continue
         sent = known_str(oidc_email(job))
         if sent and service_account_email(sent) in facts.invoker_emails and not (
@@ -155,22 +165,37 @@ def _may_call_the_kit(uri: str, facts: StackFacts) -> bool:
 
 def _watchdog_delivery_problems(facts: StackFacts) -> list[Finding]:
     """The watchdog delivers a team service's runs (its job table's `url`, with its own
-    OIDC token) only under the url of the service the job is aimed at; a job aimed at no
-    declared team service has no such url."""
+    OIDC token) only under the url of the Cloud Run service the job is aimed at, or, for
+    an App Engine service, to one https origin per service that is no Cloud Run or
+    function host (a function of the kit's among them); a job aimed at no declared team
+    service has no such url."""
     by_id = {name: service for job, service in facts.team_service_jobs
              if (name := known_str(get(job.props, "name")))}
     findings: list[Finding] = []
     for watchdog in facts.watchdog_functions:
-        for job_id, url in sorted((watch_table_urls(watchdog, facts.resources) or {}).items()):
+        table = sorted((watch_table_urls(watchdog, facts.resources) or {}).items())
+        origins: dict[str, set[Origin]] = {}  # App Engine service -> the origins it gets
+        for job_id, url in table:
+            service = by_id.get(job_id)
+            if service is not None and service.cloud_run is None and (
+                    target := normal_url(url)) is not None:
+                origins.setdefault(service.component, set()).add(target.origin)
+        for job_id, url in table:
             service = by_id.get(job_id)
             target = normal_url(url)
+            problem: str | None
             if service is None:
                 problem = "which is aimed at no team service the stack declares"
-            elif service.cloud_run is None or service.url is None:
-                continue  # App Engine: its url is only in the table (services[].url)
+            elif service.cloud_run is None:
+                problem = _app_engine_delivery_problem(
+                    url, service, len(origins.get(service.component, ())), facts)
+            elif service.url is None:
+                continue  # the jobs' audiences differ: dedup-service-job-target says so
             elif target is None or not target.within(service.url):
                 problem = f"not under the url of {service}, {str(service.url)!r}"
             else:
+                continue
+            if problem is None:
                 continue
             findings.append(Finding(
                 f"the watchdog {label(watchdog)} delivers the runs of job {job_id!r} to "
@@ -180,6 +205,23 @@ def _watchdog_delivery_problems(facts: StackFacts) -> list[Finding]:
                 watchdog.urn,
             ))
     return findings
+
+
+def _app_engine_delivery_problem(url: str, service: TeamService, origin_count: int,
+                                 facts: StackFacts) -> str | None:
+    """What is wrong with `url` as where the watchdog delivers runs of App Engine
+    `service` (services[].url, which only the table carries); None if nothing."""
+    target = normal_url(url)
+    if target is None or target.scheme != "https":
+        return f"not an https URL of {service}"
+    if targets_by_host(url) or any(target.host == u.host for f in facts.kit_functions
+                                   for u in function_urls(f)):
+        return (f"a Cloud Run or Cloud Functions host (a function of the kit's, or another "
+                f"service's), not {service}")
+    if origin_count > 1:
+        return (f"while the table sends other runs of {service} elsewhere: one service has "
+                "one url")
+    return None
 
 
 def _audience_problems(job: Resource, uri: str, service: TeamService,
@@ -207,6 +249,18 @@ def _audience_problems(job: Resource, uri: str, service: TeamService,
             "services[].url, which Cloud Run checks) and the uri lie under it: set "
             "httpTarget.uri to the url plus the job's path and httpTarget.oidcToken.audience "
             "to the url",
+            job.urn,
+        )]
+    run = service.cloud_run
+    if run is not None and run.service is not None and not run_app_url_names_service(
+            str(audience), run.service, run.location):
+        return [Finding(
+            f"Scheduler job {label(job)} calls {service} at {uri!r} with the OIDC audience "
+            f"{audience!r}, which is no run.app URL of {run}, the service its component "
+            "grants the jobs' invoker roles/run.invoker on: the invoker's token would go "
+            "to another host: set services[].url to the service's run.app URL "
+            f"(https://{run.service}-<hash>-<region code>.a.run.app or https://"
+            f"{run.service}-<project number>.<region>.run.app)",
             job.urn,
         )]
     return []

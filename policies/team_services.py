@@ -207,15 +207,21 @@ def _the_writer(claims: Sequence[Grant], database: RecordsDatabase | None) -> st
 
 def _invoker_grant_service(child: Resource, senders: set[str]) -> CloudRunService | None:
     """The Cloud Run service a component's child grants roles/run.invoker on to the
-    account its jobs send tokens of (to any account while no job's is known); None for
-    any other child."""
+    account its jobs send tokens of (to any account while no job's is known; a grant whose
+    role or members are not known yet may be that one); None for any other child."""
     if not child.type.startswith(RUN_SERVICE_IAM):
         return None
     for grant in grants(child.type, child.props):
-        members = {service_account_email(text) for m in grant.members or []
-                   if (text := known_str(m)) and text.startswith("serviceAccount:")}
-        if known_str(grant.role) == RUN_INVOKER and (members & senders or (
-                members and not senders)):
+        role = known_str(grant.role)
+        listed = [known_str(m) for m in grant.members] if grant.members is not None else None
+        if listed is None or None in listed:
+            members: set[str] | None = None  # not known yet: may be the invoker
+        else:
+            members = {service_account_email(text) for text in listed
+                       if text and text.startswith("serviceAccount:")}
+        if role not in (None, RUN_INVOKER):
+            continue
+        if role is None or members is None or members & senders or (members and not senders):
             return cloud_run_service_of(child)
     return None
 
