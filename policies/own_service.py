@@ -6,7 +6,9 @@ The principle is the kit's: judge the identity, not the resource type. The invok
 token is what every function of the kit, and now each declared team service, accepts, so
 the invoker may invoke exactly those (roles/run.invoker on the one service: a function of
 the kit, or a team Cloud Run service the stack declares) and nothing else, whatever
-resource grants it. A team service runs the team's own code as its own account: that
+resource grants it; the jobs aimed at a team Cloud Run service go to a run.app URL of the
+service its component's invoker grant names. A team service runs as an account of its
+own: none of the kit's, and no default account. A team service runs the team's own code as its own account: that
 account claims records in its own records database only (the grant conditioned to it),
 and is none of the kit's accounts (whose tokens or records the team's code would then
 hold). The team service's own IAM, ingress and code are the team's: the pack cannot see
@@ -48,9 +50,10 @@ from policies.values import get, is_unknown, known_str
 def invoker_reach(resources: Sequence[Resource]) -> list[Finding]:
     """The accounts the stack's Scheduler jobs aimed at the kit's functions or a declared
     team service send OIDC tokens of (the jobs' invoker) hold a role allowing invoke or
-    IAM changes only on one service the kit calls: a function of the kit, or a team Cloud
-    Run service the stack declares, granted on that service by its Cloud Run (v2) or
-    function IAM."""
+    IAM changes only on one service the kit calls: a function of the kit (by name, project
+    and location), or a team Cloud Run service the stack declares, granted on that service
+    by its Cloud Run (v2) or function IAM; there, only roles that allow invoking it and
+    nothing more."""
     facts = stack_facts(resources)
     declared = facts.custom_roles
     # A function of the kit whose name is not known yet may be the service any grant
