@@ -7,12 +7,12 @@ token is what every function of the kit, and now each declared team service, acc
 the invoker may invoke exactly those (roles/run.invoker on the one service: a function of
 the kit, or a team Cloud Run service the stack declares) and nothing else, whatever
 resource grants it; the jobs aimed at a team Cloud Run service go to a run.app URL of the
-service its component's invoker grant names. A team service runs as an account of its
-own: none of the kit's, and no default account. A team service runs the team's own code as its own account: that
-account claims records in its own records database only (the grant conditioned to it),
-and is none of the kit's accounts (whose tokens or records the team's code would then
-hold). The team service's own IAM, ingress and code are the team's: the pack cannot see
-them (`make plan` names them).
+service its component's invoker grant names. A team service runs the team's own code as
+its own account: that account claims records in its own records database only (the grant
+conditioned to it), and is none of the kit's accounts (whose tokens or records the team's
+code would then hold) nor a default account (often a project Editor). The team service's
+own IAM, ingress and code are the team's: the pack cannot see them (`make plan` names
+them).
 """
 
 from __future__ import annotations
