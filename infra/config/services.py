@@ -13,7 +13,7 @@ delivers runs). A job names its service (`jobs[].service`) and the route to POST
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar, Final
 from urllib.parse import urlsplit
 
@@ -21,7 +21,11 @@ from pydantic import Field, field_validator, model_validator
 
 from infra.config.errors import ProblemList, did_you_mean, invalid
 from infra.config.fields import ConfigModel, Hint
-from infra.config.names import DATABASE_ID_MAX_LENGTH, runtime_database_of
+from infra.config.names import (
+    DATABASE_ID_MAX_LENGTH,
+    is_default_runtime_account,
+    runtime_database_of,
+)
 from infra.config.runtimes import RESERVED_RUNTIME_NAMES, RUNTIME_NAME
 from infra.scheduler_rules import (
     APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS,
@@ -159,6 +163,21 @@ class TeamServiceSettings(ConfigModel):
                           "or databases", "choose another name, e.g. exports")
         return name
 
+    @field_validator("service_account")
+    @classmethod
+    def _not_a_default_account(cls, account: str) -> str:
+        if is_default_runtime_account(account):
+            which = "Compute Engine" if "-compute@" in account else "App Engine"
+            raise invalid(f"{account!r} is the project's {which} default account, which is "
+                          "often granted Editor: that holds datastore.user "
+                          "on every database of the project, so the kit's claim conditioned "
+                          "to the service's records database would bound nothing",
+                          "run the service as a dedicated account (gcloud iam "
+                          "service-accounts create NAME, then deploy the service with "
+                          "--service-account NAME@PROJECT.iam.gserviceaccount.com) and give "
+                          "it here")
+        return account
+
     @field_validator("url")
     @classmethod
     def _an_origin(cls, url: str | None) -> str | None:
@@ -225,13 +244,14 @@ def services_in_stack(
     job_targets: Sequence[tuple[str | None, int, bool]],
     database: str,
     region: str,
-    kit_accounts: Sequence[str],
+    kit_accounts: Mapping[str, str],
     reruns: bool,
     problems: ProblemList,
 ) -> None:
     """The rules across the stack's services and jobs, added to `problems`. `job_targets`:
     each job's (service, attemptDeadlineSeconds, catchUp), by index; `region`: gcp:region, where
-    a Cloud Run service must be; `reruns`: whether the
+    a Cloud Run service must be; `kit_accounts`: each of the kit's own accounts' e-mail ->
+    what it is (`StackConfig.kit_accounts`); `reruns`: whether the
     watchdog delivers `make rerun`'s runs (watchdog.enabled and watchdog.reruns)."""
     known = [service.name for service in services]
     first: dict[str, int] = {}
@@ -261,11 +281,14 @@ def services_in_stack(
                          "on it", "give the service's "
                          f"URL in {region} (" + DESCRIBE_URL.format(
                              name=service.cloud_run).replace("<region>", region) + ")")
-        if service.service_account.lower() in kit_accounts:
-            problems.add((*at, "serviceAccount"), f"{service.service_account!r} is one of the "
-                         "kit's own accounts (the jobs' invoker or the watchdog): job code "
-                         "running as it could mint the tokens every function of the kit "
-                         "serves", "run the service as an account of its own")
+        if (kit_account := kit_accounts.get(service.service_account.lower())) is not None:
+            problems.add((*at, "serviceAccount"), f"{service.service_account!r} is {kit_account}"
+                         ", one of the kit's own accounts: the service's code running as it "
+                         "would hold that account's grants (the jobs' invoker and the "
+                         "watchdog's mint the tokens the kit's functions serve; a runtime's "
+                         "claims its own records), and the claim the kit grants the service "
+                         "would widen it", "run the service as an account of its own")
+        _unique_across_services(services, index, problems)
         if reruns and service.app_engine is not None and service.url is None:
             problems.add((*at, "url"), "is not set, but watchdog.reruns asks the watchdog to "
                          f"deliver re-runs, and it reaches {service.kind} only by its URL "
@@ -298,3 +321,32 @@ def services_in_stack(
                          f"{known.index(name)}].url is not set",
                          "set the service's url to the app's https URL (e.g. "
                          "https://PROJECT.REGION_ID.r.appspot.com), or remove catchUp")
+
+
+def _unique_across_services(
+    services: Sequence[TeamServiceSettings], index: int, problems: ProblemList
+) -> None:
+    """services[index]'s serviceAccount, cloudRun and url, each against the services before
+    it: one account's claim would reach both services' databases, and one Cloud Run service
+    (or URL) declared twice would get two databases while it can use only one."""
+    service = services[index]
+    for key, value, of in (("serviceAccount", service.service_account, "runtime account"),
+                           ("cloudRun", service.cloud_run, "Cloud Run service"),
+                           ("url", service.url, "URL")):
+        earlier = next((i for i, other in enumerate(services[:index]) if value is not None
+                        and value == {"serviceAccount": other.service_account,
+                                      "cloudRun": other.cloud_run, "url": other.url}[key]),
+                       None)
+        if earlier is None:
+            continue
+        if key == "url" and service.cloud_run is not None and (
+                service.cloud_run == services[earlier].cloud_run):
+            continue  # the same Cloud Run service: one problem (cloudRun) is enough
+        problems.add(("services", index, key), f"{value!r} is also the {of} of services["
+                     f"{earlier}] ({services[earlier].name!r}): services {services[earlier].name!r}"
+                     f" and {service.name!r} would share it"
+                     + (", and either could claim runs in both records databases"
+                        if key == "serviceAccount" else ", with two records databases for "
+                        "one service, which can use only one"),
+                     "declare each service once" if key != "serviceAccount" else "give each "
+                     "service an account of its own")
