@@ -30,8 +30,8 @@ import pulumi
 from infra import gcp
 from infra.cloud_function import grant_database_user, grant_invoker
 from infra.config import DedupSettings, StackConfig, TeamServiceSettings
-from infra.config.names import TEAM_SERVICE_COMPONENT_TYPE
 from infra.records_database import declare_records_database
+from infra.shared_facts import TEAM_SERVICE_COMPONENT_TYPE
 
 COMPONENT_TYPE: Final = TEAM_SERVICE_COMPONENT_TYPE
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from typing import Final
 
-# Facts the stack config shares with the pack, declared once in infra/config/names.py and
-# re-exported here under the names the policies use.
-from infra.config.names import TEAM_SERVICE_COMPONENT_TYPE, account_email
-from infra.config.names import is_default_runtime_account as is_default_runtime_account
+# Facts the stack config shares with the pack, declared once in infra/shared_facts.py
+# (standard library only, so this process may load it) and re-exported here under the
+# names the policies use.
+from infra.shared_facts import TEAM_SERVICE_COMPONENT_TYPE, account_email
+from infra.shared_facts import is_default_runtime_account as is_default_runtime_account
 
 SCHEDULER_JOB: Final = "gcp:cloudscheduler/job:Job"
 FUNCTION_V2: Final = "gcp:cloudfunctionsv2/function:Function"

@@ -2,13 +2,11 @@
 namespace of the kit's config keys (`kit_key`), the providers' namespaces it leaves alone,
 gcp:project and gcp:region, and how a stack's resources are named from its `namePrefix`
 (service accounts, Scheduler job IDs, the proxy's and the watchdog's databases beside the
-dedup database) with the lengths Google allows them; the component type of a team's
-service, which the policy pack reads in URNs; and Google's default runtime accounts.
+dedup database) with the lengths Google allows them.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 PROJECT_NAME: Final = "scheduler-dedup"
@@ -26,15 +24,6 @@ SERVICE_ACCOUNT_ID_MAX_LENGTH: Final = 30
 PROXY_DATABASE_SUFFIX: Final = "-proxy"
 WATCH_DATABASE_SUFFIX: Final = "-watchdog"
 DATABASE_ID_MAX_LENGTH: Final = 63
-TEAM_SERVICE_COMPONENT_TYPE: Final = f"{PROJECT_NAME}:index:TeamService"
-"""The type of what the kit declares around a team's own service (infra/team_service.py),
-in its children's URNs (the policy pack finds them by it: policies/gcp.py)."""
-# Google's default runtime accounts: Compute Engine's (`PROJECT_NUMBER-compute@developer...`)
-# and App Engine's (`PROJECT_ID@appspot...`). Both are often granted Editor, which holds
-# datastore.user on every database of the project: a grant conditioned to one database adds
-# nothing to such an account, and any code running as it is not bounded by the kit.
-_APP_ENGINE_DEFAULT_ACCOUNT: Final = re.compile(r"^[^@]+@appspot\.gserviceaccount\.com$")
-_COMPUTE_DEFAULT_ACCOUNT_DOMAIN: Final = "-compute@developer.gserviceaccount.com"
 
 
 def kit_key(name: str) -> str:
@@ -77,19 +66,3 @@ def watch_database_of(database_name: str) -> str:
 def runtime_database_of(database_name: str, runtime: str) -> str:
     """A runtime's own records database beside the dedup database `database_name`."""
     return f"{database_name}-{runtime}"
-
-
-def account_email(member: str) -> str:
-    """The lower-case e-mail in `serviceAccount:E`, `projects/P/serviceAccounts/E` or `E`."""
-    email = member.strip().removeprefix("serviceAccount:")
-    if "/serviceAccounts/" in email:
-        email = email.rsplit("/serviceAccounts/", 1)[1]
-    return email.lower()
-
-
-def is_default_runtime_account(email: str) -> bool:
-    """The Compute Engine or App Engine default service account (in any of
-    `account_email`'s forms; the `-compute@` one also with a project ID for the number)."""
-    address = account_email(email)
-    return address.endswith(_COMPUTE_DEFAULT_ACCOUNT_DOMAIN) or bool(
-        _APP_ENGINE_DEFAULT_ACCOUNT.match(address))

@@ -21,16 +21,13 @@ from pydantic import Field, field_validator, model_validator
 
 from infra.config.errors import ProblemList, did_you_mean, invalid
 from infra.config.fields import ConfigModel, Hint
-from infra.config.names import (
-    DATABASE_ID_MAX_LENGTH,
-    is_default_runtime_account,
-    runtime_database_of,
-)
+from infra.config.names import DATABASE_ID_MAX_LENGTH, runtime_database_of
 from infra.config.runtimes import RESERVED_RUNTIME_NAMES, RUNTIME_NAME
 from infra.scheduler_rules import (
     APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_MAX_SECONDS,
 )
+from infra.shared_facts import is_default_runtime_account
 
 CLOUD_RUN_SERVICE: Final = r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$"
 """A Cloud Run service's name: lowercase letters, digits and '-', starting with a letter."""

@@ -10,7 +10,8 @@ from collections.abc import Callable
 import pytest
 
 import policies.gcp
-from infra.config import load_config, names
+from infra import shared_facts
+from infra.config import load_config
 from infra.config.services import run_app_url_names_service, run_app_url_problem
 from infra.team_service import COMPONENT_TYPE
 from operator_tools.own_services import checklist
@@ -135,9 +136,9 @@ def test_google_default_accounts_are_refused_with_the_fix(account: str, which: s
 
 
 def test_the_config_and_the_pack_share_one_declaration_of_these_facts() -> None:
-    assert policies.gcp.is_default_runtime_account is names.is_default_runtime_account
+    assert policies.gcp.is_default_runtime_account is shared_facts.is_default_runtime_account
     assert policies.gcp.TEAM_SERVICE_COMPONENT == COMPONENT_TYPE == (
-        names.TEAM_SERVICE_COMPONENT_TYPE)
+        shared_facts.TEAM_SERVICE_COMPONENT_TYPE)
     for member in ("serviceAccount:123-compute@developer.gserviceaccount.com",
                    f"projects/{PROJECT}/serviceAccounts/{PROJECT}@appspot.gserviceaccount.com",
                    "my-project-compute@developer.gserviceaccount.com"):
