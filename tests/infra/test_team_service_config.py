@@ -12,7 +12,8 @@ import pytest
 import policies.gcp
 from infra import shared_facts
 from infra.config import load_config
-from infra.config.services import run_app_url_names_service, run_app_url_problem
+from infra.config.services import run_app_url_names_service
+from infra.shared_facts import run_app_url_problem
 from infra.team_service import COMPONENT_TYPE
 from operator_tools.own_services import checklist
 from tests.infra.team_service_config import (
