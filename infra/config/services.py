@@ -8,12 +8,14 @@ roles/run.invoker on that one service for the invoker account (and the watchdog'
 delivers runs). A job names its service (`jobs[].service`) and the route to POST to
 (`jobs[].path`). Each model here checks its own fields; the rules across services and jobs
 (names, the job's deadline for its kind of target, catch-ups) are `services_in_stack`'s.
+Which run.app URLs are a Cloud Run service's (`run_app_url_names_service`) is declared in
+infra/shared_facts.py, which the policy pack loads too.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar, Final
 from urllib.parse import urlsplit
 
@@ -27,6 +29,8 @@ from infra.scheduler_rules import (
     APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_MAX_SECONDS,
 )
+from infra.shared_facts import is_default_runtime_account, run_app_url_problem
+from infra.shared_facts import run_app_url_names_service as run_app_url_names_service
 
 CLOUD_RUN_SERVICE: Final = r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$"
 """A Cloud Run service's name: lowercase letters, digits and '-', starting with a letter."""
@@ -34,9 +38,11 @@ APP_ENGINE_ID: Final = r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$"
 """An App Engine service or version ID: lowercase letters, digits and '-'."""
 SERVICE_ACCOUNT_EMAIL: Final = (r"^[a-z0-9][a-z0-9.-]{0,98}@[a-z0-9][a-z0-9.-]*"
                                r"\.gserviceaccount\.com$")
-RUN_APP_HOST: Final = re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)*\.run\.app$")
 DESCRIBE_URL: Final = ("gcloud run services describe {name} --region <region> "
                        "--format='value(status.url)'")
+
+RUN_APP_HOST: Final = re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)*\.run\.app$")
+"""Any run.app host: what a Cloud Run URL is before it is matched to its service."""
 
 
 def url_origin(url: str) -> str | None:
@@ -103,6 +109,21 @@ class TeamServiceSettings(ConfigModel):
                           "or databases", "choose another name, e.g. exports")
         return name
 
+    @field_validator("service_account")
+    @classmethod
+    def _not_a_default_account(cls, account: str) -> str:
+        if is_default_runtime_account(account):
+            which = "Compute Engine" if "-compute@" in account else "App Engine"
+            raise invalid(f"{account!r} is the project's {which} default account, which is "
+                          "often granted Editor: that holds datastore.user "
+                          "on every database of the project, so the kit's claim conditioned "
+                          "to the service's records database would bound nothing",
+                          "run the service as a dedicated account (gcloud iam "
+                          "service-accounts create NAME, then deploy the service with "
+                          "--service-account NAME@PROJECT.iam.gserviceaccount.com) and give "
+                          "it here")
+        return account
+
     @field_validator("url")
     @classmethod
     def _an_origin(cls, url: str | None) -> str | None:
@@ -134,6 +155,13 @@ class TeamServiceSettings(ConfigModel):
                               "audience against the service's run.app URL (a custom domain "
                               "needs custom audiences the kit cannot see)", "give its run.app "
                               "URL (" + DESCRIBE_URL.format(name=self.cloud_run) + ")", "url")
+            # The region is the stack's (gcp:region): `services_in_stack` checks it.
+            if (wrong := run_app_url_problem(self.url, self.cloud_run)) is not None:
+                raise invalid(f"{self.url!r} {wrong}: it is not a URL of {self.kind}, so the "
+                              "jobs would call another service, or none", "give the "
+                              f"service's own run.app URL, which starts with https://"
+                              f"{self.cloud_run}- (" + DESCRIBE_URL.format(
+                                  name=self.cloud_run) + ")", "url")
         return self
 
     @property
@@ -161,12 +189,15 @@ def services_in_stack(
     runtime_names: Sequence[str],
     job_targets: Sequence[tuple[str | None, int, bool]],
     database: str,
-    kit_accounts: Sequence[str],
+    region: str,
+    kit_accounts: Mapping[str, str],
     reruns: bool,
     problems: ProblemList,
 ) -> None:
     """The rules across the stack's services and jobs, added to `problems`. `job_targets`:
-    each job's (service, attemptDeadlineSeconds, catchUp), by index; `reruns`: whether the
+    each job's (service, attemptDeadlineSeconds, catchUp), by index; `region`: gcp:region, where
+    a Cloud Run service must be; `kit_accounts`: each of the kit's own accounts' e-mail ->
+    what it is (`StackConfig.kit_accounts`); `reruns`: whether the
     watchdog delivers `make rerun`'s runs (watchdog.enabled and watchdog.reruns)."""
     known = [service.name for service in services]
     first: dict[str, int] = {}
@@ -189,11 +220,21 @@ def services_in_stack(
             problems.add((*at, "name"), f"no job calls service {service.name!r}, which would "
                          "declare a database and grants for nothing", f"set `service: "
                          f"{service.name}` on its jobs, or remove the service")
-        if service.service_account.lower() in kit_accounts:
-            problems.add((*at, "serviceAccount"), f"{service.service_account!r} is one of the "
-                         "kit's own accounts (the jobs' invoker or the watchdog): job code "
-                         "running as it could mint the tokens every function of the kit "
-                         "serves", "run the service as an account of its own")
+        if service.cloud_run is not None and service.url is not None and (
+                wrong := run_app_url_problem(service.url, service.cloud_run, region)):
+            problems.add((*at, "url"), f"{service.url!r} {wrong}: the kit takes "
+                         f"{service.kind} to be in gcp:region, where it grants the invoker "
+                         "on it", "give the service's "
+                         f"URL in {region} (" + DESCRIBE_URL.format(
+                             name=service.cloud_run).replace("<region>", region) + ")")
+        if (kit_account := kit_accounts.get(service.service_account.lower())) is not None:
+            problems.add((*at, "serviceAccount"), f"{service.service_account!r} is {kit_account}"
+                         ", one of the kit's own accounts: the service's code running as it "
+                         "would hold that account's grants (the jobs' invoker and the "
+                         "watchdog's mint the tokens the kit's functions serve; a runtime's "
+                         "claims its own records), and the claim the kit grants the service "
+                         "would widen it", "run the service as an account of its own")
+        _unique_across_services(services, index, problems)
         if reruns and service.app_engine is not None and service.url is None:
             problems.add((*at, "url"), "is not set, but watchdog.reruns asks the watchdog to "
                          f"deliver re-runs, and it reaches {service.kind} only by its URL "
@@ -226,3 +267,32 @@ def services_in_stack(
                          f"{known.index(name)}].url is not set",
                          "set the service's url to the app's https URL (e.g. "
                          "https://PROJECT.REGION_ID.r.appspot.com), or remove catchUp")
+
+
+def _unique_across_services(
+    services: Sequence[TeamServiceSettings], index: int, problems: ProblemList
+) -> None:
+    """services[index]'s serviceAccount, cloudRun and url, each against the services before
+    it: one account's claim would reach both services' databases, and one Cloud Run service
+    (or URL) declared twice would get two databases while it can use only one."""
+    service = services[index]
+    for key, value, of in (("serviceAccount", service.service_account, "runtime account"),
+                           ("cloudRun", service.cloud_run, "Cloud Run service"),
+                           ("url", service.url, "URL")):
+        earlier = next((i for i, other in enumerate(services[:index]) if value is not None
+                        and value == {"serviceAccount": other.service_account,
+                                      "cloudRun": other.cloud_run, "url": other.url}[key]),
+                       None)
+        if earlier is None:
+            continue
+        if key == "url" and service.cloud_run is not None and (
+                service.cloud_run == services[earlier].cloud_run):
+            continue  # the same Cloud Run service: one problem (cloudRun) is enough
+        problems.add(("services", index, key), f"{value!r} is also the {of} of services["
+                     f"{earlier}] ({services[earlier].name!r}): services {services[earlier].name!r}"
+                     f" and {service.name!r} would share it"
+                     + (", and either could claim runs in both records databases"
+                        if key == "serviceAccount" else ", with two records databases for "
+                        "one service, which can use only one"),
+                     "declare each service once" if key != "serviceAccount" else "give each "
+                     "service an account of its own")

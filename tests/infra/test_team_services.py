@@ -13,25 +13,28 @@ from typing import Any
 
 import pytest
 
-from infra.config import ConfigError, StackConfig, load_config
+from infra.config import StackConfig, load_config
 from infra.contracts import check_resource, check_resources
 from infra.scheduled_job import HEADER_PROJECT, HEADER_SCHEDULE
 from infra.source import WATCH_JOBS_TABLE
-from operator_tools.offline import DeclaredResource, load_stack_config
+from operator_tools.offline import DeclaredResource
 from operator_tools.own_services import checklist
 from operator_tools.plan import render
 from tests.infra.helpers import DATABASE, FIELD, JOB, PROJECT_IAM, RUN_IAM, StackUnderTest
-from tests.stacks import FIXTURE_STACKS_DIR
-
-Config = dict[str, Any]
-SERVICES = "scheduler-dedup:services"
-JOBS = "scheduler-dedup:jobs"
-PROJECT = "acme-retail-prod"
-EXPORTS_URL = "https://exports-api-4k2xq7wbqa-uw.a.run.app"
-EXPORTS_ACCOUNT = f"exports-api@{PROJECT}.iam.gserviceaccount.com"
-STOREFRONT_ACCOUNT = f"storefront@{PROJECT}.iam.gserviceaccount.com"
-INVOKER = f"retail-invoker@{PROJECT}.iam.gserviceaccount.com"
-WATCHDOG = f"retail-watchdog@{PROJECT}.iam.gserviceaccount.com"
+from tests.infra.team_service_config import (
+    EXPORTS_ACCOUNT,
+    EXPORTS_URL,
+    INVOKER,
+    JOBS,
+    PROJECT,
+    STOREFRONT_ACCOUNT,
+    WATCHDOG,
+    Config,
+    job,
+    problems,
+    retail_config,
+    service,
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,31 +47,6 @@ def job_resource(stack: StackUnderTest, name: str) -> DeclaredResource:
 
 
 # --------------------------------------------------------------------------- config
-
-
-def retail_config() -> Config:
-    return copy.deepcopy(dict(load_stack_config("retail", FIXTURE_STACKS_DIR)))
-
-
-def problems(change: Callable[[Config], None]) -> dict[str, str]:
-    """The retail example with `change`: each problem's key -> its texts (what and fix)."""
-    raw = retail_config()
-    change(raw)
-    with pytest.raises(ConfigError) as caught:
-        load_config(raw)
-    found: dict[str, str] = {}
-    for p in caught.value.problems:
-        key = p.key.removeprefix("scheduler-dedup:")
-        found[key] = f"{found.get(key, '')}\n{p.message}. Fix: {p.fix}".strip()
-    return found
-
-
-def service(raw: Config, name: str) -> dict[str, Any]:
-    return next(s for s in raw[SERVICES] if s["name"] == name)
-
-
-def job(raw: Config, name: str) -> dict[str, Any]:
-    return next(j for j in raw[JOBS] if j["name"] == name)
 
 
 def test_the_retail_example_aims_two_jobs_at_team_services() -> None:
@@ -102,7 +80,7 @@ def test_the_retail_example_aims_two_jobs_at_team_services() -> None:
     (lambda raw: service(raw, "storefront").update(name="proxy"),
      "services[1].name", "kit's own accounts"),
     (lambda raw: service(raw, "storefront").update(serviceAccount=INVOKER),
-     "services[1].serviceAccount", "is one of the kit's own accounts"),
+     "services[1].serviceAccount", "is the jobs' invoker account, one of the kit's own"),
     (lambda raw: job(raw, "partner-export").update(service="export-api"),
      "jobs[3].service", "did you mean 'exports-api'?"),
     (lambda raw: job(raw, "partner-export").update(path="tasks/export"),
