@@ -31,8 +31,9 @@ from infra import gcp
 from infra.cloud_function import grant_database_user, grant_invoker
 from infra.config import DedupSettings, StackConfig, TeamServiceSettings
 from infra.records_database import declare_records_database
+from infra.shared_facts import TEAM_SERVICE_COMPONENT_TYPE
 
-COMPONENT_TYPE: Final = "scheduler-dedup:index:TeamService"
+COMPONENT_TYPE: Final = TEAM_SERVICE_COMPONENT_TYPE
 
 
 def run_service_name(project: str, region: str, service: TeamServiceSettings) -> str | None:

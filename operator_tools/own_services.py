@@ -15,6 +15,9 @@ from infra.config import StackConfig, TeamServiceSettings
 from infra.dedup_service import dedup_environment
 
 HEADING = "What the kit cannot see (check each for your services; docs/own-service.md):"
+NOT_A_DEFAULT_ACCOUNT = (
+    "; a dedicated account, not the Compute Engine or App Engine default one (often Editor, "
+    "which holds datastore.user on every database: that grant would bound nothing)")
 
 
 def service_checklist(cfg: StackConfig, service: TeamServiceSettings) -> list[str]:
@@ -46,7 +49,8 @@ def service_checklist(cfg: StackConfig, service: TeamServiceSettings) -> list[st
             f"{cfg.project} count as internal when the service is in the same project; "
             "https://cloud.google.com/run/docs/securing/ingress)",
             f"  [ ] it runs as {service.service_account} (its revision's service account; "
-            f"the kit grants that account roles/datastore.user on {database} only)",
+            f"the kit grants that account roles/datastore.user on {database} only"
+            f"{NOT_A_DEFAULT_ACCOUNT})",
             f"  [ ] its request timeout is at least the jobs' attemptDeadlineSeconds "
             f"({deadline} s)",
         ]
@@ -57,7 +61,8 @@ def service_checklist(cfg: StackConfig, service: TeamServiceSettings) -> list[st
             "so no DEDUP_ALLOWED_CALLERS e-mail admits them: restrict who reaches the app "
             "(its firewall)",
             f"  [ ] it runs as {service.service_account} (its version's service account; the "
-            f"kit grants that account roles/datastore.user on {database} only)",
+            f"kit grants that account roles/datastore.user on {database} only"
+            f"{NOT_A_DEFAULT_ACCOUNT})",
             f"  [ ] its scaling type lets a request run for the jobs' attemptDeadlineSeconds "
             f"({deadline} s)",
         ]

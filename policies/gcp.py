@@ -5,6 +5,12 @@ from __future__ import annotations
 import re
 from typing import Final
 
+# Facts the stack config shares with the pack, declared once in infra/shared_facts.py
+# (standard library only, so this process may load it) and re-exported here under the
+# names the policies use.
+from infra.shared_facts import TEAM_SERVICE_COMPONENT_TYPE, account_email
+from infra.shared_facts import is_default_runtime_account as is_default_runtime_account
+
 SCHEDULER_JOB: Final = "gcp:cloudscheduler/job:Job"
 FUNCTION_V2: Final = "gcp:cloudfunctionsv2/function:Function"
 FUNCTION_V1: Final = "gcp:cloudfunctions/function:Function"
@@ -21,7 +27,7 @@ PUBSUB_TOPIC_IAM_PREFIX: Final = "gcp:pubsub/topicIAM"
 # The kit's idempotent proxy component (infra/dedup_proxy.py): the type in its children's
 # URNs, which links them to the proxy before any output (its account's e-mail) is known.
 PROXY_COMPONENT: Final = "scheduler-dedup:index:DedupProxy"
-TEAM_SERVICE_COMPONENT: Final = "scheduler-dedup:index:TeamService"
+TEAM_SERVICE_COMPONENT: Final = TEAM_SERVICE_COMPONENT_TYPE
 """A team's own service (infra/team_service.py): its records database and the one grant
 that lets the service's account write it."""
 # IAM resources of one Cloud Run (v2) job: JobIamMember / JobIamBinding / JobIamPolicy.
@@ -69,44 +75,17 @@ DEDUP_DEFAULTS: Final = {
 }
 DEDUP_TTL_FIELD: Final = "expire_at"
 
-_DEFAULT_RUNTIME_ACCOUNTS: Final = (
-    re.compile(r"^\d+-compute@developer\.gserviceaccount\.com$"),
-    re.compile(r"^[^@]+@appspot\.gserviceaccount\.com$"),
-)
-_DEFAULT_BUILD_ACCOUNTS: Final = (
-    *_DEFAULT_RUNTIME_ACCOUNTS,
-    re.compile(r"^\d+@cloudbuild\.gserviceaccount\.com$"),
-)
+service_account_email: Final = account_email
+"""The e-mail in `serviceAccount:E`, `projects/P/serviceAccounts/E` or plain `E`."""
+_LEGACY_BUILD_ACCOUNT: Final = re.compile(r"^\d+@cloudbuild\.gserviceaccount\.com$")
 _DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 _DECIMAL: Final = re.compile(r"\s*\d+(?:\.\d+)?\s*")
 
 
-def service_account_email(value: str) -> str:
-    """The e-mail in `serviceAccount:E`, `projects/P/serviceAccounts/E` or plain `E`."""
-    email = value.strip()
-    if email.startswith("serviceAccount:"):
-        email = email.removeprefix("serviceAccount:")
-    if "/serviceAccounts/" in email:
-        email = email.rsplit("/serviceAccounts/", 1)[1]
-    return email.lower()
-
-
-def _matches_any(email: str, patterns: tuple[re.Pattern[str], ...]) -> bool:
-    """Also catches the `-compute@` form with a project ID instead of a number."""
-    address = service_account_email(email)
-    if address.endswith("-compute@developer.gserviceaccount.com"):
-        return True
-    return any(p.match(address) for p in patterns)
-
-
-def is_default_runtime_account(email: str) -> bool:
-    """The Compute Engine or App Engine default service account."""
-    return _matches_any(email, _DEFAULT_RUNTIME_ACCOUNTS)
-
-
 def is_default_build_account(email: str) -> bool:
     """A default account Cloud Build would otherwise use (compute, App Engine, legacy)."""
-    return _matches_any(email, _DEFAULT_BUILD_ACCOUNTS)
+    return is_default_runtime_account(email) or bool(
+        _LEGACY_BUILD_ACCOUNT.match(service_account_email(email)))
 
 
 def parse_duration_seconds(value: object) -> float:

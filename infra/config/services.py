@@ -8,12 +8,14 @@ roles/run.invoker on that one service for the invoker account (and the watchdog'
 delivers runs). A job names its service (`jobs[].service`) and the route to POST to
 (`jobs[].path`). Each model here checks its own fields; the rules across services and jobs
 (names, the job's deadline for its kind of target, catch-ups) are `services_in_stack`'s.
+Which run.app URLs are a Cloud Run service's (`run_app_url_names_service`) is declared in
+infra/shared_facts.py, which the policy pack loads too.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar, Final
 from urllib.parse import urlsplit
 
@@ -27,6 +29,8 @@ from infra.scheduler_rules import (
     APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_MAX_SECONDS,
 )
+from infra.shared_facts import is_default_runtime_account, run_app_url_problem
+from infra.shared_facts import run_app_url_names_service as run_app_url_names_service
 
 CLOUD_RUN_SERVICE: Final = r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$"
 """A Cloud Run service's name: lowercase letters, digits and '-', starting with a letter."""
@@ -37,62 +41,8 @@ SERVICE_ACCOUNT_EMAIL: Final = (r"^[a-z0-9][a-z0-9.-]{0,98}@[a-z0-9][a-z0-9.-]*"
 DESCRIBE_URL: Final = ("gcloud run services describe {name} --region <region> "
                        "--format='value(status.url)'")
 
-# Cloud Run gives a service two run.app URLs ("Invoke with an HTTPS request", Service URL,
-# https://cloud.google.com/run/docs/triggering/https-request): a hash-based one for every
-# service, `https://SERVICE-HASH-REGIONCODE.a.run.app`, and, when the DNS label fits in 63
-# characters, the deterministic `https://[TAG---]SERVICE-PROJECT_NUMBER.REGION.run.app`
-# (REGION the region's name, e.g. us-central1). Google documents neither the hash's length
-# nor the region codes: the hash is taken as lowercase letters and digits (no '-', so the
-# service's name is what comes before it), the code as two letters (uc, ew, uw, ...). A
-# traffic tag's URL (`TAG---`) names one revision, not the service: refused.
 RUN_APP_HOST: Final = re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)*\.run\.app$")
 """Any run.app host: what a Cloud Run URL is before it is matched to its service."""
-_HASH_LABEL_TAIL: Final = re.compile(r"^-[a-z0-9]+-[a-z]{2}$")
-_DETERMINISTIC_LABEL_TAIL: Final = re.compile(r"^-[0-9]+$")
-_CLOUD_RUN_REGION: Final = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
-_BASE_URL: Final = re.compile(r"^https://(?P<host>[a-z0-9.-]+)/?$")
-DNS_LABEL_MAX_LENGTH: Final = 63
-
-
-def run_app_url_problem(url: str, service: str, region: str | None = None) -> str | None:
-    """What keeps `url` from being a run.app URL of Cloud Run service `service` (in `region`,
-    when given: the deterministic form names it), or None when it is one.
-
-    Accepted: `https://` + a lower-case host in one of the two forms above, and nothing
-    else but an optional lone trailing '/' (it is the same base URL: the kit drops it); no
-    port, user info, path, query or fragment."""
-    found = _BASE_URL.match(url)
-    if found is None:
-        return ("is not https://<lower-case host> alone (no upper case, port, user info, "
-                "path, query or fragment)")
-    host = found["host"]
-    label, _, domain = host.partition(".")
-    if not label.startswith(f"{service}-") or len(label) > DNS_LABEL_MAX_LENGTH:
-        return (f"does not start with https://{service}- (Cloud Run's URLs of service "
-                f"{service!r} do)")
-    tail = label[len(service):]
-    if domain == "a.run.app":
-        if _HASH_LABEL_TAIL.match(tail):
-            return None
-        return (f"is not of the form https://{service}-<hash>-<region code>.a.run.app "
-                "(a traffic tag's or another service's URL?)")
-    region_of_url, _, rest = domain.partition(".")
-    if rest != "run.app" or not _DETERMINISTIC_LABEL_TAIL.match(tail) or (
-            not _CLOUD_RUN_REGION.match(region_of_url)):
-        return (f"is neither https://{service}-<hash>-<region code>.a.run.app nor "
-                f"https://{service}-<project number>.<region>.run.app")
-    if region is not None and region_of_url != region:
-        return (f"names region {region_of_url!r}, not the service's region {region!r} "
-                "(gcp:region)")
-    return None
-
-
-def run_app_url_names_service(url: str, service: str, region: str | None = None) -> bool:
-    """Whether `url` is one of Cloud Run's run.app URLs of `service` (see
-    `run_app_url_problem`): https, lower case, no port, user info, path (a lone '/' is
-    accepted), query or fragment; `<service>-<hash>-<regioncode>.a.run.app` or
-    `<service>-<projectnumber>.<region>.run.app`, whose region must be `region` if given."""
-    return run_app_url_problem(url, service, region) is None
 
 
 def url_origin(url: str) -> str | None:
@@ -158,6 +108,21 @@ class TeamServiceSettings(ConfigModel):
             raise invalid(f"{name!r} is the name of one of the kit's own accounts, functions "
                           "or databases", "choose another name, e.g. exports")
         return name
+
+    @field_validator("service_account")
+    @classmethod
+    def _not_a_default_account(cls, account: str) -> str:
+        if is_default_runtime_account(account):
+            which = "Compute Engine" if "-compute@" in account else "App Engine"
+            raise invalid(f"{account!r} is the project's {which} default account, which is "
+                          "often granted Editor: that holds datastore.user "
+                          "on every database of the project, so the kit's claim conditioned "
+                          "to the service's records database would bound nothing",
+                          "run the service as a dedicated account (gcloud iam "
+                          "service-accounts create NAME, then deploy the service with "
+                          "--service-account NAME@PROJECT.iam.gserviceaccount.com) and give "
+                          "it here")
+        return account
 
     @field_validator("url")
     @classmethod
@@ -225,13 +190,14 @@ def services_in_stack(
     job_targets: Sequence[tuple[str | None, int, bool]],
     database: str,
     region: str,
-    kit_accounts: Sequence[str],
+    kit_accounts: Mapping[str, str],
     reruns: bool,
     problems: ProblemList,
 ) -> None:
     """The rules across the stack's services and jobs, added to `problems`. `job_targets`:
     each job's (service, attemptDeadlineSeconds, catchUp), by index; `region`: gcp:region, where
-    a Cloud Run service must be; `reruns`: whether the
+    a Cloud Run service must be; `kit_accounts`: each of the kit's own accounts' e-mail ->
+    what it is (`StackConfig.kit_accounts`); `reruns`: whether the
     watchdog delivers `make rerun`'s runs (watchdog.enabled and watchdog.reruns)."""
     known = [service.name for service in services]
     first: dict[str, int] = {}
@@ -261,11 +227,14 @@ def services_in_stack(
                          "on it", "give the service's "
                          f"URL in {region} (" + DESCRIBE_URL.format(
                              name=service.cloud_run).replace("<region>", region) + ")")
-        if service.service_account.lower() in kit_accounts:
-            problems.add((*at, "serviceAccount"), f"{service.service_account!r} is one of the "
-                         "kit's own accounts (the jobs' invoker or the watchdog): job code "
-                         "running as it could mint the tokens every function of the kit "
-                         "serves", "run the service as an account of its own")
+        if (kit_account := kit_accounts.get(service.service_account.lower())) is not None:
+            problems.add((*at, "serviceAccount"), f"{service.service_account!r} is {kit_account}"
+                         ", one of the kit's own accounts: the service's code running as it "
+                         "would hold that account's grants (the jobs' invoker and the "
+                         "watchdog's mint the tokens the kit's functions serve; a runtime's "
+                         "claims its own records), and the claim the kit grants the service "
+                         "would widen it", "run the service as an account of its own")
+        _unique_across_services(services, index, problems)
         if reruns and service.app_engine is not None and service.url is None:
             problems.add((*at, "url"), "is not set, but watchdog.reruns asks the watchdog to "
                          f"deliver re-runs, and it reaches {service.kind} only by its URL "
@@ -298,3 +267,32 @@ def services_in_stack(
                          f"{known.index(name)}].url is not set",
                          "set the service's url to the app's https URL (e.g. "
                          "https://PROJECT.REGION_ID.r.appspot.com), or remove catchUp")
+
+
+def _unique_across_services(
+    services: Sequence[TeamServiceSettings], index: int, problems: ProblemList
+) -> None:
+    """services[index]'s serviceAccount, cloudRun and url, each against the services before
+    it: one account's claim would reach both services' databases, and one Cloud Run service
+    (or URL) declared twice would get two databases while it can use only one."""
+    service = services[index]
+    for key, value, of in (("serviceAccount", service.service_account, "runtime account"),
+                           ("cloudRun", service.cloud_run, "Cloud Run service"),
+                           ("url", service.url, "URL")):
+        earlier = next((i for i, other in enumerate(services[:index]) if value is not None
+                        and value == {"serviceAccount": other.service_account,
+                                      "cloudRun": other.cloud_run, "url": other.url}[key]),
+                       None)
+        if earlier is None:
+            continue
+        if key == "url" and service.cloud_run is not None and (
+                service.cloud_run == services[earlier].cloud_run):
+            continue  # the same Cloud Run service: one problem (cloudRun) is enough
+        problems.add(("services", index, key), f"{value!r} is also the {of} of services["
+                     f"{earlier}] ({services[earlier].name!r}): services {services[earlier].name!r}"
+                     f" and {service.name!r} would share it"
+                     + (", and either could claim runs in both records databases"
+                        if key == "serviceAccount" else ", with two records databases for "
+                        "one service, which can use only one"),
+                     "declare each service once" if key != "serviceAccount" else "give each "
+                     "service an account of its own")

@@ -178,7 +178,7 @@ class StackConfig(ConfigModel):
             job_targets=[(job.service, job.attempt_deadline_seconds, job.catch_up)
                          for job in self.jobs],
             database=database or prefix, region=self.region,
-            kit_accounts=(self.invoker_email, self.watchdog_email),
+            kit_accounts=self.kit_accounts,
             reruns=self.watchdog.enabled and self.watchdog.reruns, problems=problems)
         # A runtime job's function is its runtime's: its timeout bounds the job's deadline.
         timeouts = {runtime.name: runtime.function.timeout_seconds for runtime in runtimes}
@@ -346,6 +346,20 @@ class StackConfig(ConfigModel):
         return service_account_email(
             self.project, service_account_id(self.name_prefix, WATCHDOG_JOB_NAME)
         )
+
+    @property
+    def kit_accounts(self) -> dict[str, str]:
+        """Every account the kit declares (or would, once the feature needing it is on): its
+        e-mail -> what it is, for messages. No team service may run as one of them."""
+        roles = {"runtime": "the dedup function's runtime account",
+                 "build": "the functions' build account", "invoker": "the jobs' invoker "
+                 "account", "proxy": "the proxy's account", WATCHDOG_JOB_NAME: "the "
+                 "watchdog's account"}
+        accounts = {service_account_email(self.project, service_account_id(
+            self.name_prefix, role)): what for role, what in roles.items()}
+        accounts.update({self.runtime_email(runtime): f"the account of runtime {runtime.name!r}"
+                         for runtime in self.runtimes})
+        return accounts
 
     @property
     def invoker_email(self) -> str:

@@ -1,12 +1,32 @@
 """A team service's config beyond its own fields: its Cloud Run URL must be one of that
-service's run.app URLs (`run_app_url_names_service`), in the stack's region."""
+service's run.app URLs (`run_app_url_names_service`), in the stack's region; its account
+is its own (none of the kit's, no other service's, not a Google default account); and no
+two services share an account, a Cloud Run service or a URL."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from infra.config.services import run_app_url_names_service, run_app_url_problem
-from tests.infra.team_service_config import EXPORTS_URL, problems, service
+import policies.gcp
+from infra import shared_facts
+from infra.config import load_config
+from infra.config.services import run_app_url_names_service
+from infra.shared_facts import run_app_url_problem
+from infra.team_service import COMPONENT_TYPE
+from operator_tools.own_services import checklist
+from tests.infra.team_service_config import (
+    EXPORTS_ACCOUNT,
+    EXPORTS_URL,
+    PROJECT,
+    SERVICES,
+    Config,
+    job,
+    problems,
+    retail_config,
+    service,
+)
 
 DETERMINISTIC = "https://exports-api-123456789012.us-west1.run.app"
 
@@ -76,3 +96,102 @@ def test_the_config_refuses_a_url_not_of_its_service_and_names_the_fix(
     fix = found["services[0].url"].split("Fix: ")[1]
     assert "gcloud run services describe exports-api" in fix
     assert ("URL in us-west1" if "region" in says else "starts with https://exports-api-") in fix
+
+
+# --------------------------------------------------------------------------- accounts
+
+
+@pytest.mark.parametrize(("account_id", "what"), [
+    ("retail-invoker", "the jobs' invoker account"),
+    ("retail-watchdog", "the watchdog's account"),
+    ("retail-runtime", "the dedup function's runtime account"),
+    ("retail-proxy", "the proxy's account"),
+    ("retail-build", "the functions' build account"),
+    ("retail-sync", "the account of runtime 'sync'"),
+    ("retail-export", "the account of runtime 'export'"),
+])
+def test_no_service_runs_as_one_of_the_kits_accounts(account_id: str, what: str) -> None:
+    email = f"{account_id}@{PROJECT}.iam.gserviceaccount.com"
+    found = problems(lambda raw: service(raw, "exports-api").update(serviceAccount=email))
+    assert list(found) == ["services[0].serviceAccount"], found
+    assert f"{email!r} is {what}, one of the kit's own accounts" in found[
+        "services[0].serviceAccount"]
+    assert "Fix: run the service as an account of its own" in found["services[0].serviceAccount"]
+
+
+@pytest.mark.parametrize(("account", "which"), [
+    ("123456789012-compute@developer.gserviceaccount.com", "Compute Engine"),
+    (f"{PROJECT}@appspot.gserviceaccount.com", "App Engine"),
+])
+def test_google_default_accounts_are_refused_with_the_fix(account: str, which: str) -> None:
+    def run_as_default(name: str) -> Callable[[Config], None]:
+        return lambda raw: service(raw, name).update(serviceAccount=account)
+
+    for name in ("exports-api", "storefront"):
+        found = problems(run_as_default(name))
+        [key] = found
+        assert key.endswith(".serviceAccount"), found
+        assert f"the project's {which} default account" in found[key]
+        assert "datastore.user on every database" in found[key]
+        assert "Fix: run the service as a dedicated account" in found[key]
+
+
+def test_the_config_and_the_pack_share_one_declaration_of_these_facts() -> None:
+    assert policies.gcp.is_default_runtime_account is shared_facts.is_default_runtime_account
+    assert policies.gcp.TEAM_SERVICE_COMPONENT == COMPONENT_TYPE == (
+        shared_facts.TEAM_SERVICE_COMPONENT_TYPE)
+    for member in ("serviceAccount:123-compute@developer.gserviceaccount.com",
+                   f"projects/{PROJECT}/serviceAccounts/{PROJECT}@appspot.gserviceaccount.com",
+                   "my-project-compute@developer.gserviceaccount.com"):
+        assert policies.gcp.is_default_runtime_account(member)
+        assert policies.gcp.is_default_build_account(member)
+    assert policies.gcp.is_default_build_account("123@cloudbuild.gserviceaccount.com")
+    assert not policies.gcp.is_default_runtime_account("123@cloudbuild.gserviceaccount.com")
+    assert not policies.gcp.is_default_runtime_account(EXPORTS_ACCOUNT)
+
+
+def test_the_plan_checklist_asks_for_a_dedicated_account() -> None:
+    lines = checklist(load_config(retail_config()))
+    runs_as = [line for line in lines if "[ ] it runs as" in line]
+    assert len(runs_as) == 2, lines
+    assert all("not the Compute Engine or App Engine default one" in line for line in runs_as)
+
+
+# --------------------------------------------------------------------------- unique
+
+
+def _second_cloud_run_service(raw: Config, **change: str) -> None:
+    raw[SERVICES].append({"name": "exports-b", "cloudRun": "exports-b",
+                          "url": "https://exports-b-4k2xq7wbqa-uw.a.run.app",
+                          "serviceAccount": f"exports-b@{PROJECT}.iam.gserviceaccount.com",
+                          **change})
+    raw["scheduler-dedup:jobs"].append({**job(raw, "partner-export"), "name": "export-b",
+                                        "service": "exports-b"})
+
+
+@pytest.mark.parametrize(("change", "key", "says"), [
+    ({"serviceAccount": EXPORTS_ACCOUNT}, "serviceAccount",
+     "either could claim runs in both records databases"),
+    ({"cloudRun": "exports-api", "url": EXPORTS_URL}, "cloudRun",
+     "two records databases for one service"),
+])
+def test_two_services_share_no_account_or_cloud_run_service(
+    change: dict[str, str], key: str, says: str
+) -> None:
+    found = problems(lambda raw: _second_cloud_run_service(raw, **change))
+    assert list(found) == [f"services[2].{key}"], found  # the same URL too, said once
+    text = found[f"services[2].{key}"]
+    assert "of services[0] ('exports-api')" in text and "'exports-b'" in text, text
+    assert says in text
+
+
+def test_two_app_engine_services_share_no_url() -> None:
+    def second_app(raw: Config) -> None:
+        raw[SERVICES].append({**service(raw, "storefront"), "name": "worker",
+                              "appEngine": {"service": "worker"},
+                              "serviceAccount": f"worker@{PROJECT}.iam.gserviceaccount.com"})
+        raw["scheduler-dedup:jobs"].append({**job(raw, "sitemap-rebuild"), "name": "w",
+                                            "service": "worker"})
+    found = problems(second_app)
+    assert list(found) == ["services[2].url"], found
+    assert "is also the URL of services[1] ('storefront')" in found["services[2].url"]

@@ -80,7 +80,7 @@ def test_the_retail_example_aims_two_jobs_at_team_services() -> None:
     (lambda raw: service(raw, "storefront").update(name="proxy"),
      "services[1].name", "kit's own accounts"),
     (lambda raw: service(raw, "storefront").update(serviceAccount=INVOKER),
-     "services[1].serviceAccount", "is one of the kit's own accounts"),
+     "services[1].serviceAccount", "is the jobs' invoker account, one of the kit's own"),
     (lambda raw: job(raw, "partner-export").update(service="export-api"),
      "jobs[3].service", "did you mean 'exports-api'?"),
     (lambda raw: job(raw, "partner-export").update(path="tasks/export"),

@@ -48,14 +48,14 @@ def test_pack_modules_import_without_the_program_or_the_repo_on_the_path(
     infra.source (which reads the job tables from a function's source archive: stdlib
     only, with the tables' names from function/dedup/tables.py, infra.lock's union of
     the locks it writes into an archive and infra.job_modules's choice of the team's
-    files, stdlib only too)."""
+    files, stdlib only too, and infra.shared_facts, the facts config and pack share)."""
     script = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
         "import policies.pack, policies.registry, policies.evaluate;"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('pulumi_gcp', 'infra') and m not in "
         "('infra', 'infra.scheduler_rules', 'infra.source', 'infra.lock', "
-        "'infra.job_modules'));"
+        "'infra.job_modules', 'infra.shared_facts'));"
         "print(bad)"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
