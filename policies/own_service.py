@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from infra.shared_facts import run_app_url_names_service
 from policies.facts import StackFacts, stack_facts
 from policies.gcp import is_default_runtime_account, service_account_email
 from policies.grants import (
@@ -41,7 +42,7 @@ from policies.model import Finding, Resource
 from policies.permissions import INVOKE, RECORDS_ACCESS, SET_IAM
 from policies.reach import SERVICE_IAM_NAME, granted_on
 from policies.team_services import TeamService, service_not_known, watch_table_urls
-from policies.urls import Origin, normal_url, run_app_url_names_service
+from policies.urls import Origin, normal_url
 from policies.values import get, is_unknown, known_str
 
 # --- dedup-invoker-reach -----------------------------------------------------------------

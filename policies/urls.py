@@ -128,34 +128,3 @@ def origin(text: str) -> Origin | None:
     """The normalised (scheme, host, port) of an http(s) URL; None if it is none."""
     url = normal_url(text)
     return url.origin if url is not None else None
-
-
-# --- Cloud Run's run.app URLs ------------------------------------------------------------
-# The rule is infra/config/services.py's (run_app_url_problem, which the stack's config is
-# checked by): the pack's own process must not load infra.config (pydantic, the function's
-# code: tests/policies/test_packaging.py), so it is read here too, and
-# tests/policies/test_urls.py holds the two to the same answer on every case it lists.
-_RUN_APP_BASE_URL: Final = re.compile(r"https://(?P<host>[a-z0-9.-]+)/?")
-_HASH_LABEL_TAIL: Final = re.compile(r"-[a-z0-9]+-[a-z]{2}")
-_DETERMINISTIC_LABEL_TAIL: Final = re.compile(r"-[0-9]+")
-_CLOUD_RUN_REGION: Final = re.compile(r"[a-z]+-[a-z]+[0-9]+")
-_DNS_LABEL_MAX_LENGTH: Final = 63
-
-
-def run_app_url_names_service(url: str, service: str, region: str | None = None) -> bool:
-    """`url` is one of Cloud Run's run.app URLs of `service` (in `region`, when given and
-    the URL names one): https, lower case, nothing but the host (a lone '/' aside);
-    `<service>-<hash>-<regioncode>.a.run.app` or `<service>-<projectnumber>.<region>.run.app`."""
-    found = _RUN_APP_BASE_URL.fullmatch(url)
-    if found is None:
-        return False
-    label, _, domain = found["host"].partition(".")
-    if not label.startswith(f"{service}-") or len(label) > _DNS_LABEL_MAX_LENGTH:
-        return False
-    tail = label[len(service):]
-    if domain == "a.run.app":
-        return _HASH_LABEL_TAIL.fullmatch(tail) is not None
-    region_of_url, _, rest = domain.partition(".")
-    return (rest == "run.app" and _DETERMINISTIC_LABEL_TAIL.fullmatch(tail) is not None
-            and _CLOUD_RUN_REGION.fullmatch(region_of_url) is not None
-            and region in (None, region_of_url))

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config import services as config_services
-from policies.urls import normal_url, origin, remove_dot_segments, run_app_url_names_service
+from policies.urls import normal_url, origin, remove_dot_segments
 
 BASE = "https://scheduler-dedup-abc123-ew.a.run.app/"
 
@@ -77,36 +76,3 @@ def test_dot_segments_are_removed_as_rfc_3986_says() -> None:
     assert remove_dot_segments("/b/c/.") == "/b/c/"
     assert remove_dot_segments("/b/c/..") == "/b/"
     assert remove_dot_segments("") == "/"
-
-
-# (url, service, region, whether it is a run.app URL of that service): the pack's reading
-# and the config's (infra/config/services.py) must give the same answer on each.
-RUN_APP_CASES = [
-    ("https://exports-api-4k2xq7wbqa-ew.a.run.app", "exports-api", "europe-west1", True),
-    ("https://exports-api-4k2xq7wbqa-ew.a.run.app/", "exports-api", None, True),
-    ("https://exports-api-123456789012.europe-west1.run.app", "exports-api", "europe-west1",
-     True),
-    ("https://exports-api-123456789012.us-central1.run.app", "exports-api", "europe-west1",
-     False),
-    ("https://billing-api-4k2xq7wbqa-ew.a.run.app", "exports-api", None, False),
-    ("https://exports-api-v2-4k2xq7wbqa-ew.a.run.app", "exports-api", None, False),
-    ("https://tag---exports-api-4k2xq7wbqa-ew.a.run.app", "exports-api", None, False),
-    ("http://exports-api-4k2xq7wbqa-ew.a.run.app", "exports-api", None, False),
-    ("https://Exports-API-4k2xq7wbqa-ew.a.run.app", "exports-api", None, False),
-    ("https://exports-api-4k2xq7wbqa-ew.a.run.app:443", "exports-api", None, False),
-    ("https://x@exports-api-4k2xq7wbqa-ew.a.run.app", "exports-api", None, False),
-    ("https://exports-api-4k2xq7wbqa-ew.a.run.app/tasks", "exports-api", None, False),
-    ("https://exports-api-4k2xq7wbqa-ew.a.run.app?x=1", "exports-api", None, False),
-    ("https://exports-api-4k2xq7wbqa-ew.a.run.app.attacker.example", "exports-api", None,
-     False),
-    ("https://exports-api-4k2xq7wbqa-ew.example.com", "exports-api", None, False),
-    ("https://attacker.example.com", "exports-api", None, False),
-]
-
-
-@pytest.mark.parametrize(("url", "service", "region", "names"), RUN_APP_CASES)
-def test_run_app_url_names_service_as_the_config_reads_it(
-    url: str, service: str, region: str | None, names: bool
-) -> None:
-    assert run_app_url_names_service(url, service, region) is names
-    assert config_services.run_app_url_names_service(url, service, region) is names
