@@ -1,6 +1,7 @@
 """Facts the stack config, the program and the policy pack share, declared once: the
-component type of a team's own service, Google's default runtime accounts, and which
-run.app URLs are a Cloud Run service's (`run_app_url_names_service`).
+component type of a team's own service, Google's default runtime accounts, which
+run.app URLs are a Cloud Run service's (`run_app_url_names_service`) and which appspot.com
+URLs are a project's App Engine app's (`appspot_url_problem`).
 
 Standard library only, and no import of the kit: the policy pack's own process loads this
 module (policies/gcp.py re-exports it) without pydantic or Pulumi's gcp provider, as it
@@ -94,3 +95,29 @@ def run_app_url_names_service(url: str, service: str, region: str | None = None)
     accepted), query or fragment; `<service>-<hash>-<regioncode>.a.run.app` or
     `<service>-<projectnumber>.<region>.run.app`, whose region must be `region` if given."""
     return run_app_url_problem(url, service, region) is None
+
+
+# App Engine's URLs ("How requests are routed", Routing with URLs,
+# https://cloud.google.com/appengine/docs/standard/how-requests-are-routed): the app's
+# `https://PROJECT_ID.REGION_ID.r.appspot.com` (REGION_ID.r is optional for apps created
+# before February 2020), a service's or version's with `SERVICE-dot-` or
+# `VERSION-dot-SERVICE-dot-` before it. Nothing else is taken for the app: the watchdog
+# sends its queue's tokens and a run's headers there.
+_APPSPOT_PREFIX: Final = r"(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?-dot-){0,2}"
+_APPSPOT_REGION: Final = r"(?:\.[a-z0-9]{1,8}\.r)?"
+
+
+def appspot_url_problem(url: str, project: str) -> str | None:
+    """What keeps `url` from being an App Engine URL of project `project`'s app, or None.
+    Accepted: `https://` + `[VERSION-dot-][SERVICE-dot-]PROJECT[.REGION_ID.r].appspot.com`,
+    lower case, and nothing else but an optional lone trailing '/'."""
+    found = _BASE_URL.match(url)
+    if found is None:
+        return ("is not https://<lower-case host> alone (no upper case, port, user info, "
+                "path, query or fragment)")
+    host = re.compile(rf"^{_APPSPOT_PREFIX}{re.escape(project)}{_APPSPOT_REGION}"
+                      r"\.appspot\.com$")
+    if not host.match(found["host"]):
+        return (f"is not an appspot.com URL of the App Engine app of project {project!r} "
+                f"(https://[SERVICE-dot-]{project}.REGION_ID.r.appspot.com)")
+    return None

@@ -380,6 +380,23 @@ class JobSettings(ScheduledModel):
         "within 24 hours is reported `too_many_forced_runs`; 0 (unset): forced runs are not "
         "counted")
 
+    @field_validator("path")
+    @classmethod
+    def _one_route(cls, path: str | None) -> str | None:
+        # The pattern has checked the rest; these two would name a route other than the one
+        # written: '//' starts a network-path reference (another host, to a URL parser), and
+        # a '..' segment climbs out of the route's folder.
+        if path is None:
+            return None
+        route = path.split("?", 1)[0]
+        if path.startswith("//"):
+            raise invalid(f"{path!r} begins with '//', which a URL parser reads as another "
+                          "host", "give the route with one leading '/', e.g. /tasks/export")
+        if ".." in route.split("/"):
+            raise invalid(f"{path!r} has a '..' segment, so it names another route than it "
+                          "reads", "give the route itself, without '..', e.g. /tasks/export")
+        return path
+
     @field_validator("body")
     @classmethod
     def _json(cls, body: Any) -> Any:

@@ -29,7 +29,11 @@ from infra.scheduler_rules import (
     APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS,
     ATTEMPT_DEADLINE_MAX_SECONDS,
 )
-from infra.shared_facts import is_default_runtime_account, run_app_url_problem
+from infra.shared_facts import (
+    appspot_url_problem,
+    is_default_runtime_account,
+    run_app_url_problem,
+)
 from infra.shared_facts import run_app_url_names_service as run_app_url_names_service
 
 CLOUD_RUN_SERVICE: Final = r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$"
@@ -190,13 +194,15 @@ def services_in_stack(
     job_targets: Sequence[tuple[str | None, int, bool]],
     database: str,
     region: str,
+    project: str,
     kit_accounts: Mapping[str, str],
     reruns: bool,
     problems: ProblemList,
 ) -> None:
     """The rules across the stack's services and jobs, added to `problems`. `job_targets`:
     each job's (service, attemptDeadlineSeconds, catchUp), by index; `region`: gcp:region, where
-    a Cloud Run service must be; `kit_accounts`: each of the kit's own accounts' e-mail ->
+    a Cloud Run service must be; `project`: gcp:project, whose App Engine app an App Engine
+    service's url must be; `kit_accounts`: each of the kit's own accounts' e-mail ->
     what it is (`StackConfig.kit_accounts`); `reruns`: whether the
     watchdog delivers `make rerun`'s runs (watchdog.enabled and watchdog.reruns)."""
     known = [service.name for service in services]
@@ -227,6 +233,13 @@ def services_in_stack(
                          "on it", "give the service's "
                          f"URL in {region} (" + DESCRIBE_URL.format(
                              name=service.cloud_run).replace("<region>", region) + ")")
+        if service.app_engine is not None and service.url is not None and (
+                wrong := appspot_url_problem(service.url, project)):
+            problems.add((*at, "url"), f"{service.url!r} {wrong}: the watchdog delivers "
+                         f"{service.kind}'s runs there, with its queue's token and the "
+                         "run's headers", f"give the app's own URL, e.g. "
+                         f"https://{project}.REGION_ID.r.appspot.com (gcloud app describe "
+                         f"--project {project} --format='value(defaultHostname)')")
         if (kit_account := kit_accounts.get(service.service_account.lower())) is not None:
             problems.add((*at, "serviceAccount"), f"{service.service_account!r} is {kit_account}"
                          ", one of the kit's own accounts: the service's code running as it "

@@ -177,7 +177,7 @@ class StackConfig(ConfigModel):
             self.services, runtime_names=[runtime.name for runtime in self.runtimes],
             job_targets=[(job.service, job.attempt_deadline_seconds, job.catch_up)
                          for job in self.jobs],
-            database=database or prefix, region=self.region,
+            database=database or prefix, region=self.region, project=self.project,
             kit_accounts=self.kit_accounts,
             reruns=self.watchdog.enabled and self.watchdog.reruns, problems=problems)
         # A runtime job's function is its runtime's: its timeout bounds the job's deadline.

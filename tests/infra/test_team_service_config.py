@@ -195,3 +195,57 @@ def test_two_app_engine_services_share_no_url() -> None:
     found = problems(second_app)
     assert list(found) == ["services[2].url"], found
     assert "is also the URL of services[1] ('storefront')" in found["services[2].url"]
+
+
+@pytest.mark.parametrize("url", [
+    f"https://{PROJECT}.uw.r.appspot.com",
+    f"https://{PROJECT}.appspot.com",                        # an app from before 2020
+    f"https://default-dot-{PROJECT}.uw.r.appspot.com",
+    f"https://v2-dot-worker-dot-{PROJECT}.uw.r.appspot.com/",
+])
+def test_an_app_engine_url_of_the_stacks_app_is_taken(url: str) -> None:
+    raw = retail_config()
+    service(raw, "storefront")["url"] = url
+    load_config(raw)
+
+
+@pytest.mark.parametrize("url", [
+    "https://attacker.example.com",                          # not App Engine
+    EXPORTS_URL,                                             # a Cloud Run service's
+    "https://other-project.uw.r.appspot.com",                # another project's app
+    f"https://x{PROJECT}.uw.r.appspot.com",
+    f"https://{PROJECT}.uw.r.appspot.com.evil.example",
+])
+def test_an_app_engine_url_of_anything_but_the_stacks_app_is_refused(url: str) -> None:
+    """The watchdog sends its queue's OIDC token and a run's headers to this URL."""
+    found = problems(lambda raw: service(raw, "storefront").update(url=url))
+    assert list(found) == ["services[1].url"], found
+    assert f"https://{PROJECT}.REGION_ID.r.appspot.com" in found["services[1].url"]
+    assert shared_facts.appspot_url_problem(url, PROJECT) is not None
+
+
+@pytest.mark.parametrize("url", [
+    f"http://{PROJECT}.uw.r.appspot.com", f"https://{PROJECT}.uw.r.appspot.com/tasks",
+    f"https://{PROJECT}.uw.r.appspot.com:8443", f"https://user@{PROJECT}.uw.r.appspot.com",
+])
+def test_an_app_engine_url_is_an_https_origin(url: str) -> None:
+    assert list(problems(lambda raw: service(raw, "storefront").update(url=url))) == [
+        "services[1].url"]
+    assert shared_facts.appspot_url_problem(url, PROJECT) is not None
+
+
+@pytest.mark.parametrize(("path", "why"), [
+    ("//evil.example/x", "begins with '//'"),
+    ("/tasks/../admin", "has a '..' segment"),
+    ("/..", "has a '..' segment"),
+])
+def test_a_path_naming_another_route_than_it_reads_is_refused(path: str, why: str) -> None:
+    found = problems(lambda raw: job(raw, "partner-export").update(path=path))
+    (key,) = found
+    assert key.endswith(".path") and why in found[key], found
+
+
+def test_a_path_with_dots_in_a_name_or_its_query_is_a_route() -> None:
+    raw = retail_config()
+    job(raw, "partner-export")["path"] = "/tasks/v1.2/export?since=../x"
+    load_config(raw)
