@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from infra.shared_facts import run_app_url_names_service
+from infra.shared_facts import appspot_url_problem, run_app_url_names_service
 from policies.facts import StackFacts, stack_facts
 from policies.gcp import is_default_runtime_account, service_account_email
 from policies.grants import (
@@ -42,7 +42,7 @@ from policies.model import Finding, Resource
 from policies.permissions import INVOKE, RECORDS_ACCESS, SET_IAM
 from policies.reach import SERVICE_IAM_NAME, granted_on
 from policies.team_services import TeamService, service_not_known, watch_table_urls
-from policies.urls import Origin, normal_url
+from policies.urls import DEFAULT_PORTS, Origin, normal_url
 from policies.values import get, is_unknown, known_str
 
 # --- dedup-invoker-reach -----------------------------------------------------------------
@@ -170,29 +170,29 @@ def _may_call_the_kit(uri: str, facts: StackFacts) -> bool:
 def _watchdog_delivery_problems(facts: StackFacts) -> list[Finding]:
     """The watchdog delivers a team service's runs (its job table's `url`, with its own
     OIDC token) only under the url of the Cloud Run service the job is aimed at, or, for
-    an App Engine service, to one https origin per service that is no Cloud Run or
-    function host (a function of the kit's among them); a job aimed at no declared team
-    service has no such url."""
-    by_id = {name: service for job, service in facts.team_service_jobs
+    an App Engine service, to one origin per service, an appspot.com URL of the app of the
+    job's project (no Cloud Run or function host: a function of the kit's among them); a
+    job aimed at no declared team service has no such url."""
+    by_id = {name: (job, service) for job, service in facts.team_service_jobs
              if (name := known_str(get(job.props, "name")))}
     findings: list[Finding] = []
     for watchdog in facts.watchdog_functions:
         table = sorted((watch_table_urls(watchdog, facts.resources) or {}).items())
         origins: dict[str, set[Origin]] = {}  # App Engine service -> the origins it gets
         for job_id, url in table:
-            service = by_id.get(job_id)
+            job, service = by_id.get(job_id, (None, None))
             if service is not None and service.cloud_run is None and (
                     target := normal_url(url)) is not None:
                 origins.setdefault(service.component, set()).add(target.origin)
         for job_id, url in table:
-            service = by_id.get(job_id)
+            job, service = by_id.get(job_id, (None, None))
             target = normal_url(url)
             problem: str | None
-            if service is None:
+            if job is None or service is None:
                 problem = "which is aimed at no team service the stack declares"
             elif service.cloud_run is None:
                 problem = _app_engine_delivery_problem(
-                    url, service, len(origins.get(service.component, ())), facts)
+                    url, job, service, len(origins.get(service.component, ())), facts)
             elif service.url is None:
                 continue  # the jobs' audiences differ: dedup-service-job-target says so
             elif target is None or not target.within(service.url):
@@ -211,10 +211,13 @@ def _watchdog_delivery_problems(facts: StackFacts) -> list[Finding]:
     return findings
 
 
-def _app_engine_delivery_problem(url: str, service: TeamService, origin_count: int,
-                                 facts: StackFacts) -> str | None:
+def _app_engine_delivery_problem(url: str, job: Resource, service: TeamService,
+                                 origin_count: int, facts: StackFacts) -> str | None:
     """What is wrong with `url` as where the watchdog delivers runs of App Engine
-    `service` (services[].url, which only the table carries); None if nothing."""
+    `service` (services[].url, which only the table carries): it must be an https
+    appspot.com URL of the app of the job's project (infra/shared_facts.py, the config's
+    rule), no Cloud Run or function host, and the one origin of that service's runs; None
+    if nothing is."""
     target = normal_url(url)
     if target is None or target.scheme != "https":
         return f"not an https URL of {service}"
@@ -222,6 +225,10 @@ def _app_engine_delivery_problem(url: str, service: TeamService, origin_count: i
                                    for u in function_urls(f)):
         return (f"a Cloud Run or Cloud Functions host (a function of the kit's, or another "
                 f"service's), not {service}")
+    project = known_str(get(job.props, "project"))
+    base = f"https://{target.host}" if target.port == DEFAULT_PORTS["https"] else url
+    if project is not None and (problem := appspot_url_problem(base, project)) is not None:
+        return f"whose origin {problem}"
     if origin_count > 1:
         return (f"while the table sends other runs of {service} elsewhere: one service has "
                 "one url")

@@ -411,8 +411,8 @@ SERVICE_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "one audience of all its jobs: Cloud Run checks it), a run.app URL of the service "
         "its component grants the invoker roles/run.invoker on, and its httpTarget.uri lies "
         "under that url (the url plus the job's path). The watchdog delivers a Cloud Run "
-        "service's runs under its url, an App Engine service's to one https origin that is "
-        "no Cloud Run or Cloud Functions host. A job that sends the invoker's "
+        "service's runs under its url, an App Engine service's to one origin, an "
+        "appspot.com URL of the app of the job's project. A job that sends the invoker's "
         "token to any other URL, neither a function of the kit nor a declared team "
         "service, fails: declare the service under `services`.",
         MANDATORY,

@@ -51,7 +51,7 @@ from tests.policies.service_cases import (
 CASES: dict[str, list[Case]] = {}
 EVIL = f"evil@{PROJECT}.iam.gserviceaccount.com"
 KIT_FUNCTION = "scheduler-dedup"  # the kit's dedup function (fixtures.kit_stack)
-APP_URL = "https://storefront.example.com"  # the team's App Engine app, on its own domain
+APP_URL = f"https://{PROJECT}.ew.r.appspot.com"  # the project's App Engine app
 
 def _stack(*extra: Resource) -> list[Resource]:
     return service_stack(extra=tuple(extra))
@@ -98,8 +98,8 @@ CASES["dedup-service-job-target"] = [
                [r for r in service_stack() if r.name != "service-exports-api-invoker"], True),
 ]
 
-# 3. The watchdog delivers an App Engine service's runs to one https origin, no Cloud
-# Run host.
+# 3. The watchdog delivers an App Engine service's runs to one origin: an appspot.com URL
+# of the job's project's app (infra/shared_facts.py), no Cloud Run host.
 _APP_JOB = "inventory-export"  # its id in the table; aimed at the App Engine service
 
 def _app_deliveries(*urls: str) -> list[Resource]:
@@ -118,19 +118,29 @@ def _app_deliveries(*urls: str) -> list[Resource]:
     return stack
 
 CASES["dedup-service-job-target"] += [
-    stack_case("job-target-watchdog-app-engine-own-domain",
+    stack_case("job-target-watchdog-app-engine-the-projects-app",
                _app_deliveries(f"{APP_URL}/tasks/sitemap"), False),
+    stack_case("job-target-watchdog-app-engine-service-url",
+               _app_deliveries(f"https://storefront-dot-{PROJECT}.ew.r.appspot.com/tasks/x"),
+               False),
+    stack_case("job-target-watchdog-app-engine-to-a-host-of-its-own",
+               _app_deliveries("https://storefront.attacker.example/tasks/sitemap"), True),
+    stack_case("job-target-watchdog-app-engine-another-projects-app",
+               _app_deliveries("https://other-project.ew.r.appspot.com/tasks/sitemap"), True),
+    stack_case("job-target-watchdog-app-engine-with-a-port",
+               _app_deliveries(f"{APP_URL}:8443/tasks/sitemap"), True),
     stack_case("job-target-watchdog-app-engine-to-a-kit-function",
                _app_deliveries(f"{FUNCTION_URL}/"), True),
     stack_case("job-target-watchdog-app-engine-to-a-run-app-host",
                _app_deliveries(f"{TEAM_URL}/tasks/sitemap"), True),
     stack_case("job-target-watchdog-app-engine-over-http",
-               _app_deliveries("http://storefront.example.com/tasks/sitemap"), True),
+               _app_deliveries(f"http://{PROJECT}.ew.r.appspot.com/tasks/sitemap"), True),
     stack_case("job-target-watchdog-app-engine-one-origin",
                _app_deliveries(f"{APP_URL}/tasks/sitemap", f"{APP_URL}/tasks/other"), False),
     stack_case("job-target-watchdog-app-engine-two-origins",
                _app_deliveries(f"{APP_URL}/tasks/sitemap",
-                               "https://attacker.example/tasks/other"), True),
+                               f"https://storefront-dot-{PROJECT}.ew.r.appspot.com/tasks/x"),
+               True),
 ]
 
 # 4. A team service never runs as a default account.
