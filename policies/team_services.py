@@ -237,13 +237,14 @@ def granted_service(
     grant_on: Resource, kit_functions: Sequence[Resource], services: Sequence[TeamService]
 ) -> Resource | TeamService | None:
     """The service the kit calls that a service IAM resource grants on: a function of the
-    kit (by its Cloud Run v2 or function IAM), or a declared team Cloud Run service (Cloud
-    Run v2 IAM); None for anything else (a v1 gcp.cloudrun IAM resource too: the kit
-    grants through Cloud Run v2)."""
+    kit (by its Cloud Run v2 or function IAM: the same name, project and location), or a
+    declared team Cloud Run service (Cloud Run v2 IAM); None for anything else (a v1
+    gcp.cloudrun IAM resource too: the kit grants through Cloud Run v2)."""
     run = cloud_run_service_of(grant_on)
     if run is None or run.service is None or grant_on.type.startswith(CLOUD_RUN_V1_IAM):
         return None
-    function = next((f for f in kit_functions if run.same_as(function_service(f))), None)
+    function = next((f for f in kit_functions if (named := function_service(f)).service
+                     and run.same_as(named)), None)
     if function is not None:
         return function
     return next((s for s in services if s.cloud_run is not None
