@@ -48,7 +48,7 @@ from policies.kit_resources import (
     account_email,
     build_account,
     component_prefix,
-    database_id,
+    declared_database,
     declared_secrets,
     delivers_runs,
     function_urls,
@@ -527,17 +527,16 @@ class StackFacts:
             for key, database in named_databases(function):
                 writes = frozenset() if reads_only and key != WATCH_DATABASE_ENV else accounts
                 _add_database(found, database, writes, f"{label(function)} ({key})")
+        named = [d.database for d in found.values()]
         for declared in self.of_type(FIRESTORE_DATABASE):
-            name = known_str(get(declared.props, "name"))
-            if name is not None:
-                # No function names it: nobody must write it (unless an unknown setting
-                # of some function names it).
-                database = RecordsDatabase(known_str(get(declared.props, "project")),
-                                           database_id(name))
-                _add_database(found, database, frozenset(), "", merge=False)
-        # A team service's database: written by the one account its component grants
-        # roles/datastore.user conditioned to it (the service's own, infra/team_service.py).
-        for database, writers, named_by in team_database_writers(self.granting):
+            # No function names it: nobody must write it (unless an unknown setting of
+            # some function names it).
+            if (one := declared_database(declared)) is not None:
+                _add_database(found, one, frozenset(), "", merge=False)
+        # A team service's own database: written by the one account its component grants
+        # roles/datastore.user conditioned to it (infra/team_service.py).
+        for database, writers, named_by in team_database_writers(
+                self.team_services, self.of_type(FIRESTORE_DATABASE), named):
             _add_database(found, database, writers, named_by)
         if unsure:  # a function whose settings are unknown may write any of them
             return tuple(KitDatabase(d.database, None, d.named_by) for d in found.values())

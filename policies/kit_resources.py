@@ -52,7 +52,6 @@ from policies.gcp import (
     PROXY_SETTINGS_PREFIX,
     PROXY_TARGET_ENV,
     SCHEDULER_JOB,
-    TEAM_SERVICE_COMPONENT,
     WATCH_SETTINGS_PREFIX,
     WATCHDOG_ENTRY_POINT,
     WORKFLOWS_WORKFLOW,
@@ -160,6 +159,15 @@ class RecordsDatabase:
 
     def __str__(self) -> str:
         return self.database if self.project is None else self.resource_name()
+
+
+def declared_database(database: Resource) -> RecordsDatabase | None:
+    """The database a gcp.firestore.Database resource declares; None while its name is
+    not known."""
+    name = known_str(get(database.props, "name"))
+    if name is None:
+        return None
+    return RecordsDatabase(known_str(get(database.props, "project")), str(database_id(name)))
 
 
 def records_database(function: Resource) -> RecordsDatabase | None:
@@ -457,12 +465,6 @@ def in_proxy_component(resource: Resource) -> bool:
     """Declared inside the kit's DedupProxy component (its URN's type chain names it)."""
     parts = resource.urn.split("::")
     return len(parts) >= 4 and f"{PROXY_COMPONENT}$" in parts[2]
-
-
-def in_team_service_component(resource: Resource) -> bool:
-    """Declared inside one of the kit's TeamService components (a team's own service)."""
-    parts = resource.urn.split("::")
-    return len(parts) >= 4 and f"{TEAM_SERVICE_COMPONENT}$" in parts[2]
 
 
 def component_prefix(resource: Resource) -> str | None:

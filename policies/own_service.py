@@ -6,19 +6,22 @@ The principle is the kit's: judge the identity, not the resource type. The invok
 token is what every function of the kit, and now each declared team service, accepts, so
 the invoker may invoke exactly those (roles/run.invoker on the one service: a function of
 the kit, or a team Cloud Run service the stack declares) and nothing else, whatever
-resource grants it. A team service runs the team's own code as its own account: that
-account claims records in its own records database only (the grant conditioned to it),
-and is none of the kit's accounts (whose tokens or records the team's code would then
-hold). The team service's own IAM, ingress and code are the team's: the pack cannot see
-them (`make plan` names them).
+resource grants it; the jobs aimed at a team Cloud Run service go to a run.app URL of the
+service its component's invoker grant names. A team service runs the team's own code as
+its own account: that account claims records in its own records database only (the grant
+conditioned to it), and is none of the kit's accounts (whose tokens or records the team's
+code would then hold) nor a default account (often a project Editor). The team service's
+own IAM, ingress and code are the team's: the pack cannot see them (`make plan` names
+them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from infra.shared_facts import appspot_url_problem, run_app_url_names_service
 from policies.facts import StackFacts, stack_facts
-from policies.gcp import service_account_email
+from policies.gcp import is_default_runtime_account, service_account_email
 from policies.grants import (
     PRIMITIVE_ROLES,
     condition_database,
@@ -27,6 +30,7 @@ from policies.grants import (
     role_permissions,
 )
 from policies.kit_resources import (
+    RecordsDatabase,
     function_urls,
     job_uri,
     label,
@@ -38,7 +42,7 @@ from policies.model import Finding, Resource
 from policies.permissions import INVOKE, RECORDS_ACCESS, SET_IAM
 from policies.reach import SERVICE_IAM_NAME, granted_on
 from policies.team_services import TeamService, service_not_known, watch_table_urls
-from policies.urls import normal_url
+from policies.urls import DEFAULT_PORTS, Origin, normal_url
 from policies.values import get, is_unknown, known_str
 
 # --- dedup-invoker-reach -----------------------------------------------------------------
@@ -47,9 +51,10 @@ from policies.values import get, is_unknown, known_str
 def invoker_reach(resources: Sequence[Resource]) -> list[Finding]:
     """The accounts the stack's Scheduler jobs aimed at the kit's functions or a declared
     team service send OIDC tokens of (the jobs' invoker) hold a role allowing invoke or
-    IAM changes only on one service the kit calls: a function of the kit, or a team Cloud
-    Run service the stack declares, granted on that service by its Cloud Run (v2) or
-    function IAM."""
+    IAM changes only on one service the kit calls: a function of the kit (by name, project
+    and location), or a team Cloud Run service the stack declares, granted on that service
+    by its Cloud Run (v2) or function IAM; there, only roles that allow invoking it and
+    nothing more."""
     facts = stack_facts(resources)
     declared = facts.custom_roles
     # A function of the kit whose name is not known yet may be the service any grant
@@ -65,17 +70,19 @@ def invoker_reach(resources: Sequence[Resource]) -> list[Finding]:
             allowed = role_permissions(role, declared)
             if allowed is None and role_not_known_yet(role, declared):
                 continue
-            if allowed is not None and not allowed & (INVOKE | SET_IAM):
-                continue
             on_service = any(resource.type.startswith(p) for p in SERVICE_IAM_NAME)
             if on_service and (unnamed or service_not_known(resource)):
                 continue  # not known yet
             called = facts.called_service(resource)
-            if called is not None and allowed is not None and not (
-                    isinstance(called, TeamService) and allowed & SET_IAM):
-                continue  # a service the kit calls (its own: dedup-function-invokers)
+            if called is not None:
+                if allowed is not None and not _beyond_invoking(allowed):
+                    continue  # invoke only, on a service the kit calls
+            elif allowed is not None and not allowed & (INVOKE | SET_IAM):
+                continue
             what = ("a role the pack does not know (policies/permissions.py)"
-                    if allowed is None else ", ".join(sorted(allowed & (INVOKE | SET_IAM))))
+                    if allowed is None else ", ".join(sorted(
+                        _beyond_invoking(allowed) if called is not None
+                        else allowed & (INVOKE | SET_IAM))))
             findings.append(Finding(
                 f"{email}, whose OIDC tokens the stack's Scheduler jobs send, holds {role} "
                 f"({what}) on {_where(facts, resource)}: every function of the kit and each "
@@ -88,12 +95,20 @@ def invoker_reach(resources: Sequence[Resource]) -> list[Finding]:
     return findings
 
 
+def _beyond_invoking(allowed: frozenset[str]) -> frozenset[str]:
+    """What a role granted on a service allows there besides invoking it (a job's
+    permissions, such as roles/run.invoker's run.jobs.run, act on no service)."""
+    return frozenset(p for p in allowed - INVOKE if not p.startswith("run.jobs."))
+
+
 def _where(facts: StackFacts, resource: Resource) -> str:
     if is_hierarchy_level(resource.type):
         return f"{granted_on(resource)} (every service there)"
     called = facts.called_service(resource)
     if isinstance(called, TeamService):
-        return f"{called} (a role that changes its IAM policy)"
+        return f"{called} (a role allowing more than invoking it)"
+    if called is not None:
+        return f"the function {label(called)} of the kit (a role allowing more than invoking it)"
     name = known_str(get(resource.props, "name")) or known_str(
         get(resource.props, "service")) or resource.name
     return f"{resource.type} {name!r}, no service the kit calls"
@@ -119,6 +134,16 @@ def service_job_target(resources: Sequence[Resource]) -> list[Finding]:
         if service is not None:
             if service.cloud_run is not None:
                 findings += _audience_problems(job, uri, service, facts)
+            else:
+                findings.append(Finding(
+                    f"Scheduler job {label(job)} sends an HTTP request to {uri!r} for "
+                    f"{service}, whose component grants the jobs' invoker roles/run.invoker "
+                    "on no Cloud Run service: the job's token and target are then checked "
+                    "against nothing: declare the service's cloudRun (the kit grants the "
+                    "invoker run.invoker on it), or aim an App Engine service's job with "
+                    "its appEngine target",
+                    job.urn,
+                ))
             continue
         sent = known_str(oidc_email(job))
         if sent and service_account_email(sent) in facts.invoker_emails and not (
@@ -144,22 +169,37 @@ def _may_call_the_kit(uri: str, facts: StackFacts) -> bool:
 
 def _watchdog_delivery_problems(facts: StackFacts) -> list[Finding]:
     """The watchdog delivers a team service's runs (its job table's `url`, with its own
-    OIDC token) only under the url of the service the job is aimed at; a job aimed at no
-    declared team service has no such url."""
-    by_id = {name: service for job, service in facts.team_service_jobs
+    OIDC token) only under the url of the Cloud Run service the job is aimed at, or, for
+    an App Engine service, to one origin per service, an appspot.com URL of the app of the
+    job's project (no Cloud Run or function host: a function of the kit's among them); a
+    job aimed at no declared team service has no such url."""
+    by_id = {name: (job, service) for job, service in facts.team_service_jobs
              if (name := known_str(get(job.props, "name")))}
     findings: list[Finding] = []
     for watchdog in facts.watchdog_functions:
-        for job_id, url in sorted((watch_table_urls(watchdog, facts.resources) or {}).items()):
-            service = by_id.get(job_id)
+        table = sorted((watch_table_urls(watchdog, facts.resources) or {}).items())
+        origins: dict[str, set[Origin]] = {}  # App Engine service -> the origins it gets
+        for job_id, url in table:
+            job, service = by_id.get(job_id, (None, None))
+            if service is not None and service.cloud_run is None and (
+                    target := normal_url(url)) is not None:
+                origins.setdefault(service.component, set()).add(target.origin)
+        for job_id, url in table:
+            job, service = by_id.get(job_id, (None, None))
             target = normal_url(url)
-            if service is None:
+            problem: str | None
+            if job is None or service is None:
                 problem = "which is aimed at no team service the stack declares"
-            elif service.cloud_run is None or service.url is None:
-                continue  # App Engine: its url is only in the table (services[].url)
+            elif service.cloud_run is None:
+                problem = _app_engine_delivery_problem(
+                    url, job, service, len(origins.get(service.component, ())), facts)
+            elif service.url is None:
+                continue  # the jobs' audiences differ: dedup-service-job-target says so
             elif target is None or not target.within(service.url):
                 problem = f"not under the url of {service}, {str(service.url)!r}"
             else:
+                continue
+            if problem is None:
                 continue
             findings.append(Finding(
                 f"the watchdog {label(watchdog)} delivers the runs of job {job_id!r} to "
@@ -169,6 +209,30 @@ def _watchdog_delivery_problems(facts: StackFacts) -> list[Finding]:
                 watchdog.urn,
             ))
     return findings
+
+
+def _app_engine_delivery_problem(url: str, job: Resource, service: TeamService,
+                                 origin_count: int, facts: StackFacts) -> str | None:
+    """What is wrong with `url` as where the watchdog delivers runs of App Engine
+    `service` (services[].url, which only the table carries): it must be an https
+    appspot.com URL of the app of the job's project (infra/shared_facts.py, the config's
+    rule), no Cloud Run or function host, and the one origin of that service's runs; None
+    if nothing is."""
+    target = normal_url(url)
+    if target is None or target.scheme != "https":
+        return f"not an https URL of {service}"
+    if targets_by_host(url) or any(target.host == u.host for f in facts.kit_functions
+                                   for u in function_urls(f)):
+        return (f"a Cloud Run or Cloud Functions host (a function of the kit's, or another "
+                f"service's), not {service}")
+    project = known_str(get(job.props, "project"))
+    base = f"https://{target.host}" if target.port == DEFAULT_PORTS["https"] else url
+    if project is not None and (problem := appspot_url_problem(base, project)) is not None:
+        return f"whose origin {problem}"
+    if origin_count > 1:
+        return (f"while the table sends other runs of {service} elsewhere: one service has "
+                "one url")
+    return None
 
 
 def _audience_problems(job: Resource, uri: str, service: TeamService,
@@ -198,6 +262,18 @@ def _audience_problems(job: Resource, uri: str, service: TeamService,
             "to the url",
             job.urn,
         )]
+    run = service.cloud_run
+    if run is not None and run.service is not None and not run_app_url_names_service(
+            str(audience), run.service, run.location):
+        return [Finding(
+            f"Scheduler job {label(job)} calls {service} at {uri!r} with the OIDC audience "
+            f"{audience!r}, which is no run.app URL of {run}, the service its component "
+            "grants the jobs' invoker roles/run.invoker on: the invoker's token would go "
+            "to another host: set services[].url to the service's run.app URL "
+            f"(https://{run.service}-<hash>-<region code>.a.run.app or https://"
+            f"{run.service}-<project number>.<region>.run.app)",
+            job.urn,
+        )]
     return []
 
 
@@ -210,34 +286,41 @@ def service_account_own_database(resources: Sequence[Resource]) -> list[Finding]
     (or every database of the project) it could make another function's run execute twice
     or never."""
     facts = stack_facts(resources)
-    declared = facts.custom_roles
     findings: list[Finding] = []
     for service in facts.team_services:
         own = service.database
-        if service.account is None or own is None:
+        if own is None:
             continue  # not known yet
-        for resource, role, grant in facts.roles_held(service.account):
-            if role in PRIMITIVE_ROLES or not is_hierarchy_level(resource.type):
-                continue  # basic roles: iam-no-primitive-roles; Firestore acts per project
-            allowed = role_permissions(role, declared)
-            if allowed is None and role_not_known_yet(role, declared):
-                continue
-            if allowed is not None and not allowed & RECORDS_ACCESS:
-                continue
-            named = condition_database(grant.condition)
-            if is_unknown(named) or (isinstance(named, str) and own.named_by(named)):
-                continue
-            reach = (f"conditioned to {named!r}" if isinstance(named, str)
-                     else "without a condition naming one database")
-            findings.append(Finding(
-                f"{service.account}, the account of {service}, holds {role} on "
-                f"{granted_on(resource)} {reach}, not only its own records database "
-                f"{str(own)!r}: the service's code could read or rewrite other run records "
-                "(a run executed twice or never): remove the grant; the kit grants "
-                "roles/datastore.user with the condition "
-                f'resource.name == "{own.resource_name()}"',
-                resource.urn,
-            ))
+        for account in service.accounts:
+            findings += _records_beyond(facts, service, account, own)
+    return findings
+
+
+def _records_beyond(facts: StackFacts, service: TeamService, account: str,
+                    own: RecordsDatabase) -> list[Finding]:
+    findings: list[Finding] = []
+    for resource, role, grant in facts.roles_held(account):
+        if role in PRIMITIVE_ROLES or not is_hierarchy_level(resource.type):
+            continue  # basic roles: iam-no-primitive-roles; Firestore acts per project
+        allowed = role_permissions(role, facts.custom_roles)
+        if allowed is None and role_not_known_yet(role, facts.custom_roles):
+            continue
+        if allowed is not None and not allowed & RECORDS_ACCESS:
+            continue
+        named = condition_database(grant.condition)
+        if is_unknown(named) or (isinstance(named, str) and own.named_by(named)):
+            continue
+        reach = (f"conditioned to {named!r}" if isinstance(named, str)
+                 else "without a condition naming one database")
+        findings.append(Finding(
+            f"{account}, the account of {service}, holds {role} on "
+            f"{granted_on(resource)} {reach}, not only its own records database "
+            f"{str(own)!r}: the service's code could read or rewrite other run records "
+            "(a run executed twice or never): remove the grant; the kit grants "
+            "roles/datastore.user with the condition "
+            f'resource.name == "{own.resource_name()}"',
+            resource.urn,
+        ))
     return findings
 
 
@@ -252,14 +335,20 @@ def service_account_not_kit(resources: Sequence[Resource]) -> list[Finding]:
     kit = facts.kit_identities
     findings: list[Finding] = []
     for service in facts.team_services:
-        if service.account is None or service.account not in kit:
-            continue
-        findings.append(Finding(
-            f"{service} runs as {service.account}, an account of the kit (what its "
-            "functions run as, build with or its jobs send tokens of): the service's code "
-            "could mint that account's tokens (which the kit's functions accept) or use its "
-            "grants: run the service as an account of its own and set services[]."
-            "serviceAccount to it",
-            service.component,
-        ))
+        for account in service.accounts:
+            if account in kit:
+                what = ("an account of the kit (what its functions run as, build with or its "
+                        "jobs send tokens of): the service's code could mint that account's "
+                        "tokens (which the kit's functions accept) or use its grants")
+            elif is_default_runtime_account(account):
+                what = ("the Compute Engine or App Engine default account (often a project "
+                        "Editor): the service's code would hold every grant it has, and "
+                        "whatever else runs as it, the service's records")
+            else:
+                continue
+            findings.append(Finding(
+                f"{service} runs as {account}, {what}: run the service as an account of "
+                "its own and set services[].serviceAccount to it",
+                service.component,
+            ))
     return findings

@@ -26,11 +26,15 @@ from policies.kit_resources import RecordsDatabase, Secret, same_secret, secret_
 from policies.model import Resource
 from policies.values import as_mapping, get, is_unknown, known_str
 
-# IAM resources of one Cloud Run service or function, and the property naming it.
+# IAM resources of one Cloud Run service or function (type prefixes), and the property
+# naming it.
+RUN_SERVICE_IAM: Final = "gcp:cloudrunv2/serviceIam"
+FUNCTION_IAM: Final = "gcp:cloudfunctionsv2/functionIam"
+CLOUD_RUN_V1_IAM: Final = "gcp:cloudrun/iam"
 SERVICE_IAM_NAME: Final[Mapping[str, str]] = {
-    "gcp:cloudrunv2/serviceIam": "name",
-    "gcp:cloudfunctionsv2/functionIam": "cloudFunction",
-    "gcp:cloudrun/iam": "service",
+    RUN_SERVICE_IAM: "name",
+    FUNCTION_IAM: "cloudFunction",
+    CLOUD_RUN_V1_IAM: "service",
 }
 SERVICE_ACCOUNT_IAM_MODULE: Final = "gcp:serviceaccount/"
 QUEUE_IAM_PREFIX: Final = "gcp:cloudtasks/queueIam"

@@ -124,8 +124,9 @@ STACK_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "Every Firestore database of the kit (the dedup database, the proxy's, any other a "
         "function of the kit names in a DEDUP_*DATABASE setting, any declared in the stack) "
         "is written only by the accounts of the functions naming it (a team service's, by "
-        "the account its TeamService component grants roles/datastore.user on it): no other "
-        "member may "
+        "the one member of its TeamService component's one roles/datastore.user grant "
+        "conditioned to the one database that component declares: never the kit's "
+        "databases, nor one declared outside the component): no other member may "
         "hold a role that writes entities (roles/datastore.user, datastore.owner, custom "
         "roles with datastore.entities.*), conditioned to the database or granted on its "
         "project, folder or organization without a one-database condition.",
@@ -392,9 +393,10 @@ SERVICE_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "declared team service send OIDC tokens of) may "
         "hold a role that allows run.routes.invoke, cloudfunctions.functions.invoke or IAM "
         "changes only on one service the kit calls, granted on that service: a function of "
-        "the kit (Cloud Run v2 or function IAM) or a team Cloud Run service the stack "
-        "declares under `services` (gcp.cloudrunv2 ServiceIamMember/Binding/Policy; "
-        "roles/run.invoker, nothing that changes its IAM policy). Any other Cloud Run "
+        "the kit (Cloud Run v2 or function IAM; same name, project and location) or a team "
+        "Cloud Run service the stack declares under `services` (gcp.cloudrunv2 "
+        "ServiceIamMember/Binding/Policy), with a role that allows invoking and nothing "
+        "more (roles/run.invoker; not run.developer or run.admin). Any other Cloud Run "
         "service or function, a v1 gcp.cloudrun IAM resource, the project, a folder or the "
         "organization fails, whatever the resource: every function of the kit and every "
         "declared team service accepts the invoker's tokens.",
@@ -406,8 +408,11 @@ SERVICE_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "A Scheduler job aimed at a team Cloud Run service the stack declares (the kit's "
         "job depends on the service's records database, grant and invoker binding) sends "
         "an OIDC token whose audience is exactly the service's url (services[].url, the "
-        "one audience of all its jobs: Cloud Run checks it), and its httpTarget.uri lies "
-        "under that url (the url plus the job's path). A job that sends the invoker's "
+        "one audience of all its jobs: Cloud Run checks it), a run.app URL of the service "
+        "its component grants the invoker roles/run.invoker on, and its httpTarget.uri lies "
+        "under that url (the url plus the job's path). The watchdog delivers a Cloud Run "
+        "service's runs under its url, an App Engine service's to one origin, an "
+        "appspot.com URL of the app of the job's project. A job that sends the invoker's "
         "token to any other URL, neither a function of the kit nor a declared team "
         "service, fails: declare the service under `services`.",
         MANDATORY,
@@ -428,7 +433,8 @@ SERVICE_POLICIES: Final[tuple[StackPolicy, ...]] = (
         "dedup-service-account-not-kit",
         "A team service runs as an account of its own, none of the kit's (the jobs' "
         "invoker, the watchdog's, a function's runtime or build account, an account the "
-        "stack declares): the service's code could mint that account's tokens, which the "
+        "stack declares) and not the Compute Engine or App Engine default account: the "
+        "service's code could mint that account's tokens, which the "
         "kit's functions accept, or use its grants. Set services[].serviceAccount to the "
         "service's own account.",
         MANDATORY,

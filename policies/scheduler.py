@@ -30,6 +30,7 @@ from infra.scheduler_rules import (
     validate_time_zone,
 )
 from policies.gcp import SCHEDULER_JOB, is_default_runtime_account, parse_duration_seconds
+from policies.team_services import APP_ENGINE_TARGET
 from policies.urls import origin
 from policies.values import MISSING, get, is_unknown, known_str
 
@@ -68,7 +69,7 @@ def app_engine_target(resource_type: str, props: Mapping[str, Any]) -> Any:
     targets."""
     if resource_type != SCHEDULER_JOB:
         return MISSING
-    return get(props, "appEngineHttpTarget")
+    return get(props, APP_ENGINE_TARGET)
 
 
 def unix_cron_schedule(resource_type: str, props: Mapping[str, Any]) -> list[str]:
@@ -215,7 +216,7 @@ def _audience_origin_problems(uri: Any, audience: str) -> list[str]:
 # ignores it.
 _DEADLINE_BOUNDS: Final = {
     "httpTarget": (ATTEMPT_DEADLINE_MIN_SECONDS, ATTEMPT_DEADLINE_MAX_SECONDS, "HTTP targets"),
-    "appEngineHttpTarget": (ATTEMPT_DEADLINE_MIN_SECONDS,
+    APP_ENGINE_TARGET: (ATTEMPT_DEADLINE_MIN_SECONDS,
                             APP_ENGINE_ATTEMPT_DEADLINE_MAX_SECONDS, "App Engine HTTP targets"),
 }
 

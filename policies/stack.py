@@ -42,6 +42,7 @@ from policies.kit_resources import (
     setting,
 )
 from policies.model import Finding, Resource
+from policies.team_services import APP_ENGINE_TARGET
 from policies.values import MISSING, as_list, as_mapping, get, is_unknown, known_str
 
 # What the function accepts as an entry of DEDUP_ALLOWED_CALLERS (function/dedup/settings.py).
@@ -348,7 +349,7 @@ def dedup_headers(resources: Sequence[Resource]) -> list[Finding]:
     jobs.update((job.urn, job) for job, _ in facts.team_service_jobs)
     for job in facts.in_stack_order(list(jobs.values())):
         target = "httpTarget" if get(job.props, "httpTarget") is not MISSING else (
-            "appEngineHttpTarget")
+            APP_ENGINE_TARGET)
         raw = get(job.props, target, "headers")
         if is_unknown(raw):
             continue

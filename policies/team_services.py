@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from infra.source import WATCH_JOBS_TABLE
 from policies.gcp import (
@@ -26,21 +26,13 @@ from policies.gcp import (
     TEAM_SERVICE_COMPONENT,
     service_account_email,
 )
-from policies.grants import DATASTORE_USER, Grant, condition_database, grants
+from policies.grants import DATASTORE_USER, RUN_INVOKER, Grant, condition_database, grants
 from policies.job_tables import BUCKET_OBJECT, job_table
-from policies.kit_resources import (
-    RecordsDatabase,
-    database_id,
-    in_team_service_component,
-    job_uri,
-)
+from policies.kit_resources import RecordsDatabase, declared_database, job_uri, oidc_email
 from policies.model import Resource
-from policies.reach import SERVICE_IAM_NAME, service_of
+from policies.reach import CLOUD_RUN_V1_IAM, RUN_SERVICE_IAM, SERVICE_IAM_NAME
 from policies.urls import NormalUrl, normal_url
 from policies.values import MISSING, get, is_unknown, known_str
-
-RUN_SERVICE_IAM: Final = "gcp:cloudrunv2/serviceIam"
-CLOUD_RUN_V1_IAM: Final = "gcp:cloudrun/iam"
 
 
 @dataclass(frozen=True)
@@ -78,10 +70,16 @@ class TeamService:
     url: NormalUrl | None
     """Its base URL, the one OIDC audience of the jobs aimed at it (a Cloud Run service's
     run.app URL); None for an App Engine service, or while not known (or not one)."""
-    account: str | None
-    """The e-mail of its runtime account; None while not known."""
+    accounts: tuple[str, ...]
+    """The e-mails its component grants roles/datastore.user (its runtime account: one,
+    as the kit declares it; each one is judged as the service's account)."""
     database: RecordsDatabase | None
-    """Its records database; None while not known."""
+    """The records database its component's one Firestore Database declares; None while
+    not known (or if the component declares several)."""
+    writer: str | None
+    """The one account that must write that database: the one member of the component's
+    one roles/datastore.user grant, conditioned to it; None otherwise (then any writer
+    is refused by dedup-database-writers)."""
 
     def __str__(self) -> str:
         kind = (f"Cloud Run service {self.cloud_run.service!r}" if self.cloud_run
@@ -120,35 +118,34 @@ def team_service_component(resource: Resource) -> str | None:
 
 
 def cloud_run_service_of(resource: Resource) -> CloudRunService | None:
-    """The Cloud Run service a gcp.cloudrunv2 service IAM resource grants on (its parts
-    None while not known: then it may be any); None for other resources."""
-    if not resource.type.startswith(RUN_SERVICE_IAM):
+    """The Cloud Run service or function a Cloud Run or function IAM resource grants on
+    (its parts None while not known: then it may be any; an unset project or location is
+    the provider's, the stack's own); None for other resources."""
+    key = next((k for p, k in SERVICE_IAM_NAME.items() if resource.type.startswith(p)), None)
+    if key is None:
         return None
-    raw = get(resource.props, SERVICE_IAM_NAME[RUN_SERVICE_IAM])
-    name = known_str(raw)
-    if name is None:
+    raw = get(resource.props, key)
+    if known_str(raw) is None:
         return CloudRunService(None, None, None) if is_unknown(raw) else None
-    if name.startswith("projects/") and "/services/" in name:
-        parts = name.split("/")  # projects/P/locations/L/services/S
+    return _named_service(resource, raw)
+
+
+def _named_service(resource: Resource, name: Any) -> CloudRunService:
+    """A service by `name` (its ID, or `projects/P/locations/L/services/S`, or
+    .../functions/F) and, for an ID, the resource's project and location."""
+    text = known_str(name)
+    if text is not None and text.startswith("projects/"):
+        parts = text.split("/")
         return CloudRunService(parts[1], parts[3] if len(parts) > 5 else None, parts[-1])
     return CloudRunService(known_str(get(resource.props, "project")),
-                           known_str(get(resource.props, "location")), name)
-
-
-def _member_accounts(resource: Resource, role: str) -> set[str]:
-    return {
-        service_account_email(text)
-        for grant in grants(resource.type, resource.props) if grant.role == role
-        for member in grant.members or []
-        if (text := known_str(member)) and text.startswith("serviceAccount:")
-    }
+                           known_str(get(resource.props, "location")), text)
 
 
 def declared_team_services(
     resources: Sequence[Resource], jobs: Sequence[Resource]
 ) -> tuple[tuple[TeamService, tuple[Resource, ...]], ...]:
     """Each team service of the stack (one per TeamService component, as far as its
-    children tell: its records database, the account its roles/datastore.user grant
+    children tell: its records database, the accounts its roles/datastore.user grant
     names, the Cloud Run service the invoker's run.invoker grant is on) with the
     Scheduler jobs aimed at it (`jobs` that depend on a child of its component: the kit's
     job waits for the service's records database, grant and invoker binding). Its URL is
@@ -175,25 +172,58 @@ def _team_service(
     component: str, children: list[Resource], jobs: Sequence[Resource]
 ) -> TeamService:
     name = component.rsplit("::", 1)[-1]
-    database = account = cloud_run = None
-    for child in children:
-        if child.type == FIRESTORE_DATABASE:
-            named = known_str(get(child.props, "name"))
-            if named is not None:
-                database = RecordsDatabase(known_str(get(child.props, "project")),
-                                           str(database_id(named)))
-        accounts = _member_accounts(child, DATASTORE_USER)
-        if len(accounts) == 1:
-            account = accounts.pop()
-        if (run := cloud_run_service_of(child)) is not None:
-            cloud_run = run  # the invoker's grant on it, the component's only one there
+    declared = [c for c in children if c.type == FIRESTORE_DATABASE]
+    database = declared_database(declared[0]) if len(declared) == 1 else None
+    claims = [grant for child in children for grant in grants(child.type, child.props)
+              if known_str(grant.role) == DATASTORE_USER]
+    accounts = sorted({service_account_email(text) for grant in claims
+                       for member in grant.members or []
+                       if (text := known_str(member)) and text.startswith("serviceAccount:")})
+    senders = {service_account_email(e) for j in jobs if (e := known_str(oidc_email(j)))}
+    cloud_run = next((run for child in children
+                      if (run := _invoker_grant_service(child, senders)) is not None), None)
     audiences = {known_str(get(j.props, "httpTarget", "oidcToken", "audience")) for j in jobs}
     urls = {normal_url(a) for a in audiences if a}
     app_engine = {app_engine_service_of(j) for j in jobs} - {None}
     return TeamService(
         name, component, cloud_run,
         app_engine.pop() if len(app_engine) == 1 else None,
-        urls.pop() if len(urls) == 1 else None, account, database)
+        urls.pop() if len(urls) == 1 else None, tuple(accounts), database,
+        _the_writer(claims, database))
+
+
+def _the_writer(claims: Sequence[Grant], database: RecordsDatabase | None) -> str | None:
+    """The account of the component's one roles/datastore.user grant, if it has one
+    member and its condition names the component's database."""
+    if database is None or len(claims) != 1 or len(members := claims[0].members or []) != 1:
+        return None
+    named = condition_database(claims[0].condition)
+    text = known_str(members[0])
+    if not (isinstance(named, str) and database.named_by(named) and text
+            and text.startswith("serviceAccount:")):
+        return None
+    return service_account_email(text)
+
+
+def _invoker_grant_service(child: Resource, senders: set[str]) -> CloudRunService | None:
+    """The Cloud Run service a component's child grants roles/run.invoker on to the
+    account its jobs send tokens of (to any account while no job's is known; a grant whose
+    role or members are not known yet may be that one); None for any other child."""
+    if not child.type.startswith(RUN_SERVICE_IAM):
+        return None
+    for grant in grants(child.type, child.props):
+        role = known_str(grant.role)
+        listed = [known_str(m) for m in grant.members] if grant.members is not None else None
+        if listed is None or None in listed:
+            members: set[str] | None = None  # not known yet: may be the invoker
+        else:
+            members = {service_account_email(text) for text in listed
+                       if text and text.startswith("serviceAccount:")}
+        if role not in (None, RUN_INVOKER):
+            continue
+        if role is None or members is None or members & senders or (members and not senders):
+            return cloud_run_service_of(child)
+    return None
 
 
 def service_called_by(job: Resource, services: Sequence[TeamService]) -> TeamService | None:
@@ -207,19 +237,24 @@ def granted_service(
     grant_on: Resource, kit_functions: Sequence[Resource], services: Sequence[TeamService]
 ) -> Resource | TeamService | None:
     """The service the kit calls that a service IAM resource grants on: a function of the
-    kit (by its Cloud Run v2 or function IAM), or a declared team Cloud Run service (Cloud
-    Run v2 IAM); None for anything else (a v1 gcp.cloudrun IAM resource too: the kit
-    grants through Cloud Run v2)."""
-    name = service_of(grant_on)
-    if name is None or grant_on.type.startswith(CLOUD_RUN_V1_IAM):
+    kit (by its Cloud Run v2 or function IAM: the same name, project and location), or a
+    declared team Cloud Run service (Cloud Run v2 IAM); None for anything else (a v1
+    gcp.cloudrun IAM resource too: the kit grants through Cloud Run v2)."""
+    run = cloud_run_service_of(grant_on)
+    if run is None or run.service is None or grant_on.type.startswith(CLOUD_RUN_V1_IAM):
         return None
-    function = next((f for f in kit_functions if known_str(get(f.props, "name")) == name),
-                    None)
+    function = next((f for f in kit_functions if (named := function_service(f)).service
+                     and run.same_as(named)), None)
     if function is not None:
         return function
-    run = cloud_run_service_of(grant_on)
-    return next((s for s in services if run is not None and s.cloud_run is not None
+    return next((s for s in services if s.cloud_run is not None
                  and s.cloud_run.same_as(run)), None)
+
+
+def function_service(function: Resource) -> CloudRunService:
+    """A function of the kit as the Cloud Run service it is (its name, project, location:
+    a part not known yet, or unset, matches any)."""
+    return _named_service(function, get(function.props, "name"))
 
 
 def watch_table_urls(watchdog: Resource, resources: Sequence[Resource]) -> dict[str, str] | None:
@@ -244,19 +279,20 @@ def service_not_known(grant_on: Resource) -> bool:
 
 
 def team_database_writers(
-    granting: Sequence[tuple[Resource, Sequence[Grant]]],
+    services: Sequence[TeamService], databases: Sequence[Resource],
+    kit_named: Sequence[RecordsDatabase],
 ) -> Iterator[tuple[RecordsDatabase, frozenset[str], str]]:
-    """(database, its writers, who names it) for each roles/datastore.user grant declared
-    in a TeamService component and conditioned to one database: the team service's
-    records database, written by the service's account."""
-    for resource, found in granting:
-        if not in_team_service_component(resource):
+    """(database, its writer, who names it) for each team service whose component declares
+    its records database and grants its one writer (TeamService.writer): never one the
+    kit's functions name (`kit_named`: the dedup, proxy, runtime and watchdog databases),
+    nor one a Firestore Database outside the component declares too. Anyone can declare
+    a resource under a TeamService component: what it claims is believed only that far."""
+    for service in services:
+        own = service.database
+        if service.writer is None or own is None or any(own.same_as(d) for d in kit_named):
             continue
-        for grant in found:
-            named = condition_database(grant.condition)
-            emails = frozenset(service_account_email(str(m)) for m in grant.members or []
-                               if str(m).startswith("serviceAccount:"))
-            if known_str(grant.role) == DATASTORE_USER and isinstance(named, str):
-                project, _, name = named.removeprefix("projects/").partition("/databases/")
-                yield (RecordsDatabase(project or None, name), emails,
-                       f"team service ({resource.name})")
+        if any(team_service_component(r) != service.component
+               and (other := declared_database(r)) is not None and other.same_as(own)
+               for r in databases):
+            continue
+        yield own, frozenset({service.writer}), str(service)

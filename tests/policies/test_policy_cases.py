@@ -34,6 +34,7 @@ from tests.policies.round_two_cases import ROUND_TWO_CASES
 from tests.policies.runtime_cases import RUNTIME_CASES
 from tests.policies.runtime_review_cases import REVIEW_CASES
 from tests.policies.service_cases import CASES as SERVICE_CASES
+from tests.policies.service_review_cases import CASES as SERVICE_REVIEW_CASES
 from tests.policies.trust_cases import TRUST_CASES
 
 ALL_CASES: dict[str, list[Case]] = {
@@ -47,10 +48,12 @@ ALL_CASES: dict[str, list[Case]] = {
         *TRUST_CASES.get(name, []),
         *QUEUE_CASES.get(name, []),
         *SERVICE_CASES.get(name, []),
+        *SERVICE_REVIEW_CASES.get(name, []),
     ]
     for name in sorted(
         {*RESOURCE_CASES, *STACK_CASES, *BYPASS_CASES, *ROUND_TWO_CASES, *RUNTIME_CASES,
-         *REVIEW_CASES, *TRUST_CASES, *QUEUE_CASES, *SERVICE_CASES}
+         *REVIEW_CASES, *TRUST_CASES, *QUEUE_CASES, *SERVICE_CASES,
+         *SERVICE_REVIEW_CASES}
     )
 }
 
