@@ -24,7 +24,7 @@ from dedup.adapters.asgi import (
     Scope,
     current_run,
 )
-from dedup.adapters.guard import ServiceGuard
+from dedup.adapters.guard import PERMANENT_FAILURE_HEADER, ServiceGuard
 from dedup.logs import current_run_fields
 from dedup.run_context import PermanentFailure, RunContext
 from dedup.settings import Settings, SettingsError
@@ -49,10 +49,11 @@ class Answer:
 
 async def asgi_call(
     app: Any, method: str, path: str, headers: Mapping[str, str] | None = None,
-    body: bytes = b"", chunks: Iterable[bytes] | None = None,
+    body: bytes = b"", chunks: Iterable[bytes] | None = None, root_path: str = "",
 ) -> Answer:
     """One HTTP request to `app` as an ASGI server makes it. `chunks`: the body sent in
-    pieces without a Content-Length (chunked), else `body` with one."""
+    pieces without a Content-Length (chunked), else `body` with one. `root_path`: the app
+    served under it (uvicorn --root-path, a Mount), which the scope's path then includes."""
     sent = {k.lower(): v for k, v in (headers or {}).items()}
     if chunks is None:
         sent["content-length"] = str(len(body))
@@ -64,7 +65,8 @@ async def asgi_call(
         for i, piece in enumerate(pieces)]
     scope: Scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-        "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+        "scheme": "http", "path": root_path + path, "raw_path": (root_path + path).encode(),
+        "root_path": root_path,
         "query_string": b"", "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80),
         "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in sent.items()],
         "state": {},
@@ -87,8 +89,17 @@ async def asgi_call(
 
 
 def call(app: Any, method: str, path: str, headers: Mapping[str, str] | None = None,
-         body: bytes = b"", chunks: Iterable[bytes] | None = None) -> Answer:
-    return asyncio.run(asgi_call(app, method, path, headers, body, chunks))
+         body: bytes = b"", chunks: Iterable[bytes] | None = None, root_path: str = ""
+         ) -> Answer:
+    return asyncio.run(asgi_call(app, method, path, headers, body, chunks, root_path))
+
+
+class UnendedResponse(Response):
+    """A 200 whose body stops before its last message (more_body never False)."""
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b'{"part": 1', "more_body": True})
 
 
 @dataclass
@@ -136,6 +147,11 @@ def guarded_service(collection_name: str, **middleware_options: Any) -> Service:
             raise PermanentFailure("cannot ever work", result={"gave_up": True})
         if "text" in asked:
             return PlainTextResponse(asked["text"])
+        if "permanent_header" in asked:
+            return JSONResponse({"gave_up": True}, status_code=422,
+                                headers={PERMANENT_FAILURE_HEADER: asked["permanent_header"]})
+        if asked.get("unended"):
+            return UnendedResponse()
         state_run = request.state.dedup_run
         return JSONResponse({"run_id": run.run_id, "state_is_run": state_run is run,
                              "attempt": run.attempt, "body": asked,
@@ -281,6 +297,52 @@ def test_a_run_completes_once_with_the_apps_json_as_its_result(
 def test_a_text_answer_is_the_runs_result_as_text(service: Service) -> None:
     answer = call(service.app, "POST", GUARDED, scheduler_headers(), b'{"text": "42 rows"}')
     assert (answer.status, answer.json()["result"]) == (200, "42 rows")
+    # Text that would parse as JSON stays text: only a JSON content type is parsed.
+    other_run = scheduler_headers(schedule_time="2026-10-16T13:00:00Z")
+    answer = call(service.app, "POST", GUARDED, other_run, b'{"text": "[1, 2]"}')
+    assert (answer.status, answer.json()["result"]) == (200, "[1, 2]")
+
+
+def test_a_guarded_route_is_guarded_under_a_root_path(
+    service: Service, collection_name: str
+) -> None:
+    """uvicorn --root-path /svc (or a Mount at /svc): the scope's path is /svc/tasks/export,
+    the route's /tasks/export. Two deliveries of one run: one execution."""
+    headers = scheduler_headers()
+    first = call(service.app, "POST", GUARDED, headers, b"{}", root_path="/svc")
+    again = call(service.app, "POST", GUARDED, headers, b"{}", root_path="/svc")
+    assert [first.json()["outcome"], again.json()["outcome"]] == ["completed", "duplicate"]
+    assert len(service.runs) == 1
+    assert [line["outcome"] for line in service.log_lines] == ["completed", "duplicate"]
+    assert record(collection_name)["status"] == "completed"
+
+
+def test_an_answer_cut_before_its_end_fails_the_run_and_releases_it(
+    service: Service, collection_name: str
+) -> None:
+    headers = scheduler_headers()
+    cut = call(service.app, "POST", GUARDED, headers, b'{"unended": true}')
+    assert (cut.status, cut.json()["outcome"]) == (500, "failed")
+    stored = record(collection_name)
+    assert stored["status"] == "failed"
+    assert "stopped before its end" in stored["error"]
+    retried = call(service.app, "POST", GUARDED, headers, b"{}")
+    assert retried.json()["outcome"] == "completed"
+
+
+def test_a_non_2xx_answer_with_the_permanent_failure_header_is_final(
+    service: Service, collection_name: str
+) -> None:
+    headers = scheduler_headers()
+    answer = call(service.app, "POST", GUARDED, headers,
+                  b'{"permanent_header": "the export target is gone"}')
+    assert (answer.status, answer.json()["outcome"]) == (200, "failed_permanent")
+    assert answer.json()["result"] == {"gave_up": True}
+    assert call(service.app, "POST", GUARDED, headers, b"{}").json()["outcome"] == (
+        "failed_permanent")
+    assert len(service.runs) == 1
+    stored = record(collection_name)
+    assert (stored["permanent"], stored["error"]) == (True, "the export target is gone")
 
 
 @pytest.mark.parametrize("failure", [{"status": 503}, {"status": 404}, {"raise": True}],
