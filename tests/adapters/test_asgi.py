@@ -122,10 +122,9 @@ def service(collection_name: str) -> Service:
 
 def guarded_service(collection_name: str, **middleware_options: Any) -> Service:
     settings = Settings(project=PROJECT, location=LOCATION, collection=collection_name,
-                        store_timeout_seconds=5)
+                        store_timeout_seconds=5, max_body_bytes=SMALL_BODY_CAP)
     log_lines: list[Mapping[str, Any]] = []
-    guard = ServiceGuard(settings, firestore.Client(project=PROJECT), log_lines.append,
-                         max_body_bytes=SMALL_BODY_CAP)
+    guard = ServiceGuard(settings, firestore.Client(project=PROJECT), log_lines.append)
     app = FastAPI()
     app.add_middleware(DedupMiddleware, paths=[GUARDED], guard=guard, **middleware_options)
     built = Service(app, guard, log_lines)

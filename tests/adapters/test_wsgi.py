@@ -3,6 +3,7 @@ Flask view decorator, the wrapper for any WSGI app and the functions-framework d
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -19,7 +20,8 @@ from dedup.adapters import functions_framework as ff_adapter
 from dedup.adapters.guard import PERMANENT_FAILURE_HEADER, ServiceGuard
 from dedup.adapters.wsgi import RUN_ENVIRON_KEY, DedupWsgiMiddleware, StartResponse, deduplicated
 from dedup.run_context import RunContext
-from local_stack.deliveries import PROJECT, scheduler_headers, settings_for
+from dedup.settings import Settings
+from local_stack.deliveries import LOCATION, PROJECT, scheduler_headers, settings_for
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -33,8 +35,8 @@ def logs() -> list[Mapping[str, Any]]:
 
 @pytest.fixture
 def guard(collection_name: str, logs: list[Mapping[str, Any]]) -> ServiceGuard:
-    return ServiceGuard(settings_for(collection_name), firestore.Client(project=PROJECT),
-                        emit=logs.append, max_body_bytes=1024)
+    settings = dataclasses.replace(settings_for(collection_name), max_body_bytes=1024)
+    return ServiceGuard(settings, firestore.Client(project=PROJECT), emit=logs.append)
 
 
 def records(collection_name: str) -> list[dict[str, Any]]:
@@ -178,6 +180,21 @@ def test_bad_deliveries_are_refused_before_the_app_runs(
     too_large = client.post(PATH, headers=scheduler_headers(), data=b"x" * 2048)
     assert too_large.status_code == 413
     assert app.seen == [] and records(collection_name) == []
+
+
+def test_a_guard_built_from_settings_keeps_their_body_cap(collection_name: str) -> None:
+    """DEDUP_MAX_BODY_BYTES is one of the settings: ServiceGuard(settings, client) honours
+    it as ServiceGuard.from_env does."""
+    settings = Settings.from_env({"DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION,
+                                  "DEDUP_COLLECTION": collection_name,
+                                  "DEDUP_MAX_BODY_BYTES": "16"})
+    assert settings.max_body_bytes == 16
+    app = Plain()
+    guard = ServiceGuard(settings, firestore.Client(project=PROJECT), emit=lambda line: None)
+    client = Client(DedupWsgiMiddleware(app, [PATH], guard))
+    assert client.post(PATH, headers=scheduler_headers(), data=b"x" * 17).status_code == 413
+    assert client.post(PATH, headers=scheduler_headers(), data=b"x" * 16).status_code == 200
+    assert len(app.seen) == 1
 
 
 def flask_app(view: Callable[..., Any]) -> flask.Flask:

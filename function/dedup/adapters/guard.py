@@ -31,7 +31,6 @@ from dedup.entry.http import (
     HttpReply,
     ReadsBytes,
     emit_log_line,
-    max_body_bytes_setting,
     read_bounded_body,
     refuse_body,
 )
@@ -79,14 +78,13 @@ class ServiceGuard:
         settings: Settings,
         client: firestore.Client | None = None,
         emit: Emit = emit_log_line,
-        max_body_bytes: int | None = None,
     ) -> None:
         self.settings = settings
         self.client = client or firestore.Client(project=settings.project,
                                                  database=settings.database)
         self.emit = emit
-        self.max_body_bytes = (max_body_bytes if max_body_bytes is not None
-                               else max_body_bytes_setting({}))
+        # The body cap is a setting like the others (DEDUP_MAX_BODY_BYTES).
+        self.max_body_bytes = settings.max_body_bytes
         self._deduplicator = build_deduplicator(settings, self.client)
         self._beyond = beyond_ledger(settings, self.client)
 
@@ -97,7 +95,7 @@ class ServiceGuard:
     ) -> ServiceGuard:
         """From the same DEDUP_* settings as the kit's function (dedup/settings.py)."""
         env = os.environ if environ is None else environ
-        return cls(Settings.from_env(env), client, emit, max_body_bytes_setting(env))
+        return cls(Settings.from_env(env), client, emit)
 
     def handler(self, job: Job) -> DedupHandler:
         """`job` (a callable taking the RunContext) guarded: run once per run."""
