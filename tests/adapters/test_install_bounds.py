@@ -173,3 +173,26 @@ def test_it_verifies_callers_tokens_at_its_bounds(apps_python: Path) -> None:
     assert "expired" in refusals["expired"], refusals
     assert "audience" in refusals["another audience"], refusals
     assert endpoint.requests == 1  # fetched once, for every token
+
+
+# A service's own code, type-checked against the installed wheel: a wrong type is reported
+# only if mypy reads dedup's hints (its py.typed marker), not Any for an untyped package.
+SERVICE_CODE = """
+from dedup.run_context import RunContext
+
+
+def run_id(run: RunContext) -> int:
+    return run.run_id
+"""
+
+
+def test_a_services_mypy_reads_its_types(apps_python: Path, tmp_path: Path) -> None:
+    (tmp_path / "service.py").write_text(SERVICE_CODE)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--python-executable", str(apps_python),
+         "--no-incremental", "--strict", "service.py"],
+        env=clean_env(), capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        check=False)
+    assert 'Incompatible return value type (got "str", expected "int")' in done.stdout, (
+        done.stdout)
+    assert "missing library stubs or py.typed marker" not in done.stdout, done.stdout
