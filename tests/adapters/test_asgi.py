@@ -9,11 +9,12 @@ import asyncio
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from google.cloud import firestore
 
 from dedup.adapters import asgi
@@ -50,6 +51,7 @@ class Answer:
 async def asgi_call(
     app: Any, method: str, path: str, headers: Mapping[str, str] | None = None,
     body: bytes = b"", chunks: Iterable[bytes] | None = None, root_path: str = "",
+    extensions: Mapping[str, Any] | None = None,
 ) -> Answer:
     """One HTTP request to `app` as an ASGI server makes it. `chunks`: the body sent in
     pieces without a Content-Length (chunked), else `body` with one. `root_path`: the app
@@ -69,7 +71,7 @@ async def asgi_call(
         "root_path": root_path,
         "query_string": b"", "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80),
         "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in sent.items()],
-        "state": {},
+        "state": {}, "extensions": dict(extensions or {}),
     }
 
     async def receive() -> Message:
@@ -151,6 +153,8 @@ def guarded_service(collection_name: str, **middleware_options: Any) -> Service:
                                 headers={PERMANENT_FAILURE_HEADER: asked["permanent_header"]})
         if asked.get("unended"):
             return UnendedResponse()
+        if "file" in asked:
+            return FileResponse(asked["file"], media_type="text/plain")
         state_run = request.state.dedup_run
         return JSONResponse({"run_id": run.run_id, "state_is_run": state_run is run,
                              "attempt": run.attempt, "body": asked,
@@ -327,6 +331,20 @@ def test_an_answer_cut_before_its_end_fails_the_run_and_releases_it(
     assert "stopped before its end" in stored["error"]
     retried = call(service.app, "POST", GUARDED, headers, b"{}")
     assert retried.json()["outcome"] == "completed"
+
+
+def test_a_file_answer_is_collected_whole_where_the_server_offers_pathsend(
+    service: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server offering http.response.pathsend (hypercorn, granian): the app is not offered
+    it for a guarded delivery, so its file is sent as body messages, the run's result."""
+    (tmp_path / "export.txt").write_text("3 rows exported")
+    monkeypatch.chdir(tmp_path)  # a short relative path: the body cap is small here
+    answer = asyncio.run(asgi_call(
+        service.app, "POST", GUARDED, scheduler_headers(), b'{"file": "export.txt"}',
+        extensions={"http.response.pathsend": {}}))
+    assert (answer.status, answer.json()["outcome"]) == (200, "completed"), answer.body
+    assert answer.json()["result"] == "3 rows exported"
 
 
 def test_a_non_2xx_answer_with_the_permanent_failure_header_is_final(

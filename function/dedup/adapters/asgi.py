@@ -76,6 +76,10 @@ RUN_STATE_KEY = "dedup_run"
 # many jobs that run long at the same times.
 DEFAULT_MAX_CONCURRENT_RUNS = 16
 _JSON_HEADERS = [(b"content-type", b"application/json")]
+# The server's ways to answer other than http.response.body (a file by path, trailers), not
+# offered to the app for a guarded delivery: its answer is collected, body and all.
+_RESPONSE_EXTENSIONS = frozenset({"http.response.pathsend", "http.response.zerocopysend",
+                                  "http.response.trailers"})
 
 
 class AppAnswered(Exception):
@@ -217,7 +221,10 @@ class DedupMiddleware:
             await response.ended.wait()
             return {"type": "http.disconnect"}
 
-        await self.app({**scope, "state": state}, replay, response.send)
+        extensions = {name: value for name, value in (scope.get("extensions") or {}).items()
+                      if name not in _RESPONSE_EXTENSIONS}
+        await self.app({**scope, "state": state, "extensions": extensions}, replay,
+                       response.send)
         return response.result()
 
 
