@@ -1,8 +1,9 @@
 """What the protocol's wheel carries (`make protocol-dist`, pyproject.toml's
 [tool.hatch.build.targets.wheel.hooks.custom]): the kit's function/dedup as `dedup`, file
 by file, but dedup/watchdog/ (the kit's watchdog function: a service never runs it) and
-caches, and PEP 561's py.typed marker (dedup is typed: a service's mypy reads its hints). A hook, because the package lives outside this folder: hatchling maps such a path
-only by force-include, and force-include takes no exclusions."""
+caches, and PEP 561's py.typed marker (dedup is typed: a service's mypy reads its hints).
+A hook, because the package lives outside this folder: hatchling maps such a path only by
+force-include, and force-include takes no exclusions."""
 
 from __future__ import annotations
 

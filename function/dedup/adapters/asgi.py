@@ -19,7 +19,8 @@ job runs on, and a response that watches receive() for http.disconnect (Starlett
 StreamingResponse and FileResponse under ASGI spec < 2.4) would otherwise cancel its own
 generator and return as if done. After the body, the app's receive() waits until its
 response has ended. A response that never sends its last body message (more_body False)
-is no success: the run fails, released.
+is no success: the run fails, released. The app is not offered the server's other ways to
+answer (pathsend, zerocopysend, trailers), so a FileResponse comes as body messages too.
 
 Guarded paths are route paths, as the app's router matches them: the scope's path less its
 root_path (uvicorn --root-path, a Starlette Mount), as Starlette's get_route_path.
