@@ -33,12 +33,12 @@ from dedup.entry.http import (
     BodyTooLarge,
     HttpReply,
     emit_log_line,
-    max_body_bytes_setting,
     read_bounded_body,
     refuse_body,
     refuse_method,
 )
 from dedup.logs import configure_logging
+from dedup.settings import max_body_bytes_setting
 
 
 class _Handler(Protocol):

@@ -23,6 +23,10 @@ DEFAULT_JOB_ENV = "DEDUP_JOB"
 """The `module:function` a function runs for a job its job table does not name."""
 FORCED_RUN_MARGIN_ENV = "DEDUP_FORCED_RUN_MARGIN_SECONDS"
 VERIFY_TOKEN_AUDIENCE_ENV = "DEDUP_VERIFY_TOKEN_AUDIENCE"
+MAX_BODY_BYTES_ENV = "DEDUP_MAX_BODY_BYTES"
+# 1 MiB: far above any Scheduler job body (a few hundred bytes in the kit's jobs), far below
+# what starves an instance (a 32 MiB JSON body costs about 800 MiB once parsed).
+DEFAULT_MAX_BODY_BYTES = 1 << 20
 # The origin a Cloud Run service's tokens name as audience: https, a lower-case host name,
 # an optional port, nothing after it (the jobs and the watchdog send the service's URL).
 _HTTPS_ORIGIN = re.compile(
@@ -68,6 +72,12 @@ def number_setting(
     return value
 
 
+def max_body_bytes_setting(env: Mapping[str, str]) -> int:
+    """DEDUP_MAX_BODY_BYTES: the largest request body any entry point reads (read here for
+    Settings, and by main.py for every entry point, the watchdog's too)."""
+    return int(number_setting(env, MAX_BODY_BYTES_ENV, DEFAULT_MAX_BODY_BYTES, 1, "bytes"))
+
+
 @dataclass(frozen=True)
 class Settings:
     project: str
@@ -91,6 +101,8 @@ class Settings:
     """DEDUP_VERIFY_TOKEN_AUDIENCE: when set, the caller's token is verified here (Google's
     signature, issuer, expiry, this audience, email_verified: entry/id_tokens.py) before
     its `email` is believed; for a service Cloud Run does not verify tokens for."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """DEDUP_MAX_BODY_BYTES: a larger request body is refused (413) unread."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -153,6 +165,7 @@ class Settings:
             ),
             allowed_callers=allowed_callers,
             verify_token_audience=audience,
+            max_body_bytes=max_body_bytes_setting(env),
         )
 
 

@@ -9,11 +9,12 @@ import asyncio
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from google.cloud import firestore
 
 from dedup.adapters import asgi
@@ -24,7 +25,7 @@ from dedup.adapters.asgi import (
     Scope,
     current_run,
 )
-from dedup.adapters.guard import ServiceGuard
+from dedup.adapters.guard import PERMANENT_FAILURE_HEADER, ServiceGuard
 from dedup.logs import current_run_fields
 from dedup.run_context import PermanentFailure, RunContext
 from dedup.settings import Settings, SettingsError
@@ -49,10 +50,12 @@ class Answer:
 
 async def asgi_call(
     app: Any, method: str, path: str, headers: Mapping[str, str] | None = None,
-    body: bytes = b"", chunks: Iterable[bytes] | None = None,
+    body: bytes = b"", chunks: Iterable[bytes] | None = None, root_path: str = "",
+    extensions: Mapping[str, Any] | None = None,
 ) -> Answer:
     """One HTTP request to `app` as an ASGI server makes it. `chunks`: the body sent in
-    pieces without a Content-Length (chunked), else `body` with one."""
+    pieces without a Content-Length (chunked), else `body` with one. `root_path`: the app
+    served under it (uvicorn --root-path, a Mount), which the scope's path then includes."""
     sent = {k.lower(): v for k, v in (headers or {}).items()}
     if chunks is None:
         sent["content-length"] = str(len(body))
@@ -64,10 +67,11 @@ async def asgi_call(
         for i, piece in enumerate(pieces)]
     scope: Scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-        "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+        "scheme": "http", "path": root_path + path, "raw_path": (root_path + path).encode(),
+        "root_path": root_path,
         "query_string": b"", "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80),
         "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in sent.items()],
-        "state": {},
+        "state": {}, "extensions": dict(extensions or {}),
     }
 
     async def receive() -> Message:
@@ -87,8 +91,17 @@ async def asgi_call(
 
 
 def call(app: Any, method: str, path: str, headers: Mapping[str, str] | None = None,
-         body: bytes = b"", chunks: Iterable[bytes] | None = None) -> Answer:
-    return asyncio.run(asgi_call(app, method, path, headers, body, chunks))
+         body: bytes = b"", chunks: Iterable[bytes] | None = None, root_path: str = ""
+         ) -> Answer:
+    return asyncio.run(asgi_call(app, method, path, headers, body, chunks, root_path))
+
+
+class UnendedResponse(Response):
+    """A 200 whose body stops before its last message (more_body never False)."""
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b'{"part": 1', "more_body": True})
 
 
 @dataclass
@@ -111,10 +124,9 @@ def service(collection_name: str) -> Service:
 
 def guarded_service(collection_name: str, **middleware_options: Any) -> Service:
     settings = Settings(project=PROJECT, location=LOCATION, collection=collection_name,
-                        store_timeout_seconds=5)
+                        store_timeout_seconds=5, max_body_bytes=SMALL_BODY_CAP)
     log_lines: list[Mapping[str, Any]] = []
-    guard = ServiceGuard(settings, firestore.Client(project=PROJECT), log_lines.append,
-                         max_body_bytes=SMALL_BODY_CAP)
+    guard = ServiceGuard(settings, firestore.Client(project=PROJECT), log_lines.append)
     app = FastAPI()
     app.add_middleware(DedupMiddleware, paths=[GUARDED], guard=guard, **middleware_options)
     built = Service(app, guard, log_lines)
@@ -136,6 +148,13 @@ def guarded_service(collection_name: str, **middleware_options: Any) -> Service:
             raise PermanentFailure("cannot ever work", result={"gave_up": True})
         if "text" in asked:
             return PlainTextResponse(asked["text"])
+        if "permanent_header" in asked:
+            return JSONResponse({"gave_up": True}, status_code=422,
+                                headers={PERMANENT_FAILURE_HEADER: asked["permanent_header"]})
+        if asked.get("unended"):
+            return UnendedResponse()
+        if "file" in asked:
+            return FileResponse(asked["file"], media_type="text/plain")
         state_run = request.state.dedup_run
         return JSONResponse({"run_id": run.run_id, "state_is_run": state_run is run,
                              "attempt": run.attempt, "body": asked,
@@ -281,6 +300,66 @@ def test_a_run_completes_once_with_the_apps_json_as_its_result(
 def test_a_text_answer_is_the_runs_result_as_text(service: Service) -> None:
     answer = call(service.app, "POST", GUARDED, scheduler_headers(), b'{"text": "42 rows"}')
     assert (answer.status, answer.json()["result"]) == (200, "42 rows")
+    # Text that would parse as JSON stays text: only a JSON content type is parsed.
+    other_run = scheduler_headers(schedule_time="2026-10-16T13:00:00Z")
+    answer = call(service.app, "POST", GUARDED, other_run, b'{"text": "[1, 2]"}')
+    assert (answer.status, answer.json()["result"]) == (200, "[1, 2]")
+
+
+def test_a_guarded_route_is_guarded_under_a_root_path(
+    service: Service, collection_name: str
+) -> None:
+    """uvicorn --root-path /svc (or a Mount at /svc): the scope's path is /svc/tasks/export,
+    the route's /tasks/export. Two deliveries of one run: one execution."""
+    headers = scheduler_headers()
+    first = call(service.app, "POST", GUARDED, headers, b"{}", root_path="/svc")
+    again = call(service.app, "POST", GUARDED, headers, b"{}", root_path="/svc")
+    assert [first.json()["outcome"], again.json()["outcome"]] == ["completed", "duplicate"]
+    assert len(service.runs) == 1
+    assert [line["outcome"] for line in service.log_lines] == ["completed", "duplicate"]
+    assert record(collection_name)["status"] == "completed"
+
+
+def test_an_answer_cut_before_its_end_fails_the_run_and_releases_it(
+    service: Service, collection_name: str
+) -> None:
+    headers = scheduler_headers()
+    cut = call(service.app, "POST", GUARDED, headers, b'{"unended": true}')
+    assert (cut.status, cut.json()["outcome"]) == (500, "failed")
+    stored = record(collection_name)
+    assert stored["status"] == "failed"
+    assert "stopped before its end" in stored["error"]
+    retried = call(service.app, "POST", GUARDED, headers, b"{}")
+    assert retried.json()["outcome"] == "completed"
+
+
+def test_a_file_answer_is_collected_whole_where_the_server_offers_pathsend(
+    service: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server offering http.response.pathsend (hypercorn, granian): the app is not offered
+    it for a guarded delivery, so its file is sent as body messages, the run's result."""
+    (tmp_path / "export.txt").write_text("3 rows exported")
+    monkeypatch.chdir(tmp_path)  # a short relative path: the body cap is small here
+    answer = asyncio.run(asgi_call(
+        service.app, "POST", GUARDED, scheduler_headers(), b'{"file": "export.txt"}',
+        extensions={"http.response.pathsend": {}}))
+    assert (answer.status, answer.json()["outcome"]) == (200, "completed"), answer.body
+    assert answer.json()["result"] == "3 rows exported"
+
+
+def test_a_non_2xx_answer_with_the_permanent_failure_header_is_final(
+    service: Service, collection_name: str
+) -> None:
+    headers = scheduler_headers()
+    answer = call(service.app, "POST", GUARDED, headers,
+                  b'{"permanent_header": "the export target is gone"}')
+    assert (answer.status, answer.json()["outcome"]) == (200, "failed_permanent")
+    assert answer.json()["result"] == {"gave_up": True}
+    assert call(service.app, "POST", GUARDED, headers, b"{}").json()["outcome"] == (
+        "failed_permanent")
+    assert len(service.runs) == 1
+    stored = record(collection_name)
+    assert (stored["permanent"], stored["error"]) == (True, "the export target is gone")
 
 
 @pytest.mark.parametrize("failure", [{"status": 503}, {"status": 404}, {"raise": True}],

@@ -1,8 +1,10 @@
 """The protocol installed alone, from its wheel (`make protocol-dist`, protocol/), into fresh
 virtualenvs: one at the lower bounds its metadata declares (uv's `lowest-direct`: each
 declared dependency at its lowest allowed version, what they need at current releases) and
-one at current releases (`highest`). Each imports every module the wheel carries, and
-serves both example apps through the served tests of test_served_examples.py (imported
+one at current releases (`highest`). Each imports every module the wheel carries, verifies
+ID tokens as DEDUP_VERIFY_TOKEN_AUDIENCE does (google-auth's jwt.decode, the reason for its
+lower bound: tokens signed with a local key, certificates fetched from a local endpoint),
+and serves both example apps through the served tests of test_served_examples.py (imported
 below, so they run here again with these virtualenvs' python as the apps' interpreter,
 nothing of the checkout on its path).
 
@@ -12,6 +14,7 @@ are offline. One virtualenv per bound, shared by both apps."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import zipfile
@@ -20,6 +23,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from local_stack.deliveries import INVOKER
 from local_stack.processes import REPO_ROOT
 from tests.adapters.test_served_examples import (
     test_a_delivery_without_schedulers_headers_is_a_400_and_writes_nothing,
@@ -28,6 +32,7 @@ from tests.adapters.test_served_examples import (
     test_concurrent_duplicate_deliveries_execute_once,
 )
 from tests.dist_helpers import UV, clean_env, wheel_metadata
+from tests.function.signed_tokens import AUDIENCE, SigningKey, id_token_claims, served_certs
 
 # The served tests, run here with each bound's interpreter (the `apps_python` below).
 __all__ = [
@@ -126,3 +131,68 @@ def test_it_installs_at_its_bounds_and_every_module_it_carries_imports(
     subprocess.run([str(apps_python), "-c", f"import importlib\nfor m in {modules!r}: "
                     "importlib.import_module(m)"],
                    env=clean_env(), check=True, cwd="/", timeout=120)
+
+
+# Run in the virtualenv: each token (stdin: JSON) checked as a service with
+# DEDUP_VERIFY_TOKEN_AUDIENCE checks it, Google's certificates fetched from the given URL;
+# prints each token's refusal (None: admitted).
+CHECK_TOKENS = """
+import functools, json, sys
+from dedup.entry import id_tokens
+from dedup.entry.callers import check_caller
+from dedup.keys import lower_keys
+given = json.load(sys.stdin)
+id_tokens.GOOGLE_CERTS = id_tokens.GoogleCerts(
+    functools.partial(id_tokens.fetch_certs, given["certs_url"]))
+refusals = {}
+for name, token in given["tokens"].items():
+    refusal = check_caller(lower_keys({"Authorization": "Bearer " + token}),
+                           frozenset({given["invoker"]}), given["audience"])
+    refusals[name] = None if refusal is None else refusal.reason
+print(json.dumps(refusals))
+"""
+
+
+def test_it_verifies_callers_tokens_at_its_bounds(apps_python: Path) -> None:
+    google = SigningKey.generate()
+    tokens = {
+        "google's": google.sign(id_token_claims(INVOKER)),
+        "forged": SigningKey.generate().sign(id_token_claims(INVOKER)),
+        "expired": google.sign(id_token_claims(INVOKER, exp=1_000_000_000, iat=999_996_400)),
+        "another audience": google.sign(id_token_claims(INVOKER, "https://other.a.run.app")),
+    }
+    with served_certs({google.key_id: google.certificate_pem}) as (url, endpoint):
+        given = {"certs_url": url, "audience": AUDIENCE, "invoker": INVOKER, "tokens": tokens}
+        done = subprocess.run([str(apps_python), "-c", CHECK_TOKENS], input=json.dumps(given),
+                              env=clean_env(), capture_output=True, text=True, cwd="/",
+                              timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    refusals = json.loads(done.stdout)
+    assert refusals["google's"] is None, refusals
+    assert "signature" in refusals["forged"], refusals
+    assert "expired" in refusals["expired"], refusals
+    assert "audience" in refusals["another audience"], refusals
+    assert endpoint.requests == 1  # fetched once, for every token
+
+
+# A service's own code, type-checked against the installed wheel: a wrong type is reported
+# only if mypy reads dedup's hints (its py.typed marker), not Any for an untyped package.
+SERVICE_CODE = """
+from dedup.run_context import RunContext
+
+
+def run_id(run: RunContext) -> int:
+    return run.run_id
+"""
+
+
+def test_a_services_mypy_reads_its_types(apps_python: Path, tmp_path: Path) -> None:
+    (tmp_path / "service.py").write_text(SERVICE_CODE)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--python-executable", str(apps_python),
+         "--no-incremental", "--strict", "service.py"],
+        env=clean_env(), capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        check=False)
+    assert 'Incompatible return value type (got "str", expected "int")' in done.stdout, (
+        done.stdout)
+    assert "missing library stubs or py.typed marker" not in done.stdout, done.stdout

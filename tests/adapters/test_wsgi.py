@@ -3,6 +3,7 @@ Flask view decorator, the wrapper for any WSGI app and the functions-framework d
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -16,10 +17,11 @@ from werkzeug.serving import make_server
 from werkzeug.test import Client
 
 from dedup.adapters import functions_framework as ff_adapter
-from dedup.adapters.guard import ServiceGuard
+from dedup.adapters.guard import PERMANENT_FAILURE_HEADER, ServiceGuard
 from dedup.adapters.wsgi import RUN_ENVIRON_KEY, DedupWsgiMiddleware, StartResponse, deduplicated
 from dedup.run_context import RunContext
-from local_stack.deliveries import PROJECT, scheduler_headers, settings_for
+from dedup.settings import Settings
+from local_stack.deliveries import LOCATION, PROJECT, scheduler_headers, settings_for
 
 pytestmark = pytest.mark.usefixtures("firestore_emulator")
 
@@ -33,8 +35,8 @@ def logs() -> list[Mapping[str, Any]]:
 
 @pytest.fixture
 def guard(collection_name: str, logs: list[Mapping[str, Any]]) -> ServiceGuard:
-    return ServiceGuard(settings_for(collection_name), firestore.Client(project=PROJECT),
-                        emit=logs.append, max_body_bytes=1024)
+    settings = dataclasses.replace(settings_for(collection_name), max_body_bytes=1024)
+    return ServiceGuard(settings, firestore.Client(project=PROJECT), emit=logs.append)
 
 
 def records(collection_name: str) -> list[dict[str, Any]]:
@@ -49,6 +51,7 @@ class Plain:
         self.status = "200 OK"
         self.body = b'{"rows": 3}'
         self.content_type = "application/json"
+        self.extra_headers: list[tuple[str, str]] = []
         self.seen: list[dict[str, Any]] = []
         self.closed = 0
 
@@ -56,7 +59,8 @@ class Plain:
         self.seen.append({**environ, "body": environ["wsgi.input"].read()})
         if self.status.startswith("5") and self.body == b"raise":
             raise RuntimeError("the app broke")
-        start_response(self.status, [("Content-Type", self.content_type)])
+        start_response(self.status, [("Content-Type", self.content_type),
+                                     *self.extra_headers])
         return self.Answer(self, [self.body])
 
     class Answer(list[bytes]):
@@ -109,6 +113,41 @@ def test_a_text_answer_is_the_result_as_text(guard: ServiceGuard) -> None:
     reply = Client(DedupWsgiMiddleware(app, [PATH], guard)).post(
         PATH, headers=scheduler_headers())
     assert reply.json["result"] == "exported 3 rows"  # type: ignore[index]
+    # Text that would parse as JSON stays text: only a JSON content type is parsed (the
+    # one rule both middlewares record results by).
+    app.body = b"[1, 2]"
+    reply = Client(DedupWsgiMiddleware(app, [PATH], guard)).post(
+        PATH, headers=scheduler_headers(schedule_time="2026-10-16T13:00:00Z"))
+    assert reply.json["result"] == "[1, 2]"  # type: ignore[index]
+
+
+def test_a_path_is_matched_within_the_app_under_a_script_name(
+    guard: ServiceGuard, logs: list[Mapping[str, Any]],
+) -> None:
+    """Mounted under /svc (SCRIPT_NAME), the route's PATH_INFO is what is guarded."""
+    app = Plain()
+    client = Client(DedupWsgiMiddleware(app, [PATH], guard))
+    for _ in range(2):
+        client.post(PATH, headers=scheduler_headers(), environ_overrides={"SCRIPT_NAME": "/svc"})
+    assert len(app.seen) == 1
+    assert [line["outcome"] for line in logs] == ["completed", "duplicate"]
+
+
+def test_a_non_2xx_answer_with_the_permanent_failure_header_is_final(
+    guard: ServiceGuard, collection_name: str,
+) -> None:
+    app = Plain()
+    app.status, app.body = "422 Unprocessable Entity", b'{"gave_up": true}'
+    app.extra_headers = [(PERMANENT_FAILURE_HEADER, "the export target is gone")]
+    client = Client(DedupWsgiMiddleware(app, [PATH], guard))
+    answer = client.post(PATH, headers=scheduler_headers())
+    assert (answer.status_code, answer.json["outcome"]) == (200, "failed_permanent")  # type: ignore[index]
+    assert answer.json["result"] == {"gave_up": True}  # type: ignore[index]
+    assert client.post(PATH, headers=scheduler_headers()).json["outcome"] == (  # type: ignore[index]
+        "failed_permanent")
+    assert len(app.seen) == 1
+    (record,) = records(collection_name)
+    assert (record["permanent"], record["error"]) == (True, "the export target is gone")
 
 
 @pytest.mark.parametrize(("status", "body"), [("503 Service Unavailable", b"busy"),
@@ -141,6 +180,21 @@ def test_bad_deliveries_are_refused_before_the_app_runs(
     too_large = client.post(PATH, headers=scheduler_headers(), data=b"x" * 2048)
     assert too_large.status_code == 413
     assert app.seen == [] and records(collection_name) == []
+
+
+def test_a_guard_built_from_settings_keeps_their_body_cap(collection_name: str) -> None:
+    """DEDUP_MAX_BODY_BYTES is one of the settings: ServiceGuard(settings, client) honours
+    it as ServiceGuard.from_env does."""
+    settings = Settings.from_env({"DEDUP_PROJECT": PROJECT, "DEDUP_LOCATION": LOCATION,
+                                  "DEDUP_COLLECTION": collection_name,
+                                  "DEDUP_MAX_BODY_BYTES": "16"})
+    assert settings.max_body_bytes == 16
+    app = Plain()
+    guard = ServiceGuard(settings, firestore.Client(project=PROJECT), emit=lambda line: None)
+    client = Client(DedupWsgiMiddleware(app, [PATH], guard))
+    assert client.post(PATH, headers=scheduler_headers(), data=b"x" * 17).status_code == 413
+    assert client.post(PATH, headers=scheduler_headers(), data=b"x" * 16).status_code == 200
+    assert len(app.seen) == 1
 
 
 def flask_app(view: Callable[..., Any]) -> flask.Flask:

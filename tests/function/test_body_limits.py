@@ -15,13 +15,8 @@ import pytest
 import requests
 from google.cloud import firestore
 
-from dedup.entry.http import (
-    DEFAULT_MAX_BODY_BYTES,
-    BodyTooLarge,
-    max_body_bytes_setting,
-    read_bounded_body,
-)
-from dedup.settings import SettingsError
+from dedup.entry.http import BodyTooLarge, read_bounded_body
+from dedup.settings import DEFAULT_MAX_BODY_BYTES, SettingsError, max_body_bytes_setting
 from local_stack import FunctionServer
 from local_stack.deliveries import PROJECT, function_env, scheduler_headers
 from local_stack.processes import REPO_ROOT

@@ -8,10 +8,22 @@ DEDUP_MAX_BODY_BYTES: the kit's 413), then the protocol answers it (ServiceGuard
 handler: the kit's exact answers and one log line per delivery) on a worker thread of the
 middleware's own, because its Firestore calls block. When the protocol runs the job, the
 job is the wrapped app itself, called for the request on the event loop with the body
-given back to it: a 2xx is the run's success (its JSON body, or its text, the run's
-result), anything else or an exception a failure (the claim released, 500, so the retry
-runs at once). The client gets the protocol's answer, as JSON, never the app's own
-response.
+given back to it: a 2xx is the run's success (its body the run's result, by
+guard.app_answer_result: parsed when its content type says JSON, else text), anything else
+or an exception a failure (the claim released, 500, so the retry runs at once; a non-2xx
+with guard.PERMANENT_FAILURE_HEADER, or PermanentFailure raised, a permanent one). The
+client gets the protocol's answer, as JSON, never the app's own response.
+
+The job never hears the client leave: Scheduler hangs up at its attempt deadline while the
+job runs on, and a response that watches receive() for http.disconnect (Starlette's
+StreamingResponse and FileResponse under ASGI spec < 2.4) would otherwise cancel its own
+generator and return as if done. After the body, the app's receive() waits until its
+response has ended. A response that never sends its last body message (more_body False)
+is no success: the run fails, released. The app is not offered the server's other ways to
+answer (pathsend, zerocopysend, trailers), so a FileResponse comes as body messages too.
+
+Guarded paths are route paths, as the app's router matches them: the scope's path less its
+root_path (uvicorn --root-path, a Starlette Mount), as Starlette's get_route_path.
 
 The endpoint finds its RunContext in the scope, `scope["state"]["dedup_run"]`: Starlette's
 and FastAPI's `request.state.dedup_run`, or `current_run(request)`; what it logs names the
@@ -23,8 +35,9 @@ lost.
 Each guarded delivery holds one of the middleware's worker threads until it is answered,
 a run for as long as its job runs (the thread waits for the job's coroutine on the loop):
 `max_concurrent_runs` (default DEFAULT_MAX_CONCURRENT_RUNS, 16) deliveries are in the
-protocol at once; more, duplicates too, wait for a free thread before anything is read or
-claimed. Raise it for a service whose guarded jobs run long at the same time:
+protocol at once; more, duplicates too, have their body read (bounded) and then wait for
+a free thread before anything is claimed. Raise it for a service whose guarded jobs run
+long at the same time:
 `app.add_middleware(DedupMiddleware, paths=[...], max_concurrent_runs=64)`. The event loop
 never waits on them: every other request is served meanwhile.
 
@@ -37,12 +50,16 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import io
-import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from dedup.adapters.guard import ServiceGuard, shared_guard
+from dedup.adapters.guard import (
+    ServiceGuard,
+    app_answer_result,
+    raise_if_permanent,
+    shared_guard,
+)
 from dedup.entry.http import HttpReply
 from dedup.run_context import RunContext
 
@@ -60,6 +77,10 @@ RUN_STATE_KEY = "dedup_run"
 # many jobs that run long at the same times.
 DEFAULT_MAX_CONCURRENT_RUNS = 16
 _JSON_HEADERS = [(b"content-type", b"application/json")]
+# The server's ways to answer other than http.response.body (a file by path, trailers), not
+# offered to the app for a guarded delivery: its answer is collected, body and all.
+_RESPONSE_EXTENSIONS = frozenset({"http.response.pathsend", "http.response.zerocopysend",
+                                  "http.response.trailers"})
 
 
 class AppAnswered(Exception):
@@ -118,7 +139,7 @@ class DedupMiddleware:
             await self._start_up(scope, receive, send)
             return
         if (scope["type"] != "http" or scope.get("method") != "POST"
-                or scope.get("path") not in self.paths):
+                or route_path(scope) not in self.paths):
             await self.app(scope, receive, send)
             return
         if self._guard is None:  # no lifespan: built now, off the loop (it may read files)
@@ -189,16 +210,22 @@ class DedupMiddleware:
         """Run the app for the request with `run` in its scope; its 2xx body is the result."""
         state = {**scope.get("state", {}), RUN_STATE_KEY: run}
         given_back = False
+        response = _CollectedResponse()
 
         async def replay() -> Message:
             nonlocal given_back
             if not given_back:
                 given_back = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()  # after the body: the client's disconnect, if it comes
+            # Never the client's disconnect (Scheduler hanging up must not stop the job):
+            # the connection ends, for the app, once its own response has.
+            await response.ended.wait()
+            return {"type": "http.disconnect"}
 
-        response = _CollectedResponse()
-        await self.app({**scope, "state": state}, replay, response.send)
+        extensions = {name: value for name, value in (scope.get("extensions") or {}).items()
+                      if name not in _RESPONSE_EXTENSIONS}
+        await self.app({**scope, "state": state, "extensions": extensions}, replay,
+                       response.send)
         return response.result()
 
 
@@ -207,34 +234,47 @@ class _CollectedResponse:
 
     def __init__(self) -> None:
         self.status: int | None = None
-        self.content_type = ""
+        self.headers: dict[str, str] = {}
         self.body = bytearray()
+        # Set by the response's last body message (more_body False): the answer is whole.
+        self.ended = asyncio.Event()
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.status = int(message["status"])
-            for name, value in message.get("headers", []):
-                if bytes(name).lower() == b"content-type":
-                    self.content_type = bytes(value).decode("latin-1")
+            self.headers = {bytes(name).decode("latin-1").lower(): bytes(value).decode("latin-1")
+                            for name, value in message.get("headers", [])}
         elif message["type"] == "http.response.body":
             self.body += message.get("body", b"")
+            if not message.get("more_body", False):
+                self.ended.set()
 
     def result(self) -> Any:
-        """A 2xx answer's body as the run's result: JSON parsed, other text as is, no body
-        None. Anything else fails the run (AppAnswered: the claim is released)."""
-        text = bytes(self.body).decode("utf-8", errors="replace")
+        """A whole 2xx answer's body as the run's result (guard.app_answer_result). Anything
+        else fails the run (AppAnswered: the claim is released), or, with the permanent
+        failure header, fails it for good (PermanentFailure)."""
         if self.status is None:
             raise AppAnswered("the app returned without answering the delivery")
+        result = app_answer_result(bytes(self.body), self.headers.get("content-type", ""))
+        raise_if_permanent(self.headers, self.status, result)
         if not 200 <= self.status < 300:
-            raise AppAnswered(f"the app answered {self.status}: {text[:200]}")
-        if not text:
-            return None
-        if "json" in self.content_type:
-            try:
-                return json.loads(text)
-            except ValueError:
-                pass  # recorded as the text it is
-        return text
+            raise AppAnswered(f"the app answered {self.status}: {str(result)[:200]}")
+        if not self.ended.is_set():
+            raise AppAnswered(f"the app's {self.status} answer stopped before its end "
+                              f"({len(self.body)} bytes sent): the job did not finish")
+        return result
+
+
+def route_path(scope: Scope) -> str:
+    """The path the app's router matches: the scope's path less its root_path (which ASGI
+    servers and Starlette's Mount include in it), as Starlette's get_route_path."""
+    path = str(scope.get("path", ""))
+    root_path = str(scope.get("root_path") or "")
+    if not root_path or not path.startswith(root_path):
+        return path
+    if path == root_path:
+        return ""
+    return path[len(root_path):] if path[len(root_path)] == "/" else path
 
 
 def _headers_of(scope: Scope) -> dict[str, str]:

@@ -15,6 +15,7 @@ for a body over DEDUP_MAX_BODY_BYTES; and one structured log line per delivery.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -30,15 +31,43 @@ from dedup.entry.http import (
     HttpReply,
     ReadsBytes,
     emit_log_line,
-    max_body_bytes_setting,
     read_bounded_body,
     refuse_body,
 )
 from dedup.job_logic import JobRegistry
-from dedup.run_context import Job
+from dedup.run_context import Job, PermanentFailure
 from dedup.settings import Settings
 
 Emit = Callable[[Mapping[str, Any]], None]
+
+PERMANENT_FAILURE_HEADER = "X-Dedup-Permanent-Failure"
+"""A wrapped app's non-2xx answer carrying this header (its value: the reason) fails the
+run for good (PermanentFailure: recorded failed and permanent, answered 200, no retry), as
+raising PermanentFailure does in a Flask view or an ASGI endpoint: the middlewares cannot
+see an exception the app's framework turned into its own error page."""
+
+
+def app_answer_result(body: bytes, content_type: str) -> Any:
+    """A wrapped app's answer as the run's result, one rule for every middleware: no body
+    None; a JSON content type parsed (text as is when it does not parse); any other text
+    as is."""
+    if not body:
+        return None
+    text = body.decode("utf-8", errors="replace")
+    if "json" in content_type.lower():
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass  # recorded as the text it is
+    return text
+
+
+def raise_if_permanent(headers: Mapping[str, str], status: int, result: Any) -> None:
+    """PermanentFailure when a non-2xx answer carries PERMANENT_FAILURE_HEADER (`headers`
+    by lower-case name): its value the reason, the answer's body the run's result."""
+    reason = headers.get(PERMANENT_FAILURE_HEADER.lower())
+    if reason is not None and not 200 <= status < 300:
+        raise PermanentFailure(reason.strip() or f"the app answered {status}", result=result)
 
 
 class ServiceGuard:
@@ -49,14 +78,13 @@ class ServiceGuard:
         settings: Settings,
         client: firestore.Client | None = None,
         emit: Emit = emit_log_line,
-        max_body_bytes: int | None = None,
     ) -> None:
         self.settings = settings
         self.client = client or firestore.Client(project=settings.project,
                                                  database=settings.database)
         self.emit = emit
-        self.max_body_bytes = (max_body_bytes if max_body_bytes is not None
-                               else max_body_bytes_setting({}))
+        # The body cap is a setting like the others (DEDUP_MAX_BODY_BYTES).
+        self.max_body_bytes = settings.max_body_bytes
         self._deduplicator = build_deduplicator(settings, self.client)
         self._beyond = beyond_ledger(settings, self.client)
 
@@ -67,7 +95,7 @@ class ServiceGuard:
     ) -> ServiceGuard:
         """From the same DEDUP_* settings as the kit's function (dedup/settings.py)."""
         env = os.environ if environ is None else environ
-        return cls(Settings.from_env(env), client, emit, max_body_bytes_setting(env))
+        return cls(Settings.from_env(env), client, emit)
 
     def handler(self, job: Job) -> DedupHandler:
         """`job` (a callable taking the RunContext) guarded: run once per run."""

@@ -12,24 +12,32 @@ Flask (the view takes the run; what it returns is the run's result, replayed to 
     def export(run: RunContext) -> dict[str, Any]: ...
 
 Any WSGI app (a POST to a guarded path runs the protocol; its job calls the app, which
-finds the run in environ["dedup.run"]; a 2xx answer completes the run with the app's JSON
-body, or text, as its result; any other answer, or an exception, fails it: released, 500,
-and Scheduler's retry runs it again):
+finds the run in environ["dedup.run"]; a 2xx answer completes the run with the app's body
+as its result, by guard.app_answer_result: parsed when its content type says JSON, else
+text; any other answer, or an exception, fails it: released, 500, and Scheduler's retry
+runs it again; a non-2xx answer with guard.PERMANENT_FAILURE_HEADER fails it for good):
 
     app = DedupWsgiMiddleware(app, paths=["/tasks/export"])
+
+Paths are matched on PATH_INFO, the path within the app (a server or dispatcher mounting
+it under a prefix puts that in SCRIPT_NAME), so a route's own path is what is listed.
 """
 
 from __future__ import annotations
 
 import functools
 import io
-import json
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, overload
 
-from dedup.adapters.guard import ServiceGuard, shared_guard
+from dedup.adapters.guard import (
+    ServiceGuard,
+    app_answer_result,
+    raise_if_permanent,
+    shared_guard,
+)
 from dedup.entry.http import HttpReply, ReadsBytes
 from dedup.run_context import Job, RunContext
 
@@ -186,16 +194,13 @@ class _Collected:
     def code(self) -> int:
         return int(self.status.split(" ", 1)[0] or 0)
 
+    def header_values(self) -> dict[str, str]:
+        return {name.lower(): value for name, value in self.headers}
+
     def result(self) -> Any:
-        """The body as the run's result: JSON when it parses (what a JSON API answers),
-        else its text; None when empty."""
-        body = b"".join(self.chunks)
-        if not body:
-            return None
-        try:
-            return json.loads(body)
-        except ValueError:
-            return body.decode("utf-8", errors="replace")
+        """The body as the run's result (guard.app_answer_result)."""
+        return app_answer_result(b"".join(self.chunks),
+                                 self.header_values().get("content-type", ""))
 
 
 class DedupWsgiMiddleware:
@@ -231,10 +236,12 @@ class DedupWsgiMiddleware:
             close = getattr(answered, "close", None)
             if close is not None:
                 close()
+        result = collected.result()
+        raise_if_permanent(collected.header_values(), collected.code, result)
         if not 200 <= collected.code < 300:
-            shown = str(collected.result())[:200]
+            shown = str(result)[:200]
             raise AppFailed(f"{environ.get('PATH_INFO')} answered {collected.status!r}: {shown}")
-        return collected.result()
+        return result
 
 
 def _reason(status: int) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.cloud import firestore
 
@@ -21,10 +21,15 @@ from dedup.job_logic import scheduled_jobs
 from dedup.overlap import COLLECTION_SUFFIX as OVERLAP_COLLECTION_SUFFIX
 from dedup.overlap import FirestoreLatestRunStore, OverlapGate
 from dedup.protocol import Deduplicator
-from dedup.proxy.handler import ProxySettings, authorized_sessions, check_body, proxy_jobs
-from dedup.proxy.targets import DownstreamClient, SessionFactory
 from dedup.settings import Settings
 from dedup.store.firestore import FirestoreRunStore
+
+if TYPE_CHECKING:
+    # Imported where the proxy is built: the proxy (and `requests`, which it imports) is
+    # no cold-start cost of the scheduled-job function, nor a dependency of the protocol
+    # library's adapters, which import this module.
+    from dedup.proxy.handler import ProxySettings
+    from dedup.proxy.targets import SessionFactory
 
 
 def build_deduplicator(settings: Settings, client: firestore.Client | None = None) -> Deduplicator:
@@ -88,6 +93,9 @@ def build_proxy_handler(
     sessions: SessionFactory | None = None,
 ) -> DedupHandler:
     """The proxy: same protocol and handler; sessions (authorized HTTP) may be injected."""
+    from dedup.proxy.handler import authorized_sessions, check_body, proxy_jobs
+    from dedup.proxy.targets import DownstreamClient
+
     downstream = DownstreamClient(
         sessions or authorized_sessions(),
         timeout_seconds=proxy.timeout_seconds,
@@ -101,4 +109,6 @@ def build_proxy_handler(
 
 
 def build_proxy_handler_from_env(environ: Mapping[str, str] | None = None) -> DedupHandler:
+    from dedup.proxy.handler import ProxySettings
+
     return build_proxy_handler(Settings.from_env(environ), ProxySettings.from_env(environ))

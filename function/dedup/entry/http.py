@@ -35,7 +35,7 @@ from dedup.keys import (
 from dedup.outcomes import Delivery, Outcome, encode_result, summarize_error
 from dedup.overlap import effective_policy
 from dedup.run_context import Job, PermanentFailure, RunContext
-from dedup.settings import MissingScheduleTime, Settings, number_setting
+from dedup.settings import MAX_BODY_BYTES_ENV, MissingScheduleTime, Settings
 from dedup.store import StoreError
 from dedup.version import __version__ as KIT_VERSION
 
@@ -109,14 +109,10 @@ CLOUD_TASKS_HEADER = "x-cloudtasks-taskname"
 # - 413 "too_large": the body is over DEDUP_MAX_BODY_BYTES; refused unread.
 TOO_LARGE_STATUS = 413
 TOO_LARGE_OUTCOME = "too_large"
-MAX_BODY_BYTES_ENV = "DEDUP_MAX_BODY_BYTES"
 # And, for the watchdog only (main.py), before the body is read:
 # - 405 "method_not_allowed": a method other than POST (a health probe's GET) runs no tick.
 METHOD_NOT_ALLOWED_STATUS = 405
 METHOD_NOT_ALLOWED_OUTCOME = "method_not_allowed"
-# 1 MiB: far above any Scheduler job body (a few hundred bytes in the kit's jobs), far below
-# what starves an instance (a 32 MiB JSON body costs about 800 MiB once parsed).
-DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 _stdout_lock = threading.Lock()
 
@@ -147,11 +143,6 @@ class BodyTooLarge(Exception):
 
 class ReadsBytes(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
-
-
-def max_body_bytes_setting(env: Mapping[str, str]) -> int:
-    """DEDUP_MAX_BODY_BYTES: the largest request body any entry point reads."""
-    return int(number_setting(env, MAX_BODY_BYTES_ENV, DEFAULT_MAX_BODY_BYTES, 1, "bytes"))
 
 
 def read_bounded_body(declared_length: int | None, stream: ReadsBytes, cap: int) -> bytes:
