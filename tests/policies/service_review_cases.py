@@ -53,6 +53,16 @@ EVIL = f"evil@{PROJECT}.iam.gserviceaccount.com"
 KIT_FUNCTION = "scheduler-dedup"  # the kit's dedup function (fixtures.kit_stack)
 APP_URL = f"https://{PROJECT}.ew.r.appspot.com"  # the project's App Engine app
 
+def _team_grant_also_to(account: str) -> list[Resource]:
+    """The service stack whose team account's claim grant names `account` beside it."""
+    return [*(r for r in service_stack() if r.name != "service-exports-api-datastore-user"),
+            team_child("service-exports-api", PROJECT_IAM_BINDING,
+                       "service-exports-api-datastore-user", {
+                           "project": PROJECT, "role": "roles/datastore.user",
+                           "members": [f"serviceAccount:{TEAM_SA}", f"serviceAccount:{account}"],
+                           "condition": database_condition(TEAM_DATABASE)})]
+
+
 def _stack(*extra: Resource) -> list[Resource]:
     return service_stack(extra=tuple(extra))
 
@@ -71,13 +81,7 @@ CASES["dedup-database-writers"] = [
         team_child("service-evil", PROJECT_IAM_MEMBER, "service-evil-datastore-user",
                    datastore_grant("", EVIL, database_condition(TEAM_DATABASE)))), True),
     stack_case("writers-team-grant-with-two-members",
-               [*(r for r in service_stack() if r.name != "service-exports-api-datastore-user"),
-                team_child("service-exports-api", PROJECT_IAM_BINDING,
-                           "service-exports-api-datastore-user", {
-                               "project": PROJECT, "role": "roles/datastore.user",
-                               "members": [f"serviceAccount:{TEAM_SA}",
-                                           f"serviceAccount:{EVIL}"],
-                               "condition": database_condition(TEAM_DATABASE)})], True),
+               _team_grant_also_to(EVIL), True),
 ]
 
 # 2. The jobs aimed at a team's Cloud Run service go to that service's run.app URL.
@@ -184,23 +188,11 @@ CASES["dedup-invoker-reach"] += [
 ]
 CASES["dedup-service-account-not-kit"] += [
     stack_case("team-account-grant-with-the-invoker-too",
-               [*(r for r in service_stack() if r.name != "service-exports-api-datastore-user"),
-                team_child("service-exports-api", PROJECT_IAM_BINDING,
-                           "service-exports-api-datastore-user", {
-                               "project": PROJECT, "role": "roles/datastore.user",
-                               "members": [f"serviceAccount:{TEAM_SA}",
-                                           f"serviceAccount:{INVOKER_SA}"],
-                               "condition": database_condition(TEAM_DATABASE)})], True),
+               _team_grant_also_to(INVOKER_SA), True),
 ]
 CASES["dedup-service-account-own-database"] = [
     stack_case("team-account-second-member-reaches-every-database",
-               [*(r for r in service_stack() if r.name != "service-exports-api-datastore-user"),
-                team_child("service-exports-api", PROJECT_IAM_BINDING,
-                           "service-exports-api-datastore-user", {
-                               "project": PROJECT, "role": "roles/datastore.user",
-                               "members": [f"serviceAccount:{TEAM_SA}",
-                                           f"serviceAccount:{EVIL}"],
-                               "condition": database_condition(TEAM_DATABASE)}),
+               [*_team_grant_also_to(EVIL),
                 res(PROJECT_IAM_MEMBER, "evil-everywhere", datastore_grant(
                     "", EVIL, None, role="roles/datastore.viewer"))], True),
 ]
