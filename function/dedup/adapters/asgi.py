@@ -9,7 +9,7 @@ handler: the kit's exact answers and one log line per delivery) on a worker thre
 middleware's own, because its Firestore calls block. When the protocol runs the job, the
 job is the wrapped app itself, called for the request on the event loop with the body
 given back to it: a 2xx is the run's success (its body the run's result, by
-guard.app_answer_result: parsed when its content type says JSON, else text), anything else
+guard.app_answer: parsed when its content type says JSON, else text), anything else
 or an exception a failure (the claim released, 500, so the retry runs at once; a non-2xx
 with guard.PERMANENT_FAILURE_HEADER, or PermanentFailure raised, a permanent one). The
 client gets the protocol's answer, as JSON, never the app's own response.
@@ -54,12 +54,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from dedup.adapters.guard import (
-    ServiceGuard,
-    app_answer_result,
-    raise_if_permanent,
-    shared_guard,
-)
+from dedup.adapters.guard import AppFailed, ServiceGuard, app_answer, shared_guard
 from dedup.entry.http import HttpReply
 from dedup.run_context import RunContext
 
@@ -81,10 +76,6 @@ _JSON_HEADERS = [(b"content-type", b"application/json")]
 # offered to the app for a guarded delivery: its answer is collected, body and all.
 _RESPONSE_EXTENSIONS = frozenset({"http.response.pathsend", "http.response.zerocopysend",
                                   "http.response.trailers"})
-
-
-class AppAnswered(Exception):
-    """The wrapped app answered a guarded delivery with a non-2xx status: the run failed."""
 
 
 class HasScope(Protocol):
@@ -190,7 +181,7 @@ class DedupMiddleware:
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | HttpReply | None:
         """The body (at most the cap and one byte read), or the kit's 413 for one over the
         cap (a declared Content-Length over it: unread), or None if the client left."""
-        cap = self.guard.max_body_bytes
+        cap = self.guard.settings.max_body_bytes
         declared = _content_length(scope)
         received = bytearray()
         if declared is None or declared <= cap:
@@ -250,18 +241,14 @@ class _CollectedResponse:
                 self.ended.set()
 
     def result(self) -> Any:
-        """A whole 2xx answer's body as the run's result (guard.app_answer_result). Anything
-        else fails the run (AppAnswered: the claim is released), or, with the permanent
-        failure header, fails it for good (PermanentFailure)."""
+        """A whole answer as the run's result, by guard.app_answer's rule; one the app never
+        gave, or a 2xx cut before its end, fails the run (AppFailed: released)."""
         if self.status is None:
-            raise AppAnswered("the app returned without answering the delivery")
-        result = app_answer_result(bytes(self.body), self.headers.get("content-type", ""))
-        raise_if_permanent(self.headers, self.status, result)
-        if not 200 <= self.status < 300:
-            raise AppAnswered(f"the app answered {self.status}: {str(result)[:200]}")
+            raise AppFailed("the app returned without answering the delivery")
+        result = app_answer(self.status, self.headers, bytes(self.body), "the app")
         if not self.ended.is_set():
-            raise AppAnswered(f"the app's {self.status} answer stopped before its end "
-                              f"({len(self.body)} bytes sent): the job did not finish")
+            raise AppFailed(f"the app's {self.status} answer stopped before its end "
+                            f"({len(self.body)} bytes sent): the job did not finish")
         return result
 
 

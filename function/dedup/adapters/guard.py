@@ -47,6 +47,12 @@ raising PermanentFailure does in a Flask view or an ASGI endpoint: the middlewar
 see an exception the app's framework turned into its own error page."""
 
 
+class AppFailed(Exception):
+    """A wrapped app answered a guarded delivery with a status other than 2xx (or not at
+    all, or cut short): the run failed (released, so Scheduler's retry runs it), as if its
+    job had raised."""
+
+
 def app_answer_result(body: bytes, content_type: str) -> Any:
     """A wrapped app's answer as the run's result, one rule for every middleware: no body
     None; a JSON content type parsed (text as is when it does not parse); any other text
@@ -62,12 +68,18 @@ def app_answer_result(body: bytes, content_type: str) -> Any:
     return text
 
 
-def raise_if_permanent(headers: Mapping[str, str], status: int, result: Any) -> None:
-    """PermanentFailure when a non-2xx answer carries PERMANENT_FAILURE_HEADER (`headers`
-    by lower-case name): its value the reason, the answer's body the run's result."""
+def app_answer(status: int, headers: Mapping[str, str], body: bytes, what: str) -> Any:
+    """What a wrapped app's answer (`headers` by lower-case name) makes of the run, one
+    rule for every middleware: a 2xx its result (app_answer_result); a non-2xx with
+    PERMANENT_FAILURE_HEADER PermanentFailure (its value the reason, the body the result);
+    any other AppFailed. `what` names the answer in the failure's message."""
+    result = app_answer_result(body, headers.get("content-type", ""))
+    if 200 <= status < 300:
+        return result
     reason = headers.get(PERMANENT_FAILURE_HEADER.lower())
-    if reason is not None and not 200 <= status < 300:
+    if reason is not None:
         raise PermanentFailure(reason.strip() or f"the app answered {status}", result=result)
+    raise AppFailed(f"{what} answered {status}: {str(result)[:200]}")
 
 
 class ServiceGuard:
@@ -83,8 +95,6 @@ class ServiceGuard:
         self.client = client or firestore.Client(project=settings.project,
                                                  database=settings.database)
         self.emit = emit
-        # The body cap is a setting like the others (DEDUP_MAX_BODY_BYTES).
-        self.max_body_bytes = settings.max_body_bytes
         self._deduplicator = build_deduplicator(settings, self.client)
         self._beyond = beyond_ledger(settings, self.client)
 
@@ -105,7 +115,7 @@ class ServiceGuard:
     def read_body(self, declared_length: int | None, stream: ReadsBytes) -> bytes | HttpReply:
         """The request body, or the 413 (and its log line) for one over the cap."""
         try:
-            return read_bounded_body(declared_length, stream, self.max_body_bytes)
+            return read_bounded_body(declared_length, stream, self.settings.max_body_bytes)
         except BodyTooLarge as exc:
             return refuse_body(str(exc), self.emit, time.perf_counter())
 

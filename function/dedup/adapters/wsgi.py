@@ -13,7 +13,7 @@ Flask (the view takes the run; what it returns is the run's result, replayed to 
 
 Any WSGI app (a POST to a guarded path runs the protocol; its job calls the app, which
 finds the run in environ["dedup.run"]; a 2xx answer completes the run with the app's body
-as its result, by guard.app_answer_result: parsed when its content type says JSON, else
+as its result, by guard.app_answer: parsed when its content type says JSON, else
 text; any other answer, or an exception, fails it: released, 500, and Scheduler's retry
 runs it again; a non-2xx answer with guard.PERMANENT_FAILURE_HEADER fails it for good):
 
@@ -32,12 +32,7 @@ from http import HTTPStatus
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, overload
 
-from dedup.adapters.guard import (
-    ServiceGuard,
-    app_answer_result,
-    raise_if_permanent,
-    shared_guard,
-)
+from dedup.adapters.guard import ServiceGuard, app_answer, shared_guard
 from dedup.entry.http import HttpReply, ReadsBytes
 from dedup.run_context import Job, RunContext
 
@@ -53,11 +48,6 @@ ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | None
 StartResponse = Callable[..., Callable[[bytes], object]]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 View = Callable[[RunContext], Any]
-
-
-class AppFailed(Exception):
-    """The wrapped app answered a guarded request with a status other than 2xx: the run
-    failed (released, so Scheduler's retry runs it), as if its job had raised."""
 
 
 # -- one delivery, from a WSGI environ (Flask's and functions-framework's requests too) -----
@@ -197,11 +187,6 @@ class _Collected:
     def header_values(self) -> dict[str, str]:
         return {name.lower(): value for name, value in self.headers}
 
-    def result(self) -> Any:
-        """The body as the run's result (guard.app_answer_result)."""
-        return app_answer_result(b"".join(self.chunks),
-                                 self.header_values().get("content-type", ""))
-
 
 class DedupWsgiMiddleware:
     """`app`, with each POST to one of `paths` run once per scheduled run (the module's
@@ -236,12 +221,8 @@ class DedupWsgiMiddleware:
             close = getattr(answered, "close", None)
             if close is not None:
                 close()
-        result = collected.result()
-        raise_if_permanent(collected.header_values(), collected.code, result)
-        if not 200 <= collected.code < 300:
-            shown = str(result)[:200]
-            raise AppFailed(f"{environ.get('PATH_INFO')} answered {collected.status!r}: {shown}")
-        return result
+        return app_answer(collected.code, collected.header_values(), b"".join(collected.chunks),
+                          str(environ.get("PATH_INFO")))
 
 
 def _reason(status: int) -> str:
