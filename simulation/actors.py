@@ -13,7 +13,7 @@ import inspect
 import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from dedup.cache import CompletedRunCache
@@ -280,9 +280,5 @@ class StalledCommits:
         scheduler.spawn("stall-settles", settle, at=scheduler.now + delay, killable=False)
 
 
-def rfc3339_micro(instant: datetime) -> str:
-    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 __all__ = ["Deliveries", "Instance", "JobBehaviour", "Killed", "RetryPolicy",
-           "SimHeartbeats", "StalledCommits", "accepted", "rfc3339_micro"]
+           "SimHeartbeats", "StalledCommits", "accepted"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dedup.keys import RunKey
+from dedup.keys import RunKey, format_instant
 from dedup.settings import Settings
 from dedup.watchdog.due import WatchedJob
 from dedup.watchdog.incidents import Thresholds
@@ -34,7 +34,6 @@ from simulation.actors import (
     RetryPolicy,
     StalledCommits,
     accepted,
-    rfc3339_micro,
 )
 from simulation.clock import SimClock, patched_kit
 from simulation.firestore_fake import FakeFirestore, Fate, Rpc
@@ -133,8 +132,8 @@ class SilenceSpec:
 
     def entry(self, start: datetime) -> dict[str, str]:
         """The declared window as infra writes it (infra/config/silences.py)."""
-        return {"start": rfc3339_micro(start + timedelta(seconds=self.begin)),
-                "end": rfc3339_micro(start + timedelta(seconds=self.until)),
+        return {"start": format_instant(start + timedelta(seconds=self.begin)),
+                "end": format_instant(start + timedelta(seconds=self.until)),
                 "reason": "simulated maintenance"}
 
     def describe(self) -> str:
@@ -432,7 +431,7 @@ def _attempts(what: str, job: JobSpec, headers: dict[str, str], scheduler: Sched
 def _schedule_job(spec: WorldSpec, job: JobSpec, scheduler: Scheduler, clock: SimClock,
                   deliveries: Deliveries, recorder: Recorder) -> None:
     for fire in _fire_times(spec, job):
-        headers = {**job.headers(), JOB_NAME: job.name, SCHEDULE_TIME: rfc3339_micro(fire)}
+        headers = {**job.headers(), JOB_NAME: job.name, SCHEDULE_TIME: format_instant(fire)}
         what = f"{job.name}@{fire:%H:%M}Z"
 
         def fire_run(what: str = what, headers: dict[str, str] = headers) -> None:
@@ -449,7 +448,7 @@ def _press(spec: WorldSpec, job: JobSpec, at: float, scheduler: Scheduler, clock
 
     pressed = clock.at(at)
     upcoming = next(schedule_times(job.schedule, job.time_zone, pressed)).astimezone(UTC)
-    headers = {**job.headers(), JOB_NAME: job.name, SCHEDULE_TIME: rfc3339_micro(upcoming)}
+    headers = {**job.headers(), JOB_NAME: job.name, SCHEDULE_TIME: format_instant(upcoming)}
     what = f"{job.name}{FORCED_DELIVERY}{pressed:%H:%M:%S}Z"
     scheduler.spawn(f"operator:{what}",
                     lambda: _attempts(what, job, headers, scheduler, deliveries),

@@ -49,6 +49,7 @@ from google.api_core import exceptions as gexc
 from dedup.settings import SettingsError, number_setting
 from dedup.store import RecordChanged, RecordExists
 from dedup.store.firestore import FirestoreRunStore
+from dedup.watchdog.due import rfc3339
 from dedup.watchdog.reruns import (
     DONE,
     FAILED,
@@ -167,7 +168,7 @@ class Backfill:
             "job": self.job, "backfill": self.backfill_id, "state": self.state,
             "total": self.total, "released": self.next, "in_flight": len(self.in_flight),
             "done": self.done, "failed": self.failed, "refused": self.refused,
-            **({"stopped_at": self.stopped_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+            **({"stopped_at": rfc3339(self.stopped_at)}
                if self.stopped_at is not None else {}),
         }
 

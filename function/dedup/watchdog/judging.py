@@ -151,6 +151,8 @@ class JobJudging(CatchUp):
                 tick.problems.append(Problem(job.name, None, NEVER_RAN))
                 cursor.never_ran_reported = True
 
+        # The schedules the records found were run under (schedule_edits.py), once per job.
+        seen_windows = {w for r, w in reads.window_ids.items() if r in found}
         for run_id, t in due_ids.items():
             if run_id in malformed:
                 tick.checked += 1
@@ -165,8 +167,7 @@ class JobJudging(CatchUp):
             if verdict in (BEFORE_FIRST_RUN, NOT_DUE):
                 continue  # before the job's first recorded run: it did not exist yet (a due
                 # run is never not_due)
-            if verdict == MISSED and reads.windows and unsure(
-                    t, reads.windows, {w for r, w in reads.window_ids.items() if r in found}):
+            if verdict == MISSED and reads.windows and unsure(t, reads.windows, seen_windows):
                 continue  # around a schedule edit, with no record saying it was in force
             tick.checked += 1
             tick.skipped += verdict == SKIPPED

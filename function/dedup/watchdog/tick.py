@@ -167,7 +167,7 @@ class Watchdog(JobJudging, RerunDeliveries, RunsBeyond):
                 ticks[problem.job].problems.append(problem)
             else:
                 problems.append(problem)  # a paused job's: reported (its cursor stands)
-        transitions = self._advance_streaks(judged, now)
+        transitions_of = self._advance_streaks(judged, now)
         # Paused jobs' cursors too: one commit carries every job's lines (outbox.py).
         written = {job.name: cursor for job, cursor, _ in judged} | {
             job.name: cursors[job.name] for job in paused}
@@ -175,7 +175,7 @@ class Watchdog(JobJudging, RerunDeliveries, RunsBeyond):
         quiet: set[str] = set()
         for name, cursor in written.items():  # held during a silence, or paged
             incident_lines[name], not_logged = settle_incidents(
-                cursor, [t for t in transitions if t.job == name], silenced.get(name), now)
+                cursor, transitions_of.get(name, []), silenced.get(name), now)
             quiet |= not_logged
         unannounced = self._fill_outboxes(
             written, [*problems, *(p for _, _, t in judged for p in t.problems)],
@@ -195,7 +195,8 @@ class Watchdog(JobJudging, RerunDeliveries, RunsBeyond):
         counts["incidents_resolved"] = logged.count(RESOLVED)
         counts["incidents_held"] = sum(len(c.held) for c in written.values())
         counts["silenced"] = sum(s is not None for s in silenced.values())
-        paged = [t for t in transitions if t.incident not in quiet]
+        paged = [t for transitions in transitions_of.values() for t in transitions
+                 if t.incident not in quiet]
         return TickResult(checked, problems, counts, caught_up, reruns, forced, paged,
                           overlapped, backfills, unannounced)
 
@@ -263,10 +264,12 @@ class Watchdog(JobJudging, RerunDeliveries, RunsBeyond):
 
     def _advance_streaks(
         self, judged: Sequence[tuple[WatchedJob, Cursor, JobTick]], now: datetime
-    ) -> list[Transition]:
+    ) -> dict[str, list[Transition]]:
         """Each job's incident streaks moved by its verdicts of this tick (in its cursor,
-        written with it); the incidents they opened or resolved."""
-        made: list[Transition] = []
+        written with it); the incidents they opened or resolved, by job (in `judged`'s
+        order: a tick settles each job's own, and a list to filter per job costs jobs x
+        transitions after an outage that opens every job's incident)."""
+        made: dict[str, list[Transition]] = {}
         # A re-run or backfill generation is counted when it settled (now), after the runs
         # this tick judged: a run scheduled days ago must not be resolved at once by them.
         settled = {p.run_id for p in self._generation_problems}
@@ -276,9 +279,8 @@ class Watchdog(JobJudging, RerunDeliveries, RunsBeyond):
                         if (p.kind == RAN_TWICE or p.run_id not in tick.counted)
                         and (p.kind not in BEYOND_PROBLEMS or job.beyond_pages)]
             good = {r: t for r, t in tick.good.items() if r not in tick.counted}
-            cursor.incidents, transitions = judge_streaks(
+            cursor.incidents, made[job.name] = judge_streaks(
                 job.name, job.thresholds, cursor.incidents, problems, good, now)
-            made += transitions
         return made
 
     def _forced_before_missed(
